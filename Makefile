@@ -1,0 +1,115 @@
+# mpitron build. `make` -> build/mpitron; `make test`; `make demo`; `make deps`.
+# CUDA=auto (default: build the CUDA backend when nvcc is found) | 0 (CPU only) | 1 (required).
+# BUILD=dir puts every output under another folder (several builds side by side).
+SHELL := /bin/bash
+BUILD ?= build
+CUDA ?= auto
+CUDA_HOME ?= /usr/local/cuda
+NVCC := $(CUDA_HOME)/bin/nvcc
+ARCH ?= -march=native
+
+ifeq ($(CUDA),auto)
+  CUDA_ON := $(if $(wildcard $(NVCC)),1,0)
+else ifeq ($(CUDA),1)
+  CUDA_ON := 1
+  ifeq ($(wildcard $(NVCC)),)
+    $(error CUDA=1 but $(NVCC) not found; set CUDA_HOME or use CUDA=0)
+  endif
+else
+  CUDA_ON := 0
+endif
+
+CXX := g++
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null) -DOMPI_SKIP_MPICXX=1
+MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
+HDF5_LIBS := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
+
+CPPFLAGS := -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -DMPITRON_CUDA=$(CUDA_ON)
+# -Wno-stringop-overflow: g++ 12 false positive inside fmt 9's fill_t (fmt issue #2708-style), not our code.
+CXXFLAGS := -std=c++20 -O3 $(ARCH) -fopenmp -g1 -Wall -Wextra -Wno-stringop-overflow -MMD -MP
+LDLIBS := -ldnnl -lfmt -lpthread $(HDF5_LIBS) $(MPI_LIBS)
+LDFLAGS := -fopenmp
+
+ifeq ($(CUDA_ON),1)
+  CPPFLAGS += -I$(CUDA_HOME)/include
+  NVCCFLAGS := -std=c++20 -O3 -Iinclude -I$(CUDA_HOME)/include -DMPITRON_CUDA=1 \
+    -gencode=arch=compute_90,code=sm_90 -Xcompiler -fopenmp,-Wall -MMD -MP
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart
+endif
+
+# Sources: everything under src/; files in a cuda/ folder (and .cu files) only with CUDA on.
+ALL_CPP := $(shell find src -name '*.cpp' | sort)
+CUDA_CPP := $(filter %/cuda/%,$(ALL_CPP))
+LIB_CPP := $(filter-out src/main.cpp $(CUDA_CPP),$(ALL_CPP))
+CU_SRC :=
+ifeq ($(CUDA_ON),1)
+  LIB_CPP += $(CUDA_CPP)
+  CU_SRC := $(shell find src -name '*.cu' | sort)
+endif
+LIB_OBJ := $(LIB_CPP:%.cpp=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+LIB := $(BUILD)/libmpitron.a
+
+UNIT_SRC := $(sort $(wildcard tests/unit/*.cpp))
+UNIT_BIN := $(BUILD)/tests/unit_tests
+MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_*.cpp))
+MPI_TEST_BIN := $(MPI_TEST_SRC:tests/mpi/%.cpp=$(BUILD)/tests/mpi/%)
+MPI_MAIN_OBJ := $(BUILD)/obj/tests/mpi/mpi_main.o
+TEST_CPPFLAGS := -DBOOST_TEST_DYN_LINK
+TEST_LIBS := -lboost_unit_test_framework
+
+.PHONY: all deps deps-check test test-unit test-mpi test-e2e demo data bench clean docs
+all: $(BUILD)/mpitron
+
+$(BUILD)/mpitron: $(BUILD)/obj/src/main.o $(LIB)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: tests/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/obj/%.o) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/mpi/%: $(BUILD)/obj/tests/mpi/%.o $(MPI_MAIN_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
+
+deps:
+	@bash tools/deps.sh install
+
+deps-check:
+	@bash tools/deps.sh check
+
+tests: $(UNIT_BIN) $(MPI_TEST_BIN) $(BUILD)/mpitron
+
+# The README's test command. Runs unit tests, every MPI test at the rank counts its file asks for
+# (a `// np: 1 2 4` line), then tests/e2e/*.sh; prints "N passed, N failed" at the end.
+test: deps-check
+	@$(MAKE) --no-print-directory tests
+	@BUILD=$(BUILD) bash tests/run_tests.sh all
+
+test-unit: $(UNIT_BIN)
+	@BUILD=$(BUILD) bash tests/run_tests.sh unit
+test-mpi: $(MPI_TEST_BIN) $(BUILD)/mpitron
+	@BUILD=$(BUILD) bash tests/run_tests.sh mpi
+test-e2e: $(BUILD)/mpitron
+	@BUILD=$(BUILD) bash tests/run_tests.sh e2e
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

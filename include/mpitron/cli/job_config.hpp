@@ -1,0 +1,133 @@
+// The job file: typed sections (DESIGN.md "Job files" and "Canonical job keys"). Only cli reads
+// files and the environment; every other module takes these structs (or narrower ones).
+//
+// Every key is registered once in job_config.cpp with its default and a one-line help; the same
+// table drives TOML parsing, `--section.key=value` overrides, `train --dry-run`, docs/jobs.md
+// and the "unknown key" errors (which list the allowed keys).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mpitron {
+
+struct JobSection {
+  std::string name = "run";
+  std::string run_dir;  // empty -> "runs/<name>"
+};
+
+struct ModelSection {
+  std::string preset = "tiny";
+  // 0 means "take it from the preset".
+  int n_layer = 0;
+  int n_head = 0;
+  int d_model = 0;
+  int vocab_size = 0;
+  int seq_len = 0;
+  std::string attention = "cudnn";  // CUDA backend only: "cudnn" | "naive"
+};
+
+struct ParallelSection {
+  int dp = 0;  // 0: inferred as world / (tp*pp*cp)
+  int tp = 1;
+  int pp = 1;
+  int cp = 1;
+  int zero = 0;
+  bool sp = false;
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int microbatches = 0;           // 0: global_batch / (micro_batch*dp)
+  int virtual_stages = 1;
+  std::vector<int> pp_layers;  // empty: balanced
+  double bucket_mb = 25.0;
+};
+
+struct DataSection {
+  std::string path = "data/demo";
+  uint64_t seed = 1234;
+  int prefetch = 4;  // batches kept ready by the loader thread
+  bool drop_last = true;
+};
+
+struct TrainSection {
+  int steps = 100;
+  int micro_batch = 4;
+  int global_batch = 0;  // sequences per optimizer step; 0: micro_batch * dp
+  uint64_t seed = 42;
+  std::string recompute = "none";  // none | full
+  std::string backend = "cpu";     // cpu | nccl
+  double peak_flops = 0;           // 0: measured by a GEMM probe at start-up
+  int threads = 0;                 // OpenMP threads per rank; 0: cores per node / ranks per node
+  std::string resume = "auto";     // auto | never | <checkpoint path>
+  bool check_ledger = false;
+  std::string nan_policy = "stop";  // stop | skip
+};
+
+struct OptimSection {
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int warmup_steps = 10;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0: no clipping
+};
+
+struct CheckpointSection {
+  int every = 0;  // 0: only at the end
+  int keep = 3;
+};
+
+struct LogSection {
+  int every = 1;
+};
+
+struct EvalSection {
+  int every = 0;  // 0: never during training
+  int batches = 4;
+};
+
+struct CommSection {
+  double timeout_s = 300;
+};
+
+struct JobConfig {
+  JobSection job;
+  ModelSection model;
+  ParallelSection parallel;
+  DataSection data;
+  TrainSection train;
+  OptimSection optim;
+  CheckpointSection checkpoint;
+  LogSection log;
+  EvalSection eval;
+  CommSection comm;
+  // [env]: variables applied before NCCL/OpenMP start. Keys are variable names.
+  std::map<std::string, std::string> env;
+  bool env_override = false;
+
+  std::string run_dir() const { return job.run_dir.empty() ? "runs/" + job.name : job.run_dir; }
+};
+
+// Set one key from its text form ("parallel.tp", "2"). Throws UsageError naming the key and the
+// allowed ones (for an unknown key) or the expected type (for a bad value).
+void set_job_key(JobConfig& cfg, const std::string& dotted_key, const std::string& value);
+
+// Parse a TOML job file into cfg (keys it sets override cfg's current values).
+void load_job_file(JobConfig& cfg, const std::string& path);
+
+// Apply "--section.key=value" / "--section.key value" arguments; returns the arguments that are
+// not job keys (so a subcommand can parse its own options from them).
+std::vector<std::string> apply_job_overrides(JobConfig& cfg, const std::vector<std::string>& args);
+
+// The resolved config as TOML text (for --dry-run and for the checkpoint).
+std::string job_to_toml(const JobConfig& cfg);
+
+// Markdown table of every key, default and help (docs/jobs.md is generated from this).
+std::string job_keys_markdown();
+
+// All registered keys, "section.key".
+std::vector<std::string> job_key_names();
+
+}  // namespace mpitron

@@ -1,0 +1,102 @@
+// Tracked allocator: every large allocation names a category, and the tracker keeps live and
+// peak bytes per category (and in total). The trainer logs these and the memory ledger
+// (mpitron plan) predicts them, so both must count the same things: sizes come from one
+// function per object (see STYLE.md, "memory is planned, not discovered").
+#pragma once
+#include <array>
+#include <cstddef>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace mpitron {
+
+enum class Mem : uint8_t { params, grads, optim, activations, comm, workspace, data, count_ };
+constexpr size_t kMemCategories = static_cast<size_t>(Mem::count_);
+std::string_view mem_name(Mem m);
+
+enum class Device : uint8_t { host, cuda };
+
+struct MemStats {
+  std::array<int64_t, kMemCategories> live{};
+  std::array<int64_t, kMemCategories> peak{};
+  int64_t total_live = 0;
+  int64_t total_peak = 0;
+  int64_t of(Mem m) const { return live[static_cast<size_t>(m)]; }
+  int64_t peak_of(Mem m) const { return peak[static_cast<size_t>(m)]; }
+};
+
+// One tracker per device kind in this process. Thread-safe.
+class MemTracker {
+ public:
+  void on_alloc(Mem m, int64_t bytes);
+  void on_free(Mem m, int64_t bytes);
+  MemStats stats() const;
+  // Restart peak counting from the current live bytes (e.g. to measure one step).
+  void reset_peaks();
+
+  static MemTracker& host();
+  static MemTracker& cuda();
+
+ private:
+  std::array<std::atomic<int64_t>, kMemCategories> live_{};
+  std::array<std::atomic<int64_t>, kMemCategories> peak_{};
+  std::atomic<int64_t> total_live_{0};
+  std::atomic<int64_t> total_peak_{0};
+};
+
+// Host allocation, 64-byte aligned (AVX-512 loads), zero-filled, counted under `m`.
+void* host_alloc(Mem m, size_t bytes);
+void host_free(Mem m, void* p, size_t bytes);
+
+// Owning, movable, typed host buffer counted under one category.
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Mem m, size_t n) : mem_(m), n_(n), p_(static_cast<T*>(host_alloc(m, n * sizeof(T)))) {}
+  ~Buffer() { reset(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      swap(o);
+    }
+    return *this;
+  }
+  void reset() {
+    if (p_) host_free(mem_, p_, n_ * sizeof(T));
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  Mem category() const { return mem_; }
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+  T* begin() { return p_; }
+  T* end() { return p_ + n_; }
+  const T* begin() const { return p_; }
+  const T* end() const { return p_ + n_; }
+
+ private:
+  void swap(Buffer& o) noexcept {
+    std::swap(mem_, o.mem_);
+    std::swap(n_, o.n_);
+    std::swap(p_, o.p_);
+  }
+  Mem mem_ = Mem::workspace;
+  size_t n_ = 0;
+  T* p_ = nullptr;
+};
+
+// "1.23 GiB" style.
+std::string format_bytes(int64_t bytes);
+
+}  // namespace mpitron

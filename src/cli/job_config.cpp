@@ -1,0 +1,359 @@
+#include "mpitron/cli/job_config.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+namespace {
+
+struct Key {
+  std::string name;  // "section.key"
+  std::string type;  // int | float | bool | string | int-list
+  std::string help;
+  std::function<void(JobConfig&, const std::string&)> set;
+  std::function<std::string(const JobConfig&)> get;  // TOML literal
+};
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+[[noreturn]] void bad_value(const std::string& key, const std::string& type, const std::string& v) {
+  usage_fail("bad value for '{}': '{}' is not a valid {}", key, v, type);
+}
+
+template <class T>
+T parse_number(const std::string& key, const std::string& type, const std::string& text) {
+  std::string v = trim(text);
+  T out{};
+  if constexpr (std::is_floating_point_v<T>) {
+    try {
+      size_t used = 0;
+      out = static_cast<T>(std::stod(v, &used));
+      if (used != v.size()) bad_value(key, type, text);
+    } catch (const std::logic_error&) {
+      bad_value(key, type, text);
+    }
+  } else {
+    // Accept "50M"-style suffixes nowhere: job keys are plain numbers. Allow "1e3"? No: exact ints.
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (ec != std::errc() || p != v.data() + v.size()) bad_value(key, type, text);
+  }
+  return out;
+}
+
+bool parse_bool(const std::string& key, const std::string& text) {
+  std::string v = trim(text);
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  bad_value(key, "bool (true|false)", text);
+}
+
+std::string unquote(const std::string& text) {
+  std::string v = trim(text);
+  if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
+    return v.substr(1, v.size() - 2);
+  return v;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+template <class S, class T>
+Key make_key(std::string name, std::string help, S JobConfig::*sec, T S::*field,
+             std::vector<std::string> choices = {}) {
+  Key k;
+  k.name = name;
+  k.help = std::move(help);
+  if constexpr (std::is_same_v<T, bool>) {
+    k.type = "bool";
+  } else if constexpr (std::is_integral_v<T>) {
+    k.type = "int";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    k.type = "float";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    k.type = choices.empty() ? "string" : fmt::format("{}", fmt::join(choices, "|"));
+  } else {
+    k.type = "int list";
+  }
+  std::string type = k.type;
+  k.set = [name, type, sec, field, choices](JobConfig& c, const std::string& text) {
+    T& dst = (c.*sec).*field;
+    if constexpr (std::is_same_v<T, bool>) {
+      dst = parse_bool(name, text);
+    } else if constexpr (std::is_integral_v<T> || std::is_floating_point_v<T>) {
+      dst = parse_number<T>(name, type, text);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      std::string v = unquote(text);
+      if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end())
+        usage_fail("bad value for '{}': '{}' (allowed: {})", name, v, fmt::join(choices, ", "));
+      dst = v;
+    } else {
+      std::string v = trim(text);
+      if (!v.empty() && v.front() == '[') v = v.substr(1);
+      if (!v.empty() && v.back() == ']') v.pop_back();
+      dst.clear();
+      std::stringstream ss(v);
+      std::string item;
+      while (std::getline(ss, item, ','))
+        if (!trim(item).empty()) dst.push_back(parse_number<int>(name, "int list", item));
+    }
+  };
+  k.get = [sec, field](const JobConfig& c) -> std::string {
+    const T& v = (c.*sec).*field;
+    if constexpr (std::is_same_v<T, bool>) {
+      return v ? "true" : "false";
+    } else if constexpr (std::is_floating_point_v<T>) {
+      std::string s = fmt::format("{}", v);
+      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+      return s;
+    } else if constexpr (std::is_integral_v<T>) {
+      return fmt::format("{}", v);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      return quote(v);
+    } else {
+      return fmt::format("[{}]", fmt::join(v, ", "));
+    }
+  };
+  return k;
+}
+
+const std::vector<Key>& registry() {
+  using C = JobConfig;
+  static const std::vector<Key> keys = {
+      make_key("job.name", "run name; also names the default run directory", &C::job, &JobSection::name),
+      make_key("job.run_dir", "where metrics, logs and checkpoints go (default runs/<job.name>)", &C::job,
+               &JobSection::run_dir),
+      make_key("model.preset", "tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b (see `mpitron plan --help`)",
+               &C::model, &ModelSection::preset),
+      make_key("model.n_layer", "transformer blocks (0: from the preset)", &C::model, &ModelSection::n_layer),
+      make_key("model.n_head", "attention heads (0: from the preset)", &C::model, &ModelSection::n_head),
+      make_key("model.d_model", "hidden size (0: from the preset)", &C::model, &ModelSection::d_model),
+      make_key("model.vocab_size", "vocabulary size before padding (0: from the data's tokenizer or preset)",
+               &C::model, &ModelSection::vocab_size),
+      make_key("model.seq_len", "context length in tokens (0: from the preset)", &C::model, &ModelSection::seq_len),
+      make_key("model.attention", "CUDA attention path", &C::model, &ModelSection::attention, {"cudnn", "naive"}),
+      make_key("parallel.dp", "data-parallel size (0: world / (tp*pp*cp))", &C::parallel, &ParallelSection::dp),
+      make_key("parallel.tp", "tensor-parallel size (ranks inside a node)", &C::parallel, &ParallelSection::tp),
+      make_key("parallel.pp", "pipeline-parallel stages", &C::parallel, &ParallelSection::pp),
+      make_key("parallel.cp", "context-parallel size", &C::parallel, &ParallelSection::cp),
+      make_key("parallel.zero", "ZeRO stage 0|1|2|3 over the DP group", &C::parallel, &ParallelSection::zero),
+      make_key("parallel.sp", "sequence parallel (needs tp > 1)", &C::parallel, &ParallelSection::sp),
+      make_key("parallel.schedule", "pipeline schedule", &C::parallel, &ParallelSection::schedule,
+               {"gpipe", "1f1b", "interleaved"}),
+      make_key("parallel.microbatches", "micro-batches per step per DP rank (0: global_batch/(micro_batch*dp))",
+               &C::parallel, &ParallelSection::microbatches),
+      make_key("parallel.virtual_stages", "model chunks per pipeline rank (interleaved)", &C::parallel,
+               &ParallelSection::virtual_stages),
+      make_key("parallel.pp_layers", "blocks per pipeline stage, e.g. [3, 5] (empty: balanced)", &C::parallel,
+               &ParallelSection::pp_layers),
+      make_key("parallel.bucket_mb", "DP gradient bucket size in MiB", &C::parallel, &ParallelSection::bucket_mb),
+      make_key("data.path", "folder with train_*.h5 / val_*.h5 shards (mpitron prep)", &C::data, &DataSection::path),
+      make_key("data.seed", "sampler shuffle seed", &C::data, &DataSection::seed),
+      make_key("data.prefetch", "batches the loader thread keeps ready", &C::data, &DataSection::prefetch),
+      make_key("data.drop_last", "drop the tail that does not fill every DP rank (else pad)", &C::data,
+               &DataSection::drop_last),
+      make_key("train.steps", "optimizer steps", &C::train, &TrainSection::steps),
+      make_key("train.micro_batch", "sequences per micro-batch per rank", &C::train, &TrainSection::micro_batch),
+      make_key("train.global_batch", "sequences per optimizer step, all ranks (0: micro_batch*dp)", &C::train,
+               &TrainSection::global_batch),
+      make_key("train.seed", "model initialisation seed", &C::train, &TrainSection::seed),
+      make_key("train.recompute", "activation recompute", &C::train, &TrainSection::recompute, {"none", "full"}),
+      make_key("train.backend", "compute + communication backend", &C::train, &TrainSection::backend,
+               {"cpu", "nccl"}),
+      make_key("train.peak_flops", "peak FLOP/s per rank for MFU (0: measured GEMM probe at start-up)", &C::train,
+               &TrainSection::peak_flops),
+      make_key("train.threads", "OpenMP threads per rank (0: cores per node / ranks per node)", &C::train,
+               &TrainSection::threads),
+      make_key("train.resume", "auto (continue from ckpt/latest) | never | a checkpoint path", &C::train,
+               &TrainSection::resume),
+      make_key("train.check_ledger", "compare tracked memory with `mpitron plan` at start and after step 1",
+               &C::train, &TrainSection::check_ledger),
+      make_key("train.nan_policy", "on a NaN/Inf loss or grad norm", &C::train, &TrainSection::nan_policy,
+               {"stop", "skip"}),
+      make_key("optim.lr", "peak learning rate", &C::optim, &OptimSection::lr),
+      make_key("optim.min_lr", "floor of the cosine decay", &C::optim, &OptimSection::min_lr),
+      make_key("optim.warmup_steps", "linear warmup steps", &C::optim, &OptimSection::warmup_steps),
+      make_key("optim.weight_decay", "AdamW decoupled weight decay (2-D weights only)", &C::optim,
+               &OptimSection::weight_decay),
+      make_key("optim.beta1", "Adam beta1", &C::optim, &OptimSection::beta1),
+      make_key("optim.beta2", "Adam beta2", &C::optim, &OptimSection::beta2),
+      make_key("optim.eps", "Adam epsilon", &C::optim, &OptimSection::eps),
+      make_key("optim.grad_clip", "global grad-norm clip (0: off)", &C::optim, &OptimSection::grad_clip),
+      make_key("checkpoint.every", "save every N steps (0: only at the end)", &C::checkpoint,
+               &CheckpointSection::every),
+      make_key("checkpoint.keep", "complete checkpoints to keep", &C::checkpoint, &CheckpointSection::keep),
+      make_key("log.every", "print and record metrics every N steps", &C::log, &LogSection::every),
+      make_key("eval.every", "validation loss every N steps (0: only at the end)", &C::eval, &EvalSection::every),
+      make_key("eval.batches", "validation micro-batches per evaluation", &C::eval, &EvalSection::batches),
+      make_key("comm.timeout_s", "collective watchdog timeout (NCCL)", &C::comm, &CommSection::timeout_s),
+  };
+  return keys;
+}
+
+const Key* find_key(const std::string& name) {
+  for (const auto& k : registry())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+std::string section_of(const std::string& dotted) { return dotted.substr(0, dotted.find('.')); }
+
+[[noreturn]] void unknown_key(const std::string& name, const std::string& where) {
+  std::string sec = section_of(name);
+  std::vector<std::string> allowed;
+  for (const auto& k : registry())
+    if (section_of(k.name) == sec) allowed.push_back(k.name);
+  if (allowed.empty()) {
+    std::vector<std::string> sections;
+    for (const auto& k : registry())
+      if (sections.empty() || sections.back() != section_of(k.name)) sections.push_back(section_of(k.name));
+    sections.push_back("env");
+    usage_fail("unknown job key '{}'{}: no section [{}] (allowed sections: {})", name, where, sec,
+               fmt::join(sections, ", "));
+  }
+  usage_fail("unknown job key '{}'{} (allowed in [{}]: {})", name, where, sec, fmt::join(allowed, ", "));
+}
+
+std::string toml_value_text(const toml::node& n, const std::string& key, const std::string& path) {
+  if (auto s = n.as_string()) return quote(s->get());
+  if (auto i = n.as_integer()) return std::to_string(i->get());
+  if (auto f = n.as_floating_point()) return fmt::format("{}", f->get());
+  if (auto b = n.as_boolean()) return b->get() ? "true" : "false";
+  if (auto a = n.as_array()) {
+    std::vector<std::string> items;
+    for (const auto& e : *a) items.push_back(toml_value_text(e, key, path));
+    return "[" + fmt::format("{}", fmt::join(items, ",")) + "]";
+  }
+  usage_fail("{}: key '{}' has an unsupported TOML type", path, key);
+}
+
+}  // namespace
+
+void set_job_key(JobConfig& cfg, const std::string& dotted_key, const std::string& value) {
+  if (dotted_key.rfind("env.", 0) == 0) {
+    cfg.env[dotted_key.substr(4)] = unquote(value);
+    return;
+  }
+  if (dotted_key == "env_override") {
+    cfg.env_override = parse_bool(dotted_key, value);
+    return;
+  }
+  const Key* k = find_key(dotted_key);
+  if (!k) unknown_key(dotted_key, "");
+  k->set(cfg, value);
+}
+
+void load_job_file(JobConfig& cfg, const std::string& path) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    if (src.begin.line == 0) usage_fail("cannot read job file '{}': {}", path, e.description());
+    usage_fail("{}:{}:{}: TOML error: {}", path, src.begin.line, src.begin.column, e.description());
+  }
+  for (const auto& [sec_key, node] : tbl) {
+    std::string sec(sec_key.str());
+    if (sec == "env_override") {
+      set_job_key(cfg, sec, toml_value_text(node, sec, path));
+      continue;
+    }
+    const toml::table* t = node.as_table();
+    if (!t) usage_fail("{}: top-level key '{}' must be a [section]", path, sec);
+    for (const auto& [k, v] : *t) {
+      std::string dotted = sec + "." + std::string(k.str());
+      if (sec == "env") {
+        if (auto s = v.as_string()) cfg.env[std::string(k.str())] = s->get();
+        else if (std::string(k.str()) == "env_override") cfg.env_override = v.value_or(false);
+        else cfg.env[std::string(k.str())] = unquote(toml_value_text(v, dotted, path));
+        continue;
+      }
+      if (!find_key(dotted)) unknown_key(dotted, " in " + path);
+      set_job_key(cfg, dotted, toml_value_text(v, dotted, path));
+    }
+  }
+}
+
+std::vector<std::string> apply_job_overrides(JobConfig& cfg, const std::vector<std::string>& args) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0 || a.size() < 3) {
+      rest.push_back(a);
+      continue;
+    }
+    std::string body = a.substr(2);
+    std::string key = body, value;
+    bool has_value = false;
+    if (auto eq = body.find('='); eq != std::string::npos) {
+      key = body.substr(0, eq);
+      value = body.substr(eq + 1);
+      has_value = true;
+    }
+    if (key.find('.') == std::string::npos && key != "env_override") {
+      rest.push_back(a);
+      continue;
+    }
+    if (!has_value) {
+      const Key* k = find_key(key);
+      bool is_bool = k && k->type == "bool";
+      if (is_bool && (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
+        value = "true";
+      } else {
+        usage_check(i + 1 < args.size(), "option --{} needs a value", key);
+        value = args[++i];
+      }
+    }
+    set_job_key(cfg, key, value);
+  }
+  return rest;
+}
+
+std::string job_to_toml(const JobConfig& cfg) {
+  std::string out, cur;
+  for (const auto& k : registry()) {
+    std::string sec = section_of(k.name);
+    if (sec != cur) {
+      out += (cur.empty() ? "" : "\n") + fmt::format("[{}]\n", sec);
+      cur = sec;
+    }
+    out += fmt::format("{} = {}\n", k.name.substr(sec.size() + 1), k.get(cfg));
+  }
+  out += "\n[env]\n";
+  if (cfg.env_override) out += "env_override = true\n";
+  for (const auto& [k, v] : cfg.env) out += fmt::format("{} = {}\n", k, quote(v));
+  return out;
+}
+
+std::string job_keys_markdown() {
+  JobConfig defaults;
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& k : registry())
+    out += fmt::format("| `{}` | {} | `{}` | {} |\n", k.name, k.type, k.get(defaults), k.help);
+  out += "| `env.NAME` | string | | environment variable set on every rank before NCCL/OpenMP start |\n";
+  out += "| `env.env_override` | bool | `false` | let [env] win over variables already set |\n";
+  return out;
+}
+
+std::vector<std::string> job_key_names() {
+  std::vector<std::string> out;
+  for (const auto& k : registry()) out.push_back(k.name);
+  return out;
+}
+
+}  // namespace mpitron

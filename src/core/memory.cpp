@@ -1,0 +1,96 @@
+#include "mpitron/core/memory.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace mpitron {
+
+std::string_view mem_name(Mem m) {
+  switch (m) {
+    case Mem::params: return "params";
+    case Mem::grads: return "grads";
+    case Mem::optim: return "optim";
+    case Mem::activations: return "activations";
+    case Mem::comm: return "comm";
+    case Mem::workspace: return "workspace";
+    case Mem::data: return "data";
+    default: return "?";
+  }
+}
+
+namespace {
+void raise_peak(std::atomic<int64_t>& peak, int64_t v) {
+  int64_t p = peak.load(std::memory_order_relaxed);
+  while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+void MemTracker::on_alloc(Mem m, int64_t bytes) {
+  auto i = static_cast<size_t>(m);
+  raise_peak(peak_[i], live_[i].fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  raise_peak(total_peak_, total_live_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+}
+
+void MemTracker::on_free(Mem m, int64_t bytes) {
+  live_[static_cast<size_t>(m)].fetch_sub(bytes, std::memory_order_relaxed);
+  total_live_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+MemStats MemTracker::stats() const {
+  MemStats s;
+  for (size_t i = 0; i < kMemCategories; ++i) {
+    s.live[i] = live_[i].load();
+    s.peak[i] = peak_[i].load();
+  }
+  s.total_live = total_live_.load();
+  s.total_peak = total_peak_.load();
+  return s;
+}
+
+void MemTracker::reset_peaks() {
+  for (size_t i = 0; i < kMemCategories; ++i) peak_[i].store(live_[i].load());
+  total_peak_.store(total_live_.load());
+}
+
+MemTracker& MemTracker::host() {
+  static MemTracker t;
+  return t;
+}
+
+MemTracker& MemTracker::cuda() {
+  static MemTracker t;
+  return t;
+}
+
+void* host_alloc(Mem m, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  MemTracker::host().on_alloc(m, static_cast<int64_t>(bytes));
+  return p;
+}
+
+void host_free(Mem m, void* p, size_t bytes) {
+  if (!p) return;
+  std::free(p);
+  MemTracker::host().on_free(m, static_cast<int64_t>(bytes));
+}
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while ((v >= 1024.0 || v <= -1024.0) && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+}  // namespace mpitron

@@ -1,0 +1,58 @@
+#include "mpitron/dist/fatal.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+namespace {
+
+bool mpi_running() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace
+
+void finalize_mpi_if_initialized() {
+  if (mpi_running()) MPI_Finalize();
+}
+
+void exit_on_exception(const std::exception& e) {
+  bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
+  int rank = 0, world = 1;
+  bool running = mpi_running();
+  if (running) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+  }
+  if (usage) {
+    if (rank == 0) std::fprintf(stderr, "mpitron: error: %s\n", e.what());
+    std::fflush(stderr);
+    if (running) MPI_Finalize();
+    std::exit(kExitUsage);
+  }
+  if (world > 1)
+    std::fprintf(stderr, "mpitron: rank %d on %s: error: %s\n", rank, hostname().c_str(), e.what());
+  else
+    std::fprintf(stderr, "mpitron: error: %s\n", e.what());
+  std::fflush(stderr);
+  if (running && world > 1) MPI_Abort(MPI_COMM_WORLD, kExitError);
+  if (running) MPI_Finalize();
+  std::exit(kExitError);
+}
+
+}  // namespace mpitron

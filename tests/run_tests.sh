@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs the test suites; prints one PASS/FAIL line per run and "N passed, N failed" at the end.
+#   unit: build/tests/unit_tests (one process)
+#   mpi:  every build/tests/mpi/test_X under mpirun at each rank count its source lists on a
+#         line "// np: 1 2 4 8" (default: 2). Serial: one MPI job at a time (2 cores here).
+#   e2e:  tests/e2e/*.sh with MPITRON=build/mpitron and MPIRUN="mpirun <flags>" exported.
+# Usage: tests/run_tests.sh all|unit|mpi|e2e [name-filter]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+what=${1:-all}
+filter=${2:-}
+MPIRUN="mpirun --oversubscribe -x OMP_NUM_THREADS=1"
+[ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+export MPIRUN MPITRON="$PWD/$BUILD/mpitron" BUILD
+export OMPI_MCA_rmaps_base_oversubscribe=1
+logdir="$BUILD/test-logs"
+mkdir -p "$logdir"
+passed=0
+failed=0
+failures=()
+
+run_one() {  # name timeout cmd...
+  local name=$1 limit=$2
+  shift 2
+  [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && return
+  local log="$logdir/${name//[\/ ]/_}.log" t0=$SECONDS
+  if timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1; then
+    passed=$((passed + 1))
+    printf 'PASS  %-50s %4ds\n' "$name" $((SECONDS - t0))
+  else
+    local rc=$?
+    failed=$((failed + 1))
+    failures+=("$name")
+    printf 'FAIL  %-50s %4ds (exit %d; log %s)\n' "$name" $((SECONDS - t0)) "$rc" "$log"
+    tail -n 30 "$log" | sed 's/^/      | /'
+  fi
+}
+
+if [ "$what" = all ] || [ "$what" = unit ]; then
+  run_one unit 900 "$BUILD/tests/unit_tests" --log_level=test_suite --report_level=short --color_output=no
+fi
+
+if [ "$what" = all ] || [ "$what" = mpi ]; then
+  for src in tests/mpi/test_*.cpp; do
+    [ -e "$src" ] || continue
+    base=$(basename "$src" .cpp)
+    nps=$(sed -n 's|^// np:\(.*\)$|\1|p' "$src" | head -n 1)
+    [ -n "$nps" ] || nps=2
+    for np in $nps; do
+      run_one "mpi/$base np=$np" 300 $MPIRUN -np "$np" "$BUILD/tests/mpi/$base" --report_level=short --color_output=no
+    done
+  done
+fi
+
+if [ "$what" = all ] || [ "$what" = e2e ]; then
+  for t in tests/e2e/*.sh; do
+    [ -e "$t" ] || continue
+    run_one "e2e/$(basename "$t" .sh)" 600 bash "$t"
+  done
+fi
+
+echo
+[ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

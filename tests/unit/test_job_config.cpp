@@ -1,0 +1,92 @@
+#include <boost/test/unit_test.hpp>
+#include <cstdio>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+
+#include "mpitron/cli/job_config.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/model/config.hpp"
+
+using namespace mpitron;
+
+namespace {
+std::string write_tmp(const std::string& text) {
+  char name[] = "/tmp/mpitron_job_XXXXXX.toml";
+  int fd = mkstemps(name, 5);
+  BOOST_REQUIRE(fd >= 0);
+  ::close(fd);
+  std::ofstream(name) << text;
+  return name;
+}
+bool message_has(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return std::string(e.what()).find(needle) != std::string::npos;
+  }
+  return false;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(job_config)
+
+BOOST_AUTO_TEST_CASE(toml_and_overrides) {
+  auto path = write_tmp(
+      "[job]\nname = \"t\"\n[parallel]\ntp = 2\npp_layers = [1, 3]\n[optim]\nlr = 1e-3\n"
+      "[env]\nNCCL_DEBUG = \"INFO\"\n");
+  JobConfig c;
+  load_job_file(c, path);
+  BOOST_TEST(c.job.name == "t");
+  BOOST_TEST(c.parallel.tp == 2);
+  BOOST_TEST(c.parallel.pp_layers == std::vector<int>({1, 3}));
+  BOOST_TEST(c.optim.lr == 1e-3);
+  BOOST_TEST(c.env.at("NCCL_DEBUG") == "INFO");
+  BOOST_TEST(c.run_dir() == "runs/t");
+  auto rest = apply_job_overrides(c, {"--parallel.tp=4", "--train.steps", "7", "--parallel.sp", "--foo", "x"});
+  BOOST_TEST(c.parallel.tp == 4);
+  BOOST_TEST(c.train.steps == 7);
+  BOOST_TEST(c.parallel.sp == true);
+  BOOST_TEST(rest == std::vector<std::string>({"--foo", "x"}));
+  // Round trip through the printed TOML.
+  JobConfig d;
+  auto path2 = write_tmp(job_to_toml(c));
+  load_job_file(d, path2);
+  BOOST_TEST(job_to_toml(d) == job_to_toml(c));
+  std::remove(path.c_str());
+  std::remove(path2.c_str());
+}
+
+BOOST_AUTO_TEST_CASE(errors_name_the_key) {
+  JobConfig c;
+  BOOST_TEST(message_has([&] { set_job_key(c, "parallel.tpp", "2"); }, "parallel.tp"));
+  BOOST_TEST(message_has([&] { set_job_key(c, "parallel.tpp", "2"); }, "unknown job key 'parallel.tpp'"));
+  BOOST_TEST(message_has([&] { set_job_key(c, "paralel.tp", "2"); }, "allowed sections"));
+  BOOST_TEST(message_has([&] { set_job_key(c, "parallel.tp", "two"); }, "not a valid int"));
+  BOOST_TEST(message_has([&] { set_job_key(c, "train.backend", "gpu"); }, "cpu, nccl"));
+  auto bad = write_tmp("[model]\nn_layers = 3\n");
+  BOOST_TEST(message_has([&] { load_job_file(c, bad); }, "model.n_layer"));
+  auto broken = write_tmp("[model\n");
+  BOOST_TEST(message_has([&] { load_job_file(c, broken); }, "TOML error"));
+  BOOST_TEST(message_has([&] { load_job_file(c, "/nonexistent.toml"); }, "cannot read job file"));
+  std::remove(bad.c_str());
+  std::remove(broken.c_str());
+}
+
+BOOST_AUTO_TEST_CASE(model_presets) {
+  ModelSection s;
+  s.preset = "gpt2-124m";
+  auto m = resolve_model_config(s);
+  BOOST_TEST(m.n_layer == 12);
+  BOOST_TEST(m.padded_vocab() == 50304);
+  BOOST_TEST(m.padded_vocab(2) == 50304);
+  BOOST_TEST(m.padded_vocab(3) == 262 * 192);  // ceil(50257 / 192) = 262
+  BOOST_TEST(m.padded_vocab(5) == 158 * 320);  // ceil(50257 / 320) = 158
+  s.n_head = 5;
+  BOOST_TEST(message_has([&] { resolve_model_config(s); }, "divisible"));
+  s.preset = "gpt3";
+  BOOST_TEST(message_has([&] { resolve_model_config(s); }, "tiny, gpt2-124m"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `make deps`: install the Debian packages mpitron needs (quiet and idempotent when present).
+# `tools/deps.sh check`: the same, but only prints what is missing (used by make test / demo):
+# as root it installs them; otherwise it prints the exact apt-get line and fails.
+set -euo pipefail
+PKGS=(
+  g++ make pkg-config
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
+  libdnnl-dev libboost-test-dev libfmt-dev libtomlplusplus-dev
+  fortunes fortunes-min
+  python3 python3-numpy python3-h5py python3-matplotlib
+)
+# PyTorch is needed only to regenerate test fixtures and for bench/ comparisons.
+[ "${MPITRON_DEPS_TORCH:-0}" = 1 ] && PKGS+=(python3-torch)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+line="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+  echo "mpitron deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "mpitron deps: done"
+else
+  echo "mpitron deps: missing Debian packages; run as root:" >&2
+  echo "  $line" >&2
+  exit 1
+fi
