@@ -1,0 +1,70 @@
+// Comm: one communication group (TP, DP, PP, ... or world) behind one interface, with an MPI
+// implementation (CPU backend) and an NCCL one (GPU backend). Model and parallel code only ever
+// talk to a Comm handed to them by the ProcessGrid; they never call MPI or NCCL directly.
+//
+// Buffers are raw pointers to `count` elements of `dtype` (host memory for MpiComm, device
+// memory for NcclComm). bf16 sums on the CPU accumulate in fp32 and round once.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "mpitron/core/dtype.hpp"
+
+namespace mpitron {
+
+enum class ReduceOp { sum, avg, max };
+
+// A non-blocking operation in flight. wait() blocks until it is complete (idempotent);
+// test() reports completion without blocking (and drives progress on the MPI backend).
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+using Request = std::unique_ptr<CommRequest>;
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;  // rank inside this group
+  virtual int size() const = 0;
+  virtual const std::string& name() const = 0;  // "tp", "dp", "pp", "world", ...
+  virtual std::string backend() const = 0;      // "mpi" | "nccl"
+
+  // In place: buf[count] <- op over the group.
+  virtual void all_reduce(void* buf, size_t count, DType t, ReduceOp op) = 0;
+  virtual Request iall_reduce(void* buf, size_t count, DType t, ReduceOp op) = 0;
+
+  // recv[size()*count] <- every rank's send[count], in rank order.
+  virtual void all_gather(const void* send, void* recv, size_t count, DType t) = 0;
+  virtual Request iall_gather(const void* send, void* recv, size_t count, DType t) = 0;
+  // Uneven form: rank r contributes counts[r] elements; recv is their concatenation.
+  virtual void all_gatherv(const void* send, void* recv, const size_t* counts, DType t) = 0;
+
+  // recv[count] <- op over the group of send[rank()*count, (rank()+1)*count).
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) = 0;
+  virtual Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) = 0;
+  // Uneven form: rank r receives counts[r] elements; send holds sum(counts) elements.
+  virtual void reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) = 0;
+
+  virtual void broadcast(void* buf, size_t count, DType t, int root) = 0;
+
+  // Point-to-point inside the group (peer = group rank). Blocking forms.
+  virtual void send(const void* buf, size_t count, DType t, int peer, int tag = 0) = 0;
+  virtual void recv(void* buf, size_t count, DType t, int peer, int tag = 0) = 0;
+  virtual Request isend(const void* buf, size_t count, DType t, int peer, int tag = 0) = 0;
+  virtual Request irecv(void* buf, size_t count, DType t, int peer, int tag = 0) = 0;
+  // Send to one peer and receive from another as one operation: cannot deadlock, whatever
+  // order the ranks call it in (pass peer < 0 to skip that half).
+  virtual void sendrecv(const void* sendbuf, size_t send_count, int dst, void* recvbuf, size_t recv_count,
+                        int src, DType t, int tag = 0) = 0;
+
+  virtual void barrier() = 0;
+
+  // Convenience for scalars (loss, grad norm, step agreement).
+  double all_reduce_scalar(double v, ReduceOp op);
+};
+
+}  // namespace mpitron
