@@ -38,6 +38,15 @@ void exit_on_exception(const std::exception& e) {
   if (running) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+  } else {
+    // Errors found before MPI starts (e.g. a bad job file): every rank sees them, so only the
+    // launcher's rank 0 prints.
+    for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+      if (const char* e = std::getenv(v)) {
+        rank = std::atoi(e);
+        break;
+      }
+    }
   }
   if (usage) {
     if (rank == 0) std::fprintf(stderr, "mpitron: error: %s\n", e.what());

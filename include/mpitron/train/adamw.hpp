@@ -1,0 +1,45 @@
+// AdamW over a contiguous range [begin, end) of the model's flat parameter buffer: the whole
+// buffer without ZeRO, this rank's shard with it. Moments are fp32 (Mem::optim). Weight decay
+// is decoupled and applies only to parameters the model marks `decay` (2-D weights).
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "mpitron/core/memory.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/ops/ops.hpp"
+
+namespace mpitron {
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(const AdamWOptions& opt, Ops& ops, const std::vector<ParamInfo>& params, size_t begin, size_t end);
+
+  // One update of params[begin, end) from grads[begin, end) (both point at the FULL flat buffers).
+  void step(float* params, const float* grads, double lr);
+
+  int steps_taken() const { return step_; }
+  void set_steps_taken(int s) { step_ = s; }
+  size_t begin() const { return begin_; }
+  size_t end() const { return end_; }
+  float* exp_avg() { return m_.data(); }
+  float* exp_avg_sq() { return v_.data(); }
+
+ private:
+  struct Segment {
+    size_t offset, n;  // into the flat buffer
+    bool decay;
+  };
+  AdamWOptions opt_;
+  Ops& ops_;
+  size_t begin_, end_;
+  std::vector<Segment> segments_;
+  Buffer<float> m_, v_;
+  int step_ = 0;
+};
+
+}  // namespace mpitron

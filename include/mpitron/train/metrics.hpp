@@ -1,0 +1,32 @@
+// Metrics: one JSON object per logged step appended to <run_dir>/metrics.jsonl (rank 0 only),
+// with at least "step" and "loss" (DESIGN.md). Values are written as they are; NaN/Inf become
+// null so every line stays valid JSON.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace mpitron {
+
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  // Opens path for appending (creating parent folders). An empty path disables writing.
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  using Value = std::variant<double, int64_t, std::string>;
+  void write(const std::vector<std::pair<std::string, Value>>& fields);
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+// "a/b/c" -> creates a, a/b, a/b/c. Throws Error naming the path on failure.
+void make_dirs(const std::string& path);
+
+}  // namespace mpitron

@@ -1,0 +1,43 @@
+#include "mpitron/train/step_stats.hpp"
+
+#include <fmt/format.h>
+
+namespace mpitron {
+
+namespace {
+std::string human_rate(double v) {
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+}  // namespace
+
+std::string format_step_line(const StepStats& s) {
+  return fmt::format(
+      "step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.1f} ms | {} tok/s | {:.1f} GFLOP/s/rank | "
+      "MFU {:.1f}% | mem params {} grads {} optim {} act {} peak {}",
+      s.step, std::to_string(s.total_steps).size(), s.total_steps, s.loss, s.lr, s.grad_norm, s.step_ms,
+      human_rate(s.tokens_per_s), s.gflops_per_rank, 100.0 * s.mfu, format_bytes(s.mem.of(Mem::params)),
+      format_bytes(s.mem.of(Mem::grads)), format_bytes(s.mem.of(Mem::optim)),
+      format_bytes(s.mem.peak_of(Mem::activations)), format_bytes(s.mem.total_peak));
+}
+
+void write_step_metrics(MetricsWriter& w, const StepStats& s) {
+  w.write({{"step", int64_t{s.step}},
+           {"loss", s.loss},
+           {"lr", s.lr},
+           {"grad_norm", s.grad_norm},
+           {"step_ms", s.step_ms},
+           {"tokens_per_s", s.tokens_per_s},
+           {"gflops_per_rank", s.gflops_per_rank},
+           {"mfu", s.mfu},
+           {"data_wait_ms", s.data_wait_ms},
+           {"comm_ms", s.comm_ms},
+           {"mem_params", int64_t{s.mem.of(Mem::params)}},
+           {"mem_grads", int64_t{s.mem.of(Mem::grads)}},
+           {"mem_optim", int64_t{s.mem.of(Mem::optim)}},
+           {"mem_activations_peak", int64_t{s.mem.peak_of(Mem::activations)}},
+           {"mem_total_peak", int64_t{s.mem.total_peak}}});
+}
+
+}  // namespace mpitron
