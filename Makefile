@@ -109,6 +109,14 @@ test-mpi: $(MPI_TEST_BIN) $(BUILD)/mpitron
 test-e2e: $(BUILD)/mpitron
 	@BUILD=$(BUILD) bash tests/run_tests.sh e2e
 
+# The newcomer's first command: deps, build, the demo corpus, then a short data-parallel run on
+# 2 ranks (one OpenMP thread each). Prints the first and last validation loss.
+MPIRUN_LOCAL := mpirun -np 2 --bind-to core -x OMP_NUM_THREADS=1 $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
+demo: deps-check
+	@$(MAKE) --no-print-directory all data
+	$(MPIRUN_LOCAL) $(BUILD)/mpitron train jobs/demo.toml
+	@/usr/bin/python3 tools/plot_metrics.py runs/demo/metrics.jsonl >/dev/null && echo "loss curve: runs/demo/loss.png"
+
 clean:
 	rm -rf $(BUILD)
 

@@ -11,7 +11,7 @@ PKGS=(
   python3 python3-numpy python3-h5py python3-matplotlib
 )
 # PyTorch is needed only to regenerate test fixtures and for bench/ comparisons.
-[ "${MPITRON_DEPS_TORCH:-0}" = 1 ] && PKGS+=(python3-torch)
+[ "${MPITRON_DEPS_TORCH:-0}" = 1 ] && PKGS+=(python3-torch libopenblas0-openmp)
 
 missing=()
 for p in "${PKGS[@]}"; do
