@@ -15,11 +15,11 @@ void make_dirs(const std::string& path) {
   check(!ec, "cannot create directory '{}': {}", path, ec.message());
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+MetricsWriter::MetricsWriter(const std::string& path, bool append) {
   if (path.empty()) return;
   auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) make_dirs(parent.string());
-  f_ = std::fopen(path.c_str(), "a");
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
   check(f_ != nullptr, "cannot open metrics file '{}' for writing", path);
 }
 

@@ -13,8 +13,9 @@ namespace mpitron {
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Opens path for appending (creating parent folders). An empty path disables writing.
-  explicit MetricsWriter(const std::string& path);
+  // Opens path (creating parent folders): appending when a run resumes, else truncating so a
+  // fresh run's file holds only its own records. An empty path disables writing.
+  MetricsWriter(const std::string& path, bool append);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
