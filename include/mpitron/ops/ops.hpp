@@ -1,0 +1,85 @@
+// Kernel interface: every numeric operation the model needs, pointer + dims based, so a CUDA
+// twin (src/ops/cuda/, bf16 compute) can implement the same calls. Row-major throughout.
+// Conventions (GPT-2 / torch.nn.Linear layout):
+//   - a linear weight is [N, K] = (out, in); out[M, N] = inp[M, K] * weight^T + bias[N];
+//   - "backward" kernels ACCUMULATE into parameter gradients (dweight, dbias, dwte, ...);
+//     activation gradients are overwritten unless the comment says "+=".
+//   - attention works on the fused QKV layout of GPT-2: qkv[B, T, 3, H, hd] (= [B, T, 3C]),
+//     output [B, T, H, hd] (= [B, T, C]); att[B, H, T, T] keeps the causal softmax
+//     probabilities for the backward (entries above the diagonal are 0).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace mpitron {
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;
+
+  // ---- linear layers (GEMM) ----
+  // out[M,N] = inp[M,K] * weight[N,K]^T (+ bias[N] when bias != nullptr).
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
+                              int64_t K, int64_t N) = 0;
+  // dinp[M,K] = dout[M,N] * weight (or += when accumulate_dinp); dweight[N,K] += dout^T * inp;
+  // dbias[N] += column sums of dout. Any of dinp / dweight / dbias may be nullptr (skipped).
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int64_t M, int64_t K, int64_t N,
+                               bool accumulate_dinp = false) = 0;
+
+  // ---- layernorm over the last dimension C (eps 1e-5, biased variance, as torch) ----
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                 const float* bias, int64_t rows, int64_t C) = 0;
+  // dinp[rows,C] += ...; dweight[C] += ...; dbias[C] += ...
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                  const float* weight, const float* mean, const float* rstd, int64_t rows,
+                                  int64_t C) = 0;
+
+  // ---- GELU, tanh approximation (torch approximate='tanh') ----
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  // dinp = dout * gelu'(inp); dinp may alias dout.
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+
+  // ---- causal multi-head self-attention, softmax scale 1/sqrt(hd) ----
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd) = 0;
+  // dqkv[B,T,3C] = gradient (overwritten) from dout[B,T,C].
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
+                                  int H, int hd) = 0;
+
+  // ---- embeddings: out[b,t,:] = wte[tok - vocab_begin] + wpe[t] ----
+  // wte holds rows [vocab_begin, vocab_end) of the (vocab-parallel) table; tokens outside
+  // contribute 0 (the TP all-reduce adds the owner's row). wpe may be nullptr.
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                                 int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+  // dwte += scatter of dout by token, dwpe += sum over b (deterministic: no atomics).
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                                  int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+
+  // ---- elementwise ----
+  virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
+  virtual void add_inplace(float* a, const float* b, size_t n) = 0;                         // a += b
+  virtual void scale_inplace(float* a, float s, size_t n) = 0;                              // a *= s
+
+  // ---- fused softmax + cross-entropy over rows of logits [rows, Vp] ----
+  // Columns >= V (padded vocab) never count. target < 0: row ignored (loss 0, gradient 0).
+  // Forward: losses[r] = lse_r - logit[r, target_r]; lse[r] = logsumexp over the V real columns.
+  virtual void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                                    int64_t rows, int64_t Vp, int64_t V) = 0;
+  // In place: logits[r, :] <- scale * (softmax(logits[r]) - onehot(target_r)); padded columns and
+  // ignored rows <- 0.
+  virtual void crossentropy_backward(float* logits_to_dlogits, const float* lse, const int32_t* targets,
+                                     int64_t rows, int64_t Vp, int64_t V, float scale) = 0;
+
+  // ---- optimizer ----
+  // torch.optim.AdamW: p -= lr*wd*p; m,v moments; bias correction with `step` (1-based).
+  virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                     float eps, float weight_decay, int step) = 0;
+  virtual double sum_squares(const float* x, size_t n) = 0;  // for global grad-norm clipping
+};
+
+// oneDNN GEMMs + OpenMP/AVX-512 kernels, fp32.
+std::unique_ptr<Ops> make_cpu_ops();
+
+}  // namespace mpitron

@@ -1,0 +1,102 @@
+// CpuOps: the Ops interface on the CPU, fp32. GEMMs through oneDNN (gemm.cpp), the rest
+// OpenMP + AVX-512 kernels (one file per family, declared in kernels.hpp).
+#include <malloc.h>
+#include <omp.h>
+
+#include <mutex>
+
+#include "gemm.hpp"
+#include "kernels.hpp"
+#include "mpitron/core/memory.hpp"
+#include "mpitron/ops/ops.hpp"
+
+namespace mpitron {
+namespace {
+
+// dnnl_sgemm allocates per call; large blocks from mmap cost up to 1.7x (PERF-NOTES.md).
+void tune_malloc_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  });
+}
+
+class CpuOps final : public Ops {
+ public:
+  CpuOps() { tune_malloc_once(); }
+  const char* name() const override { return "cpu"; }
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M, int64_t K,
+                      int64_t N) override {
+    gemm_.run(false, true, M, N, K, inp, K, weight, K, out, N, false, bias);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int64_t M, int64_t K, int64_t N, bool accumulate_dinp) override {
+    if (dinp) gemm_.run(false, false, M, K, N, dout, N, weight, K, dinp, K, accumulate_dinp);
+    if (dweight) gemm_.run(true, false, N, K, M, dout, N, inp, K, dweight, K, true);
+    if (dbias) cpu::column_sums(dbias, dout, M, N);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int64_t rows, int64_t C) override {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, rows, C);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int64_t rows,
+                          int64_t C) override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, C);
+  }
+  void gelu_forward(float* out, const float* inp, size_t n) override { cpu::gelu_forward(out, inp, n); }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd) override {
+    cpu::attention_forward(out, att, qkv, B, T, H, hd, scratch(cpu::attention_scratch_floats(T, hd, false)));
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int H,
+                          int hd) override {
+    cpu::attention_backward(dqkv, dout, qkv, att, B, T, H, hd, scratch(cpu::attention_scratch_floats(T, hd, true)));
+  }
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                         int64_t vocab_begin, int64_t vocab_end) override {
+    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                          int64_t vocab_begin, int64_t vocab_end) override {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
+  }
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    cpu::residual_forward(out, a, b, n);
+  }
+  void add_inplace(float* a, const float* b, size_t n) override { cpu::add_inplace(a, b, n); }
+  void scale_inplace(float* a, float s, size_t n) override { cpu::scale_inplace(a, s, n); }
+  void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t rows,
+                            int64_t Vp, int64_t V) override {
+    cpu::crossentropy_forward(losses, lse, logits, targets, rows, Vp, V);
+  }
+  void crossentropy_backward(float* dlogits, const float* lse, const int32_t* targets, int64_t rows, int64_t Vp,
+                             int64_t V, float scale) override {
+    cpu::crossentropy_backward(dlogits, lse, targets, rows, Vp, V, scale);
+  }
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int step) override {
+    cpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+  }
+  double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
+
+ private:
+  // Per-thread attention scratch, grown on demand and kept (tracked as workspace).
+  float* scratch(size_t per_thread) {
+    size_t need = per_thread * static_cast<size_t>(omp_get_max_threads());
+    if (scratch_.size() < need) scratch_ = Buffer<float>(Mem::workspace, need);
+    return scratch_.data();
+  }
+  cpu::Gemm gemm_;
+  Buffer<float> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<CpuOps>(); }
+
+}  // namespace mpitron

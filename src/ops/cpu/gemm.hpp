@@ -1,0 +1,35 @@
+// Row-major fp32 GEMM through oneDNN, two back ends picked per transpose case by measurement
+// (bench/model, PERF-NOTES.md): `dnnl_sgemm` (allocates per call, no per-shape setup) and
+// matmul primitives created once per shape and cached (first call per shape JITs, ~10 ms).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+namespace mpitron::cpu {
+
+enum class GemmImpl : uint8_t { sgemm, primitive };
+
+class Gemm {
+ public:
+  Gemm();
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // C[M,N] = op(A)[M,K] * op(B)[K,N] (+= when accumulate) (+ bias[N] when bias != nullptr).
+  // ta: A is stored [K, M] (lda is its row stride); tb: B is stored [N, K].
+  void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+           int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias = nullptr);
+
+  // Back end per case: index 0 = NN (dX = dY*W), 1 = NT (Y = X*W^T), 2 = TN (dW = dY^T*X).
+  void set_impl(int which, GemmImpl impl) { impl_[which] = impl; }
+  GemmImpl impl(int which) const { return impl_[which]; }
+  size_t cached_primitives() const;
+
+ private:
+  struct Cache;
+  std::unique_ptr<Cache> cache_;
+  GemmImpl impl_[3];
+};
+
+}  // namespace mpitron::cpu

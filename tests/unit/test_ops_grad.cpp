@@ -1,0 +1,212 @@
+// Finite-difference checks of every CPU kernel's backward (fp32 kernels, loss sums in double).
+// Loss = <out, R> for a fixed random R, so d loss / d out = R. Error norm per tensor:
+// max|numeric - analytic| / max|analytic| over the checked entries; tolerance 5e-3 (central
+// differences, eps 1e-2: fp32 rounding of the loss ~1e-5 relative / 2eps, truncation O(eps^2)).
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <vector>
+
+#include "grad_check.hpp"
+#include "mpitron/ops/ops.hpp"
+
+using namespace mpitron;
+using namespace mpitron::testing;
+
+namespace {
+constexpr double kTol = 5e-3;
+Ops& ops() {
+  static auto o = make_cpu_ops();
+  return *o;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(ops_grad)
+
+BOOST_AUTO_TEST_CASE(matmul) {
+  const int M = 13, K = 24, N = 17;
+  auto x = randn(M * K, 1), w = randn(N * K, 2, 0.3f), b = randn(N, 3), R = randn(M * N, 4);
+  std::vector<float> out(M * N), dx(M * K, 0.f), dw(N * K, 0.f), db(N, 0.f);
+  auto loss = [&] {
+    ops().matmul_forward(out.data(), x.data(), w.data(), b.data(), M, K, N);
+    return dot(out.data(), R.data(), out.size());
+  };
+  loss();
+  // forward against a double reference
+  double err = 0;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = b[j];
+      for (int k = 0; k < K; ++k) s += static_cast<double>(x[i * K + k]) * w[j * K + k];
+      err = std::max(err, std::fabs(s - out[i * N + j]));
+    }
+  BOOST_TEST(err < 1e-5);
+  ops().matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), M, K, N);
+  BOOST_TEST(fd_rel_error(x.data(), x.size(), dx.data(), loss) < kTol);
+  BOOST_TEST(fd_rel_error(w.data(), w.size(), dw.data(), loss) < kTol);
+  BOOST_TEST(fd_rel_error(b.data(), b.size(), db.data(), loss) < kTol);
+  // accumulate_dinp adds; dweight accumulates
+  std::vector<float> dx2 = dx, dw2 = dw;
+  ops().matmul_backward(dx2.data(), dw2.data(), nullptr, R.data(), x.data(), w.data(), M, K, N, true);
+  for (size_t i = 0; i < dx.size(); ++i) BOOST_TEST(std::fabs(dx2[i] - 2 * dx[i]) < 1e-5);
+  for (size_t i = 0; i < dw.size(); ++i) BOOST_TEST(std::fabs(dw2[i] - 2 * dw[i]) < 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(layernorm) {
+  const int rows = 7, C = 40;
+  auto x = randn(rows * C, 5), w = randn(C, 6), b = randn(C, 7), R = randn(rows * C, 8);
+  std::vector<float> out(rows * C), mean(rows), rstd(rows), dx(rows * C, 0.f), dw(C, 0.f), db(C, 0.f);
+  auto loss = [&] {
+    ops().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C);
+    return dot(out.data(), R.data(), out.size());
+  };
+  loss();
+  ops().layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                           rows, C);
+  BOOST_TEST(fd_rel_error(x.data(), x.size(), dx.data(), loss) < kTol);
+  BOOST_TEST(fd_rel_error(w.data(), w.size(), dw.data(), loss) < kTol);
+  BOOST_TEST(fd_rel_error(b.data(), b.size(), db.data(), loss) < kTol);
+}
+
+BOOST_AUTO_TEST_CASE(gelu) {
+  const size_t n = 301;
+  auto x = randn(n, 9, 2.f), R = randn(n, 10);
+  std::vector<float> out(n), dx(n);
+  auto loss = [&] {
+    ops().gelu_forward(out.data(), x.data(), n);
+    return dot(out.data(), R.data(), n);
+  };
+  loss();
+  for (size_t i = 0; i < n; ++i) {  // forward against the libm formula
+    double v = x[i], ref = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    BOOST_TEST(std::fabs(out[i] - ref) < 1e-6 * (1 + std::fabs(ref)));
+  }
+  ops().gelu_backward(dx.data(), x.data(), R.data(), n);
+  BOOST_TEST(fd_rel_error(x.data(), n, dx.data(), loss, 1e-2f, n) < kTol);
+}
+
+BOOST_AUTO_TEST_CASE(attention) {
+  for (int T : {5, 50}) {  // below and above one row block / micro-tile; tails in every dim
+    const int B = 2, H = 3, hd = 20, C = H * hd;
+    auto qkv = randn(B * T * 3 * C, 11 + T), R = randn(B * T * C, 12);
+    std::vector<float> out(B * T * C), att(B * H * T * T), dqkv(qkv.size());
+    auto loss = [&] {
+      ops().attention_forward(out.data(), att.data(), qkv.data(), B, T, H, hd);
+      return dot(out.data(), R.data(), out.size());
+    };
+    loss();
+    // forward against a naive double reference for one (b, h)
+    {
+      int b = 1, h = 2;
+      double err = 0;
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> s(t + 1);
+        double mx = -1e30, z = 0;
+        for (int j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int e = 0; e < hd; ++e)
+            d += static_cast<double>(qkv[(b * T + t) * 3 * C + h * hd + e]) * qkv[(b * T + j) * 3 * C + C + h * hd + e];
+          s[j] = d / std::sqrt(hd);
+          mx = std::max(mx, s[j]);
+        }
+        for (int j = 0; j <= t; ++j) z += (s[j] = std::exp(s[j] - mx));
+        for (int e = 0; e < hd; ++e) {
+          double o = 0;
+          for (int j = 0; j <= t; ++j) o += s[j] / z * qkv[(b * T + j) * 3 * C + 2 * C + h * hd + e];
+          err = std::max(err, std::fabs(o - out[(b * T + t) * C + h * hd + e]));
+        }
+      }
+      BOOST_TEST(err < 1e-5);
+    }
+    ops().attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, H, hd);
+    BOOST_TEST(fd_rel_error(qkv.data(), qkv.size(), dqkv.data(), loss, 1e-2f, 60) < kTol);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(embedding) {
+  const int B = 2, T = 5, C = 24, V = 11;
+  auto wte = randn(V * C, 13), wpe = randn(T * C, 14), R = randn(B * T * C, 15);
+  std::vector<int32_t> tok = {3, 3, 0, 10, 7, 3, 1, 2, 10, 3};
+  std::vector<float> out(B * T * C), dwte(V * C, 0.f), dwpe(T * C, 0.f);
+  auto loss = [&] {
+    ops().embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, 0, V);
+    return dot(out.data(), R.data(), out.size());
+  };
+  loss();
+  ops().embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C, 0, V);
+  BOOST_TEST(fd_rel_error(wte.data(), wte.size(), dwte.data(), loss, 1e-2f, wte.size()) < kTol);
+  BOOST_TEST(fd_rel_error(wpe.data(), wpe.size(), dwpe.data(), loss, 1e-2f, wpe.size()) < kTol);
+  // vocab-parallel shard [4, 11): rows outside contribute nothing
+  std::vector<float> out2(B * T * C);
+  ops().embedding_forward(out2.data(), tok.data(), wte.data() + 4 * C, nullptr, B, T, C, 4, V);
+  BOOST_TEST(out2[0] == 0.f);                        // token 3 not in the shard
+  BOOST_TEST(out2[3 * C + 1] == wte[10 * C + 1]);   // token 10 is
+}
+
+BOOST_AUTO_TEST_CASE(crossentropy) {
+  const int rows = 6, Vp = 64, V = 50;
+  auto logits = randn(rows * Vp, 16, 3.f);
+  std::vector<int32_t> tg = {0, 49, -1, 7, 23, 7};
+  std::vector<float> losses(rows), lse(rows), d(rows * Vp);
+  const float scale = 0.25f;
+  auto loss = [&] {
+    ops().crossentropy_forward(losses.data(), lse.data(), logits.data(), tg.data(), rows, Vp, V);
+    double s = 0;
+    for (float l : losses) s += l;
+    return s * scale;
+  };
+  loss();
+  // forward against a double reference; padded columns never count
+  for (int r = 0; r < rows; ++r) {
+    double mx = -1e30, z = 0;
+    for (int j = 0; j < V; ++j) mx = std::max(mx, static_cast<double>(logits[r * Vp + j]));
+    for (int j = 0; j < V; ++j) z += std::exp(logits[r * Vp + j] - mx);
+    double ref = tg[r] < 0 ? 0.0 : mx + std::log(z) - logits[r * Vp + tg[r]];
+    BOOST_TEST(std::fabs(losses[r] - ref) < 1e-5);
+  }
+  d = logits;
+  ops().crossentropy_backward(d.data(), lse.data(), tg.data(), rows, Vp, V, scale);
+  for (int j = V; j < Vp; ++j) BOOST_TEST(d[j] == 0.f);
+  for (int j = 0; j < Vp; ++j) BOOST_TEST(d[2 * Vp + j] == 0.f);  // ignored row
+  BOOST_TEST(fd_rel_error(logits.data(), logits.size(), d.data(), loss, 1e-2f, 200) < kTol);
+}
+
+BOOST_AUTO_TEST_CASE(residual_and_scale) {
+  auto a = randn(100, 17), b = randn(100, 18);
+  std::vector<float> o(100);
+  ops().residual_forward(o.data(), a.data(), b.data(), 100);
+  for (int i = 0; i < 100; ++i) BOOST_TEST(o[i] == a[i] + b[i]);
+  ops().add_inplace(o.data(), a.data(), 100);
+  ops().scale_inplace(o.data(), 0.5f, 100);
+  for (int i = 0; i < 100; ++i) BOOST_TEST(o[i] == (a[i] + b[i] + a[i]) * 0.5f);
+}
+
+BOOST_AUTO_TEST_CASE(adamw_matches_double_reference) {
+  const size_t n = 1000;
+  auto p = randn(n, 19), g0 = randn(n, 20);
+  std::vector<float> m(n, 0.f), v(n, 0.f);
+  std::vector<double> pd(p.begin(), p.end()), md(n, 0.0), vd(n, 0.0);
+  const double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  for (int step = 1; step <= 3; ++step) {
+    auto g = randn(n, 20 + step);
+    ops().adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step);
+    for (size_t i = 0; i < n; ++i) {
+      pd[i] *= 1 - lr * wd;
+      md[i] = b1 * md[i] + (1 - b1) * g[i];
+      vd[i] = b2 * vd[i] + (1 - b2) * g[i] * g[i];
+      double mh = md[i] / (1 - std::pow(b1, step)), vh = vd[i] / (1 - std::pow(b2, step));
+      pd[i] -= lr * mh / (std::sqrt(vh) + eps);
+    }
+  }
+  double err = 0;
+  for (size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(pd[i] - p[i]));
+  BOOST_TEST(err < 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(sum_squares) {
+  auto x = randn(100003, 21);
+  double ref = 0;
+  for (float f : x) ref += static_cast<double>(f) * f;
+  BOOST_TEST(std::fabs(ops().sum_squares(x.data(), x.size()) - ref) < 1e-9 * ref);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
