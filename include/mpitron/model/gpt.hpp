@@ -1,0 +1,130 @@
+// GPT-2 on one shard: token + learned position embeddings, pre-LN blocks (causal MHA with fused
+// QKV, GELU MLP of width 4d), final LN, LM head tied to wte, cross-entropy. Hand-written
+// backward. All parameters live in ONE flat fp32 buffer (Mem::params), gradients in another
+// (Mem::grads), activations in a third planned up front from (config, shard, max micro-batch)
+// (Mem::activations); the sizes come from gpt_param_table / gpt_activation_floats, which the
+// memory ledger can call too.
+//
+// The shard descriptor says which part of the full model this rank holds. Pipeline stages
+// (layer_begin/layer_end, has_embedding/has_head) work now; tensor parallelism (tp_size > 1) is
+// described by the parameter table (local shapes, where each shard sits in the full tensor) but
+// not computed yet: the constructor rejects tp_size > 1.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mpitron/core/memory.hpp"
+#include "mpitron/model/config.hpp"
+#include "mpitron/ops/ops.hpp"
+
+namespace mpitron {
+
+struct ModelShard {
+  int tp_rank = 0, tp_size = 1;
+  int layer_begin = 0, layer_end = -1;  // -1: n_layer
+  bool has_embedding = true, has_head = true;
+};
+
+// One parameter tensor of this shard. Names follow Hugging Face GPT-2 ("wte.weight",
+// "h.3.attn.c_attn.weight", ...); linear weights are [out, in] as torch.nn.Linear.
+// Locating the shard in the full tensor: along split_dim the full extent is viewed as
+// split_parts equal parts (3 for the fused QKV weight/bias: q, k, v), each split evenly over
+// tp; this rank's slice of part p starts at p*full/split_parts + local_offset_in_full and has
+// local/split_parts entries. split_dim -1: replicated (local == full).
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> full_shape;
+  std::vector<int64_t> local_shape;
+  int split_dim = -1;
+  int split_parts = 1;
+  int64_t local_offset_in_full = 0;
+  size_t offset = 0;  // into the flat buffer (floats)
+  size_t numel = 0;
+  bool decay = false;  // weight decay: 2-D weights only
+  int layer = -1;      // global layer index, -1 for embeddings / final LN
+};
+
+// Full-tensor flat index of local element `i` of `p` (row-major), for initialisation and
+// checkpoint hyperslabs.
+int64_t param_full_index(const ParamInfo& p, int64_t i, int tp_rank);
+
+std::vector<ParamInfo> gpt_param_table(const ModelConfig& cfg, const ModelShard& shard);
+// Floats of activations (incl. backward scratch) the model plans for micro-batch B.
+int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch);
+// Rows of logits computed at once by the LM head / cross-entropy (bounds its memory).
+int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch);
+
+// FLOPs per token, forward + backward: 6*N_nonembedding + 6*V*d + 12*L*T*d (PERF-NOTES.md).
+double gpt_flops_per_token(const ModelConfig& cfg);
+
+class GPT {
+ public:
+  GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch);
+
+  void init_weights(uint64_t seed);
+  const ModelConfig& config() const { return cfg_; }
+  const ModelShard& shard() const { return shard_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo* find_param(const std::string& name) const;  // nullptr when not on this shard
+  float* param_data() { return params_buf_.data(); }
+  float* grad_data() { return grads_buf_.data(); }
+  size_t num_params() const { return params_buf_.size(); }
+  void zero_grad();
+
+  // One micro-batch [B, T] (T = cfg.seq_len, B <= max_micro_batch; targets may hold -1 = ignore).
+  // Returns the SUM of per-token losses over counted targets and sets *n_targets.
+  // targets == nullptr: no loss; last_logits() then holds the logits at position T-1.
+  // Without the embedding (a later pipeline stage) `inputs` gives no tokens: fill
+  // stage_input() first. Without the head the result is 0 and stage_output() holds the output.
+  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets);
+  // Backward of the last forward (which must have had targets when this shard has the head);
+  // accumulates d(loss_sum * loss_scale) into grad_data(). Without the head, fill
+  // stage_output_grad() first; without the embedding, stage_input_grad() holds the result.
+  void backward(float loss_scale);
+
+  const float* last_logits() const { return last_logits_.data(); }  // [B, padded_vocab]
+  float* stage_input() { return act_.input; }                       // [B, T, C]
+  const float* stage_output() const { return act_.output; }         // [B, T, C]
+  float* stage_output_grad() { return act_.dres; }                  // [B, T, C]
+  const float* stage_input_grad() const { return act_.dres; }       // [B, T, C], after backward
+  int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }
+
+ private:
+  struct LayerW {  // pointers into the params (or grads) buffer for one block
+    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcp_w, *fcp_b;
+  };
+  struct Weights {
+    float *wte = nullptr, *wpe = nullptr, *lnf_w = nullptr, *lnf_b = nullptr;
+    std::vector<LayerW> layers;
+  };
+  struct LayerAct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+  };
+  struct Acts {
+    float *input = nullptr, *output = nullptr;
+    std::vector<LayerAct> layers;
+    float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr, *lse = nullptr,
+          *logits = nullptr;
+    float *dres = nullptr, *dC = nullptr, *d3C = nullptr, *d4C = nullptr;
+  };
+  Weights resolve(float* base) const;
+
+  ModelConfig cfg_;
+  ModelShard shard_;
+  Ops& ops_;
+  int max_B_;
+  int n_local_layers_;
+  int64_t vp_;  // padded vocab (rows of wte on this rank)
+  int64_t chunk_rows_;
+  std::vector<ParamInfo> params_;
+  Buffer<float> params_buf_, grads_buf_, act_buf_, last_logits_;
+  Buffer<int32_t> tok_buf_;  // inputs + targets of the last forward
+  Weights w_, g_;
+  Acts act_;
+  int last_B_ = 0;
+  bool last_had_targets_ = false;
+};
+
+}  // namespace mpitron

@@ -1,0 +1,133 @@
+// The parameter table (names, full and local shapes, flat offsets), the GPT-2 initialisation
+// defined on full logical tensors, and the FLOP count.
+#include <cmath>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/rng.hpp"
+#include "mpitron/model/gpt.hpp"
+
+namespace mpitron {
+
+namespace {
+
+struct TableBuilder {
+  const ModelShard& shard;
+  std::vector<ParamInfo> out;
+  size_t offset = 0;
+
+  // split_dim -1: replicated. Parameters start on 16-float (64-byte) boundaries.
+  void add(std::string name, std::vector<int64_t> full, int split_dim, int parts, int layer) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.full_shape = full;
+    p.local_shape = full;
+    p.split_dim = shard.tp_size > 1 ? split_dim : -1;
+    p.split_parts = p.split_dim >= 0 ? parts : 1;
+    if (p.split_dim >= 0) {
+      int64_t f = full[p.split_dim];
+      check(f % (static_cast<int64_t>(parts) * shard.tp_size) == 0, "{}: dim {} ({}) not divisible by {}x{}",
+            p.name, p.split_dim, f, parts, shard.tp_size);
+      p.local_shape[p.split_dim] = f / shard.tp_size;
+      p.local_offset_in_full = shard.tp_rank * (f / parts / shard.tp_size);
+    }
+    p.numel = 1;
+    for (auto d : p.local_shape) p.numel *= static_cast<size_t>(d);
+    p.decay = full.size() == 2;
+    p.layer = layer;
+    p.offset = offset;
+    offset += (p.numel + 15) / 16 * 16;
+    out.push_back(std::move(p));
+  }
+};
+
+}  // namespace
+
+int64_t param_full_index(const ParamInfo& p, int64_t i, int /*tp_rank*/) {
+  if (p.split_dim < 0) return i;
+  // Decompose the local flat index, map the split dimension, recompose on the full shape.
+  int nd = static_cast<int>(p.local_shape.size());
+  int64_t idx[4] = {0, 0, 0, 0};
+  for (int d = nd - 1; d >= 0; --d) {
+    idx[d] = i % p.local_shape[d];
+    i /= p.local_shape[d];
+  }
+  int64_t local_part = p.local_shape[p.split_dim] / p.split_parts;
+  int64_t full_part = p.full_shape[p.split_dim] / p.split_parts;
+  int64_t part = idx[p.split_dim] / local_part;
+  idx[p.split_dim] = part * full_part + p.local_offset_in_full + idx[p.split_dim] % local_part;
+  int64_t f = 0;
+  for (int d = 0; d < nd; ++d) f = f * p.full_shape[d] + idx[d];
+  return f;
+}
+
+std::vector<ParamInfo> gpt_param_table(const ModelConfig& cfg, const ModelShard& shard) {
+  const int64_t C = cfg.d_model, V = cfg.padded_vocab(shard.tp_size), T = cfg.seq_len, F = cfg.d_ff;
+  int lb = shard.layer_begin, le = shard.layer_end < 0 ? cfg.n_layer : shard.layer_end;
+  check(0 <= lb && lb <= le && le <= cfg.n_layer, "bad layer range [{}, {}) for {} layers", lb, le, cfg.n_layer);
+  TableBuilder t{shard, {}, 0};
+  // The tied LM head needs wte on the last stage too (a copy whose gradient the pipeline
+  // layer all-reduces with the first stage's).
+  if (shard.has_embedding || shard.has_head) t.add("wte.weight", {V, C}, 0, 1, -1);
+  if (shard.has_embedding) t.add("wpe.weight", {T, C}, -1, 1, -1);
+  for (int l = lb; l < le; ++l) {
+    std::string h = "h." + std::to_string(l) + ".";
+    t.add(h + "ln_1.weight", {C}, -1, 1, l);
+    t.add(h + "ln_1.bias", {C}, -1, 1, l);
+    t.add(h + "attn.c_attn.weight", {3 * C, C}, 0, 3, l);  // column parallel, per q/k/v part
+    t.add(h + "attn.c_attn.bias", {3 * C}, 0, 3, l);
+    t.add(h + "attn.c_proj.weight", {C, C}, 1, 1, l);  // row parallel
+    t.add(h + "attn.c_proj.bias", {C}, -1, 1, l);
+    t.add(h + "ln_2.weight", {C}, -1, 1, l);
+    t.add(h + "ln_2.bias", {C}, -1, 1, l);
+    t.add(h + "mlp.c_fc.weight", {F, C}, 0, 1, l);
+    t.add(h + "mlp.c_fc.bias", {F}, 0, 1, l);
+    t.add(h + "mlp.c_proj.weight", {C, F}, 1, 1, l);
+    t.add(h + "mlp.c_proj.bias", {C}, -1, 1, l);
+  }
+  if (shard.has_head) {
+    t.add("ln_f.weight", {C}, -1, 1, -1);
+    t.add("ln_f.bias", {C}, -1, 1, -1);
+  }
+  return t.out;
+}
+
+double gpt_flops_per_token(const ModelConfig& cfg) {
+  double C = cfg.d_model, L = cfg.n_layer, T = cfg.seq_len, V = cfg.padded_vocab(), F = cfg.d_ff;
+  double per_layer = 3 * C * C + 3 * C + C * C + C + 2 * C * F + F + C + 4 * C;  // incl. biases, LN
+  double n_nonembed = L * per_layer + 2 * C;
+  return 6 * n_nonembed + 6 * V * C + 12 * L * T * C;
+}
+
+// GPT-2 initialisation on the full logical tensor: normal(0, 0.02), the residual projections
+// (attn.c_proj, mlp.c_proj weights) scaled by 1/sqrt(2*n_layer); biases 0; LN weight 1, bias 0;
+// wte rows >= vocab_size (padding) 0. Element i of a tensor draws normal_at(seed,
+// stable_hash(name), full flat index), so any shard computes exactly its own elements.
+void GPT::init_weights(uint64_t seed) {
+  const double std0 = 0.02, std_res = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
+  float* base = params_buf_.data();
+  for (const auto& p : params_) {
+    float* dst = base + p.offset;
+    auto ends_with = [&](std::string_view s) { return p.name.size() >= s.size() && p.name.ends_with(s); };
+    bool is_ln = p.name.find("ln_") != std::string::npos;
+    if (is_ln) {
+      float v = ends_with(".weight") ? 1.f : 0.f;
+      for (size_t i = 0; i < p.numel; ++i) dst[i] = v;
+      continue;
+    }
+    if (ends_with(".bias")) {
+      for (size_t i = 0; i < p.numel; ++i) dst[i] = 0.f;
+      continue;
+    }
+    double sd = (ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight")) ? std_res : std0;
+    uint64_t stream = stable_hash(p.name);
+    bool is_wte = p.name == "wte.weight";
+    int64_t C = p.full_shape.back();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < p.numel; ++i) {
+      int64_t f = param_full_index(p, static_cast<int64_t>(i), shard_.tp_rank);
+      dst[i] = (is_wte && f / C >= cfg_.vocab_size) ? 0.f : static_cast<float>(sd * normal_at(seed, stream, f));
+    }
+  }
+}
+
+}  // namespace mpitron
