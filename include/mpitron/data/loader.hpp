@@ -1,0 +1,90 @@
+// Batches for one data-parallel rank, read from HDF5 shards (docs/data.md).
+//
+// DataLoader: training. Sample i = tokens [i*seq_len, i*seq_len + seq_len + 1) of the
+// concatenated <split>_*.h5 shards; a DistributedSampler (sampler.hpp) picks this rank's samples
+// each epoch; a background thread keeps up to `prefetch` batches ready in a bounded queue.
+// An epoch gives this rank samples_per_epoch() samples = batches_per_epoch() full micro-batches
+// (a tail shorter than micro_batch is skipped); then next() moves to the next epoch by itself.
+//
+// ValidationLoader: fixed, unshuffled batches over <val>_*.h5, spread over DP ranks: batch k of
+// rank r holds samples (k*dp + r)*micro_batch + j, j < micro_batch.
+//
+// Both throw UsageError naming the folder/file for bad input (no shards, not HDF5, no /tokens,
+// disagreeing shards, seq_len larger than the data) and Error for tokens >= vocab_size.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mpitron {
+
+struct SamplerState {
+  uint64_t epoch = 0;
+  uint64_t position = 0;  // samples already taken by this rank in this epoch
+  bool operator==(const SamplerState&) const = default;
+};
+
+struct Batch {
+  int batch = 0, seq_len = 0;
+  std::vector<int32_t> inputs, targets;  // [batch * seq_len] row-major; targets = inputs shifted by one
+};
+
+struct LoaderOptions {
+  std::string dir;
+  std::string split = "train";
+  int seq_len = 0;
+  int micro_batch = 1;
+  int dp_size = 1;
+  int dp_rank = 0;
+  uint64_t seed = 1234;
+  bool shuffle = true;
+  bool drop_last = true;
+  int prefetch = 4;  // batches kept ready; 0 = read synchronously in next()
+};
+
+class TokenDataset;
+
+class DataLoader {
+ public:
+  explicit DataLoader(const LoaderOptions& opt);  // opens all <split>_*.h5 shards in dir
+  ~DataLoader();                                   // stops the prefetch thread
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  void next(Batch& b);  // next micro-batch for this DP rank; rolls over to the next epoch by itself
+  SamplerState state() const;  // restore(state()) on a fresh loader yields exactly the next batch
+  void restore(const SamplerState& s);
+  int64_t samples_per_epoch() const;  // per rank
+  int64_t batches_per_epoch() const;  // per rank: samples_per_epoch() / micro_batch
+  int64_t num_tokens() const;         // in the split's shards
+  int vocab_size() const;
+  int eot() const;
+  const std::string& tokenizer_json() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class ValidationLoader {
+ public:
+  // max_batches <= 0: every full batch the data allows (per rank).
+  explicit ValidationLoader(const LoaderOptions& opt, int64_t max_batches = 0);
+  ~ValidationLoader();
+  bool next(Batch& b);  // false after the last batch (until reset())
+  void reset();
+  int64_t num_batches() const;  // per rank, the same on every rank
+  int vocab_size() const;
+  int eot() const;
+
+ private:
+  std::unique_ptr<TokenDataset> ds_;
+  LoaderOptions opt_;
+  int64_t num_batches_ = 0, next_ = 0;
+};
+
+// Fills b with micro_batch windows starting at the given sample indices (shared by both loaders).
+void fill_batch(const TokenDataset& ds, int seq_len, const std::vector<int64_t>& samples, Batch& b);
+
+}  // namespace mpitron

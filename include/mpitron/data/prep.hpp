@@ -1,0 +1,39 @@
+// Text files -> HDF5 shards (`mpitron prep`; docs/data.md).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpitron {
+
+struct PrepOptions {
+  std::vector<std::string> inputs;   // glob patterns (or plain paths)
+  std::string tokenizer = "byte";    // "byte" or a tokenizer JSON file
+  std::string out;                   // output folder
+  int64_t shard_tokens = 50'000'000; // tokens per shard (the last one holds the rest)
+  double val_fraction = 0.005;       // of the documents, spread evenly; 0 = no val split
+  int workers = 1;                   // tokenizer threads
+  std::string doc_separator;         // a line equal to this separates documents ("" = one per file)
+  int progress = -1;                 // -1: a bar on a terminal, plain lines otherwise; 0: quiet; 1: lines
+};
+
+struct PrepResult {
+  int64_t bytes = 0, documents = 0, train_tokens = 0, val_tokens = 0;
+  std::vector<std::string> shards;
+  double seconds = 0;
+};
+
+// Expands the patterns (sorted, deduplicated). UsageError naming the pattern if one matches
+// nothing, naming the file if one is empty or unreadable.
+std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns);
+
+// Splits a file's text into documents: one per file, or at lines equal to `separator`
+// (fortune files use "%"). Empty documents are dropped.
+std::vector<std::string> split_documents(const std::string& text, const std::string& separator);
+
+PrepResult run_prep(const PrepOptions& opt);
+
+// "50M" -> 50000000; also K, G and plain numbers. UsageError naming `what` when malformed.
+int64_t parse_count(const std::string& text, const std::string& what);
+
+}  // namespace mpitron

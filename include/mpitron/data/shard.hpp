@@ -1,0 +1,87 @@
+// HDF5 token shards (docs/data.md): one file per shard with
+//   /tokens       1-D, chunked; uint16 when vocab_size <= 65536, else uint32
+//   /doc_offsets  1-D uint64: index in /tokens where each document that starts here starts
+//   attributes    format="mpitron-shard-v1", vocab_size, eot, tokenizer (JSON), num_tokens,
+//                 source (the input files that contributed text)
+// Every document is followed by the eot id.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpitron/data/tokenizer.hpp"
+
+namespace mpitron {
+
+// Writes one shard to `<path>.tmp`; commit() renames it to `path`. Destroying an uncommitted
+// writer removes the temporary file, so an error never leaves a half-written shard.
+class ShardWriter {
+ public:
+  ShardWriter(std::string path, const Tokenizer& tok, int64_t chunk_tokens = 1 << 20);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  void begin_document();                          // the next token starts a document
+  void append(const int32_t* ids, size_t n);      // ids must be < vocab_size (checked)
+  void add_source(const std::string& file);       // once per file (deduplicated)
+  int64_t num_tokens() const { return num_tokens_; }
+  void close();                                   // flush + attributes; file complete as .tmp
+  void commit();                                  // close() if needed, then rename to path
+  const std::string& path() const { return path_; }
+  std::string tmp_path() const { return path_ + ".tmp"; }
+
+ private:
+  void flush();
+  struct H5;
+  std::unique_ptr<H5> h5_;
+  std::string path_;
+  int vocab_size_ = 0, eot_ = 0;
+  std::string tokenizer_json_;
+  bool wide_ = false;
+  int64_t num_tokens_ = 0, written_ = 0;
+  std::vector<uint32_t> buf_;
+  std::vector<uint64_t> docs_;
+  std::vector<std::string> sources_;
+  size_t chunk_;
+  bool closed_ = false, committed_ = false;
+};
+
+// The concatenation of all `<split>_*.h5` shards of a folder, in file-name order, as one token
+// stream. read() takes any [start, start+n) range, crossing shard boundaries, with one HDF5
+// hyperslab read per shard touched; it never loads a whole file. Thread-safe (hdf5_mutex).
+class TokenDataset {
+ public:
+  TokenDataset(const std::string& dir, const std::string& split);
+  ~TokenDataset();
+  TokenDataset(const TokenDataset&) = delete;
+  TokenDataset& operator=(const TokenDataset&) = delete;
+
+  // Reads tokens [start, start + n) into out; throws Error naming the shard and index if a
+  // token is >= vocab_size.
+  void read(int64_t start, int64_t n, int32_t* out) const;
+  int64_t num_tokens() const { return total_; }
+  // Windows of seq_len + 1 tokens starting at multiples of seq_len: (num_tokens-1) / seq_len.
+  int64_t num_samples(int seq_len) const;
+  int vocab_size() const { return vocab_size_; }
+  int eot() const { return eot_; }
+  const std::string& tokenizer_json() const { return tokenizer_json_; }
+  const std::vector<std::string>& files() const { return files_; }
+  std::string describe() const;  // "dir/train_*.h5 (3 shards)"
+
+ private:
+  struct Shard;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<int64_t> starts_;  // global index of each shard's first token; back() = total
+  std::vector<std::string> files_;
+  std::string dir_, split_;
+  int64_t total_ = 0;
+  int vocab_size_ = 0, eot_ = 0;
+  std::string tokenizer_json_;
+};
+
+// The shard file names of a folder for a split, sorted; empty if none.
+std::vector<std::string> list_shards(const std::string& dir, const std::string& split);
+
+}  // namespace mpitron

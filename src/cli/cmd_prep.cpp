@@ -1,0 +1,80 @@
+// `mpitron prep`: text files -> tokenized HDF5 shards.
+#include <cstdio>
+
+#include "mpitron/cli/commands.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/prep.hpp"
+
+namespace mpitron {
+namespace {
+
+constexpr const char* kHelp = R"(usage: mpitron prep --input PATTERN... --out DIR [options]
+
+Tokenizes text files into HDF5 shards DIR/train_00000.h5 ... and DIR/val_00000.h5
+(a 1-D /tokens dataset, /doc_offsets, and the attributes vocab_size, eot, tokenizer,
+num_tokens, source; see docs/data.md). Every document ends with the end-of-text id.
+
+  --input PATTERN...     text files or quoted glob patterns ('corpus/*.txt'); several allowed
+  --out DIR              output folder (created; its old train_/val_ shards are replaced)
+  --tokenizer T          'byte' (default) or a JSON file from `mpitron tokenizer train`
+  --shard-tokens N       tokens per shard, e.g. 50M (default 50M)
+  --val-fraction F       fraction of documents for val_*.h5, spread evenly (default 0.005; 0 = none)
+  --doc-separator LINE   a line equal to LINE separates documents (fortune files: %);
+                         default: each file is one document
+  --workers N            tokenizer threads (default 1)
+  --quiet                no progress output
+  -h, --help             this text
+)";
+
+}  // namespace
+
+int cmd_prep(const Args& args) {
+  PrepOptions opt;
+  auto value = [&](size_t& i) -> const std::string& {
+    usage_check(i + 1 < args.size(), "prep: {} needs a value (see `mpitron prep --help`)", args[i]);
+    return args[++i];
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    } else if (a == "--input") {
+      value(i);
+      opt.inputs.push_back(args[i]);
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) opt.inputs.push_back(args[++i]);
+    } else if (a == "--out") {
+      opt.out = value(i);
+    } else if (a == "--tokenizer") {
+      opt.tokenizer = value(i);
+    } else if (a == "--shard-tokens") {
+      opt.shard_tokens = parse_count(value(i), "--shard-tokens");
+    } else if (a == "--val-fraction") {
+      const std::string& v = value(i);
+      try {
+        size_t used = 0;
+        opt.val_fraction = std::stod(v, &used);
+        usage_check(used == v.size(), "bad value for --val-fraction: '{}'", v);
+      } catch (const std::logic_error&) {
+        usage_fail("bad value for --val-fraction: '{}'", v);
+      }
+    } else if (a == "--workers") {
+      opt.workers = static_cast<int>(parse_count(value(i), "--workers"));
+    } else if (a == "--doc-separator") {
+      opt.doc_separator = value(i);
+    } else if (a == "--quiet") {
+      opt.progress = 0;
+    } else {
+      usage_fail("prep: unknown option '{}' (see `mpitron prep --help`)", a);
+    }
+  }
+  usage_check(!opt.inputs.empty() && !opt.out.empty(), "prep: --input and --out are required (see `mpitron prep --help`)");
+  PrepResult r = run_prep(opt);
+  std::printf("prep: %lld documents, %.1f MB -> %lld train + %lld val tokens in %zu shard%s under %s (%.1f s, %.1f MB/s)\n",
+              static_cast<long long>(r.documents), r.bytes / 1e6, static_cast<long long>(r.train_tokens),
+              static_cast<long long>(r.val_tokens), r.shards.size(), r.shards.size() == 1 ? "" : "s", opt.out.c_str(),
+              r.seconds, r.seconds > 0 ? r.bytes / 1e6 / r.seconds : 0.0);
+  return 0;
+}
+
+}  // namespace mpitron

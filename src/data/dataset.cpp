@@ -1,0 +1,144 @@
+// TokenDataset: all <split>_*.h5 shards of a folder as one token stream, read by hyperslab.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+
+#include "h5.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/hdf5_lock.hpp"
+#include "mpitron/data/shard.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mpitron {
+
+struct TokenDataset::Shard {
+  std::string path;
+  h5::Id file, tokens;
+  int64_t n = 0;
+};
+
+std::vector<std::string> list_shards(const std::string& dir, const std::string& split) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  std::string prefix = split + "_";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() > prefix.size() + 3 && name.compare(0, prefix.size(), prefix) == 0 &&
+        name.compare(name.size() - 3, 3, ".h5") == 0)
+      out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : dir_(dir), split_(split) {
+  std::error_code ec;
+  usage_check(fs::is_directory(dir, ec), "data folder '{}' does not exist (make it with `mpitron prep --out {}`)", dir, dir);
+  files_ = list_shards(dir, split);
+  usage_check(!files_.empty(), "no {}_*.h5 shards in '{}' (make them with `mpitron prep --out {}`)", split, dir, dir);
+  std::lock_guard lock(hdf5_mutex());
+  h5::quiet();
+  std::string first_tok_file;
+  for (const auto& path : files_) {
+    auto s = std::make_unique<Shard>();
+    s->path = path;
+    htri_t is = H5Fis_hdf5(path.c_str());
+    usage_check(is > 0, "{}: not an HDF5 file (or truncated)", path);
+    s->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    usage_check(s->file.valid(), "{}: HDF5 cannot open it (truncated or corrupt?)", path);
+    usage_check(H5Lexists(s->file, "tokens", H5P_DEFAULT) > 0, "{}: no /tokens dataset (not an mpitron shard?)", path);
+    s->tokens = h5::Id(H5Dopen2(s->file, "tokens", H5P_DEFAULT));
+    usage_check(s->tokens.valid(), "{}: cannot open /tokens (corrupt?)", path);
+    h5::Id space(H5Dget_space(s->tokens));
+    h5::Id type(H5Dget_type(s->tokens));
+    usage_check(H5Sget_simple_extent_ndims(space) == 1 && H5Tget_class(type) == H5T_INTEGER,
+                "{}: /tokens must be a 1-D integer dataset", path);
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(space, &n, nullptr);
+    s->n = static_cast<int64_t>(n);
+    int64_t vocab, eot, num;
+    std::string tok;
+    try {
+      vocab = h5::read_attr_i64(s->file, "vocab_size", path);
+      eot = h5::read_attr_i64(s->file, "eot", path);
+      num = h5::read_attr_i64(s->file, "num_tokens", path);
+      tok = h5::read_attr_str(s->file, "tokenizer", path);
+    } catch (const Error& e) {
+      usage_fail("{}", e.what());
+    }
+    usage_check(num == s->n, "{}: attribute num_tokens = {} but /tokens has {} (truncated?)", path, num, s->n);
+    usage_check(vocab > 0 && vocab <= (int64_t{1} << 31) && eot >= 0 && eot < vocab,
+                "{}: bad vocab_size {} / eot {}", path, vocab, eot);
+    usage_check(H5Tget_size(type) >= 4 || vocab <= 65536, "{}: vocab_size {} does not fit /tokens' 16-bit type", path, vocab);
+    if (shards_.empty()) {
+      vocab_size_ = static_cast<int>(vocab);
+      eot_ = static_cast<int>(eot);
+      tokenizer_json_ = tok;
+      first_tok_file = path;
+    } else {
+      usage_check(vocab == vocab_size_ && eot == eot_,
+                  "shards disagree: {} has vocab_size {} / eot {}, but {} has vocab_size {} / eot {}", first_tok_file,
+                  vocab_size_, eot_, path, vocab, eot);
+      if (tok != tokenizer_json_) {
+        // Compare meaning, not bytes (whitespace may differ between writers).
+        bool same = false;
+        try {
+          same = Tokenizer::from_json(tok, path) == Tokenizer::from_json(tokenizer_json_, first_tok_file);
+        } catch (const Error&) {
+        }
+        usage_check(same, "shards disagree: {} and {} were made with different tokenizers", first_tok_file, path);
+      }
+    }
+    starts_.push_back(total_);
+    total_ += s->n;
+    shards_.push_back(std::move(s));
+  }
+  starts_.push_back(total_);
+}
+
+TokenDataset::~TokenDataset() {
+  std::lock_guard lock(hdf5_mutex());
+  shards_.clear();
+}
+
+int64_t TokenDataset::num_samples(int seq_len) const {
+  if (seq_len <= 0 || total_ < 1) return 0;
+  return (total_ - 1) / seq_len;
+}
+
+std::string TokenDataset::describe() const {
+  return fmt::format("{}/{}_*.h5 ({} shard{}, {} tokens)", dir_, split_, files_.size(), files_.size() == 1 ? "" : "s", total_);
+}
+
+void TokenDataset::read(int64_t start, int64_t n, int32_t* out) const {
+  check(start >= 0 && n >= 0 && start + n <= total_, "read [{}, {}) beyond the {} tokens of {}", start, start + n, total_,
+        describe());
+  size_t s = std::upper_bound(starts_.begin(), starts_.end(), start) - starts_.begin() - 1;
+  std::lock_guard lock(hdf5_mutex());
+  while (n > 0) {
+    const Shard& sh = *shards_[s];
+    hsize_t off = static_cast<hsize_t>(start - starts_[s]);
+    hsize_t cnt = static_cast<hsize_t>(std::min<int64_t>(n, sh.n - static_cast<int64_t>(off)));
+    if (cnt > 0) {
+      h5::Id fspace(H5Dget_space(sh.tokens));
+      H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &off, nullptr, &cnt, nullptr);
+      h5::Id mspace(H5Screate_simple(1, &cnt, nullptr));
+      check(H5Dread(sh.tokens, H5T_NATIVE_INT32, mspace, fspace, H5P_DEFAULT, out) >= 0,
+            "{}: HDF5 read of tokens [{}, {}) failed (truncated or corrupt?)", sh.path, off, off + cnt);
+      // The cheap load-time check: every token handed to the model is inside the vocabulary.
+      for (hsize_t i = 0; i < cnt; ++i)
+        if (static_cast<uint32_t>(out[i]) >= static_cast<uint32_t>(vocab_size_))
+          fail("{}: token {} at index {} is >= vocab_size {}", sh.path, static_cast<uint32_t>(out[i]), off + i, vocab_size_);
+    }
+    out += cnt;
+    n -= static_cast<int64_t>(cnt);
+    start += static_cast<int64_t>(cnt);
+    ++s;
+  }
+}
+
+}  // namespace mpitron

@@ -1,0 +1,100 @@
+#include "h5.hpp"
+
+#include <mutex>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/hdf5_lock.hpp"
+
+namespace mpitron {
+
+std::mutex& hdf5_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+namespace h5 {
+
+void Id::reset() {
+  if (id_ < 0) return;
+  switch (H5Iget_type(id_)) {
+    case H5I_FILE: H5Fclose(id_); break;
+    case H5I_DATASET: H5Dclose(id_); break;
+    case H5I_DATASPACE: H5Sclose(id_); break;
+    case H5I_DATATYPE: H5Tclose(id_); break;
+    case H5I_ATTR: H5Aclose(id_); break;
+    case H5I_GENPROP_LST: H5Pclose(id_); break;
+    case H5I_GROUP: H5Gclose(id_); break;
+    default: break;
+  }
+  id_ = -1;
+}
+
+void quiet() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+void write_attr_i64(hid_t obj, const char* name, int64_t v) {
+  Id space(H5Screate(H5S_SCALAR));
+  Id a(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT));
+  check(a.valid() && H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0, "HDF5: cannot write attribute '{}'", name);
+}
+
+void write_attr_str(hid_t obj, const char* name, const std::string& v) {
+  // Variable-length UTF-8 string: h5py returns a str, h5dump prints it.
+  Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  Id space(H5Screate(H5S_SCALAR));
+  Id a(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT));
+  const char* p = v.c_str();
+  check(a.valid() && H5Awrite(a, type, &p) >= 0, "HDF5: cannot write attribute '{}'", name);
+}
+
+void write_attr_strs(hid_t obj, const char* name, const std::vector<std::string>& v) {
+  Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  hsize_t n = v.size();
+  Id space(n ? H5Screate_simple(1, &n, nullptr) : H5Screate(H5S_NULL));
+  std::vector<const char*> ptrs;
+  for (const auto& s : v) ptrs.push_back(s.c_str());
+  Id a(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT));
+  check(a.valid() && (n == 0 || H5Awrite(a, type, ptrs.data()) >= 0), "HDF5: cannot write attribute '{}'", name);
+}
+
+bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
+
+int64_t read_attr_i64(hid_t obj, const char* name, const std::string& file) {
+  check(has_attr(obj, name), "{}: missing attribute '{}' (not an mpitron shard?)", file, name);
+  Id a(H5Aopen(obj, name, H5P_DEFAULT));
+  int64_t v = 0;
+  check(a.valid() && H5Aread(a, H5T_NATIVE_INT64, &v) >= 0, "{}: cannot read integer attribute '{}'", file, name);
+  return v;
+}
+
+std::string read_attr_str(hid_t obj, const char* name, const std::string& file) {
+  check(has_attr(obj, name), "{}: missing attribute '{}' (not an mpitron shard?)", file, name);
+  Id a(H5Aopen(obj, name, H5P_DEFAULT));
+  Id ftype(H5Aget_type(a));
+  check(H5Tget_class(ftype) == H5T_STRING, "{}: attribute '{}' is not a string", file, name);
+  if (H5Tis_variable_str(ftype) > 0) {
+    Id mtype(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mtype, H5T_VARIABLE);
+    H5Tset_cset(mtype, H5Tget_cset(ftype));
+    char* p = nullptr;
+    check(H5Aread(a, mtype, &p) >= 0, "{}: cannot read string attribute '{}'", file, name);
+    std::string s = p ? p : "";
+    Id space(H5Aget_space(a));
+    H5free_memory(p);
+    return s;
+  }
+  size_t n = H5Tget_size(ftype);
+  std::string s(n, '\0');
+  check(H5Aread(a, ftype, s.data()) >= 0, "{}: cannot read string attribute '{}'", file, name);
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+}  // namespace h5
+}  // namespace mpitron

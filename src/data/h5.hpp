@@ -1,0 +1,47 @@
+// Small RAII + attribute helpers over the HDF5 C API, private to src/data.
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpitron::h5 {
+
+// Owns one hid_t; closes it with the matching H5*close.
+class Id {
+ public:
+  Id() = default;
+  explicit Id(hid_t id) : id_(id) {}
+  ~Id() { reset(); }
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  Id(Id&& o) noexcept : id_(o.id_) { o.id_ = -1; }
+  Id& operator=(Id&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  void reset();
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+};
+
+// Turns off HDF5's automatic error-stack printing (we report our own messages). Idempotent.
+void quiet();
+
+void write_attr_i64(hid_t obj, const char* name, int64_t v);
+void write_attr_str(hid_t obj, const char* name, const std::string& v);
+void write_attr_strs(hid_t obj, const char* name, const std::vector<std::string>& v);
+bool has_attr(hid_t obj, const char* name);
+int64_t read_attr_i64(hid_t obj, const char* name, const std::string& file);
+std::string read_attr_str(hid_t obj, const char* name, const std::string& file);
+
+}  // namespace mpitron::h5

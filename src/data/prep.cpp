@@ -1,0 +1,255 @@
+// `mpitron prep`: text files -> tokenized HDF5 shards. Inputs are checked before anything is
+// written; shards are written as .tmp and renamed only when every one is complete.
+#include "mpitron/data/prep.hpp"
+
+#include <fmt/format.h>
+#include <glob.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/shard.hpp"
+#include "mpitron/data/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mpitron {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  usage_check(static_cast<bool>(in), "cannot read input file '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Consecutive shards of one split: train_00000.h5, train_00001.h5, ...
+class ShardSeries {
+ public:
+  ShardSeries(std::string dir, std::string split, const Tokenizer& tok, int64_t per_shard)
+      : dir_(std::move(dir)), split_(std::move(split)), tok_(tok), per_shard_(per_shard) {}
+
+  void add_document(const std::vector<int32_t>& ids, const std::string& source) {
+    bool first = true;
+    size_t at = 0;
+    while (at < ids.size()) {
+      ShardWriter& w = current();
+      if (first) w.begin_document();
+      first = false;
+      w.add_source(source);
+      size_t n = std::min<size_t>(ids.size() - at, static_cast<size_t>(per_shard_ - w.num_tokens()));
+      w.append(ids.data() + at, n);
+      at += n;
+    }
+    total_ += static_cast<int64_t>(ids.size());
+  }
+  void close_all() {
+    for (auto& w : writers_) w->close();
+  }
+  void commit_all() {
+    for (auto& w : writers_) w->commit();
+  }
+  int64_t total() const { return total_; }
+  std::vector<std::string> paths() const {
+    std::vector<std::string> p;
+    for (auto& w : writers_) p.push_back(w->path());
+    return p;
+  }
+
+ private:
+  ShardWriter& current() {
+    if (writers_.empty() || writers_.back()->num_tokens() >= per_shard_) {
+      if (!writers_.empty()) writers_.back()->close();
+      std::string path = fmt::format("{}/{}_{:05d}.h5", dir_, split_, writers_.size());
+      writers_.push_back(std::make_unique<ShardWriter>(path, tok_, std::min<int64_t>(per_shard_, 1 << 20)));
+    }
+    return *writers_.back();
+  }
+  std::string dir_, split_;
+  const Tokenizer& tok_;
+  int64_t per_shard_, total_ = 0;
+  std::vector<std::unique_ptr<ShardWriter>> writers_;
+};
+
+class Progress {
+ public:
+  Progress(int mode, int64_t total) : total_(total), t0_(clock::now()) {
+    tty_ = mode < 0 && isatty(fileno(stderr));
+    on_ = mode != 0;
+  }
+  void update(int64_t done, int files_done, int files, int64_t tokens, bool final = false) {
+    if (!on_) return;
+    double s = std::chrono::duration<double>(clock::now() - t0_).count();
+    double mb = done / 1e6, rate = s > 0 ? mb / s : 0.0;
+    if (tty_) {
+      int width = 30, fill = total_ > 0 ? static_cast<int>(width * done / total_) : width;
+      std::fprintf(stderr, "\rprep [%s%s] %3d%%  %d/%d files  %.1f MB  %.1f MB/s  %s tokens ",
+                   std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(),
+                   total_ > 0 ? static_cast<int>(100 * done / total_) : 100, files_done, files, mb, rate,
+                   fmt::format("{}", tokens).c_str());
+      if (final) std::fprintf(stderr, "\n");
+    } else if (final || s - last_ >= 2.0) {
+      last_ = s;
+      std::fprintf(stderr, "prep: %d/%d files, %.1f/%.1f MB, %.1f MB/s, %lld tokens\n", files_done, files, mb,
+                   total_ / 1e6, rate, static_cast<long long>(tokens));
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  int64_t total_;
+  clock::time_point t0_;
+  double last_ = -1e9;
+  bool tty_ = false, on_ = true;
+};
+
+}  // namespace
+
+int64_t parse_count(const std::string& text, const std::string& what) {
+  std::string t = text;
+  int64_t mult = 1;
+  if (!t.empty()) {
+    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(t.back())));
+    if (c == 'K') mult = 1'000;
+    if (c == 'M') mult = 1'000'000;
+    if (c == 'G') mult = 1'000'000'000;
+    if (mult != 1) t.pop_back();
+  }
+  try {
+    size_t used = 0;
+    double v = std::stod(t, &used);
+    usage_check(used == t.size() && v > 0, "bad value for {}: '{}' (e.g. 50M, 1000000)", what, text);
+    return static_cast<int64_t>(std::llround(v * static_cast<double>(mult)));
+  } catch (const std::logic_error&) {
+    usage_fail("bad value for {}: '{}' (e.g. 50M, 1000000)", what, text);
+  }
+}
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns) {
+  usage_check(!patterns.empty(), "no --input given");
+  std::set<std::string> seen;
+  std::vector<std::string> out;
+  for (const auto& p : patterns) {
+    glob_t g{};
+    int rc = glob(p.c_str(), 0, nullptr, &g);
+    std::vector<std::string> hits;
+    if (rc == 0)
+      for (size_t i = 0; i < g.gl_pathc; ++i) hits.emplace_back(g.gl_pathv[i]);
+    globfree(&g);
+    usage_check(!hits.empty(), "no input files match '{}'", p);
+    for (auto& h : hits) {
+      std::error_code ec;
+      usage_check(!fs::is_directory(h, ec), "input '{}' is a folder; give files or a pattern such as '{}/*.txt'", h, h);
+      usage_check(fs::is_regular_file(h, ec), "input '{}' is not a regular file", h);
+      usage_check(access(h.c_str(), R_OK) == 0, "cannot read input file '{}'", h);
+      usage_check(fs::file_size(h, ec) > 0, "input file '{}' is empty", h);
+      if (seen.insert(h).second) out.push_back(h);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> split_documents(const std::string& text, const std::string& separator) {
+  std::vector<std::string> docs;
+  if (separator.empty()) {
+    docs.push_back(text);
+    return docs;
+  }
+  std::string cur;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t e = text.find('\n', i);
+    size_t end = e == std::string::npos ? text.size() : e + 1;
+    std::string_view line(text.data() + i, (e == std::string::npos ? text.size() : e) - i);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line == separator) {
+      if (!cur.empty()) docs.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur.append(text, i, end - i);
+    }
+    i = end;
+  }
+  if (!cur.empty()) docs.push_back(std::move(cur));
+  return docs;
+}
+
+PrepResult run_prep(const PrepOptions& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  usage_check(!opt.out.empty(), "prep: --out is required");
+  usage_check(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction must be in [0, 1) (got {})", opt.val_fraction);
+  usage_check(opt.shard_tokens >= 1, "--shard-tokens must be >= 1");
+  usage_check(opt.workers >= 1 && opt.workers <= 256, "--workers must be in [1, 256] (got {})", opt.workers);
+  std::vector<std::string> files = expand_inputs(opt.inputs);
+  Tokenizer tok = Tokenizer::load(opt.tokenizer);
+  std::error_code ec;
+  fs::create_directories(opt.out, ec);
+  usage_check(fs::is_directory(opt.out, ec), "cannot create output folder '{}'", opt.out);
+
+  int64_t total_bytes = 0;
+  for (auto& f : files) total_bytes += static_cast<int64_t>(fs::file_size(f));
+
+  PrepResult res;
+  ShardSeries train(opt.out, "train", tok, opt.shard_tokens), val(opt.out, "val", tok, opt.shard_tokens);
+  std::vector<EncodeCache> caches(opt.workers);
+  Progress progress(opt.progress, total_bytes);
+  int64_t doc_index = 0;
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    std::string text = read_file(files[fi]);
+    std::vector<std::string> docs = split_documents(text, opt.doc_separator);
+    std::vector<std::vector<int32_t>> ids(docs.size());
+    int nw = std::min<int>(opt.workers, static_cast<int>(docs.size()));
+    if (nw <= 1) {
+      for (size_t d = 0; d < docs.size(); ++d) ids[d] = tok.encode(docs[d], &caches[0]);
+    } else {
+      std::vector<std::thread> pool;
+      for (int w = 0; w < nw; ++w)
+        pool.emplace_back([&, w] {
+          for (size_t d = w; d < docs.size(); d += nw) ids[d] = tok.encode(docs[d], &caches[w]);
+        });
+      for (auto& t : pool) t.join();
+    }
+    for (size_t d = 0; d < docs.size(); ++d, ++doc_index) {
+      ids[d].push_back(tok.eot());
+      // Validation documents are spread evenly: doc k (k >= 1) goes to val when k * f crosses
+      // an integer, so the second document is the first val one and then every ~1/f-th.
+      bool is_val = doc_index >= 1 && opt.val_fraction > 0 &&
+                    std::ceil(doc_index * opt.val_fraction) > std::ceil((doc_index - 1) * opt.val_fraction);
+      (is_val ? val : train).add_document(ids[d], files[fi]);
+    }
+    res.bytes += static_cast<int64_t>(text.size());
+    res.documents += static_cast<int64_t>(docs.size());
+    progress.update(res.bytes, static_cast<int>(fi + 1), static_cast<int>(files.size()), train.total() + val.total(),
+                    fi + 1 == files.size());
+  }
+  usage_check(train.total() > 0, "the inputs hold no text for the train split (only '{}' separator lines?)",
+              opt.doc_separator);
+  train.close_all();
+  val.close_all();
+  // Every shard is complete: replace the folder's old shards, then rename the new ones in.
+  for (const char* split : {"train", "val"})
+    for (const auto& old : list_shards(opt.out, split)) fs::remove(old, ec);
+  train.commit_all();
+  val.commit_all();
+  res.train_tokens = train.total();
+  res.val_tokens = val.total();
+  res.shards = train.paths();
+  for (auto& p : val.paths()) res.shards.push_back(p);
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace mpitron

@@ -1,0 +1,130 @@
+// ShardWriter: streams tokens into a chunked, extendible /tokens dataset of a `.tmp` file.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+
+#include "h5.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/hdf5_lock.hpp"
+#include "mpitron/data/shard.hpp"
+
+namespace mpitron {
+
+struct ShardWriter::H5 {
+  h5::Id file, tokens, docs;
+};
+
+namespace {
+
+h5::Id create_extendible(hid_t file, const char* name, hid_t type, hsize_t chunk) {
+  hsize_t dims = 0, maxdims = H5S_UNLIMITED;
+  h5::Id space(H5Screate_simple(1, &dims, &maxdims));
+  h5::Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  H5Pset_chunk(dcpl, 1, &chunk);
+  return h5::Id(H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+}
+
+void append_1d(hid_t ds, hsize_t at, hsize_t n, hid_t memtype, const void* data, const std::string& file) {
+  if (n == 0) return;
+  hsize_t newsize = at + n;
+  check(H5Dset_extent(ds, &newsize) >= 0, "{}: HDF5 cannot extend a dataset (disk full?)", file);
+  h5::Id fspace(H5Dget_space(ds));
+  H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &at, nullptr, &n, nullptr);
+  h5::Id mspace(H5Screate_simple(1, &n, nullptr));
+  check(H5Dwrite(ds, memtype, mspace, fspace, H5P_DEFAULT, data) >= 0, "{}: HDF5 write failed (disk full?)", file);
+}
+
+}  // namespace
+
+ShardWriter::ShardWriter(std::string path, const Tokenizer& tok, int64_t chunk_tokens)
+    : h5_(std::make_unique<H5>()),
+      path_(std::move(path)),
+      vocab_size_(tok.vocab_size()),
+      eot_(tok.eot()),
+      tokenizer_json_(tok.to_json()),
+      wide_(tok.vocab_size() > 65536),
+      chunk_(static_cast<size_t>(chunk_tokens)) {
+  std::lock_guard lock(hdf5_mutex());
+  h5::quiet();
+  std::string tmp = tmp_path();
+  h5_->file = h5::Id(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  check(h5_->file.valid(), "cannot create shard '{}' (does the folder exist and is it writable?)", tmp);
+  buf_.reserve(chunk_);
+}
+
+ShardWriter::~ShardWriter() {
+  if (committed_) return;
+  {
+    std::lock_guard lock(hdf5_mutex());
+    h5_.reset();
+  }
+  std::error_code ec;
+  std::filesystem::remove(tmp_path(), ec);
+}
+
+void ShardWriter::begin_document() { docs_.push_back(static_cast<uint64_t>(num_tokens_)); }
+
+void ShardWriter::add_source(const std::string& file) {
+  if (sources_.empty() || sources_.back() != file) sources_.push_back(file);
+}
+
+void ShardWriter::append(const int32_t* ids, size_t n) {
+  check(!closed_, "{}: append after close", path_);
+  for (size_t i = 0; i < n; ++i) {
+    int32_t id = ids[i];
+    check(id >= 0 && id < vocab_size_, "{}: token {} at index {} is outside the vocabulary [0, {})", path_, id,
+          num_tokens_ + static_cast<int64_t>(i), vocab_size_);
+    buf_.push_back(static_cast<uint32_t>(id));
+    if (buf_.size() == chunk_) flush();
+  }
+  num_tokens_ += static_cast<int64_t>(n);
+}
+
+void ShardWriter::flush() {
+  std::lock_guard lock(hdf5_mutex());
+  if (!h5_->tokens.valid()) {
+    // Created at the first flush: a shard smaller than one chunk gets a chunk of its own size
+    // instead of a mostly empty 1M-token one.
+    hsize_t chunk = std::max<hsize_t>(1, std::min<hsize_t>(chunk_, buf_.size()));
+    h5_->tokens = create_extendible(h5_->file, "tokens", wide_ ? H5T_STD_U32LE : H5T_STD_U16LE, chunk);
+    check(h5_->tokens.valid(), "{}: cannot create /tokens", tmp_path());
+  }
+  if (buf_.empty()) return;
+  // HDF5 converts uint32 memory to the file's uint16 type (values were range-checked above).
+  append_1d(h5_->tokens, written_, buf_.size(), H5T_NATIVE_UINT32, buf_.data(), tmp_path());
+  written_ += static_cast<int64_t>(buf_.size());
+  buf_.clear();
+}
+
+void ShardWriter::close() {
+  if (closed_) return;
+  flush();
+  std::lock_guard lock(hdf5_mutex());
+  std::string tmp = tmp_path();
+  h5_->docs = create_extendible(h5_->file, "doc_offsets", H5T_STD_U64LE, std::max<hsize_t>(1, std::min<hsize_t>(docs_.size(), 4096)));
+  check(h5_->docs.valid(), "{}: cannot create /doc_offsets", tmp);
+  append_1d(h5_->docs, 0, docs_.size(), H5T_NATIVE_UINT64, docs_.data(), tmp);
+  hid_t f = h5_->file;
+  h5::write_attr_str(f, "format", "mpitron-shard-v1");
+  h5::write_attr_i64(f, "vocab_size", vocab_size_);
+  h5::write_attr_i64(f, "eot", eot_);
+  h5::write_attr_i64(f, "num_tokens", num_tokens_);
+  h5::write_attr_str(f, "tokenizer", tokenizer_json_);
+  h5::write_attr_strs(f, "source", sources_);
+  h5_->tokens.reset();
+  h5_->docs.reset();
+  check(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "{}: HDF5 flush failed (disk full?)", tmp);
+  h5_->file.reset();
+  closed_ = true;
+}
+
+void ShardWriter::commit() {
+  close();
+  std::error_code ec;
+  std::filesystem::rename(tmp_path(), path_, ec);
+  check(!ec, "cannot rename '{}' to '{}': {}", tmp_path(), path_, ec.message());
+  committed_ = true;
+}
+
+}  // namespace mpitron
