@@ -195,6 +195,12 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   return loss;
 }
 
+void GPT::compute_logits(int64_t row_begin, int64_t rows, float* out) {
+  check(shard_.has_head && last_B_ > 0 && row_begin >= 0 && row_begin + rows <= int64_t{last_B_} * cfg_.seq_len,
+        "GPT::compute_logits: rows [{}, {}) not in the last forward", row_begin, row_begin + rows);
+  ops_.matmul_forward(out, act_.lnf + row_begin * cfg_.d_model, w_.wte, nullptr, rows, cfg_.d_model, vp_);
+}
+
 void GPT::backward(float loss_scale) {
   const int B = last_B_, T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim(), F = cfg_.d_ff;
   const int64_t BT = static_cast<int64_t>(B) * T;

@@ -85,6 +85,9 @@ class GPT {
   void backward(float loss_scale);
 
   const float* last_logits() const { return last_logits_.data(); }  // [B, padded_vocab]
+  // Logits of rows [row_begin, row_begin + rows) of the last forward's [B*T] positions
+  // (head shard only) into out[rows, padded_vocab]; for evaluation, generation and tests.
+  void compute_logits(int64_t row_begin, int64_t rows, float* out);
   float* stage_input() { return act_.input; }                       // [B, T, C]
   const float* stage_output() const { return act_.output; }         // [B, T, C]
   float* stage_output_grad() { return act_.dres; }                  // [B, T, C]
