@@ -58,7 +58,7 @@ MPI_MAIN_OBJ := $(BUILD)/obj/tests/mpi/mpi_main.o
 TEST_CPPFLAGS := -DBOOST_TEST_DYN_LINK
 TEST_LIBS := -lboost_unit_test_framework
 
-.PHONY: all deps deps-check test test-unit test-mpi test-e2e demo data bench clean docs
+.PHONY: all deps deps-check test test-unit test-mpi test-e2e demo data bench bench-data clean docs
 all: $(BUILD)/mpitron
 
 $(BUILD)/mpitron: $(BUILD)/obj/src/main.o $(LIB)
@@ -116,6 +116,21 @@ demo: deps-check
 	@$(MAKE) --no-print-directory all data
 	$(MPIRUN_LOCAL) $(BUILD)/mpitron train jobs/demo.toml
 	@/usr/bin/python3 tools/plot_metrics.py runs/demo/metrics.jsonl >/dev/null && echo "loss curve: runs/demo/loss.png"
+
+# The demo corpus: the Debian `fortunes` text files (no download), one document per fortune,
+# byte-level tokens -> data/demo/train_*.h5 + val_*.h5 (ignored by git; ~0.1 s).
+FORTUNES := $(sort $(filter-out %.dat %.u8,$(wildcard /usr/share/games/fortunes/*)))
+data: deps-check $(BUILD)/mpitron
+	@test -n "$(FORTUNES)" || { echo "no fortune files under /usr/share/games/fortunes (make deps installs them)" >&2; exit 1; }
+	$(BUILD)/mpitron prep --input $(FORTUNES) --out data/demo --doc-separator % --val-fraction 0.02
+
+# Data pipeline benchmark: prep MB/s, BPE training time, loader tokens/s -> bench/results/data.md.
+$(BUILD)/bench/bench_data: $(BUILD)/obj/bench/data/bench_data.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+bench-data: $(BUILD)/bench/bench_data
+	$(BUILD)/bench/bench_data bench/results/data.md
+bench: bench-data
 
 clean:
 	rm -rf $(BUILD)

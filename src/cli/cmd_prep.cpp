@@ -1,9 +1,12 @@
 // `mpitron prep`: text files -> tokenized HDF5 shards.
+#include <algorithm>
 #include <cstdio>
 
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/loader.hpp"
 #include "mpitron/data/prep.hpp"
+#include "mpitron/data/shard.hpp"
 
 namespace mpitron {
 namespace {
@@ -24,12 +27,39 @@ num_tokens, source; see docs/data.md). Every document ends with the end-of-text 
   --workers N            tokenizer threads (default 1)
   --quiet                no progress output
   -h, --help             this text
+
+usage: mpitron prep --check DIR [--seq-len N]
+  Opens DIR's train_*.h5 (and val_*.h5 if any) as training would, reads every token once
+  (ids < vocab_size), and prints a summary; with --seq-len, also checks one sample fits.
 )";
+
+int check_dir(const std::string& dir, int seq_len) {
+  for (const char* split : {"train", "val"}) {
+    if (std::string(split) == "val" && list_shards(dir, split).empty()) continue;
+    TokenDataset ds(dir, split);
+    std::vector<int32_t> buf(1 << 20);
+    for (int64_t at = 0; at < ds.num_tokens(); at += static_cast<int64_t>(buf.size()))
+      ds.read(at, std::min<int64_t>(static_cast<int64_t>(buf.size()), ds.num_tokens() - at), buf.data());
+    if (seq_len > 0) {
+      LoaderOptions o;
+      o.dir = dir;
+      o.split = split;
+      o.seq_len = seq_len;
+      o.prefetch = 0;
+      ValidationLoader v(o);
+    }
+    std::printf("%s: vocab_size %d, eot %d, %lld samples of seq_len %d, tokens ok\n", ds.describe().c_str(),
+                ds.vocab_size(), ds.eot(), static_cast<long long>(seq_len > 0 ? ds.num_samples(seq_len) : 0), seq_len);
+  }
+  return 0;
+}
 
 }  // namespace
 
 int cmd_prep(const Args& args) {
   PrepOptions opt;
+  std::string check;
+  int seq_len = 0;
   auto value = [&](size_t& i) -> const std::string& {
     usage_check(i + 1 < args.size(), "prep: {} needs a value (see `mpitron prep --help`)", args[i]);
     return args[++i];
@@ -62,12 +92,17 @@ int cmd_prep(const Args& args) {
       opt.workers = static_cast<int>(parse_count(value(i), "--workers"));
     } else if (a == "--doc-separator") {
       opt.doc_separator = value(i);
+    } else if (a == "--check") {
+      check = value(i);
+    } else if (a == "--seq-len") {
+      seq_len = static_cast<int>(parse_count(value(i), "--seq-len"));
     } else if (a == "--quiet") {
       opt.progress = 0;
     } else {
       usage_fail("prep: unknown option '{}' (see `mpitron prep --help`)", a);
     }
   }
+  if (!check.empty()) return check_dir(check, seq_len);
   usage_check(!opt.inputs.empty() && !opt.out.empty(), "prep: --input and --out are required (see `mpitron prep --help`)");
   PrepResult r = run_prep(opt);
   std::printf("prep: %lld documents, %.1f MB -> %lld train + %lld val tokens in %zu shard%s under %s (%.1f s, %.1f MB/s)\n",
