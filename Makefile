@@ -40,7 +40,7 @@ endif
 
 # Sources: everything under src/; files in a cuda/ folder (and .cu files) only with CUDA on.
 ALL_CPP := $(shell find src -name '*.cpp' | sort)
-CUDA_CPP := $(filter %/cuda/%,$(ALL_CPP))
+CUDA_CPP := $(shell find src -path '*/cuda/*' -name '*.cpp' | sort)
 LIB_CPP := $(filter-out src/main.cpp $(CUDA_CPP),$(ALL_CPP))
 CU_SRC :=
 ifeq ($(CUDA_ON),1)
