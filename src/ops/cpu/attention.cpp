@@ -43,16 +43,9 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         small_gemm(mb, n, hd, q + i0 * C3, C3, Kt, T, P + static_cast<int64_t>(i0) * T, T, scale, false);
         for (int i = i0; i < n; ++i) {
           float* p = P + static_cast<int64_t>(i) * T;
-          float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-          for (int j = 0; j <= i; ++j) mx = std::max(mx, p[j]);
-          float s = 0.f;
-#pragma omp simd reduction(+ : s)
-          for (int j = 0; j <= i; ++j) {
-            p[j] = vexp(p[j] - mx);
-            s += p[j];
-          }
-          float inv = 1.f / s;
+          float mx = max_n(p, i + 1);
+          float sum = exp_shift_n(p, p, i + 1, mx, 1.f);
+          float inv = 1.f / sum;
 #pragma omp simd
           for (int j = 0; j <= i; ++j) p[j] *= inv;
           std::fill(p + i + 1, p + T, 0.f);

@@ -13,12 +13,8 @@ void crossentropy_forward(float* losses, float* lse, const float* logits, const 
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * Vp;
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
-    float s = 0.f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < V; ++j) s += vexp(x[j] - mx);
+    float mx = max_n(x, V);
+    float s = exp_shift_n(nullptr, x, V, mx, 1.f);
     float l = mx + std::log(s);
     lse[r] = l;
     int32_t t = targets ? targets[r] : -1;
@@ -37,8 +33,7 @@ void crossentropy_backward(float* dlogits, const float* lse, const int32_t* targ
       continue;
     }
     float l = lse[r];
-#pragma omp simd
-    for (int64_t j = 0; j < V; ++j) x[j] = scale * vexp(x[j] - l);
+    exp_shift_n(x, x, V, l, scale);
     std::fill(x + V, x + Vp, 0.f);
     x[t] -= scale;
   }

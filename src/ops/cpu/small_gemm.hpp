@@ -3,7 +3,7 @@
 // C[M,N] (+)= alpha * A[M,K] * B[K,N], all row-major with leading dimensions. 6x32 micro-tile:
 // 12 zmm accumulators, 2 loads + 6 broadcasts per 12 FMAs.
 #pragma once
-#include <immintrin.h>
+#include "avx512.hpp"
 
 #include <cstdint>
 

@@ -1,0 +1,211 @@
+// Model benchmark (not a test): raw oneDNN GEMM rates at GPT-2 d 768 shapes (both back ends,
+// every transpose case), then forward + backward + AdamW steps of tiny, small and gpt2-124m with
+// ms/step, tokens/s, GFLOP/s (PERF-NOTES formula) and a per-op time breakdown.
+// Build + run: bench/model/run.sh   (OMP_NUM_THREADS=2 unless set)
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../../src/ops/cpu/gemm.hpp"
+#include "mpitron/core/rng.hpp"
+#include "mpitron/model/gpt.hpp"
+
+using namespace mpitron;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Ops decorator that accumulates wall time per kernel family.
+class TimedOps final : public Ops {
+ public:
+  explicit TimedOps(Ops& in) : in_(in) {}
+  std::map<std::string, double> t;
+  const char* name() const override { return "timed"; }
+  template <class F>
+  void time(const char* k, F&& f) {
+    auto a = Clock::now();
+    f();
+    t[k] += secs(a, Clock::now());
+  }
+  void matmul_forward(float* o, const float* i, const float* w, const float* b, int64_t M, int64_t K,
+                      int64_t N) override {
+    time(N > 8 * K ? "lm_head_gemm" : "matmul_fwd", [&] { in_.matmul_forward(o, i, w, b, M, K, N); });
+  }
+  void matmul_backward(float* di, float* dw, float* db, const float* d, const float* i, const float* w, int64_t M,
+                       int64_t K, int64_t N, bool acc) override {
+    time(N > 8 * K ? "lm_head_gemm" : "matmul_bwd", [&] { in_.matmul_backward(di, dw, db, d, i, w, M, K, N, acc); });
+  }
+  void layernorm_forward(float* o, float* m, float* r, const float* i, const float* w, const float* b, int64_t R,
+                         int64_t C) override {
+    time("layernorm", [&] { in_.layernorm_forward(o, m, r, i, w, b, R, C); });
+  }
+  void layernorm_backward(float* di, float* dw, float* db, const float* d, const float* i, const float* w,
+                          const float* m, const float* r, int64_t R, int64_t C) override {
+    time("layernorm", [&] { in_.layernorm_backward(di, dw, db, d, i, w, m, r, R, C); });
+  }
+  void gelu_forward(float* o, const float* i, size_t n) override { time("gelu", [&] { in_.gelu_forward(o, i, n); }); }
+  void gelu_backward(float* di, const float* i, const float* d, size_t n) override {
+    time("gelu", [&] { in_.gelu_backward(di, i, d, n); });
+  }
+  void attention_forward(float* o, float* a, const float* q, int B, int T, int H, int hd) override {
+    time("attention_fwd", [&] { in_.attention_forward(o, a, q, B, T, H, hd); });
+  }
+  void attention_backward(float* dq, const float* d, const float* q, const float* a, int B, int T, int H,
+                          int hd) override {
+    time("attention_bwd", [&] { in_.attention_backward(dq, d, q, a, B, T, H, hd); });
+  }
+  void embedding_forward(float* o, const int32_t* tk, const float* wte, const float* wpe, int B, int T, int C,
+                         int64_t vb, int64_t ve) override {
+    time("embedding", [&] { in_.embedding_forward(o, tk, wte, wpe, B, T, C, vb, ve); });
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* d, const int32_t* tk, int B, int T, int C, int64_t vb,
+                          int64_t ve) override {
+    time("embedding", [&] { in_.embedding_backward(dwte, dwpe, d, tk, B, T, C, vb, ve); });
+  }
+  void residual_forward(float* o, const float* a, const float* b, size_t n) override {
+    time("residual", [&] { in_.residual_forward(o, a, b, n); });
+  }
+  void add_inplace(float* a, const float* b, size_t n) override { time("residual", [&] { in_.add_inplace(a, b, n); }); }
+  void scale_inplace(float* a, float s, size_t n) override { time("residual", [&] { in_.scale_inplace(a, s, n); }); }
+  void crossentropy_forward(float* l, float* lse, const float* x, const int32_t* tg, int64_t R, int64_t Vp,
+                            int64_t V) override {
+    time("crossentropy", [&] { in_.crossentropy_forward(l, lse, x, tg, R, Vp, V); });
+  }
+  void crossentropy_backward(float* d, const float* lse, const int32_t* tg, int64_t R, int64_t Vp, int64_t V,
+                             float s) override {
+    time("crossentropy", [&] { in_.crossentropy_backward(d, lse, tg, R, Vp, V, s); });
+  }
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float eps, float wd,
+             int step) override {
+    time("adamw", [&] { in_.adamw(p, g, m, v, n, lr, b1, b2, eps, wd, step); });
+  }
+  double sum_squares(const float* x, size_t n) override {
+    double r = 0;
+    time("adamw", [&] { r = in_.sum_squares(x, n); });
+    return r;
+  }
+
+ private:
+  Ops& in_;
+};
+
+void bench_gemm() {
+  std::printf("## Raw fp32 GEMM, 1024 tokens, d 768 (GFLOP/s, median of 7)\n\n");
+  std::printf("| shape | case | dnnl_sgemm | cached primitive |\n|---|---|---|---|\n");
+  const int64_t M = 1024;
+  struct S {
+    const char* what;
+    int64_t K, N;
+  } shapes[] = {{"qkv 768->2304", 768, 2304}, {"fc 768->3072", 768, 3072}, {"proj 3072->768", 3072, 768},
+                {"lm head 768->50304", 768, 50304}};
+  for (auto s : shapes) {
+    int64_t Mr = s.N > 10000 ? 256 : M;  // the LM head runs in chunks of rows
+    std::vector<float> X(Mr * s.K, 0.01f), W(s.N * s.K, 0.01f), Y(Mr * s.N, 0.f), dX(Mr * s.K), dW(s.N * s.K);
+    const char* cases[3] = {"dX = dY*W (NN)", "Y = X*W^T (NT)", "dW += dY^T*X (TN)"};
+    for (int c : {1, 0, 2}) {
+      double r[2];
+      for (int impl = 0; impl < 2; ++impl) {
+        cpu::Gemm g;
+        g.set_impl(c, impl ? cpu::GemmImpl::primitive : cpu::GemmImpl::sgemm);
+        auto run = [&] {
+          if (c == 1) g.run(false, true, Mr, s.N, s.K, X.data(), s.K, W.data(), s.K, Y.data(), s.N, false);
+          if (c == 0) g.run(false, false, Mr, s.K, s.N, Y.data(), s.N, W.data(), s.K, dX.data(), s.K, false);
+          if (c == 2) g.run(true, false, s.N, s.K, Mr, Y.data(), s.N, X.data(), s.K, dW.data(), s.K, true);
+        };
+        run();
+        std::vector<double> ts;
+        for (int i = 0; i < 7; ++i) {
+          auto a = Clock::now();
+          run();
+          ts.push_back(secs(a, Clock::now()));
+        }
+        r[impl] = 2.0 * Mr * s.N * s.K / median(ts) / 1e9;
+      }
+      std::printf("| %s (M=%ld) | %s | %.0f | %.0f |\n", s.what, static_cast<long>(Mr), cases[c], r[0], r[1]);
+    }
+  }
+  std::printf("\n");
+}
+
+void bench_model(ModelConfig cfg, int B, int steps, bool breakdown) {
+  auto base = make_cpu_ops();
+  TimedOps timed(*base);
+  Ops& ops = breakdown ? static_cast<Ops&>(timed) : *base;
+  GPT m(cfg, ModelShard{}, ops, B);
+  m.init_weights(42);
+  const int T = cfg.seq_len;
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    in[i] = static_cast<int32_t>(counter_bits(1, 1, i) % cfg.vocab_size);
+    tg[i] = static_cast<int32_t>(counter_bits(1, 2, i) % cfg.vocab_size);
+  }
+  Buffer<float> mo(Mem::optim, m.num_params()), vo(Mem::optim, m.num_params());
+  std::vector<double> ts;
+  double loss = 0;
+  for (int s = 1; s <= steps + 2; ++s) {
+    if (s == 3) timed.t.clear();
+    auto a = Clock::now();
+    m.zero_grad();
+    int64_t n;
+    loss = m.forward(in.data(), tg.data(), B, &n) / n;
+    m.backward(1.f / n);
+    double gn = ops.sum_squares(m.grad_data(), m.num_params());
+    (void)gn;
+    for (const auto& p : m.params())
+      ops.adamw(m.param_data() + p.offset, m.grad_data() + p.offset, mo.data() + p.offset, vo.data() + p.offset,
+                p.numel, 1e-4f, 0.9f, 0.95f, 1e-8f, p.decay ? 0.1f : 0.f, s);
+    if (s > 2) ts.push_back(secs(a, Clock::now()));
+  }
+  double t = median(ts), tok = double(B) * T;
+  double gf = gpt_flops_per_token(cfg) * tok / t / 1e9;
+  std::printf("| %s | V%d L%d H%d d%d T%d B%d | %.1f | %.0f | %.1f | %.3f |\n", cfg.name.c_str(), cfg.vocab_size,
+              cfg.n_layer, cfg.n_head, cfg.d_model, T, B, t * 1e3, tok / t, gf, loss);
+  if (breakdown) {
+    double total = 0;
+    for (auto& [k, v] : timed.t) total += v;
+    std::printf("|  breakdown (ms/step) |");
+    for (auto& [k, v] : timed.t) std::printf(" %s %.1f;", k.c_str(), v * 1e3 / steps);
+    std::printf(" other %.1f |||||\n", (t * steps - total) * 1e3 / steps);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool gemm = true, breakdown = true;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--no-gemm")) gemm = false;
+    if (!std::strcmp(argv[i], "--no-breakdown")) breakdown = false;
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+  }
+  std::printf("threads: %d\n\n", omp_get_max_threads());
+  if (gemm) bench_gemm();
+  std::printf("## Training step (fwd + bwd + AdamW), fp32, median\n\n");
+  std::printf("| model | shape | ms/step | tokens/s | GFLOP/s | loss |\n|---|---|---|---|---|---|\n");
+  ModelConfig tiny = model_preset("tiny");
+  tiny.n_layer = 4, tiny.d_model = 256, tiny.d_ff = 1024, tiny.seq_len = 256, tiny.name = "tiny(bench)";
+  ModelConfig small = model_preset("gpt2-124m");
+  small.name = "small", small.vocab_size = 8192, small.n_layer = 6, small.n_head = small.n_kv_head = 6;
+  small.d_model = 384, small.d_ff = 1536, small.seq_len = 256;
+  ModelConfig g124 = model_preset("gpt2-124m");
+  g124.seq_len = 256;
+  if (only.empty() || only == "tiny") bench_model(tiny, 8, 10, breakdown);
+  if (only.empty() || only == "small") bench_model(small, 8, 5, breakdown);
+  if (only.empty() || only == "124m") bench_model(g124, 4, 3, breakdown);
+  return 0;
+}
