@@ -58,7 +58,7 @@ MPI_MAIN_OBJ := $(BUILD)/obj/tests/mpi/mpi_main.o
 TEST_CPPFLAGS := -DBOOST_TEST_DYN_LINK
 TEST_LIBS := -lboost_unit_test_framework
 
-.PHONY: all deps deps-check test test-unit test-mpi test-e2e demo data bench bench-data clean docs
+.PHONY: all deps deps-check deps-slurm test test-unit test-mpi test-e2e test-slurm demo data bench bench-data clean docs
 all: $(BUILD)/mpitron
 
 $(BUILD)/mpitron: $(BUILD)/obj/src/main.o $(LIB)
@@ -108,6 +108,13 @@ test-mpi: $(MPI_TEST_BIN) $(BUILD)/mpitron
 	@BUILD=$(BUILD) bash tests/run_tests.sh mpi
 test-e2e: $(BUILD)/mpitron
 	@BUILD=$(BUILD) bash tests/run_tests.sh e2e
+
+# A private 2-node Slurm cluster on this host (tests/e2e/slurm/cluster.sh) running the real
+# slurm/train.sbatch; installs slurmctld/slurmd/munge first (deps-slurm; not part of `make deps`).
+deps-slurm:
+	@bash tools/deps.sh slurm
+test-slurm: deps-slurm $(BUILD)/mpitron
+	@BUILD=$(BUILD) bash tests/e2e/slurm/run.sh
 
 # The newcomer's first command: deps, build, the demo corpus, then a short data-parallel run on
 # 2 ranks (one OpenMP thread each). Prints the first and last validation loss.

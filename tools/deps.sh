@@ -2,7 +2,12 @@
 # `make deps`: install the Debian packages mpitron needs (quiet and idempotent when present).
 # `tools/deps.sh check`: the same, but only prints what is missing (used by make test / demo):
 # as root it installs them; otherwise it prints the exact apt-get line and fails.
+# `tools/deps.sh slurm` (`make deps-slurm`): only the packages of the private test cluster that
+# `make test-slurm` starts (slurmctld, slurmd, client tools, munge); plain `make deps` stays lean.
 set -euo pipefail
+if [ "${1:-install}" = slurm ]; then
+  PKGS=(slurmctld slurmd slurm-client munge openmpi-bin)
+else
 PKGS=(
   g++ make pkg-config
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
@@ -12,6 +17,7 @@ PKGS=(
 )
 # PyTorch is needed only to regenerate test fixtures and for bench/ comparisons.
 [ "${MPITRON_DEPS_TORCH:-0}" = 1 ] && PKGS+=(python3-torch libopenblas0-openmp)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
