@@ -36,6 +36,7 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
     globals[4] = take(BT);                   // losses
     globals[5] = take(BT);                   // lse
     globals[6] = take(chunk_rows * Vp);      // logits (one chunk of rows)
+    globals[11] = take(Vp * cfg.d_model);    // this micro-batch's LM-head gradient of wte, unscaled
   }
   globals[7] = take(BT * C);      // dres: residual-stream gradient
   globals[8] = take(BT * C);      // dC
@@ -54,7 +55,7 @@ int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch) {
 
 int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B) {
   int64_t total = 0;
-  float* g[11];
+  float* g[12];
   walk_activations(cfg, s, B, gpt_logits_chunk_rows(cfg, B), cfg.padded_vocab(s.tp_size),
                    [&](int64_t n) {
                      total += (n + 15) / 16 * 16;
@@ -87,7 +88,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * vp_ : 0);
   float* cur = act_buf_.data();
   std::vector<float*> lp;
-  float* g[11] = {};
+  float* g[12] = {};
   walk_activations(cfg, shard, max_micro_batch, chunk_rows_, vp_,
                    [&](int64_t k) {
                      float* p = cur;
@@ -103,6 +104,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   act_.output = n_local_layers_ > 0 ? act_.layers.back().res3 : act_.input;
   act_.lnf = g[1], act_.lnf_mean = g[2], act_.lnf_rstd = g[3], act_.losses = g[4], act_.lse = g[5];
   act_.logits = g[6];
+  act_.dwte_head = g[11];
   act_.dres = g[7], act_.dC = g[8], act_.d3C = g[9], act_.d4C = g[10];
 }
 
@@ -140,6 +142,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   const int64_t BT = static_cast<int64_t>(B) * T;
   last_B_ = B;
   last_had_targets_ = targets != nullptr;
+  last_had_grad_ = grad_enabled_;
   int32_t* toks = tok_buf_.data();
   int32_t* tgts = toks + static_cast<int64_t>(max_B_) * T;
   if (shard_.has_embedding) {
@@ -183,11 +186,19 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
     tgts[i] = targets[i];
     count += targets[i] >= 0;
   }
-  // LM head + loss in chunks of rows; the backward recomputes each chunk's logits.
+  // LM head + loss in chunks of rows. With gradients enabled the head's backward runs here too,
+  // unscaled (loss_scale is only known at backward(); the gradient is linear in it): each
+  // chunk's logits become softmax - onehot in place, then dlnf (into dC) and this
+  // micro-batch's wte gradient (dwte_head). That spares recomputing the logits GEMM later.
+  if (grad_enabled_) std::memset(act_.dwte_head, 0, static_cast<size_t>(vp_) * C * sizeof(float));
   for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
     int64_t rows = std::min(chunk_rows_, BT - r0);
     ops_.matmul_forward(act_.logits, act_.lnf + r0 * C, w_.wte, nullptr, rows, C, vp_);
     ops_.crossentropy_forward(act_.losses + r0, act_.lse + r0, act_.logits, tgts + r0, rows, vp_, cfg_.vocab_size);
+    if (!grad_enabled_) continue;
+    ops_.crossentropy_backward(act_.logits, act_.lse + r0, tgts + r0, rows, vp_, cfg_.vocab_size, 1.f);
+    ops_.matmul_backward(act_.dC + r0 * C, act_.dwte_head, nullptr, act_.logits, act_.lnf + r0 * C, w_.wte, rows, C,
+                         vp_);
   }
   double loss = 0.0;
   for (int64_t i = 0; i < BT; ++i) loss += act_.losses[i];
@@ -206,17 +217,12 @@ void GPT::backward(float loss_scale) {
   const int64_t BT = static_cast<int64_t>(B) * T;
   check(B > 0, "GPT::backward without a forward");
   const int32_t* toks = tok_buf_.data();
-  const int32_t* tgts = toks + static_cast<int64_t>(max_B_) * T;
   float* dres = act_.dres;
   if (shard_.has_head) {
-    check(last_had_targets_, "GPT::backward: the last forward had no targets");
+    check(last_had_targets_ && last_had_grad_, "GPT::backward: the last forward had no targets or no gradients");
     std::memset(dres, 0, BT * C * sizeof(float));
-    for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
-      int64_t rows = std::min(chunk_rows_, BT - r0);
-      ops_.matmul_forward(act_.logits, act_.lnf + r0 * C, w_.wte, nullptr, rows, C, vp_);
-      ops_.crossentropy_backward(act_.logits, act_.lse + r0, tgts + r0, rows, vp_, cfg_.vocab_size, loss_scale);
-      ops_.matmul_backward(act_.dC + r0 * C, g_.wte, nullptr, act_.logits, act_.lnf + r0 * C, w_.wte, rows, C, vp_);
-    }
+    ops_.scale_inplace(act_.dC, loss_scale, BT * C);
+    ops_.axpy(g_.wte, loss_scale, act_.dwte_head, static_cast<size_t>(vp_) * C);
     const float* res_last = n_local_layers_ > 0 ? act_.layers.back().res3 : act_.input;
     ops_.layernorm_backward(dres, g_.lnf_w, g_.lnf_b, act_.dC, res_last, w_.lnf_w, act_.lnf_mean, act_.lnf_rstd, BT,
                             C);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "grad_check.hpp"
+#include "mpitron/core/error.hpp"
 #include "mpitron/model/gpt.hpp"
 
 using namespace mpitron;
@@ -78,6 +79,14 @@ BOOST_AUTO_TEST_CASE(whole_model_finite_differences) {
   m.forward(in.data(), tg.data(), B, &n);
   BOOST_TEST(n == B * T - 1);
   const float scale = 1.f / n;
+  {  // evaluation mode: same loss, no backward
+    m.set_grad_enabled(false);
+    int64_t k;
+    double l0 = m.forward(in.data(), tg.data(), B, &k);
+    BOOST_CHECK_THROW(m.backward(scale), mpitron::Error);
+    m.set_grad_enabled(true);
+    BOOST_TEST(m.forward(in.data(), tg.data(), B, &k) == l0);
+  }
   m.zero_grad();
   m.backward(scale);
   std::vector<float> grads(m.grad_data(), m.grad_data() + m.num_params());

@@ -72,6 +72,8 @@ class GPT {
   float* grad_data() { return grads_buf_.data(); }
   size_t num_params() const { return params_buf_.size(); }
   void zero_grad();
+  // Off: forward computes the loss only (evaluation); backward is then an error. Default on.
+  void set_grad_enabled(bool on) { grad_enabled_ = on; }
 
   // One micro-batch [B, T] (T = cfg.seq_len, B <= max_micro_batch; targets may hold -1 = ignore).
   // Returns the SUM of per-token losses over counted targets and sets *n_targets.
@@ -109,7 +111,7 @@ class GPT {
     float *input = nullptr, *output = nullptr;
     std::vector<LayerAct> layers;
     float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr, *lse = nullptr,
-          *logits = nullptr;
+          *logits = nullptr, *dwte_head = nullptr;
     float *dres = nullptr, *dC = nullptr, *d3C = nullptr, *d4C = nullptr;
   };
   Weights resolve(float* base) const;
@@ -127,7 +129,7 @@ class GPT {
   Weights w_, g_;
   Acts act_;
   int last_B_ = 0;
-  bool last_had_targets_ = false;
+  bool last_had_targets_ = false, last_had_grad_ = false, grad_enabled_ = true;
 };
 
 }  // namespace mpitron

@@ -61,6 +61,7 @@ class Ops {
   virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
   virtual void add_inplace(float* a, const float* b, size_t n) = 0;                         // a += b
   virtual void scale_inplace(float* a, float s, size_t n) = 0;                              // a *= s
+  virtual void axpy(float* y, float a, const float* x, size_t n) = 0;                       // y += a * x
 
   // ---- fused softmax + cross-entropy over rows of logits [rows, Vp] ----
   // Columns >= V (padded vocab) never count. target < 0: row ignored (loss 0, gradient 0).

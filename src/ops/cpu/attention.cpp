@@ -19,7 +19,7 @@ constexpr int kRowBlock = 48;  // query rows per block (multiple of the 6-row mi
 
 size_t attention_scratch_floats(int T, int hd, bool backward) {
   size_t t = static_cast<size_t>(T);
-  return static_cast<size_t>(hd) * t + (backward ? 3 * t * t : 0) + 16;
+  return static_cast<size_t>(hd) * t + (backward ? t * t : 0) + 16;
 }
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, float* scratch) {
@@ -65,8 +65,6 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   {
     float* Vt = scratch + per_thread * omp_get_thread_num();
     float* dS = Vt + static_cast<int64_t>(hd) * T;
-    float* dSt = dS + TT;
-    float* Pt = dSt + TT;
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * H; ++bh) {
       int b = bh / H, h = bh % H;
@@ -91,13 +89,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         }
         small_gemm(mb, hd, n, dS + static_cast<int64_t>(i0) * T, T, k, C3, dq + i0 * C3, C3, 1.f, false);
       }
-      transpose(dS, T, T, T, dSt, T);
-      transpose(P, T, T, T, Pt, T);
+      // dK = dS^T Q and dV = P^T dO read dS and P transposed (rows t >= j0 only: causal).
       for (int j0 = 0; j0 < T; j0 += kRowBlock) {
         int mb = std::min(kRowBlock, T - j0);
         int64_t off = static_cast<int64_t>(j0) * T + j0;
-        small_gemm(mb, hd, T - j0, dSt + off, T, q + j0 * C3, C3, dk + j0 * C3, C3, 1.f, false);
-        small_gemm(mb, hd, T - j0, Pt + off, T, dO + j0 * C, C, dv + j0 * C3, C3, 1.f, false);
+        small_gemm<true>(mb, hd, T - j0, dS + off, T, q + j0 * C3, C3, dk + j0 * C3, C3, 1.f, false);
+        small_gemm<true>(mb, hd, T - j0, P + off, T, dO + j0 * C, C, dv + j0 * C3, C3, 1.f, false);
       }
     }
   }

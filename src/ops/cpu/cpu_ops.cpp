@@ -70,6 +70,7 @@ class CpuOps final : public Ops {
   }
   void add_inplace(float* a, const float* b, size_t n) override { cpu::add_inplace(a, b, n); }
   void scale_inplace(float* a, float s, size_t n) override { cpu::scale_inplace(a, s, n); }
+  void axpy(float* y, float a, const float* x, size_t n) override { cpu::axpy(y, a, x, n); }
   void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t rows,
                             int64_t Vp, int64_t V) override {
     cpu::crossentropy_forward(losses, lse, logits, targets, rows, Vp, V);

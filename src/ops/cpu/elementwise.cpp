@@ -20,6 +20,11 @@ void scale_inplace(float* a, float s, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] *= s;
 }
 
+void axpy(float* y, float a, const float* x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
 void column_sums(float* sums, const float* x, int64_t M, int64_t N) {
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < N; c0 += 64) {

@@ -23,9 +23,10 @@ struct Gemm::Cache {
   std::map<Key, Entry> prims;
 };
 
-// Measured on this machine (bench/results/model_cpu.md): sgemm for X*W^T and dY^T*X,
-// the cached primitive for dY*W.
-Gemm::Gemm() : cache_(std::make_unique<Cache>()), impl_{GemmImpl::primitive, GemmImpl::sgemm, GemmImpl::sgemm} {}
+// Measured on this machine (bench/results/model_cpu.md): dnnl_sgemm for dY*W (NN; the
+// primitive was 2x slower on some shapes) and dY^T*X (TN); the cached primitive for X*W^T (NT:
+// on par or slightly ahead, PERF-NOTES agrees, and it fuses the bias).
+Gemm::Gemm() : cache_(std::make_unique<Cache>()), impl_{GemmImpl::sgemm, GemmImpl::primitive, GemmImpl::sgemm} {}
 Gemm::~Gemm() = default;
 
 size_t Gemm::cached_primitives() const { return cache_->prims.size(); }

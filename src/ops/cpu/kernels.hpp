@@ -29,6 +29,7 @@ void column_sums(float* sums, const float* x, int64_t M, int64_t N);
 void residual_forward(float* out, const float* a, const float* b, size_t n);
 void add_inplace(float* a, const float* b, size_t n);
 void scale_inplace(float* a, float s, size_t n);
+void axpy(float* y, float a, const float* x, size_t n);
 void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
            float weight_decay, int step);
 double sum_squares(const float* x, size_t n);

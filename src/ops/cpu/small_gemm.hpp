@@ -1,7 +1,7 @@
 // Register-blocked AVX-512 GEMM for the small per-(batch, head) products of attention, called
 // from inside an OpenMP loop (oneDNN is not, to keep its thread pool out of nested regions).
-// C[M,N] (+)= alpha * A[M,K] * B[K,N], all row-major with leading dimensions. 6x32 micro-tile:
-// 12 zmm accumulators, 2 loads + 6 broadcasts per 12 FMAs.
+// C[M,N] (+)= alpha * op(A)[M,K] * B[K,N], all row-major with leading dimensions; TransA: A is
+// stored [K, M]. 6x32 micro-tile: 12 zmm accumulators, 2 loads + 6 broadcasts per 12 FMAs.
 #pragma once
 #include "avx512.hpp"
 
@@ -9,7 +9,7 @@
 
 namespace mpitron::cpu {
 
-template <int MR>
+template <int MR, bool TransA>
 inline void small_gemm_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
                             int64_t ldc, float alpha, bool accumulate, __mmask16 m0, __mmask16 m1) {
   __m512 c0[MR], c1[MR];
@@ -21,7 +21,7 @@ inline void small_gemm_tile(int64_t K, const float* A, int64_t lda, const float*
     __m512 b1 = _mm512_maskz_loadu_ps(m1, b + 16);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
-      __m512 a = _mm512_set1_ps(A[r * lda + k]);
+      __m512 a = _mm512_set1_ps(TransA ? A[k * lda + r] : A[r * lda + k]);
       c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
       c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
     }
@@ -40,22 +40,25 @@ inline void small_gemm_tile(int64_t K, const float* A, int64_t lda, const float*
   }
 }
 
+template <bool TransA = false>
 inline void small_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                        float* C, int64_t ldc, float alpha, bool accumulate) {
+  auto a_rows = [&](int64_t i) { return TransA ? A + i : A + i * lda; };
   for (int64_t j = 0; j < N; j += 32) {
     int64_t nj = N - j < 32 ? N - j : 32;
     __mmask16 m0 = nj >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << nj) - 1);
     __mmask16 m1 = nj >= 32 ? 0xFFFF : nj <= 16 ? 0 : static_cast<__mmask16>((1u << (nj - 16)) - 1);
     int64_t i = 0;
-    for (; i + 6 <= M; i += 6) small_gemm_tile<6>(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc, alpha, accumulate, m0, m1);
-    const float* a = A + i * lda;
+    for (; i + 6 <= M; i += 6)
+      small_gemm_tile<6, TransA>(K, a_rows(i), lda, B + j, ldb, C + i * ldc + j, ldc, alpha, accumulate, m0, m1);
+    const float* a = a_rows(i);
     float* c = C + i * ldc + j;
     switch (M - i) {
-      case 5: small_gemm_tile<5>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
-      case 4: small_gemm_tile<4>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
-      case 3: small_gemm_tile<3>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
-      case 2: small_gemm_tile<2>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
-      case 1: small_gemm_tile<1>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
+      case 5: small_gemm_tile<5, TransA>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
+      case 4: small_gemm_tile<4, TransA>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
+      case 3: small_gemm_tile<3, TransA>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
+      case 2: small_gemm_tile<2, TransA>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
+      case 1: small_gemm_tile<1, TransA>(K, a, lda, B + j, ldb, c, ldc, alpha, accumulate, m0, m1); break;
       default: break;
     }
   }
