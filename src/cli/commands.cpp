@@ -4,12 +4,16 @@ namespace mpitron {
 
 // One declaration per subcommand; each lives in its own src/cli/cmd_*.cpp.
 int cmd_version(const Args& args);
+int cmd_env(const Args& args);
+int cmd_bench_comm(const Args& args);
 int cmd_prep(const Args& args);
 int cmd_tokenizer(const Args& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"version", cmd_version, "print the version and the build's backends"},
+      {"env", cmd_env, "who is who: ranks, nodes, devices, parallel groups, NCCL environment"},
+      {"bench-comm", cmd_bench_comm, "collective bandwidth per group (nccl-tests style table)"},
       {"prep", cmd_prep, "tokenize text files into HDF5 shards for training"},
       {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer; encode/decode text"},
   };

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/dist/launch.hpp"
 
 namespace mpitron {
 namespace {
@@ -38,6 +39,8 @@ void exit_on_exception(const std::exception& e) {
   if (running) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+  } else if (int r = launcher_rank_from_env(); r >= 0) {
+    rank = r;  // failed before MPI started (e.g. unknown command): still only rank 0 speaks
   } else {
     // Errors found before MPI starts (e.g. a bad job file): every rank sees them, so only the
     // launcher's rank 0 prints.

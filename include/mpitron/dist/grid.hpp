@@ -28,6 +28,18 @@ GridShape resolve_grid_shape(GridShape s, int world);  // UsageError if it does 
 int grid_rank(const GridShape& s, const GridCoord& c);
 GridCoord grid_coord(const GridShape& s, int rank);
 
+// The groups every rank belongs to, in the order they are created.
+//   tp, cp, dp, pp: ranks differing only in that coordinate
+//   dp_cp: differing in dp and cp; model_parallel: differing in tp and pp
+//   embedding: first and last stage of this rank's pipeline (a group of one on middle stages)
+enum class Group { world, tp, cp, dp, pp, dp_cp, model_parallel, embedding };
+constexpr Group kAllGroups[] = {Group::world, Group::tp,    Group::cp,             Group::dp,
+                                Group::pp,    Group::dp_cp, Group::model_parallel, Group::embedding};
+const char* group_name(Group g);
+Group parse_group(const std::string& name);  // UsageError listing the names
+// World ranks of `rank`'s group g, ascending (= their rank order inside the group). Pure.
+std::vector<int> group_members(const GridShape& s, int rank, Group g);
+
 class ProcessGrid {
  public:
   // backend: "cpu" -> MpiComm for every group; "nccl" -> NcclComm (GPU builds only).
@@ -52,11 +64,22 @@ class ProcessGrid {
   // stages it is a group of one.
   Comm& embedding() { return *emb_; }
 
+  Comm& group(Group g);
+
   // World ranks of each group this rank belongs to (for `mpitron env`).
   std::vector<int> members(const std::string& group) const;
+  std::vector<int> members(Group g) const { return group_members(shape_, rank_, g); }
+
+  const LaunchInfo& launch() const { return launch_; }
+  const std::string& backend() const { return backend_; }
+  // Layout warnings (a TP group spanning nodes, naming its ranks); rank 0 also prints them.
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   struct Groups;
+  LaunchInfo launch_;
+  std::string backend_;
+  std::vector<std::string> warnings_;
   GridShape shape_;
   GridCoord coord_;
   int rank_ = 0, world_ = 1;

@@ -1,0 +1,106 @@
+// The backend-independent part of the dist Comm layer: backend names, the factory, scalar
+// reductions and communication buffers.
+#include <mpi.h>
+
+#include <cstring>
+
+#include "device.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/dist/comm.hpp"
+#include "mpitron/dist/mpi_comm.hpp"
+#if MPITRON_CUDA
+#include "cuda/nccl_comm.hpp"
+#endif
+
+namespace mpitron {
+
+std::string normalize_backend(const std::string& backend) {
+  if (backend == "cpu" || backend == "mpi") return "mpi";
+  if (backend == "nccl") return "nccl";
+  usage_fail("unknown communication backend '{}' (allowed: cpu, mpi, nccl)", backend);
+}
+
+std::string backend_unavailable_reason(const std::string& backend, const LaunchInfo& launch) {
+  if (normalize_backend(backend) == "mpi") return "";
+#if MPITRON_CUDA
+  if (launch.device >= 0) return "";
+  return fmt::format("backend 'nccl' needs a GPU, but this process has {}; use train.backend=cpu",
+                     launch.device_note.empty() ? std::string("no CUDA device bound") : launch.device_note);
+#else
+  (void)launch;
+  return "backend 'nccl' needs a CUDA build of mpitron (this binary was built with CUDA=0); use train.backend=cpu";
+#endif
+}
+
+std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm comm, const std::string& name,
+                                const LaunchInfo& launch) {
+  std::string b = normalize_backend(backend);
+  if (b == "mpi") return std::make_unique<MpiComm>(comm, name);
+  std::string why = backend_unavailable_reason(b, launch);
+  if (!why.empty()) {
+    MPI_Comm_free(&comm);
+    usage_fail("{}", why);
+  }
+#if MPITRON_CUDA
+  return detail::make_nccl_comm(comm, name, launch.device);
+#else
+  fail("unreachable: nccl backend in a CPU-only build");
+#endif
+}
+
+double Comm::all_reduce_scalar(double v, ReduceOp op) {
+  // fp32 on the wire: sums carry the double as hi + lo so a loss or a token count keeps ~48 bits.
+  float x[2] = {static_cast<float>(v), 0.0f};
+  x[1] = static_cast<float>(v - static_cast<double>(x[0]));
+  size_t n = op == ReduceOp::max ? 1 : 2;
+  if (backend() == "nccl") {
+    CommBuffer b("nccl", sizeof(x));
+    b.upload(x, sizeof(x));
+    all_reduce(b.data(), n, DType::f32, op);
+    b.download(x, sizeof(x));
+  } else {
+    all_reduce(x, n, DType::f32, op);
+  }
+  return op == ReduceOp::max ? static_cast<double>(x[0]) : static_cast<double>(x[0]) + static_cast<double>(x[1]);
+}
+
+CommBuffer::CommBuffer(const std::string& backend, size_t bytes)
+    : device_(normalize_backend(backend) == "nccl"), bytes_(bytes) {
+#if MPITRON_CUDA
+  if (device_) {
+    p_ = detail::cuda_alloc(bytes);
+    return;
+  }
+#else
+  usage_check(!device_, "backend 'nccl' needs a CUDA build of mpitron (this binary was built with CUDA=0)");
+#endif
+  p_ = host_alloc(Mem::comm, bytes);
+}
+
+CommBuffer::~CommBuffer() {
+#if MPITRON_CUDA
+  if (device_) {
+    detail::cuda_free(p_);
+    return;
+  }
+#endif
+  host_free(Mem::comm, p_, bytes_);
+}
+
+void CommBuffer::upload(const void* host, size_t bytes) {
+  check(bytes <= bytes_, "CommBuffer::upload: {} bytes into a buffer of {}", bytes, bytes_);
+#if MPITRON_CUDA
+  if (device_) return detail::cuda_copy(p_, host, bytes);
+#endif
+  std::memcpy(p_, host, bytes);
+}
+
+void CommBuffer::download(void* host, size_t bytes) const {
+  check(bytes <= bytes_, "CommBuffer::download: {} bytes from a buffer of {}", bytes, bytes_);
+#if MPITRON_CUDA
+  if (device_) return detail::cuda_copy(host, p_, bytes);
+#endif
+  std::memcpy(host, p_, bytes);
+}
+
+}  // namespace mpitron

@@ -1,0 +1,46 @@
+// The CUDA runtime calls of the dist module: count, bind, allocate communication buffers.
+#include <cuda_runtime.h>
+
+#include "../device.hpp"
+#include "mpitron/core/error.hpp"
+
+namespace mpitron::detail {
+
+DeviceProbe probe_cuda_devices() {
+  DeviceProbe p;
+  cudaError_t e = cudaGetDeviceCount(&p.count);
+  if (e != cudaSuccess) {
+    p.count = 0;
+    p.error = fmt::format("cudaGetDeviceCount failed with error {} ({})", static_cast<int>(e),
+                          cudaGetErrorString(e));
+    cudaGetLastError();  // clear the sticky error so later calls report their own
+  } else if (p.count == 0) {
+    p.error = "cudaGetDeviceCount found no devices";
+  }
+  return p;
+}
+
+void bind_cuda_device(int device) {
+  cudaError_t e = cudaSetDevice(device);
+  check(e == cudaSuccess, "cudaSetDevice({}) failed: {}", device, cudaGetErrorString(e));
+}
+
+void* cuda_alloc(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+  check(e == cudaSuccess, "cudaMalloc({} bytes) failed: {}", bytes, cudaGetErrorString(e));
+  e = cudaMemset(p, 0, bytes);
+  check(e == cudaSuccess, "cudaMemset failed: {}", cudaGetErrorString(e));
+  return p;
+}
+
+void cuda_free(void* p) {
+  if (p) cudaFree(p);
+}
+
+void cuda_copy(void* dst, const void* src, size_t bytes) {
+  cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  check(e == cudaSuccess, "cudaMemcpy({} bytes) failed: {}", bytes, cudaGetErrorString(e));
+}
+
+}  // namespace mpitron::detail

@@ -1,0 +1,311 @@
+// MpiComm: Comm over an MPI communicator (CPU backend). See mpi_comm.hpp for the bf16 rule.
+#include "mpitron/dist/mpi_comm.hpp"
+
+#include <climits>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+namespace {
+
+MPI_Datatype mpi_type(DType t) { return t == DType::f32 ? MPI_FLOAT : MPI_UINT16_T; }
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+
+int to_int(size_t n, const char* what) {
+  check(n <= static_cast<size_t>(INT_MAX), "{}: count {} exceeds the MPI int limit ({})", what, n, INT_MAX);
+  return static_cast<int>(n);
+}
+
+void widen(const void* src, float* dst, size_t n) {
+  const bf16* s = static_cast<const bf16*>(src);
+#pragma omp parallel for simd if (n > (1u << 18))
+  for (size_t i = 0; i < n; ++i) dst[i] = to_f32(s[i]);
+}
+
+void narrow(const float* src, void* dst, size_t n) {
+  bf16* d = static_cast<bf16*>(dst);
+#pragma omp parallel for simd if (n > (1u << 18))
+  for (size_t i = 0; i < n; ++i) d[i] = to_bf16(src[i]);
+}
+
+void scale(float* p, size_t n, float s) {
+#pragma omp parallel for simd if (n > (1u << 18))
+  for (size_t i = 0; i < n; ++i) p[i] *= s;
+}
+
+bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + bbytes && pb < pa + abytes;
+}
+
+struct MpiError {
+  const MpiComm& c;
+  void operator()(int rc, const char* call, size_t count = 0, DType t = DType::f32) const {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    fail("{} on group '{}' (rank {} of {}, {} x {}) failed: {}", call, c.name(), c.rank(), c.size(), count,
+         dtype_name(t), std::string(msg, len));
+  }
+};
+
+// A non-blocking MPI operation plus what must happen once it completes (divide for avg, round the
+// fp32 scratch back to bf16). Owns the scratch the operation works on.
+class MpiRequest final : public CommRequest {
+ public:
+  MpiRequest(std::string what) : what_(std::move(what)) {}
+  ~MpiRequest() override {
+    if (!done_ && req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);  // never free busy memory
+  }
+  void wait() override {
+    if (done_) return;
+    int rc = MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    check_rc(rc);
+    complete();
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    check_rc(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
+    if (flag) complete();
+    return done_;
+  }
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  std::function<void()> finish_;
+  Buffer<float> scratch_;
+
+ private:
+  void check_rc(int rc) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    fail("{} failed: {}", what_, std::string(msg, len));
+  }
+  void complete() {
+    done_ = true;
+    if (finish_) finish_();
+  }
+  std::string what_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+MpiComm::MpiComm(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiComm::~MpiComm() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+float* MpiComm::scratch(size_t n) {
+  if (scratch_.size() < n) scratch_ = Buffer<float>(Mem::comm, n);
+  return scratch_.data();
+}
+
+void MpiComm::check_peer(int peer, const char* what) const {
+  check(peer >= 0 && peer < size_, "{} on group '{}': peer {} is not a rank of this group of {}", what, name_, peer,
+        size_);
+}
+
+void MpiComm::all_reduce(void* buf, size_t count, DType t, ReduceOp op) {
+  MpiError err{*this};
+  int n = to_int(count, "all_reduce");
+  float* f = t == DType::f32 ? static_cast<float*>(buf) : scratch(count);
+  if (t == DType::bf16) widen(buf, f, count);
+  err(MPI_Allreduce(MPI_IN_PLACE, f, n, MPI_FLOAT, mpi_op(op), comm_), "MPI_Allreduce", count, t);
+  if (op == ReduceOp::avg) scale(f, count, 1.0f / size_);
+  if (t == DType::bf16) narrow(f, buf, count);
+}
+
+Request MpiComm::iall_reduce(void* buf, size_t count, DType t, ReduceOp op) {
+  MpiError err{*this};
+  int n = to_int(count, "iall_reduce");
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallreduce on group '{}'", name_));
+  float* f = static_cast<float*>(buf);
+  if (t == DType::bf16) {
+    r->scratch_ = Buffer<float>(Mem::comm, count);
+    f = r->scratch_.data();
+    widen(buf, f, count);
+  }
+  err(MPI_Iallreduce(MPI_IN_PLACE, f, n, MPI_FLOAT, mpi_op(op), comm_, &r->req_), "MPI_Iallreduce", count, t);
+  float s = op == ReduceOp::avg ? 1.0f / size_ : 1.0f;
+  bool to_bf = t == DType::bf16;
+  if (s != 1.0f || to_bf)
+    r->finish_ = [f, buf, count, s, to_bf] {
+      if (s != 1.0f) scale(f, count, s);
+      if (to_bf) narrow(f, buf, count);
+    };
+  return r;
+}
+
+void MpiComm::all_gather(const void* send, void* recv, size_t count, DType t) {
+  MpiError err{*this};
+  int n = to_int(count, "all_gather");
+  to_int(count * size_, "all_gather");
+  const char* mine = static_cast<const char*>(recv) + rank_ * count * dtype_size(t);
+  const void* s = send == mine ? MPI_IN_PLACE : send;
+  err(MPI_Allgather(s, n, mpi_type(t), recv, n, mpi_type(t), comm_), "MPI_Allgather", count, t);
+}
+
+Request MpiComm::iall_gather(const void* send, void* recv, size_t count, DType t) {
+  MpiError err{*this};
+  int n = to_int(count, "iall_gather");
+  to_int(count * size_, "iall_gather");
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallgather on group '{}'", name_));
+  const char* mine = static_cast<const char*>(recv) + rank_ * count * dtype_size(t);
+  const void* s = send == mine ? MPI_IN_PLACE : send;
+  err(MPI_Iallgather(s, n, mpi_type(t), recv, n, mpi_type(t), comm_, &r->req_), "MPI_Iallgather", count, t);
+  return r;
+}
+
+void MpiComm::all_gatherv(const void* send, void* recv, const size_t* counts, DType t) {
+  MpiError err{*this};
+  std::vector<int> c(size_), d(size_);
+  size_t off = 0;
+  for (int r = 0; r < size_; ++r) {
+    c[r] = to_int(counts[r], "all_gatherv");
+    d[r] = to_int(off, "all_gatherv");
+    off += counts[r];
+  }
+  const char* mine = static_cast<const char*>(recv) + d[rank_] * dtype_size(t);
+  const void* s = send == mine ? MPI_IN_PLACE : send;
+  err(MPI_Allgatherv(s, c[rank_], mpi_type(t), recv, c.data(), d.data(), mpi_type(t), comm_), "MPI_Allgatherv",
+      counts[rank_], t);
+}
+
+void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
+  MpiError err{*this};
+  int n = to_int(count, "reduce_scatter");
+  size_t total = count * size_;
+  to_int(total, "reduce_scatter");
+  if (t == DType::f32 && !overlaps(send, total * 4, recv, count * 4)) {
+    err(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, mpi_op(op), comm_), "MPI_Reduce_scatter_block", count, t);
+    if (op == ReduceOp::avg) scale(static_cast<float*>(recv), count, 1.0f / size_);
+    return;
+  }
+  // bf16 (widened) or recv inside send: reduce in place in the fp32 scratch, result at its start.
+  float* f = scratch(total);
+  if (t == DType::bf16)
+    widen(send, f, total);
+  else
+    std::memcpy(f, send, total * 4);
+  err(MPI_Reduce_scatter_block(MPI_IN_PLACE, f, n, MPI_FLOAT, mpi_op(op), comm_), "MPI_Reduce_scatter_block", count,
+      t);
+  if (op == ReduceOp::avg) scale(f, count, 1.0f / size_);
+  if (t == DType::bf16)
+    narrow(f, recv, count);
+  else
+    std::memcpy(recv, f, count * 4);
+}
+
+Request MpiComm::ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
+  MpiError err{*this};
+  int n = to_int(count, "ireduce_scatter");
+  size_t total = count * size_;
+  to_int(total, "ireduce_scatter");
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter_block on group '{}'", name_));
+  float s = op == ReduceOp::avg ? 1.0f / size_ : 1.0f;
+  if (t == DType::f32 && !overlaps(send, total * 4, recv, count * 4)) {
+    err(MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, mpi_op(op), comm_, &r->req_),
+        "MPI_Ireduce_scatter_block", count, t);
+    if (s != 1.0f) r->finish_ = [recv, count, s] { scale(static_cast<float*>(recv), count, s); };
+    return r;
+  }
+  r->scratch_ = Buffer<float>(Mem::comm, total);
+  float* f = r->scratch_.data();
+  if (t == DType::bf16)
+    widen(send, f, total);
+  else
+    std::memcpy(f, send, total * 4);
+  err(MPI_Ireduce_scatter_block(MPI_IN_PLACE, f, n, MPI_FLOAT, mpi_op(op), comm_, &r->req_),
+      "MPI_Ireduce_scatter_block", count, t);
+  bool to_bf = t == DType::bf16;
+  r->finish_ = [f, recv, count, s, to_bf] {
+    if (s != 1.0f) scale(f, count, s);
+    if (to_bf)
+      narrow(f, recv, count);
+    else
+      std::memcpy(recv, f, count * 4);
+  };
+  return r;
+}
+
+void MpiComm::reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) {
+  MpiError err{*this};
+  std::vector<int> c(size_);
+  size_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    c[r] = to_int(counts[r], "reduce_scatterv");
+    total += counts[r];
+  }
+  to_int(total, "reduce_scatterv");
+  size_t mine = counts[rank_];
+  float* f = scratch(total);
+  if (t == DType::bf16)
+    widen(send, f, total);
+  else
+    std::memcpy(f, send, total * 4);
+  err(MPI_Reduce_scatter(MPI_IN_PLACE, f, c.data(), MPI_FLOAT, mpi_op(op), comm_), "MPI_Reduce_scatter", mine, t);
+  if (op == ReduceOp::avg) scale(f, mine, 1.0f / size_);
+  if (t == DType::bf16)
+    narrow(f, recv, mine);
+  else
+    std::memcpy(recv, f, mine * 4);
+}
+
+void MpiComm::broadcast(void* buf, size_t count, DType t, int root) {
+  check_peer(root, "broadcast");
+  MpiError{*this}(MPI_Bcast(buf, to_int(count, "broadcast"), mpi_type(t), root, comm_), "MPI_Bcast", count, t);
+}
+
+void MpiComm::send(const void* buf, size_t count, DType t, int peer, int tag) {
+  check_peer(peer, "send");
+  MpiError{*this}(MPI_Send(buf, to_int(count, "send"), mpi_type(t), peer, tag, comm_), "MPI_Send", count, t);
+}
+
+void MpiComm::recv(void* buf, size_t count, DType t, int peer, int tag) {
+  check_peer(peer, "recv");
+  MpiError{*this}(MPI_Recv(buf, to_int(count, "recv"), mpi_type(t), peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv",
+                  count, t);
+}
+
+Request MpiComm::isend(const void* buf, size_t count, DType t, int peer, int tag) {
+  check_peer(peer, "isend");
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Isend on group '{}'", name_));
+  MpiError{*this}(MPI_Isend(buf, to_int(count, "isend"), mpi_type(t), peer, tag, comm_, &r->req_), "MPI_Isend",
+                  count, t);
+  return r;
+}
+
+Request MpiComm::irecv(void* buf, size_t count, DType t, int peer, int tag) {
+  check_peer(peer, "irecv");
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Irecv on group '{}'", name_));
+  MpiError{*this}(MPI_Irecv(buf, to_int(count, "irecv"), mpi_type(t), peer, tag, comm_, &r->req_), "MPI_Irecv",
+                  count, t);
+  return r;
+}
+
+void MpiComm::sendrecv(const void* sendbuf, size_t send_count, int dst, void* recvbuf, size_t recv_count, int src,
+                       DType t, int tag) {
+  if (dst >= 0) check_peer(dst, "sendrecv");
+  if (src >= 0) check_peer(src, "sendrecv");
+  // MPI_Sendrecv progresses both halves together, so rings and pairwise swaps cannot deadlock.
+  MpiError{*this}(MPI_Sendrecv(sendbuf, to_int(send_count, "sendrecv"), mpi_type(t), dst < 0 ? MPI_PROC_NULL : dst,
+                               tag, recvbuf, to_int(recv_count, "sendrecv"), mpi_type(t),
+                               src < 0 ? MPI_PROC_NULL : src, tag, comm_, MPI_STATUS_IGNORE),
+                  "MPI_Sendrecv", send_count, t);
+}
+
+void MpiComm::barrier() { MpiError{*this}(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+}  // namespace mpitron
