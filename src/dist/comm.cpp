@@ -49,19 +49,8 @@ std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm comm, const
 }
 
 double Comm::all_reduce_scalar(double v, ReduceOp op) {
-  // fp32 on the wire: sums carry the double as hi + lo so a loss or a token count keeps ~48 bits.
-  float x[2] = {static_cast<float>(v), 0.0f};
-  x[1] = static_cast<float>(v - static_cast<double>(x[0]));
-  size_t n = op == ReduceOp::max ? 1 : 2;
-  if (backend() == "nccl") {
-    CommBuffer b("nccl", sizeof(x));
-    b.upload(x, sizeof(x));
-    all_reduce(b.data(), n, DType::f32, op);
-    b.download(x, sizeof(x));
-  } else {
-    all_reduce(x, n, DType::f32, op);
-  }
-  return op == ReduceOp::max ? static_cast<double>(x[0]) : static_cast<double>(x[0]) + static_cast<double>(x[1]);
+  all_reduce_host_f64(&v, 1, op);
+  return v;
 }
 
 CommBuffer::CommBuffer(const std::string& backend, size_t bytes)

@@ -306,6 +306,13 @@ void MpiComm::sendrecv(const void* sendbuf, size_t send_count, int dst, void* re
                   "MPI_Sendrecv", send_count, t);
 }
 
+void MpiComm::all_reduce_host_f64(double* v, size_t count, ReduceOp op) {
+  MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, to_int(count, "all_reduce_host_f64"), MPI_DOUBLE, mpi_op(op), comm_),
+                  "MPI_Allreduce (f64)", count);
+  if (op == ReduceOp::avg)
+    for (size_t i = 0; i < count; ++i) v[i] /= size_;
+}
+
 void MpiComm::barrier() { MpiError{*this}(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 }  // namespace mpitron

@@ -63,7 +63,11 @@ class Comm {
 
   virtual void barrier() = 0;
 
-  // Convenience for scalars (loss, grad norm, step agreement).
+  // In place, fp64, on a few HOST values whatever the backend (loss sums, token counts, norms):
+  // exact enough that scalar bookkeeping agrees across layouts.
+  virtual void all_reduce_host_f64(double* v, size_t count, ReduceOp op) = 0;
+
+  // Convenience for scalars (loss, grad norm, step agreement). fp64 via all_reduce_host_f64.
   double all_reduce_scalar(double v, ReduceOp op);
 };
 

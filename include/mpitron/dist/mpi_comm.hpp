@@ -47,6 +47,7 @@ class MpiComm final : public Comm {
   void sendrecv(const void* sendbuf, size_t send_count, int dst, void* recvbuf, size_t recv_count, int src,
                 DType t, int tag = 0) override;
   void barrier() override;
+  void all_reduce_host_f64(double* v, size_t count, ReduceOp op) override;
 
  private:
   float* scratch(size_t n);  // grow-only fp32 scratch for blocking bf16 reductions

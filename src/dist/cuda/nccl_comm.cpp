@@ -163,6 +163,17 @@ class NcclComm final : public Comm {
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
     sync();
   }
+  void all_reduce_host_f64(double* v, size_t count, ReduceOp op) override {
+    void* d = nullptr;
+    cuda_check(cudaMalloc(&d, count * sizeof(double) + 1), "cudaMalloc");
+    cuda_check(cudaMemcpy(d, v, count * sizeof(double), cudaMemcpyHostToDevice), "cudaMemcpy");
+    ncclResult_t r = ncclAllReduce(d, d, count, ncclFloat64, nccl_op(op), nccl_, stream_);
+    cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) e = cudaMemcpy(v, d, count * sizeof(double), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    nccl_check(r, "ncclAllReduce (f64)");
+    cuda_check(e, "cudaMemcpy");
+  }
   void barrier() override {
     sync();
     int rc = MPI_Barrier(mpi_);
