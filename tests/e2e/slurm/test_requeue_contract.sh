@@ -13,7 +13,8 @@ cat >"$T/fake-mpitron" <<'STUB'
 r=${SLURM_PROCID:-?}
 echo "fake rank $r restart ${SLURM_RESTART_COUNT:-0} node ${SLURM_NODEID:-?} args: $*"
 if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then echo "fake rank $r resumed"; exit 0; fi
-trap 'echo "fake rank $r got SIGUSR1"; exit 75' USR1
+# The last rank takes longer to leave (as a rank still flushing its checkpoint part would).
+trap 'echo "fake rank $r got SIGUSR1"; [ "$r" = 3 ] && sleep 3; exit 75' USR1
 echo "fake rank $r up"
 for i in $(seq 1 600); do sleep 0.1; done
 echo "fake rank $r: no signal in 60 s"
