@@ -164,15 +164,15 @@ int cmd_bench_comm(const Args& args) {
       "--op, --group, --min, --max, --factor, --iters, --warmup, --dtype, --section.key=value, --help";
   for (size_t i = 0; i < rest.size(); ++i) {
     std::string a = rest[i], v;
-    if (auto eq = a.find('='); eq != std::string::npos) {
+    std::string::size_type eq = a.find('=');
+    if (eq != std::string::npos) {
       v = a.substr(eq + 1);
       a = a.substr(0, eq);
-    } else if (a.rfind("--", 0) == 0 && i + 1 < rest.size()) {
-      v = rest[++i];
     }
     bool known = a == "--op" || a == "--group" || a == "--min" || a == "--max" || a == "--factor" ||
                  a == "--iters" || a == "--warmup" || a == "--dtype";
     usage_check(known, "unknown option '{}' for `mpitron bench-comm` (allowed: {})", rest[i], allowed);
+    if (eq == std::string::npos && i + 1 < rest.size()) v = rest[++i];
     usage_check(!v.empty(), "option {} needs a value", a);
     if (a == "--op") {
       usage_check(v == "all" || std::find(kOps.begin(), kOps.end(), v) != kOps.end(),

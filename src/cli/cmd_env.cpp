@@ -125,8 +125,7 @@ int cmd_env(const Args& args) {
   auto vars = comm_env_vars();
   if (vars.empty()) std::printf("  (no NCCL_* or CUDA_VISIBLE_DEVICES variables set)\n");
   for (const auto& v : vars) std::printf("  %s\n", v.c_str());
-  if (!launch.device_note.empty()) std::printf("note: %s\n", launch.device_note.c_str());
-  for (const auto& w : grid.warnings()) std::printf("warning: %s\n", w.c_str());
+  // The device note and layout warnings were already printed once, on stderr, by rank 0.
   std::fflush(stdout);
   return 0;
 }

@@ -41,6 +41,17 @@ void exit_on_exception(const std::exception& e) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
   } else if (int r = launcher_rank_from_env(); r >= 0) {
     rank = r;  // failed before MPI started (e.g. unknown command): still only rank 0 speaks
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (usage && !fin) {
+      // Every rank hit the same usage error. Start MPI so that MPI_Finalize below lines the ranks
+      // up: otherwise a fast rank's exit makes mpirun kill rank 0 before it has printed.
+      int provided = 0;
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS) {
+        running = true;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      }
+    }
   } else {
     // Errors found before MPI starts (e.g. a bad job file): every rank sees them, so only the
     // launcher's rank 0 prints.
