@@ -102,6 +102,9 @@ if [ "$dp" -gt 0 ]; then
   if [ -z "$tpn_arg" ] && [ "$W" -lt "$T" ] && [ -z "$nodes_arg" -o "$nodes_arg" = 1 ]; then
     T=$W
   fi
+fi
+[ $((T % tp)) -eq 0 ] || die "tp $tp does not divide $T tasks per node: a TP group would span nodes"
+if [ "$dp" -gt 0 ]; then
   [ $((W % T)) -eq 0 ] || die "world $W (tp $tp x cp $cp x dp $dp x pp $pp) is not a multiple of $T tasks per node"
   N=$((W / T))
   [ -z "$nodes_arg" ] || [ "$nodes_arg" -eq "$N" ] ||
@@ -113,7 +116,6 @@ else
     die "$N nodes x $T tasks = $W ranks is not a multiple of tp $tp x cp $cp x pp $pp = $mp"
   dp=$((W / mp))
 fi
-[ $((T % tp)) -eq 0 ] || die "tp $tp does not divide $T tasks per node: a TP group would span nodes"
 
 extra=()
 [ -n "$nodes_arg" ] || extra+=(--nodes="$N")
@@ -126,8 +128,8 @@ fi
 echo "submit.sh: $JOB: world $W = tp $tp x cp $cp x dp $dp x pp $pp on $N node(s) x $T task(s), backend ${backend:-cpu}" >&2
 cmd=(sbatch "${extra[@]}" "${sb_args[@]}" "$HERE/train.sbatch" "$JOB" "${overrides[@]}")
 if [ $print_only = 1 ]; then
-  printf '%q ' "${cmd[@]}"
-  echo
+  line=$(printf '%q ' "${cmd[@]}")
+  echo "${line% }"
   exit 0
 fi
 MPITRON=$MPITRON exec "${cmd[@]}"
