@@ -1,0 +1,94 @@
+// `mpitron train JOB.toml [--section.key=value ...] [--dry-run]`
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "mpitron/cli/commands.hpp"
+#include "env_vars.hpp"
+#include "mpitron/cli/job_config.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/dist/grid.hpp"
+#include "mpitron/dist/launch.hpp"
+#include "mpitron/train/trainer.hpp"
+
+namespace mpitron {
+namespace {
+
+const char* kHelp =
+    "usage: mpitron train JOB.toml [--section.key=value ...] [--dry-run]\n"
+    "       mpirun -np N mpitron train JOB.toml --parallel.dp=N\n\n"
+    "Trains the model the job file describes (see docs/jobs.md for every key and its default).\n"
+    "Any job key can be overridden: --train.steps=50 --parallel.tp=2 --optim.lr=3e-4\n\n"
+    "options:\n"
+    "  --dry-run   print the fully resolved job (TOML) and the layout for this world size, then exit\n"
+    "  --help      this text\n\n"
+    "Rank 0 prints one line per log.every steps: step, loss, lr, grad norm, ms/step, tokens/s,\n"
+    "GFLOP/s per rank, MFU (against train.peak_flops, or a GEMM probe at start-up) and memory by\n"
+    "category; the same values go to <job.run_dir>/metrics.jsonl.\n";
+
+// OpenMP threads per rank: train.threads, else OMP_NUM_THREADS, else the node's cores shared
+// evenly among the ranks on it (two unbound ranks each using every core lose ~2x here).
+int threads_per_rank(const JobConfig& cfg, const LaunchInfo& li) {
+  if (cfg.train.threads > 0) return cfg.train.threads;
+  if (auto it = cfg.env.find("OMP_NUM_THREADS"); it != cfg.env.end()) return std::max(1, std::atoi(it->second.c_str()));
+  if (const char* e = std::getenv("OMP_NUM_THREADS"); e && std::atoi(e) > 0) return std::atoi(e);
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, li.local_size));
+}
+
+}  // namespace
+
+int cmd_train(const Args& args) {
+  JobConfig cfg;
+  Args rest;
+  bool dry_run = false;
+  std::string job_path;
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kHelp);
+      return 0;
+    }
+  }
+  // The job file comes first so command-line overrides win over it.
+  if (!args.empty() && args[0].rfind("--", 0) != 0) job_path = args[0];
+  if (!job_path.empty()) load_job_file(cfg, job_path);
+  Args tail(args.begin() + (job_path.empty() ? 0 : 1), args.end());
+  for (const auto& a : apply_job_overrides(cfg, tail)) {
+    if (a == "--dry-run") dry_run = true;
+    else usage_fail("train: unknown option '{}' (allowed: --dry-run, --help, --section.key=value; see docs/jobs.md)", a);
+  }
+  usage_check(!job_path.empty() || args.size() > 0, "train: give a job file (e.g. jobs/tiny.toml); see --help");
+  // [env] before MPI/NCCL/OpenMP start (NCCL reads its variables at communicator creation).
+  std::vector<std::string> env_warnings = apply_job_env(cfg.env, cfg.env_override);
+
+  const LaunchInfo& li = init_launch();
+  GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp};
+  shape = resolve_grid_shape(shape, li.world);
+  if (dry_run) {
+    if (li.rank == 0) {
+      std::printf("# resolved job%s%s\n%s\n", job_path.empty() ? "" : " from ", job_path.c_str(),
+                  job_to_toml(cfg).c_str());
+      std::printf("# layout: world %d = tp %d x cp %d x dp %d x pp %d; run dir %s\n", li.world, shape.tp, shape.cp,
+                  shape.dp, shape.pp, cfg.run_dir().c_str());
+    }
+    return 0;
+  }
+  if (li.rank == 0) {
+    for (const auto& w : env_warnings) std::printf("warning: %s\n", w.c_str());
+    for (const auto& line : effective_env_lines(cfg.env)) std::printf("env %s\n", line.c_str());
+  }
+  omp_set_num_threads(threads_per_rank(cfg, li));
+  ProcessGrid grid(li, shape, cfg.train.backend == "nccl" ? "nccl" : "cpu");
+  TrainResult r = run_training(cfg, li, grid);
+  if (li.rank == 0 && r.first_val_loss >= 0)
+    std::printf("done: %d steps | train loss %.4f -> %.4f | val loss %.4f -> %.4f\n", r.steps_done, r.first_loss,
+                r.last_loss, r.first_val_loss, r.last_val_loss);
+  else if (li.rank == 0)
+    std::printf("done: %d steps | train loss %.4f -> %.4f\n", r.steps_done, r.first_loss, r.last_loss);
+  return 0;
+}
+
+}  // namespace mpitron

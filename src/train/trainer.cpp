@@ -1,0 +1,245 @@
+#include "mpitron/train/trainer.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/memory.hpp"
+#include "mpitron/data/loader.hpp"
+#include "mpitron/model/config.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/ops/ops.hpp"
+#include "mpitron/train/adamw.hpp"
+#include "mpitron/train/lr_schedule.hpp"
+#include "mpitron/train/metrics.hpp"
+#include "mpitron/train/peak_probe.hpp"
+#include "mpitron/train/step_stats.hpp"
+
+namespace mpitron {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+bool has_split(const std::string& dir, const std::string& split) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    auto name = e.path().filename().string();
+    if (name.rfind(split + "_", 0) == 0 && e.path().extension() == ".h5") return true;
+  }
+  return false;
+}
+
+// Batch arithmetic: global_batch sequences per step = micro_batch x dp x accumulation steps.
+struct BatchPlan {
+  int micro = 1, global = 1, accum = 1;
+};
+
+BatchPlan plan_batches(const JobConfig& cfg, int dp) {
+  BatchPlan b;
+  b.micro = cfg.train.micro_batch;
+  usage_check(b.micro > 0, "train.micro_batch must be > 0 (got {})", b.micro);
+  b.global = cfg.train.global_batch ? cfg.train.global_batch : b.micro * dp;
+  usage_check(b.global % (b.micro * dp) == 0,
+              "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x dp ({})", b.global, b.micro,
+              dp);
+  b.accum = b.global / (b.micro * dp);
+  usage_check(cfg.parallel.microbatches == 0 || cfg.parallel.microbatches == b.accum,
+              "parallel.microbatches ({}) disagrees with train.global_batch / (train.micro_batch x dp) = {}",
+              cfg.parallel.microbatches, b.accum);
+  return b;
+}
+
+// Mean loss over the validation set's first `batches` micro-batches per DP rank (all DP ranks
+// together; the same batches every time).
+double evaluate(GPT& model, ValidationLoader& val, Comm& dp) {
+  val.reset();
+  model.set_grad_enabled(false);
+  Batch b;
+  double loss_sum = 0, count = 0;
+  while (val.next(b)) {
+    int64_t n = 0;
+    loss_sum += model.forward(b.inputs.data(), b.targets.data(), b.batch, &n);
+    count += static_cast<double>(n);
+  }
+  model.set_grad_enabled(true);
+  loss_sum = dp.all_reduce_scalar(loss_sum, ReduceOp::sum);
+  count = dp.all_reduce_scalar(count, ReduceOp::sum);
+  return loss_sum / std::max(1.0, count);
+}
+
+}  // namespace
+
+TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
+  const GridShape& gs = grid.shape();
+  usage_check(gs.tp == 1 && gs.pp == 1 && gs.cp == 1,
+              "tensor, pipeline and context parallel training are not implemented yet (parallel.tp={}, pp={}, "
+              "cp={}); use data parallel (parallel.dp)",
+              gs.tp, gs.pp, gs.cp);
+  usage_check(cfg.parallel.zero == 0, "parallel.zero={} is not implemented yet (allowed now: 0)", cfg.parallel.zero);
+  usage_check(cfg.train.backend == "cpu", "train.backend=\"{}\" is not available in this build (allowed: cpu)",
+              cfg.train.backend);
+  usage_check(cfg.train.steps > 0, "train.steps must be > 0 (got {})", cfg.train.steps);
+  usage_check(cfg.log.every > 0, "log.every must be > 0 (got {})", cfg.log.every);
+  const bool rank0 = grid.rank() == 0;
+  const int dp = gs.dp, dp_rank = grid.coord().dp;
+  const BatchPlan bp = plan_batches(cfg, dp);
+
+  // Model config: the data's tokenizer decides the vocabulary unless the job sets it.
+  ModelConfig mc = resolve_model_config(cfg.model);
+  LoaderOptions lo;
+  lo.dir = cfg.data.path;
+  lo.split = "train";
+  lo.seq_len = mc.seq_len;
+  lo.micro_batch = bp.micro;
+  lo.dp_size = dp;
+  lo.dp_rank = dp_rank;
+  lo.seed = cfg.data.seed;
+  lo.shuffle = true;
+  lo.drop_last = cfg.data.drop_last;
+  lo.prefetch = cfg.data.prefetch;
+  DataLoader train_data(lo);
+  if (cfg.model.vocab_size == 0) {
+    mc.vocab_size = train_data.vocab_size();
+  } else {
+    usage_check(mc.vocab_size >= train_data.vocab_size(),
+                "model.vocab_size ({}) is smaller than the data's vocabulary ({}, from {})", mc.vocab_size,
+                train_data.vocab_size(), cfg.data.path);
+  }
+  std::unique_ptr<ValidationLoader> val_data;
+  if (has_split(cfg.data.path, "val")) {
+    LoaderOptions vo = lo;
+    vo.split = "val";
+    vo.shuffle = false;
+    // eval.batches counts global batches, so every layout evaluates the same sequences.
+    val_data = std::make_unique<ValidationLoader>(vo, int64_t{cfg.eval.batches} * bp.accum);
+  } else if (rank0) {
+    std::printf("note: no val_*.h5 in %s: validation loss is not computed\n", cfg.data.path.c_str());
+  }
+
+  auto ops = make_cpu_ops();
+  ModelShard shard;
+  GPT model(mc, shard, *ops, bp.micro);
+  model.init_weights(cfg.train.seed);
+  AdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
+  AdamW optim(ao, *ops, model.params(), 0, model.num_params());
+  LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
+
+  const double flops_per_token = gpt_flops_per_token(mc);
+  const int64_t tokens_per_step = int64_t{bp.global} * mc.seq_len;
+  const double peak = cfg.train.peak_flops > 0 ? cfg.train.peak_flops : measure_peak_flops(*ops);
+
+  MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/false);
+  if (rank0) {
+    std::printf(
+        "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"
+        "layout world %d = dp %d x tp %d x pp %d | global batch %d = micro %d x dp %d x accum %d "
+        "(%lld tokens/step) | %d threads/rank | peak %.1f GFLOP/s/rank%s\n"
+        "data %s: %lld samples per rank per epoch | run dir %s\n",
+        mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(), mc.seq_len,
+        model.num_params() / 1e6, launch.world, dp, gs.tp, gs.pp, bp.global, bp.micro, dp, bp.accum,
+        static_cast<long long>(tokens_per_step), omp_get_max_threads(), peak / 1e9,
+        cfg.train.peak_flops > 0 ? " (train.peak_flops)" : " (measured GEMM probe)", cfg.data.path.c_str(),
+        static_cast<long long>(train_data.samples_per_epoch()), cfg.run_dir().c_str());
+    std::fflush(stdout);
+  }
+
+  TrainResult result;
+  std::vector<Batch> batches(bp.accum);
+  float* params = model.param_data();
+  float* grads = model.grad_data();
+  const size_t n_params = model.num_params();
+
+  auto run_eval = [&](int step) {
+    if (!val_data) return;
+    double vl = evaluate(model, *val_data, grid.dp());
+    if (result.first_val_loss < 0) result.first_val_loss = vl;
+    result.last_val_loss = vl;
+    if (rank0) {
+      std::printf("step %d | val loss %.4f\n", step, vl);
+      std::fflush(stdout);
+      metrics.write({{"step", int64_t{step}}, {"val_loss", vl}});
+    }
+  };
+  run_eval(0);
+
+  for (int step = 1; step <= cfg.train.steps; ++step) {
+    auto t0 = Clock::now();
+    MemTracker::host().reset_peaks();
+    // Fetch the step's micro-batches first: the loss normaliser is the number of target tokens
+    // in the whole global batch, which must be known before the first backward.
+    double counts[2] = {0, 0};  // [loss sum, target tokens]
+    for (auto& b : batches) {
+      train_data.next(b);
+      for (int32_t t : b.targets) counts[1] += t >= 0;
+    }
+    double data_ms = ms_since(t0);
+    const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(counts[1], ReduceOp::sum) : counts[1];
+
+    model.zero_grad();
+    for (auto& b : batches) {
+      int64_t n = 0;
+      counts[0] += model.forward(b.inputs.data(), b.targets.data(), b.batch, &n);
+      model.backward(static_cast<float>(1.0 / n_tokens));
+    }
+    auto tc = Clock::now();
+    if (dp > 1) {
+      grid.dp().all_reduce(grads, n_params, DType::f32, ReduceOp::sum);
+      counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
+    }
+    double comm_ms = ms_since(tc);
+    double loss = counts[0] / n_tokens;
+    double grad_norm = std::sqrt(ops->sum_squares(grads, n_params));
+    double lr = sched.at(step);
+
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      if (cfg.train.nan_policy == "skip") {
+        if (rank0) std::printf("step %d: non-finite loss %g or grad norm %g: step skipped\n", step, loss, grad_norm);
+        continue;
+      }
+      fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\")", step, loss,
+           grad_norm);
+    }
+    if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip) {
+      // torch.nn.utils.clip_grad_norm_'s rule.
+      ops->scale_inplace(grads, static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)), n_params);
+    }
+    optim.step(params, grads, lr);
+    double step_ms = ms_since(t0);
+
+    if (step == 1) result.first_loss = loss;
+    result.last_loss = loss;
+    result.steps_done = step;
+    if (rank0 && (step % cfg.log.every == 0 || step == cfg.train.steps || step == 1)) {
+      StepStats s;
+      s.step = step;
+      s.total_steps = cfg.train.steps;
+      s.loss = loss;
+      s.lr = lr;
+      s.grad_norm = grad_norm;
+      s.step_ms = step_ms;
+      s.tokens_per_s = tokens_per_step / (step_ms / 1e3);
+      s.gflops_per_rank = flops_per_token * tokens_per_step / launch.world / (step_ms / 1e3) / 1e9;
+      s.mfu = s.gflops_per_rank * 1e9 / peak;
+      s.data_wait_ms = data_ms;
+      s.comm_ms = comm_ms;
+      s.mem = MemTracker::host().stats();
+      std::printf("%s\n", format_step_line(s).c_str());
+      std::fflush(stdout);
+      write_step_metrics(metrics, s);
+    }
+    if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
+  }
+  run_eval(cfg.train.steps);
+  return result;
+}
+
+}  // namespace mpitron

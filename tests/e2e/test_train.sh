@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# End-to-end: prep a small corpus, train the tiny model on 1 rank and on 2 data-parallel ranks.
+# Checks: loss falls; the dp=2 run reproduces the 1-rank losses (golden rule, DESIGN.md);
+# metrics.jsonl is valid JSON with step/loss; --dry-run; bad keys and layouts fail cleanly.
+set -euo pipefail
+: "${MPITRON:=build/mpitron}" "${MPIRUN:=mpirun --oversubscribe}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A corpus of a few hundred KB from the fortunes package (deterministic order).
+cat /usr/share/games/fortunes/{fortunes,computers,science,wisdom} 2>/dev/null | head -c 400000 >"$tmp/corpus.txt"
+[ -s "$tmp/corpus.txt" ] || fail "no fortunes corpus (make deps installs it)"
+"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --val-fraction 0.05 \
+  --doc-separator % --quiet
+
+common=(--data.path="$tmp/data" --train.steps=12 --train.micro_batch=2 --train.global_batch=4
+        --eval.every=0 --eval.batches=2 --log.every=1 --train.peak_flops=1e11)
+run() {  # name np extra...
+  local name=$1 np=$2
+  shift 2
+  timeout 300 $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
+    >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "$name run failed"; }
+}
+run np1 1
+run dp2 2
+
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+def losses(name):
+    rows = [json.loads(l) for l in open(f"{tmp}/{name}/metrics.jsonl")]
+    return [r["loss"] for r in rows if "loss" in r], [r for r in rows if "val_loss" in r]
+a, va = losses("np1")
+b, vb = losses("dp2")
+assert len(a) == 12 and len(b) == 12, (len(a), len(b))
+assert a[-1] < a[0] - 0.5, f"loss did not fall: {a[0]} -> {a[-1]}"
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst < 1e-5, f"dp=2 differs from the single-rank run: max rel {worst:.3g}\n{a}\n{b}"
+assert va and vb and abs(va[-1]["val_loss"] - vb[-1]["val_loss"]) / va[-1]["val_loss"] < 1e-5
+print(f"loss {a[0]:.4f} -> {a[-1]:.4f}; dp2 vs np1 max rel diff {worst:.2e}")
+PY
+
+# --dry-run prints the resolved job and the layout without training.
+out=$("$MPITRON" train jobs/tiny.toml --parallel.tp=1 --train.steps=3 --dry-run)
+grep -q '^steps = 3$' <<<"$out" || fail "dry-run does not show the override"
+grep -q '# layout: world 1' <<<"$out" || fail "dry-run does not show the layout"
+
+# Bad input: unknown key (names the allowed ones), bad layout for the world size.
+if "$MPITRON" train jobs/tiny.toml --train.stepz=3 >"$tmp/bad.log" 2>&1; then fail "unknown key accepted"; fi
+grep -q "unknown job key 'train.stepz'" "$tmp/bad.log" || fail "unknown key message: $(cat "$tmp/bad.log")"
+grep -q "train.steps" "$tmp/bad.log" || fail "allowed keys not listed"
+if timeout 60 $MPIRUN -np 2 "$MPITRON" train jobs/tiny.toml --data.path="$tmp/data" --parallel.dp=3 \
+    >"$tmp/layout.log" 2>&1; then fail "bad layout accepted"; fi
+[ "$(grep -c 'error' "$tmp/layout.log")" -ge 1 ] || fail "no error message for a bad layout"
+echo "ok"
