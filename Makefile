@@ -139,6 +139,16 @@ bench-data: $(BUILD)/bench/bench_data
 	$(BUILD)/bench/bench_data bench/results/data.md
 bench: bench-data
 
+# Comm layer overhead: `bench-comm --op all_reduce` next to a plain MPI_Allreduce loop at np=2
+# -> bench/results/comm_allreduce_np2.md.
+.PHONY: bench-comm
+$(BUILD)/bench/comm_plain_allreduce: $(BUILD)/obj/bench/comm/plain_allreduce.o
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(MPI_LIBS)
+bench-comm: $(BUILD)/mpitron $(BUILD)/bench/comm_plain_allreduce
+	@BUILD=$(BUILD) bash bench/comm/run_allreduce_np2.sh
+bench: bench-comm
+
 clean:
 	rm -rf $(BUILD)
 
