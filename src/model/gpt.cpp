@@ -15,61 +15,71 @@ int local_layers(const ModelConfig& cfg, const ModelShard& s) {
 }
 
 // The activation layout, walked once to size the buffer and once to hand out pointers.
-// `take(n)` returns the next n floats (64-byte aligned).
+// `take(n)` returns the next n floats (64-byte aligned). Per slot (one micro-batch in flight):
+// the stage input, per block 13 buffers (recompute: only res3, the block output), and on the
+// head shard lnf, its mean/rstd, losses, lse, dlnf and the micro-batch's wte gradient. Shared:
+// the recompute scratch block, one chunk of logits, and the backward scratch.
+struct ActPtrs {
+  std::vector<std::vector<float*>> slot;  // [slot][input, 13 per layer (or 1), head 7]
+  std::vector<float*> shared;             // [logits, dres, dC, d3C, d4C, 13 recompute scratch]
+};
+constexpr int kLayerBufs = 13;
+
 template <class Take>
-void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_t chunk_rows, int64_t Vp, Take&& take,
-                      std::vector<float*>* layer_ptrs, float** globals) {
+void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_t chunk_rows, int64_t Vp,
+                      ActivationOptions ao, Take&& take, ActPtrs& out) {
   const int64_t BT = static_cast<int64_t>(B) * cfg.seq_len, C = cfg.d_model, F = cfg.d_ff;
   const int64_t att = static_cast<int64_t>(B) * cfg.n_head * cfg.seq_len * cfg.seq_len;
-  globals[0] = take(BT * C);  // input: embedding output or previous stage's output
-  for (int l = 0; l < local_layers(cfg, s); ++l) {
-    const int64_t sizes[13] = {BT * C, BT, BT, BT * 3 * C, att, BT * C, BT * C, BT * C, BT, BT, BT * F, BT * F, BT * C};
-    for (int64_t n : sizes) {
-      float* p = take(n);
-      if (layer_ptrs) layer_ptrs->push_back(p);
+  const int64_t layer_sizes[kLayerBufs] = {BT * C, BT, BT, BT * 3 * C, att, BT * C, BT * C, BT * C, BT, BT, BT * F, BT * F, BT * C};
+  out.slot.assign(ao.slots, {});
+  for (auto& p : out.slot) {
+    p.push_back(take(BT * C));  // input: embedding output or previous stage's output
+    for (int l = 0; l < local_layers(cfg, s); ++l) {
+      if (ao.recompute) p.push_back(take(BT * C));  // res3: the block output (next block's input)
+      else
+        for (int64_t n : layer_sizes) p.push_back(take(n));
     }
+    if (s.has_head)  // lnf, lnf_mean, lnf_rstd, losses, lse, dlnf, this micro-batch's wte gradient (unscaled)
+      for (int64_t n : {BT * C, BT, BT, BT, BT, BT * C, Vp * C}) p.push_back(take(n));
   }
-  if (s.has_head) {
-    globals[1] = take(BT * C);               // lnf
-    globals[2] = take(BT);                   // lnf_mean
-    globals[3] = take(BT);                   // lnf_rstd
-    globals[4] = take(BT);                   // losses
-    globals[5] = take(BT);                   // lse
-    globals[6] = take(chunk_rows * Vp);      // logits (one chunk of rows)
-    globals[11] = take(Vp * cfg.d_model);    // this micro-batch's LM-head gradient of wte, unscaled
-  }
-  globals[7] = take(BT * C);      // dres: residual-stream gradient
-  globals[8] = take(BT * C);      // dC
-  globals[9] = take(BT * 3 * C);  // d3C
-  globals[10] = take(BT * F);     // d4C
+  out.shared.clear();
+  out.shared.push_back(s.has_head ? take(chunk_rows * Vp) : nullptr);  // logits (one chunk of rows)
+  for (int64_t n : {BT * C, BT * C, BT * 3 * C, BT * F}) out.shared.push_back(take(n));  // dres, dC, d3C, d4C
+  if (ao.recompute && local_layers(cfg, s) > 0)
+    for (int i = 0; i < kLayerBufs - 1; ++i) out.shared.push_back(take(layer_sizes[i]));
 }
 
 }  // namespace
 
 int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch) {
-  // ~8M floats (32 MB) of logits at a time, at least 64 rows.
+  // At most ~kLogitsBudget floats of logits at a time (at least 64 rows), rows split evenly
+  // over the chunks. Bigger chunks make the head GEMMs more efficient (fewer passes over the
+  // [vocab, d] gradient).
+  constexpr int64_t kLogitsBudget = int64_t{16} << 20;  // 64 MB
   int64_t bt = static_cast<int64_t>(max_micro_batch) * cfg.seq_len;
-  int64_t rows = std::max<int64_t>(64, (8 << 20) / cfg.padded_vocab());
-  return std::min(bt, rows);
+  int64_t max_rows = std::max<int64_t>(64, kLogitsBudget / cfg.padded_vocab());
+  int64_t chunks = (bt + max_rows - 1) / max_rows;
+  return (bt + chunks - 1) / chunks;
 }
 
-int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B) {
+int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B, ActivationOptions ao) {
   int64_t total = 0;
-  float* g[12];
-  walk_activations(cfg, s, B, gpt_logits_chunk_rows(cfg, B), cfg.padded_vocab(s.tp_size),
+  ActPtrs p;
+  walk_activations(cfg, s, B, gpt_logits_chunk_rows(cfg, B), cfg.padded_vocab(s.tp_size), ao,
                    [&](int64_t n) {
                      total += (n + 15) / 16 * 16;
                      return static_cast<float*>(nullptr);
                    },
-                   nullptr, g);
+                   p);
   return total;
 }
 
-GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch)
-    : cfg_(cfg), shard_(shard), ops_(ops), max_B_(max_micro_batch) {
+GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act)
+    : cfg_(cfg), shard_(shard), ops_(ops), max_B_(max_micro_batch), act_opts_(act) {
   check(cfg.arch == Arch::gpt2, "GPT: model '{}' is not a GPT-2 architecture", cfg.name);
   check(shard.tp_size == 1, "GPT: tensor parallelism (tp_size {}) is not implemented yet", shard.tp_size);
   check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
+  check(act.slots > 0, "GPT: activation slots must be > 0 (got {})", act.slots);
   check(cfg.d_model % cfg.n_head == 0 && cfg.d_ff == 4 * cfg.d_model, "GPT: bad config d_model {} n_head {} d_ff {}",
         cfg.d_model, cfg.n_head, cfg.d_ff);
   n_local_layers_ = local_layers(cfg, shard);
@@ -82,30 +92,42 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   w_ = resolve(params_buf_.data());
   g_ = resolve(grads_buf_.data());
 
-  act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard, max_micro_batch));
+  act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard, max_micro_batch, act));
   const int64_t BT = static_cast<int64_t>(max_micro_batch) * cfg.seq_len;
-  tok_buf_ = Buffer<int32_t>(Mem::activations, 2 * BT);
+  tok_buf_ = Buffer<int32_t>(Mem::activations, 2 * BT * act.slots);
   last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * vp_ : 0);
   float* cur = act_buf_.data();
-  std::vector<float*> lp;
-  float* g[12] = {};
-  walk_activations(cfg, shard, max_micro_batch, chunk_rows_, vp_,
+  ActPtrs p;
+  walk_activations(cfg, shard, max_micro_batch, chunk_rows_, vp_, act,
                    [&](int64_t k) {
-                     float* p = cur;
+                     float* q = cur;
                      cur += (k + 15) / 16 * 16;
-                     return p;
+                     return q;
                    },
-                   &lp, g);
-  act_.input = g[0];
-  for (int l = 0; l < n_local_layers_; ++l) {
-    float** p = &lp[13 * l];
-    act_.layers.push_back({p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12]});
+                   p);
+  act_.logits = p.shared[0];
+  act_.dres = p.shared[1], act_.dC = p.shared[2], act_.d3C = p.shared[3], act_.d4C = p.shared[4];
+  for (int k = 0; k < act.slots; ++k) {
+    SlotActs sa;
+    float** q = p.slot[k].data();
+    sa.input = *q++;
+    for (int l = 0; l < n_local_layers_; ++l) {
+      if (act.recompute) {  // scratch for all but res3
+        float** r = &p.shared[5];
+        sa.layers.push_back({r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], *q++});
+      } else {
+        sa.layers.push_back({q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11], q[12]});
+        q += kLayerBufs;
+      }
+    }
+    sa.output = n_local_layers_ > 0 ? sa.layers.back().res3 : sa.input;
+    if (shard.has_head) {
+      sa.lnf = q[0], sa.lnf_mean = q[1], sa.lnf_rstd = q[2], sa.losses = q[3], sa.lse = q[4], sa.dlnf = q[5];
+      sa.dwte_head = q[6];
+    }
+    sa.tokens = tok_buf_.data() + 2 * BT * k;
+    slots_.push_back(std::move(sa));
   }
-  act_.output = n_local_layers_ > 0 ? act_.layers.back().res3 : act_.input;
-  act_.lnf = g[1], act_.lnf_mean = g[2], act_.lnf_rstd = g[3], act_.losses = g[4], act_.lse = g[5];
-  act_.logits = g[6];
-  act_.dwte_head = g[11];
-  act_.dres = g[7], act_.dC = g[8], act_.d3C = g[9], act_.d4C = g[10];
 }
 
 const ParamInfo* GPT::find_param(const std::string& name) const {
@@ -136,14 +158,36 @@ GPT::Weights GPT::resolve(float* base) const {
 
 void GPT::zero_grad() { std::memset(grads_buf_.data(), 0, grads_buf_.bytes()); }
 
-double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets) {
-  check(B > 0 && B <= max_B_, "GPT::forward: micro-batch {} outside [1, {}]", B, max_B_);
+// One block's forward from its input `res`. full = false stops after the GELU: what backward
+// needs when it recomputes a block (the block output is stored, res3 is not needed).
+void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full) {
   const int T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim(), F = cfg_.d_ff;
   const int64_t BT = static_cast<int64_t>(B) * T;
-  last_B_ = B;
-  last_had_targets_ = targets != nullptr;
-  last_had_grad_ = grad_enabled_;
-  int32_t* toks = tok_buf_.data();
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, BT, C);
+  ops_.matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, BT, C, 3 * C);
+  ops_.attention_forward(a.atty, a.att, a.qkv, B, T, H, hd);
+  ops_.matmul_forward(a.res2, a.atty, w.proj_w, w.proj_b, BT, C, C);
+  ops_.add_inplace(a.res2, res, BT * C);
+  ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, BT, C);
+  ops_.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, BT, C, F);
+  ops_.gelu_forward(a.fch_gelu, a.fch, BT * F);
+  if (!full) return;
+  ops_.matmul_forward(a.res3, a.fch_gelu, w.fcp_w, w.fcp_b, BT, F, C);
+  ops_.add_inplace(a.res3, a.res2, BT * C);
+}
+
+double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
+  check(B > 0 && B <= max_B_, "GPT::forward: micro-batch {} outside [1, {}]", B, max_B_);
+  check(slot >= 0 && slot < act_opts_.slots, "GPT::forward: activation slot {} outside [0, {})", slot,
+        act_opts_.slots);
+  const int T = cfg_.seq_len, C = cfg_.d_model;
+  const int64_t BT = static_cast<int64_t>(B) * T;
+  SlotActs& sa = slots_[slot];
+  last_slot_ = slot;
+  sa.B = B;
+  sa.had_targets = targets != nullptr;
+  sa.had_grad = grad_enabled_;
+  int32_t* toks = sa.tokens;
   int32_t* tgts = toks + static_cast<int64_t>(max_B_) * T;
   if (shard_.has_embedding) {
     check(inputs != nullptr, "GPT::forward: the first stage needs input tokens");
@@ -152,30 +196,19 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
             inputs[i], i, cfg_.vocab_size);
       toks[i] = inputs[i];
     }
-    ops_.embedding_forward(act_.input, toks, w_.wte, w_.wpe, B, T, C, 0, vp_);
+    ops_.embedding_forward(sa.input, toks, w_.wte, w_.wpe, B, T, C, 0, vp_);
   }
-  const float* res = act_.input;
+  const float* res = sa.input;
   for (int l = 0; l < n_local_layers_; ++l) {
-    const LayerW& w = w_.layers[l];
-    const LayerAct& a = act_.layers[l];
-    ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, BT, C);
-    ops_.matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, BT, C, 3 * C);
-    ops_.attention_forward(a.atty, a.att, a.qkv, B, T, H, hd);
-    ops_.matmul_forward(a.res2, a.atty, w.proj_w, w.proj_b, BT, C, C);
-    ops_.add_inplace(a.res2, res, BT * C);
-    ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, BT, C);
-    ops_.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, BT, C, F);
-    ops_.gelu_forward(a.fch_gelu, a.fch, BT * F);
-    ops_.matmul_forward(a.res3, a.fch_gelu, w.fcp_w, w.fcp_b, BT, F, C);
-    ops_.add_inplace(a.res3, a.res2, BT * C);
-    res = a.res3;
+    layer_forward(w_.layers[l], sa.layers[l], res, B, true);
+    res = sa.layers[l].res3;
   }
   if (n_targets) *n_targets = 0;
   if (!shard_.has_head) return 0.0;
-  ops_.layernorm_forward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, res, w_.lnf_w, w_.lnf_b, BT, C);
+  ops_.layernorm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, res, w_.lnf_w, w_.lnf_b, BT, C);
   if (!targets) {  // generation: logits of the last position of every sequence
     for (int b = 0; b < B; ++b)
-      ops_.matmul_forward(last_logits_.data() + b * vp_, act_.lnf + (static_cast<int64_t>(b) * T + T - 1) * C,
+      ops_.matmul_forward(last_logits_.data() + b * vp_, sa.lnf + (static_cast<int64_t>(b) * T + T - 1) * C,
                           w_.wte, nullptr, 1, C, vp_);
     return 0.0;
   }
@@ -188,49 +221,51 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   }
   // LM head + loss in chunks of rows. With gradients enabled the head's backward runs here too,
   // unscaled (loss_scale is only known at backward(); the gradient is linear in it): each
-  // chunk's logits become softmax - onehot in place, then dlnf (into dC) and this
-  // micro-batch's wte gradient (dwte_head). That spares recomputing the logits GEMM later.
-  if (grad_enabled_) std::memset(act_.dwte_head, 0, static_cast<size_t>(vp_) * C * sizeof(float));
+  // chunk's logits become softmax - onehot in place, then dlnf and this micro-batch's wte
+  // gradient (dwte_head), both kept in the slot. That spares recomputing the logits GEMM later.
+  if (grad_enabled_) std::memset(sa.dwte_head, 0, static_cast<size_t>(vp_) * C * sizeof(float));
   for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
     int64_t rows = std::min(chunk_rows_, BT - r0);
-    ops_.matmul_forward(act_.logits, act_.lnf + r0 * C, w_.wte, nullptr, rows, C, vp_);
-    ops_.crossentropy_forward(act_.losses + r0, act_.lse + r0, act_.logits, tgts + r0, rows, vp_, cfg_.vocab_size);
+    ops_.matmul_forward(act_.logits, sa.lnf + r0 * C, w_.wte, nullptr, rows, C, vp_);
+    ops_.crossentropy_forward(sa.losses + r0, sa.lse + r0, act_.logits, tgts + r0, rows, vp_, cfg_.vocab_size);
     if (!grad_enabled_) continue;
-    ops_.crossentropy_backward(act_.logits, act_.lse + r0, tgts + r0, rows, vp_, cfg_.vocab_size, 1.f);
-    ops_.matmul_backward(act_.dC + r0 * C, act_.dwte_head, nullptr, act_.logits, act_.lnf + r0 * C, w_.wte, rows, C,
-                         vp_);
+    ops_.crossentropy_backward(act_.logits, sa.lse + r0, tgts + r0, rows, vp_, cfg_.vocab_size, 1.f);
+    ops_.matmul_backward(sa.dlnf + r0 * C, sa.dwte_head, nullptr, act_.logits, sa.lnf + r0 * C, w_.wte, rows, C, vp_);
   }
   double loss = 0.0;
-  for (int64_t i = 0; i < BT; ++i) loss += act_.losses[i];
+  for (int64_t i = 0; i < BT; ++i) loss += sa.losses[i];
   if (n_targets) *n_targets = count;
   return loss;
 }
 
 void GPT::compute_logits(int64_t row_begin, int64_t rows, float* out) {
-  check(shard_.has_head && last_B_ > 0 && row_begin >= 0 && row_begin + rows <= int64_t{last_B_} * cfg_.seq_len,
+  const SlotActs& sa = slots_[last_slot_];
+  check(shard_.has_head && sa.B > 0 && row_begin >= 0 && row_begin + rows <= int64_t{sa.B} * cfg_.seq_len,
         "GPT::compute_logits: rows [{}, {}) not in the last forward", row_begin, row_begin + rows);
-  ops_.matmul_forward(out, act_.lnf + row_begin * cfg_.d_model, w_.wte, nullptr, rows, cfg_.d_model, vp_);
+  ops_.matmul_forward(out, sa.lnf + row_begin * cfg_.d_model, w_.wte, nullptr, rows, cfg_.d_model, vp_);
 }
 
-void GPT::backward(float loss_scale) {
-  const int B = last_B_, T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim(), F = cfg_.d_ff;
+void GPT::backward(float loss_scale, int slot) {
+  check(slot >= 0 && slot < act_opts_.slots, "GPT::backward: activation slot {} outside [0, {})", slot,
+        act_opts_.slots);
+  SlotActs& sa = slots_[slot];
+  const int B = sa.B, T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim(), F = cfg_.d_ff;
   const int64_t BT = static_cast<int64_t>(B) * T;
   check(B > 0, "GPT::backward without a forward");
-  const int32_t* toks = tok_buf_.data();
+  const int32_t* toks = sa.tokens;
   float* dres = act_.dres;
   if (shard_.has_head) {
-    check(last_had_targets_ && last_had_grad_, "GPT::backward: the last forward had no targets or no gradients");
+    check(sa.had_targets && sa.had_grad, "GPT::backward: the last forward had no targets or no gradients");
     std::memset(dres, 0, BT * C * sizeof(float));
-    ops_.scale_inplace(act_.dC, loss_scale, BT * C);
-    ops_.axpy(g_.wte, loss_scale, act_.dwte_head, static_cast<size_t>(vp_) * C);
-    const float* res_last = n_local_layers_ > 0 ? act_.layers.back().res3 : act_.input;
-    ops_.layernorm_backward(dres, g_.lnf_w, g_.lnf_b, act_.dC, res_last, w_.lnf_w, act_.lnf_mean, act_.lnf_rstd, BT,
-                            C);
+    ops_.scale_inplace(sa.dlnf, loss_scale, BT * C);
+    ops_.axpy(g_.wte, loss_scale, sa.dwte_head, static_cast<size_t>(vp_) * C);
+    ops_.layernorm_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, BT, C);
   }
   for (int l = n_local_layers_ - 1; l >= 0; --l) {
     const LayerW &w = w_.layers[l], &g = g_.layers[l];
-    const LayerAct& a = act_.layers[l];
-    const float* res_in = l > 0 ? act_.layers[l - 1].res3 : act_.input;
+    const LayerAct& a = sa.layers[l];
+    const float* res_in = l > 0 ? sa.layers[l - 1].res3 : sa.input;
+    if (act_opts_.recompute) layer_forward(w, a, res_in, B, false);  // the block's activations again
     ops_.matmul_backward(act_.d4C, g.fcp_w, g.fcp_b, dres, a.fch_gelu, w.fcp_w, BT, F, C);
     ops_.gelu_backward(act_.d4C, a.fch, act_.d4C, BT * F);
     ops_.matmul_backward(act_.dC, g.fc_w, g.fc_b, act_.d4C, a.ln2, w.fc_w, BT, C, F);
@@ -238,6 +273,10 @@ void GPT::backward(float loss_scale) {
     ops_.matmul_backward(act_.dC, g.proj_w, g.proj_b, dres, a.atty, w.proj_w, BT, C, C);
     ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, H, hd);
     ops_.matmul_backward(act_.dC, g.qkv_w, g.qkv_b, act_.d3C, a.ln1, w.qkv_w, BT, C, 3 * C);
+    // The key bias adds q.b_k to every score of a softmax row, so its gradient is exactly zero;
+    // computed, it is pure rounding noise that Adam would amplify into lr-sized steps (and into
+    // differences between parallel layouts). Keep it exactly zero. Layout [q | k | v], C each.
+    std::fill(g.qkv_b + C, g.qkv_b + 2 * C, 0.0f);
     ops_.layernorm_backward(dres, g.ln1_w, g.ln1_b, act_.dC, res_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, BT, C);
   }
   if (shard_.has_embedding) ops_.embedding_backward(g_.wte, g_.wpe, dres, toks, B, T, C, 0, vp_);

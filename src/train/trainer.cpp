@@ -15,6 +15,8 @@
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
+#include "mpitron/parallel/partition.hpp"
+#include "mpitron/train/param_dump.hpp"
 #include "mpitron/train/adamw.hpp"
 #include "mpitron/train/lr_schedule.hpp"
 #include "mpitron/train/metrics.hpp"
@@ -126,7 +128,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   }
 
   auto ops = make_cpu_ops();
-  ModelShard shard;
+  ModelShard shard = model_shard_for(mc, gs, grid.coord(), cfg.parallel.pp_layers);
   GPT model(mc, shard, *ops, bp.micro);
   model.init_weights(cfg.train.seed);
   AdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
@@ -239,6 +241,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
   }
   run_eval(cfg.train.steps);
+  if (!cfg.train.dump_params.empty())
+    dump_full_params(cfg.train.dump_params, mc, cfg.parallel.pp_layers, grid, model.param_data(), model.num_params());
   return result;
 }
 

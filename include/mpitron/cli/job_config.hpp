@@ -61,6 +61,7 @@ struct TrainSection {
   std::string resume = "auto";     // auto | never | <checkpoint path>
   bool check_ledger = false;
   std::string nan_policy = "stop";  // stop | skip
+  std::string dump_params;          // after the last step, rank 0 writes full parameters here (HDF5)
 };
 
 struct OptimSection {

@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""Golden-rule comparison of two training runs (DESIGN.md: every parallel layout reproduces the
+single-rank run). Used by the e2e tests.
+
+usage: compare_runs.py REF_RUN_DIR RUN_DIR [--params REF.h5 RUN.h5] [--min-steps N] [--tol 1e-5]
+
+- losses: every step's loss in metrics.jsonl (and every val_loss) within tol relative;
+- parameters (files written by train.dump_params): the same names and shapes, and for each
+  tensor the relative L2 error ||a - b|| / ||a|| within tol. L2 per tensor rather than the
+  worst element: Adam divides by sqrt(v), so an element whose gradient is mostly cancellation
+  (|g| near its fp32 rounding error) takes lr-sized steps whose sign depends on summation order;
+  a few such elements move by ~lr while the tensor as a whole agrees to ~1e-7. The worst
+  element's error is printed too.
+"""
+import argparse
+import json
+import sys
+
+import numpy as np
+
+
+def records(run_dir):
+    with open(f"{run_dir}/metrics.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    loss = {r["step"]: r["loss"] for r in rows if r.get("loss") is not None}
+    val = {r["step"]: r["val_loss"] for r in rows if r.get("val_loss") is not None}
+    return loss, val
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ref")
+    ap.add_argument("run")
+    ap.add_argument("--params", nargs=2, metavar=("REF_H5", "RUN_H5"))
+    ap.add_argument("--min-steps", type=int, default=10)
+    ap.add_argument("--tol", type=float, default=1e-5)
+    a = ap.parse_args()
+    errors = []
+    la, va = records(a.ref)
+    lb, vb = records(a.run)
+    if sorted(la) != sorted(lb):
+        errors.append(f"logged steps differ: {sorted(la)} vs {sorted(lb)}")
+    if len(la) < a.min_steps:
+        errors.append(f"only {len(la)} steps logged (need {a.min_steps})")
+    worst_loss = max((abs(la[s] - lb[s]) / abs(la[s]) for s in la if s in lb), default=0.0)
+    if worst_loss > a.tol:
+        errors.append(f"loss differs: max rel {worst_loss:.3g}\n  ref {[la[s] for s in sorted(la)]}\n"
+                      f"  run {[lb.get(s) for s in sorted(la)]}")
+    if sorted(va) != sorted(vb):
+        errors.append(f"val steps differ: {sorted(va)} vs {sorted(vb)}")
+    worst_val = max((abs(va[s] - vb[s]) / abs(va[s]) for s in va if s in vb), default=0.0)
+    if worst_val > a.tol:
+        errors.append(f"val loss differs: max rel {worst_val:.3g}")
+    msg = f"losses: {len(la)} steps, max rel diff {worst_loss:.2e} (val {worst_val:.2e})"
+    if a.params:
+        import h5py
+        pa, pb = h5py.File(a.params[0], "r"), h5py.File(a.params[1], "r")
+        if sorted(pa) != sorted(pb):
+            errors.append(f"parameter names differ: {sorted(set(pa) ^ set(pb))}")
+        worst_l2, worst_el, where = 0.0, 0.0, ""
+        for k in sorted(set(pa) & set(pb)):
+            x, y = pa[k][()], pb[k][()]
+            if x.shape != y.shape:
+                errors.append(f"{k}: shape {x.shape} vs {y.shape}")
+                continue
+            l2 = float(np.linalg.norm(x - y) / max(np.linalg.norm(x), 1e-30))
+            el = float(np.abs(x - y).max() / max(np.abs(x).max(), 1e-30))
+            if l2 > worst_l2:
+                worst_l2, where = l2, k
+            worst_el = max(worst_el, el)
+        if worst_l2 > a.tol:
+            errors.append(f"parameters differ: {where} relative L2 error {worst_l2:.3g}")
+        msg += f"; parameters: {len(pa)} tensors, max relative L2 {worst_l2:.2e} ({where}), worst element {worst_el:.2e}"
+    if errors:
+        print("\n".join(errors), file=sys.stderr)
+        sys.exit(1)
+    print(msg)
+
+
+if __name__ == "__main__":
+    main()
