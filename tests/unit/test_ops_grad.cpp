@@ -170,7 +170,7 @@ BOOST_AUTO_TEST_CASE(crossentropy) {
   BOOST_TEST(fd_rel_error(logits.data(), logits.size(), d.data(), loss, 1e-2f, 200) < kTol);
 }
 
-BOOST_AUTO_TEST_CASE(residual_and_scale) {
+BOOST_AUTO_TEST_CASE(residual_scale_axpy) {
   auto a = randn(100, 17), b = randn(100, 18);
   std::vector<float> o(100);
   ops().residual_forward(o.data(), a.data(), b.data(), 100);
@@ -178,6 +178,9 @@ BOOST_AUTO_TEST_CASE(residual_and_scale) {
   ops().add_inplace(o.data(), a.data(), 100);
   ops().scale_inplace(o.data(), 0.5f, 100);
   for (int i = 0; i < 100; ++i) BOOST_TEST(o[i] == (a[i] + b[i] + a[i]) * 0.5f);
+  std::vector<float> y = a;
+  ops().axpy(y.data(), 0.25f, b.data(), 100);
+  for (int i = 0; i < 100; ++i) BOOST_TEST(y[i] == a[i] + 0.25f * b[i]);
 }
 
 BOOST_AUTO_TEST_CASE(adamw_matches_double_reference) {
