@@ -202,7 +202,7 @@ const std::vector<Key>& registry() {
       make_key("checkpoint.keep", "complete checkpoints to keep", &C::checkpoint, &CheckpointSection::keep),
       make_key("log.every", "print and record metrics every N steps", &C::log, &LogSection::every),
       make_key("eval.every", "validation loss every N steps (0: only at the end)", &C::eval, &EvalSection::every),
-      make_key("eval.batches", "validation batches (of train.global_batch sequences) per evaluation", &C::eval, &EvalSection::batches),
+      make_key("eval.batches", "validation batches (of train.global_batch sequences) per evaluation (0: no validation)", &C::eval, &EvalSection::batches),
       make_key("comm.timeout_s", "collective watchdog timeout (NCCL)", &C::comm, &CommSection::timeout_s),
   };
   return keys;

@@ -117,13 +117,13 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
                 train_data.vocab_size(), cfg.data.path);
   }
   std::unique_ptr<ValidationLoader> val_data;
-  if (has_split(cfg.data.path, "val")) {
+  if (cfg.eval.batches > 0 && has_split(cfg.data.path, "val")) {
     LoaderOptions vo = lo;
     vo.split = "val";
     vo.shuffle = false;
     // eval.batches counts global batches, so every layout evaluates the same sequences.
     val_data = std::make_unique<ValidationLoader>(vo, int64_t{cfg.eval.batches} * bp.accum);
-  } else if (rank0) {
+  } else if (rank0 && cfg.eval.batches > 0) {
     std::printf("note: no val_*.h5 in %s: validation loss is not computed\n", cfg.data.path.c_str());
   }
 

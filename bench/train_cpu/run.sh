@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# bench/train_cpu: mpitron's CPU trainer vs PyTorch 1.13 (Debian python3-torch) on the same GPT-2
+# shapes, same batch, AdamW, 2 threads, measured in the same run. Writes
+# bench/results/train_cpu.md. Needs: make, make data, MPITRON_DEPS_TORCH=1 make deps.
+#   bash bench/train_cpu/run.sh [steps]
+# Quote medians: the machines are shared and noisy.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+STEPS=${1:-8}
+BIN=${MPITRON:-build/mpitron}
+OUT=bench/results/train_cpu.md
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+[ -d data/demo ] || make data >/dev/null
+TORCH_ENV=(env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp)
+
+# name vocab layers heads d seq batch
+shapes=(
+  "tiny 256 4 4 256 256 8"
+  "small 8192 6 6 384 256 8"
+  "gpt2-124m 50257 12 12 768 256 4"
+)
+
+median_ms() {  # metrics.jsonl -> median step_ms over steps >= 2
+  /usr/bin/python3 -c '
+import json, statistics, sys
+ms = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if "step_ms" in r and r["step"] >= 2]
+print(statistics.median(ms))' "$1"
+}
+
+peak=$("$BIN" train jobs/tiny.toml --train.steps=1 --train.threads=2 --eval.every=0 --eval.batches=0 \
+  --job.run_dir="$tmp/probe" 2>/dev/null | sed -n 's/.*peak \([0-9.]*\) GFLOP.*/\1/p' | head -1)
+
+{
+  echo "# CPU training throughput: mpitron vs PyTorch"
+  echo
+  echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)),"
+  echo "2 threads each, fp32, AdamW, median of steps 2..$STEPS. Command: \`bash bench/train_cpu/run.sh $STEPS\`."
+  echo "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') with the OpenMP OpenBLAS build"
+  echo "(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp), OPENBLAS_CORETYPE as the environment sets it."
+  echo "mpitron's fp32 GEMM probe (1024x768x3072, 2 threads): ${peak} GFLOP/s."
+  echo
+  echo "| shape | V | L | H | d | T | B | mpitron ms/step | mpitron tok/s | mpitron GFLOP/s | % of GEMM probe | torch ms/step | torch tok/s | speed-up |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+} >"$OUT"
+
+for s in "${shapes[@]}"; do
+  read -r name V L H D T B <<<"$s"
+  "$BIN" train jobs/tiny.toml --model.vocab_size="$V" --model.n_layer="$L" --model.n_head="$H" \
+    --model.d_model="$D" --model.seq_len="$T" --train.micro_batch="$B" --train.global_batch="$B" \
+    --train.steps="$STEPS" --train.threads=2 --eval.every=0 --eval.batches=0 --log.every=1 \
+    --job.run_dir="$tmp/$name" >"$tmp/$name.log" 2>&1
+  ms=$(median_ms "$tmp/$name/metrics.jsonl")
+  gflops=$(/usr/bin/python3 -c '
+import json, sys, statistics
+rows=[r for r in map(json.loads, open(sys.argv[1])) if "gflops_per_rank" in r and r["step"] >= 2]
+print(round(statistics.median(r["gflops_per_rank"] for r in rows), 1))' "$tmp/$name/metrics.jsonl")
+  tj=$("${TORCH_ENV[@]}" /usr/bin/python3 bench/train_cpu/torch_gpt.py --vocab "$V" --layers "$L" --heads "$H" \
+    --d "$D" --seq "$T" --batch "$B" --steps $((STEPS - 1)) --threads 2)
+  tms=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ms_per_step"])' "$tj")
+  /usr/bin/python3 - "$name" "$V" "$L" "$H" "$D" "$T" "$B" "$ms" "$gflops" "$peak" "$tms" >>"$OUT" <<'PY'
+import sys
+name, V, L, H, D, T, B, ms, gf, peak, tms = sys.argv[1:]
+ms, gf, peak, tms = float(ms), float(gf), float(peak or 0), float(tms)
+tok = int(B) * int(T)
+pct = f"{100 * gf / peak:.0f}%" if peak else "-"
+print(f"| {name} | {V} | {L} | {H} | {D} | {T} | {B} | {ms:.1f} | {tok / ms * 1e3:,.0f} | {gf} | {pct} | "
+      f"{tms:.1f} | {tok / tms * 1e3:,.0f} | {tms / ms:.2f}x |")
+PY
+  echo "done $name"
+done
+cat "$OUT"
