@@ -51,8 +51,18 @@ struct ParamInfo {
 int64_t param_full_index(const ParamInfo& p, int64_t i, int tp_rank);
 
 std::vector<ParamInfo> gpt_param_table(const ModelConfig& cfg, const ModelShard& shard);
+// How many micro-batches' activations a model keeps at once, and how. A pipeline schedule keeps
+// several micro-batches in flight on a stage (PipelineSchedule::max_in_flight): each gets a slot.
+// recompute: per block keep only its input (and the stage output); backward recomputes the
+// block's forward into one shared scratch set first (train.recompute = "full").
+struct ActivationOptions {
+  int slots = 1;
+  bool recompute = false;
+};
+
 // Floats of activations (incl. backward scratch) the model plans for micro-batch B.
-int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch);
+int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
+                              ActivationOptions act = {});
 // Rows of logits computed at once by the LM head / cross-entropy (bounds its memory).
 int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch);
 
@@ -61,7 +71,7 @@ double gpt_flops_per_token(const ModelConfig& cfg);
 
 class GPT {
  public:
-  GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch);
+  GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act = {});
 
   void init_weights(uint64_t seed);
   const ModelConfig& config() const { return cfg_; }
@@ -80,18 +90,19 @@ class GPT {
   // targets == nullptr: no loss; last_logits() then holds the logits at position T-1.
   // Without the embedding (a later pipeline stage) `inputs` gives no tokens: fill
   // stage_input() first. Without the head the result is 0 and stage_output() holds the output.
-  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets);
+  // `slot` (< ActivationOptions::slots) keeps this micro-batch's activations until its backward.
+  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot = 0);
   // Backward of the last forward (which must have had targets when this shard has the head);
   // accumulates d(loss_sum * loss_scale) into grad_data(). Without the head, fill
   // stage_output_grad() first; without the embedding, stage_input_grad() holds the result.
-  void backward(float loss_scale);
+  void backward(float loss_scale, int slot = 0);
 
   const float* last_logits() const { return last_logits_.data(); }  // [B, padded_vocab]
   // Logits of rows [row_begin, row_begin + rows) of the last forward's [B*T] positions
   // (head shard only) into out[rows, padded_vocab]; for evaluation, generation and tests.
   void compute_logits(int64_t row_begin, int64_t rows, float* out);
-  float* stage_input() { return act_.input; }                       // [B, T, C]
-  const float* stage_output() const { return act_.output; }         // [B, T, C]
+  float* stage_input(int slot = 0) { return slots_[slot].input; }               // [B, T, C]
+  const float* stage_output(int slot = 0) const { return slots_[slot].output; } // [B, T, C]
   float* stage_output_grad() { return act_.dres; }                  // [B, T, C]
   const float* stage_input_grad() const { return act_.dres; }       // [B, T, C], after backward
   int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }
@@ -107,14 +118,21 @@ class GPT {
   struct LayerAct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
   };
-  struct Acts {
+  struct SlotActs {  // one micro-batch in flight (with recompute, layers[l] is scratch but res3)
     float *input = nullptr, *output = nullptr;
     std::vector<LayerAct> layers;
     float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr, *lse = nullptr,
-          *logits = nullptr, *dwte_head = nullptr;
+          *dlnf = nullptr, *dwte_head = nullptr;
+    int32_t* tokens = nullptr;  // inputs + targets
+    int B = 0;
+    bool had_targets = false, had_grad = false;
+  };
+  struct Acts {  // shared by all slots
+    float *logits = nullptr;
     float *dres = nullptr, *dC = nullptr, *d3C = nullptr, *d4C = nullptr;
   };
   Weights resolve(float* base) const;
+  void layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full);
 
   ModelConfig cfg_;
   ModelShard shard_;
@@ -127,9 +145,11 @@ class GPT {
   Buffer<float> params_buf_, grads_buf_, act_buf_, last_logits_;
   Buffer<int32_t> tok_buf_;  // inputs + targets of the last forward
   Weights w_, g_;
+  ActivationOptions act_opts_;
+  std::vector<SlotActs> slots_;
   Acts act_;
-  int last_B_ = 0;
-  bool last_had_targets_ = false, last_had_grad_ = false, grad_enabled_ = true;
+  int last_slot_ = 0;
+  bool grad_enabled_ = true;
 };
 
 }  // namespace mpitron
