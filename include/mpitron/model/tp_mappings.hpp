@@ -1,0 +1,65 @@
+// The tensor-parallel conjugate collectives, named once (Megatron-core's mappings.py) and used
+// by every parallel layer. Each mapping is a pair: what the forward does and what the backward
+// does to the gradient. They are the only place the model talks to the TP group's Comm.
+//
+//   mapping                             forward            backward
+//   copy_to_tp_region        ("f")      identity           all-reduce
+//   reduce_from_tp_region    ("g")      all-reduce         identity
+//   gather_from_sequence     (SP)       all-gather         reduce-scatter
+//   reduce_scatter_to_sequence (SP)     reduce-scatter     all-gather
+//
+// Worked example, tp = 2, a block's MLP (x: [rows, C] replicated, W1 split by rows = output
+// features, W2 split by columns = input features):
+//   y = f(x) -> h_r = gelu(y W1_r^T) -> z = g(h_r W2_r^T)      (z = sum_r h_r W2_r^T)
+// Forward: one all-reduce (g). Backward: dz is replicated (g's backward is the identity); each
+// rank computes its partial dx_r = dh_r W1_r and f's backward all-reduces them: one all-reduce.
+// With sequence parallel, x lives as rows/tp rows per rank: f becomes gather_from_sequence
+// (all-gather rows) and g becomes reduce_scatter_to_sequence (each rank keeps its rows of the
+// sum): the same bytes on the wire, and the LayerNorm/residual work between blocks is split.
+//
+// "Sequence" here is the row dimension of the flattened micro-batch [B*T, C]: rank r holds rows
+// [r*rows/tp, (r+1)*rows/tp). For B = 1 that is Megatron's split of the sequence; for B > 1 it
+// is the same split of the flattened batch (LayerNorm, residual and dropout are row-wise, so any
+// row partition is exact).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "mpitron/dist/comm.hpp"
+
+namespace mpitron {
+
+// The TP group as the model sees it. comm == nullptr or a group of one: no tensor parallelism
+// (every mapping is then the identity and makes no call).
+struct TpContext {
+  Comm* comm = nullptr;
+  bool sequence_parallel = false;
+  int size() const { return comm ? comm->size() : 1; }
+  int rank() const { return comm ? comm->rank() : 0; }
+  bool active() const { return size() > 1; }
+  bool sp() const { return sequence_parallel && active(); }
+};
+
+// f: identity forward; backward all-reduces the input gradient (in place, n floats).
+inline void copy_to_tp_region_forward(Comm&, const float*, size_t) {}
+void copy_to_tp_region_backward(Comm& tp, float* grad, size_t n);
+
+// g: forward all-reduces the partial outputs (in place); backward is the identity.
+void reduce_from_tp_region_forward(Comm& tp, float* x, size_t n);
+inline void reduce_from_tp_region_backward(Comm&, const float*, size_t) {}
+
+// SP all-gather: full[size*local_n] <- every rank's local[local_n] in rank order;
+// backward: dlocal[local_n] <- this rank's rows of the sum of dfull over the group.
+void gather_from_sequence_forward(Comm& tp, const float* local, float* full, size_t local_n);
+void gather_from_sequence_backward(Comm& tp, const float* dfull, float* dlocal, size_t local_n);
+
+// SP reduce-scatter: local[local_n] <- this rank's rows of the sum of full[size*local_n];
+// backward: dfull[size*local_n] <- all-gather of dlocal.
+void reduce_scatter_to_sequence_forward(Comm& tp, const float* full, float* local, size_t local_n);
+void reduce_scatter_to_sequence_backward(Comm& tp, const float* dlocal, float* dfull, size_t local_n);
+
+// Rows of a [rows, ...] activation this rank holds under `tp` (rows/tp with SP, else rows).
+// Throws when SP is on and rows do not divide by tp.
+int64_t sequence_local_rows(const TpContext& tp, int64_t rows);
+
+}  // namespace mpitron
