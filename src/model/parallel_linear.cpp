@@ -16,7 +16,10 @@ const float* ColumnParallelLinear::forward(float* y, const float* x, float* x_fu
   const float* in = x;
   if (tp_.sp()) {  // f with SP: all-gather the input rows
     check(x_full != nullptr, "ColumnParallelLinear: sequence parallel needs a buffer for the gathered input");
-    gather_from_sequence_forward(*tp_.comm, x, x_full, static_cast<size_t>(sequence_local_rows(tp_, rows) * k_));
+    {
+      TpCommTimer timer(tp_);
+      gather_from_sequence_forward(*tp_.comm, x, x_full, static_cast<size_t>(sequence_local_rows(tp_, rows) * k_));
+    }
     in = x_full;
   }
   ops_.matmul_forward(y, in, w, b, rows, k_, n_local_);
@@ -28,11 +31,17 @@ void ColumnParallelLinear::backward(float* dx, float* dw, float* db, const float
   if (tp_.sp()) {  // partial dx of all rows, reduce-scattered back to this rank's rows
     check(scratch != nullptr, "ColumnParallelLinear: sequence parallel backward needs a [rows, K] scratch");
     ops_.matmul_backward(scratch, dw, db, dy, x_full, w, rows, k_, n_local_);
-    gather_from_sequence_backward(*tp_.comm, scratch, dx, static_cast<size_t>(sequence_local_rows(tp_, rows) * k_));
+    {
+      TpCommTimer timer(tp_);
+      gather_from_sequence_backward(*tp_.comm, scratch, dx, static_cast<size_t>(sequence_local_rows(tp_, rows) * k_));
+    }
     return;
   }
   ops_.matmul_backward(dx, dw, db, dy, x_full, w, rows, k_, n_local_);
-  if (tp_.active()) copy_to_tp_region_backward(*tp_.comm, dx, static_cast<size_t>(rows * k_));
+  if (tp_.active()) {
+    TpCommTimer timer(tp_);
+    copy_to_tp_region_backward(*tp_.comm, dx, static_cast<size_t>(rows * k_));
+  }
 }
 
 RowParallelLinear::RowParallelLinear(Ops& ops, TpContext tp, int64_t in_features, int64_t out_features)
@@ -47,11 +56,17 @@ void RowParallelLinear::forward(float* y, const float* x, const float* w, const 
   if (tp_.sp()) {  // g with SP: reduce-scatter the partial sums to this rank's rows
     check(scratch != nullptr, "RowParallelLinear: sequence parallel needs a [rows, N] scratch");
     ops_.matmul_forward(scratch, x, w, bias, rows, k_local_, n_);
-    reduce_scatter_to_sequence_forward(*tp_.comm, scratch, y, static_cast<size_t>(sequence_local_rows(tp_, rows) * n_));
+    {
+      TpCommTimer timer(tp_);
+      reduce_scatter_to_sequence_forward(*tp_.comm, scratch, y, static_cast<size_t>(sequence_local_rows(tp_, rows) * n_));
+    }
     return;
   }
   ops_.matmul_forward(y, x, w, bias, rows, k_local_, n_);
-  if (tp_.active()) reduce_from_tp_region_forward(*tp_.comm, y, static_cast<size_t>(rows * n_));
+  if (tp_.active()) {
+    TpCommTimer timer(tp_);
+    reduce_from_tp_region_forward(*tp_.comm, y, static_cast<size_t>(rows * n_));
+  }
 }
 
 void RowParallelLinear::backward(float* dx, float* dw, float* db, const float* dy, float* dy_full, const float* x,
@@ -59,7 +74,10 @@ void RowParallelLinear::backward(float* dx, float* dw, float* db, const float* d
   const float* g = dy;
   if (tp_.sp()) {  // g's backward with SP: all-gather dy's rows
     check(dy_full != nullptr, "RowParallelLinear: sequence parallel backward needs a [rows, N] buffer");
-    reduce_scatter_to_sequence_backward(*tp_.comm, dy, dy_full, static_cast<size_t>(sequence_local_rows(tp_, rows) * n_));
+    {
+      TpCommTimer timer(tp_);
+      reduce_scatter_to_sequence_backward(*tp_.comm, dy, dy_full, static_cast<size_t>(sequence_local_rows(tp_, rows) * n_));
+    }
     g = dy_full;
   }
   ops_.matmul_backward(dx, dw, db, g, x, w, rows, k_local_, n_);

@@ -1,9 +1,24 @@
 // The TP conjugate collectives (see tp_mappings.hpp for the table and a worked example).
 #include "mpitron/model/tp_mappings.hpp"
 
+#include <chrono>
+
 #include "mpitron/core/error.hpp"
 
 namespace mpitron {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+TpCommTimer::TpCommTimer(const TpContext& tp) : acc_(tp.active() ? tp.comm_seconds : nullptr) {
+  if (acc_) t0_ = now_s();
+}
+TpCommTimer::~TpCommTimer() {
+  if (acc_) *acc_ += now_s() - t0_;
+}
 
 void copy_to_tp_region_backward(Comm& tp, float* grad, size_t n) {
   if (tp.size() > 1) tp.all_reduce(grad, n, DType::f32, ReduceOp::sum);

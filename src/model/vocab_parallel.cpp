@@ -27,11 +27,17 @@ void VocabParallelEmbedding::forward(float* out, const int32_t* tokens, const fl
   if (tp_.sp()) {
     check(scratch != nullptr, "VocabParallelEmbedding: sequence parallel needs a [B*T, C] scratch");
     ops_.embedding_forward(scratch, tokens, wte, pos, B, T, static_cast<int>(c_), vb_, ve_);
-    reduce_scatter_to_sequence_forward(*tp_.comm, scratch, out, static_cast<size_t>(sequence_local_rows(tp_, rows) * c_));
+    {
+      TpCommTimer timer(tp_);
+      reduce_scatter_to_sequence_forward(*tp_.comm, scratch, out, static_cast<size_t>(sequence_local_rows(tp_, rows) * c_));
+    }
     return;
   }
   ops_.embedding_forward(out, tokens, wte, pos, B, T, static_cast<int>(c_), vb_, ve_);
-  if (tp_.active()) reduce_from_tp_region_forward(*tp_.comm, out, static_cast<size_t>(rows * c_));
+  if (tp_.active()) {
+    TpCommTimer timer(tp_);
+    reduce_from_tp_region_forward(*tp_.comm, out, static_cast<size_t>(rows * c_));
+  }
 }
 
 void VocabParallelEmbedding::backward(float* dwte, float* dwpe, const float* dout, float* dout_full,
@@ -39,6 +45,7 @@ void VocabParallelEmbedding::backward(float* dwte, float* dwpe, const float* dou
   const float* g = dout;
   if (tp_.sp()) {
     check(dout_full != nullptr, "VocabParallelEmbedding: sequence parallel backward needs a [B*T, C] buffer");
+    TpCommTimer timer(tp_);
     reduce_scatter_to_sequence_backward(*tp_.comm, dout, dout_full,
                                         static_cast<size_t>(sequence_local_rows(tp_, int64_t{B} * T) * c_));
     g = dout_full;
@@ -73,13 +80,19 @@ void VocabParallelCrossEntropy::forward(float* losses, float* lse, const float* 
   // max over the group, then [sum of exp(lse_r - max) | target logit] in one all-reduce.
   std::vector<float>& mx = a_;
   std::copy(a_.begin(), a_.end(), lse);  // keep the local lse
-  tp_.comm->all_reduce(mx.data(), static_cast<size_t>(rows), DType::f32, ReduceOp::max);
+  {
+    TpCommTimer timer(tp_);
+    tp_.comm->all_reduce(mx.data(), static_cast<size_t>(rows), DType::f32, ReduceOp::max);
+  }
   b_.assign(static_cast<size_t>(2 * rows), 0.f);
   for (int64_t r = 0; r < rows; ++r) {
     b_[r] = std::exp(lse[r] - mx[r]);
     if (local_t[r] >= 0) b_[rows + r] = logits[r * vl_ + local_t[r]];
   }
-  tp_.comm->all_reduce(b_.data(), static_cast<size_t>(2 * rows), DType::f32, ReduceOp::sum);
+  {
+    TpCommTimer timer(tp_);
+    tp_.comm->all_reduce(b_.data(), static_cast<size_t>(2 * rows), DType::f32, ReduceOp::sum);
+  }
   for (int64_t r = 0; r < rows; ++r) {
     lse[r] = mx[r] + std::log(b_[r]);
     losses[r] = targets[r] >= 0 ? lse[r] - b_[rows + r] : 0.f;

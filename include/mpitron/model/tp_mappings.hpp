@@ -34,10 +34,25 @@ namespace mpitron {
 struct TpContext {
   Comm* comm = nullptr;
   bool sequence_parallel = false;
+  double* comm_seconds = nullptr;  // when set, TpCommTimer adds the time spent in TP collectives
   int size() const { return comm ? comm->size() : 1; }
   int rank() const { return comm ? comm->rank() : 0; }
   bool active() const { return size() > 1; }
   bool sp() const { return sequence_parallel && active(); }
+};
+
+// Adds the wall time of its scope to tp.comm_seconds (if set): the per-step TP communication
+// time the trainer reports and bench/tp measures.
+class TpCommTimer {
+ public:
+  explicit TpCommTimer(const TpContext& tp);
+  ~TpCommTimer();
+  TpCommTimer(const TpCommTimer&) = delete;
+  TpCommTimer& operator=(const TpCommTimer&) = delete;
+
+ private:
+  double* acc_;
+  double t0_ = 0;
 };
 
 // f: identity forward; backward all-reduces the input gradient (in place, n floats).
