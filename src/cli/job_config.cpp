@@ -162,6 +162,8 @@ const std::vector<Key>& registry() {
       make_key("parallel.pp_layers", "blocks per pipeline stage, e.g. [3, 5] (empty: balanced)", &C::parallel,
                &ParallelSection::pp_layers),
       make_key("parallel.bucket_mb", "DP gradient bucket size in MiB", &C::parallel, &ParallelSection::bucket_mb),
+      make_key("parallel.dp_progress", "who progresses DP collectives during compute: thread | poll | none",
+               &C::parallel, &ParallelSection::dp_progress, {"thread", "poll", "none"}),
       make_key("data.path", "folder with train_*.h5 / val_*.h5 shards (mpitron prep)", &C::data, &DataSection::path),
       make_key("data.seed", "sampler shuffle seed", &C::data, &DataSection::seed),
       make_key("data.prefetch", "batches the loader thread keeps ready", &C::data, &DataSection::prefetch),

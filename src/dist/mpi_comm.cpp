@@ -77,6 +77,7 @@ class MpiRequest final : public CommRequest {
   MPI_Request req_ = MPI_REQUEST_NULL;
   std::function<void()> finish_;
   Buffer<float> scratch_;
+  std::vector<int> counts_, displs_;  // v-collectives: must stay valid until completion
 
  private:
   void check_rc(int rc) {
@@ -183,6 +184,24 @@ void MpiComm::all_gatherv(const void* send, void* recv, const size_t* counts, DT
       counts[rank_], t);
 }
 
+Request MpiComm::iall_gatherv(const void* send, void* recv, const size_t* counts, DType t) {
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallgatherv on group '{}'", name_));
+  r->counts_.resize(size_);
+  r->displs_.resize(size_);
+  size_t off = 0;
+  for (int i = 0; i < size_; ++i) {
+    r->counts_[i] = to_int(counts[i], "iall_gatherv");
+    r->displs_[i] = to_int(off, "iall_gatherv");
+    off += counts[i];
+  }
+  const char* mine = static_cast<const char*>(recv) + r->displs_[rank_] * dtype_size(t);
+  const void* s = send == mine ? MPI_IN_PLACE : send;
+  MpiError{*this}(MPI_Iallgatherv(s, r->counts_[rank_], mpi_type(t), recv, r->counts_.data(), r->displs_.data(),
+                                  mpi_type(t), comm_, &r->req_),
+                  "MPI_Iallgatherv", counts[rank_], t);
+  return r;
+}
+
 void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
   MpiError err{*this};
   int n = to_int(count, "reduce_scatter");
@@ -261,6 +280,26 @@ void MpiComm::reduce_scatterv(const void* send, void* recv, const size_t* counts
     narrow(f, recv, mine);
   else
     std::memcpy(recv, f, mine * 4);
+}
+
+Request MpiComm::ireduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) {
+  check(t == DType::f32, "ireduce_scatterv on group '{}': only f32 is supported", name_);
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter on group '{}'", name_));
+  r->counts_.resize(size_);
+  size_t total = 0;
+  for (int i = 0; i < size_; ++i) {
+    r->counts_[i] = to_int(counts[i], "ireduce_scatterv");
+    total += counts[i];
+  }
+  size_t mine = counts[rank_];
+  check(!overlaps(send, total * 4, recv, mine * 4), "ireduce_scatterv on group '{}': send and recv overlap", name_);
+  MpiError{*this}(MPI_Ireduce_scatter(send, recv, r->counts_.data(), MPI_FLOAT, mpi_op(op), comm_, &r->req_),
+                  "MPI_Ireduce_scatter", mine, t);
+  if (op == ReduceOp::avg) {
+    float s = 1.0f / size_;
+    r->finish_ = [recv, mine, s] { scale(static_cast<float*>(recv), mine, s); };
+  }
+  return r;
 }
 
 void MpiComm::broadcast(void* buf, size_t count, DType t, int root) {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <functional>
 
 #include "mpitron/core/error.hpp"
 
@@ -87,10 +89,13 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   chunk_rows_ = gpt_logits_chunk_rows(cfg, max_micro_batch);
   params_ = gpt_param_table(cfg, shard);
   size_t n = params_.empty() ? 0 : params_.back().offset + (params_.back().numel + 15) / 16 * 16;
+  n_flat_ = n;
   params_buf_ = Buffer<float>(Mem::params, n);
   grads_buf_ = Buffer<float>(Mem::grads, n);
   w_ = resolve(params_buf_.data());
   g_ = resolve(grads_buf_.data());
+  for (size_t i = 0; i < params_.size(); ++i)  // field() must follow the table's order
+    check(*field(w_, i) == params_buf_.data() + params_[i].offset, "GPT: field order differs at {}", params_[i].name);
 
   act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard, max_micro_batch, act));
   const int64_t BT = static_cast<int64_t>(max_micro_batch) * cfg.seq_len;
@@ -156,7 +161,47 @@ GPT::Weights GPT::resolve(float* base) const {
   return w;
 }
 
-void GPT::zero_grad() { std::memset(grads_buf_.data(), 0, grads_buf_.bytes()); }
+float** GPT::field(Weights& w, size_t i) {
+  // Table order (gpt_param_table): [wte] [wpe], 12 per block in LayerW's order, [ln_f w, b].
+  static constexpr float* LayerW::*kBlock[12] = {&LayerW::ln1_w,  &LayerW::ln1_b,  &LayerW::qkv_w, &LayerW::qkv_b,
+                                                 &LayerW::proj_w, &LayerW::proj_b, &LayerW::ln2_w, &LayerW::ln2_b,
+                                                 &LayerW::fc_w,   &LayerW::fc_b,   &LayerW::fcp_w, &LayerW::fcp_b};
+  check(i < params_.size(), "GPT: parameter index {} out of range", i);
+  if (shard_.has_embedding || shard_.has_head) {
+    if (i == 0) return &w.wte;
+    --i;
+  }
+  if (shard_.has_embedding) {
+    if (i == 0) return &w.wpe;
+    --i;
+  }
+  if (i < 12 * w.layers.size()) return &(w.layers[i / 12].*kBlock[i % 12]);
+  return i == 12 * w.layers.size() ? &w.lnf_w : &w.lnf_b;
+}
+
+void GPT::release_param_buffer() {
+  params_buf_.reset();
+  for (size_t i = 0; i < params_.size(); ++i) *field(w_, i) = nullptr;
+}
+
+void GPT::release_grad_buffer() {
+  grads_buf_.reset();
+  for (size_t i = 0; i < params_.size(); ++i) *field(g_, i) = nullptr;
+}
+
+void GPT::zero_grad() {
+  if (grads_buf_.data()) std::memset(grads_buf_.data(), 0, grads_buf_.bytes());
+}
+
+namespace {
+// Emits a unit's post event when forward leaves the scope normally (it has several exits).
+struct PostEvent {
+  const std::function<void()> f;
+  ~PostEvent() noexcept(false) {
+    if (std::uncaught_exceptions() == 0) f();
+  }
+};
+}  // namespace
 
 // One block's forward from its input `res`. full = false stops after the GELU: what backward
 // needs when it recomputes a block (the block output is stored, res3 is not needed).
@@ -189,6 +234,8 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   sa.had_grad = grad_enabled_;
   int32_t* toks = sa.tokens;
   int32_t* tgts = toks + static_cast<int64_t>(max_B_) * T;
+  emit(UnitEvent::pre_forward, kEmbeddingUnit);
+  PostEvent post_emb{[this] { emit(UnitEvent::post_forward, kEmbeddingUnit); }};
   if (shard_.has_embedding) {
     check(inputs != nullptr, "GPT::forward: the first stage needs input tokens");
     for (int64_t i = 0; i < BT; ++i) {
@@ -200,11 +247,15 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   }
   const float* res = sa.input;
   for (int l = 0; l < n_local_layers_; ++l) {
+    emit(UnitEvent::pre_forward, l);
     layer_forward(w_.layers[l], sa.layers[l], res, B, true);
     res = sa.layers[l].res3;
+    emit(UnitEvent::post_forward, l);
   }
   if (n_targets) *n_targets = 0;
   if (!shard_.has_head) return 0.0;
+  emit(UnitEvent::pre_forward, kHeadUnit);
+  PostEvent post_head{[this] { emit(UnitEvent::post_forward, kHeadUnit); }};
   ops_.layernorm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, res, w_.lnf_w, w_.lnf_b, BT, C);
   if (!targets) {  // generation: logits of the last position of every sequence
     for (int b = 0; b < B; ++b)
@@ -256,15 +307,18 @@ void GPT::backward(float loss_scale, int slot) {
   float* dres = act_.dres;
   if (shard_.has_head) {
     check(sa.had_targets && sa.had_grad, "GPT::backward: the last forward had no targets or no gradients");
+    emit(UnitEvent::pre_backward, kHeadUnit);
     std::memset(dres, 0, BT * C * sizeof(float));
     ops_.scale_inplace(sa.dlnf, loss_scale, BT * C);
     ops_.axpy(g_.wte, loss_scale, sa.dwte_head, static_cast<size_t>(vp_) * C);
     ops_.layernorm_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, BT, C);
+    emit(UnitEvent::post_backward, kHeadUnit);
   }
   for (int l = n_local_layers_ - 1; l >= 0; --l) {
     const LayerW &w = w_.layers[l], &g = g_.layers[l];
     const LayerAct& a = sa.layers[l];
     const float* res_in = l > 0 ? sa.layers[l - 1].res3 : sa.input;
+    emit(UnitEvent::pre_backward, l);  // before reading w: ZeRO-3 gathers the block here
     if (act_opts_.recompute) layer_forward(w, a, res_in, B, false);  // the block's activations again
     ops_.matmul_backward(act_.d4C, g.fcp_w, g.fcp_b, dres, a.fch_gelu, w.fcp_w, BT, F, C);
     ops_.gelu_backward(act_.d4C, a.fch, act_.d4C, BT * F);
@@ -278,8 +332,11 @@ void GPT::backward(float loss_scale, int slot) {
     // differences between parallel layouts). Keep it exactly zero. Layout [q | k | v], C each.
     std::fill(g.qkv_b + C, g.qkv_b + 2 * C, 0.0f);
     ops_.layernorm_backward(dres, g.ln1_w, g.ln1_b, act_.dC, res_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, BT, C);
+    emit(UnitEvent::post_backward, l);
   }
+  emit(UnitEvent::pre_backward, kEmbeddingUnit);
   if (shard_.has_embedding) ops_.embedding_backward(g_.wte, g_.wpe, dres, toks, B, T, C, 0, vp_);
+  emit(UnitEvent::post_backward, kEmbeddingUnit);
 }
 
 }  // namespace mpitron

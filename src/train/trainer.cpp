@@ -15,6 +15,8 @@
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
+#include "mpitron/parallel/data_parallel.hpp"
+#include "mpitron/parallel/memory_report.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/train/param_dump.hpp"
 #include "mpitron/train/adamw.hpp"
@@ -86,7 +88,9 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
               "tensor, pipeline and context parallel training are not implemented yet (parallel.tp={}, pp={}, "
               "cp={}); use data parallel (parallel.dp)",
               gs.tp, gs.pp, gs.cp);
-  usage_check(cfg.parallel.zero == 0, "parallel.zero={} is not implemented yet (allowed now: 0)", cfg.parallel.zero);
+  usage_check(cfg.parallel.zero == 0 || gs.pp == 1,
+              "parallel.zero={} with pipeline parallel (pp={}) is not implemented yet: use zero 0 with pp > 1",
+              cfg.parallel.zero, gs.pp);
   usage_check(cfg.train.backend == "cpu", "train.backend=\"{}\" is not available in this build (allowed: cpu)",
               cfg.train.backend);
   usage_check(cfg.train.steps > 0, "train.steps must be > 0 (got {})", cfg.train.steps);
@@ -132,7 +136,9 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   GPT model(mc, shard, *ops, bp.micro);
   model.init_weights(cfg.train.seed);
   AdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
-  AdamW optim(ao, *ops, model.params(), 0, model.num_params());
+  // Gradient buckets over DP, ZeRO sharding, and the (sharded) AdamW: src/parallel/data_parallel.hpp.
+  DataParallel ddp(model, grid.dp(), *ops,
+                   {cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress), ao});
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 
   const double flops_per_token = gpt_flops_per_token(mc);
@@ -151,14 +157,30 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
         static_cast<long long>(tokens_per_step), omp_get_max_threads(), peak / 1e9,
         cfg.train.peak_flops > 0 ? " (train.peak_flops)" : " (measured GEMM probe)", cfg.data.path.c_str(),
         static_cast<long long>(train_data.samples_per_epoch()), cfg.run_dir().c_str());
+    std::printf("%s\n", ddp.describe().c_str());
     std::fflush(stdout);
   }
+  // Every rank's tracked bytes by category, printed by rank 0 and recorded in metrics.jsonl.
+  auto log_memory = [&](const char* when) {
+    auto all = gather_rank_memory(grid.world());
+    if (!rank0) return;
+    for (const auto& m : all) {
+      std::printf("memory %s %s\n", when, format_rank_memory(m, std::string(when) != "at start").c_str());
+      std::vector<std::pair<std::string, MetricsWriter::Value>> rec = {{"memory", std::string(when)},
+                                                                        {"rank", int64_t{m.rank}}};
+      for (size_t c = 0; c < kMemCategories; ++c) {
+        std::string name(mem_name(static_cast<Mem>(c)));
+        rec.push_back({name, m.mem.live[c]});
+        rec.push_back({name + "_peak", m.mem.peak[c]});
+      }
+      metrics.write(rec);
+    }
+    std::fflush(stdout);
+  };
+  log_memory("at start");
 
   TrainResult result;
   std::vector<Batch> batches(bp.accum);
-  float* params = model.param_data();
-  float* grads = model.grad_data();
-  const size_t n_params = model.num_params();
 
   auto run_eval = [&](int step) {
     if (!val_data) return;
@@ -186,20 +208,16 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     double data_ms = ms_since(t0);
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(counts[1], ReduceOp::sum) : counts[1];
 
-    model.zero_grad();
+    ddp.begin_step(bp.accum);
     for (auto& b : batches) {
       int64_t n = 0;
       counts[0] += model.forward(b.inputs.data(), b.targets.data(), b.batch, &n);
       model.backward(static_cast<float>(1.0 / n_tokens));
     }
-    auto tc = Clock::now();
-    if (dp > 1) {
-      grid.dp().all_reduce(grads, n_params, DType::f32, ReduceOp::sum);
-      counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
-    }
-    double comm_ms = ms_since(tc);
+    ddp.finish_backward();  // gradient buckets were reducing during backward
+    if (dp > 1) counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
     double loss = counts[0] / n_tokens;
-    double grad_norm = std::sqrt(ops->sum_squares(grads, n_params));
+    double grad_norm = std::sqrt(ddp.grad_sum_squares());
     double lr = sched.at(step);
 
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
@@ -212,10 +230,12 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     }
     if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip) {
       // torch.nn.utils.clip_grad_norm_'s rule.
-      ops->scale_inplace(grads, static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)), n_params);
+      ddp.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));
     }
-    optim.step(params, grads, lr);
+    ddp.optimizer_step(lr);
     double step_ms = ms_since(t0);
+    const CommTiming comm = ddp.take_timing();
+    if (step == 1) log_memory("step 1");
 
     if (step == 1) result.first_loss = loss;
     result.last_loss = loss;
@@ -232,7 +252,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       s.gflops_per_rank = flops_per_token * tokens_per_step / launch.world / (step_ms / 1e3) / 1e9;
       s.mfu = s.gflops_per_rank * 1e9 / peak;
       s.data_wait_ms = data_ms;
-      s.comm_ms = comm_ms;
+      s.comm_ms = comm.comm_ms;
+      s.overlap = comm.overlap();
       s.mem = MemTracker::host().stats();
       std::printf("%s\n", format_step_line(s).c_str());
       std::fflush(stdout);
@@ -241,8 +262,11 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
   }
   run_eval(cfg.train.steps);
-  if (!cfg.train.dump_params.empty())
-    dump_full_params(cfg.train.dump_params, mc, cfg.parallel.pp_layers, grid, model.param_data(), model.num_params());
+  if (!cfg.train.dump_params.empty()) {
+    Buffer<float> gathered;  // ZeRO-3: the full parameters exist only for the dump
+    dump_full_params(cfg.train.dump_params, mc, cfg.parallel.pp_layers, grid, ddp.full_params(gathered),
+                     model.num_params());
+  }
   return result;
 }
 

@@ -40,6 +40,7 @@ struct ParallelSection {
   int virtual_stages = 1;
   std::vector<int> pp_layers;  // empty: balanced
   double bucket_mb = 25.0;
+  std::string dp_progress = "thread";  // thread | poll | none: who drives non-blocking DP collectives
 };
 
 struct DataSection {

@@ -42,12 +42,16 @@ class Comm {
   virtual Request iall_gather(const void* send, void* recv, size_t count, DType t) = 0;
   // Uneven form: rank r contributes counts[r] elements; recv is their concatenation.
   virtual void all_gatherv(const void* send, void* recv, const size_t* counts, DType t) = 0;
+  // Non-blocking form (ZeRO: a shard's slice of one bucket or layer). counts[] is copied.
+  virtual Request iall_gatherv(const void* send, void* recv, const size_t* counts, DType t) = 0;
 
   // recv[count] <- op over the group of send[rank()*count, (rank()+1)*count).
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) = 0;
   virtual Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) = 0;
   // Uneven form: rank r receives counts[r] elements; send holds sum(counts) elements.
   virtual void reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) = 0;
+  // Non-blocking form; f32 only, send and recv must not overlap. counts[] is copied.
+  virtual Request ireduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) = 0;
 
   virtual void broadcast(void* buf, size_t count, DType t, int root) = 0;
 

@@ -36,9 +36,11 @@ class MpiComm final : public Comm {
   void all_gather(const void* send, void* recv, size_t count, DType t) override;
   Request iall_gather(const void* send, void* recv, size_t count, DType t) override;
   void all_gatherv(const void* send, void* recv, const size_t* counts, DType t) override;
+  Request iall_gatherv(const void* send, void* recv, const size_t* counts, DType t) override;
   void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override;
   Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override;
   void reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) override;
+  Request ireduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) override;
   void broadcast(void* buf, size_t count, DType t, int root) override;
   void send(const void* buf, size_t count, DType t, int peer, int tag = 0) override;
   void recv(void* buf, size_t count, DType t, int peer, int tag = 0) override;

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,12 +79,33 @@ class GPT {
   const ModelShard& shard() const { return shard_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo* find_param(const std::string& name) const;  // nullptr when not on this shard
-  float* param_data() { return params_buf_.data(); }
-  float* grad_data() { return grads_buf_.data(); }
-  size_t num_params() const { return params_buf_.size(); }
+  float* param_data() { return params_buf_.data(); }  // nullptr after release_param_buffer()
+  float* grad_data() { return grads_buf_.data(); }    // nullptr after release_grad_buffer()
+  size_t num_params() const { return n_flat_; }       // floats of the flat layout (with padding)
   void zero_grad();
   // Off: forward computes the loss only (evaluation); backward is then an error. Default on.
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
+  bool grad_enabled() const { return grad_enabled_; }
+
+  // Hooks for src/parallel (DDP gradient buckets, ZeRO). A unit is a group of parameters handled
+  // together: block l (local index 0..), kEmbeddingUnit (wte, wpe) or kHeadUnit (ln_f). Events:
+  //   forward:  pre(emb) [embedding] {pre(l) [block l] post(l)} ascending, pre(head) [head] post(head), post(emb)
+  //   backward: pre(head) [head] post(head), {pre(l) [block l] post(l)} descending, pre(emb) [embedding] post(emb)
+  // The tied wte belongs to the embedding unit, but the head writes its gradient first: it is
+  // final only at post_backward(emb), the last event of backward.
+  enum class UnitEvent { pre_forward, post_forward, pre_backward, post_backward };
+  static constexpr int kEmbeddingUnit = -1, kHeadUnit = -2;
+  using UnitHook = std::function<void(UnitEvent, int unit)>;
+  void set_unit_hook(UnitHook h) { hook_ = std::move(h); }
+  // Where parameter i (index into params()) is read from / its gradient accumulates into;
+  // default param_data() / grad_data() + params()[i].offset. ZeRO-3 points a unit's parameters
+  // into a gathered working buffer; ZeRO-2 points gradients into a bucket buffer.
+  void bind_param(size_t i, float* data) { *field(w_, i) = data; }
+  void bind_grad(size_t i, float* data) { *field(g_, i) = data; }
+  // Free the flat parameter / gradient buffer (the owner of a shard binds every unit before the
+  // model uses it). Tracked memory drops by 4 * num_params() bytes each.
+  void release_param_buffer();
+  void release_grad_buffer();
 
   // One micro-batch [B, T] (T = cfg.seq_len, B <= max_micro_batch; targets may hold -1 = ignore).
   // Returns the SUM of per-token losses over counted targets and sets *n_targets.
@@ -132,6 +154,10 @@ class GPT {
     float *dres = nullptr, *dC = nullptr, *d3C = nullptr, *d4C = nullptr;
   };
   Weights resolve(float* base) const;
+  float** field(Weights& w, size_t i);  // the pointer parameter i reads from, in w
+  void emit(UnitEvent e, int unit) {
+    if (hook_) hook_(e, unit);
+  }
   void layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full);
 
   ModelConfig cfg_;
@@ -150,6 +176,8 @@ class GPT {
   Acts act_;
   int last_slot_ = 0;
   bool grad_enabled_ = true;
+  size_t n_flat_ = 0;
+  UnitHook hook_;
 };
 
 }  // namespace mpitron

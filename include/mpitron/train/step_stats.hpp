@@ -15,7 +15,8 @@ struct StepStats {
   double gflops_per_rank = 0;  // achieved model FLOP/s per rank / 1e9
   double mfu = 0;              // achieved / peak per rank
   double data_wait_ms = 0;     // time next() blocked on the loader
-  double comm_ms = 0;          // gradient synchronisation time
+  double comm_ms = 0;          // DP communication in flight (gradient buckets, ZeRO gathers)
+  double overlap = 1;          // fraction of comm_ms hidden behind compute (1 - exposed / comm)
   MemStats mem;
 };
 

@@ -99,6 +99,15 @@ class NcclComm final : public Comm {
   }
   // Uneven all-gather = one broadcast per rank, fused in one NCCL group.
   void all_gatherv(const void* send, void* recv, const size_t* counts, DType t) override {
+    enqueue_all_gatherv(send, recv, counts, t);
+    sync();
+  }
+  Request iall_gatherv(const void* send, void* recv, const size_t* counts, DType t) override {
+    enqueue_all_gatherv(send, recv, counts, t);
+    return std::make_unique<NcclRequest>(stream_);
+  }
+  // Uneven all-gather = one broadcast per rank (rank r is the root of its slice), one NCCL group.
+  void enqueue_all_gatherv(const void* send, void* recv, const size_t* counts, DType t) {
     char* out = static_cast<char*>(recv);
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     size_t off = 0;
@@ -110,7 +119,6 @@ class NcclComm final : public Comm {
       off += counts[r];
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-    sync();
   }
   void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override {
     nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclReduceScatter");
@@ -120,8 +128,16 @@ class NcclComm final : public Comm {
     nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclReduceScatter");
     return std::make_unique<NcclRequest>(stream_);
   }
-  // Uneven reduce-scatter = one reduce per rank (rank r is the root of its slice), one NCCL group.
   void reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) override {
+    enqueue_reduce_scatterv(send, recv, counts, t, op);
+    sync();
+  }
+  Request ireduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) override {
+    enqueue_reduce_scatterv(send, recv, counts, t, op);
+    return std::make_unique<NcclRequest>(stream_);
+  }
+  // Uneven reduce-scatter = one reduce per rank (rank r is the root of its slice), one NCCL group.
+  void enqueue_reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) {
     const char* in = static_cast<const char*>(send);
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     size_t off = 0;
@@ -133,7 +149,6 @@ class NcclComm final : public Comm {
       off += counts[r];
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-    sync();
   }
   void broadcast(void* buf, size_t count, DType t, int root) override {
     nccl_check(ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_, stream_), "ncclBroadcast");

@@ -1,0 +1,92 @@
+// Data parallelism over the DP group: gradient buckets reduced while backward still runs, and
+// ZeRO stages 1-3 (optimizer state, gradients, parameters sharded over the group).
+//
+// Per rank, with P = model.num_params() floats (the flat layout), N = dp size and S this rank's
+// ZeRO shard (grad_buckets.hpp: ~P/N, 16-float aligned):
+//   stage  params                  grads                     AdamW moments  communication per step
+//   0      4P                      4P                        8P             all-reduce per bucket
+//   1      4P                      4P                        8S             reduce-scatter per bucket, all-gather params
+//   2      4P                      4S (+ buckets in flight)  8S             reduce-scatter per bucket, all-gather params
+//   3      4S (+ units gathered)   4S (+ buckets in flight)  8S             + all-gather per unit, forward and backward
+// Bytes; fp32 master weights are the parameters themselves (no separate copy in fp32 training).
+//
+// Gradient accumulation: stages 0 and 1 accumulate full gradients locally and communicate only
+// during the last micro-batch's backward. Stages 2 and 3 have no full gradient buffer to
+// accumulate in, so every micro-batch reduce-scatters its buckets into the gradient shard (as
+// DeepSpeed does); that is their price for the memory.
+//
+// The reduction is a plain sum: the model's backward already scales by 1 / (target tokens in the
+// global batch), so the summed gradient is the single-rank gradient of the global batch.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "mpitron/dist/comm.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/ops/ops.hpp"
+#include "mpitron/parallel/comm_progress.hpp"
+#include "mpitron/parallel/grad_buckets.hpp"
+#include "mpitron/parallel/zero3_params.hpp"
+#include "mpitron/train/adamw.hpp"
+
+namespace mpitron {
+
+struct DataParallelOptions {
+  int zero = 0;
+  double bucket_mb = 25.0;
+  ProgressMode progress = ProgressMode::thread;
+  AdamWOptions adamw;
+};
+
+class DataParallel {
+ public:
+  // Installs itself as the model's unit hook; under ZeRO-2/3 frees the model's flat gradient
+  // buffer, under ZeRO-3 its flat parameter buffer (after taking this rank's shard).
+  DataParallel(GPT& model, Comm& dp, Ops& ops, const DataParallelOptions& opt);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // Zero the gradients; this step runs `micro_batches` backwards on this rank (the schedule may
+  // order them as it likes; the last one to run is the one that communicates under ZeRO 0/1).
+  void begin_step(int micro_batches);
+  void finish_backward();              // after the last backward: all gradient communication done
+  double grad_sum_squares();           // over the DP group; every element counted exactly once
+  void scale_grads(float s);           // clipping
+  void optimizer_step(double lr);      // AdamW on this rank's shard, then parameters all-gathered
+  CommTiming take_timing() { return progress_.take_timing(); }
+
+  // Every parameter in the flat layout (ZeRO-3: gathered into `scratch`, a collective call).
+  const float* full_params(Buffer<float>& scratch);
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  FlatRange shard() const { return shard_; }
+  int zero() const { return opt_.zero; }
+  std::string describe() const;  // one line for the start-up log
+
+ private:
+  void on_event(GPT::UnitEvent ev, int unit);
+  void alloc_bucket(size_t b);
+  void launch_bucket(size_t b);
+  float* grad_shard();
+  float* param_shard();
+
+  GPT& model_;
+  Comm& dp_;
+  Ops& ops_;
+  DataParallelOptions opt_;
+  int n_layers_ = 0;
+  size_t n_ = 0;
+  FlatRange shard_;  // [0, n) without ZeRO
+  std::vector<GradBucket> buckets_;
+  std::vector<Buffer<float>> bucket_bufs_;  // ZeRO-2/3: a bucket's gradients, alloc_at .. reduced
+  std::vector<CommProgress::Handle> bucket_ops_;
+  std::vector<bool> bucket_in_flight_;
+  Buffer<float> grad_shard_;  // ZeRO-2/3
+  CommProgress progress_;
+  std::unique_ptr<ShardedParams> zero3_;
+  std::vector<ParamInfo> shard_table_;  // the parameter table cut to the shard, offsets from its start
+  std::unique_ptr<AdamW> optim_;
+  int micro_batches_ = 1, backwards_done_ = 0;
+};
+
+}  // namespace mpitron

@@ -1,0 +1,50 @@
+// Gradient buckets for data parallelism, and ZeRO's shard arithmetic: pure functions of the
+// parameter table, so the trainer, the memory ledger and the tests compute the same thing.
+//
+// Buckets are contiguous ranges of the model's flat layout, formed walking the parameters from
+// the END of the table: the flat layout is [wte wpe | h.0 ... h.L-1 | ln_f], so walking it
+// backwards visits ln_f, h.L-1, ..., h.0, wpe, wte: exactly the order backward finishes them.
+// A parameter goes into the open bucket; the bucket closes once it holds >= bucket_floats (so a
+// tensor larger than the cap gets a bucket of its own, and a cap larger than the model gives one
+// bucket). Worked example, tiny model (2 blocks of 49,984 floats, wte 16,384, wpe 4,096,
+// ln_f 128) with a 50,000-float cap: {ln_f, h.1} (50,112 floats, may reduce once block 1's
+// backward is done), {h.0, wpe} (54,080; wpe is final only at the very end), {wte} (16,384).
+//
+// Backward positions: the head is 0, local block l is n_layers - l, the embedding n_layers + 1
+// (GPT's unit events, in the order backward emits them). A bucket may reduce once the last of
+// its units has finished (ready_at); under ZeRO-2/3 its memory is needed from the first event
+// that writes any of its gradients (alloc_at): the tied wte is written by the head first.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "mpitron/model/gpt.hpp"
+
+namespace mpitron {
+
+struct GradBucket {
+  size_t begin = 0, end = 0;   // flat range (whole parameters plus their alignment padding)
+  std::vector<size_t> params;  // indices into the parameter table
+  int alloc_at = 0, ready_at = 0;
+};
+
+// The unit (GPT::kEmbeddingUnit, kHeadUnit or local block index) that owns parameter p.
+int param_unit(const ParamInfo& p, const ModelShard& shard);
+int backward_position(int unit, int n_local_layers);
+
+std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t n_flat, size_t bucket_floats,
+                                          const ModelShard& shard, int n_local_layers);
+
+// ZeRO: rank r of N owns the flat range [r*S, (r+1)*S) clipped to [0, n), with
+// S = ceil(n / (16 N)) * 16 (shards start on 64-byte boundaries). When N*16 does not divide n the
+// last shards are shorter, possibly empty: e.g. n = 170,560 floats over N = 3 gives S = 56,864
+// and shards of 56,864, 56,864 and 56,832.
+struct FlatRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+FlatRange zero_shard(size_t n, int size, int rank);
+// counts[r] = |[begin, end) ∩ shard(r)|: the v-collective counts for one bucket or unit.
+std::vector<size_t> shard_counts(size_t begin, size_t end, size_t n, int size);
+
+}  // namespace mpitron

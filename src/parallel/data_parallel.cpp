@@ -1,0 +1,173 @@
+#include "mpitron/parallel/data_parallel.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+
+using Ev = GPT::UnitEvent;
+
+DataParallel::DataParallel(GPT& model, Comm& dp, Ops& ops, const DataParallelOptions& opt)
+    : model_(model), dp_(dp), ops_(ops), opt_(opt), progress_(opt.progress) {
+  usage_check(opt.zero >= 0 && opt.zero <= 3, "parallel.zero must be 0, 1, 2 or 3 (got {})", opt.zero);
+  usage_check(opt.bucket_mb > 0, "parallel.bucket_mb must be > 0 (got {})", opt.bucket_mb);
+  const ModelShard& ms = model.shard();
+  n_layers_ = (ms.layer_end < 0 ? model.config().n_layer : ms.layer_end) - ms.layer_begin;
+  n_ = model.num_params();
+  shard_ = opt.zero == 0 ? FlatRange{0, n_} : zero_shard(n_, dp.size(), dp.rank());
+  size_t bucket_floats = std::max<size_t>(1, static_cast<size_t>(opt.bucket_mb * (1 << 20) / sizeof(float)));
+  buckets_ = plan_grad_buckets(model.params(), n_, bucket_floats, ms, n_layers_);
+  bucket_bufs_.resize(buckets_.size());
+  bucket_ops_.assign(buckets_.size(), 0);
+  bucket_in_flight_.assign(buckets_.size(), false);
+
+  for (const auto& p : model.params()) {  // the table as seen from the shard
+    size_t lo = std::max(shard_.begin, p.offset), hi = std::min(shard_.end, p.offset + p.numel);
+    if (lo >= hi) continue;
+    ParamInfo q = p;
+    q.offset = lo - shard_.begin;
+    q.numel = hi - lo;
+    shard_table_.push_back(std::move(q));
+  }
+  if (opt.zero >= 2) {
+    grad_shard_ = Buffer<float>(Mem::grads, shard_.size());
+    model.release_grad_buffer();
+  }
+  if (opt.zero == 3) zero3_ = std::make_unique<ShardedParams>(model, dp, progress_);
+  optim_ = std::make_unique<AdamW>(opt.adamw, ops, shard_table_, 0, shard_.size());
+  model.set_unit_hook([this](Ev ev, int unit) { on_event(ev, unit); });
+}
+
+DataParallel::~DataParallel() { model_.set_unit_hook({}); }
+
+std::string DataParallel::describe() const {
+  size_t biggest = 0;
+  for (const auto& b : buckets_) biggest = std::max(biggest, b.end - b.begin);
+  std::string s = fmt::format(
+      "data parallel: dp {} zero {} | {} gradient bucket(s) (cap {} MiB, largest {:.2f} MiB) | progress {} | "
+      "flat params {} floats, this rank's shard [{}, {})",
+      dp_.size(), opt_.zero, buckets_.size(), opt_.bucket_mb, biggest * 4.0 / (1 << 20),
+      progress_mode_name(opt_.progress), n_, shard_.begin, shard_.end);
+  if (zero3_) s += fmt::format(" | largest gathered unit {} floats", zero3_->largest_unit_floats());
+  return s;
+}
+
+float* DataParallel::grad_shard() {
+  return opt_.zero >= 2 ? grad_shard_.data() : model_.grad_data() + shard_.begin;
+}
+
+float* DataParallel::param_shard() { return zero3_ ? zero3_->shard() : model_.param_data() + shard_.begin; }
+
+void DataParallel::begin_step(int micro_batches) {
+  micro_batches_ = micro_batches;
+  backwards_done_ = 0;
+  if (opt_.zero >= 2) {
+    if (grad_shard_.size()) std::memset(grad_shard_.data(), 0, grad_shard_.bytes());
+  } else {
+    model_.zero_grad();
+  }
+}
+
+void DataParallel::on_event(Ev ev, int unit) {
+  progress_.poll();
+  if (zero3_) zero3_->on_event(ev, unit);
+  if (ev != Ev::pre_backward && ev != Ev::post_backward) return;
+  int pos = backward_position(unit, n_layers_);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (ev == Ev::pre_backward && opt_.zero >= 2 && buckets_[b].alloc_at == pos) alloc_bucket(b);
+    if (ev == Ev::post_backward && buckets_[b].ready_at == pos) launch_bucket(b);
+  }
+  if (ev == Ev::post_backward && unit == GPT::kEmbeddingUnit) ++backwards_done_;  // the last event of a backward
+}
+
+// ZeRO-2/3: the bucket's gradients get memory of their own (zeroed) until its reduce-scatter is
+// done; the model's gradient pointers of its parameters point into it.
+void DataParallel::alloc_bucket(size_t b) {
+  if (bucket_in_flight_[b]) progress_.wait(bucket_ops_[b]);  // the previous micro-batch's
+  const GradBucket& bk = buckets_[b];
+  bucket_bufs_[b] = Buffer<float>(Mem::grads, bk.end - bk.begin);
+  for (size_t i : bk.params) model_.bind_grad(i, bucket_bufs_[b].data() + (model_.params()[i].offset - bk.begin));
+}
+
+void DataParallel::launch_bucket(size_t b) {
+  const GradBucket& bk = buckets_[b];
+  const size_t len = bk.end - bk.begin;
+  const size_t lo = std::max(bk.begin, shard_.begin);  // my part of the bucket starts here
+  // ZeRO 0/1 accumulate locally until the step's last backward; ZeRO 2/3 reduce every time.
+  const bool communicate = dp_.size() > 1 && (backwards_done_ + 1 == micro_batches_ || opt_.zero >= 2);
+  if (!communicate) {
+    if (opt_.zero >= 2) {  // one rank: the "reduction" is adding the bucket into the shard
+      size_t hi = std::min(bk.end, shard_.end);
+      if (hi > lo) ops_.axpy(grad_shard_.data() + (lo - shard_.begin), 1.f, bucket_bufs_[b].data() + (lo - bk.begin), hi - lo);
+      bucket_bufs_[b].reset();
+    }
+    return;
+  }
+  if (opt_.zero == 0) {
+    bucket_ops_[b] = progress_.add(dp_.iall_reduce(model_.grad_data() + bk.begin, len, DType::f32, ReduceOp::sum));
+    bucket_in_flight_[b] = true;
+    return;
+  }
+  std::vector<size_t> counts = shard_counts(bk.begin, bk.end, n_, dp_.size());
+  const size_t mine = counts[dp_.rank()];
+  auto tmp = std::make_shared<Buffer<float>>(Mem::comm, mine);
+  const float* send = opt_.zero == 1 ? model_.grad_data() + bk.begin : bucket_bufs_[b].data();
+  Request r = dp_.ireduce_scatterv(send, tmp->data(), counts.data(), DType::f32, ReduceOp::sum);
+  std::function<void()> done;
+  if (opt_.zero == 1) {
+    done = [this, tmp, lo, mine] {
+      if (mine) std::memcpy(model_.grad_data() + lo, tmp->data(), mine * sizeof(float));
+      tmp->reset();
+    };
+  } else {  // accumulate over micro-batches, then the bucket's memory goes back
+    done = [this, tmp, lo, mine, b] {
+      if (mine) ops_.axpy(grad_shard_.data() + (lo - shard_.begin), 1.f, tmp->data(), mine);
+      tmp->reset();
+      bucket_bufs_[b].reset();
+      bucket_in_flight_[b] = false;
+    };
+  }
+  bucket_ops_[b] = progress_.add(std::move(r), std::move(done));
+  bucket_in_flight_[b] = true;
+}
+
+void DataParallel::finish_backward() {
+  progress_.wait_all();
+  std::fill(bucket_in_flight_.begin(), bucket_in_flight_.end(), false);
+}
+
+double DataParallel::grad_sum_squares() {
+  double local = shard_.size() ? ops_.sum_squares(grad_shard(), shard_.size()) : 0.0;
+  if (opt_.zero == 0 || dp_.size() == 1) return local;  // every rank holds the same full gradient
+  double total = 0;
+  progress_.blocking([&] { total = dp_.all_reduce_scalar(local, ReduceOp::sum); });
+  return total;
+}
+
+void DataParallel::scale_grads(float s) {
+  if (shard_.size()) ops_.scale_inplace(grad_shard(), s, shard_.size());
+}
+
+void DataParallel::optimizer_step(double lr) {
+  optim_->step(param_shard(), grad_shard(), lr);
+  if ((opt_.zero == 1 || opt_.zero == 2) && dp_.size() > 1) {
+    // Everyone's updated shard, in place (this rank's part is already where it belongs).
+    std::vector<size_t> counts = shard_counts(0, n_, n_, dp_.size());
+    float* p = model_.param_data();
+    progress_.blocking([&] { dp_.all_gatherv(p + shard_.begin, p, counts.data(), DType::f32); });
+  }
+}
+
+const float* DataParallel::full_params(Buffer<float>& scratch) {
+  if (!zero3_) return model_.param_data();
+  scratch = Buffer<float>(Mem::workspace, n_);
+  zero3_->gather_full(scratch.data());
+  return scratch.data();
+}
+
+}  // namespace mpitron

@@ -1,0 +1,69 @@
+#include "mpitron/parallel/grad_buckets.hpp"
+
+#include <algorithm>
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+
+int param_unit(const ParamInfo& p, const ModelShard& shard) {
+  if (p.layer >= 0) return p.layer - shard.layer_begin;
+  if (p.name.rfind("ln_f.", 0) == 0) return GPT::kHeadUnit;
+  return GPT::kEmbeddingUnit;  // wte, wpe
+}
+
+int backward_position(int unit, int n_local_layers) {
+  if (unit == GPT::kHeadUnit) return 0;
+  if (unit == GPT::kEmbeddingUnit) return n_local_layers + 1;
+  return n_local_layers - unit;
+}
+
+std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t n_flat, size_t bucket_floats,
+                                          const ModelShard& shard, int n_local_layers) {
+  check(bucket_floats > 0, "gradient bucket size must be > 0");
+  std::vector<size_t> order(params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return params[a].offset > params[b].offset; });
+  std::vector<GradBucket> out;
+  GradBucket cur;
+  size_t hi = n_flat;  // the open bucket's end: where the parameter above it starts
+  auto close = [&] {
+    if (cur.params.empty()) return;
+    cur.end = hi;
+    cur.begin = params[cur.params.back()].offset;
+    hi = cur.begin;
+    out.push_back(std::move(cur));
+    cur = GradBucket{};
+  };
+  for (size_t i : order) {
+    const ParamInfo& p = params[i];
+    int unit = param_unit(p, shard);
+    int ready = backward_position(unit, n_local_layers);
+    // The tied wte: the head (position 0) writes its gradient before the embedding does.
+    int first = (p.name == "wte.weight" && shard.has_head) ? 0 : ready;
+    if (cur.params.empty()) cur.alloc_at = first, cur.ready_at = ready;
+    cur.alloc_at = std::min(cur.alloc_at, first);
+    cur.ready_at = std::max(cur.ready_at, ready);
+    cur.params.push_back(i);
+    if (hi - p.offset >= bucket_floats) close();  // the open bucket spans [p.offset, hi)
+  }
+  close();
+  return out;
+}
+
+FlatRange zero_shard(size_t n, int size, int rank) {
+  size_t s = (n + 16 * size - 1) / (16 * size) * 16;
+  return {std::min(n, s * rank), std::min(n, s * (rank + 1))};
+}
+
+std::vector<size_t> shard_counts(size_t begin, size_t end, size_t n, int size) {
+  std::vector<size_t> c(size);
+  for (int r = 0; r < size; ++r) {
+    FlatRange s = zero_shard(n, size, r);
+    size_t lo = std::max(begin, s.begin), hi = std::min(end, s.end);
+    c[r] = hi > lo ? hi - lo : 0;
+  }
+  return c;
+}
+
+}  // namespace mpitron

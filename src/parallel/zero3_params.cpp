@@ -1,0 +1,115 @@
+#include "mpitron/parallel/zero3_params.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+
+using Ev = GPT::UnitEvent;
+
+ShardedParams::ShardedParams(GPT& model, Comm& dp, CommProgress& progress)
+    : model_(model), dp_(dp), progress_(progress), n_(model.num_params()) {
+  check(model.param_data() != nullptr, "ZeRO-3: the model's flat parameters were already released");
+  range_ = zero_shard(n_, dp.size(), dp.rank());
+  shard_ = Buffer<float>(Mem::params, range_.size());
+  if (range_.size() > 0) std::memcpy(shard_.data(), model.param_data() + range_.begin, range_.size() * sizeof(float));
+  const ModelShard& ms = model.shard();
+  n_layers_ = (ms.layer_end < 0 ? model.config().n_layer : ms.layer_end) - ms.layer_begin;
+  units_.resize(2 + n_layers_);
+  const auto& table = model.params();
+  // A unit's range runs to where the next parameter starts (its alignment padding included).
+  for (size_t i = 0; i < table.size(); ++i) {
+    int u = param_unit(table[i], ms);
+    Unit& un = units_[u == GPT::kEmbeddingUnit ? 0 : u == GPT::kHeadUnit ? 1 : 2 + u];
+    size_t end = i + 1 < table.size() ? table[i + 1].offset : n_;
+    if (un.params.empty()) un.begin = table[i].offset;
+    check(un.params.empty() || un.end == table[i].offset, "ZeRO-3: unit of {} is not contiguous", table[i].name);
+    un.end = end;
+    un.params.push_back(i);
+  }
+  model.release_param_buffer();
+}
+
+ShardedParams::Unit* ShardedParams::unit(int u) {
+  Unit* p = u == GPT::kEmbeddingUnit ? &units_[0] : u == GPT::kHeadUnit ? &units_[1] : &units_[2 + u];
+  return p->params.empty() ? nullptr : p;
+}
+
+size_t ShardedParams::largest_unit_floats() const {
+  size_t m = 0;
+  for (const auto& u : units_) m = std::max(m, u.end - u.begin);
+  return m;
+}
+
+void ShardedParams::start_gather(int u) {
+  Unit* un = unit(u);
+  if (!un || un->present || un->pending) return;
+  un->buf = Buffer<float>(Mem::params, un->end - un->begin);
+  for (size_t i : un->params) model_.bind_param(i, un->buf.data() + (model_.params()[i].offset - un->begin));
+  std::vector<size_t> counts = shard_counts(un->begin, un->end, n_, dp_.size());
+  size_t lo = std::max(un->begin, range_.begin);
+  const float* send = counts[dp_.rank()] > 0 ? shard_.data() + (lo - range_.begin) : shard_.data();
+  if (dp_.size() == 1) {
+    std::memcpy(un->buf.data(), send, (un->end - un->begin) * sizeof(float));
+    un->present = true;
+    return;
+  }
+  un->handle = progress_.add(dp_.iall_gatherv(send, un->buf.data(), counts.data(), DType::f32));
+  un->pending = true;
+}
+
+void ShardedParams::ensure(int u) {
+  Unit* un = unit(u);
+  if (!un || un->present) return;
+  if (!un->pending) start_gather(u);
+  if (un->pending) progress_.wait(un->handle);
+  un->pending = false;
+  un->present = true;
+}
+
+void ShardedParams::release(int u) {
+  Unit* un = unit(u);
+  if (!un) return;
+  if (un->pending) progress_.wait(un->handle);  // never free memory MPI still writes
+  for (size_t i : un->params) model_.bind_param(i, nullptr);
+  un->buf.reset();
+  un->pending = un->present = false;
+}
+
+void ShardedParams::on_event(Ev ev, int u) {
+  const bool grad = model_.grad_enabled();
+  const int last = n_layers_ - 1;
+  const bool block = u >= 0;
+  switch (ev) {
+    case Ev::pre_forward:  // start this unit's gather (if not prefetched), then the next one's, then wait
+      start_gather(u);
+      if (u == GPT::kEmbeddingUnit) start_gather(n_layers_ > 0 ? 0 : GPT::kHeadUnit);
+      if (block) start_gather(u < last ? u + 1 : GPT::kHeadUnit);
+      ensure(u);
+      break;
+    case Ev::post_forward:
+      if (u == GPT::kEmbeddingUnit) release(u);
+      if (block && !(grad && u == last)) release(u);
+      if (u == GPT::kHeadUnit && !grad) release(u);
+      break;
+    case Ev::pre_backward:
+      if (u == GPT::kEmbeddingUnit) break;  // the embedding's backward reads no weights
+      start_gather(u);
+      if (u == GPT::kHeadUnit && last >= 0) start_gather(last);
+      if (block && u > 0) start_gather(u - 1);
+      ensure(u);
+      break;
+    case Ev::post_backward:
+      if (u != GPT::kEmbeddingUnit) release(u);
+      break;
+  }
+}
+
+void ShardedParams::gather_full(float* out) {
+  std::vector<size_t> counts = shard_counts(0, n_, n_, dp_.size());
+  progress_.blocking([&] { dp_.all_gatherv(shard_.data(), out, counts.data(), DType::f32); });
+}
+
+}  // namespace mpitron
