@@ -66,16 +66,29 @@ int cmd_train(const Args& args) {
 
   const LaunchInfo& li = init_launch();
   GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp};
-  shape = resolve_grid_shape(shape, li.world);
   if (dry_run) {
+    // A job file for a cluster is checked on a workstation: print the job first, then the layout
+    // this world would get, or how many ranks the job needs.
     if (li.rank == 0) {
       std::printf("# resolved job%s%s\n%s\n", job_path.empty() ? "" : " from ", job_path.c_str(),
                   job_to_toml(cfg).c_str());
-      std::printf("# layout: world %d = tp %d x cp %d x dp %d x pp %d; run dir %s\n", li.world, shape.tp, shape.cp,
-                  shape.dp, shape.pp, cfg.run_dir().c_str());
+      try {
+        GridShape g = resolve_grid_shape(shape, li.world);
+        std::printf("# layout: world %d = tp %d x cp %d x dp %d x pp %d; run dir %s\n", li.world, g.tp, g.cp, g.dp,
+                    g.pp, cfg.run_dir().c_str());
+      } catch (const UsageError&) {
+        int mp = shape.tp * shape.cp * shape.pp;
+        if (shape.dp > 0)
+          std::printf("# layout: needs %d ranks = tp %d x cp %d x dp %d x pp %d (this launch has %d); run dir %s\n",
+                      mp * shape.dp, shape.tp, shape.cp, shape.dp, shape.pp, li.world, cfg.run_dir().c_str());
+        else
+          std::printf("# layout: needs a multiple of tp %d x cp %d x pp %d = %d ranks (this launch has %d); run dir %s\n",
+                      shape.tp, shape.cp, shape.pp, mp, li.world, cfg.run_dir().c_str());
+      }
     }
     return 0;
   }
+  shape = resolve_grid_shape(shape, li.world);
   if (li.rank == 0) {
     for (const auto& w : env_warnings) std::printf("warning: %s\n", w.c_str());
     for (const auto& line : effective_env_lines(cfg.env)) std::printf("env %s\n", line.c_str());
