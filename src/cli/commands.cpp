@@ -9,10 +9,12 @@ int cmd_bench_comm(const Args& args);
 int cmd_prep(const Args& args);
 int cmd_tokenizer(const Args& args);
 int cmd_train(const Args& args);
+int cmd_plan(const Args& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"train", cmd_train, "train a model from a job file (mpirun -np N for data parallel)"},
+      {"plan", cmd_plan, "memory ledger per rank, layout advisor, strategies side by side (no MPI launch)"},
       {"version", cmd_version, "print the version and the build's backends"},
       {"env", cmd_env, "who is who: ranks, nodes, devices, parallel groups, NCCL environment"},
       {"bench-comm", cmd_bench_comm, "collective bandwidth per group (nccl-tests style table)"},

@@ -1,0 +1,235 @@
+// `mpitron plan`: planning without an MPI launch. One subcommand, several modes, each implemented
+// in its own module; this file only parses options and dispatches:
+//   (default)        memory ledger per rank                         (src/plan/ledger.cpp)
+//   --advise         decision tree + layout search [--emit-job F]   (src/plan/advisor.cpp)
+//   --explain        the five strategies side by side               (src/plan/advisor.cpp)
+//   --schedule KIND  pipeline timeline table (pipeline parallel; dispatched by plan_schedule_mode)
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "mpitron/cli/commands.hpp"
+#include "mpitron/cli/job_config.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/model/config.hpp"
+#include "mpitron/plan/advisor.hpp"
+#include "mpitron/plan/ledger.hpp"
+
+namespace mpitron {
+namespace {
+
+constexpr const char* kPlanHelp =
+    "usage: mpitron plan [JOB.toml] [options] [--section.key=value ...]\n\n"
+    "Plans memory and layout without an MPI launch (well under a second). Default mode: the\n"
+    "memory ledger, one row per pipeline stage: parameters, gradients, optimizer state (fp32\n"
+    "master weights, Adam moments), activations, communication buffers, workspace, total and\n"
+    "headroom vs the GPU memory; the heaviest rank is marked. For mpitron's own GPT-2 the numbers\n"
+    "come from the functions the model allocates with (exact; `train.check_ledger = true` verifies\n"
+    "it at run time); LLaMA presets use the architecture's formulas. Activations per layer are\n"
+    "shown beside the Korthikanti et al. 2022 estimate.\n\n"
+    "modes:\n"
+    "  (none)              the memory ledger of the job / flags\n"
+    "  --advise            the decision tree (DDP / ZeRO / TP in a node / PP across nodes / 3D), then\n"
+    "                      every layout (dp, tp, pp, zero, sp, recompute, micro-batch) that fits,\n"
+    "                      ranked by estimated step time (compute + communication model, see --explain)\n"
+    "  --emit-job FILE     with --advise: write the best layout as a job file\n"
+    "  --explain           the five strategies (DP, ZeRO/FSDP, TP, PP, SP/CP) for this model and\n"
+    "                      cluster: what each splits, its collective and group, bytes per step\n"
+    "  --schedule KIND     pipeline timeline of gpipe | 1f1b | interleaved (with --pp, --microbatches)\n\n"
+    "model and layout (override the job file; without one the defaults are the job keys'):\n"
+    "  --model NAME        preset: tiny, gpt2-124m/350m/774m/1.5b, llama2-7b/13b/70b, llama3-8b/70b/405b\n"
+    "  --seq N             sequence length (model.seq_len)\n"
+    "  --gpus N            GPUs (ranks) in the job; default tp*pp*dp*cp. dp is inferred from it\n"
+    "  --gpus-per-node N   GPUs per node (default 8): TP must stay inside a node\n"
+    "  --gpu-mem GB        memory per GPU in GB = 1e9 bytes (default 80)\n"
+    "  --tp N --pp N --dp N --cp N   parallel sizes (parallel.*)\n"
+    "  --zero S            ZeRO stage 0..3: 1 shards optimizer state, 2 + gradients, 3 + parameters\n"
+    "  --sp                sequence parallelism (needs tp > 1): activations outside attention / tp\n"
+    "  --recompute MODE    none | full (a layer keeps only its input; 1/3 more compute)\n"
+    "  --micro-batch N     sequences per micro-batch (train.micro_batch; default 1 without a job)\n"
+    "  --microbatches N    micro-batches per step and pipeline (default global/(micro*dp), or 4*pp)\n"
+    "  --global-batch N    sequences per optimizer step (train.global_batch)\n"
+    "  --precision P       bf16 (mixed: 2+2+12 B/param) | fp32 (the CPU trainer: 4+4+8). Default bf16;\n"
+    "                      fp32 for a job file with train.backend = \"cpu\"\n\n"
+    "cost model (--advise, --explain):\n"
+    "  --nvlink-gbs X      GB/s per GPU inside a node (default 900)\n"
+    "  --ib-gbps X         Gbit/s per GPU across nodes (default 400)\n"
+    "  --peak-tflops X     dense TFLOP/s per GPU (default 989, H100 bf16)\n"
+    "  --mfu X             fraction of peak reached (default 0.5)\n"
+    "  --top N             layouts listed by --advise (default 5)\n\n"
+    "examples:\n"
+    "  mpitron plan --model llama2-7b --seq 2048 --gpus 1 --gpu-mem 80\n"
+    "  mpitron plan --model llama3-70b --gpus 64 --gpus-per-node 8 --gpu-mem 80 --tp 8 --pp 4 --zero 1 \\\n"
+    "               --sp --recompute full --micro-batch 1 --seq 8192 --precision bf16\n"
+    "  mpitron plan jobs/llama-style-70b.toml --advise --emit-job out.toml\n";
+
+struct PlanArgs {
+  std::string job_file, model, precision, recompute, emit_job, schedule;
+  int gpus = 0, gpus_per_node = 8, tp = 0, pp = 0, dp = 0, cp = 0, zero = -1, micro = 0, microbatches = 0,
+      global = 0, seq = 0, top = 5;
+  bool sp = false, advise = false, explain = false;
+  double gpu_mem = 80, nvlink = 900, ib = 400, peak = 989, mfu = 0.5;
+};
+
+int to_int(const std::string& opt, const std::string& v, int lo) {
+  size_t used = 0;
+  int n = 0;
+  try {
+    n = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  usage_check(used == v.size() && used > 0 && n >= lo, "option {} expects an integer >= {}, not '{}'", opt, lo, v);
+  return n;
+}
+
+double to_double(const std::string& opt, const std::string& v) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  usage_check(used == v.size() && used > 0 && x > 0, "option {} expects a positive number, not '{}'", opt, v);
+  return x;
+}
+
+PlanArgs parse(const std::vector<std::string>& rest) {
+  PlanArgs a;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& o = rest[i];
+    auto val = [&]() -> const std::string& {
+      usage_check(i + 1 < rest.size(), "option {} needs a value (see `mpitron plan --help`)", o);
+      return rest[++i];
+    };
+    if (o == "--model") a.model = val();
+    else if (o == "--gpus") a.gpus = to_int(o, val(), 1);
+    else if (o == "--gpus-per-node") a.gpus_per_node = to_int(o, val(), 1);
+    else if (o == "--gpu-mem") a.gpu_mem = to_double(o, val());
+    else if (o == "--tp") a.tp = to_int(o, val(), 1);
+    else if (o == "--pp") a.pp = to_int(o, val(), 1);
+    else if (o == "--dp") a.dp = to_int(o, val(), 1);
+    else if (o == "--cp") a.cp = to_int(o, val(), 1);
+    else if (o == "--zero") a.zero = to_int(o, val(), 0);
+    else if (o == "--sp") a.sp = true;
+    else if (o == "--recompute") a.recompute = val();
+    else if (o == "--micro-batch") a.micro = to_int(o, val(), 1);
+    else if (o == "--microbatches") a.microbatches = to_int(o, val(), 1);
+    else if (o == "--global-batch") a.global = to_int(o, val(), 1);
+    else if (o == "--seq") a.seq = to_int(o, val(), 1);
+    else if (o == "--precision") a.precision = val();
+    else if (o == "--advise") a.advise = true;
+    else if (o == "--explain") a.explain = true;
+    else if (o == "--emit-job") a.emit_job = val();
+    else if (o == "--schedule") a.schedule = val();
+    else if (o == "--nvlink-gbs") a.nvlink = to_double(o, val());
+    else if (o == "--ib-gbps") a.ib = to_double(o, val());
+    else if (o == "--peak-tflops") a.peak = to_double(o, val());
+    else if (o == "--mfu") a.mfu = to_double(o, val());
+    else if (o == "--top") a.top = to_int(o, val(), 1);
+    else if (!o.empty() && o[0] != '-' && a.job_file.empty()) a.job_file = o;
+    else usage_fail("unknown option '{}' for plan (see `mpitron plan --help`)", o);
+  }
+  usage_check(a.emit_job.empty() || a.advise, "--emit-job needs --advise");
+  return a;
+}
+
+PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
+  JobConfig job;
+  if (!a.job_file.empty()) load_job_file(job, a.job_file);
+  else job.train.micro_batch = 1;  // planning a big model: one sequence per micro-batch
+  apply_job_overrides(job, args);  // already validated by the first pass
+  if (!a.model.empty()) {
+    job.model = ModelSection{};
+    job.model.preset = a.model;
+  }
+  if (a.seq) job.model.seq_len = a.seq;
+  if (a.tp) job.parallel.tp = a.tp;
+  if (a.pp) job.parallel.pp = a.pp;
+  if (a.cp) job.parallel.cp = a.cp;
+  if (a.dp) job.parallel.dp = a.dp;
+  if (a.zero >= 0) job.parallel.zero = a.zero;
+  if (a.sp) job.parallel.sp = true;
+  if (!a.recompute.empty()) {
+    usage_check(a.recompute == "none" || a.recompute == "full", "--recompute expects none or full, not '{}'",
+                a.recompute);
+    job.train.recompute = a.recompute;
+  }
+  if (a.micro) job.train.micro_batch = a.micro;
+  if (a.microbatches) job.parallel.microbatches = a.microbatches;
+  if (a.global) job.train.global_batch = a.global;
+  const ModelConfig mc = resolve_model_config(job.model);
+
+  const int mp = job.parallel.tp * job.parallel.pp * job.parallel.cp;
+  int gpus = a.gpus;
+  if (gpus == 0) gpus = job.parallel.dp > 0 ? job.parallel.dp * mp : mp;
+  usage_check(mp <= gpus, "layout needs at least {} GPUs (tp {} x pp {} x cp {}) but only {} were given (--gpus)", mp,
+              job.parallel.tp, job.parallel.pp, job.parallel.cp, gpus);
+  if (job.parallel.dp == 0) {
+    usage_check(gpus % mp == 0, "--gpus {} is not a multiple of tp x pp x cp = {}", gpus, mp);
+    job.parallel.dp = gpus / mp;
+  }
+  if (job.parallel.microbatches == 0 && job.train.global_batch == 0 && job.parallel.pp > 1)
+    job.parallel.microbatches = 4 * job.parallel.pp;
+  PlanInput in = plan_input_from_job(job, mc, gpus);
+  in.precision = !a.precision.empty()     ? parse_precision(a.precision)
+                 : a.job_file.empty()     ? Precision::bf16
+                 : job.train.backend == "cpu" ? Precision::fp32
+                                              : Precision::bf16;
+  in.cluster.gpus = gpus;
+  in.cluster.gpus_per_node = a.gpus_per_node;
+  in.cluster.gpu_mem_gb = a.gpu_mem;
+  in.cluster.nvlink_gbs = a.nvlink;
+  in.cluster.ib_gbps = a.ib;
+  in.cluster.peak_tflops = a.peak;
+  in.cluster.mfu = a.mfu;
+  return in;
+}
+
+}  // namespace
+
+// Mode `--schedule KIND`: the pipeline timeline table (owned by pipeline parallel; it replaces the
+// body below with its table, built from parallel/schedule.hpp).
+static int plan_schedule_mode(const std::string& kind, const PlanArgs& a) {
+  (void)a;
+  usage_fail("plan --schedule {}: the pipeline timeline is not available in this build yet", kind);
+}
+
+int cmd_plan(const Args& args) {
+  for (const auto& s : args)
+    if (s == "--help" || s == "-h") {
+      std::fputs(kPlanHelp, stdout);
+      return 0;
+    }
+  JobConfig scratch;
+  const std::vector<std::string> rest = apply_job_overrides(scratch, args);
+  const PlanArgs a = parse(rest);
+  if (!a.schedule.empty()) {
+    return plan_schedule_mode(a.schedule, a);
+  }
+  const PlanInput in = build_input(a, args);
+  if (a.explain) {
+    std::fputs(explain_strategies(in).c_str(), stdout);
+    return 0;
+  }
+  if (a.advise) {
+    const Advice adv = advise(in);
+    std::fputs(format_advice(adv, a.top).c_str(), stdout);
+    const Candidate& best = adv.ranked.front();
+    std::printf("\n%s", format_ledger(best.ledger).c_str());
+    if (!a.emit_job.empty()) {
+      std::ofstream f(a.emit_job);
+      usage_check(static_cast<bool>(f), "--emit-job: cannot write {}", a.emit_job);
+      f << layout_job_toml(best.in);
+      usage_check(static_cast<bool>(f), "--emit-job: cannot write {}", a.emit_job);
+      std::printf("\nwrote %s\n", a.emit_job.c_str());
+    }
+    return 0;
+  }
+  std::fputs(format_ledger(compute_ledger(in)).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace mpitron

@@ -1,0 +1,366 @@
+// The memory ledger (plan/ledger.hpp).
+//
+// GPT-2 (mpitron's own model): the numbers come from the functions the model allocates with:
+//   parameters / gradients: the flat buffer of gpt_param_table (each tensor rounded up to 16 floats)
+//   activations: gpt_activation_floats (+ the int32 token buffer and the last-position logits the
+//   GPT constructor allocates beside it), with the schedule's slots and the recompute option.
+// LLaMA (RMSNorm, SwiGLU, GQA, RoPE, untied head; planning only): per layer
+//   parameters  2h (norms) + h*h (q) + 2*h*kv*hd (k, v) + h*h (o) + 3*h*f (gate, up, down);
+//               q, k, v, o, gate, up, down split over tp, norms replicated; embedding and head
+//               each padded_vocab(tp)*h, vocab-parallel; final norm h.
+//   activations kept for backward per layer and micro-batch (e = element bytes, fp32 stats):
+//               input, norm1 out, residual 2, norm2 out: 4*b*s*h*e (/tp with sp); rstd x2: 2*b*s*4
+//               (/tp with sp); q, k, v after RoPE: b*s*(a + 2*kv)*hd*e/tp; fused attention output
+//               b*s*h*e/tp and its log-sum-exp b*a*s*4/tp (no s*s softmax: cuDNN / flash);
+//               SwiGLU gate, up and their product: 3*b*s*f*e/tp.
+//   with full recompute a layer keeps only its input (b*s*h*e, /tp with sp) and one layer's
+//   set is scratch for the recomputed forward.
+#include "mpitron/plan/ledger.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "mpitron/cli/job_config.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/parallel/partition.hpp"
+
+namespace mpitron {
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32" || s == "f32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  usage_fail("unknown precision '{}' (allowed: fp32, bf16)", s);
+}
+
+const char* precision_name(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
+
+int static_bytes_per_param(Precision p) {
+  // fp32: weights 4 + gradients 4 + Adam m 4 + v 4. bf16: weights 2 + gradients 2 + fp32 master 4 + m 4 + v 4.
+  return p == Precision::fp32 ? 4 + 4 + 8 : 2 + 2 + 12;
+}
+
+std::string fmt_gb(double bytes) {
+  if (std::abs(bytes) >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (std::abs(bytes) >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  if (std::abs(bytes) >= 1e3) return fmt::format("{:.1f} kB", bytes / 1e3);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+double korthikanti_layer_bytes(int64_t s, int64_t b, int64_t h, int64_t a, int tp, bool sp, bool recompute) {
+  const double sbh = static_cast<double>(s) * b * h, t = tp;
+  if (recompute) return 2 * sbh / (sp ? t : 1.0);
+  const double attn = 5.0 * a * s / h;
+  if (tp == 1) return sbh * (34 + attn);
+  if (sp) return sbh * (34 + attn) / t;
+  return sbh * (10 + 24 / t + attn / t);
+}
+
+int act_slots_in_flight(const PlanLayout& l, int stage) {
+  const int m = l.microbatches, p = l.pp;
+  if (p == 1) return 1;  // gradient accumulation runs micro-batches one after another
+  if (l.schedule == "gpipe") return m;
+  if (l.schedule == "interleaved") {
+    // Megatron's interleaved 1F1B: (p - r - 1)*2 + (v - 1)*p warm-up forwards, then one more,
+    // spread over the rank's v chunks; expressed in whole-stage micro-batches (rounded up).
+    int chunk_mbs = std::min(m * l.virtual_stages, (p - stage - 1) * 2 + (l.virtual_stages - 1) * p + 1);
+    return (chunk_mbs + l.virtual_stages - 1) / l.virtual_stages;
+  }
+  return std::min(p - stage, m);  // 1f1b: stage s runs p - s warm-up forwards before its first backward
+}
+
+namespace {
+
+int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+GridShape shape_of(const PlanLayout& l) { return GridShape{l.tp, l.cp, l.dp, l.pp}; }
+
+int64_t flat_floats(const std::vector<ParamInfo>& t) {
+  return t.empty() ? 0 : static_cast<int64_t>(t.back().offset + round16(static_cast<int64_t>(t.back().numel)));
+}
+
+// Parameter elements of one LLaMA shard (flat layout: every tensor rounded up to 16 elements).
+int64_t llama_shard_params(const ModelConfig& c, const ModelShard& s) {
+  const int64_t h = c.d_model, hd = c.head_dim(), t = s.tp_size, f = c.d_ff;
+  const int64_t kv = std::max<int64_t>(1, c.n_kv_head / t);  // kv heads per rank (replicated when < tp)
+  const int64_t q = c.n_head / t;
+  const int64_t layer = 2 * round16(h) + round16(q * hd * h) + 2 * round16(kv * hd * h) + round16(h * q * hd) +
+                        2 * round16(f / t * h) + round16(h * (f / t));
+  const int64_t vp = c.padded_vocab(s.tp_size) / t;
+  int64_t n = (s.layer_end - s.layer_begin) * layer;
+  if (s.has_embedding) n += round16(vp * h);
+  if (s.has_head) n += round16(h) + round16(vp * h);
+  return n;
+}
+
+// LLaMA activation elements of one layer, one micro-batch, split by element size (e: tensors at
+// the compute precision; f32: statistics). See the header comment.
+struct ActElems {
+  int64_t e = 0, f32 = 0;
+};
+ActElems llama_layer_acts(const ModelConfig& c, int64_t b, int64_t s, int tp, bool sp, bool recompute) {
+  const int64_t h = c.d_model, hd = c.head_dim(), f = c.d_ff, sh = sp ? tp : 1;
+  const int64_t kv = std::max<int64_t>(1, c.n_kv_head / tp) * tp;
+  if (recompute) return {b * s * h / sh, 0};
+  ActElems a;
+  a.e = 4 * b * s * h / sh + b * s * (c.n_head + 2 * kv) * hd / tp + b * s * h / tp + 3 * b * s * f / tp;
+  a.f32 = 2 * b * s / sh + int64_t{b} * c.n_head * s / tp;
+  return a;
+}
+
+struct Chunk {
+  ModelShard shard;
+  int slots = 1;
+};
+
+// The model chunks a rank holds: one (its stage) or v (interleaved: virtual stage c*pp + r).
+std::vector<Chunk> rank_chunks(const PlanInput& in, const GridCoord& co) {
+  const PlanLayout& l = in.layout;
+  std::vector<Chunk> out;
+  if (l.virtual_stages <= 1) {
+    out.push_back({model_shard_for(in.model, shape_of(l), co, l.pp_layers), act_slots_in_flight(l, co.pp)});
+    return out;
+  }
+  const int nv = l.pp * l.virtual_stages, L = in.model.n_layer;
+  for (int c = 0; c < l.virtual_stages; ++c) {
+    int vs = c * l.pp + co.pp;
+    ModelShard s;
+    s.tp_rank = co.tp;
+    s.tp_size = l.tp;
+    s.layer_begin = static_cast<int>(int64_t{vs} * L / nv);
+    s.layer_end = static_cast<int>(int64_t{vs + 1} * L / nv);
+    s.has_embedding = vs == 0;
+    s.has_head = vs == nv - 1;
+    out.push_back({s, act_slots_in_flight(l, co.pp)});
+  }
+  return out;
+}
+
+// ZeRO shard of a flat buffer of n elements over dp ranks: rank r holds [r*n/dp, (r+1)*n/dp).
+int64_t zero_shard(int64_t n, int dp, int r) { return (int64_t{r} + 1) * n / dp - int64_t{r} * n / dp; }
+
+}  // namespace
+
+void validate_plan(const PlanInput& in) {
+  const ModelConfig& m = in.model;
+  const PlanLayout& l = in.layout;
+  usage_check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.cp >= 1, "parallel sizes must be >= 1 (tp {}, pp {}, dp {}, cp {})",
+              l.tp, l.pp, l.dp, l.cp);
+  usage_check(m.n_head % l.tp == 0, "tp ({}) must divide the number of attention heads ({} for {})", l.tp, m.n_head,
+              m.name);
+  usage_check(m.n_kv_head % l.tp == 0 || l.tp % m.n_kv_head == 0,
+              "tp ({}) and the number of key/value heads ({} for {}) must divide one another", l.tp, m.n_kv_head, m.name);
+  usage_check(m.d_ff % l.tp == 0, "tp ({}) must divide d_ff ({})", l.tp, m.d_ff);
+  usage_check(l.pp * l.virtual_stages <= m.n_layer, "pp ({}) x virtual stages ({}) exceeds the model's {} layers",
+              l.pp, l.virtual_stages, m.n_layer);
+  usage_check(l.zero >= 0 && l.zero <= 3, "zero stage must be 0..3 (got {})", l.zero);
+  usage_check(!l.sp || l.tp > 1, "sequence parallelism (--sp) needs tp > 1");
+  usage_check(l.micro_batch >= 1 && l.microbatches >= 1, "micro-batch ({}) and micro-batches ({}) must be >= 1",
+              l.micro_batch, l.microbatches);
+  usage_check(m.seq_len % l.cp == 0, "cp ({}) must divide the sequence length ({})", l.cp, m.seq_len);
+  usage_check(l.schedule == "1f1b" || l.schedule == "gpipe" || l.schedule == "interleaved",
+              "unknown pipeline schedule '{}' (allowed: gpipe, 1f1b, interleaved)", l.schedule);
+  usage_check(l.pp == 1 || l.schedule == "gpipe" || l.microbatches >= l.pp,
+              "schedule {} needs at least pp ({}) micro-batches per step (got {})", l.schedule, l.pp, l.microbatches);
+  const int world = l.world();
+  usage_check(world <= in.cluster.gpus,
+              "layout needs {} GPUs (dp {} x tp {} x pp {} x cp {}) but only {} were given (--gpus)", world, l.dp, l.tp,
+              l.pp, l.cp, in.cluster.gpus);
+  usage_check(world == in.cluster.gpus, "layout uses {} GPUs (dp {} x tp {} x pp {} x cp {}) but {} were given (--gpus)",
+              world, l.dp, l.tp, l.pp, l.cp, in.cluster.gpus);
+}
+
+RankLedger rank_ledger(const PlanInput& in, int rank) {
+  const ModelConfig& m = in.model;
+  const PlanLayout& l = in.layout;
+  const bool fp32 = in.precision == Precision::fp32;
+  const int e = fp32 ? 4 : 2;
+  RankLedger r;
+  r.rank = rank;
+  r.coord = grid_coord(shape_of(l), rank);
+  const auto chunks = rank_chunks(in, r.coord);
+  r.shard = chunks.front().shard;
+  r.shard.layer_end = chunks.back().shard.layer_end;  // for display (interleaved: first..last chunk)
+  const int64_t B = l.micro_batch, s = m.seq_len / l.cp;
+
+  // Parameters: one flat buffer per chunk.
+  int64_t n = 0;
+  for (const auto& c : chunks) n += m.arch == Arch::gpt2 ? flat_floats(gpt_param_table(m, c.shard)) : llama_shard_params(m, c.shard);
+  r.local_params = n;
+  const int64_t shard_n = zero_shard(n, l.dp, r.coord.dp);
+  const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;
+  r.params = n_p * e;
+  r.grads = n_g * e;
+  r.optim_master = fp32 ? 0 : 4 * n_o;
+  r.optim_moments = 8 * n_o;
+
+  // Activations.
+  int layers = 0;
+  for (const auto& c : chunks) layers += c.shard.layer_end - c.shard.layer_begin;
+  const int slots = chunks.front().slots;
+  r.act_in_flight = slots;
+  if (m.arch == Arch::gpt2) {
+    int64_t floats = 0, ints = 0;
+    for (const auto& c : chunks) {
+      floats += gpt_activation_floats(m, c.shard, static_cast<int>(B), {c.slots, l.recompute});
+      ints += 2 * B * m.seq_len * c.slots;                                     // tokens: inputs + targets
+      if (c.shard.has_head) floats += B * m.padded_vocab(c.shard.tp_size);  // last-position logits
+    }
+    r.activations = floats * e + ints * 4;
+    ModelShard one{r.coord.tp, l.tp, 0, 1, false, false}, two{r.coord.tp, l.tp, 0, 2, false, false};
+    if (m.n_layer >= 2)
+      r.act_per_layer = (gpt_activation_floats(m, two, static_cast<int>(B), {1, l.recompute}) -
+                         gpt_activation_floats(m, one, static_cast<int>(B), {1, l.recompute})) * e;
+    r.source = "gpt_param_table + gpt_activation_floats (the model's allocation functions)";
+  } else {
+    ActElems a = llama_layer_acts(m, B, s, l.tp, l.sp, l.recompute);
+    r.act_per_layer = a.e * e + a.f32 * 4;
+    const int64_t sh = l.sp ? l.tp : 1, h = m.d_model;
+    int64_t other = 0;
+    for (const auto& c : chunks) {
+      if (c.shard.has_embedding) other += B * s * h / sh * e;  // embedding output
+      if (c.shard.has_head)  // final norm out + rstd, fp32 logits of the vocab shard (one micro-batch)
+        other += B * s * h / sh * e + B * s / sh * 4 + B * s * (m.padded_vocab(l.tp) / l.tp) * 4;
+    }
+    other += (2 * B * s * h / sh + B * s * m.d_ff / l.tp) * e;  // backward scratch: residual grads, MLP grad
+    if (l.recompute && layers > 0) {
+      ActElems full = llama_layer_acts(m, B, s, l.tp, l.sp, false);
+      other += full.e * e + full.f32 * 4;  // one layer recomputed at a time
+    }
+    r.activations = int64_t{layers} * slots * r.act_per_layer + other;
+    r.source = "LLaMA formulas (ledger.cpp header)";
+  }
+  r.act_other = r.activations - int64_t{layers} * slots * r.act_per_layer;
+  r.korthikanti_per_layer = korthikanti_layer_bytes(s, B, m.d_model, m.n_head, l.tp, l.sp, l.recompute);
+
+  // Communication buffers and workspace.
+  if (fp32) {
+    // The CPU trainer all-reduces gradients in place (no staging) without pipeline parallelism;
+    // pipeline staging buffers and kernel scratch are measured, not predicted.
+    r.comm = 0;
+    r.comm_predicted = l.pp == 1;
+    r.workspace = 0;
+    r.workspace_predicted = false;
+  } else {
+    // GPU plan: two DDP buckets in flight (dp > 1, ZeRO < 3); ZeRO-3 gathers the next unit while
+    // the current one runs (2 layers of bf16 weights); pipeline send + receive of one micro-batch
+    // in each direction; a fixed allowance for cuBLASLt / cuDNN workspaces.
+    const int64_t bucket = static_cast<int64_t>(l.bucket_mb * (1 << 20));
+    if (l.dp > 1 && l.zero < 3) r.comm += 2 * bucket;
+    if (l.zero >= 3 && layers > 0) r.comm += 2 * (n / std::max(1, layers)) * e;
+    if (l.pp > 1) r.comm += 4 * B * s * m.d_model / (l.sp ? l.tp : 1) * e;
+    r.workspace = int64_t{512} << 20;
+  }
+  return r;
+}
+
+Ledger compute_ledger(const PlanInput& in) {
+  validate_plan(in);
+  Ledger led;
+  led.in = in;
+  PlanLayout one;
+  one.micro_batch = in.layout.micro_batch;
+  {
+    PlanInput whole = in;
+    whole.layout = one;
+    whole.cluster.gpus = 1;
+    // Logical parameters: the whole model on one rank, minus the tied head's duplicate (none there).
+    const ModelShard all{0, 1, 0, in.model.n_layer, true, true};
+    led.total_params = in.model.arch == Arch::gpt2 ? [&] {
+      int64_t t = 0;
+      for (const auto& p : gpt_param_table(in.model, all)) t += static_cast<int64_t>(p.numel);
+      return t;
+    }()
+                                                 : [&] {
+                                                     const int64_t h = in.model.d_model, hd = in.model.head_dim();
+                                                     const int64_t layer = 2 * h + 2 * h * in.model.n_head * hd +
+                                                                           2 * h * in.model.n_kv_head * hd +
+                                                                           3 * h * in.model.d_ff;
+                                                     return in.model.n_layer * layer + h +
+                                                            2 * int64_t{in.model.padded_vocab()} * h;
+                                                   }();
+  }
+  const GridShape shape = shape_of(in.layout);
+  for (int st = 0; st < in.layout.pp; ++st) {
+    // Under ZeRO the dp ranks' shards differ by at most one element; the last one is the largest.
+    GridCoord c{0, 0, in.layout.dp - 1, st};
+    led.stages.push_back(rank_ledger(in, grid_rank(shape, c)));
+  }
+  for (size_t i = 1; i < led.stages.size(); ++i)
+    if (led.stages[i].total() > led.stages[led.heaviest].total()) led.heaviest = static_cast<int>(i);
+  return led;
+}
+
+PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, int world) {
+  PlanInput in;
+  in.model = model;
+  in.precision = job.train.backend == "nccl" ? Precision::bf16 : Precision::fp32;
+  PlanLayout& l = in.layout;
+  l.tp = job.parallel.tp;
+  l.pp = job.parallel.pp;
+  l.cp = job.parallel.cp;
+  l.dp = job.parallel.dp > 0 ? job.parallel.dp : std::max(1, world / std::max(1, l.tp * l.pp * l.cp));
+  l.zero = job.parallel.zero;
+  l.sp = job.parallel.sp;
+  l.recompute = job.train.recompute == "full";
+  l.micro_batch = job.train.micro_batch;
+  const int global = job.train.global_batch ? job.train.global_batch : l.micro_batch * l.dp;
+  l.microbatches = job.parallel.microbatches ? job.parallel.microbatches : std::max(1, global / (l.micro_batch * l.dp));
+  l.schedule = job.parallel.schedule;
+  l.virtual_stages = job.parallel.virtual_stages;
+  l.pp_layers = job.parallel.pp_layers;
+  l.bucket_mb = job.parallel.bucket_mb;
+  in.cluster.gpus = world > 0 ? world : l.world();
+  return in;
+}
+
+std::string format_ledger(const Ledger& led) {
+  const PlanInput& in = led.in;
+  const ModelConfig& m = in.model;
+  const PlanLayout& l = in.layout;
+  const bool fp32 = in.precision == Precision::fp32;
+  std::string o;
+  o += fmt::format("model {}: {} layers, d_model {}, {} heads ({} kv), d_ff {}, vocab {} (padded {}), {} head, {:.3f}B parameters\n",
+                   m.name, m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.d_ff, m.vocab_size, m.padded_vocab(l.tp),
+                   m.tied_embeddings ? "tied" : "untied", led.total_params / 1e9);
+  o += fmt::format(
+      "layout {} GPUs = dp {} x tp {} x pp {} x cp {} | zero {} | sp {} | recompute {} | micro-batch {} x {} "
+      "micro-batches ({}) | seq {} | {}\n",
+      l.world(), l.dp, l.tp, l.pp, l.cp, l.zero, l.sp ? "on" : "off", l.recompute ? "full" : "none", l.micro_batch,
+      l.microbatches, l.pp > 1 ? l.schedule : "accumulation", m.seq_len,
+      fp32 ? "fp32 (weights, grads, Adam m+v: 16 B/param)" : "bf16 mixed precision (2+2 + fp32 master 4 + m,v 8 = 16 B/param)");
+  o += fmt::format("cluster {} GPUs, {} per node, {:.0f} GB each\n\n", in.cluster.gpus, in.cluster.gpus_per_node,
+                   in.cluster.gpu_mem_gb);
+  o += fmt::format("{:<7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage", "layers",
+                   "params", "grads", "master", "adam m,v", "activ.", "comm", "workspace", "total", "headroom");
+  const double mem = in.cluster.gpu_mem_gb * 1e9;
+  for (size_t i = 0; i < led.stages.size(); ++i) {
+    const RankLedger& r = led.stages[i];
+    std::string layers = fmt::format("{}-{}", r.shard.layer_begin, r.shard.layer_end - 1);
+    if (r.shard.has_embedding) layers = "E " + layers;
+    if (r.shard.has_head) layers += " H";
+    o += fmt::format("{:<7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}{}\n", i, layers,
+                     fmt_gb(r.params), fmt_gb(r.grads), fmt_gb(r.optim_master), fmt_gb(r.optim_moments),
+                     fmt_gb(r.activations), r.comm_predicted ? fmt_gb(r.comm) : "measured",
+                     r.workspace_predicted ? fmt_gb(r.workspace) : "measured", fmt_gb(r.total()),
+                     fmt_gb(mem - r.total()), static_cast<int>(i) == led.heaviest ? "  <- heaviest" : "");
+  }
+  const RankLedger& h = led.stages[led.heaviest];
+  std::vector<int> members = group_members(shape_of(l), h.rank, Group::tp);
+  o += fmt::format("\nheaviest rank: {} (stage {}; every tp/dp rank of the stage holds the same up to one element of a "
+                   "ZeRO shard){}\n",
+                   h.rank, led.heaviest, mem - h.total() < 0 ? " -- DOES NOT FIT" : "");
+  o += fmt::format(
+      "activations of stage {}: {} per layer per micro-batch (mpitron) vs {} (Korthikanti et al. 2022, 16-bit{}{}); "
+      "{} layers x {} micro-batch(es) in flight ({}) + {} embedding/head/logits/backward scratch\n",
+      led.heaviest, fmt_gb(h.act_per_layer), fmt_gb(h.korthikanti_per_layer), l.sp ? ", /tp with sp" : "",
+      l.recompute ? ", full recompute 2sbh" : "", h.shard.layer_end - h.shard.layer_begin, h.act_in_flight,
+      l.pp > 1 ? l.schedule + " keeps up to pp - stage on a stage" : "one at a time", fmt_gb(h.act_other));
+  o += fmt::format("source: {}\n", h.source);
+  return o;
+}
+
+}  // namespace mpitron
