@@ -26,6 +26,7 @@
 
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/partition.hpp"
 
 namespace mpitron {
@@ -139,8 +140,11 @@ std::vector<Chunk> rank_chunks(const PlanInput& in, const GridCoord& co) {
   return out;
 }
 
-// ZeRO shard of a flat buffer of n elements over dp ranks: rank r holds [r*n/dp, (r+1)*n/dp).
-int64_t zero_shard(int64_t n, int dp, int r) { return (int64_t{r} + 1) * n / dp - int64_t{r} * n / dp; }
+// This dp rank's ZeRO shard of a flat buffer of n elements: the trainer's own rule
+// (parallel/grad_buckets.hpp zero_shard: 16-float aligned, the last shards shorter).
+int64_t zero_shard_elems(int64_t n, int dp, int r) {
+  return static_cast<int64_t>(zero_shard(static_cast<size_t>(n), dp, r).size());
+}
 
 }  // namespace
 
@@ -190,7 +194,7 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   int64_t n = 0;
   for (const auto& c : chunks) n += m.arch == Arch::gpt2 ? flat_floats(gpt_param_table(m, c.shard)) : llama_shard_params(m, c.shard);
   r.local_params = n;
-  const int64_t shard_n = zero_shard(n, l.dp, r.coord.dp);
+  const int64_t shard_n = zero_shard_elems(n, l.dp, r.coord.dp);
   const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;
   r.params = n_p * e;
   r.grads = n_g * e;
@@ -261,13 +265,8 @@ Ledger compute_ledger(const PlanInput& in) {
   validate_plan(in);
   Ledger led;
   led.in = in;
-  PlanLayout one;
-  one.micro_batch = in.layout.micro_batch;
   {
-    PlanInput whole = in;
-    whole.layout = one;
-    whole.cluster.gpus = 1;
-    // Logical parameters: the whole model on one rank, minus the tied head's duplicate (none there).
+    // Logical parameters: the whole model on one rank (no tied-head duplicate there).
     const ModelShard all{0, 1, 0, in.model.n_layer, true, true};
     led.total_params = in.model.arch == Arch::gpt2 ? [&] {
       int64_t t = 0;
@@ -285,8 +284,8 @@ Ledger compute_ledger(const PlanInput& in) {
   }
   const GridShape shape = shape_of(in.layout);
   for (int st = 0; st < in.layout.pp; ++st) {
-    // Under ZeRO the dp ranks' shards differ by at most one element; the last one is the largest.
-    GridCoord c{0, 0, in.layout.dp - 1, st};
+    // Under ZeRO dp rank 0's shard is the largest (the last ones are shorter).
+    GridCoord c{0, 0, 0, st};
     led.stages.push_back(rank_ledger(in, grid_rank(shape, c)));
   }
   for (size_t i = 1; i < led.stages.size(); ++i)
@@ -349,8 +348,7 @@ std::string format_ledger(const Ledger& led) {
                      fmt_gb(mem - r.total()), static_cast<int>(i) == led.heaviest ? "  <- heaviest" : "");
   }
   const RankLedger& h = led.stages[led.heaviest];
-  std::vector<int> members = group_members(shape_of(l), h.rank, Group::tp);
-  o += fmt::format("\nheaviest rank: {} (stage {}; every tp/dp rank of the stage holds the same up to one element of a "
+  o += fmt::format("\nheaviest rank: {} (stage {}; every tp/dp rank of the stage holds the same, up to the alignment of a "
                    "ZeRO shard){}\n",
                    h.rank, led.heaviest, mem - h.total() < 0 ? " -- DOES NOT FIT" : "");
   o += fmt::format(

@@ -78,17 +78,25 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero_formulas) {
   const int N = 8;
   for (int stage = 0; stage <= 3; ++stage) {
     RankLedger r = compute_ledger(input("llama2-7b", N, N, 1, 1, stage)).stages.at(0);
-    const int64_t P = r.local_params;
-    BOOST_REQUIRE(P % N == 0);
-    BOOST_TEST(r.optim() == (stage >= 1 ? 12 * P / N : 12 * P));
-    BOOST_TEST(r.grads == (stage >= 2 ? 2 * P / N : 2 * P));
-    BOOST_TEST(r.params == (stage >= 3 ? 2 * P / N : 2 * P));
+    // Shards are 16-element aligned (the trainer's rule, grad_buckets.hpp): rank 0's is P/N
+    // rounded up to 16 elements, never more than 16 above it.
+    const double P = static_cast<double>(r.local_params);
+    auto near = [](double got, double want, double per_elem) { return got >= want && got < want + 16 * per_elem; };
+    BOOST_TEST(near(r.optim(), stage >= 1 ? 12 * P / N : 12 * P, 12));
+    BOOST_TEST(near(r.grads, stage >= 2 ? 2 * P / N : 2 * P, 2));
+    BOOST_TEST(near(r.params, stage >= 3 ? 2 * P / N : 2 * P, 2));
   }
   // Stage 3 in fp32 (the CPU trainer): (4 + 4 + 8) P / N.
   PlanInput in = input("llama2-7b", N, N, 1, 1, 3);
   in.precision = Precision::fp32;
   RankLedger r = compute_ledger(in).stages.at(0);
-  BOOST_TEST(r.params + r.grads + r.optim() == 16 * r.local_params / N);
+  BOOST_TEST(r.params + r.grads + r.optim() >= 16 * r.local_params / N);
+  BOOST_TEST(r.params + r.grads + r.optim() < 16 * (r.local_params / N + 16));
+  // When 16 N divides P the shard is exactly P / N: 12P/N optimizer bytes in mixed precision.
+  PlanInput even = input("tiny", 4, 4, 1, 1, 3);
+  RankLedger e = compute_ledger(even).stages.at(0);
+  BOOST_REQUIRE(e.local_params % 64 == 0);
+  BOOST_TEST(e.optim() == 12 * e.local_params / 4);
 }
 
 BOOST_AUTO_TEST_CASE(pipeline_stages_and_tp) {
