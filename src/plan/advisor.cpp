@@ -236,8 +236,12 @@ std::string format_advice(const Advice& a, int top) {
 std::string layout_job_toml(const PlanInput& in) {
   const PlanLayout& l = in.layout;
   std::string o = "# written by `mpitron plan --advise --emit-job`\n[job]\n";
-  o += fmt::format("name = \"{}-{}gpu\"\n\n[model]\npreset = \"{}\"\nseq_len = {}\n\n", in.model.name, l.world(),
-                   in.model.name, in.model.seq_len);
+  // The preset the config came from ("+custom" marks job overrides), with the sizes spelled out.
+  std::string preset = in.model.name;
+  if (auto k = preset.find('+'); k != std::string::npos) preset.resize(k);
+  o += fmt::format("name = \"{}-{}gpu\"\n\n[model]\npreset = \"{}\"\nn_layer = {}\nn_head = {}\nd_model = {}\n", preset,
+                   l.world(), preset, in.model.n_layer, in.model.n_head, in.model.d_model);
+  o += fmt::format("vocab_size = {}\nseq_len = {}\n\n", in.model.vocab_size, in.model.seq_len);
   o += fmt::format("[parallel]\ndp = {}\ntp = {}\npp = {}\nzero = {}\nsp = {}\nschedule = \"{}\"\nmicrobatches = {}\n\n",
                    l.dp, l.tp, l.pp, l.zero, l.sp ? "true" : "false", l.schedule, l.microbatches);
   o += fmt::format("[train]\nbackend = \"{}\"\nmicro_batch = {}\nglobal_batch = {}\nrecompute = \"{}\"\n",

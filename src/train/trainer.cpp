@@ -24,6 +24,7 @@
 #include "mpitron/train/metrics.hpp"
 #include "mpitron/train/peak_probe.hpp"
 #include "mpitron/train/step_stats.hpp"
+#include "mpitron/plan/check.hpp"
 
 namespace mpitron {
 namespace {
@@ -178,6 +179,15 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     std::fflush(stdout);
   };
   log_memory("at start");
+  // train.check_ledger: every rank's tracked bytes against the memory ledger's prediction (src/plan).
+  const RankLedger predicted =
+      cfg.train.check_ledger ? rank_ledger(plan_input_from_job(cfg, mc, launch.world), grid.rank()) : RankLedger{};
+  auto check_ledger = [&](const char* when) {
+    if (!cfg.train.check_ledger) return;
+    std::printf("%s\n", check_against_ledger(predicted, MemTracker::host().stats(), when).text.c_str());
+    std::fflush(stdout);
+  };
+  check_ledger("at start");
 
   TrainResult result;
   std::vector<Batch> batches(bp.accum);
@@ -236,6 +246,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     double step_ms = ms_since(t0);
     const CommTiming comm = ddp.take_timing();
     if (step == 1) log_memory("step 1");
+    if (step == 1) check_ledger("after step 1");
 
     if (step == 1) result.first_loss = loss;
     result.last_loss = loss;

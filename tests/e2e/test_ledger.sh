@@ -27,7 +27,7 @@ layout() {  # name np extra...
   if ! timeout 120 $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
       >"$log" 2>&1; then
     if grep -q "not implemented yet" "$log"; then
-      echo "SKIP  $name: $(grep -o '[^:]*not implemented yet[^;]*' "$log" | head -n 1)"
+      echo "SKIP  $name:$(grep -o '[^:]*not implemented yet[^;]*' "$log" | head -n 1)"
       return
     fi
     cat "$log"
