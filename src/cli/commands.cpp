@@ -9,6 +9,8 @@ int cmd_bench_comm(const Args& args);
 int cmd_prep(const Args& args);
 int cmd_tokenizer(const Args& args);
 int cmd_train(const Args& args);
+int cmd_generate(const Args& args);
+int cmd_inspect(const Args& args);
 int cmd_plan(const Args& args);
 
 const std::vector<Command>& commands() {
@@ -19,6 +21,8 @@ const std::vector<Command>& commands() {
       {"env", cmd_env, "who is who: ranks, nodes, devices, parallel groups, NCCL environment"},
       {"bench-comm", cmd_bench_comm, "collective bandwidth per group (nccl-tests style table)"},
       {"prep", cmd_prep, "tokenize text files into HDF5 shards for training"},
+      {"generate", cmd_generate, "sample text from a checkpoint on one process (CPU)"},
+      {"inspect", cmd_inspect, "what a checkpoint or data shard holds: config, layout, step, tensors"},
       {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer; encode/decode text"},
   };
   return table;

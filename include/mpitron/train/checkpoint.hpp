@@ -1,0 +1,120 @@
+// Checkpoints: one parallel-HDF5 file per save, every tensor at its FULL logical shape (as if
+// tp = pp = dp = 1; wte trimmed to vocab_size rows), so a checkpoint written under one layout
+// loads under any other. docs/checkpoint.md documents the file for h5py users.
+//
+// Who writes what (collective over `comm`; every rank calls every function below):
+//   - each rank describes its share as FlatRanges of its shard's flat buffers (CheckpointShard):
+//     the parameters, and AdamW's exp_avg / exp_avg_sq over [begin, end) of the flat layout
+//     (the whole buffer without ZeRO, this DP rank's shard with it);
+//   - a rank writes the elements it OWNS: one owner per element in any layout (dp 0 / cp 0 for
+//     replicated copies, tp 0 for tensors TP replicates, the first stage for the tied wte copy,
+//     every DP rank its own ZeRO shard). checkpoint_shard_for() sets the owner flags;
+//   - each rank maps its local elements to hyperslabs of the full tensors (a TP shard of the
+//     fused QKV is 3 of them; a ZeRO range cuts tensors mid-row: head row + full rows + tail row).
+//   - load reads every element a rank HOLDS (owners and replicas alike).
+// Every dataset carries an order-independent checksum of (full index, value bits) over all its
+// elements; load recomputes it over the owned elements of the new layout and compares, so
+// corrupted data is an error, not a silently different model.
+//
+// All HDF5 calls hold hdf5_mutex() (the DataLoader's prefetch thread reads shards with it).
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpitron/data/loader.hpp"
+#include "mpitron/dist/grid.hpp"
+#include "mpitron/model/config.hpp"
+#include "mpitron/model/gpt.hpp"
+
+namespace mpitron {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+// A range [begin, end) of this rank's flat parameter layout; data[0] is flat index `begin`.
+struct CkptRange {
+  float* data = nullptr;
+  size_t begin = 0, end = 0;
+  bool owner = false;  // save: this rank writes these elements (dedupe rules above still apply)
+};
+
+struct CheckpointShard {
+  ModelShard shard;
+  std::vector<ParamInfo> table;  // gpt_param_table(cfg, shard)
+  CkptRange params, exp_avg, exp_avg_sq;
+  bool has_optimizer = true;  // false: parameters only (generate, param tests)
+};
+
+// The shard and owner flags of grid coordinate `coord` (no data pointers yet: the caller sets
+// params/exp_avg/exp_avg_sq .data/.begin/.end). zero >= 1 shards the optimizer state over DP,
+// zero >= 3 also the parameters.
+CheckpointShard checkpoint_shard_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
+                                     const std::vector<int>& pp_layers, int zero);
+
+// Everything that is not a tensor.
+struct CheckpointMeta {
+  int64_t step = 0;             // optimizer steps completed = LR schedule position
+  int64_t optimizer_steps = 0;  // AdamW's bias-correction count (< step when steps were skipped)
+  // The data order: epoch and samples taken per DP rank under sampler_dp ranks (global position
+  // = position * sampler_dp; resume under another dp converts it, see sampler_state_for()).
+  SamplerState sampler;
+  int sampler_dp = 1;
+  uint64_t train_seed = 0, data_seed = 0;  // init is counter-based from train_seed; no other RNG
+  double loss = 0;                         // training loss of the last step
+  ModelConfig model;
+  GridShape layout;  // resolved (dp filled in)
+  int zero = 0;
+  std::vector<int> pp_layers;
+  std::string job_toml, tokenizer_json, version, created;
+};
+
+// This DP rank's sampler state when resuming under `dp` ranks. UsageError when the global position
+// cannot be split evenly (a global batch that is not a multiple of micro_batch x dp).
+SamplerState sampler_state_for(const CheckpointMeta& m, int dp);
+
+// Collective over comm: writes `path` (overwriting it). No temp name / rename here: see
+// CheckpointManager::save.
+void write_checkpoint_file(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
+                           const CheckpointShard& shard);
+
+// Collective over comm: checks the model config against `expect` (UsageError naming the first
+// difference), reads every tensor this rank holds into shard's ranges, verifies checksums.
+// Padded vocab rows of wte are set to 0. Returns the metadata.
+CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, const ModelConfig& expect,
+                                    CheckpointShard& shard);
+
+// One process, no MPI-IO (inspect, generate): the metadata only.
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+// One process: a full tensor by dataset path ("model/wte.weight"); shape returned in *shape.
+std::vector<float> read_checkpoint_tensor(const std::string& path, const std::string& dataset,
+                                          std::vector<int64_t>* shape);
+// UsageError (naming the file and the key) when a checkpoint's model cannot be loaded as `want`.
+void check_model_compatible(const ModelConfig& have, const ModelConfig& want, const std::string& path);
+
+// <dir>/step_00001000.h5, `latest` (a symlink to the newest complete file), keep-k pruning.
+class CheckpointManager {
+ public:
+  CheckpointManager(std::string dir, int keep, MPI_Comm comm);
+  // Collective. Writes <dir>/.step_N.h5.tmp, renames it, points `latest` at it, then deletes the
+  // oldest complete checkpoints beyond `keep` (keep <= 0: keep all). Returns the final path.
+  std::string save(const CheckpointMeta& meta, const CheckpointShard& shard);
+  const std::string& dir() const { return dir_; }
+
+  static std::string file_name(int64_t step);  // "step_00001000.h5"
+
+ private:
+  std::string dir_;
+  int keep_;
+  MPI_Comm comm_;
+};
+
+// Which checkpoint train.resume selects: "never" -> none; "auto" -> <ckpt_dir>/latest if it
+// exists; anything else is a file or a checkpoint folder (its `latest`), which must exist.
+std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir);
+// A file, or a folder holding `latest`, to the checkpoint file it means (symlinks resolved).
+std::string resolve_checkpoint_path(const std::string& path);
+
+}  // namespace mpitron

@@ -1,0 +1,141 @@
+// `mpitron generate CKPT --prompt "text" [--max-tokens 200 --temperature 0.8 --top-k 50 --seed 1]`
+// Samples text from a checkpoint on one rank (CPU), with the tokenizer stored in it. The model
+// sees a window of its seq_len tokens (the most recent ones); each new token re-runs the forward
+// over the window (no KV cache: fine for the model sizes a CPU samples from).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mpitron/cli/commands.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/rng.hpp"
+#include "mpitron/data/tokenizer.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/ops/ops.hpp"
+#include "mpitron/train/checkpoint.hpp"
+
+namespace mpitron {
+namespace {
+
+const char* kHelp =
+    "usage: mpitron generate CHECKPOINT --prompt TEXT [--max-tokens 200] [--temperature 0.8]\n"
+    "                        [--top-k 50] [--seed 1]\n\n"
+    "Samples a continuation of TEXT from a checkpoint (a step_*.h5 file, a ckpt folder or its\n"
+    "`latest`, or a run folder) on one process, with the tokenizer stored in the checkpoint.\n"
+    "  --max-tokens N     tokens to generate (stops early at the end-of-text token)\n"
+    "  --temperature T    softmax temperature; 0 = greedy (argmax)\n"
+    "  --top-k K          sample among the K most likely tokens (0 = all)\n"
+    "  --seed S           sampling seed (the same seed and checkpoint give the same text)\n";
+
+// Next token from logits[0, vocab): temperature, top-k, then one counter-based uniform draw.
+int32_t sample(const float* logits, int vocab, double temperature, int top_k, uint64_t seed, uint64_t index) {
+  if (temperature <= 0) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  std::vector<int32_t> ids(vocab);
+  for (int i = 0; i < vocab; ++i) ids[i] = i;
+  int k = (top_k > 0 && top_k < vocab) ? top_k : vocab;
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  double mx = logits[ids[0]], total = 0;
+  std::vector<double> p(k);
+  for (int i = 0; i < k; ++i) total += p[i] = std::exp((logits[ids[i]] - mx) / temperature);
+  double u = uniform_at(seed, stable_hash("generate"), index) * total, acc = 0;
+  for (int i = 0; i < k; ++i)
+    if ((acc += p[i]) >= u) return ids[i];
+  return ids[k - 1];
+}
+
+}  // namespace
+
+int cmd_generate(const Args& args) {
+  std::string ckpt, prompt;
+  int max_tokens = 200, top_k = 50;
+  double temperature = 0.8;
+  uint64_t seed = 1;
+  bool have_prompt = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      usage_check(i + 1 < args.size(), "generate: {} needs a value", a);
+      return args[++i];
+    };
+    auto number = [&](const std::string& v) {
+      try {
+        size_t used = 0;
+        double d = std::stod(v, &used);
+        if (used == v.size()) return d;
+      } catch (...) {
+      }
+      usage_fail("generate: {} expects a number, got '{}'", a, v);
+    };
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kHelp);
+      return 0;
+    } else if (a == "--prompt") {
+      prompt = value();
+      have_prompt = true;
+    } else if (a == "--max-tokens") {
+      max_tokens = static_cast<int>(number(value()));
+    } else if (a == "--temperature") {
+      temperature = number(value());
+    } else if (a == "--top-k") {
+      top_k = static_cast<int>(number(value()));
+    } else if (a == "--seed") {
+      seed = static_cast<uint64_t>(number(value()));
+    } else if (a.rfind("--", 0) == 0) {
+      usage_fail("generate: unknown option '{}' (allowed: --prompt, --max-tokens, --temperature, --top-k, --seed)", a);
+    } else {
+      usage_check(ckpt.empty(), "generate: one checkpoint only (got '{}' and '{}')", ckpt, a);
+      ckpt = a;
+    }
+  }
+  usage_check(!ckpt.empty(), "generate: give a checkpoint (e.g. runs/x/ckpt/latest); see --help");
+  usage_check(have_prompt, "generate: give --prompt TEXT");
+  usage_check(max_tokens >= 0 && top_k >= 0 && temperature >= 0,
+              "generate: --max-tokens, --top-k and --temperature must be >= 0");
+
+  const std::string path = resolve_checkpoint_path(ckpt);
+  CheckpointMeta meta = read_checkpoint_meta(path);
+  usage_check(!meta.tokenizer_json.empty(), "checkpoint '{}' stores no tokenizer", path);
+  Tokenizer tok = Tokenizer::from_json(meta.tokenizer_json, path + ": tokenizer_json");
+  const ModelConfig& cfg = meta.model;
+
+  auto ops = make_cpu_ops();
+  GPT model(cfg, ModelShard{}, *ops, 1);
+  model.set_grad_enabled(false);
+  float* base = model.param_data();
+  for (const auto& p : model.params()) {
+    std::vector<int64_t> shape;
+    std::vector<float> v = read_checkpoint_tensor(path, "model/" + p.name, &shape);
+    check(v.size() <= p.numel, "{}: model/{} has {} values, the model expects at most {}", path, p.name, v.size(),
+          p.numel);
+    std::fill(base + p.offset, base + p.offset + p.numel, 0.f);  // wte's padded rows stay 0
+    std::copy(v.begin(), v.end(), base + p.offset);
+  }
+
+  std::vector<int32_t> ids = tok.encode(prompt);
+  if (ids.empty()) ids.push_back(tok.eot());  // an empty prompt starts a new document
+  const int T = cfg.seq_len, V = std::min(cfg.vocab_size, tok.vocab_size()), Vp = cfg.padded_vocab(1);
+  std::vector<int32_t> window(T);
+  std::vector<float> logits(Vp);
+  std::printf("%s", prompt.c_str());
+  std::fflush(stdout);
+  for (int n = 0; n < max_tokens; ++n) {
+    int len = std::min<int>(T, static_cast<int>(ids.size()));
+    std::copy(ids.end() - len, ids.end(), window.begin());
+    std::fill(window.begin() + len, window.end(), tok.eot());  // after the last position: ignored (causal)
+    int64_t unused = 0;
+    model.forward(window.data(), nullptr, 1, &unused);
+    model.compute_logits(len - 1, 1, logits.data());
+    int32_t next = sample(logits.data(), V, temperature, top_k, seed, static_cast<uint64_t>(n));
+    if (next == tok.eot()) break;
+    ids.push_back(next);
+    std::printf("%s", tok.decode_one(next).c_str());
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace mpitron

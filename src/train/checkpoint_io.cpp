@@ -1,0 +1,663 @@
+// Parallel HDF5 reading and writing of one checkpoint file (checkpoint.hpp has the contract).
+//
+// Hyperslab mapping, worked example: c_attn.weight, full [3C, C] = [12, 4], tp = 2, split over
+// rows in 3 parts (q, k, v) of 4 rows, each split over tp. tp rank 1 holds local rows 0..5 =
+// q rows 2..3, k rows 6..7, v rows 10..11 of the full tensor: 3 file hyperslabs. A ZeRO range of
+// the flat buffer covering local elements [5, 19) of it is head row 1 (cols 1..3), full rows 2..3,
+// tail row 4 (cols 0..2); each piece is then split where it crosses a q/k/v part boundary.
+// Local order and full-tensor row-major order agree (the mapping is monotonic), which is what
+// lets one union of file hyperslabs pair with one union of memory hyperslabs in one H5Dwrite.
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "../data/h5.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/rng.hpp"
+#include "mpitron/core/version.hpp"
+#include "mpitron/data/hdf5_lock.hpp"
+#include "mpitron/train/checkpoint.hpp"
+
+namespace mpitron {
+namespace {
+
+using h5::Id;
+using json = nlohmann::json;
+
+const char* kFormat = "mpitron-checkpoint";
+
+// A tensor seen as 2-D: [n] -> [1, n]; [r, c] -> [r, c].
+struct View {
+  int64_t rows, cols;
+};
+View view_of(const std::vector<int64_t>& s) { return s.size() == 1 ? View{1, s[0]} : View{s[0], s[1]}; }
+int view_split_dim(const ParamInfo& p) {
+  if (p.split_dim < 0) return -1;
+  return p.full_shape.size() == 1 ? 1 : p.split_dim;
+}
+
+// Rows the file stores: wte keeps only the real vocabulary (its padding depends on tp).
+std::vector<hsize_t> file_dims(const ParamInfo& p, const ModelConfig& cfg) {
+  std::vector<hsize_t> d(p.full_shape.begin(), p.full_shape.end());
+  if (p.name == "wte.weight") d[0] = static_cast<hsize_t>(cfg.vocab_size);
+  return d;
+}
+
+// One rectangle of a tensor: where it is in the file's 2-D view, where it is locally.
+struct Block {
+  int64_t frow, fcol, nrows, ncols;
+  int64_t lstart;  // local flat index (within the tensor) of its first element
+  int64_t lpitch;  // local row pitch
+};
+
+// Blocks covering local elements [lo, hi) of p, in local order; rows at or beyond file_rows
+// (wte padding) are dropped.
+std::vector<Block> blocks_for(const ParamInfo& p, int64_t file_rows, int64_t lo, int64_t hi) {
+  std::vector<Block> out;
+  if (lo >= hi) return out;
+  const View L = view_of(p.local_shape), F = view_of(p.full_shape);
+  const int sd = view_split_dim(p);
+  const int64_t lsplit = sd == 0 ? L.rows : L.cols, fsplit = sd == 0 ? F.rows : F.cols;
+  const int64_t lpart = sd >= 0 ? lsplit / p.split_parts : 0, fpart = sd >= 0 ? fsplit / p.split_parts : 0;
+
+  auto push = [&](int64_t lr, int64_t lc, int64_t nr, int64_t nc) {
+    int64_t fr = lr, fc = lc;
+    if (sd >= 0) {
+      int64_t x = sd == 0 ? lr : lc;
+      int64_t fx = (x / lpart) * fpart + p.local_offset_in_full + x % lpart;
+      (sd == 0 ? fr : fc) = fx;
+    }
+    if (fr >= file_rows) return;
+    nr = std::min(nr, file_rows - fr);
+    out.push_back({fr, fc, nr, nc, lr * L.cols + lc, L.cols});
+  };
+  // Split a local rectangle where it crosses a part boundary of the split dimension.
+  auto piece = [&](int64_t lr, int64_t lc, int64_t nr, int64_t nc) {
+    if (nr <= 0 || nc <= 0) return;
+    if (sd < 0) return push(lr, lc, nr, nc);
+    int64_t a = sd == 0 ? lr : lc, n = sd == 0 ? nr : nc;
+    while (n > 0) {
+      int64_t take = std::min(n, lpart - a % lpart);
+      if (sd == 0) push(a, lc, take, nc);
+      else push(lr, a, nr, take);
+      a += take;
+      n -= take;
+    }
+  };
+  int64_t r0 = lo / L.cols, c0 = lo % L.cols, r1 = hi / L.cols, c1 = hi % L.cols;
+  if (r0 == r1) {
+    piece(r0, c0, 1, c1 - c0);
+    return out;
+  }
+  if (c0 > 0) {
+    piece(r0, c0, 1, L.cols - c0);
+    ++r0;
+  }
+  piece(r0, 0, r1 - r0, L.cols);
+  if (c1 > 0) piece(r1, 0, 1, c1);
+  return out;
+}
+
+// Order-independent checksum: sum over elements of mix(full flat index, value bits), mod 2^64.
+uint64_t element_hash(uint64_t full_index, float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return splitmix64(splitmix64(full_index) ^ bits);
+}
+
+// This rank's selection for one tensor and one kind of state.
+struct Selection {
+  std::vector<Block> blocks;
+  int64_t mem_base = 0;  // index in the range's data of local element 0 of the tensor
+  size_t mem_size = 0;   // floats of the range's data
+  float* data = nullptr;
+
+  bool empty() const { return blocks.empty(); }
+
+  Id file_space(const std::vector<hsize_t>& dims) const {
+    Id s(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+    if (blocks.empty()) {
+      H5Sselect_none(s);
+      return s;
+    }
+    bool first = true;
+    for (const auto& b : blocks) {
+      hsize_t start[2], count[2];
+      if (dims.size() == 1) {
+        start[0] = b.fcol;
+        count[0] = b.ncols;
+      } else {
+        start[0] = b.frow, start[1] = b.fcol;
+        count[0] = b.nrows, count[1] = b.ncols;
+      }
+      check(H5Sselect_hyperslab(s, first ? H5S_SELECT_SET : H5S_SELECT_OR, start, nullptr, count, nullptr) >= 0,
+            "HDF5: cannot select a file hyperslab");
+      first = false;
+    }
+    return s;
+  }
+
+  Id mem_space() const {
+    hsize_t n = std::max<size_t>(1, mem_size);
+    Id s(H5Screate_simple(1, &n, nullptr));
+    if (blocks.empty()) {
+      H5Sselect_none(s);
+      return s;
+    }
+    bool first = true;
+    for (const auto& b : blocks) {
+      hsize_t start = static_cast<hsize_t>(mem_base + b.lstart), stride = 1, count = 1, block;
+      if (b.nrows == 1 || b.ncols == b.lpitch) {
+        block = static_cast<hsize_t>(b.nrows * b.ncols);  // contiguous
+      } else {
+        stride = static_cast<hsize_t>(b.lpitch);
+        count = static_cast<hsize_t>(b.nrows);
+        block = static_cast<hsize_t>(b.ncols);
+      }
+      check(H5Sselect_hyperslab(s, first ? H5S_SELECT_SET : H5S_SELECT_OR, &start, &stride, &count, &block) >= 0,
+            "HDF5: cannot select a memory hyperslab");
+      first = false;
+    }
+    return s;
+  }
+
+  uint64_t checksum(int64_t file_cols) const {
+    uint64_t h = 0;
+    for (const auto& b : blocks)
+      for (int64_t r = 0; r < b.nrows; ++r)
+        for (int64_t c = 0; c < b.ncols; ++c) {
+          uint64_t fi = static_cast<uint64_t>((b.frow + r) * file_cols + b.fcol + c);
+          h += element_hash(fi, data[mem_base + b.lstart + r * b.lpitch + c]);
+        }
+    return h;
+  }
+};
+
+// Elements of tensor p inside range r: local [lo, hi).
+Selection select(const ParamInfo& p, const CkptRange& r, int64_t file_rows) {
+  Selection s;
+  s.data = r.data;
+  s.mem_size = r.end - r.begin;
+  s.mem_base = static_cast<int64_t>(p.offset) - static_cast<int64_t>(r.begin);
+  if (!r.data) return s;
+  int64_t lo = static_cast<int64_t>(std::max(r.begin, p.offset)) - static_cast<int64_t>(p.offset);
+  int64_t hi = static_cast<int64_t>(std::min(r.end, p.offset + p.numel)) - static_cast<int64_t>(p.offset);
+  s.blocks = blocks_for(p, file_rows, lo, hi);
+  return s;
+}
+
+// Does this rank write (own) tensor p of the range? One owner per element in any layout.
+bool owns(const CheckpointShard& s, const CkptRange& r, const ParamInfo& p) {
+  if (!r.owner) return false;
+  if (p.split_dim < 0 && s.shard.tp_rank != 0) return false;              // TP replicas
+  if (p.name == "wte.weight" && !s.shard.has_embedding) return false;      // the tied copy on the last stage
+  return true;
+}
+
+// The full model's tensor names in file order, with their file shapes.
+std::vector<ParamInfo> full_table(const ModelConfig& cfg) { return gpt_param_table(cfg, ModelShard{}); }
+
+struct Kind {
+  const char* group;
+  CkptRange CheckpointShard::*range;
+};
+const Kind kKinds[] = {{"model", &CheckpointShard::params},
+                       {"optim/exp_avg", &CheckpointShard::exp_avg},
+                       {"optim/exp_avg_sq", &CheckpointShard::exp_avg_sq}};
+
+// ---- metadata as JSON (broadcast from rank 0 so every rank writes identical attributes) ----
+
+json meta_to_json(const CheckpointMeta& m) {
+  const ModelConfig& c = m.model;
+  return json{{"step", m.step},
+              {"optimizer_steps", m.optimizer_steps},
+              {"epoch", m.sampler.epoch},
+              {"position", m.sampler.position},
+              {"sampler_dp", m.sampler_dp},
+              {"train_seed", m.train_seed},
+              {"data_seed", m.data_seed},
+              {"loss", m.loss},
+              {"model",
+               {{"name", c.name},
+                {"arch", c.arch == Arch::gpt2 ? "gpt2" : "llama"},
+                {"n_layer", c.n_layer},
+                {"n_head", c.n_head},
+                {"n_kv_head", c.n_kv_head},
+                {"d_model", c.d_model},
+                {"d_ff", c.d_ff},
+                {"vocab_size", c.vocab_size},
+                {"seq_len", c.seq_len},
+                {"tied_embeddings", c.tied_embeddings}}},
+              {"layout", {{"tp", m.layout.tp}, {"cp", m.layout.cp}, {"dp", m.layout.dp}, {"pp", m.layout.pp}}},
+              {"zero", m.zero},
+              {"pp_layers", m.pp_layers},
+              {"job_toml", m.job_toml},
+              {"tokenizer_json", m.tokenizer_json},
+              {"version", m.version},
+              {"created", m.created}};
+}
+
+CheckpointMeta meta_from_json(const json& j) {
+  CheckpointMeta m;
+  m.step = j.at("step");
+  m.optimizer_steps = j.at("optimizer_steps");
+  m.sampler.epoch = j.at("epoch");
+  m.sampler.position = j.at("position");
+  m.sampler_dp = j.at("sampler_dp");
+  m.train_seed = j.at("train_seed");
+  m.data_seed = j.at("data_seed");
+  m.loss = j.at("loss");
+  const json& c = j.at("model");
+  m.model.name = c.at("name");
+  m.model.arch = c.at("arch") == "llama" ? Arch::llama : Arch::gpt2;
+  m.model.n_layer = c.at("n_layer");
+  m.model.n_head = c.at("n_head");
+  m.model.n_kv_head = c.at("n_kv_head");
+  m.model.d_model = c.at("d_model");
+  m.model.d_ff = c.at("d_ff");
+  m.model.vocab_size = c.at("vocab_size");
+  m.model.seq_len = c.at("seq_len");
+  m.model.tied_embeddings = c.at("tied_embeddings");
+  const json& l = j.at("layout");
+  m.layout = GridShape{l.at("tp"), l.at("cp"), l.at("dp"), l.at("pp")};
+  m.zero = j.at("zero");
+  m.pp_layers = j.at("pp_layers").get<std::vector<int>>();
+  m.job_toml = j.at("job_toml");
+  m.tokenizer_json = j.at("tokenizer_json");
+  m.version = j.at("version");
+  m.created = j.at("created");
+  return m;
+}
+
+void write_attr_f64(hid_t obj, const char* name, double v) {
+  Id space(H5Screate(H5S_SCALAR));
+  Id a(H5Acreate2(obj, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT));
+  check(a.valid() && H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0, "HDF5: cannot write attribute '{}'", name);
+}
+void write_attr_u64(hid_t obj, const char* name, uint64_t v) {
+  Id space(H5Screate(H5S_SCALAR));
+  Id a(H5Acreate2(obj, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT));
+  check(a.valid() && H5Awrite(a, H5T_NATIVE_UINT64, &v) >= 0, "HDF5: cannot write attribute '{}'", name);
+}
+void write_attr_i64s(hid_t obj, const char* name, const std::vector<int64_t>& v) {
+  hsize_t n = v.size();
+  Id space(H5Screate_simple(1, &n, nullptr));
+  Id a(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT));
+  check(a.valid() && H5Awrite(a, H5T_NATIVE_INT64, v.data()) >= 0, "HDF5: cannot write attribute '{}'", name);
+}
+double read_attr_f64(hid_t obj, const char* name, const std::string& file) {
+  check(h5::has_attr(obj, name), "{}: missing attribute '{}'", file, name);
+  Id a(H5Aopen(obj, name, H5P_DEFAULT));
+  double v = 0;
+  check(a.valid() && H5Aread(a, H5T_NATIVE_DOUBLE, &v) >= 0, "{}: cannot read attribute '{}'", file, name);
+  return v;
+}
+uint64_t read_attr_u64(hid_t obj, const char* name, const std::string& file) {
+  check(h5::has_attr(obj, name), "{}: missing attribute '{}'", file, name);
+  Id a(H5Aopen(obj, name, H5P_DEFAULT));
+  uint64_t v = 0;
+  check(a.valid() && H5Aread(a, H5T_NATIVE_UINT64, &v) >= 0, "{}: cannot read attribute '{}'", file, name);
+  return v;
+}
+
+Id make_group(hid_t f, const char* name) {
+  Id g(H5Gcreate2(f, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  check(g.valid(), "HDF5: cannot create group '{}'", name);
+  return g;
+}
+
+// A fixed-length string as a scalar dataset (h5py: f[name][()] -> bytes); collective create,
+// rank 0 writes.
+void write_text(hid_t f, const char* name, const std::string& text, bool writer, hid_t dxpl) {
+  Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type, std::max<size_t>(1, text.size()));
+  H5Tset_strpad(type, H5T_STR_NULLPAD);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  Id space(H5Screate(H5S_SCALAR));
+  Id ds(H5Dcreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  check(ds.valid(), "HDF5: cannot create dataset '{}'", name);
+  Id sel(H5Screate(H5S_SCALAR));
+  if (!writer) H5Sselect_none(sel);
+  std::string buf = text.empty() ? std::string(1, '\0') : text;
+  check(H5Dwrite(ds, type, sel, sel, dxpl, buf.data()) >= 0, "HDF5: cannot write dataset '{}'", name);
+}
+
+std::string read_text(hid_t f, const char* name, const std::string& file) {
+  check(H5Lexists(f, name, H5P_DEFAULT) > 0, "{}: missing dataset '{}'", file, name);
+  Id ds(H5Dopen2(f, name, H5P_DEFAULT));
+  Id type(H5Dget_type(ds));
+  check(ds.valid() && H5Tget_class(type) == H5T_STRING, "{}: '{}' is not a string dataset", file, name);
+  std::string s(H5Tget_size(type), '\0');
+  check(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data()) >= 0, "{}: cannot read '{}'", file, name);
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+// Metadata from an open file (any access mode; every read here is independent).
+CheckpointMeta read_meta(hid_t f, const std::string& path) {
+  using h5::read_attr_i64;
+  using h5::read_attr_str;
+  usage_check(h5::has_attr(f, "format") && read_attr_str(f, "format", path) == kFormat,
+              "'{}' is an HDF5 file but not an mpitron checkpoint (no format = \"{}\" attribute)", path, kFormat);
+  int64_t fv = read_attr_i64(f, "format_version", path);
+  usage_check(fv == kCheckpointFormatVersion, "'{}': checkpoint format version {} (this mpitron reads {})", path,
+              fv, kCheckpointFormatVersion);
+  CheckpointMeta m;
+  m.version = read_attr_str(f, "mpitron_version", path);
+  m.created = read_attr_str(f, "created", path);
+  m.step = read_attr_i64(f, "step", path);
+  m.optimizer_steps = read_attr_i64(f, "optimizer_steps", path);
+  m.loss = read_attr_f64(f, "loss", path);
+  {
+    Id g(H5Gopen2(f, "config", H5P_DEFAULT));
+    check(g.valid(), "{}: missing group 'config'", path);
+    ModelConfig& c = m.model;
+    c.name = read_attr_str(g, "name", path);
+    c.arch = read_attr_str(g, "arch", path) == "llama" ? Arch::llama : Arch::gpt2;
+    c.n_layer = static_cast<int>(read_attr_i64(g, "n_layer", path));
+    c.n_head = static_cast<int>(read_attr_i64(g, "n_head", path));
+    c.n_kv_head = static_cast<int>(read_attr_i64(g, "n_kv_head", path));
+    c.d_model = static_cast<int>(read_attr_i64(g, "d_model", path));
+    c.d_ff = static_cast<int>(read_attr_i64(g, "d_ff", path));
+    c.vocab_size = static_cast<int>(read_attr_i64(g, "vocab_size", path));
+    c.seq_len = static_cast<int>(read_attr_i64(g, "seq_len", path));
+    c.tied_embeddings = read_attr_i64(g, "tied_embeddings", path) != 0;
+    m.job_toml = read_text(g, "job_toml", path);
+  }
+  {
+    Id g(H5Gopen2(f, "layout", H5P_DEFAULT));
+    check(g.valid(), "{}: missing group 'layout'", path);
+    m.layout.tp = static_cast<int>(read_attr_i64(g, "tp", path));
+    m.layout.cp = static_cast<int>(read_attr_i64(g, "cp", path));
+    m.layout.dp = static_cast<int>(read_attr_i64(g, "dp", path));
+    m.layout.pp = static_cast<int>(read_attr_i64(g, "pp", path));
+    m.zero = static_cast<int>(read_attr_i64(g, "zero", path));
+    if (h5::has_attr(g, "pp_layers")) {
+      Id a(H5Aopen(g, "pp_layers", H5P_DEFAULT));
+      Id sp(H5Aget_space(a));
+      std::vector<int64_t> v(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+      check(H5Aread(a, H5T_NATIVE_INT64, v.data()) >= 0, "{}: cannot read layout/pp_layers", path);
+      m.pp_layers.assign(v.begin(), v.end());
+    }
+  }
+  {
+    Id g(H5Gopen2(f, "sampler", H5P_DEFAULT));
+    check(g.valid(), "{}: missing group 'sampler'", path);
+    m.sampler.epoch = read_attr_u64(g, "epoch", path);
+    m.sampler.position = read_attr_u64(g, "position", path);
+    m.sampler_dp = static_cast<int>(read_attr_i64(g, "dp", path));
+    m.data_seed = read_attr_u64(g, "seed", path);
+  }
+  {
+    Id g(H5Gopen2(f, "rng", H5P_DEFAULT));
+    check(g.valid(), "{}: missing group 'rng'", path);
+    m.train_seed = read_attr_u64(g, "train_seed", path);
+  }
+  m.tokenizer_json = read_text(f, "tokenizer_json", path);
+  return m;
+}
+
+void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl) {
+  h5::write_attr_str(f, "format", kFormat);
+  h5::write_attr_i64(f, "format_version", kCheckpointFormatVersion);
+  h5::write_attr_str(f, "mpitron_version", m.version);
+  h5::write_attr_str(f, "created", m.created);
+  h5::write_attr_i64(f, "step", m.step);
+  h5::write_attr_i64(f, "optimizer_steps", m.optimizer_steps);
+  write_attr_f64(f, "loss", m.loss);
+  {
+    Id g = make_group(f, "config");
+    const ModelConfig& c = m.model;
+    h5::write_attr_str(g, "name", c.name);
+    h5::write_attr_str(g, "arch", c.arch == Arch::llama ? "llama" : "gpt2");
+    h5::write_attr_i64(g, "n_layer", c.n_layer);
+    h5::write_attr_i64(g, "n_head", c.n_head);
+    h5::write_attr_i64(g, "n_kv_head", c.n_kv_head);
+    h5::write_attr_i64(g, "d_model", c.d_model);
+    h5::write_attr_i64(g, "d_ff", c.d_ff);
+    h5::write_attr_i64(g, "vocab_size", c.vocab_size);
+    h5::write_attr_i64(g, "padded_vocab_tp1", c.padded_vocab(1));
+    h5::write_attr_i64(g, "seq_len", c.seq_len);
+    h5::write_attr_i64(g, "tied_embeddings", c.tied_embeddings ? 1 : 0);
+    write_text(g, "job_toml", m.job_toml, writer, dxpl);
+  }
+  {
+    Id g = make_group(f, "layout");
+    h5::write_attr_i64(g, "world", int64_t{m.layout.tp} * m.layout.cp * m.layout.dp * m.layout.pp);
+    h5::write_attr_i64(g, "tp", m.layout.tp);
+    h5::write_attr_i64(g, "cp", m.layout.cp);
+    h5::write_attr_i64(g, "dp", m.layout.dp);
+    h5::write_attr_i64(g, "pp", m.layout.pp);
+    h5::write_attr_i64(g, "zero", m.zero);
+    if (!m.pp_layers.empty()) write_attr_i64s(g, "pp_layers", {m.pp_layers.begin(), m.pp_layers.end()});
+  }
+  {
+    Id g = make_group(f, "sampler");
+    write_attr_u64(g, "epoch", m.sampler.epoch);
+    write_attr_u64(g, "position", m.sampler.position);
+    h5::write_attr_i64(g, "dp", m.sampler_dp);
+    write_attr_u64(g, "global_position", m.sampler.position * static_cast<uint64_t>(m.sampler_dp));
+    write_attr_u64(g, "seed", m.data_seed);
+  }
+  {
+    Id g = make_group(f, "rng");
+    write_attr_u64(g, "train_seed", m.train_seed);
+    h5::write_attr_str(g, "note",
+                       "initialisation is counter-based from train_seed (no other RNG state); the data "
+                       "order is the sampler's (seed, epoch) permutation");
+  }
+  write_text(f, "tokenizer_json", m.tokenizer_json, writer, dxpl);
+}
+
+Id mpio_fapl(MPI_Comm comm) {
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  check(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) >= 0, "HDF5: cannot set the MPI-IO driver");
+  return fapl;
+}
+
+Id collective_dxpl() {
+  Id dxpl(H5Pcreate(H5P_DATASET_XFER));
+  check(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) >= 0, "HDF5: cannot set collective transfers");
+  return dxpl;
+}
+
+std::string now_utc() {
+  char buf[32];
+  std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string dims_str(const std::vector<hsize_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+void write_checkpoint_file(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta_in,
+                           const CheckpointShard& shard) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  // Rank 0's metadata is the truth (attributes must be identical on every rank).
+  std::string blob;
+  if (rank == 0) {
+    CheckpointMeta m = meta_in;
+    if (m.version.empty()) m.version = kVersion;
+    if (m.created.empty()) m.created = now_utc();
+    blob = meta_to_json(m).dump();
+  }
+  long long n = static_cast<long long>(blob.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  blob.resize(static_cast<size_t>(n));
+  MPI_Bcast(blob.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  const CheckpointMeta meta = meta_from_json(json::parse(blob));
+  const ModelConfig& cfg = meta.model;
+
+  std::map<std::string, const ParamInfo*> local;
+  for (const auto& p : shard.table) local[p.name] = &p;
+  const auto table = full_table(cfg);
+
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  h5::quiet();
+  Id fapl = mpio_fapl(comm);
+  Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+  check(f.valid(), "cannot create checkpoint file '{}' (does the folder exist and is it writable?)", path);
+  Id dxpl = collective_dxpl();
+  write_meta(f, meta, rank == 0, dxpl);
+  { Id g = make_group(f, "optim"); }
+
+  struct Pending {
+    Id ds;
+    uint64_t sum;
+  };
+  std::vector<Pending> written;
+  std::vector<uint64_t> sums;
+  for (const Kind& k : kKinds) {
+    if (k.range != &CheckpointShard::params && !shard.has_optimizer) continue;
+    Id g = make_group(f, k.group);
+    const CkptRange& range = shard.*k.range;
+    for (const auto& full : table) {
+      std::vector<hsize_t> dims = file_dims(full, cfg);
+      Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+      Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+      H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+      Id ds(H5Dcreate2(g, full.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+      check(ds.valid(), "{}: cannot create dataset '{}/{}'", path, k.group, full.name);
+      Selection sel;
+      auto it = local.find(full.name);
+      if (it != local.end() && owns(shard, range, *it->second))
+        sel = select(*it->second, range, static_cast<int64_t>(dims[0]));
+      Id fs = sel.file_space(dims), ms = sel.mem_space();
+      const float* buf = sel.data ? sel.data : reinterpret_cast<const float*>(&n);  // any valid pointer
+      check(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf) >= 0, "{}: cannot write dataset '{}/{}'", path,
+            k.group, full.name);
+      sums.push_back(sel.checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])));
+      written.push_back({std::move(ds), 0});
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+  for (size_t i = 0; i < written.size(); ++i) write_attr_u64(written[i].ds, "checksum", sums[i]);
+  written.clear();
+  h5::write_attr_i64(f, "complete", 1);
+  herr_t rc = H5Fclose(f.get());
+  f = Id();  // already closed (Id::reset of a closed id is a no-op)
+  check(rc >= 0, "cannot close checkpoint file '{}' (disk full?)", path);
+}
+
+CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, const ModelConfig& expect,
+                                    CheckpointShard& shard) {
+  std::vector<uint64_t> sums, stored;
+  std::vector<std::string> names;
+  CheckpointMeta meta;
+  {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  h5::quiet();
+  Id fapl = mpio_fapl(comm);
+  Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
+  usage_check(f.valid(), "cannot open checkpoint '{}': not a readable HDF5 file (missing, truncated or corrupted)",
+              path);
+  meta = read_meta(f, path);
+  usage_check(h5::has_attr(f, "complete"), "checkpoint '{}' is incomplete (its writer did not finish)", path);
+  check_model_compatible(meta.model, expect, path);
+  const ModelConfig& cfg = expect;
+
+  std::map<std::string, const ParamInfo*> local;
+  for (const auto& p : shard.table) local[p.name] = &p;
+  const auto table = full_table(cfg);
+  Id dxpl = collective_dxpl();
+  for (const Kind& k : kKinds) {
+    if (k.range != &CheckpointShard::params && !shard.has_optimizer) continue;
+    usage_check(H5Lexists(f, k.group, H5P_DEFAULT) > 0, "checkpoint '{}' has no '{}' group{}", path, k.group,
+                k.range == &CheckpointShard::params ? "" : " (saved without optimizer state)");
+    Id g(H5Gopen2(f, k.group, H5P_DEFAULT));
+    CkptRange& range = shard.*k.range;
+    for (const auto& full : table) {
+      std::string dname = std::string(k.group) + "/" + full.name;
+      usage_check(H5Lexists(g, full.name.c_str(), H5P_DEFAULT) > 0, "checkpoint '{}' has no dataset '{}'", path,
+                  dname);
+      Id ds(H5Dopen2(g, full.name.c_str(), H5P_DEFAULT));
+      check(ds.valid(), "{}: cannot open dataset '{}'", path, dname);
+      std::vector<hsize_t> dims = file_dims(full, cfg), have(dims.size());
+      {
+        Id sp(H5Dget_space(ds));
+        usage_check(H5Sget_simple_extent_ndims(sp) == static_cast<int>(dims.size()),
+                    "checkpoint '{}': dataset '{}' has the wrong rank", path, dname);
+        H5Sget_simple_extent_dims(sp, have.data(), nullptr);
+        usage_check(have == dims, "checkpoint '{}': dataset '{}' is {}, the model needs {}", path, dname,
+                    dims_str(have), dims_str(dims));
+      }
+      Selection sel;
+      const ParamInfo* p = nullptr;
+      if (auto it = local.find(full.name); it != local.end()) {
+        p = it->second;
+        sel = select(*p, range, static_cast<int64_t>(dims[0]));
+      }
+      Id fs = sel.file_space(dims), ms = sel.mem_space();
+      float dummy = 0;
+      check(H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, sel.data ? sel.data : &dummy) >= 0,
+            "{}: cannot read dataset '{}' (corrupted file?)", path, dname);
+      // Padded vocabulary rows (not in the file) are zero, as init_weights makes them.
+      if (p && sel.data && full.name == "wte.weight") {
+        int64_t lo = static_cast<int64_t>(std::max(range.begin, p->offset) - p->offset);
+        int64_t hi = static_cast<int64_t>(std::min(range.end, p->offset + p->numel)) - static_cast<int64_t>(p->offset);
+        for (const auto& b : blocks_for(*p, INT64_MAX, lo, hi))
+          for (int64_t r = 0; r < b.nrows; ++r)
+            if (b.frow + r >= static_cast<int64_t>(dims[0]))
+              for (int64_t c = 0; c < b.ncols; ++c) sel.data[sel.mem_base + b.lstart + r * b.lpitch + c] = 0.f;
+      }
+      bool own = p && owns(shard, range, *p);
+      sums.push_back(own ? sel.checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])) : 0);
+      stored.push_back(h5::has_attr(ds, "checksum") ? read_attr_u64(ds, "checksum", path) : 0);
+      names.push_back(dname);
+    }
+  }
+  }  // every HDF5 object closed, lock released
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+  for (size_t i = 0; i < sums.size(); ++i)
+    usage_check(sums[i] == stored[i],
+                "checkpoint '{}': dataset '{}' does not match its checksum (corrupted file); use an older "
+                "checkpoint",
+                path, names[i]);
+  return meta;
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  h5::quiet();
+  Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  usage_check(f.valid(), "cannot open checkpoint '{}': not a readable HDF5 file (missing, truncated or corrupted)",
+              path);
+  CheckpointMeta m = read_meta(f, path);
+  usage_check(h5::has_attr(f, "complete"), "checkpoint '{}' is incomplete (its writer did not finish)", path);
+  return m;
+}
+
+std::vector<float> read_checkpoint_tensor(const std::string& path, const std::string& dataset,
+                                          std::vector<int64_t>* shape) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  h5::quiet();
+  Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  usage_check(f.valid(), "cannot open checkpoint '{}': not a readable HDF5 file", path);
+  usage_check(H5Lexists(f, dataset.c_str(), H5P_DEFAULT) > 0, "checkpoint '{}' has no dataset '{}'", path, dataset);
+  Id ds(H5Dopen2(f, dataset.c_str(), H5P_DEFAULT));
+  Id sp(H5Dget_space(ds));
+  int nd = H5Sget_simple_extent_ndims(sp);
+  std::vector<hsize_t> d(static_cast<size_t>(std::max(nd, 0)));
+  H5Sget_simple_extent_dims(sp, d.data(), nullptr);
+  size_t n = 1;
+  for (auto x : d) n *= x;
+  std::vector<float> out(n);
+  check(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0,
+        "{}: cannot read dataset '{}' (corrupted file?)", path, dataset);
+  if (shape) shape->assign(d.begin(), d.end());
+  return out;
+}
+
+}  // namespace mpitron
