@@ -18,12 +18,15 @@
 #include "mpitron/parallel/data_parallel.hpp"
 #include "mpitron/parallel/memory_report.hpp"
 #include "mpitron/parallel/partition.hpp"
+#include "mpitron/parallel/pipeline.hpp"
+#include "mpitron/parallel/tied_embedding.hpp"
 #include "mpitron/train/param_dump.hpp"
 #include "mpitron/train/adamw.hpp"
 #include "mpitron/train/lr_schedule.hpp"
 #include "mpitron/train/metrics.hpp"
 #include "mpitron/train/peak_probe.hpp"
 #include "mpitron/train/step_stats.hpp"
+#include "mpitron/train/train_checkpoint.hpp"
 #include "mpitron/plan/check.hpp"
 
 namespace mpitron {
@@ -64,31 +67,29 @@ BatchPlan plan_batches(const JobConfig& cfg, int dp) {
 }
 
 // Mean loss over the validation set's first `batches` micro-batches per DP rank (all DP ranks
-// together; the same batches every time).
-double evaluate(GPT& model, ValidationLoader& val, Comm& dp) {
+// together; the same batches every time), through the pipeline (the last stage has the loss).
+double evaluate(PipelineExecutor& pipe, ValidationLoader& val, ProcessGrid& grid) {
   val.reset();
-  model.set_grad_enabled(false);
   Batch b;
-  double loss_sum = 0, count = 0;
+  double v[2] = {0, 0};  // loss sum, target tokens
   while (val.next(b)) {
     int64_t n = 0;
-    loss_sum += model.forward(b.inputs.data(), b.targets.data(), b.batch, &n);
-    count += static_cast<double>(n);
+    v[0] += pipe.forward_only(b, &n);
+    v[1] += static_cast<double>(n);
   }
-  model.set_grad_enabled(true);
-  loss_sum = dp.all_reduce_scalar(loss_sum, ReduceOp::sum);
-  count = dp.all_reduce_scalar(count, ReduceOp::sum);
-  return loss_sum / std::max(1.0, count);
+  grid.dp().all_reduce_host_f64(v, 2, ReduceOp::sum);
+  if (grid.shape().pp > 1) grid.pp().all_reduce_host_f64(v, 2, ReduceOp::sum);
+  return v[0] / std::max(1.0, v[1]);
 }
 
 }  // namespace
 
 TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
-  usage_check(gs.tp == 1 && gs.pp == 1 && gs.cp == 1,
-              "tensor, pipeline and context parallel training are not implemented yet (parallel.tp={}, pp={}, "
-              "cp={}); use data parallel (parallel.dp)",
-              gs.tp, gs.pp, gs.cp);
+  usage_check(gs.tp == 1 && gs.cp == 1,
+              "tensor and context parallel training are not implemented yet (parallel.tp={}, cp={}); use data "
+              "and pipeline parallel (parallel.dp, parallel.pp)",
+              gs.tp, gs.cp);
   usage_check(cfg.parallel.zero == 0 || gs.pp == 1,
               "parallel.zero={} with pipeline parallel (pp={}) is not implemented yet: use zero 0 with pp > 1",
               cfg.parallel.zero, gs.pp);
@@ -134,19 +135,26 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
 
   auto ops = make_cpu_ops();
   ModelShard shard = model_shard_for(mc, gs, grid.coord(), cfg.parallel.pp_layers);
-  GPT model(mc, shard, *ops, bp.micro);
+  // The schedule decides how many micro-batches' activations this stage keeps (pipeline.hpp).
+  const PipelineSchedule schedule = pipeline_schedule_for_job(cfg.parallel, gs.pp, bp.accum);
+  GPT model(mc, shard, *ops, bp.micro, {schedule.max_in_flight(grid.coord().pp, 0), cfg.train.recompute == "full"});
   model.init_weights(cfg.train.seed);
+  sync_tied_embedding(model, grid);
+  PipelineExecutor pipe(schedule, grid.pp(), {&model});
   AdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
   // Gradient buckets over DP, ZeRO sharding, and the (sharded) AdamW: src/parallel/data_parallel.hpp.
   DataParallel ddp(model, grid.dp(), *ops,
                    {cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress), ao});
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
+  // Resume (train.resume) now; save in the loop (checkpoint.every, last step, preemption).
+  TrainCheckpointer ckpt(cfg, grid, mc, model, ddp, train_data);
+  const int start_step = ckpt.resume();
 
   const double flops_per_token = gpt_flops_per_token(mc);
   const int64_t tokens_per_step = int64_t{bp.global} * mc.seq_len;
   const double peak = cfg.train.peak_flops > 0 ? cfg.train.peak_flops : measure_peak_flops(*ops);
 
-  MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/false);
+  MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/start_step > 0);
   if (rank0) {
     std::printf(
         "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"
@@ -194,7 +202,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
 
   auto run_eval = [&](int step) {
     if (!val_data) return;
-    double vl = evaluate(model, *val_data, grid.dp());
+    double vl = evaluate(pipe, *val_data, grid);
     if (result.first_val_loss < 0) result.first_val_loss = vl;
     result.last_val_loss = vl;
     if (rank0) {
@@ -203,10 +211,11 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       metrics.write({{"step", int64_t{step}}, {"val_loss", vl}});
     }
   };
-  run_eval(0);
+  run_eval(start_step);
 
-  for (int step = 1; step <= cfg.train.steps; ++step) {
+  for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
     auto t0 = Clock::now();
+    ckpt.begin_step();
     MemTracker::host().reset_peaks();
     // Fetch the step's micro-batches first: the loss normaliser is the number of target tokens
     // in the whole global batch, which must be known before the first backward.
@@ -219,15 +228,13 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(counts[1], ReduceOp::sum) : counts[1];
 
     ddp.begin_step(bp.accum);
-    for (auto& b : batches) {
-      int64_t n = 0;
-      counts[0] += model.forward(b.inputs.data(), b.targets.data(), b.batch, &n);
-      model.backward(static_cast<float>(1.0 / n_tokens));
-    }
+    counts[0] = pipe.run(batches, static_cast<float>(1.0 / n_tokens)).loss_sum;  // last stage; 0 elsewhere
     ddp.finish_backward();  // gradient buckets were reducing during backward
     if (dp > 1) counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
+    all_reduce_tied_embedding_grad(model, grid);
+    if (gs.pp > 1) counts[0] = grid.pp().all_reduce_scalar(counts[0], ReduceOp::sum);  // loss to every stage
     double loss = counts[0] / n_tokens;
-    double grad_norm = std::sqrt(ddp.grad_sum_squares());
+    double grad_norm = std::sqrt(pipeline_grad_sum_squares(ddp.grad_sum_squares(), model, *ops, grid));
     double lr = sched.at(step);
 
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
@@ -235,6 +242,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
         if (rank0) std::printf("step %d: non-finite loss %g or grad norm %g: step skipped\n", step, loss, grad_norm);
         continue;
       }
+      ckpt.save_last_good(step, result.last_loss);
       fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\")", step, loss,
            grad_norm);
     }
@@ -271,6 +279,10 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       write_step_metrics(metrics, s);
     }
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
+    if (ckpt.end_of_step(step, loss)) {  // preempted: checkpoint written, every rank stops here
+      result.preempted = true;
+      return result;
+    }
   }
   run_eval(cfg.train.steps);
   if (!cfg.train.dump_params.empty()) {

@@ -1,0 +1,39 @@
+#include "mpitron/parallel/tied_embedding.hpp"
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+namespace {
+
+// The wte copy this rank keeps for the tie, or nullptr (middle stages, pp = 1).
+const ParamInfo* tied_wte(GPT& model, ProcessGrid& grid) {
+  if (grid.shape().pp == 1 || !(grid.is_first_stage() || grid.is_last_stage())) return nullptr;
+  const ParamInfo* p = model.find_param("wte.weight");
+  check(p != nullptr, "tied embedding: stage {} has no wte.weight", grid.coord().pp);
+  check(grid.embedding().size() == 2, "tied embedding: embedding group of {} ranks (expected 2)",
+        grid.embedding().size());
+  return p;
+}
+
+}  // namespace
+
+void sync_tied_embedding(GPT& model, ProcessGrid& grid) {
+  if (const ParamInfo* p = tied_wte(model, grid))
+    grid.embedding().broadcast(model.param_data() + p->offset, p->numel, DType::f32, /*root=first stage*/ 0);
+}
+
+void all_reduce_tied_embedding_grad(GPT& model, ProcessGrid& grid) {
+  if (const ParamInfo* p = tied_wte(model, grid))
+    grid.embedding().all_reduce(model.grad_data() + p->offset, p->numel, DType::f32, ReduceOp::sum);
+}
+
+double pipeline_grad_sum_squares(double local_sq, GPT& model, Ops& ops, ProcessGrid& grid) {
+  if (grid.shape().pp == 1) return local_sq;
+  if (grid.is_last_stage() && !grid.is_first_stage()) {
+    const ParamInfo* p = tied_wte(model, grid);
+    local_sq -= ops.sum_squares(model.grad_data() + p->offset, p->numel);
+  }
+  return grid.pp().all_reduce_scalar(local_sq, ReduceOp::sum);
+}
+
+}  // namespace mpitron
