@@ -57,6 +57,8 @@ constexpr const char* kPlanHelp =
     "  --ib-gbps X         Gbit/s per GPU across nodes (default 400)\n"
     "  --peak-tflops X     dense TFLOP/s per GPU (default 989, H100 bf16)\n"
     "  --mfu X             fraction of peak reached (default 0.5)\n"
+    "  --headroom X        fraction of GPU memory --advise leaves free (default 0.1: CUDA context,\n"
+    "                      allocator fragmentation)\n"
     "  --top N             layouts listed by --advise (default 5)\n\n"
     "examples:\n"
     "  mpitron plan --model llama2-7b --seq 2048 --gpus 1 --gpu-mem 80\n"
@@ -69,7 +71,7 @@ struct PlanArgs {
   int gpus = 0, gpus_per_node = 8, tp = 0, pp = 0, dp = 0, cp = 0, zero = -1, micro = 0, microbatches = 0,
       global = 0, seq = 0, top = 5;
   bool sp = false, advise = false, explain = false;
-  double gpu_mem = 80, nvlink = 900, ib = 400, peak = 989, mfu = 0.5;
+  double gpu_mem = 80, nvlink = 900, ib = 400, peak = 989, mfu = 0.5, headroom = 0.1;
 };
 
 int to_int(const std::string& opt, const std::string& v, int lo) {
@@ -128,6 +130,10 @@ PlanArgs parse(const std::vector<std::string>& rest) {
     else if (o == "--ib-gbps") a.ib = to_double(o, val());
     else if (o == "--peak-tflops") a.peak = to_double(o, val());
     else if (o == "--mfu") a.mfu = to_double(o, val());
+    else if (o == "--headroom") {
+      a.headroom = to_double(o, val());
+      usage_check(a.headroom < 1, "--headroom expects a fraction below 1, not {}", a.headroom);
+    }
     else if (o == "--top") a.top = to_int(o, val(), 1);
     else if (!o.empty() && o[0] != '-' && a.job_file.empty()) a.job_file = o;
     else usage_fail("unknown option '{}' for plan (see `mpitron plan --help`)", o);
@@ -185,6 +191,7 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
   in.cluster.ib_gbps = a.ib;
   in.cluster.peak_tflops = a.peak;
   in.cluster.mfu = a.mfu;
+  in.cluster.headroom = a.headroom;
   return in;
 }
 

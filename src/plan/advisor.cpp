@@ -42,7 +42,7 @@ int complexity(const PlanLayout& l) {
 }
 
 bool fits(const Ledger& l, const ClusterSpec& c) {
-  return static_cast<double>(l.stages[l.heaviest].total()) <= c.gpu_mem_gb * 1e9;
+  return static_cast<double>(l.stages[l.heaviest].total()) <= (1.0 - c.headroom) * c.gpu_mem_gb * 1e9;
 }
 
 PlanInput with_layout(const PlanInput& base, int dp, int tp, int pp, int zero, bool sp, bool rc, int micro, int global) {
@@ -203,10 +203,10 @@ std::string format_advice(const Advice& a, int top) {
   for (const auto& t : a.tree) o += "  " + t + "\n";
   const PlanInput& b = a.ranked.front().in;
   o += fmt::format(
-      "\nsearch: {} layouts considered, {} fit; ranked by estimated step time (global batch {} x seq {}; compute at "
+      "\nsearch: {} layouts considered, {} fit with {:.0f}% headroom; ranked by estimated step time (global batch {} x seq {}; compute at "
       "{:.0f} TFLOP/s x {:.0f}% MFU per GPU; NVLink {:.0f} GB/s inside a node, InfiniBand {:.0f} Gb/s per GPU across; "
       "DP overlaps backward, TP and PP do not)\n",
-      a.considered, a.ranked.size(), b.global_batch(), b.model.seq_len, b.cluster.peak_tflops, 100 * b.cluster.mfu,
+      a.considered, a.ranked.size(), 100 * b.cluster.headroom, b.global_batch(), b.model.seq_len, b.cluster.peak_tflops, 100 * b.cluster.mfu,
       b.cluster.nvlink_gbs, b.cluster.ib_gbps);
   o += fmt::format("{:>3}  {:<70} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>10}\n", "#", "layout", "step s", "compute",
                    "tp", "dp", "pp", "bubble", "peak mem");

@@ -55,6 +55,7 @@ struct ClusterSpec {
   double ib_gbps = 400;        // Gbit/s per GPU across nodes
   double peak_tflops = 989;    // dense bf16 per GPU (H100 SXM)
   double mfu = 0.5;            // fraction of peak the kernels reach
+  double headroom = 0.1;       // advisor: fraction of GPU memory left free (CUDA context, fragmentation)
 };
 
 struct PlanInput {
