@@ -7,7 +7,7 @@
 // A parameter goes into the open bucket; the bucket closes once it holds >= bucket_floats (so a
 // tensor larger than the cap gets a bucket of its own, and a cap larger than the model gives one
 // bucket). Worked example, tiny model (2 blocks of 49,984 floats, wte 16,384, wpe 4,096,
-// ln_f 128) with a 50,000-float cap: {ln_f, h.1} (50,112 floats, may reduce once block 1's
+// ln_f 128) with a 50,100-float cap: {ln_f, h.1} (50,112 floats, may reduce once block 1's
 // backward is done), {h.0, wpe} (54,080; wpe is final only at the very end), {wte} (16,384).
 //
 // Backward positions: the head is 0, local block l is n_layers - l, the embedding n_layers + 1

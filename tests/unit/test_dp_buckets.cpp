@@ -1,0 +1,102 @@
+// Gradient bucket plans and ZeRO shard arithmetic (src/parallel/grad_buckets.cpp), plus the GPT
+// unit-hook sequence they rely on: buckets tile the flat layout in reverse order, respect the
+// size cap, become ready exactly when backward has finished their last unit; shards tile [0, n).
+#include <boost/test/unit_test.hpp>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "mpitron/model/config.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/parallel/grad_buckets.hpp"
+
+using namespace mpitron;
+
+namespace {
+ModelConfig tiny() {
+  ModelConfig c = model_preset("tiny");  // 2 blocks, d 64, vocab 256, seq 64
+  return c;
+}
+size_t flat_size(const std::vector<ParamInfo>& t) { return t.back().offset + (t.back().numel + 15) / 16 * 16; }
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(dp_buckets)
+
+BOOST_AUTO_TEST_CASE(buckets_tile_the_flat_layout_in_reverse) {
+  ModelShard s;
+  auto table = gpt_param_table(tiny(), s);
+  const size_t n = flat_size(table);
+  for (size_t cap : {size_t{1}, size_t{1000}, size_t{50000}, size_t{1} << 30}) {
+    auto b = plan_grad_buckets(table, n, cap, s, 2);
+    BOOST_REQUIRE(!b.empty());
+    BOOST_TEST(b.front().end == n);
+    BOOST_TEST(b.back().begin == 0u);
+    size_t params = 0;
+    for (size_t i = 0; i < b.size(); ++i) {
+      if (i > 0) BOOST_TEST(b[i].end == b[i - 1].begin);  // contiguous, descending
+      params += b[i].params.size();
+      // Closed as soon as it reached the cap: without its last parameter it was below the cap.
+      const auto& p = b[i].params;
+      if (p.size() > 1) BOOST_TEST(b[i].end - table[p[p.size() - 2]].offset < cap);
+      if (i + 1 < b.size()) BOOST_TEST(b[i].end - b[i].begin >= cap);
+    }
+    BOOST_TEST(params == table.size());
+    if (cap == 1) BOOST_TEST(b.size() == table.size());  // smaller than any tensor: one each
+    if (cap == (size_t{1} << 30)) BOOST_TEST(b.size() == 1u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(worked_example_of_the_header) {
+  ModelShard s;
+  auto table = gpt_param_table(tiny(), s);
+  auto b = plan_grad_buckets(table, flat_size(table), 50100, s, 2);
+  BOOST_REQUIRE(b.size() == 3u);
+  BOOST_TEST(b[0].end - b[0].begin == 50112u);  // ln_f + h.1
+  BOOST_TEST(b[0].ready_at == backward_position(1, 2));
+  BOOST_TEST(b[1].ready_at == backward_position(GPT::kEmbeddingUnit, 2));  // h.0 + wpe
+  BOOST_TEST(b[2].params.size() == 1u);                                     // wte alone
+  BOOST_TEST(table[b[2].params[0]].name == "wte.weight");
+  BOOST_TEST(b[2].alloc_at == 0);  // the tied head writes wte's gradient first
+}
+
+BOOST_AUTO_TEST_CASE(zero_shards_tile_and_align) {
+  for (size_t n : {size_t{16}, size_t{124672}, size_t{174656}, size_t{1000000}})
+    for (int size : {1, 2, 3, 4, 5, 8}) {
+      size_t next = 0;
+      for (int r = 0; r < size; ++r) {
+        FlatRange s = zero_shard(n, size, r);
+        BOOST_TEST(s.begin == next);
+        BOOST_TEST(s.begin % 16 == 0u);
+        next = s.end;
+        auto c = shard_counts(0, n, n, size);
+        BOOST_TEST(c[r] == s.size());
+      }
+      BOOST_TEST(next == n);
+      auto c = shard_counts(n / 3, n / 2, n, size);
+      BOOST_TEST(std::accumulate(c.begin(), c.end(), size_t{0}) == n / 2 - n / 3);
+    }
+  BOOST_TEST(zero_shard(124672, 3, 2).size() == 41536u);  // uneven: 41,568 + 41,568 + 41,536
+}
+
+BOOST_AUTO_TEST_CASE(unit_hook_order) {
+  auto ops = make_cpu_ops();
+  ModelConfig c = tiny();
+  GPT m(c, ModelShard{}, *ops, 1);
+  m.init_weights(1);
+  std::vector<std::pair<GPT::UnitEvent, int>> ev;
+  m.set_unit_hook([&](GPT::UnitEvent e, int u) { ev.emplace_back(e, u); });
+  std::vector<int32_t> x(c.seq_len, 1), y(c.seq_len, 2);
+  int64_t nt = 0;
+  m.forward(x.data(), y.data(), 1, &nt);
+  m.backward(1.0f);
+  using E = GPT::UnitEvent;
+  const int emb = GPT::kEmbeddingUnit, head = GPT::kHeadUnit;
+  std::vector<std::pair<E, int>> want = {
+      {E::pre_forward, emb},   {E::pre_forward, 0},     {E::post_forward, 0},   {E::pre_forward, 1},
+      {E::post_forward, 1},    {E::pre_forward, head},  {E::post_forward, head}, {E::post_forward, emb},
+      {E::pre_backward, head}, {E::post_backward, head}, {E::pre_backward, 1},   {E::post_backward, 1},
+      {E::pre_backward, 0},    {E::post_backward, 0},   {E::pre_backward, emb}, {E::post_backward, emb}};
+  BOOST_TEST((ev == want));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
