@@ -4,6 +4,8 @@
 //   --advise         decision tree + layout search [--emit-job F]   (src/plan/advisor.cpp)
 //   --explain        the five strategies side by side               (src/plan/advisor.cpp)
 //   --schedule KIND  pipeline timeline table (pipeline parallel; dispatched by plan_schedule_mode)
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -14,6 +16,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/plan/advisor.hpp"
+#include "mpitron/parallel/schedule.hpp"
 #include "mpitron/plan/ledger.hpp"
 
 namespace mpitron {
@@ -36,7 +39,8 @@ constexpr const char* kPlanHelp =
     "  --emit-job FILE     with --advise: write the best layout as a job file\n"
     "  --explain           the five strategies (DP, ZeRO/FSDP, TP, PP, SP/CP) for this model and\n"
     "                      cluster: what each splits, its collective and group, bytes per step\n"
-    "  --schedule KIND     pipeline timeline of gpipe | 1f1b | interleaved (with --pp, --microbatches)\n\n"
+    "  --schedule KIND     pipeline timeline of gpipe | 1f1b | interleaved (with --pp, --microbatches,\n"
+    "                      --virtual-stages V): time grid, actions per rank, bubble vs (p-1)/(v*m+p-1)\n\n"
     "model and layout (override the job file; without one the defaults are the job keys'):\n"
     "  --model NAME        preset: tiny, gpt2-124m/350m/774m/1.5b, llama2-7b/13b/70b, llama3-8b/70b/405b\n"
     "  --seq N             sequence length (model.seq_len)\n"
@@ -70,6 +74,7 @@ struct PlanArgs {
   std::string job_file, model, precision, recompute, emit_job, schedule;
   int gpus = 0, gpus_per_node = 8, tp = 0, pp = 0, dp = 0, cp = 0, zero = -1, micro = 0, microbatches = 0,
       global = 0, seq = 0, top = 5;
+  int virtual_stages = 0;  // --schedule interleaved
   bool sp = false, advise = false, explain = false;
   double gpu_mem = 80, nvlink = 900, ib = 400, peak = 989, mfu = 0.5, headroom = 0.1;
 };
@@ -126,6 +131,7 @@ PlanArgs parse(const std::vector<std::string>& rest) {
     else if (o == "--explain") a.explain = true;
     else if (o == "--emit-job") a.emit_job = val();
     else if (o == "--schedule") a.schedule = val();
+    else if (o == "--virtual-stages") a.virtual_stages = to_int(o, val(), 1);
     else if (o == "--nvlink-gbs") a.nvlink = to_double(o, val());
     else if (o == "--ib-gbps") a.ib = to_double(o, val());
     else if (o == "--peak-tflops") a.peak = to_double(o, val());
@@ -199,9 +205,25 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
 
 // Mode `--schedule KIND`: the pipeline timeline table (owned by pipeline parallel; it replaces the
 // body below with its table, built from parallel/schedule.hpp).
+// Forward = 1 time unit, backward = 2 per micro-batch and stage (split over virtual stages).
 static int plan_schedule_mode(const std::string& kind, const PlanArgs& a) {
-  (void)a;
-  usage_fail("plan --schedule {}: the pipeline timeline is not available in this build yet", kind);
+  const int pp = a.pp > 0 ? a.pp : 1, m = a.microbatches > 0 ? a.microbatches : 4 * pp;
+  const int v = a.virtual_stages > 0 ? a.virtual_stages : (kind == "interleaved" ? 2 : 1);
+  const PipelineSchedule s = make_schedule(kind, pp, m, v);
+  const PipelineTimeline t = simulate(s);
+  std::printf("schedule %s: pp %d, %d micro-batches%s | forward 1, backward 2 time units per micro-batch and stage\n\n",
+              kind.c_str(), pp, m, v > 1 ? fmt::format(", {} virtual stages per rank", v).c_str() : "");
+  std::fputs(format_timeline(s, t).c_str(), stdout);
+  std::printf("\nactions (consecutive sends/receives in { } are posted together):\n%s", format_actions(s).c_str());
+  std::printf("\nactivation slots (micro-batches in flight) per rank:");
+  for (int r = 0; r < pp; ++r) {
+    int most = 0;
+    for (int c = 0; c < v; ++c) most += s.max_in_flight(r, c);
+    std::printf(" %d", most);
+  }
+  std::printf("\nbubble: %.1f%% of the step idle (simulated) | theory (p-1)/(v*m+p-1) = %.1f%% | makespan %.1f units\n",
+              100.0 * t.bubble(), 100.0 * theoretical_bubble(pp, m, v), t.makespan);
+  return 0;
 }
 
 int cmd_plan(const Args& args) {
