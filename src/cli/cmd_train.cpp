@@ -12,6 +12,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/dist/launch.hpp"
+#include "mpitron/train/preemption.hpp"
 #include "mpitron/train/trainer.hpp"
 
 namespace mpitron {
@@ -27,7 +28,10 @@ const char* kHelp =
     "  --help      this text\n\n"
     "Rank 0 prints one line per log.every steps: step, loss, lr, grad norm, ms/step, tokens/s,\n"
     "GFLOP/s per rank, MFU (against train.peak_flops, or a GEMM probe at start-up) and memory by\n"
-    "category; the same values go to <job.run_dir>/metrics.jsonl.\n";
+    "category; the same values go to <job.run_dir>/metrics.jsonl.\n\n"
+    "Checkpoints (docs/checkpoint.md): <job.run_dir>/ckpt/step_N.h5 every checkpoint.every steps and\n"
+    "at the end; train.resume = auto continues from ckpt/latest, under any layout. On SIGUSR1 or\n"
+    "SIGTERM every rank checkpoints at the next step boundary and exits with 75 (requeue me).\n";
 
 // OpenMP threads per rank: train.threads, else OMP_NUM_THREADS, else the node's cores shared
 // evenly among the ranks on it (two unbound ranks each using every core lose ~2x here).
@@ -42,6 +46,7 @@ int threads_per_rank(const JobConfig& cfg, const LaunchInfo& li) {
 }  // namespace
 
 int cmd_train(const Args& args) {
+  install_preemption_handlers();  // first: a preemption signal must never kill a rank mid-save
   JobConfig cfg;
   Args rest;
   bool dry_run = false;
@@ -96,6 +101,7 @@ int cmd_train(const Args& args) {
   omp_set_num_threads(threads_per_rank(cfg, li));
   ProcessGrid grid(li, shape, cfg.train.backend == "nccl" ? "nccl" : "cpu");
   TrainResult r = run_training(cfg, li, grid);
+  if (r.preempted) return kExitPreempted;
   if (li.rank == 0 && r.first_val_loss >= 0)
     std::printf("done: %d steps | train loss %.4f -> %.4f | val loss %.4f -> %.4f\n", r.steps_done, r.first_loss,
                 r.last_loss, r.first_val_loss, r.last_val_loss);

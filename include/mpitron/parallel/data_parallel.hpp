@@ -60,6 +60,10 @@ class DataParallel {
   const float* full_params(Buffer<float>& scratch);
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   FlatRange shard() const { return shard_; }
+  // Checkpoints (train/train_checkpoint.cpp): this rank's AdamW (moments over shard()) and its
+  // parameter shard (ZeRO-3; otherwise model.param_data() + shard().begin).
+  AdamW& optimizer() { return *optim_; }
+  float* shard_params() { return param_shard(); }
   int zero() const { return opt_.zero; }
   std::string describe() const;  // one line for the start-up log
 

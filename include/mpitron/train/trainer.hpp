@@ -15,6 +15,7 @@ struct TrainResult {
   int steps_done = 0;
   double first_loss = 0, last_loss = 0;
   double first_val_loss = -1, last_val_loss = -1;
+  bool preempted = false;  // SIGUSR1/SIGTERM: checkpointed, the caller exits with kExitPreempted
 };
 
 // Runs cfg.train.steps steps on this rank's share of the grid. Collective: every rank calls it.

@@ -1,0 +1,99 @@
+#include "mpitron/train/train_checkpoint.hpp"
+
+#include <cstdio>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/version.hpp"
+#include "mpitron/train/preemption.hpp"
+
+namespace mpitron {
+
+TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc, GPT& model,
+                                     DataParallel& ddp, DataLoader& data)
+    : cfg_(cfg),
+      grid_(grid),
+      mc_(mc),
+      model_(model),
+      ddp_(ddp),
+      data_(data),
+      mgr_(cfg.run_dir() + "/ckpt", cfg.checkpoint.keep, MPI_COMM_WORLD) {
+  usage_check(cfg.checkpoint.every >= 0, "checkpoint.every must be >= 0 (got {})", cfg.checkpoint.every);
+  usage_check(cfg.train.nan_policy == "stop" || cfg.train.nan_policy == "skip",
+              "train.nan_policy must be \"stop\" or \"skip\" (got \"{}\")", cfg.train.nan_policy);
+}
+
+CheckpointShard TrainCheckpointer::shard_view() {
+  const int zero = ddp_.zero();
+  CheckpointShard s = checkpoint_shard_for(mc_, grid_.shape(), grid_.coord(), cfg_.parallel.pp_layers, zero);
+  const FlatRange r = ddp_.shard();
+  if (zero >= 3) s.params = {ddp_.shard_params(), r.begin, r.end, s.params.owner};
+  else s.params = {model_.param_data(), 0, model_.num_params(), s.params.owner};
+  AdamW& opt = ddp_.optimizer();
+  s.exp_avg = {opt.exp_avg(), r.begin, r.end, s.exp_avg.owner};
+  s.exp_avg_sq = {opt.exp_avg_sq(), r.begin, r.end, s.exp_avg_sq.owner};
+  return s;
+}
+
+int TrainCheckpointer::resume() {
+  auto path = resolve_resume(cfg_.train.resume, mgr_.dir());
+  if (!path) return 0;
+  CheckpointShard s = shard_view();
+  CheckpointMeta m = read_checkpoint_file(*path, MPI_COMM_WORLD, mc_, s);
+  ddp_.optimizer().set_steps_taken(static_cast<int>(m.optimizer_steps));
+  data_.restore(sampler_state_for(m, grid_.shape().dp));
+  before_step_ = data_.state();
+  last_saved_ = static_cast<int>(m.step);
+  resumed_loss_ = m.loss;
+  if (grid_.rank() == 0) {
+    std::printf("resumed from %s: step %lld (written under tp %d x cp %d x dp %d x pp %d, zero %d)%s\n",
+                path->c_str(), static_cast<long long>(m.step), m.layout.tp, m.layout.cp, m.layout.dp, m.layout.pp,
+                m.zero, m.step >= cfg_.train.steps ? "; train.steps already reached" : "");
+    std::fflush(stdout);
+  }
+  return static_cast<int>(m.step);
+}
+
+void TrainCheckpointer::begin_step() { before_step_ = data_.state(); }
+
+std::string TrainCheckpointer::save(int step, double loss, const SamplerState& sampler) {
+  CheckpointMeta m;
+  m.step = step;
+  m.optimizer_steps = ddp_.optimizer().steps_taken();
+  m.sampler = sampler;
+  m.sampler_dp = grid_.shape().dp;
+  m.train_seed = cfg_.train.seed;
+  m.data_seed = cfg_.data.seed;
+  m.loss = loss;
+  m.model = mc_;
+  m.layout = grid_.shape();
+  m.zero = ddp_.zero();
+  m.pp_layers = cfg_.parallel.pp_layers;
+  m.job_toml = job_to_toml(cfg_);
+  m.tokenizer_json = data_.tokenizer_json();
+  m.version = kVersion;
+  std::string path = mgr_.save(m, shard_view());
+  last_saved_ = step;
+  if (grid_.rank() == 0) {
+    std::printf("checkpoint step %d -> %s\n", step, path.c_str());
+    std::fflush(stdout);
+  }
+  return path;
+}
+
+bool TrainCheckpointer::end_of_step(int step, double loss) {
+  const int sig = preemption_agreed(grid_.world());
+  const bool due = (cfg_.checkpoint.every > 0 && step % cfg_.checkpoint.every == 0) || step == cfg_.train.steps;
+  if ((due || sig) && last_saved_ != step) save(step, loss, data_.state());
+  if (sig && grid_.rank() == 0) {
+    std::printf("preempted (signal %d): checkpoint of step %d written; exiting with %d (requeue me)\n", sig, step,
+                kExitPreempted);
+    std::fflush(stdout);
+  }
+  return sig != 0;
+}
+
+std::string TrainCheckpointer::save_last_good(int failed_step, double last_good_loss) {
+  return save(failed_step - 1, last_good_loss, before_step_);
+}
+
+}  // namespace mpitron
