@@ -28,6 +28,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/partition.hpp"
+#include "mpitron/parallel/schedule.hpp"
 
 namespace mpitron {
 
@@ -60,17 +61,21 @@ double korthikanti_layer_bytes(int64_t s, int64_t b, int64_t h, int64_t a, int t
   return sbh * (10 + 24 / t + attn / t);
 }
 
-int act_slots_in_flight(const PlanLayout& l, int stage) {
-  const int m = l.microbatches, p = l.pp;
-  if (p == 1) return 1;  // gradient accumulation runs micro-batches one after another
-  if (l.schedule == "gpipe") return m;
-  if (l.schedule == "interleaved") {
-    // Megatron's interleaved 1F1B: (p - r - 1)*2 + (v - 1)*p warm-up forwards, then one more,
-    // spread over the rank's v chunks; expressed in whole-stage micro-batches (rounded up).
-    int chunk_mbs = std::min(m * l.virtual_stages, (p - stage - 1) * 2 + (l.virtual_stages - 1) * p + 1);
-    return (chunk_mbs + l.virtual_stages - 1) / l.virtual_stages;
+int act_slots_in_flight(const PlanLayout& l, int stage, int chunk) {
+  // The trainer sizes a chunk's activation slots from the same schedule (parallel/pipeline.cpp:
+  // schedule.max_in_flight), so the ledger asks it too. The last schedule is kept: the advisor
+  // asks for every stage of one layout in a row.
+  struct Cache {
+    std::string kind;
+    int pp = 0, m = 0, v = 0;
+    PipelineSchedule s;
+  };
+  thread_local Cache c;
+  if (c.kind != l.schedule || c.pp != l.pp || c.m != l.microbatches || c.v != l.virtual_stages) {
+    c.s = make_schedule(l.schedule, l.pp, l.microbatches, l.virtual_stages);
+    c.kind = l.schedule, c.pp = l.pp, c.m = l.microbatches, c.v = l.virtual_stages;
   }
-  return std::min(p - stage, m);  // 1f1b: stage s runs p - s warm-up forwards before its first backward
+  return c.s.max_in_flight(stage, chunk);
 }
 
 namespace {
@@ -122,7 +127,7 @@ std::vector<Chunk> rank_chunks(const PlanInput& in, const GridCoord& co) {
   const PlanLayout& l = in.layout;
   std::vector<Chunk> out;
   if (l.virtual_stages <= 1) {
-    out.push_back({model_shard_for(in.model, shape_of(l), co, l.pp_layers), act_slots_in_flight(l, co.pp)});
+    out.push_back({model_shard_for(in.model, shape_of(l), co, l.pp_layers), act_slots_in_flight(l, co.pp, 0)});
     return out;
   }
   const int nv = l.pp * l.virtual_stages, L = in.model.n_layer;
@@ -135,7 +140,7 @@ std::vector<Chunk> rank_chunks(const PlanInput& in, const GridCoord& co) {
     s.layer_end = static_cast<int>(int64_t{vs + 1} * L / nv);
     s.has_embedding = vs == 0;
     s.has_head = vs == nv - 1;
-    out.push_back({s, act_slots_in_flight(l, co.pp)});
+    out.push_back({s, act_slots_in_flight(l, co.pp, c)});
   }
   return out;
 }
@@ -204,8 +209,9 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   // Activations.
   int layers = 0;
   for (const auto& c : chunks) layers += c.shard.layer_end - c.shard.layer_begin;
-  const int slots = chunks.front().slots;
-  r.act_in_flight = slots;
+  int64_t layer_slots = 0;  // sum over chunks of layers x micro-batches in flight
+  for (const auto& c : chunks) layer_slots += int64_t{c.shard.layer_end - c.shard.layer_begin} * c.slots;
+  r.act_in_flight = chunks.front().slots;
   if (m.arch == Arch::gpt2) {
     int64_t floats = 0, ints = 0;
     for (const auto& c : chunks) {
@@ -234,10 +240,10 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
       ActElems full = llama_layer_acts(m, B, s, l.tp, l.sp, false);
       other += full.e * e + full.f32 * 4;  // one layer recomputed at a time
     }
-    r.activations = int64_t{layers} * slots * r.act_per_layer + other;
+    r.activations = layer_slots * r.act_per_layer + other;
     r.source = "LLaMA formulas (ledger.cpp header)";
   }
-  r.act_other = r.activations - int64_t{layers} * slots * r.act_per_layer;
+  r.act_other = r.activations - layer_slots * r.act_per_layer;
   r.korthikanti_per_layer = korthikanti_layer_bytes(s, B, m.d_model, m.n_head, l.tp, l.sp, l.recompute);
 
   // Communication buffers and workspace.

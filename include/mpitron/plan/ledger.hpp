@@ -106,9 +106,10 @@ Ledger compute_ledger(const PlanInput& in);
 // t; s*b*h*(34 + 5*a*s/h)/t with TP + SP; 2*s*b*h (/t with SP) with full recompute.
 double korthikanti_layer_bytes(int64_t s, int64_t b, int64_t h, int64_t a, int tp, bool sp, bool recompute);
 
-// Micro-batches whose activations stage `stage` keeps at once (per model chunk, summed over
-// chunks for interleaved): gpipe m; 1f1b min(pp - stage, m).
-int act_slots_in_flight(const PlanLayout& l, int stage);
+// Micro-batches whose activations model chunk `chunk` of stage `stage` keeps at once: the
+// schedule's max_in_flight (parallel/schedule.hpp), as the trainer allocates them. gpipe: m;
+// 1f1b: min(pp - stage, m), so stage 0 keeps pp; plain accumulation (pp 1, 1f1b): 1.
+int act_slots_in_flight(const PlanLayout& l, int stage, int chunk = 0);
 
 // The layout and precision of a job (what `train` would run): mpitron's CPU trainer is fp32.
 PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, int world);
