@@ -14,6 +14,7 @@
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/shard.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/plan/advisor.hpp"
 #include "mpitron/parallel/schedule.hpp"
@@ -172,7 +173,11 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
   if (a.micro) job.train.micro_batch = a.micro;
   if (a.microbatches) job.parallel.microbatches = a.microbatches;
   if (a.global) job.train.global_batch = a.global;
-  const ModelConfig mc = resolve_model_config(job.model);
+  ModelConfig mc = resolve_model_config(job.model);
+  // As the trainer does: without model.vocab_size the data's tokenizer decides the vocabulary.
+  if (!a.job_file.empty() && a.model.empty() && job.model.vocab_size == 0 &&
+      !list_shards(job.data.path, "train").empty())
+    mc.vocab_size = TokenDataset(job.data.path, "train").vocab_size();
 
   const int mp = job.parallel.tp * job.parallel.pp * job.parallel.cp;
   int gpus = a.gpus;

@@ -274,7 +274,7 @@ std::string explain_strategies(const PlanInput& in) {
   const double bsh = b * s * h * e;
   const double dp_bytes = 2.0 * (d - 1) / d * P * e;
   const double z3_bytes = 3.0 * (d - 1) / d * P * e;
-  const double tp_bytes = 4.0 * m.n_layer / p * mb * bsh * 2.0 * (t - 1) / t;
+  const double tp_bytes = 4.0 * m.n_layer / l.pp * mb * bsh * 2.0 * (t - 1) / t;  // the layers this rank holds
   const double pp_bytes = 2.0 * mb * bsh;
   const double kv_bytes = b * s * 2.0 * m.n_kv_head * m.head_dim() * e;
   const double cp_bytes = 2.0 * m.n_layer * mb * kv_bytes * (cp - 1) / cp;  // all-gather K,V forward + reduce-scatter of their grads backward

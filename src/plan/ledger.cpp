@@ -328,9 +328,11 @@ std::string format_ledger(const Ledger& led) {
   const PlanLayout& l = in.layout;
   const bool fp32 = in.precision == Precision::fp32;
   std::string o;
-  o += fmt::format("model {}: {} layers, d_model {}, {} heads ({} kv), d_ff {}, vocab {} (padded {}), {} head, {:.3f}B parameters\n",
+  o += fmt::format("model {}: {} layers, d_model {}, {} heads ({} kv), d_ff {}, vocab {} (padded {}), {} head, {} parameters\n",
                    m.name, m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.d_ff, m.vocab_size, m.padded_vocab(l.tp),
-                   m.tied_embeddings ? "tied" : "untied", led.total_params / 1e9);
+                   m.tied_embeddings ? "tied" : "untied",
+                   led.total_params >= 1e9 ? fmt::format("{:.3f}B", led.total_params / 1e9)
+                                           : fmt::format("{:.3f}M", led.total_params / 1e6));
   o += fmt::format(
       "layout {} GPUs = dp {} x tp {} x pp {} x cp {} | zero {} | sp {} | recompute {} | micro-batch {} x {} "
       "micro-batches ({}) | seq {} | {}\n",

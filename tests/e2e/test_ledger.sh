@@ -50,6 +50,7 @@ layout dp2-zero2 2 --parallel.zero=2
 layout dp2-zero3 2 --parallel.zero=3 --train.global_batch=8
 layout dp2-accum 2 --train.global_batch=8
 layout recompute 1 --train.recompute=full
+layout gpipe-accum 1 --parallel.schedule=gpipe --train.global_batch=6
 layout pp2 2 --parallel.pp=2 --train.global_batch=8
 layout pp2-gpipe-recompute 2 --parallel.pp=2 --parallel.schedule=gpipe --train.global_batch=6 --train.recompute=full
 layout pp2-dp2 4 --parallel.pp=2 --parallel.dp=2 --train.global_batch=8
