@@ -76,7 +76,7 @@ StepEstimate estimate_step(const PlanInput& in, const Ledger& led) {
   est.compute_s /= 1.0 - est.bubble;
 
   const RankLedger& r = led.stages[led.heaviest];
-  const double layers = r.shard.layer_end - r.shard.layer_begin;
+  const double layers = r.n_layers;
   const double bsh = static_cast<double>(l.micro_batch) * (m.seq_len / l.cp) * m.d_model * e;
   if (l.tp > 1) {
     est.tp_bytes = (4 + (l.recompute ? 2 : 0)) * layers * l.microbatches * bsh * 2.0 * (l.tp - 1) / l.tp;

@@ -192,7 +192,12 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   r.coord = grid_coord(shape_of(l), rank);
   const auto chunks = rank_chunks(in, r.coord);
   r.shard = chunks.front().shard;
-  r.shard.layer_end = chunks.back().shard.layer_end;  // for display (interleaved: first..last chunk)
+  for (const auto& c : chunks) {
+    r.layers += fmt::format("{}{}-{}", r.layers.empty() ? "" : ",", c.shard.layer_begin, c.shard.layer_end - 1);
+    r.shard.has_head |= c.shard.has_head;
+  }
+  if (r.shard.has_embedding) r.layers = "E " + r.layers;
+  if (r.shard.has_head) r.layers += " H";
   const int64_t B = l.micro_batch, s = m.seq_len / l.cp;
 
   // Parameters: one flat buffer per chunk.
@@ -209,6 +214,7 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   // Activations.
   int layers = 0;
   for (const auto& c : chunks) layers += c.shard.layer_end - c.shard.layer_begin;
+  r.n_layers = layers;
   int64_t layer_slots = 0;  // sum over chunks of layers x micro-batches in flight
   for (const auto& c : chunks) layer_slots += int64_t{c.shard.layer_end - c.shard.layer_begin} * c.slots;
   r.act_in_flight = chunks.front().slots;
@@ -341,15 +347,12 @@ std::string format_ledger(const Ledger& led) {
       fp32 ? "fp32 (weights, grads, Adam m+v: 16 B/param)" : "bf16 mixed precision (2+2 + fp32 master 4 + m,v 8 = 16 B/param)");
   o += fmt::format("cluster {} GPUs, {} per node, {:.0f} GB each\n\n", in.cluster.gpus, in.cluster.gpus_per_node,
                    in.cluster.gpu_mem_gb);
-  o += fmt::format("{:<7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage", "layers",
+  o += fmt::format("{:<6} {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage", "layers",
                    "params", "grads", "master", "adam m,v", "activ.", "comm", "workspace", "total", "headroom");
   const double mem = in.cluster.gpu_mem_gb * 1e9;
   for (size_t i = 0; i < led.stages.size(); ++i) {
     const RankLedger& r = led.stages[i];
-    std::string layers = fmt::format("{}-{}", r.shard.layer_begin, r.shard.layer_end - 1);
-    if (r.shard.has_embedding) layers = "E " + layers;
-    if (r.shard.has_head) layers += " H";
-    o += fmt::format("{:<7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}{}\n", i, layers,
+    o += fmt::format("{:<6} {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}{}\n", i, r.layers,
                      fmt_gb(r.params), fmt_gb(r.grads), fmt_gb(r.optim_master), fmt_gb(r.optim_moments),
                      fmt_gb(r.activations), r.comm_predicted ? fmt_gb(r.comm) : "measured",
                      r.workspace_predicted ? fmt_gb(r.workspace) : "measured", fmt_gb(r.total()),
@@ -363,7 +366,7 @@ std::string format_ledger(const Ledger& led) {
       "activations of stage {}: {} per layer per micro-batch (mpitron) vs {} (Korthikanti et al. 2022, 16-bit{}{}); "
       "{} layers x {} micro-batch(es) in flight ({}) + {} embedding/head/logits/backward scratch\n",
       led.heaviest, fmt_gb(h.act_per_layer), fmt_gb(h.korthikanti_per_layer), l.sp ? ", /tp with sp" : "",
-      l.recompute ? ", full recompute 2sbh" : "", h.shard.layer_end - h.shard.layer_begin, h.act_in_flight,
+      l.recompute ? ", full recompute 2sbh" : "", h.n_layers, h.act_in_flight,
       l.pp > 1 ? l.schedule + " keeps up to pp - stage on a stage" : "one at a time", fmt_gb(h.act_other));
   o += fmt::format("source: {}\n", h.source);
   return o;

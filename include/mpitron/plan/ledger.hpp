@@ -83,6 +83,8 @@ struct RankLedger {
   int64_t comm = 0, workspace = 0;
   bool comm_predicted = true, workspace_predicted = true;
   int64_t total() const { return params + grads + optim() + activations + comm + workspace; }
+  int n_layers = 0;    // transformer layers on this rank (all its chunks)
+  std::string layers;  // "E 0-19", "10-19,50-59 H" (interleaved chunks); E/H: embedding/head here
   std::string source;  // which functions / formulas produced the numbers
 };
 
