@@ -26,6 +26,13 @@ PipelineSchedule pipeline_schedule_for_job(const ParallelSection& par, int pp, i
   return s;
 }
 
+std::vector<double> pipeline_idle_by_stage(const PipelineStepStats& st, Comm& pp) {
+  std::vector<double> idle(pp.size(), 0.0);
+  idle[pp.rank()] = st.idle_fraction();
+  pp.all_reduce_host_f64(idle.data(), idle.size(), ReduceOp::sum);
+  return idle;
+}
+
 PipelineExecutor::PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, std::vector<GPT*> chunks)
     : s_(schedule), comm_(pp), chunks_(std::move(chunks)), rank_(pp.rank()), V_(schedule.num_virtual_stages()) {
   check(pp.size() == s_.pp, "pipeline: PP group of {} ranks for a schedule of {} stages", pp.size(), s_.pp);

@@ -228,7 +228,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(counts[1], ReduceOp::sum) : counts[1];
 
     ddp.begin_step(bp.accum);
-    counts[0] = pipe.run(batches, static_cast<float>(1.0 / n_tokens)).loss_sum;  // last stage; 0 elsewhere
+    const PipelineStepStats ps = pipe.run(batches, static_cast<float>(1.0 / n_tokens));
+    counts[0] = ps.loss_sum;  // last stage; 0 elsewhere
     ddp.finish_backward();  // gradient buckets were reducing during backward
     if (dp > 1) counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
     all_reduce_tied_embedding_grad(model, grid);
@@ -277,6 +278,12 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       std::printf("%s\n", format_step_line(s).c_str());
       std::fflush(stdout);
       write_step_metrics(metrics, s);
+    }
+    if (gs.pp > 1) {  // each stage's idle fraction in this step's schedule (bench/pp)
+      const std::vector<double> idle = pipeline_idle_by_stage(ps, grid.pp());
+      std::vector<std::pair<std::string, MetricsWriter::Value>> row{{"step", int64_t{step}}};
+      for (size_t k = 0; k < idle.size(); ++k) row.push_back({"pp_idle_" + std::to_string(k), idle[k]});
+      if (rank0) metrics.write(row);
     }
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
     if (ckpt.end_of_step(step, loss)) {  // preempted: checkpoint written, every rank stops here

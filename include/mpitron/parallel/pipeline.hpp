@@ -40,6 +40,10 @@ struct PipelineStepStats {
 // not build yet).
 PipelineSchedule pipeline_schedule_for_job(const ParallelSection& par, int pp, int microbatches);
 
+// Every stage's idle fraction of one step (1 - compute / step time), on every rank of the PP
+// group. Collective over `pp`.
+std::vector<double> pipeline_idle_by_stage(const PipelineStepStats& st, Comm& pp);
+
 class PipelineExecutor {
  public:
   // chunks[c]: this rank's model chunk c (virtual stage c*pp + rank), built with at least
