@@ -149,6 +149,16 @@ bench-comm: $(BUILD)/mpitron $(BUILD)/bench/comm_plain_allreduce
 	@BUILD=$(BUILD) bash bench/comm/run_allreduce_np2.sh
 bench: bench-comm
 
+# GPU device check (bench/gpu_check.sh builds it with CUDA=1 and runs it): every CUDA kernel against
+# the CPU backend, kernel timings, cuBLASLt GEMM rate -> bench/results/gpu_check*.md.
+.PHONY: gpu-check
+$(BUILD)/bench/gpu_check: $(BUILD)/obj/bench/gpu/gpu_check.o $(LIB)
+	@test "$(CUDA_ON)" = 1 || { echo "gpu_check needs a CUDA build (CUDA=1)" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+gpu-check:
+	@bash bench/gpu_check.sh
+
 clean:
 	rm -rf $(BUILD)
 

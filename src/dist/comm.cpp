@@ -33,7 +33,7 @@ std::string backend_unavailable_reason(const std::string& backend, const LaunchI
 }
 
 std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm comm, const std::string& name,
-                                const LaunchInfo& launch) {
+                                const LaunchInfo& launch, double timeout_s) {
   std::string b = normalize_backend(backend);
   if (b == "mpi") return std::make_unique<MpiComm>(comm, name);
   std::string why = backend_unavailable_reason(b, launch);
@@ -42,8 +42,9 @@ std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm comm, const
     usage_fail("{}", why);
   }
 #if MPITRON_CUDA
-  return detail::make_nccl_comm(comm, name, launch.device);
+  return detail::make_nccl_comm(comm, name, launch.device, timeout_s);
 #else
+  (void)timeout_s;
   fail("unreachable: nccl backend in a CPU-only build");
 #endif
 }

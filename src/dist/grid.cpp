@@ -115,8 +115,9 @@ std::vector<int> group_members(const GridShape& s, int rank, Group g) {
   return out;
 }
 
-ProcessGrid::ProcessGrid(const LaunchInfo& launch, GridShape shape, const std::string& backend)
-    : launch_(launch), backend_(normalize_backend(backend)) {
+ProcessGrid::ProcessGrid(const LaunchInfo& launch, GridShape shape, const std::string& backend,
+                         double comm_timeout_s)
+    : launch_(launch), backend_(normalize_backend(backend)), comm_timeout_s_(comm_timeout_s) {
   rank_ = launch.rank;
   world_ = launch.world;
   shape_ = resolve_grid_shape(shape, world_);
@@ -139,7 +140,7 @@ ProcessGrid::ProcessGrid(const LaunchInfo& launch, GridShape shape, const std::s
       int rc = MPI_Comm_split(MPI_COMM_WORLD, color, rank_, &c);
       check(rc == MPI_SUCCESS, "MPI_Comm_split for group '{}' failed", group_name(g));
     }
-    return make_comm(backend_, c, group_name(g), launch_);
+    return make_comm(backend_, c, group_name(g), launch_, comm_timeout_s_);
   };
   world_comm_ = make(Group::world);
   tp_ = make(Group::tp);

@@ -43,7 +43,9 @@ std::vector<int> group_members(const GridShape& s, int rank, Group g);
 class ProcessGrid {
  public:
   // backend: "cpu" -> MpiComm for every group; "nccl" -> NcclComm (GPU builds only).
-  ProcessGrid(const LaunchInfo& launch, GridShape shape, const std::string& backend = "cpu");
+  // comm_timeout_s (job key comm.timeout_s): the NCCL watchdog aborts a collective after it.
+  ProcessGrid(const LaunchInfo& launch, GridShape shape, const std::string& backend = "cpu",
+              double comm_timeout_s = 300);
   ~ProcessGrid();
 
   const GridShape& shape() const { return shape_; }
@@ -79,6 +81,7 @@ class ProcessGrid {
   struct Groups;
   LaunchInfo launch_;
   std::string backend_;
+  double comm_timeout_s_ = 300;
   std::vector<std::string> warnings_;
   GridShape shape_;
   GridCoord coord_;

@@ -67,8 +67,10 @@ std::string backend_unavailable_reason(const std::string& backend, const LaunchI
 
 // One Comm over `comm` (ownership passes to it). For "nccl", rank 0 of `comm` creates the NCCL
 // unique id, MPI_Bcasts it over `comm`, and every rank calls ncclCommInitRank on launch.device.
+// NCCL only: a collective not complete after timeout_s aborts the communicator with an error
+// naming the group and the collective (the watchdog in dist/cuda/nccl_comm.cpp).
 std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm comm, const std::string& name,
-                                const LaunchInfo& launch);
+                                const LaunchInfo& launch, double timeout_s = 300);
 
 // Communication buffers where the backend wants them: host memory (counted under Mem::comm) for
 // MPI, device memory for NCCL. Zero-filled.

@@ -4,11 +4,20 @@
 // synchronize it, non-blocking forms record an event that wait()/test() look at. NCCL has no
 // tags: point-to-point messages between two ranks match in issue order. A blocking send that
 // meets a blocking send deadlocks, as in NCCL itself: use sendrecv (one NCCL group) for swaps.
+//
+// Watchdog: the communicator is non-blocking (ncclConfig_t.blocking = 0), so no NCCL call and no
+// wait can hang the process. A call that returns ncclInProgress is polled with
+// ncclCommGetAsyncError until it is enqueued; every wait (blocking forms, Request::wait/test)
+// polls the stream or event together with ncclCommGetAsyncError. An asynchronous error, or an
+// operation not done after comm.timeout_s, calls ncclCommAbort and throws an Error naming the
+// group, the collective, the rank and the elapsed time; the top level then aborts the job.
 #include "nccl_comm.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "mpitron/core/error.hpp"
@@ -30,33 +39,28 @@ void cuda_check(cudaError_t e, const char* what) {
   check(e == cudaSuccess, "{} failed: {}", what, cudaGetErrorString(e));
 }
 
+class NcclComm;
+
+// Completion of one non-blocking operation: an event on the Comm's stream, waited on under the
+// Comm's watchdog. The Comm must outlive its requests.
 class NcclRequest final : public CommRequest {
  public:
-  explicit NcclRequest(cudaStream_t s) {
-    cuda_check(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming), "cudaEventCreate");
-    cuda_check(cudaEventRecord(ev_, s), "cudaEventRecord");
-  }
-  ~NcclRequest() override {
-    if (ev_) {
-      cudaEventSynchronize(ev_);
-      cudaEventDestroy(ev_);
-    }
-  }
-  void wait() override { cuda_check(cudaEventSynchronize(ev_), "cudaEventSynchronize"); }
-  bool test() override {
-    cudaError_t e = cudaEventQuery(ev_);
-    if (e == cudaErrorNotReady) return false;
-    cuda_check(e, "cudaEventQuery");
-    return true;
-  }
+  NcclRequest(NcclComm& comm, cudaStream_t s, const char* op);
+  ~NcclRequest() override;
+  void wait() override;
+  bool test() override;
 
  private:
+  NcclComm& comm_;
+  const char* op_;
   cudaEvent_t ev_ = nullptr;
+  bool done_ = false;
 };
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(MPI_Comm comm, std::string name, int device) : mpi_(comm), name_(std::move(name)), device_(device) {
+  NcclComm(MPI_Comm comm, std::string name, int device, double timeout_s)
+      : mpi_(comm), name_(std::move(name)), device_(device), timeout_s_(timeout_s) {
     MPI_Comm_rank(mpi_, &rank_);
     MPI_Comm_size(mpi_, &size_);
     ncclUniqueId id{};
@@ -64,11 +68,22 @@ class NcclComm final : public Comm {
     int rc = MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_);
     check(rc == MPI_SUCCESS, "MPI_Bcast of the NCCL unique id on group '{}' failed", name_);
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-    nccl_check(ncclCommInitRank(&nccl_, size_, id, rank_), "ncclCommInitRank");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    nccl_check(ncclCommInitRankConfig(&nccl_, size_, id, rank_, &config), "ncclCommInitRankConfig");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~NcclComm() override {
-    if (stream_) cudaStreamSynchronize(stream_);
+    // Bounded: a peer that died must not hang the exit; past the timeout the communicator is aborted.
+    if (stream_ && nccl_) {
+      auto t0 = std::chrono::steady_clock::now();
+      while (cudaStreamQuery(stream_) == cudaErrorNotReady && seconds_since(t0) < timeout_s_)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (cudaStreamQuery(stream_) == cudaErrorNotReady) {
+        ncclCommAbort(nccl_);
+        nccl_ = nullptr;
+      }
+    }
     if (nccl_) ncclCommDestroy(nccl_);
     if (stream_) cudaStreamDestroy(stream_);
     int fin = 0;
@@ -83,28 +98,28 @@ class NcclComm final : public Comm {
 
   void all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
     nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclAllReduce");
-    sync();
+    sync("ncclAllReduce");
   }
   Request iall_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
     nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclAllReduce");
-    return std::make_unique<NcclRequest>(stream_);
+    return std::make_unique<NcclRequest>(*this, stream_, "ncclAllReduce");
   }
   void all_gather(const void* send, void* recv, size_t count, DType t) override {
     nccl_check(ncclAllGather(send, recv, count, nccl_type(t), nccl_, stream_), "ncclAllGather");
-    sync();
+    sync("ncclAllGather");
   }
   Request iall_gather(const void* send, void* recv, size_t count, DType t) override {
     nccl_check(ncclAllGather(send, recv, count, nccl_type(t), nccl_, stream_), "ncclAllGather");
-    return std::make_unique<NcclRequest>(stream_);
+    return std::make_unique<NcclRequest>(*this, stream_, "ncclAllGather");
   }
   // Uneven all-gather = one broadcast per rank, fused in one NCCL group.
   void all_gatherv(const void* send, void* recv, const size_t* counts, DType t) override {
     enqueue_all_gatherv(send, recv, counts, t);
-    sync();
+    sync("all_gatherv (ncclBroadcast group)");
   }
   Request iall_gatherv(const void* send, void* recv, const size_t* counts, DType t) override {
     enqueue_all_gatherv(send, recv, counts, t);
-    return std::make_unique<NcclRequest>(stream_);
+    return std::make_unique<NcclRequest>(*this, stream_, "all_gatherv (ncclBroadcast group)");
   }
   // Uneven all-gather = one broadcast per rank (rank r is the root of its slice), one NCCL group.
   void enqueue_all_gatherv(const void* send, void* recv, const size_t* counts, DType t) {
@@ -122,19 +137,19 @@ class NcclComm final : public Comm {
   }
   void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override {
     nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclReduceScatter");
-    sync();
+    sync("ncclReduceScatter");
   }
   Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override {
     nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclReduceScatter");
-    return std::make_unique<NcclRequest>(stream_);
+    return std::make_unique<NcclRequest>(*this, stream_, "ncclReduceScatter");
   }
   void reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) override {
     enqueue_reduce_scatterv(send, recv, counts, t, op);
-    sync();
+    sync("reduce_scatterv (ncclReduce group)");
   }
   Request ireduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) override {
     enqueue_reduce_scatterv(send, recv, counts, t, op);
-    return std::make_unique<NcclRequest>(stream_);
+    return std::make_unique<NcclRequest>(*this, stream_, "reduce_scatterv (ncclReduce group)");
   }
   // Uneven reduce-scatter = one reduce per rank (rank r is the root of its slice), one NCCL group.
   void enqueue_reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) {
@@ -152,23 +167,23 @@ class NcclComm final : public Comm {
   }
   void broadcast(void* buf, size_t count, DType t, int root) override {
     nccl_check(ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_, stream_), "ncclBroadcast");
-    sync();
+    sync("ncclBroadcast");
   }
   void send(const void* buf, size_t count, DType t, int peer, int) override {
     nccl_check(ncclSend(buf, count, nccl_type(t), peer, nccl_, stream_), "ncclSend");
-    sync();
+    sync("ncclSend");
   }
   void recv(void* buf, size_t count, DType t, int peer, int) override {
     nccl_check(ncclRecv(buf, count, nccl_type(t), peer, nccl_, stream_), "ncclRecv");
-    sync();
+    sync("ncclRecv");
   }
   Request isend(const void* buf, size_t count, DType t, int peer, int) override {
     nccl_check(ncclSend(buf, count, nccl_type(t), peer, nccl_, stream_), "ncclSend");
-    return std::make_unique<NcclRequest>(stream_);
+    return std::make_unique<NcclRequest>(*this, stream_, "ncclSend");
   }
   Request irecv(void* buf, size_t count, DType t, int peer, int) override {
     nccl_check(ncclRecv(buf, count, nccl_type(t), peer, nccl_, stream_), "ncclRecv");
-    return std::make_unique<NcclRequest>(stream_);
+    return std::make_unique<NcclRequest>(*this, stream_, "ncclRecv");
   }
   void sendrecv(const void* sendbuf, size_t send_count, int dst, void* recvbuf, size_t recv_count, int src, DType t,
                 int) override {
@@ -176,46 +191,135 @@ class NcclComm final : public Comm {
     if (dst >= 0) nccl_check(ncclSend(sendbuf, send_count, nccl_type(t), dst, nccl_, stream_), "ncclSend");
     if (src >= 0) nccl_check(ncclRecv(recvbuf, recv_count, nccl_type(t), src, nccl_, stream_), "ncclRecv");
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-    sync();
+    sync("sendrecv (ncclSend + ncclRecv group)");
   }
   void all_reduce_host_f64(double* v, size_t count, ReduceOp op) override {
     void* d = nullptr;
     cuda_check(cudaMalloc(&d, count * sizeof(double) + 1), "cudaMalloc");
     cuda_check(cudaMemcpy(d, v, count * sizeof(double), cudaMemcpyHostToDevice), "cudaMemcpy");
-    ncclResult_t r = ncclAllReduce(d, d, count, ncclFloat64, nccl_op(op), nccl_, stream_);
-    cudaError_t e = cudaStreamSynchronize(stream_);
-    if (e == cudaSuccess) e = cudaMemcpy(v, d, count * sizeof(double), cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaSuccess;
+    try {
+      nccl_check(ncclAllReduce(d, d, count, ncclFloat64, nccl_op(op), nccl_, stream_), "ncclAllReduce (f64)");
+      sync("ncclAllReduce (f64)");
+      e = cudaMemcpy(v, d, count * sizeof(double), cudaMemcpyDeviceToHost);
+    } catch (...) {
+      cudaFree(d);
+      throw;
+    }
     cudaFree(d);
-    nccl_check(r, "ncclAllReduce (f64)");
     cuda_check(e, "cudaMemcpy");
   }
   void barrier() override {
-    sync();
+    sync("barrier");
     int rc = MPI_Barrier(mpi_);
     check(rc == MPI_SUCCESS, "MPI_Barrier on group '{}' failed", name_);
   }
 
+  // The watchdog: waits for `ev` (the whole stream when null) while watching the communicator.
+  void watch(cudaEvent_t ev, const char* op) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int spin = 0;; ++spin) {
+      cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) cuda_check(e, ev ? "cudaEventQuery" : "cudaStreamQuery");
+      poll_async(op);
+      if (seconds_since(t0) > timeout_s_)
+        abort_with(op, fmt::format("not complete after comm.timeout_s = {} s (a peer may have died or be stuck)",
+                                   timeout_s_));
+      if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  // Throws (after aborting the communicator) when NCCL reports an asynchronous error.
+  void poll_async(const char* op) {
+    if (!nccl_) fail("NCCL {} on group '{}': the communicator was aborted earlier", op, name_);
+    ncclResult_t r = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(nccl_, &r);
+    if (q != ncclSuccess) abort_with(op, fmt::format("ncclCommGetAsyncError failed: {}", ncclGetErrorString(q)));
+    if (r != ncclSuccess && r != ncclInProgress)
+      abort_with(op, fmt::format("asynchronous error: {}", ncclGetErrorString(r)));
+  }
+
  private:
-  void sync() { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  void sync(const char* op) { watch(nullptr, op); }
+  [[noreturn]] void abort_with(const char* op, const std::string& why) {
+    std::string last = nccl_ ? ncclGetLastError(nccl_) : "";
+    if (nccl_) {
+      ncclCommAbort(nccl_);
+      nccl_ = nullptr;
+    }
+    fail("NCCL {} on group '{}' (rank {} of {}, device {}): {}{}{}; communicator aborted", op, name_, rank_, size_,
+         device_, why, last.empty() ? "" : ": ", last);
+  }
+  // A call on a non-blocking communicator may return ncclInProgress: poll until it is enqueued
+  // (bounded by the timeout), then treat any other result as the error it is.
   void nccl_check(ncclResult_t r, const char* what) {
-    if (r == ncclSuccess || r == ncclInProgress) return;
+    if (r == ncclInProgress && nccl_) {
+      auto t0 = std::chrono::steady_clock::now();
+      do {
+        if (ncclCommGetAsyncError(nccl_, &r) != ncclSuccess) break;
+        if (r == ncclInProgress && seconds_since(t0) > timeout_s_)
+          abort_with(what, fmt::format("still in progress after comm.timeout_s = {} s", timeout_s_));
+        if (r == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      } while (r == ncclInProgress);
+    }
+    if (r == ncclSuccess) return;
     const char* last = nccl_ ? ncclGetLastError(nccl_) : nullptr;
-    fail("{} on group '{}' (rank {} of {}, device {}) failed: {}{}{}", what, name_, rank_, size_, device_,
-         ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+    std::string msg = fmt::format("{} on group '{}' (rank {} of {}, device {}) failed: {}{}{}", what, name_, rank_,
+                                  size_, device_, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+    if (nccl_) {
+      ncclCommAbort(nccl_);
+      nccl_ = nullptr;
+    }
+    fail("{}; communicator aborted", msg);
   }
 
   MPI_Comm mpi_;
   std::string name_;
   int device_ = 0;
+  double timeout_s_ = 300;
   int rank_ = 0, size_ = 1;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
 };
 
+NcclRequest::NcclRequest(NcclComm& comm, cudaStream_t s, const char* op) : comm_(comm), op_(op) {
+  cuda_check(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming), "cudaEventCreate");
+  cuda_check(cudaEventRecord(ev_, s), "cudaEventRecord");
+}
+NcclRequest::~NcclRequest() {
+  if (!ev_) return;
+  if (!done_) {
+    try {
+      comm_.watch(ev_, op_);
+    } catch (...) {  // a destructor must not throw; the aborted communicator fails the next call
+    }
+  }
+  cudaEventDestroy(ev_);
+}
+void NcclRequest::wait() {
+  if (done_) return;
+  comm_.watch(ev_, op_);
+  done_ = true;
+}
+bool NcclRequest::test() {
+  if (done_) return true;
+  cudaError_t e = cudaEventQuery(ev_);
+  if (e == cudaErrorNotReady) {
+    comm_.poll_async(op_);
+    return false;
+  }
+  cuda_check(e, "cudaEventQuery");
+  done_ = true;
+  return true;
+}
+
 }  // namespace
 
-std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, const std::string& name, int device) {
-  return std::make_unique<NcclComm>(comm, name, device);
+std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, const std::string& name, int device, double timeout_s) {
+  return std::make_unique<NcclComm>(comm, name, device, timeout_s);
 }
 
 }  // namespace mpitron::detail

@@ -1,0 +1,333 @@
+// gpu_check: the device check of the CUDA backend (run by bench/gpu_check.sh).
+//   1. every CudaOps kernel against the CPU backend on random inputs (self_check.hpp: relative
+//      error and a bound per op), with both attention paths, at a small and a GPT-2-like shape;
+//   2. cuDNN attention against the naive path at the gpt2-124m / gpt2-350m attention shapes;
+//   3. kernel timings at gpt2-124m shapes (B 8, T 1024) and the cuBLASLt bf16 GEMM rate
+//      (8192^3) against the H200's 989 TFLOP/s dense bf16 datasheet peak;
+//   4. what is not available yet (the model is not wired to CudaOps) says so.
+// Usage: gpu_check RESULTS.md   (exit 0: every check passed; 1: a check failed; 2: no GPU)
+#if !MPITRON_CUDA
+#error "gpu_check needs a CUDA build: make CUDA=1"
+#endif
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/ops/cuda/cuda_ops.hpp"
+#include "mpitron/ops/cuda/self_check.hpp"
+#include "mpitron/ops/ops.hpp"
+
+using namespace mpitron;
+
+namespace {
+
+constexpr double kPeakTflops = 989.0;  // H200 SXM dense bf16, datasheet
+
+void cuda_ok(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) fail("{} failed: CUDA error {} ({})", call, static_cast<int>(e), cudaGetErrorString(e));
+}
+
+// Every line goes to stdout and, flushed at once, to the results file: a run cut short by the
+// time limit still leaves what it measured.
+struct Report {
+  explicit Report(const char* path) : file(path) {}
+  std::ofstream file;
+  int failures = 0;
+  template <class... A>
+  void line(fmt::format_string<A...> f, A&&... a) {
+    std::string s = fmt::format(f, std::forward<A>(a)...);
+    file << s << "\n" << std::flush;
+    std::printf("%s\n", s.c_str());
+    std::fflush(stdout);
+  }
+};
+
+// A device buffer filled with the byte 0x3c: bf16 0x3c3c and fp32 0x3c3c3c3c are both ~0.0115,
+// finite and non-zero (timing needs no particular values).
+struct Buf {
+  explicit Buf(size_t bytes) {
+    cuda_ok(cudaMalloc(&p, bytes ? bytes : 16), "cudaMalloc(bench buffer)");
+    cuda_ok(cudaMemset(p, 0x3c, bytes), "cudaMemset");
+  }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+  void* p = nullptr;
+};
+
+// Median milliseconds of `reps` runs of f on ops' stream (after 2 warm-up runs).
+double time_ms(CudaOps& ops, int reps, const std::function<void()>& f) {
+  f();
+  f();
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) cuda_ok(cudaEventCreate(&e), "cudaEventCreate");
+  for (int r = 0; r < reps; ++r) {
+    cuda_ok(cudaEventRecord(ev[2 * r], ops.stream()), "cudaEventRecord");
+    f();
+    cuda_ok(cudaEventRecord(ev[2 * r + 1], ops.stream()), "cudaEventRecord");
+  }
+  ops.synchronize();
+  std::vector<double> ms(reps);
+  for (int r = 0; r < reps; ++r) {
+    float t = 0;
+    cuda_ok(cudaEventElapsedTime(&t, ev[2 * r], ev[2 * r + 1]), "cudaEventElapsedTime");
+    ms[r] = t;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+void device_section(Report& rep) {
+  int dev = 0;
+  cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
+  cudaDeviceProp p{};
+  cuda_ok(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");
+  int rt = 0, drv = 0, nccl = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  ncclGetVersion(&nccl);
+  rep.line("## Device\n");
+  rep.line("- {} (sm_{}{}, {} SMs, {:.1f} GiB)", p.name, p.major, p.minor, p.multiProcessorCount,
+           static_cast<double>(p.totalGlobalMem) / (1ull << 30));
+  rep.line("- CUDA runtime {}, driver {}, cuBLASLt {}, cuDNN {}, NCCL {}", rt, drv, cublasLtGetVersion(),
+           cudnnGetVersion(), nccl);
+  rep.line("");
+}
+
+void correctness_section(Report& rep, Ops& cpu) {
+  rep.line("## Kernels against the CPU backend\n");
+  rep.line("rel err = max|gpu - cpu| / max|cpu| per output tensor; inputs rounded to bf16 first, so the CPU sees");
+  rep.line("the GPU's inputs. Bounds: bf16 outputs 1e-2, fp32 outputs 1e-3, elementwise fp32 / fp64 sums 1e-6.\n");
+  struct Case {
+    const char* name;
+    SelfCheckShape shape;
+    const char* attention;
+  };
+  SelfCheckShape small;  // B2 T64 C128 H4 V1000
+  SelfCheckShape gpt;
+  gpt.B = 4, gpt.T = 256, gpt.C = 768, gpt.H = 12, gpt.V = 50257, gpt.Vp = 50304;
+  for (const Case& c : {Case{"small", small, "naive"}, Case{"small", small, "cudnn"}, Case{"gpt2", gpt, "naive"},
+                        Case{"gpt2", gpt, "cudnn"}}) {
+    rep.line("### shape {} (B {} T {} C {} H {} V {} Vp {}), attention {}\n", c.name, c.shape.B, c.shape.T, c.shape.C,
+             c.shape.H, c.shape.V, c.shape.Vp, c.attention);
+    try {
+      CudaOpsOptions o;
+      o.attention = c.attention;
+      auto gpu = make_cuda_ops(o);
+      auto t0 = std::chrono::steady_clock::now();
+      auto checks = check_cuda_ops_against_cpu(*gpu, cpu, c.shape);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      rep.line("| op | rel err | bound | |\n|---|---|---|---|");
+      for (const OpCheck& k : checks) {
+        rep.line("| {} | {:.2e} | {:.0e} | {} |", k.op, k.rel_err, k.bound, k.pass() ? "ok" : "**FAIL**");
+        if (!k.pass()) ++rep.failures;
+      }
+      rep.line("\n({:.1f} s)\n", s);
+    } catch (const std::exception& e) {
+      ++rep.failures;
+      rep.line("**ERROR**: {}\n", e.what());
+    }
+  }
+}
+
+void attention_paths_section(Report& rep) {
+  rep.line("## cuDNN attention against the naive path (GPU vs GPU)\n");
+  for (auto [name, B, T, H, hd] : {std::tuple{"gpt2-124m", 8, 1024, 12, 64}, std::tuple{"gpt2-350m", 8, 1024, 16, 64}}) {
+    try {
+      CudaOpsOptions n;
+      n.attention = "naive";
+      auto a = make_cuda_ops(), b = make_cuda_ops(n);
+      for (const OpCheck& k : check_attention_paths(*a, *b, B, T, H, hd, 7)) {
+        rep.line("- {} B{} T{} H{} hd{}: {} rel err {:.2e} (bound {:.0e}) {}", name, B, T, H, hd, k.op, k.rel_err,
+                 k.bound, k.pass() ? "ok" : "**FAIL**");
+        if (!k.pass()) ++rep.failures;
+      }
+    } catch (const std::exception& e) {
+      ++rep.failures;
+      rep.line("- {}: **ERROR**: {}", name, e.what());
+    }
+  }
+  rep.line("");
+}
+
+void timing_section(Report& rep) {
+  rep.line("## Kernel timings, gpt2-124m shapes (B 8, T 1024, C 768, H 12, Vp 50304), median of 20\n");
+  const int B = 8, T = 1024, C = 768, H = 12, hd = 64, Vp = 50304, V = 50257;
+  const int64_t M = static_cast<int64_t>(B) * T;
+  auto row = [&](const std::string& what, double ms, double flops, double bytes) {
+    std::string rate;
+    if (flops > 0) rate = fmt::format("{:.0f} TFLOP/s ({:.0f}% of {:.0f})", flops / ms / 1e9, 100 * flops / ms / 1e9 / kPeakTflops, kPeakTflops);
+    if (bytes > 0) rate = fmt::format("{:.0f} GB/s", bytes / ms / 1e6);
+    rep.line("| {} | {:.3f} | {} |", what, ms, rate);
+  };
+  try {
+    CudaOpsOptions naive_opt;
+    naive_opt.attention = "naive";
+    auto ops = make_cuda_ops();
+    auto naive = make_cuda_ops(naive_opt);
+    CudaOps& g = *ops;
+    rep.line("| kernel | ms | rate |\n|---|---|---|");
+    // GEMMs of one block (+ the LM head): forward and backward (dinp + dweight).
+    Buf x(M * 4 * C * 2), w(static_cast<size_t>(Vp) * C * 2), bias(4 * C * 2), y(M * static_cast<int64_t>(Vp) * 2),
+        pre(M * 4 * C * 2), dw(static_cast<size_t>(Vp) * C * 4), db(4 * C * 4);
+    struct G {
+      const char* name;
+      int64_t K, N;
+      bool gelu, has_bias;
+    };
+    for (const G& m : {G{"qkv", C, 3 * C, false, true}, G{"attn proj", C, C, false, true}, G{"fc (+gelu)", C, 4 * C, true, true},
+                       G{"fc proj", 4 * C, C, false, true}, G{"lm head", C, Vp, false, false}}) {
+      double f = 2.0 * M * m.K * m.N;
+      row(fmt::format("matmul fwd {} [{}x{}x{}]", m.name, M, m.K, m.N),
+          time_ms(g, 20, [&] {
+            g.matmul_forward(y.as<bf16>(), x.as<bf16>(), w.as<bf16>(), m.has_bias ? bias.as<bf16>() : nullptr, M, m.K,
+                             m.N, m.gelu ? pre.as<bf16>() : nullptr);
+          }),
+          f, 0);
+      row(fmt::format("matmul bwd {} (dinp + dW{})", m.name, m.has_bias ? " + db" : ""),
+          time_ms(g, 20, [&] {
+            g.matmul_backward(x.as<bf16>(), dw.as<float>(), m.has_bias ? db.as<float>() : nullptr, y.as<bf16>(),
+                              x.as<bf16>(), w.as<bf16>(), M, m.K, m.N);
+          }),
+          2 * f, 0);
+    }
+    Buf a(M * C * 2), b(M * C * 2), o(M * C * 2), r(M * C * 2), mean(M * 4), rstd(M * 4), lw(C * 2), lb(C * 2),
+        gw(C * 4), gb(C * 4);
+    double act = static_cast<double>(M) * C * 2;
+    row("layernorm fwd", time_ms(g, 20, [&] {
+          g.layernorm_forward(o.as<bf16>(), mean.as<float>(), rstd.as<float>(), a.as<bf16>(), lw.as<bf16>(),
+                              lb.as<bf16>(), M, C);
+        }),
+        0, 2 * act);
+    row("residual + layernorm fwd", time_ms(g, 20, [&] {
+          g.residual_layernorm_forward(r.as<bf16>(), o.as<bf16>(), mean.as<float>(), rstd.as<float>(), a.as<bf16>(),
+                                       b.as<bf16>(), lw.as<bf16>(), lb.as<bf16>(), M, C);
+        }),
+        0, 4 * act);
+    row("layernorm bwd", time_ms(g, 20, [&] {
+          g.layernorm_backward(r.as<bf16>(), gw.as<float>(), gb.as<float>(), o.as<bf16>(), a.as<bf16>(), lw.as<bf16>(),
+                               mean.as<float>(), rstd.as<float>(), M, C);
+        }),
+        0, 4 * act);
+    row("gelu fwd (4C)", time_ms(g, 20, [&] { g.gelu_forward(pre.as<bf16>(), x.as<bf16>(), M * 4 * C); }), 0, 8 * act);
+    row("gelu bwd (4C)",
+        time_ms(g, 20, [&] { g.gelu_backward(pre.as<bf16>(), x.as<bf16>(), pre.as<bf16>(), M * 4 * C); }), 0,
+        12 * act);
+    // Attention: causal FLOPs = 2 matmuls * 2 * B H T^2 hd / 2 forward, 2.5x that backward.
+    Buf qkv(M * 3 * C * 2), dqkv(M * 3 * C * 2), st(static_cast<size_t>(B) * H * T * 4);
+    double af = 2.0 * 2.0 * B * H * static_cast<double>(T) * T * hd / 2;
+    for (CudaOps* k : {&g, naive.get()}) {
+      try {
+        row(fmt::format("attention fwd [{}]", k->attention_kind()), time_ms(*k, 20, [&] {
+              k->attention_forward(o.as<bf16>(), st.as<float>(), qkv.as<bf16>(), B, T, H, hd);
+            }),
+            af, 0);
+        row(fmt::format("attention bwd [{}]", k->attention_kind()), time_ms(*k, 20, [&] {
+              k->attention_backward(dqkv.as<bf16>(), o.as<bf16>(), qkv.as<bf16>(), o.as<bf16>(), st.as<float>(), B, T,
+                                    H, hd);
+            }),
+            2.5 * af, 0);
+      } catch (const std::exception& e) {
+        ++rep.failures;
+        rep.line("| attention [{}] | **ERROR** {} | |", k->attention_kind(), e.what());
+      }
+    }
+    std::vector<int32_t> tok(M);
+    std::mt19937 rng(1);
+    for (auto& t : tok) t = static_cast<int32_t>(rng() % V);
+    int32_t* dtok = nullptr;
+    cuda_ok(cudaMalloc(&dtok, M * sizeof(int32_t)), "cudaMalloc(tokens)");
+    cuda_ok(cudaMemcpy(dtok, tok.data(), M * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy(tokens)");
+    Buf loss(M * 4), lse(M * 4), wpe(static_cast<size_t>(T) * C * 2), dwpe(static_cast<size_t>(T) * C * 4);
+    row("crossentropy fused (fwd + dlogits)", time_ms(g, 20, [&] {
+          g.crossentropy_fused(loss.as<float>(), lse.as<float>(), y.as<bf16>(), dtok, M, Vp, V, 1.f / M);
+        }),
+        0, 2.0 * M * Vp * 2);
+    row("embedding fwd", time_ms(g, 20, [&] {
+          g.embedding_forward(o.as<bf16>(), dtok, w.as<bf16>(), wpe.as<bf16>(), B, T, C, 0, Vp);
+        }),
+        0, 3 * act);
+    row("embedding bwd (sorted, deterministic)", time_ms(g, 20, [&] {
+          g.embedding_backward(dw.as<float>(), dwpe.as<float>(), o.as<bf16>(), dtok, B, T, C, 0, Vp);
+        }),
+        0, 3 * act);
+    const size_t P = 124'000'000;
+    Buf p(P * 4), pg(P * 4), pm(P * 4), pv(P * 4), pb(P * 2), norm(8);
+    cuda_ok(cudaMemset(pv.p, 0, P * 4), "cudaMemset");
+    row("adamw 124M params (fp32 master + bf16 copy)", time_ms(g, 10, [&] {
+          g.adamw(p.as<float>(), pb.as<bf16>(), pg.as<float>(), pm.as<float>(), pv.as<float>(), P, 1e-4f, 0.9f, 0.95f,
+                  1e-8f, 0.1f, 1);
+        }),
+        0, P * 18.0);
+    row("sum_squares 124M", time_ms(g, 10, [&] { g.sum_squares(norm.as<double>(), pg.as<float>(), P, false); }), 0,
+        P * 4.0);
+    cudaFree(dtok);
+    rep.line("");
+    // The cuBLASLt GEMM rate: the measured ceiling MFU figures can also be quoted against.
+    const int64_t S = 8192;
+    Buf ga(S * S * 2), gb2(S * S * 2), gc(S * S * 2);
+    double ms = time_ms(g, 20, [&] { g.matmul_forward(gc.as<bf16>(), ga.as<bf16>(), gb2.as<bf16>(), nullptr, S, S, S); });
+    double tf = 2.0 * S * S * S / ms / 1e9;
+    rep.line("cuBLASLt bf16 GEMM 8192^3 (fp32 accumulate, through CudaOps::matmul_forward): **{:.0f} TFLOP/s** = {:.0f}% "
+             "of the {:.0f} TFLOP/s datasheet peak\n",
+             tf, 100 * tf / kPeakTflops, kPeakTflops);
+  } catch (const std::exception& e) {
+    ++rep.failures;
+    rep.line("\n**ERROR** in the timings: {}\n", e.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: gpu_check RESULTS.md\n");
+    return 2;
+  }
+  Report rep(argv[1]);
+  if (!rep.file) {
+    std::fprintf(stderr, "gpu_check: cannot write %s\n", argv[1]);
+    return 2;
+  }
+  rep.line("# gpu_check: mpitron CUDA backend\n");
+  std::string why = cuda_unavailable_reason();
+  int rc = 0;
+  if (!why.empty()) {
+    rep.line("No usable GPU: {}. Nothing was checked.", why);
+    rc = 2;
+  } else {
+    try {
+      device_section(rep);
+      auto cpu = make_cpu_ops();
+      correctness_section(rep, *cpu);
+      attention_paths_section(rep);
+      timing_section(rep);
+    } catch (const std::exception& e) {
+      ++rep.failures;
+      rep.line("\n**ERROR**: {}", e.what());
+    }
+    rep.line("## Not available yet\n");
+    rep.line("- 20-step tiny training on 1 GPU against the CPU run: not available yet (the GPT model in src/model");
+    rep.line("  still runs on Ops; wiring it to CudaOps is the next step).");
+    rep.line("- gpt2-124m / gpt2-350m training-step timings (tokens/s, MFU): not available yet (same reason).\n");
+    rep.line("Result: {}", rep.failures == 0 ? "every check passed" : fmt::format("{} check(s) failed", rep.failures));
+    rc = rep.failures == 0 ? 0 : 1;
+  }
+  return rc;
+}

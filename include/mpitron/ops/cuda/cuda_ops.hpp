@@ -1,0 +1,147 @@
+// CudaOps: the GPU twin of Ops (include/mpitron/ops/ops.hpp), bf16 compute. GPU builds only
+// (MPITRON_CUDA=1); every pointer is device memory; every call is enqueued on stream() and
+// returns without synchronising unless its comment says "syncs".
+//
+// Precision plan (llm.c's, and what Megatron calls bf16 mixed precision):
+//   - activations and the weights the kernels read: bf16 (mpitron::bf16 = __nv_bfloat16 bits);
+//   - parameter gradients (dweight, dbias, dwte, dwpe, LayerNorm dweight/dbias): fp32, and
+//     ACCUMULATED (+=) as in Ops, so micro-batches sum in fp32;
+//   - master weights and Adam moments: fp32; adamw() writes the bf16 copy the kernels read;
+//   - reductions (LayerNorm stats, softmax, losses, norms): fp32 (sum_squares: fp64).
+//
+// Mapping from Ops (same names, same row-major shapes, same accumulate/overwrite rules):
+//   Ops                           CudaOps
+//   matmul_forward(f32...)        matmul_forward(bf16 out, bf16 inp, bf16 W, bf16 bias [, bf16 gelu_pre])
+//                                   gelu_pre != nullptr: gelu_pre = inp W^T + b, out = gelu(gelu_pre)
+//                                   in one cuBLASLt call (GELU_AUX_BIAS epilogue) = Ops matmul + gelu.
+//   matmul_backward               matmul_backward(bf16 dinp, f32 dW +=, f32 db +=, bf16 dout, ...
+//                                   [, bf16 gelu_pre]): gelu_pre != nullptr multiplies dinp by
+//                                   gelu'(gelu_pre) (DGELU epilogue) = Ops matmul_backward + gelu_backward.
+//   layernorm_forward             layernorm_forward (bf16 in/out, f32 mean/rstd), plus the fused
+//                                   residual_layernorm_forward: residual = a + b, out = LN(residual).
+//   layernorm_backward            layernorm_backward: bf16 dinp +=, f32 dweight/dbias +=, one pass.
+//   gelu_forward/backward         same, bf16.
+//   attention_forward(out, att)   attention_forward(out, stats): stats[B,H,T] f32 = logsumexp of the
+//                                   scaled, masked scores (the [B,H,T,T] probabilities are never kept).
+//   attention_backward(.., att)   attention_backward(dqkv, dout, qkv, out, stats): needs the forward
+//                                   output too (rowsum(dO * O) term of the softmax backward).
+//   embedding_forward/backward    same; wte/wpe bf16, dwte/dwpe f32 +=, deterministic (sorted tokens).
+//   residual_forward              residual_forward (bf16); add_inplace/scale_inplace/axpy on f32 grads.
+//   crossentropy_forward/backward same (bf16 logits, f32 losses/lse); backward overwrites the bf16
+//                                   logits with dlogits. crossentropy_fused does both in one pass.
+//                                   Vocab-parallel: crossentropy_partial -> all-reduce max ->
+//                                   crossentropy_rescale -> all-reduce sums -> crossentropy_combine.
+//   adamw(p, g, m, v)             adamw(p_master f32, p_bf16 out, g f32, m, v): same torch order.
+//   sum_squares -> double         sum_squares(double* dst on device, x, n, accumulate) (no sync),
+//                                   sum_squares_host (syncs). Deterministic (fixed reduction tree).
+// New: to_bf16 / to_f32 conversions, synchronize().
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mpitron/core/dtype.hpp"
+
+namespace mpitron {
+
+struct CudaOpsOptions {
+  std::string attention = "cudnn";    // model.attention: "cudnn" (graph API) | "naive" (cuBLAS + softmax)
+  int device = -1;                    // -1: the current device (init_launch binds it)
+  size_t lt_workspace_bytes = 32u << 20;  // cuBLASLt workspace (Hopper wants >= 32 MiB)
+};
+
+class CudaOps {
+ public:
+  virtual ~CudaOps() = default;
+  virtual const char* name() const = 0;  // "cuda"
+  virtual cudaStream_t stream() const = 0;
+  virtual const std::string& attention_kind() const = 0;
+  virtual void synchronize() = 0;  // syncs
+
+  // ---- linear layers: out[M,N] = inp[M,K] W[N,K]^T + bias ----
+  virtual void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int64_t M, int64_t K,
+                              int64_t N, bf16* gelu_pre = nullptr) = 0;
+  // dinp[M,K] = dout W (+= when accumulate_dinp; times gelu'(gelu_pre) when gelu_pre != nullptr,
+  // which excludes accumulate_dinp); dweight[N,K] += dout^T inp; dbias[N] += column sums of dout.
+  virtual void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                               const bf16* weight, int64_t M, int64_t K, int64_t N, bool accumulate_dinp = false,
+                               const bf16* gelu_pre = nullptr) = 0;
+
+  // ---- layernorm over C (eps 1e-5, biased variance) ----
+  virtual void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                                 const bf16* bias, int64_t rows, int64_t C) = 0;
+  virtual void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a,
+                                          const bf16* b, const bf16* weight, const bf16* bias, int64_t rows,
+                                          int64_t C) = 0;
+  virtual void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                                  const bf16* weight, const float* mean, const float* rstd, int64_t rows,
+                                  int64_t C) = 0;
+
+  // ---- GELU (tanh) ----
+  virtual void gelu_forward(bf16* out, const bf16* inp, size_t n) = 0;
+  virtual void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n) = 0;  // may alias
+
+  // ---- causal attention on qkv[B,T,3,H,hd]; out[B,T,H,hd]; stats[B,H,T] ----
+  virtual void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd) = 0;
+  virtual void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                                  const float* stats, int B, int T, int H, int hd) = 0;
+
+  // ---- embeddings ----
+  virtual void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T,
+                                 int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T,
+                                  int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+
+  // ---- elementwise ----
+  virtual void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) = 0;
+  virtual void add_inplace(float* a, const float* b, size_t n) = 0;
+  virtual void scale_inplace(float* a, float s, size_t n) = 0;
+  virtual void axpy(float* y, float a, const float* x, size_t n) = 0;
+  virtual void to_bf16(bf16* out, const float* in, size_t n) = 0;
+  virtual void to_f32(float* out, const bf16* in, size_t n) = 0;
+
+  // ---- softmax + cross-entropy on logits[rows, Vp] (columns >= V never count) ----
+  virtual void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
+                                    int64_t rows, int64_t Vp, int64_t V) = 0;
+  // logits <- scale * (softmax - onehot(target)); rows whose target is outside [0, V) and padded
+  // columns <- 0 (as Ops).
+  virtual void crossentropy_backward(bf16* logits_to_dlogits, const float* lse, const int32_t* targets, int64_t rows,
+                                     int64_t Vp, int64_t V, float scale) = 0;
+  // Vocab-parallel shard holding global columns [vocab_begin, vocab_begin + V): lse is the global
+  // one (crossentropy_combine); rows with target < 0 <- 0; the onehot only where this shard owns it.
+  virtual void crossentropy_backward_shard(bf16* logits_to_dlogits, const float* lse, const int32_t* targets,
+                                           int64_t rows, int64_t Vp, int64_t V, float scale,
+                                           int64_t vocab_begin) = 0;
+  // Forward and backward in one pass over the logits (single shard).
+  virtual void crossentropy_fused(float* losses, float* lse, bf16* logits_to_dlogits, const int32_t* targets,
+                                  int64_t rows, int64_t Vp, int64_t V, float scale) = 0;
+  // Vocab-parallel pieces: local max / sum exp(x - local max) / logit of the target when this shard
+  // owns it (else 0) ...
+  virtual void crossentropy_partial(float* max, float* sumexp, float* target_logit, const bf16* logits,
+                                    const int32_t* targets, int64_t rows, int64_t Vp, int64_t V,
+                                    int64_t vocab_begin) = 0;
+  // ... after max was all-reduced (MAX) into global_max: sumexp *= exp(local_max - global_max) ...
+  virtual void crossentropy_rescale(float* sumexp, const float* local_max, const float* global_max,
+                                    int64_t rows) = 0;
+  // ... after sumexp and target_logit were all-reduced (SUM): lse = max + log(sum), loss = lse - target.
+  virtual void crossentropy_combine(float* losses, float* lse, const float* global_max, const float* sumexp,
+                                    const float* target_logit, const int32_t* targets, int64_t rows) = 0;
+
+  // ---- optimizer ----
+  virtual void adamw(float* p, bf16* p_bf16, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, int step) = 0;
+  virtual void sum_squares(double* dst, const float* x, size_t n, bool accumulate) = 0;
+  virtual double sum_squares_host(const float* x, size_t n) = 0;  // syncs
+};
+
+// "" when a CUDA device can be used; otherwise why not ("cudaGetDeviceCount failed with error 35
+// (CUDA driver version is insufficient for CUDA runtime version)").
+std::string cuda_unavailable_reason();
+
+// Throws Error (naming the failing call) when no device is usable or a library fails to start.
+std::unique_ptr<CudaOps> make_cuda_ops(const CudaOpsOptions& options = {});
+
+}  // namespace mpitron

@@ -1,0 +1,34 @@
+// Causal attention on the fused QKV layout, two implementations behind one small interface:
+//   - CudnnAttention (attention_cudnn.cpp): cuDNN 9 backend graphs, built once per shape, cached;
+//   - NaiveAttention (attention_naive.cu): permute to [B,H,T,hd], cuBLAS strided-batched GEMMs
+//     (bf16 in, fp32 accumulate) and a causal softmax kernel; recomputes P in the backward.
+// Both save only stats[B,H,T] = logsumexp of the scaled, masked scores row (fp32).
+#pragma once
+#include <cublas_v2.h>
+#include <cudnn_graph.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels.hpp"
+
+namespace mpitron::cuda {
+
+class Attention {
+ public:
+  virtual ~Attention() = default;
+  virtual void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd) = 0;
+  virtual void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                        const float* stats, int B, int T, int H, int hd) = 0;
+};
+
+std::unique_ptr<Attention> make_naive_attention(cublasHandle_t cublas, Scratch& scratch);
+std::unique_ptr<Attention> make_cudnn_attention(cudnnHandle_t cudnn, Scratch& scratch);
+
+// Builds and finalises the forward and backward cuDNN graphs for one shape. With handle == nullptr
+// it stops after the operation graph (heuristics and plans need a device or a device-property
+// descriptor); returns a one-line summary of what was finalised. Throws Error naming the
+// descriptor that failed. For tests and gpu_check.
+std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H, int hd);
+
+}  // namespace mpitron::cuda

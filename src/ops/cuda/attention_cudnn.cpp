@@ -1,0 +1,437 @@
+// Causal attention through cuDNN 9's backend (graph) API, no cudnn-frontend. cuDNN 9.19's
+// dedicated SDPA node has no causal mask, so the graphs are the composite ones that cuDNN's fused
+// attention engines recognise (cudnn-frontend builds the same shape of graph):
+//
+// forward (one graph, 14 ops; K given transposed through its strides):
+//   S = Q K^T (matmul) -> S *= scale -> row = gen_index(S, axis 2), col = gen_index(S, axis 3)
+//   -> mask = row >= col -> S = select(mask, S, lowest) -> M = max_j S -> E = exp(S - M)
+//   -> Z = sum_j E -> stats = M + log Z (output) -> P = E / Z -> O = P V (output)
+// backward (one graph, 19 ops; K^T and V^T are second descriptors of the K/V memory):
+//   D = sum_d dO * O -> S = scale Q K^T, causal select -> P = exp(S - stats)
+//   -> dV = P^T dO (P^T by a reshape) -> dP = dO V^T -> dS = P (dP - D) * scale
+//   -> dQ = dS K -> dK = dS^T Q (dS^T by a reshape)
+//
+// Q/K/V/O/dO/dQ/dK/dV are strided views of the fused layouts: qkv[B,T,3,H,hd] gives Q dims
+// [B,H,T,hd] with strides [3CT, hd, 3C, 1]; out[B,T,H,hd] gives [CT, hd, C, 1]. Graph, plan and
+// workspace size are built once per (B,T,H,hd) and cached; a call only binds pointers.
+#include <cudnn.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "attention.hpp"
+#include "check.hpp"
+#include "mpitron/core/error.hpp"
+
+namespace mpitron::cuda {
+namespace {
+
+// One backend descriptor, destroyed with its owner.
+class Desc {
+ public:
+  Desc(cudnnBackendDescriptorType_t type, const char* what) : what_(what) {
+    cudnn_check(cudnnBackendCreateDescriptor(type, &d_), what);
+  }
+  explicit Desc(cudnnBackendDescriptor_t adopt) : d_(adopt), what_("CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR") {}
+  ~Desc() {
+    if (d_) cudnnBackendDestroyDescriptor(d_);
+  }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  cudnnBackendDescriptor_t get() const { return d_; }
+  void set(cudnnBackendAttributeName_t attr, cudnnBackendAttributeType_t type, int64_t count, const void* v,
+           const char* attr_name) {
+    cudnnStatus_t st = cudnnBackendSetAttribute(d_, attr, type, count, v);
+    if (st != CUDNN_STATUS_SUCCESS) cudnn_check(st, fmt::format("cudnnBackendSetAttribute({}, {})", what_, attr_name).c_str());
+  }
+  void set_desc(cudnnBackendAttributeName_t attr, const Desc& other, const char* attr_name) {
+    cudnnBackendDescriptor_t o = other.get();
+    set(attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &o, attr_name);
+  }
+  void finalize() {
+    cudnnStatus_t st = cudnnBackendFinalize(d_);
+    if (st != CUDNN_STATUS_SUCCESS) cudnn_check(st, fmt::format("cudnnBackendFinalize({})", what_).c_str());
+  }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+  std::string what_;
+};
+
+using Dims = std::vector<int64_t>;
+
+Dims contiguous(const Dims& d) {
+  Dims s(d.size());
+  int64_t acc = 1;
+  for (size_t i = d.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= d[i];
+  }
+  return s;
+}
+
+// UIDs of the tensors bound at execution (virtual tensors get 1000+).
+enum Uid : int64_t { kQ = 1, kK, kKt, kV, kVt, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kLowest };
+
+// A graph under construction: owns every descriptor it creates.
+class GraphBuilder {
+ public:
+  Desc& tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t type, bool is_virtual,
+               bool by_value = false) {
+    Desc& t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "CUDNN_BACKEND_TENSOR_DESCRIPTOR");
+    int64_t align = 16;
+    t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "CUDNN_ATTR_TENSOR_DATA_TYPE");
+    t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, static_cast<int64_t>(dims.size()), dims.data(),
+          "CUDNN_ATTR_TENSOR_DIMENSIONS");
+    t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, static_cast<int64_t>(strides.size()), strides.data(),
+          "CUDNN_ATTR_TENSOR_STRIDES");
+    t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "CUDNN_ATTR_TENSOR_UNIQUE_ID");
+    t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT");
+    bool v = is_virtual;
+    t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v, "CUDNN_ATTR_TENSOR_IS_VIRTUAL");
+    if (by_value) {
+      bool b = true;
+      t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &b, "CUDNN_ATTR_TENSOR_IS_BY_VALUE");
+    }
+    t.finalize();
+    return t;
+  }
+  Desc& virt(const Dims& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    return tensor(next_virtual_++, dims, contiguous(dims), type, true);
+  }
+  Desc& scalar(int64_t uid) { return tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, true); }
+
+  // y = mode(x [, b [, t]]); math precision `prec`; axis for GEN_INDEX.
+  void pointwise(cudnnPointwiseMode_t mode, const Desc& x, const Desc* b, const Desc& y, const Desc* t = nullptr,
+                 cudnnDataType_t prec = CUDNN_DATA_FLOAT, int64_t axis = -1) {
+    Desc& pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "CUDNN_BACKEND_POINTWISE_DESCRIPTOR");
+    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "CUDNN_ATTR_POINTWISE_MODE");
+    pw.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "CUDNN_ATTR_POINTWISE_MATH_PREC");
+    if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "CUDNN_ATTR_POINTWISE_AXIS");
+    pw.finalize();
+    Desc& op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR");
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR");
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, "CUDNN_ATTR_OPERATION_POINTWISE_XDESC");
+    if (b) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b, "CUDNN_ATTR_OPERATION_POINTWISE_BDESC");
+    if (t) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, *t, "CUDNN_ATTR_OPERATION_POINTWISE_TDESC");
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, "CUDNN_ATTR_OPERATION_POINTWISE_YDESC");
+    op.finalize();
+    ops_.push_back(&op);
+  }
+  void matmul(const Desc& a, const Desc& b, const Desc& c) {
+    Desc& mm = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "CUDNN_BACKEND_MATMUL_DESCRIPTOR");
+    cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "CUDNN_ATTR_MATMUL_COMP_TYPE");
+    mm.finalize();
+    Desc& op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR");
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a, "CUDNN_ATTR_OPERATION_MATMUL_ADESC");
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b, "CUDNN_ATTR_OPERATION_MATMUL_BDESC");
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c, "CUDNN_ATTR_OPERATION_MATMUL_CDESC");
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, "CUDNN_ATTR_OPERATION_MATMUL_DESC");
+    op.finalize();
+    ops_.push_back(&op);
+  }
+  void reduction(cudnnReduceTensorOp_t mode, const Desc& x, const Desc& y) {
+    Desc& rd = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "CUDNN_BACKEND_REDUCTION_DESCRIPTOR");
+    cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    rd.set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "CUDNN_ATTR_REDUCTION_COMP_TYPE");
+    rd.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, "CUDNN_ATTR_REDUCTION_OPERATOR");
+    rd.finalize();
+    Desc& op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR");
+    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x, "CUDNN_ATTR_OPERATION_REDUCTION_XDESC");
+    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y, "CUDNN_ATTR_OPERATION_REDUCTION_YDESC");
+    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd, "CUDNN_ATTR_OPERATION_REDUCTION_DESC");
+    op.finalize();
+    ops_.push_back(&op);
+  }
+  void reshape(const Desc& x, const Desc& y) {
+    Desc& op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR");
+    op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x, "CUDNN_ATTR_OPERATION_RESHAPE_XDESC");
+    op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y, "CUDNN_ATTR_OPERATION_RESHAPE_YDESC");
+    op.finalize();
+    ops_.push_back(&op);
+  }
+
+  // The causal mask on scores s [B,H,T,T]: returns select(row >= col, s, lowest).
+  Desc& causal_mask(const Desc& s, const Dims& dims) {
+    Desc& row = virt(dims, CUDNN_DATA_INT32);
+    Desc& col = virt(dims, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, row, nullptr, CUDNN_DATA_INT32, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, col, nullptr, CUDNN_DATA_INT32, 3);
+    Desc& mask = virt(dims, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, mask, nullptr, CUDNN_DATA_BOOLEAN);
+    Desc& lowest = scalar(kLowest);
+    Desc& out = virt(dims);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, &lowest, out, &mask);
+    return out;
+  }
+
+  // Finalises the operation graph (handle may be null: the handle attribute is deprecated in 9.x).
+  Desc& graph(cudnnHandle_t handle) {
+    Desc& g = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR");
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (Desc* d : ops_) raw.push_back(d->get());
+    g.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw.size()), raw.data(),
+          "CUDNN_ATTR_OPERATIONGRAPH_OPS");
+    if (handle) g.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "CUDNN_ATTR_OPERATIONGRAPH_HANDLE");
+    g.finalize();
+    graph_ = &g;
+    return g;
+  }
+
+  // Heuristics (mode A, then FALLBACK) -> the first engine config that finalises into a plan.
+  Desc& plan(cudnnHandle_t handle, const char* name) {
+    std::string tried;
+    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      Desc& heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR");
+      heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *graph_, "CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH");
+      heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "CUDNN_ATTR_ENGINEHEUR_MODE");
+      heur.finalize();
+      int64_t count = 0;
+      cudnn_check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                           &count, nullptr),
+                  "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINEHEUR_RESULTS, count)");
+      if (count <= 0) {
+        tried += fmt::format(" heuristics mode {}: no engine;", static_cast<int>(mode));
+        continue;
+      }
+      std::vector<Desc*> cfgs;
+      std::vector<cudnnBackendDescriptor_t> raw;
+      for (int64_t i = 0; i < count; ++i) {
+        cfgs.push_back(&make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "CUDNN_BACKEND_ENGINECFG_DESCRIPTOR"));
+        raw.push_back(cfgs.back()->get());
+      }
+      int64_t got = 0;
+      cudnn_check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                           count, &got, raw.data()),
+                  "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINEHEUR_RESULTS)");
+      for (int64_t i = 0; i < got; ++i) {
+        cudnnBackendDescriptor_t p = nullptr;
+        cudnn_check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p),
+                    "cudnnBackendCreateDescriptor(EXECUTION_PLAN)");
+        cudnnStatus_t st = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+        if (st == CUDNN_STATUS_SUCCESS)
+          st = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                        &raw[i]);
+        if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(p);
+        if (st == CUDNN_STATUS_SUCCESS) {
+          owned_.push_back(std::make_unique<Desc>(p));
+          return *owned_.back();
+        }
+        char last[512] = {};
+        cudnnGetLastErrorString(last, sizeof last);
+        tried += fmt::format(" mode {} config {}: {} {};", static_cast<int>(mode), i, cudnnGetErrorString(st), last);
+        cudnnBackendDestroyDescriptor(p);
+      }
+    }
+    fail("cuDNN found no execution plan for the {} attention graph:{}", name, tried);
+  }
+
+  size_t op_count() const { return ops_.size(); }
+
+ private:
+  Desc& make(cudnnBackendDescriptorType_t type, const char* what) {
+    owned_.push_back(std::make_unique<Desc>(type, what));
+    return *owned_.back();
+  }
+  std::vector<std::unique_ptr<Desc>> owned_;
+  std::vector<Desc*> ops_;
+  Desc* graph_ = nullptr;
+  int64_t next_virtual_ = 1000;
+};
+
+// The two graphs of one shape.
+struct Shape {
+  int B, T, H, hd;
+  int64_t C() const { return static_cast<int64_t>(H) * hd; }
+  Dims bhtd() const { return {B, H, T, hd}; }
+  Dims bhtt() const { return {B, H, T, T}; }
+  Dims bht1() const { return {B, H, T, 1}; }
+  // A [B,H,T,hd] view of rows of width W (qkv: 3C, out: C).
+  Dims strides(int64_t W) const { return {T * W, hd, W, 1}; }
+  Dims strides_t(int64_t W) const { return {T * W, hd, 1, W}; }  // the [B,H,hd,T] transposed view
+  Dims dims_t() const { return {B, H, hd, T}; }
+  Dims stats_strides() const { return {static_cast<int64_t>(H) * T, T, 1, 1}; }
+};
+
+void build_forward(GraphBuilder& g, const Shape& sh) {
+  const int64_t C3 = 3 * sh.C(), C = sh.C();
+  Desc& q = g.tensor(kQ, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& kt = g.tensor(kKt, sh.dims_t(), sh.strides_t(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& v = g.tensor(kV, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& o = g.tensor(kO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
+  Desc& stats = g.tensor(kStats, sh.bht1(), sh.stats_strides(), CUDNN_DATA_FLOAT, false);
+  Desc& scale = g.scalar(kScale);
+  Desc& s = g.virt(sh.bhtt());
+  g.matmul(q, kt, s);
+  Desc& ss = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, ss);
+  Desc& sm = g.causal_mask(ss, sh.bhtt());
+  Desc& mx = g.virt(sh.bht1());
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
+  Desc& sub = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_SUB, sm, &mx, sub);
+  Desc& e = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, e);
+  Desc& z = g.virt(sh.bht1());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, z);
+  Desc& logz = g.virt(sh.bht1());
+  g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, logz);
+  g.pointwise(CUDNN_POINTWISE_ADD, mx, &logz, stats);
+  Desc& p = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_DIV, e, &z, p);
+  g.matmul(p, v, o);
+}
+
+void build_backward(GraphBuilder& g, const Shape& sh) {
+  const int64_t C3 = 3 * sh.C(), C = sh.C();
+  Desc& q = g.tensor(kQ, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& k = g.tensor(kK, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& kt = g.tensor(kKt, sh.dims_t(), sh.strides_t(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& vt = g.tensor(kVt, sh.dims_t(), sh.strides_t(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& o = g.tensor(kO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
+  Desc& dout = g.tensor(kDO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
+  Desc& stats = g.tensor(kStats, sh.bht1(), sh.stats_strides(), CUDNN_DATA_FLOAT, false);
+  Desc& dq = g.tensor(kDQ, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& dk = g.tensor(kDK, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& dv = g.tensor(kDV, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& scale = g.scalar(kScale);
+  // D = rowsum(dO * O)
+  Desc& doo = g.virt(sh.bhtd());
+  g.pointwise(CUDNN_POINTWISE_MUL, dout, &o, doo);
+  Desc& d = g.virt(sh.bht1());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, doo, d);
+  // P = exp(mask(scale Q K^T) - stats)
+  Desc& s = g.virt(sh.bhtt());
+  g.matmul(q, kt, s);
+  Desc& ss = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, ss);
+  Desc& sm = g.causal_mask(ss, sh.bhtt());
+  Desc& sub = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_SUB, sm, &stats, sub);
+  Desc& p = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, p);
+  // dV = P^T dO
+  Dims tt = sh.bhtt();
+  Desc& pt = g.tensor(2000, tt, {tt[1] * tt[2] * tt[3], tt[2] * tt[3], 1, tt[3]}, CUDNN_DATA_FLOAT, true);
+  g.reshape(p, pt);
+  g.matmul(pt, dout, dv);
+  // dS = P (dO V^T - D) scale
+  Desc& dp = g.virt(sh.bhtt());
+  g.matmul(dout, vt, dp);
+  Desc& dpd = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_SUB, dp, &d, dpd);
+  Desc& ds0 = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_MUL, p, &dpd, ds0);
+  Desc& ds = g.virt(sh.bhtt());
+  g.pointwise(CUDNN_POINTWISE_MUL, ds0, &scale, ds);
+  // dQ = dS K, dK = dS^T Q
+  g.matmul(ds, k, dq);
+  Desc& dst = g.tensor(2001, tt, {tt[1] * tt[2] * tt[3], tt[2] * tt[3], 1, tt[3]}, CUDNN_DATA_FLOAT, true);
+  g.reshape(ds, dst);
+  g.matmul(dst, q, dk);
+}
+
+struct Plan {
+  GraphBuilder graph;
+  Desc* plan = nullptr;
+  int64_t workspace = 0;
+};
+
+void make_plan(Plan& p, cudnnHandle_t h, const char* name) {
+  p.graph.graph(h);
+  p.plan = &p.graph.plan(h, name);
+  cudnn_check(cudnnBackendGetAttribute(p.plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                       nullptr, &p.workspace),
+              "cudnnBackendGetAttribute(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)");
+}
+
+void execute(cudnnHandle_t h, Plan& p, Scratch& scratch, std::vector<int64_t> uids, std::vector<void*> ptrs,
+             const char* name) {
+  void* ws = p.workspace > 0 ? scratch.get(static_cast<size_t>(p.workspace)) : nullptr;
+  Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR");
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data(),
+           "CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS");
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()), ptrs.data(),
+           "CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS");
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "CUDNN_ATTR_VARIANT_PACK_WORKSPACE");
+  pack.finalize();
+  cudnnStatus_t st = cudnnBackendExecute(h, p.plan->get(), pack.get());
+  if (st != CUDNN_STATUS_SUCCESS) cudnn_check(st, fmt::format("cudnnBackendExecute({} attention)", name).c_str());
+}
+
+class CudnnAttention final : public Attention {
+ public:
+  CudnnAttention(cudnnHandle_t h, Scratch& scratch) : h_(h), scratch_(scratch) {}
+
+  void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd) override {
+    Shape sh{B, T, H, hd};
+    Plan& p = plan(fwd_, sh, true);
+    cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
+    float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
+    char* base = reinterpret_cast<char*>(const_cast<bf16*>(qkv));
+    const int64_t C2 = 2 * sh.C();  // bytes of C bf16 elements
+    execute(h_, p, scratch_, {kQ, kKt, kV, kO, kStats, kScale, kLowest},
+            {base, base + C2, base + 2 * C2, out, stats, &scale, &lowest}, "forward");
+  }
+
+  void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats,
+                int B, int T, int H, int hd) override {
+    Shape sh{B, T, H, hd};
+    Plan& p = plan(bwd_, sh, false);
+    cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
+    float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
+    char* base = reinterpret_cast<char*>(const_cast<bf16*>(qkv));
+    char* dbase = reinterpret_cast<char*>(dqkv);
+    const int64_t C2 = 2 * sh.C();
+    execute(h_, p, scratch_, {kQ, kK, kKt, kVt, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kLowest},
+            {base, base + C2, base + C2, base + 2 * C2, const_cast<bf16*>(out), const_cast<bf16*>(dout),
+             const_cast<float*>(stats), dbase, dbase + C2, dbase + 2 * C2, &scale, &lowest},
+            "backward");
+  }
+
+ private:
+  using Key = std::tuple<int, int, int, int>;
+  Plan& plan(std::map<Key, std::unique_ptr<Plan>>& cache, const Shape& sh, bool fwd) {
+    Key key{sh.B, sh.T, sh.H, sh.hd};
+    auto it = cache.find(key);
+    if (it != cache.end()) return *it->second;
+    auto p = std::make_unique<Plan>();
+    if (fwd)
+      build_forward(p->graph, sh);
+    else
+      build_backward(p->graph, sh);
+    make_plan(*p, h_, fwd ? "forward" : "backward");
+    return *cache.emplace(key, std::move(p)).first->second;
+  }
+
+  cudnnHandle_t h_;
+  Scratch& scratch_;
+  std::map<Key, std::unique_ptr<Plan>> fwd_, bwd_;
+};
+
+}  // namespace
+
+std::unique_ptr<Attention> make_cudnn_attention(cudnnHandle_t cudnn, Scratch& scratch) {
+  return std::make_unique<CudnnAttention>(cudnn, scratch);
+}
+
+std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H, int hd) {
+  Shape sh{B, T, H, hd};
+  Plan f, b;
+  build_forward(f.graph, sh);
+  build_backward(b.graph, sh);
+  f.graph.graph(handle);
+  b.graph.graph(handle);
+  std::string what = fmt::format("operation graphs finalised (forward {} ops, backward {} ops)", f.graph.op_count(),
+                                 b.graph.op_count());
+  if (!handle) return what + "; heuristics and plans skipped: they need a device (cudnnCreate)";
+  make_plan(f, handle, "forward");
+  make_plan(b, handle, "backward");
+  return what + fmt::format("; plans built (workspace forward {} B, backward {} B)", f.workspace, b.workspace);
+}
+
+}  // namespace mpitron::cuda

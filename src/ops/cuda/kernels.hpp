@@ -1,0 +1,70 @@
+// Launchers of the CUDA kernels (one .cu file per family), called by cuda_ops.cpp. Host-side
+// declarations only, so g++ translation units can include this header. Every launcher enqueues
+// on `s`, checks its launches (launch_check) and validates what the kernels assume (C % 8 == 0
+// for the 16-byte vector paths, ...), throwing Error otherwise.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mpitron/core/dtype.hpp"
+
+namespace mpitron::cuda {
+
+// Stream-ordered scratch memory owned by CudaOps: valid until the next get() on the same stream.
+class Scratch {
+ public:
+  virtual ~Scratch() = default;
+  virtual void* get(size_t bytes) = 0;
+};
+
+int sm_count();  // multiprocessors of the current device (cached per device)
+
+// elementwise.cu
+void residual_forward(cudaStream_t s, bf16* out, const bf16* a, const bf16* b, size_t n);
+void add_inplace(cudaStream_t s, float* a, const float* b, size_t n);
+void scale_inplace(cudaStream_t s, float* a, float k, size_t n);
+void axpy(cudaStream_t s, float* y, float a, const float* x, size_t n);
+void to_bf16(cudaStream_t s, bf16* out, const float* in, size_t n);
+void to_f32(cudaStream_t s, float* out, const bf16* in, size_t n);
+// dbias[N] += column sums of x[M,N] (bf16), fixed summation order.
+void column_sums(cudaStream_t s, Scratch& scratch, float* dbias, const bf16* x, int64_t M, int64_t N);
+
+// gelu.cu
+void gelu_forward(cudaStream_t s, bf16* out, const bf16* inp, size_t n);
+void gelu_backward(cudaStream_t s, bf16* dinp, const bf16* inp, const bf16* dout, size_t n);
+
+// layernorm.cu (residual may be nullptr: plain layernorm of a; b is then ignored)
+void layernorm_forward(cudaStream_t s, bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a,
+                       const bf16* b, const bf16* weight, const bf16* bias, int64_t rows, int64_t C);
+void layernorm_backward(cudaStream_t s, Scratch& scratch, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                        const bf16* inp, const bf16* weight, const float* mean, const float* rstd, int64_t rows,
+                        int64_t C);
+
+// crossentropy.cu
+void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const bf16* logits, const int32_t* targets,
+                          int64_t rows, int64_t Vp, int64_t V);
+void crossentropy_backward(cudaStream_t s, bf16* dlogits, const float* lse, const int32_t* targets, int64_t rows,
+                           int64_t Vp, int64_t V, float scale, int64_t vocab_begin, bool shard);
+void crossentropy_fused(cudaStream_t s, float* losses, float* lse, bf16* logits, const int32_t* targets, int64_t rows,
+                        int64_t Vp, int64_t V, float scale);
+void crossentropy_partial(cudaStream_t s, float* max, float* sumexp, float* target_logit, const bf16* logits,
+                          const int32_t* targets, int64_t rows, int64_t Vp, int64_t V, int64_t vocab_begin);
+void crossentropy_rescale(cudaStream_t s, float* sumexp, const float* local_max, const float* global_max,
+                          int64_t rows);
+void crossentropy_combine(cudaStream_t s, float* losses, float* lse, const float* global_max, const float* sumexp,
+                          const float* target_logit, const int32_t* targets, int64_t rows);
+
+// embedding.cu
+void embedding_forward(cudaStream_t s, bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
+                       int T, int C, int64_t vocab_begin, int64_t vocab_end);
+void embedding_backward(cudaStream_t s, Scratch& scratch, float* dwte, float* dwpe, const bf16* dout,
+                        const int32_t* tokens, int B, int T, int C, int64_t vocab_begin, int64_t vocab_end);
+
+// adamw.cu
+void adamw(cudaStream_t s, float* p, bf16* p_bf16, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, int step);
+void sum_squares(cudaStream_t s, Scratch& scratch, double* dst, const float* x, size_t n, bool accumulate);
+
+}  // namespace mpitron::cuda

@@ -1,0 +1,462 @@
+// CudaOps against the CPU Ops (see self_check.hpp for the error measure and the bounds).
+#include "mpitron/ops/cuda/self_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "check.hpp"
+#include "mpitron/core/dtype.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/rng.hpp"
+
+namespace mpitron {
+namespace {
+
+using cuda::cuda_check;
+using Vec = std::vector<float>;
+
+constexpr double kBf16Out = 1e-2;  // outputs stored in bf16 (or computed through bf16 intermediates)
+constexpr double kF32Out = 1e-3;   // fp32 outputs from the same bf16 inputs (accumulation order only)
+constexpr double kExact = 1e-6;    // fp32 elementwise / fp64 reductions
+
+// One device allocation, freed on scope exit.
+class Dev {
+ public:
+  explicit Dev(size_t bytes) { cuda_check(cudaMalloc(&p_, bytes ? bytes : 16), "cudaMalloc(self-check buffer)"); }
+  ~Dev() { cudaFree(p_); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  void* ptr() const { return p_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  void* p_ = nullptr;
+};
+
+Vec rnd(size_t n, uint64_t seed, uint64_t stream, float sd = 1.f, float mean = 0.f) {
+  Vec v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = mean + sd * static_cast<float>(normal_at(seed, stream, i));
+  return v;
+}
+
+// Rounds v to bf16 values in place (the CPU then sees exactly what the GPU sees).
+Vec& round_bf16(Vec& v) {
+  for (float& x : v) x = to_f32(to_bf16(x));
+  return v;
+}
+
+std::unique_ptr<Dev> up_bf16(const Vec& v) {
+  std::vector<bf16> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = to_bf16(v[i]);
+  auto d = std::make_unique<Dev>(h.size() * sizeof(bf16));
+  cuda_check(cudaMemcpy(d->ptr(), h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice), "cudaMemcpy(H2D)");
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return d;
+}
+template <class T>
+std::unique_ptr<Dev> up(const std::vector<T>& v) {
+  auto d = std::make_unique<Dev>(v.size() * sizeof(T));
+  cuda_check(cudaMemcpy(d->ptr(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy(H2D)");
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return d;
+}
+Vec down_bf16(const Dev& d, size_t n) {
+  std::vector<bf16> h(n);
+  cuda_check(cudaMemcpy(h.data(), d.ptr(), n * sizeof(bf16), cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
+  Vec v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = to_f32(h[i]);
+  return v;
+}
+Vec down(const Dev& d, size_t n) {
+  Vec v(n);
+  cuda_check(cudaMemcpy(v.data(), d.ptr(), n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
+  return v;
+}
+
+double rel_err(const Vec& got, const Vec& ref) {
+  check(got.size() == ref.size(), "self-check: size mismatch {} vs {}", got.size(), ref.size());
+  double err = 0, mag = 1e-30;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double g = got[i], r = ref[i];
+    if (!std::isfinite(g)) return INFINITY;
+    err = std::max(err, std::fabs(g - r));
+    mag = std::max(mag, std::fabs(r));
+  }
+  return err / mag;
+}
+
+class Checker {
+ public:
+  Checker(CudaOps& gpu, std::vector<OpCheck>& out) : gpu_(gpu), out_(out) {}
+  void add(const std::string& op, const Vec& got, const Vec& ref, double bound) {
+    out_.push_back({op, rel_err(got, ref), bound});
+  }
+  void sync() { gpu_.synchronize(); }
+
+ private:
+  CudaOps& gpu_;
+  std::vector<OpCheck>& out_;
+};
+
+Vec cpu_gelu(Ops& cpu, const Vec& x) {
+  Vec y(x.size());
+  cpu.gelu_forward(y.data(), x.data(), x.size());
+  return y;
+}
+
+void check_matmul(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int64_t M = static_cast<int64_t>(s.B) * s.T, K = s.C, N = 3 * s.C;
+  Vec x = rnd(M * K, s.seed, 1), w = rnd(N * K, s.seed, 2, 1.f / std::sqrt(static_cast<float>(K))),
+      b = rnd(N, s.seed, 3, 0.1f);
+  round_bf16(x), round_bf16(w), round_bf16(b);
+  auto dx = up_bf16(x), dw = up_bf16(w), db = up_bf16(b);
+  {  // forward with bias
+    Dev out(M * N * 2);
+    gpu.matmul_forward(out.as<bf16>(), dx->as<bf16>(), dw->as<bf16>(), db->as<bf16>(), M, K, N);
+    c.sync();
+    Vec ref(M * N);
+    cpu.matmul_forward(ref.data(), x.data(), w.data(), b.data(), M, K, N);
+    c.add("matmul_forward.out", down_bf16(out, M * N), ref, kBf16Out);
+    // forward with the GELU epilogue
+    Dev pre(M * N * 2);
+    gpu.matmul_forward(out.as<bf16>(), dx->as<bf16>(), dw->as<bf16>(), db->as<bf16>(), M, K, N, pre.as<bf16>());
+    c.sync();
+    c.add("matmul_forward+gelu.pre", down_bf16(pre, M * N), ref, kBf16Out);
+    c.add("matmul_forward+gelu.out", down_bf16(out, M * N), cpu_gelu(cpu, ref), kBf16Out);
+  }
+  {  // backward: dinp accumulated onto a random start, dweight / dbias accumulated in fp32
+    Vec dout = rnd(M * N, s.seed, 4), dinp0 = rnd(M * K, s.seed, 5), dw0 = rnd(N * K, s.seed, 6),
+        db0 = rnd(N, s.seed, 7);
+    round_bf16(dout), round_bf16(dinp0);
+    auto ddout = up_bf16(dout), ddinp = up_bf16(dinp0), ddw = up(dw0), ddb = up(db0);
+    gpu.matmul_backward(ddinp->as<bf16>(), ddw->as<float>(), ddb->as<float>(), ddout->as<bf16>(), dx->as<bf16>(),
+                        dw->as<bf16>(), M, K, N, true);
+    c.sync();
+    Vec rdinp = dinp0, rdw = dw0, rdb = db0;
+    cpu.matmul_backward(rdinp.data(), rdw.data(), rdb.data(), dout.data(), x.data(), w.data(), M, K, N, true);
+    c.add("matmul_backward.dinp(+=)", down_bf16(*ddinp, M * K), rdinp, kBf16Out);
+    c.add("matmul_backward.dweight", down(*ddw, N * K), rdw, kF32Out);
+    c.add("matmul_backward.dbias", down(*ddb, N), rdb, kF32Out);
+    // dGELU epilogue: dinp = (dout W) * gelu'(pre)
+    Vec pre = rnd(M * K, s.seed, 8);
+    round_bf16(pre);
+    auto dpre = up_bf16(pre);
+    gpu.matmul_backward(ddinp->as<bf16>(), nullptr, nullptr, ddout->as<bf16>(), dx->as<bf16>(), dw->as<bf16>(), M, K, N,
+                        false, dpre->as<bf16>());
+    c.sync();
+    Vec t(M * K), r(M * K);
+    cpu.matmul_backward(t.data(), nullptr, nullptr, dout.data(), x.data(), w.data(), M, K, N, false);
+    cpu.gelu_backward(r.data(), pre.data(), t.data(), r.size());
+    c.add("matmul_backward+dgelu.dinp", down_bf16(*ddinp, M * K), r, kBf16Out);
+  }
+}
+
+void check_layernorm(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int64_t R = static_cast<int64_t>(s.B) * s.T, C = s.C, n = R * C;
+  Vec a = rnd(n, s.seed, 11, 1.f, 0.5f), b = rnd(n, s.seed, 12), w = rnd(C, s.seed, 13, 0.1f, 1.f),
+      bias = rnd(C, s.seed, 14, 0.1f);
+  round_bf16(a), round_bf16(b), round_bf16(w), round_bf16(bias);
+  auto da = up_bf16(a), db = up_bf16(b), dw = up_bf16(w), dbias = up_bf16(bias);
+  Dev out(n * 2), res(n * 2), mean(R * 4), rstd(R * 4);
+  Vec rout(n), rmean(R), rrstd(R);
+  gpu.layernorm_forward(out.as<bf16>(), mean.as<float>(), rstd.as<float>(), da->as<bf16>(), dw->as<bf16>(),
+                        dbias->as<bf16>(), R, C);
+  c.sync();
+  cpu.layernorm_forward(rout.data(), rmean.data(), rrstd.data(), a.data(), w.data(), bias.data(), R, C);
+  c.add("layernorm_forward.out", down_bf16(out, n), rout, kBf16Out);
+  c.add("layernorm_forward.mean", down(mean, R), rmean, kF32Out);
+  c.add("layernorm_forward.rstd", down(rstd, R), rrstd, kF32Out);
+
+  gpu.residual_layernorm_forward(res.as<bf16>(), out.as<bf16>(), mean.as<float>(), rstd.as<float>(), da->as<bf16>(),
+                                 db->as<bf16>(), dw->as<bf16>(), dbias->as<bf16>(), R, C);
+  c.sync();
+  Vec r(n);
+  for (int64_t i = 0; i < n; ++i) r[i] = a[i] + b[i];
+  round_bf16(r);
+  cpu.layernorm_forward(rout.data(), rmean.data(), rrstd.data(), r.data(), w.data(), bias.data(), R, C);
+  c.add("residual_layernorm_forward.residual", down_bf16(res, n), r, kBf16Out);
+  c.add("residual_layernorm_forward.out", down_bf16(out, n), rout, kBf16Out);
+
+  // Backward from the CPU statistics (so only the backward kernel is measured).
+  Vec dout = rnd(n, s.seed, 15), dinp0 = rnd(n, s.seed, 16), dw0 = rnd(C, s.seed, 17), db0 = rnd(C, s.seed, 18);
+  round_bf16(dout), round_bf16(dinp0);
+  auto ddout = up_bf16(dout), ddinp = up_bf16(dinp0), ddw = up(dw0), ddb = up(db0), dmean = up(rmean),
+       drstd = up(rrstd), dr = up_bf16(r);
+  gpu.layernorm_backward(ddinp->as<bf16>(), ddw->as<float>(), ddb->as<float>(), ddout->as<bf16>(), dr->as<bf16>(),
+                         dw->as<bf16>(), dmean->as<float>(), drstd->as<float>(), R, C);
+  c.sync();
+  Vec rdinp = dinp0, rdw = dw0, rdb = db0;
+  cpu.layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.data(), r.data(), w.data(), rmean.data(),
+                         rrstd.data(), R, C);
+  c.add("layernorm_backward.dinp(+=)", down_bf16(*ddinp, n), rdinp, kBf16Out);
+  c.add("layernorm_backward.dweight", down(*ddw, C), rdw, kF32Out);
+  c.add("layernorm_backward.dbias", down(*ddb, C), rdb, kF32Out);
+}
+
+void check_gelu_elementwise(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const size_t n = static_cast<size_t>(s.B) * s.T * 4 * s.C + 5;  // odd tail: the scalar path too
+  Vec x = rnd(n, s.seed, 21, 2.f), d = rnd(n, s.seed, 22);
+  round_bf16(x), round_bf16(d);
+  auto dx = up_bf16(x), dd = up_bf16(d);
+  Dev out(n * 2);
+  gpu.gelu_forward(out.as<bf16>(), dx->as<bf16>(), n);
+  c.sync();
+  c.add("gelu_forward", down_bf16(out, n), cpu_gelu(cpu, x), kBf16Out);
+  gpu.gelu_backward(out.as<bf16>(), dx->as<bf16>(), dd->as<bf16>(), n);
+  c.sync();
+  Vec r(n);
+  cpu.gelu_backward(r.data(), x.data(), d.data(), n);
+  c.add("gelu_backward", down_bf16(out, n), r, kBf16Out);
+
+  gpu.residual_forward(out.as<bf16>(), dx->as<bf16>(), dd->as<bf16>(), n);
+  c.sync();
+  cpu.residual_forward(r.data(), x.data(), d.data(), n);
+  c.add("residual_forward", down_bf16(out, n), r, kBf16Out);
+
+  Vec y = rnd(n, s.seed, 23), z = rnd(n, s.seed, 24);
+  auto dy = up(y), dz = up(z);
+  gpu.add_inplace(dy->as<float>(), dz->as<float>(), n);
+  gpu.scale_inplace(dy->as<float>(), 0.75f, n);
+  gpu.axpy(dy->as<float>(), -0.5f, dz->as<float>(), n);
+  c.sync();
+  cpu.add_inplace(y.data(), z.data(), n);
+  cpu.scale_inplace(y.data(), 0.75f, n);
+  cpu.axpy(y.data(), -0.5f, z.data(), n);
+  c.add("add_inplace+scale_inplace+axpy", down(*dy, n), y, kExact);
+
+  Dev h(n * 2);
+  gpu.to_bf16(h.as<bf16>(), dz->as<float>(), n);
+  c.sync();
+  Vec zr = z;
+  round_bf16(zr);
+  c.add("to_bf16", down_bf16(h, n), zr, 0.0);
+  gpu.to_f32(dz->as<float>(), h.as<bf16>(), n);
+  c.sync();
+  c.add("to_f32", down(*dz, n), zr, 0.0);
+}
+
+// fp64 logsumexp of the scaled causal scores: the reference for the saved statistics.
+Vec attention_stats_ref(const Vec& qkv, int B, int T, int H, int hd) {
+  const int64_t C = static_cast<int64_t>(H) * hd;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  Vec st(static_cast<size_t>(B) * H * T);
+  std::vector<double> row(T);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < T; ++i) {
+        const float* q = &qkv[(static_cast<int64_t>(b) * T + i) * 3 * C + h * hd];
+        double mx = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          const float* k = &qkv[(static_cast<int64_t>(b) * T + j) * 3 * C + C + h * hd];
+          double d = 0;
+          for (int e = 0; e < hd; ++e) d += static_cast<double>(q[e]) * k[e];
+          row[j] = d * scale;
+          mx = std::max(mx, row[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(row[j] - mx);
+        st[(static_cast<size_t>(b) * H + h) * T + i] = static_cast<float>(mx + std::log(sum));
+      }
+  return st;
+}
+
+void check_attention(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H;
+  const int64_t C = s.C, n3 = static_cast<int64_t>(B) * T * 3 * C, n = static_cast<int64_t>(B) * T * C;
+  Vec qkv = rnd(n3, s.seed, 31), dout = rnd(n, s.seed, 32);
+  round_bf16(qkv), round_bf16(dout);
+  auto dqkv_in = up_bf16(qkv), ddout = up_bf16(dout);
+  Dev out(n * 2), stats(static_cast<size_t>(B) * H * T * 4), dqkv(n3 * 2);
+  const std::string tag = "attention[" + gpu.attention_kind() + "]";
+  gpu.attention_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), B, T, H, hd);
+  c.sync();
+  Vec rout(n), att(static_cast<size_t>(B) * H * T * T);
+  cpu.attention_forward(rout.data(), att.data(), qkv.data(), B, T, H, hd);
+  c.add(tag + "_forward.out", down_bf16(out, n), rout, kBf16Out);
+  c.add(tag + "_forward.stats", down(stats, static_cast<size_t>(B) * H * T), attention_stats_ref(qkv, B, T, H, hd),
+        kF32Out);
+  gpu.attention_backward(dqkv.as<bf16>(), ddout->as<bf16>(), dqkv_in->as<bf16>(), out.as<bf16>(), stats.as<float>(),
+                         B, T, H, hd);
+  c.sync();
+  Vec rd(n3);
+  cpu.attention_backward(rd.data(), dout.data(), qkv.data(), att.data(), B, T, H, hd);
+  c.add(tag + "_backward.dqkv", down_bf16(dqkv, n3), rd, kBf16Out);
+}
+
+void check_embedding(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int B = s.B, T = s.T, C = s.C;
+  const int64_t BT = static_cast<int64_t>(B) * T, vb = 16, ve = vb + s.V / 2, rows = ve - vb;
+  std::vector<int32_t> tok(BT);
+  for (int64_t i = 0; i < BT; ++i)  // a small id range: many repeated tokens, some outside the shard
+    tok[i] = static_cast<int32_t>(counter_bits(s.seed, 41, i) % static_cast<uint64_t>(std::min<int64_t>(ve + 8, 300)));
+  Vec wte = rnd(rows * C, s.seed, 42), wpe = rnd(static_cast<int64_t>(T) * C, s.seed, 43);
+  round_bf16(wte), round_bf16(wpe);
+  auto dtok = up(tok), dwte = up_bf16(wte), dwpe = up_bf16(wpe);
+  Dev out(BT * C * 2);
+  gpu.embedding_forward(out.as<bf16>(), dtok->as<int32_t>(), dwte->as<bf16>(), dwpe->as<bf16>(), B, T, C, vb, ve);
+  c.sync();
+  Vec rout(BT * C);
+  cpu.embedding_forward(rout.data(), tok.data(), wte.data(), wpe.data(), B, T, C, vb, ve);
+  c.add("embedding_forward", down_bf16(out, BT * C), rout, kBf16Out);
+
+  Vec dout = rnd(BT * C, s.seed, 44), gwte = rnd(rows * C, s.seed, 45), gwpe = rnd(static_cast<int64_t>(T) * C, s.seed, 46);
+  round_bf16(dout);
+  auto ddout = up_bf16(dout), dgwte = up(gwte), dgwpe = up(gwpe);
+  gpu.embedding_backward(dgwte->as<float>(), dgwpe->as<float>(), ddout->as<bf16>(), dtok->as<int32_t>(), B, T, C, vb, ve);
+  c.sync();
+  cpu.embedding_backward(gwte.data(), gwpe.data(), dout.data(), tok.data(), B, T, C, vb, ve);
+  c.add("embedding_backward.dwte", down(*dgwte, rows * C), gwte, kF32Out);
+  c.add("embedding_backward.dwpe", down(*dgwpe, static_cast<int64_t>(T) * C), gwpe, kF32Out);
+}
+
+void check_crossentropy(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int64_t R = static_cast<int64_t>(s.B) * s.T, V = s.V, Vp = s.Vp;
+  Vec logits = rnd(R * Vp, s.seed, 51, 2.f);
+  round_bf16(logits);
+  std::vector<int32_t> tgt(R);
+  for (int64_t r = 0; r < R; ++r)
+    tgt[r] = (r % 10 == 3) ? -1 : static_cast<int32_t>(counter_bits(s.seed, 52, r) % static_cast<uint64_t>(V));
+  const float scale = 1.f / static_cast<float>(R);
+  auto dtgt = up(tgt);
+  Vec rloss(R), rlse(R), rgrad = logits;
+  cpu.crossentropy_forward(rloss.data(), rlse.data(), logits.data(), tgt.data(), R, Vp, V);
+  cpu.crossentropy_backward(rgrad.data(), rlse.data(), tgt.data(), R, Vp, V, scale);
+  Dev loss(R * 4), lse(R * 4);
+  {
+    auto dl = up_bf16(logits);
+    gpu.crossentropy_forward(loss.as<float>(), lse.as<float>(), dl->as<bf16>(), dtgt->as<int32_t>(), R, Vp, V);
+    c.sync();
+    c.add("crossentropy_forward.losses", down(loss, R), rloss, kF32Out);
+    c.add("crossentropy_forward.lse", down(lse, R), rlse, kF32Out);
+    gpu.crossentropy_backward(dl->as<bf16>(), lse.as<float>(), dtgt->as<int32_t>(), R, Vp, V, scale);
+    c.sync();
+    c.add("crossentropy_backward.dlogits", down_bf16(*dl, R * Vp), rgrad, kBf16Out);
+  }
+  {
+    auto dl = up_bf16(logits);
+    gpu.crossentropy_fused(loss.as<float>(), lse.as<float>(), dl->as<bf16>(), dtgt->as<int32_t>(), R, Vp, V, scale);
+    c.sync();
+    c.add("crossentropy_fused.losses", down(loss, R), rloss, kF32Out);
+    c.add("crossentropy_fused.dlogits", down_bf16(*dl, R * Vp), rgrad, kBf16Out);
+  }
+  // Vocab-parallel over two shards [0, V0) and [V0, V); the all-reduces are done here on the host.
+  const int64_t V0 = (V / 2) / 8 * 8, Vs[2] = {V0, V - V0}, Vps[2] = {V0, (V - V0 + 7) / 8 * 8}, begin[2] = {0, V0};
+  std::unique_ptr<Dev> shard[2], mx[2], se[2], tl[2];
+  Vec gmax(R, -INFINITY), gsum(R, 0.f), gtl(R, 0.f);
+  Vec lmax[2];
+  for (int k = 0; k < 2; ++k) {
+    Vec part(R * Vps[k], 0.f);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < Vs[k]; ++j) part[r * Vps[k] + j] = logits[r * Vp + begin[k] + j];
+    shard[k] = up_bf16(part);
+    mx[k] = std::make_unique<Dev>(R * 4), se[k] = std::make_unique<Dev>(R * 4), tl[k] = std::make_unique<Dev>(R * 4);
+    gpu.crossentropy_partial(mx[k]->as<float>(), se[k]->as<float>(), tl[k]->as<float>(), shard[k]->as<bf16>(),
+                             dtgt->as<int32_t>(), R, Vps[k], Vs[k], begin[k]);
+    c.sync();
+    lmax[k] = down(*mx[k], R);
+    for (int64_t r = 0; r < R; ++r) gmax[r] = std::max(gmax[r], lmax[k][r]);
+  }
+  auto dgmax = up(gmax);
+  for (int k = 0; k < 2; ++k) {
+    gpu.crossentropy_rescale(se[k]->as<float>(), mx[k]->as<float>(), dgmax->as<float>(), R);
+    c.sync();
+    Vec e = down(*se[k], R), t = down(*tl[k], R);
+    for (int64_t r = 0; r < R; ++r) gsum[r] += e[r], gtl[r] += t[r];
+  }
+  auto dgsum = up(gsum), dgtl = up(gtl);
+  gpu.crossentropy_combine(loss.as<float>(), lse.as<float>(), dgmax->as<float>(), dgsum->as<float>(),
+                           dgtl->as<float>(), dtgt->as<int32_t>(), R);
+  c.sync();
+  c.add("crossentropy_vocab_parallel.losses", down(loss, R), rloss, kF32Out);
+  c.add("crossentropy_vocab_parallel.lse", down(lse, R), rlse, kF32Out);
+  Vec got(R * Vp, 0.f), ref(R * Vp, 0.f);
+  for (int k = 0; k < 2; ++k) {
+    gpu.crossentropy_backward_shard(shard[k]->as<bf16>(), lse.as<float>(), dtgt->as<int32_t>(), R, Vps[k], Vs[k],
+                                    scale, begin[k]);
+    c.sync();
+    Vec g = down_bf16(*shard[k], R * Vps[k]);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < Vps[k]; ++j) {
+        int64_t col = begin[k] + j;
+        if (j < Vs[k]) {
+          got[r * Vp + col] = g[r * Vps[k] + j];
+        } else if (g[r * Vps[k] + j] != 0.f) {
+          got[r * Vp + V] = INFINITY;  // a padded column was written: flag it
+        }
+      }
+  }
+  // Rows with an ignored target are zero in both; real columns compared; CPU padded columns are 0.
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < V; ++j) ref[r * Vp + j] = rgrad[r * Vp + j];
+  c.add("crossentropy_vocab_parallel.dlogits", got, ref, kBf16Out);
+}
+
+void check_optimizer(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const size_t n = 100003;
+  Vec p = rnd(n, s.seed, 61), g = rnd(n, s.seed, 62, 0.1f), m = rnd(n, s.seed, 63, 0.01f), v(n);
+  Vec vr = rnd(n, s.seed, 64, 0.01f);
+  for (size_t i = 0; i < n; ++i) v[i] = vr[i] * vr[i];
+  auto dp = up(p), dg = up(g), dm = up(m), dv = up(v);
+  Dev pb(n * 2);
+  gpu.adamw(dp->as<float>(), pb.as<bf16>(), dg->as<float>(), dm->as<float>(), dv->as<float>(), n, 1e-3f, 0.9f, 0.95f,
+            1e-8f, 0.1f, 3);
+  c.sync();
+  Vec p0 = p;
+  cpu.adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+  Vec gp = down(*dp, n), dgot(n), dref(n);
+  for (size_t i = 0; i < n; ++i) dgot[i] = gp[i] - p0[i], dref[i] = p[i] - p0[i];
+  c.add("adamw.update(p_new - p_old)", dgot, dref, kF32Out);
+  c.add("adamw.m", down(*dm, n), m, kF32Out);
+  c.add("adamw.v", down(*dv, n), v, kF32Out);
+  Vec pr = p;
+  round_bf16(pr);
+  c.add("adamw.p_bf16", down_bf16(pb, n), pr, kBf16Out);
+
+  double ref = cpu.sum_squares(g.data(), n);
+  double got = gpu.sum_squares_host(dg->as<float>(), n);
+  c.add("sum_squares", {static_cast<float>(got)}, {static_cast<float>(ref)}, kExact);
+}
+
+}  // namespace
+
+std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const SelfCheckShape& shape) {
+  check(shape.C % shape.H == 0 && shape.C % 8 == 0 && shape.Vp >= shape.V && shape.Vp % 8 == 0,
+        "self-check shape: C must be a multiple of 8 and of H, Vp >= V and a multiple of 8");
+  std::vector<OpCheck> out;
+  Checker c(gpu, out);
+  check_matmul(gpu, cpu, shape, c);
+  check_layernorm(gpu, cpu, shape, c);
+  check_gelu_elementwise(gpu, cpu, shape, c);
+  check_attention(gpu, cpu, shape, c);
+  check_embedding(gpu, cpu, shape, c);
+  check_crossentropy(gpu, cpu, shape, c);
+  check_optimizer(gpu, cpu, shape, c);
+  return out;
+}
+
+std::vector<OpCheck> check_attention_paths(CudaOps& a, CudaOps& b, int B, int T, int H, int hd, uint64_t seed) {
+  const int64_t C = static_cast<int64_t>(H) * hd, n3 = static_cast<int64_t>(B) * T * 3 * C,
+                n = static_cast<int64_t>(B) * T * C, ns = static_cast<int64_t>(B) * H * T;
+  Vec qkv = rnd(n3, seed, 71), dout = rnd(n, seed, 72);
+  auto dq = up_bf16(round_bf16(qkv)), dd = up_bf16(round_bf16(dout));
+  Vec res[2][3];
+  CudaOps* ops[2] = {&a, &b};
+  for (int k = 0; k < 2; ++k) {
+    Dev out(n * 2), st(ns * 4), dqkv(n3 * 2);
+    ops[k]->attention_forward(out.as<bf16>(), st.as<float>(), dq->as<bf16>(), B, T, H, hd);
+    ops[k]->attention_backward(dqkv.as<bf16>(), dd->as<bf16>(), dq->as<bf16>(), out.as<bf16>(), st.as<float>(), B, T,
+                               H, hd);
+    ops[k]->synchronize();
+    res[k][0] = down_bf16(out, n), res[k][1] = down(st, ns), res[k][2] = down_bf16(dqkv, n3);
+  }
+  std::string tag = "attention " + a.attention_kind() + " vs " + b.attention_kind();
+  return {{tag + ".out", rel_err(res[0][0], res[1][0]), kBf16Out},
+          {tag + ".stats", rel_err(res[0][1], res[1][1]), kF32Out},
+          {tag + ".dqkv", rel_err(res[0][2], res[1][2]), 2 * kBf16Out}};
+}
+
+}  // namespace mpitron

@@ -1,0 +1,98 @@
+// CUDA backend tests (GPU builds only; an empty translation unit with CUDA=0).
+// Without a usable GPU (here: cudaGetDeviceCount fails with error 35) the kernel tests are
+// skipped with one line saying why; what needs no device still runs: the no-GPU error message
+// and the cuDNN attention graphs (tensor, operation and operation-graph descriptors finalise
+// without a device in cuDNN 9.19; heuristics and plans need cudnnCreate, which needs one).
+#if MPITRON_CUDA
+#include <boost/test/unit_test.hpp>
+#include <array>
+#include <iostream>
+
+#include "../../src/ops/cuda/attention.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/ops/cuda/cuda_ops.hpp"
+#include "mpitron/ops/cuda/self_check.hpp"
+
+using namespace mpitron;
+namespace utf = boost::unit_test;
+
+namespace {
+
+const std::string& no_gpu_reason() {
+  static const std::string why = cuda_unavailable_reason();
+  return why;
+}
+
+// Precondition for the GPU cases: prints the reason once, and Boost marks the cases skipped.
+struct NeedsGpu {
+  boost::test_tools::assertion_result operator()(utf::test_unit_id) const {
+    static bool said = false;
+    if (!no_gpu_reason().empty() && !said) {
+      std::cout << "test_cuda_ops: skipping the GPU kernel tests: " << no_gpu_reason() << "\n";
+      said = true;
+    }
+    boost::test_tools::assertion_result r(no_gpu_reason().empty());
+    r.message() << "no usable GPU: " << no_gpu_reason();
+    return r;
+  }
+};
+
+void expect_all_pass(const std::vector<OpCheck>& checks) {
+  BOOST_TEST(!checks.empty());
+  for (const OpCheck& c : checks) BOOST_TEST(c.pass(), c.op << ": rel err " << c.rel_err << " > bound " << c.bound);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cuda_ops)
+
+BOOST_AUTO_TEST_CASE(no_gpu_is_a_clear_error) {
+  if (!no_gpu_reason().empty()) {
+    BOOST_TEST(no_gpu_reason().find("cudaGetDevice") != std::string::npos);
+    try {
+      make_cuda_ops();
+      BOOST_TEST(false, "make_cuda_ops succeeded without a GPU");
+    } catch (const Error& e) {
+      BOOST_TEST(std::string(e.what()).find("needs a GPU") != std::string::npos, e.what());
+    }
+  } else {
+    BOOST_TEST(make_cuda_ops() != nullptr);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(cudnn_attention_graphs_finalise) {
+  // GPT-2 124M's attention shape and a small one. With a GPU, heuristics + plans as well.
+  cudnnHandle_t h = nullptr;
+  if (no_gpu_reason().empty()) BOOST_REQUIRE(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS);
+  for (auto [B, T, H, hd] : {std::array{2, 64, 4, 32}, std::array{8, 1024, 12, 64}}) {
+    std::string what = cuda::cudnn_attention_dry_build(h, B, T, H, hd);
+    BOOST_TEST(what.find("operation graphs finalised") != std::string::npos, what);
+  }
+  if (h) cudnnDestroy(h);
+}
+
+BOOST_AUTO_TEST_CASE(kernels_match_cpu_naive_attention, *utf::precondition(NeedsGpu())) {
+  CudaOpsOptions o;
+  o.attention = "naive";
+  auto gpu = make_cuda_ops(o);
+  auto cpu = make_cpu_ops();
+  expect_all_pass(check_cuda_ops_against_cpu(*gpu, *cpu, SelfCheckShape{}));
+}
+
+BOOST_AUTO_TEST_CASE(kernels_match_cpu_cudnn_attention, *utf::precondition(NeedsGpu())) {
+  auto gpu = make_cuda_ops();
+  auto cpu = make_cpu_ops();
+  SelfCheckShape s;
+  s.T = 128, s.C = 256, s.H = 4;  // hd 64
+  expect_all_pass(check_cuda_ops_against_cpu(*gpu, *cpu, s));
+}
+
+BOOST_AUTO_TEST_CASE(cudnn_and_naive_attention_agree, *utf::precondition(NeedsGpu())) {
+  CudaOpsOptions n;
+  n.attention = "naive";
+  auto a = make_cuda_ops(), b = make_cuda_ops(n);
+  expect_all_pass(check_attention_paths(*a, *b, 2, 256, 4, 64, 99));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+#endif
