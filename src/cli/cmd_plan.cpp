@@ -40,6 +40,7 @@ constexpr const char* kPlanHelp =
     "  --emit-job FILE     with --advise: write the best layout as a job file\n"
     "  --explain           the five strategies (DP, ZeRO/FSDP, TP, PP, SP/CP) for this model and\n"
     "                      cluster: what each splits, its collective and group, bytes per step\n"
+    "  --bytes             print the ledger's cells in bytes (what train.check_ledger compares)\n"
     "  --schedule KIND     pipeline timeline of gpipe | 1f1b | interleaved (with --pp, --microbatches,\n"
     "                      --virtual-stages V): time grid, actions per rank, bubble vs (p-1)/(v*m+p-1)\n\n"
     "model and layout (override the job file; without one the defaults are the job keys'):\n"
@@ -76,7 +77,7 @@ struct PlanArgs {
   int gpus = 0, gpus_per_node = 8, tp = 0, pp = 0, dp = 0, cp = 0, zero = -1, micro = 0, microbatches = 0,
       global = 0, seq = 0, top = 5;
   int virtual_stages = 0;  // --schedule interleaved
-  bool sp = false, advise = false, explain = false;
+  bool sp = false, advise = false, explain = false, bytes = false;
   double gpu_mem = 80, nvlink = 900, ib = 400, peak = 989, mfu = 0.5, headroom = 0.1;
 };
 
@@ -129,6 +130,7 @@ PlanArgs parse(const std::vector<std::string>& rest) {
     else if (o == "--seq") a.seq = to_int(o, val(), 1);
     else if (o == "--precision") a.precision = val();
     else if (o == "--advise") a.advise = true;
+    else if (o == "--bytes") a.bytes = true;
     else if (o == "--explain") a.explain = true;
     else if (o == "--emit-job") a.emit_job = val();
     else if (o == "--schedule") a.schedule = val();
@@ -262,7 +264,7 @@ int cmd_plan(const Args& args) {
     }
     return 0;
   }
-  std::fputs(format_ledger(compute_ledger(in)).c_str(), stdout);
+  std::fputs(format_ledger(compute_ledger(in), a.bytes).c_str(), stdout);
   return 0;
 }
 

@@ -328,7 +328,8 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
   return in;
 }
 
-std::string format_ledger(const Ledger& led) {
+std::string format_ledger(const Ledger& led, bool exact_bytes) {
+  auto fmt_gb = [exact_bytes](double b) { return exact_bytes ? fmt::format("{:.0f}", b) : mpitron::fmt_gb(b); };
   const PlanInput& in = led.in;
   const ModelConfig& m = in.model;
   const PlanLayout& l = in.layout;

@@ -59,6 +59,17 @@ layout tp2-sp 2 --parallel.tp=2 --parallel.sp=true
 layout tp2-pp2 4 --parallel.tp=2 --parallel.pp=2 --train.global_batch=8
 [ "$checked" -ge 3 ] || fail "only $checked layouts checked"
 
+# `plan` on the same job prints the bytes the trainer tracked (same functions, no MPI).
+if [ -f "$tmp/pp2.log" ] && grep -q "ledger OK" "$tmp/pp2.log"; then
+  "$MPITRON" plan jobs/tiny.toml "${common[@]}" --parallel.pp=2 --train.global_batch=8 --bytes >"$tmp/plan_pp2.txt"
+  for r in 0 1; do
+    want=$(grep -m1 "ledger rank $r at start" "$tmp/pp2.log" | sed 's/.*params tracked \([0-9]*\).*/\1/')
+    got=$(awk -v r=$r '$1 == r && NF > 8 {print $4}' "$tmp/plan_pp2.txt")
+    [ "$want" = "$got" ] || fail "plan --bytes stage $r params $got, trainer tracked $want: $(cat "$tmp/plan_pp2.txt")"
+  done
+  echo "ok    plan --bytes matches the trainer's tracked parameter bytes per stage"
+fi
+
 # The plan command: the seed's worked example (7B, bf16 mixed precision, 16 B/param).
 t0=$(date +%s%N)
 out=$("$MPITRON" plan --model llama2-7b --seq 2048 --gpus 1 --gpu-mem 80)

@@ -118,6 +118,7 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
 
 // "12.3 GB" (1e9) style for the planner's tables.
 std::string fmt_gb(double bytes);
-std::string format_ledger(const Ledger& l);
+// exact_bytes: every cell in bytes (what train.check_ledger compares) instead of GB/MB.
+std::string format_ledger(const Ledger& l, bool exact_bytes = false);
 
 }  // namespace mpitron
