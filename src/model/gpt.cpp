@@ -27,28 +27,35 @@ struct ActPtrs {
 };
 constexpr int kLayerBufs = 13;
 
+// Tensor parallel: the attention width, heads and MLP width are per rank (C/tp, H/tp, F/tp), Vp
+// is this rank's vocab slice; with sequence parallel the LayerNorm/residual buffers hold Rl =
+// B*T/tp rows, and two shared [B*T, C] buffers hold gathered inputs and full-row partial sums.
 template <class Take>
 void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_t chunk_rows, int64_t Vp,
                       ActivationOptions ao, Take&& take, ActPtrs& out) {
-  const int64_t BT = static_cast<int64_t>(B) * cfg.seq_len, C = cfg.d_model, F = cfg.d_ff;
-  const int64_t att = static_cast<int64_t>(B) * cfg.n_head * cfg.seq_len * cfg.seq_len;
-  const int64_t layer_sizes[kLayerBufs] = {BT * C, BT, BT, BT * 3 * C, att, BT * C, BT * C, BT * C, BT, BT, BT * F, BT * F, BT * C};
+  const int tp = s.tp_size;
+  const bool sp = s.sequence_parallel && tp > 1;
+  const int64_t BT = static_cast<int64_t>(B) * cfg.seq_len, Rl = sp ? BT / tp : BT, C = cfg.d_model;
+  const int64_t Cl = C / tp, F = cfg.d_ff / tp;
+  const int64_t att = static_cast<int64_t>(B) * (cfg.n_head / tp) * cfg.seq_len * cfg.seq_len;
+  const int64_t layer_sizes[kLayerBufs] = {Rl * C, Rl, Rl, BT * 3 * Cl, att, BT * Cl, Rl * C, Rl * C, Rl, Rl, BT * F, BT * F, Rl * C};
   out.slot.assign(ao.slots, {});
   for (auto& p : out.slot) {
-    p.push_back(take(BT * C));  // input: embedding output or previous stage's output
+    p.push_back(take(Rl * C));  // input: embedding output or previous stage's output
     for (int l = 0; l < local_layers(cfg, s); ++l) {
-      if (ao.recompute) p.push_back(take(BT * C));  // res3: the block output (next block's input)
+      if (ao.recompute) p.push_back(take(Rl * C));  // res3: the block output (next block's input)
       else
         for (int64_t n : layer_sizes) p.push_back(take(n));
     }
     if (s.has_head)  // lnf, lnf_mean, lnf_rstd, losses, lse, dlnf, this micro-batch's wte gradient (unscaled)
-      for (int64_t n : {BT * C, BT, BT, BT, BT, BT * C, Vp * C}) p.push_back(take(n));
+      for (int64_t n : {Rl * C, Rl, Rl, BT, BT, (sp ? Rl : BT) * C, Vp * C}) p.push_back(take(n));
   }
   out.shared.clear();
   out.shared.push_back(s.has_head ? take(chunk_rows * Vp) : nullptr);  // logits (one chunk of rows)
-  for (int64_t n : {BT * C, BT * C, BT * 3 * C, BT * F}) out.shared.push_back(take(n));  // dres, dC, d3C, d4C
+  for (int64_t n : {Rl * C, BT * C, BT * 3 * Cl, BT * F}) out.shared.push_back(take(n));  // dres, dC, d3C, d4C
   if (ao.recompute && local_layers(cfg, s) > 0)
     for (int i = 0; i < kLayerBufs - 1; ++i) out.shared.push_back(take(layer_sizes[i]));
+  for (int i = 0; i < 2; ++i) out.shared.push_back(sp ? take(BT * C) : nullptr);  // xg, dfull (last two)
 }
 
 }  // namespace
@@ -67,7 +74,7 @@ int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch) {
 int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B, ActivationOptions ao) {
   int64_t total = 0;
   ActPtrs p;
-  walk_activations(cfg, s, B, gpt_logits_chunk_rows(cfg, B), cfg.padded_vocab(s.tp_size), ao,
+  walk_activations(cfg, s, B, gpt_logits_chunk_rows(cfg, B), cfg.padded_vocab(s.tp_size) / s.tp_size, ao,
                    [&](int64_t n) {
                      total += (n + 15) / 16 * 16;
                      return static_cast<float*>(nullptr);
@@ -76,16 +83,34 @@ int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B
   return total;
 }
 
-GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act)
+GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act,
+         Comm* tp)
     : cfg_(cfg), shard_(shard), ops_(ops), max_B_(max_micro_batch), act_opts_(act) {
   check(cfg.arch == Arch::gpt2, "GPT: model '{}' is not a GPT-2 architecture", cfg.name);
-  check(shard.tp_size == 1, "GPT: tensor parallelism (tp_size {}) is not implemented yet", shard.tp_size);
+  const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
+  check(shard.tp_size == tp_size && shard.tp_rank == tp_rank,
+        "GPT: the shard says tp rank {} of {}, the TP group rank {} of {}", shard.tp_rank, shard.tp_size, tp_rank,
+        tp_size);
+  check(cfg.n_head % tp_size == 0, "GPT: n_head ({}) must be divisible by tp ({}): heads are split over TP ranks",
+        cfg.n_head, tp_size);
+  shard_.sequence_parallel = shard.sequence_parallel && tp_size > 1;
+  check(!shard_.sequence_parallel || cfg.seq_len % tp_size == 0,
+        "GPT: sequence parallel needs seq_len ({}) divisible by tp ({})", cfg.seq_len, tp_size);
+  tp_ = TpContext{tp, shard_.sequence_parallel, tp_comm_s_.get()};
   check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
   check(act.slots > 0, "GPT: activation slots must be > 0 (got {})", act.slots);
   check(cfg.d_model % cfg.n_head == 0 && cfg.d_ff == 4 * cfg.d_model, "GPT: bad config d_model {} n_head {} d_ff {}",
         cfg.d_model, cfg.n_head, cfg.d_ff);
   n_local_layers_ = local_layers(cfg, shard);
-  vp_ = cfg.padded_vocab(shard.tp_size);
+  vp_ = cfg.padded_vocab(tp_size) / tp_size;
+  c_local_ = cfg.d_model / tp_size, h_local_ = cfg.n_head / tp_size, f_local_ = cfg.d_ff / tp_size;
+  qkv_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, 3 * cfg.d_model);
+  proj_ = std::make_unique<RowParallelLinear>(ops, tp_, cfg.d_model, cfg.d_model);
+  fc_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, cfg.d_ff);
+  fcp_ = std::make_unique<RowParallelLinear>(ops, tp_, cfg.d_ff, cfg.d_model);
+  emb_ = std::make_unique<VocabParallelEmbedding>(ops, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
+  ce_ = std::make_unique<VocabParallelCrossEntropy>(ops, tp_, cfg.padded_vocab(tp_size), cfg.vocab_size);
+  if (tp_.sp()) ln_grad_ = Buffer<float>(Mem::workspace, 2 * static_cast<size_t>(cfg.d_model));
   chunk_rows_ = gpt_logits_chunk_rows(cfg, max_micro_batch);
   params_ = gpt_param_table(cfg, shard);
   size_t n = params_.empty() ? 0 : params_.back().offset + (params_.back().numel + 15) / 16 * 16;
@@ -97,13 +122,13 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   for (size_t i = 0; i < params_.size(); ++i)  // field() must follow the table's order
     check(*field(w_, i) == params_buf_.data() + params_[i].offset, "GPT: field order differs at {}", params_[i].name);
 
-  act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard, max_micro_batch, act));
+  act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard_, max_micro_batch, act));
   const int64_t BT = static_cast<int64_t>(max_micro_batch) * cfg.seq_len;
   tok_buf_ = Buffer<int32_t>(Mem::activations, 2 * BT * act.slots);
   last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * vp_ : 0);
   float* cur = act_buf_.data();
   ActPtrs p;
-  walk_activations(cfg, shard, max_micro_batch, chunk_rows_, vp_, act,
+  walk_activations(cfg, shard_, max_micro_batch, chunk_rows_, vp_, act,
                    [&](int64_t k) {
                      float* q = cur;
                      cur += (k + 15) / 16 * 16;
@@ -112,6 +137,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
                    p);
   act_.logits = p.shared[0];
   act_.dres = p.shared[1], act_.dC = p.shared[2], act_.d3C = p.shared[3], act_.d4C = p.shared[4];
+  act_.xg = p.shared[p.shared.size() - 2], act_.dfull = p.shared.back();
   for (int k = 0; k < act.slots; ++k) {
     SlotActs sa;
     float** q = p.slot[k].data();
@@ -205,20 +231,47 @@ struct PostEvent {
 
 // One block's forward from its input `res`. full = false stops after the GELU: what backward
 // needs when it recomputes a block (the block output is stored, res3 is not needed).
+// Tensor parallel: QKV and fc are column-parallel (this rank's heads / MLP columns), proj and
+// fcp row-parallel; LayerNorm and residual work on this rank's rows (all of them without SP).
 void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim(), F = cfg_.d_ff;
-  const int64_t BT = static_cast<int64_t>(B) * T;
-  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, BT, C);
-  ops_.matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, BT, C, 3 * C);
-  ops_.attention_forward(a.atty, a.att, a.qkv, B, T, H, hd);
-  ops_.matmul_forward(a.res2, a.atty, w.proj_w, w.proj_b, BT, C, C);
-  ops_.add_inplace(a.res2, res, BT * C);
-  ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, BT, C);
-  ops_.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, BT, C, F);
-  ops_.gelu_forward(a.fch_gelu, a.fch, BT * F);
+  const int T = cfg_.seq_len, C = cfg_.d_model, hd = cfg_.head_dim();
+  const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B);
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, Rl, C);
+  qkv_->forward(a.qkv, a.ln1, act_.xg, w.qkv_w, w.qkv_b, BT);
+  ops_.attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(h_local_), hd);
+  proj_->forward(a.res2, a.atty, w.proj_w, w.proj_b, BT, act_.dfull);
+  ops_.add_inplace(a.res2, res, Rl * C);
+  ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, Rl, C);
+  fc_->forward(a.fch, a.ln2, act_.xg, w.fc_w, w.fc_b, BT);
+  ops_.gelu_forward(a.fch_gelu, a.fch, BT * f_local_);
   if (!full) return;
-  ops_.matmul_forward(a.res3, a.fch_gelu, w.fcp_w, w.fcp_b, BT, F, C);
-  ops_.add_inplace(a.res3, a.res2, BT * C);
+  fcp_->forward(a.res3, a.fch_gelu, w.fcp_w, w.fcp_b, BT, act_.dfull);
+  ops_.add_inplace(a.res3, a.res2, Rl * C);
+}
+
+const float* GPT::gather_rows(const float* local, int64_t rows) {
+  if (!tp_.sp()) return local;
+  TpCommTimer timer(tp_);
+  gather_from_sequence_forward(*tp_.comm, local, act_.xg, static_cast<size_t>(sequence_local_rows(tp_, rows) * cfg_.d_model));
+  return act_.xg;
+}
+
+void GPT::ln_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                      const float* mean, const float* rstd, int64_t rows) {
+  const int64_t C = cfg_.d_model;
+  if (!tp_.sp()) {
+    ops_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+    return;
+  }
+  float* g = ln_grad_.data();
+  std::memset(g, 0, ln_grad_.bytes());
+  ops_.layernorm_backward(dinp, g, g + C, dout, inp, w, mean, rstd, rows, C);
+  {
+    TpCommTimer timer(tp_);
+    tp_.comm->all_reduce(g, static_cast<size_t>(2 * C), DType::f32, ReduceOp::sum);
+  }
+  ops_.add_inplace(dw, g, static_cast<size_t>(C));
+  ops_.add_inplace(db, g + C, static_cast<size_t>(C));
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
@@ -243,7 +296,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
             inputs[i], i, cfg_.vocab_size);
       toks[i] = inputs[i];
     }
-    ops_.embedding_forward(sa.input, toks, w_.wte, w_.wpe, B, T, C, 0, vp_);
+    emb_->forward(sa.input, toks, w_.wte, w_.wpe, B, T, act_.dfull);
   }
   const float* res = sa.input;
   for (int l = 0; l < n_local_layers_; ++l) {
@@ -256,8 +309,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   if (!shard_.has_head) return 0.0;
   emit(UnitEvent::pre_forward, kHeadUnit);
   PostEvent post_head{[this] { emit(UnitEvent::post_forward, kHeadUnit); }};
-  ops_.layernorm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, res, w_.lnf_w, w_.lnf_b, BT, C);
-  if (!targets) {  // generation: logits of the last position of every sequence
+  const int64_t Rl = local_rows(B);
+  ops_.layernorm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, res, w_.lnf_w, w_.lnf_b, Rl, C);
+  check(targets || !tp_.sp(), "GPT::forward: generation (no targets) is not available with sequence parallel");
+  if (!targets) {  // generation: logits (this rank's vocab columns) of the last position of every sequence
     for (int b = 0; b < B; ++b)
       ops_.matmul_forward(last_logits_.data() + b * vp_, sa.lnf + (static_cast<int64_t>(b) * T + T - 1) * C,
                           w_.wte, nullptr, 1, C, vp_);
@@ -274,14 +329,23 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   // unscaled (loss_scale is only known at backward(); the gradient is linear in it): each
   // chunk's logits become softmax - onehot in place, then dlnf and this micro-batch's wte
   // gradient (dwte_head), both kept in the slot. That spares recomputing the logits GEMM later.
+  // Tensor parallel: the head is a column-parallel linear over this rank's vocab slice (input
+  // all-gathered under SP), the loss vocab-parallel; dlnf's partial sums go through f's backward.
   if (grad_enabled_) std::memset(sa.dwte_head, 0, static_cast<size_t>(vp_) * C * sizeof(float));
+  const float* lnf = gather_rows(sa.lnf, BT);
+  float* dlnf = tp_.sp() ? act_.dC : sa.dlnf;  // [BT, C] partial sums under SP
   for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
     int64_t rows = std::min(chunk_rows_, BT - r0);
-    ops_.matmul_forward(act_.logits, sa.lnf + r0 * C, w_.wte, nullptr, rows, C, vp_);
-    ops_.crossentropy_forward(sa.losses + r0, sa.lse + r0, act_.logits, tgts + r0, rows, vp_, cfg_.vocab_size);
+    ops_.matmul_forward(act_.logits, lnf + r0 * C, w_.wte, nullptr, rows, C, vp_);
+    ce_->forward(sa.losses + r0, sa.lse + r0, act_.logits, tgts + r0, rows);
     if (!grad_enabled_) continue;
-    ops_.crossentropy_backward(act_.logits, sa.lse + r0, tgts + r0, rows, vp_, cfg_.vocab_size, 1.f);
-    ops_.matmul_backward(sa.dlnf + r0 * C, sa.dwte_head, nullptr, act_.logits, sa.lnf + r0 * C, w_.wte, rows, C, vp_);
+    ce_->backward(act_.logits, sa.lse + r0, tgts + r0, rows, 1.f);
+    ops_.matmul_backward(dlnf + r0 * C, sa.dwte_head, nullptr, act_.logits, lnf + r0 * C, w_.wte, rows, C, vp_);
+  }
+  if (grad_enabled_ && tp_.active()) {
+    TpCommTimer timer(tp_);
+    if (tp_.sp()) gather_from_sequence_backward(*tp_.comm, dlnf, sa.dlnf, static_cast<size_t>(Rl * C));
+    else copy_to_tp_region_backward(*tp_.comm, sa.dlnf, static_cast<size_t>(BT * C));
   }
   double loss = 0.0;
   for (int64_t i = 0; i < BT; ++i) loss += sa.losses[i];
@@ -293,6 +357,7 @@ void GPT::compute_logits(int64_t row_begin, int64_t rows, float* out) {
   const SlotActs& sa = slots_[last_slot_];
   check(shard_.has_head && sa.B > 0 && row_begin >= 0 && row_begin + rows <= int64_t{sa.B} * cfg_.seq_len,
         "GPT::compute_logits: rows [{}, {}) not in the last forward", row_begin, row_begin + rows);
+  check(!tp_.sp(), "GPT::compute_logits is not available with sequence parallel");
   ops_.matmul_forward(out, sa.lnf + row_begin * cfg_.d_model, w_.wte, nullptr, rows, cfg_.d_model, vp_);
 }
 
@@ -300,18 +365,18 @@ void GPT::backward(float loss_scale, int slot) {
   check(slot >= 0 && slot < act_opts_.slots, "GPT::backward: activation slot {} outside [0, {})", slot,
         act_opts_.slots);
   SlotActs& sa = slots_[slot];
-  const int B = sa.B, T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim(), F = cfg_.d_ff;
-  const int64_t BT = static_cast<int64_t>(B) * T;
+  const int B = sa.B, T = cfg_.seq_len, C = cfg_.d_model, hd = cfg_.head_dim();
+  const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B), Cl = c_local_;
   check(B > 0, "GPT::backward without a forward");
   const int32_t* toks = sa.tokens;
   float* dres = act_.dres;
   if (shard_.has_head) {
     check(sa.had_targets && sa.had_grad, "GPT::backward: the last forward had no targets or no gradients");
     emit(UnitEvent::pre_backward, kHeadUnit);
-    std::memset(dres, 0, BT * C * sizeof(float));
-    ops_.scale_inplace(sa.dlnf, loss_scale, BT * C);
+    std::memset(dres, 0, Rl * C * sizeof(float));
+    ops_.scale_inplace(sa.dlnf, loss_scale, Rl * C);
     ops_.axpy(g_.wte, loss_scale, sa.dwte_head, static_cast<size_t>(vp_) * C);
-    ops_.layernorm_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, BT, C);
+    ln_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, Rl);
     emit(UnitEvent::post_backward, kHeadUnit);
   }
   for (int l = n_local_layers_ - 1; l >= 0; --l) {
@@ -320,22 +385,24 @@ void GPT::backward(float loss_scale, int slot) {
     const float* res_in = l > 0 ? sa.layers[l - 1].res3 : sa.input;
     emit(UnitEvent::pre_backward, l);  // before reading w: ZeRO-3 gathers the block here
     if (act_opts_.recompute) layer_forward(w, a, res_in, B, false);  // the block's activations again
-    ops_.matmul_backward(act_.d4C, g.fcp_w, g.fcp_b, dres, a.fch_gelu, w.fcp_w, BT, F, C);
-    ops_.gelu_backward(act_.d4C, a.fch, act_.d4C, BT * F);
-    ops_.matmul_backward(act_.dC, g.fc_w, g.fc_b, act_.d4C, a.ln2, w.fc_w, BT, C, F);
-    ops_.layernorm_backward(dres, g.ln2_w, g.ln2_b, act_.dC, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, BT, C);
-    ops_.matmul_backward(act_.dC, g.proj_w, g.proj_b, dres, a.atty, w.proj_w, BT, C, C);
-    ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, H, hd);
-    ops_.matmul_backward(act_.dC, g.qkv_w, g.qkv_b, act_.d3C, a.ln1, w.qkv_w, BT, C, 3 * C);
+    // Under SP the column-parallel layers' inputs (ln2, ln1) are all-gathered again (Megatron
+    // keeps only this rank's rows), and dres holds this rank's rows.
+    fcp_->backward(act_.d4C, g.fcp_w, g.fcp_b, dres, act_.dfull, a.fch_gelu, w.fcp_w, BT);
+    ops_.gelu_backward(act_.d4C, a.fch, act_.d4C, BT * f_local_);
+    fc_->backward(act_.dC, g.fc_w, g.fc_b, act_.d4C, gather_rows(a.ln2, BT), w.fc_w, BT, act_.dfull);
+    ln_backward(dres, g.ln2_w, g.ln2_b, act_.dC, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Rl);
+    proj_->backward(act_.dC, g.proj_w, g.proj_b, dres, act_.dfull, a.atty, w.proj_w, BT);
+    ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, static_cast<int>(h_local_), hd);
+    qkv_->backward(act_.dC, g.qkv_w, g.qkv_b, act_.d3C, gather_rows(a.ln1, BT), w.qkv_w, BT, act_.dfull);
     // The key bias adds q.b_k to every score of a softmax row, so its gradient is exactly zero;
     // computed, it is pure rounding noise that Adam would amplify into lr-sized steps (and into
-    // differences between parallel layouts). Keep it exactly zero. Layout [q | k | v], C each.
-    std::fill(g.qkv_b + C, g.qkv_b + 2 * C, 0.0f);
-    ops_.layernorm_backward(dres, g.ln1_w, g.ln1_b, act_.dC, res_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, BT, C);
+    // differences between parallel layouts). Keep it exactly zero. Layout [q | k | v], C/tp each.
+    std::fill(g.qkv_b + Cl, g.qkv_b + 2 * Cl, 0.0f);
+    ln_backward(dres, g.ln1_w, g.ln1_b, act_.dC, res_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, Rl);
     emit(UnitEvent::post_backward, l);
   }
   emit(UnitEvent::pre_backward, kEmbeddingUnit);
-  if (shard_.has_embedding) ops_.embedding_backward(g_.wte, g_.wpe, dres, toks, B, T, C, 0, vp_);
+  if (shard_.has_embedding) emb_->backward(g_.wte, g_.wpe, dres, act_.dfull, toks, B, T);
   emit(UnitEvent::post_backward, kEmbeddingUnit);
 }
 

@@ -1,11 +1,18 @@
 #include "mpitron/model/tp_grad_norm.hpp"
 
+#include <algorithm>
+
 namespace mpitron {
 
-double tp_local_grad_sum_squares(const std::vector<ParamInfo>& params, const float* grads, Ops& ops, int tp_rank) {
+double tp_local_grad_sum_squares(const std::vector<ParamInfo>& params, const float* g, size_t begin, size_t end,
+                                 Ops& ops, int tp_rank) {
+  if (tp_rank == 0) return end > begin ? ops.sum_squares(g, end - begin) : 0.0;  // padding gradients are 0
   double s = 0;
-  for (const auto& p : params)
-    if (p.split_dim >= 0 || tp_rank == 0) s += ops.sum_squares(grads + p.offset, p.numel);
+  for (const auto& p : params) {
+    if (p.split_dim < 0) continue;  // replicated: counted by TP rank 0
+    size_t b = std::max(begin, p.offset), e = std::min(end, p.offset + p.numel);
+    if (b < e) s += ops.sum_squares(g + (b - begin), e - b);
+  }
   return s;
 }
 

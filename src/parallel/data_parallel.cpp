@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/tp_grad_norm.hpp"
 
 namespace mpitron {
 
@@ -141,8 +142,10 @@ void DataParallel::finish_backward() {
   std::fill(bucket_in_flight_.begin(), bucket_in_flight_.end(), false);
 }
 
-double DataParallel::grad_sum_squares() {
-  double local = shard_.size() ? ops_.sum_squares(grad_shard(), shard_.size()) : 0.0;
+double DataParallel::grad_sum_squares(int tp_rank) {
+  double local = shard_.size() ? tp_local_grad_sum_squares(model_.params(), grad_shard(), shard_.begin, shard_.end,
+                                                           ops_, tp_rank)
+                               : 0.0;
   if (opt_.zero == 0 || dp_.size() == 1) return local;  // every rank holds the same full gradient
   double total = 0;
   progress_.blocking([&] { total = dp_.all_reduce_scalar(local, ReduceOp::sum); });

@@ -86,10 +86,10 @@ double evaluate(PipelineExecutor& pipe, ValidationLoader& val, ProcessGrid& grid
 
 TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
-  usage_check(gs.tp == 1 && gs.cp == 1,
-              "tensor and context parallel training are not implemented yet (parallel.tp={}, cp={}); use data "
-              "and pipeline parallel (parallel.dp, parallel.pp)",
-              gs.tp, gs.cp);
+  usage_check(gs.cp == 1, "context parallel training is not implemented yet (parallel.cp={})", gs.cp);
+  usage_check(!cfg.parallel.sp || gs.tp > 1, "parallel.sp needs parallel.tp > 1 (got tp {})", gs.tp);
+  usage_check(!cfg.parallel.sp || gs.pp == 1,
+              "parallel.sp with pipeline parallel (pp={}) is not implemented yet: use sp = false with pp > 1", gs.pp);
   usage_check(cfg.parallel.zero == 0 || gs.pp == 1,
               "parallel.zero={} with pipeline parallel (pp={}) is not implemented yet: use zero 0 with pp > 1",
               cfg.parallel.zero, gs.pp);
@@ -133,11 +133,18 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     std::printf("note: no val_*.h5 in %s: validation loss is not computed\n", cfg.data.path.c_str());
   }
 
+  usage_check(mc.n_head % gs.tp == 0, "model.n_head ({}) must be divisible by parallel.tp ({}): attention heads are "
+              "split over the TP ranks", mc.n_head, gs.tp);
+  usage_check(!cfg.parallel.sp || mc.seq_len % gs.tp == 0,
+              "parallel.sp: model.seq_len ({}) must be divisible by parallel.tp ({})", mc.seq_len, gs.tp);
+
   auto ops = make_cpu_ops();
   ModelShard shard = model_shard_for(mc, gs, grid.coord(), cfg.parallel.pp_layers);
+  shard.sequence_parallel = cfg.parallel.sp;
   // The schedule decides how many micro-batches' activations this stage keeps (pipeline.hpp).
   const PipelineSchedule schedule = pipeline_schedule_for_job(cfg.parallel, gs.pp, bp.accum);
-  GPT model(mc, shard, *ops, bp.micro, {schedule.max_in_flight(grid.coord().pp, 0), cfg.train.recompute == "full"});
+  GPT model(mc, shard, *ops, bp.micro, {schedule.max_in_flight(grid.coord().pp, 0), cfg.train.recompute == "full"},
+            gs.tp > 1 ? &grid.tp() : nullptr);
   model.init_weights(cfg.train.seed);
   sync_tied_embedding(model, grid);
   PipelineExecutor pipe(schedule, grid.pp(), {&model});
@@ -161,7 +168,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
         "layout world %d = dp %d x tp %d x pp %d | global batch %d = micro %d x dp %d x accum %d "
         "(%lld tokens/step) | %d threads/rank | peak %.1f GFLOP/s/rank%s\n"
         "data %s: %lld samples per rank per epoch | run dir %s\n",
-        mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(), mc.seq_len,
+        mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
         model.num_params() / 1e6, launch.world, dp, gs.tp, gs.pp, bp.global, bp.micro, dp, bp.accum,
         static_cast<long long>(tokens_per_step), omp_get_max_threads(), peak / 1e9,
         cfg.train.peak_flops > 0 ? " (train.peak_flops)" : " (measured GEMM probe)", cfg.data.path.c_str(),
@@ -213,6 +220,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   };
   run_eval(start_step);
 
+  double tp_comm_after_first = 0;  // seconds in TP collectives (GPT::tp_comm_seconds) after the first step
   for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
     auto t0 = Clock::now();
     ckpt.begin_step();
@@ -235,7 +243,10 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     all_reduce_tied_embedding_grad(model, grid);
     if (gs.pp > 1) counts[0] = grid.pp().all_reduce_scalar(counts[0], ReduceOp::sum);  // loss to every stage
     double loss = counts[0] / n_tokens;
-    double grad_norm = std::sqrt(pipeline_grad_sum_squares(ddp.grad_sum_squares(), model, *ops, grid));
+    // TP: sharded parameters summed over the TP group, replicated ones counted once (TP rank 0).
+    double grad_sq = pipeline_grad_sum_squares(ddp.grad_sum_squares(grid.coord().tp), model, *ops, grid);
+    if (gs.tp > 1) grad_sq = grid.tp().all_reduce_scalar(grad_sq, ReduceOp::sum);
+    double grad_norm = std::sqrt(grad_sq);
     double lr = sched.at(step);
 
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
@@ -257,6 +268,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     if (step == 1) log_memory("step 1");
     if (step == 1) check_ledger("after step 1");
 
+    if (step == start_step + 1) tp_comm_after_first = model.tp_comm_seconds();  // the first step warms up
     if (step == 1) result.first_loss = loss;
     result.last_loss = loss;
     result.steps_done = step;
@@ -291,6 +303,10 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       return result;
     }
   }
+  if (rank0 && gs.tp > 1 && result.steps_done > start_step + 1)
+    std::printf("tensor parallel: tp comm %.1f ms/step on rank 0 (steps %d..%d, TP collectives in forward and backward)\n",
+                1e3 * (model.tp_comm_seconds() - tp_comm_after_first) / (result.steps_done - start_step - 1),
+                start_step + 2, result.steps_done);
   run_eval(cfg.train.steps);
   if (!cfg.train.dump_params.empty()) {
     Buffer<float> gathered;  // ZeRO-3: the full parameters exist only for the dump

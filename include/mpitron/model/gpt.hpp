@@ -5,25 +5,31 @@
 // (Mem::activations); the sizes come from gpt_param_table / gpt_activation_floats, which the
 // memory ledger can call too.
 //
-// The shard descriptor says which part of the full model this rank holds. Pipeline stages
-// (layer_begin/layer_end, has_embedding/has_head) work now; tensor parallelism (tp_size > 1) is
-// described by the parameter table (local shapes, where each shard sits in the full tensor) but
-// not computed yet: the constructor rejects tp_size > 1.
+// The shard descriptor says which part of the full model this rank holds: pipeline stages
+// (layer_begin/layer_end, has_embedding/has_head) and the tensor-parallel shard (tp_rank/tp_size,
+// Megatron-style, see parallel_layers.hpp): QKV and fc column-parallel (heads split over TP),
+// attention and MLP output projections row-parallel, wte vocab-parallel (embedding, tied LM head
+// and cross-entropy; the logits are never gathered). The parameter table gives local shapes and
+// where each shard sits in the full tensor. With sequence_parallel the activations outside the
+// linears (LayerNorm, residual) hold rows/tp of the micro-batch's B*T rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/parallel_layers.hpp"
 #include "mpitron/ops/ops.hpp"
 
 namespace mpitron {
 
 struct ModelShard {
   int tp_rank = 0, tp_size = 1;
+  bool sequence_parallel = false;  // parallel.sp (only with tp_size > 1)
   int layer_begin = 0, layer_end = -1;  // -1: n_layer
   bool has_embedding = true, has_head = true;
 };
@@ -72,7 +78,10 @@ double gpt_flops_per_token(const ModelConfig& cfg);
 
 class GPT {
  public:
-  GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act = {});
+  // tp: the tensor-parallel group (its size and rank must match shard.tp_size/tp_rank);
+  // nullptr without tensor parallelism.
+  GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act = {},
+      Comm* tp = nullptr);
 
   void init_weights(uint64_t seed);
   const ModelConfig& config() const { return cfg_; }
@@ -119,14 +128,20 @@ class GPT {
   // stage_output_grad() first; without the embedding, stage_input_grad() holds the result.
   void backward(float loss_scale, int slot = 0);
 
-  const float* last_logits() const { return last_logits_.data(); }  // [B, padded_vocab]
+  // Logits are this rank's vocab columns: [*, local_vocab()] (= padded_vocab without TP).
+  const float* last_logits() const { return last_logits_.data(); }  // [B, local_vocab]
+  int64_t local_vocab() const { return vp_; }
   // Logits of rows [row_begin, row_begin + rows) of the last forward's [B*T] positions
-  // (head shard only) into out[rows, padded_vocab]; for evaluation, generation and tests.
+  // (head shard only) into out[rows, local_vocab]; for evaluation, generation and tests.
   void compute_logits(int64_t row_begin, int64_t rows, float* out);
   float* stage_input(int slot = 0) { return slots_[slot].input; }               // [B, T, C]
   const float* stage_output(int slot = 0) const { return slots_[slot].output; } // [B, T, C]
   float* stage_output_grad() { return act_.dres; }                  // [B, T, C]
   const float* stage_input_grad() const { return act_.dres; }       // [B, T, C], after backward
+  // Rows of [B*T, C] stage activations this rank holds: B*T, or B*T/tp with sequence parallel.
+  int64_t local_rows(int B) const { return sequence_local_rows(tp_, int64_t{B} * cfg_.seq_len); }
+  // Seconds spent in tensor-parallel collectives since construction (the trainer reports it per step).
+  double tp_comm_seconds() const { return *tp_comm_s_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }
 
  private:
@@ -152,6 +167,7 @@ class GPT {
   struct Acts {  // shared by all slots
     float *logits = nullptr;
     float *dres = nullptr, *dC = nullptr, *d3C = nullptr, *d4C = nullptr;
+    float *xg = nullptr, *dfull = nullptr;  // sequence parallel: gathered [B*T, C] input / full-rows scratch
   };
   Weights resolve(float* base) const;
   float** field(Weights& w, size_t i);  // the pointer parameter i reads from, in w
@@ -159,13 +175,19 @@ class GPT {
     if (hook_) hook_(e, unit);
   }
   void layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full);
+  // Sequence parallel: all-gather `local` rows into act_.xg (returns it); else `local` itself.
+  const float* gather_rows(const float* local, int64_t rows);
+  // LayerNorm backward whose weight/bias gradients are all-reduced over TP under sequence
+  // parallel (each rank saw only its rows).
+  void ln_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                   const float* mean, const float* rstd, int64_t rows);
 
   ModelConfig cfg_;
   ModelShard shard_;
   Ops& ops_;
   int max_B_;
   int n_local_layers_;
-  int64_t vp_;  // padded vocab (rows of wte on this rank)
+  int64_t vp_;  // rows of wte on this rank: the padded vocab / tp
   int64_t chunk_rows_;
   std::vector<ParamInfo> params_;
   Buffer<float> params_buf_, grads_buf_, act_buf_, last_logits_;
@@ -178,6 +200,15 @@ class GPT {
   bool grad_enabled_ = true;
   size_t n_flat_ = 0;
   UnitHook hook_;
+  // Tensor parallel (inactive without TP: every layer is then its plain self).
+  std::unique_ptr<double> tp_comm_s_ = std::make_unique<double>(0.0);
+  TpContext tp_;
+  int64_t c_local_ = 0, h_local_ = 0, f_local_ = 0;  // attention width, heads, MLP width per rank
+  std::unique_ptr<ColumnParallelLinear> qkv_, fc_;
+  std::unique_ptr<RowParallelLinear> proj_, fcp_;
+  std::unique_ptr<VocabParallelEmbedding> emb_;
+  std::unique_ptr<VocabParallelCrossEntropy> ce_;
+  Buffer<float> ln_grad_;  // [2C]: one LayerNorm's weight+bias gradient before the SP all-reduce
 };
 
 }  // namespace mpitron

@@ -51,7 +51,9 @@ class DataParallel {
   // order them as it likes; the last one to run is the one that communicates under ZeRO 0/1).
   void begin_step(int micro_batches);
   void finish_backward();              // after the last backward: all gradient communication done
-  double grad_sum_squares();           // over the DP group; every element counted exactly once
+  // Over the DP group; every element counted exactly once. tp_rank > 0: only TP-sharded
+  // parameters (replicated ones are counted by TP rank 0; tp_grad_norm.hpp).
+  double grad_sum_squares(int tp_rank = 0);
   void scale_grads(float s);           // clipping
   void optimizer_step(double lr);      // AdamW on this rank's shard, then parameters all-gathered
   CommTiming take_timing() { return progress_.take_timing(); }
