@@ -2,14 +2,17 @@
 // dedicated SDPA node has no causal mask, so the graphs are the composite ones that cuDNN's fused
 // attention engines recognise (cudnn-frontend builds the same shape of graph):
 //
-// forward (one graph, 14 ops; K given transposed through its strides):
+// forward (one graph, 14 ops; K given transposed through its strides, [B,H,hd,T]):
 //   S = Q K^T (matmul) -> S *= scale -> row = gen_index(S, axis 2), col = gen_index(S, axis 3)
 //   -> mask = row >= col -> S = select(mask, S, lowest) -> M = max_j S -> E = exp(S - M)
-//   -> Z = sum_j E -> stats = M + log Z (output) -> P = E / Z -> O = P V (output)
-// backward (one graph, 19 ops; K^T and V^T are second descriptors of the K/V memory):
-//   D = sum_d dO * O -> S = scale Q K^T, causal select -> P = exp(S - stats)
-//   -> dV = P^T dO (P^T by a reshape) -> dP = dO V^T -> dS = P (dP - D) * scale
-//   -> dQ = dS K -> dK = dS^T Q (dS^T by a reshape)
+//   -> Z = sum_j E -> stats = M + log Z (output) -> P = E / Z (bf16) -> O = P V (output)
+// backward (one graph, 22 ops; inputs Q, K^T, V^T, O, dO, stats):
+//   D = (sum_d dO * O) * 1 -> S = scale Q K^T, causal select -> P = exp(S - stats)
+//   -> dV = P^T dO (P^T: reshape, bf16) -> dS = ((dO V^T) * 1 - D) * P * scale
+//   -> dK = dS^T Q (dS^T: reshape, bf16) -> dQ = dS K (K: reshape of K^T)
+// The "* 1" multiplies are where cudnn-frontend puts its dropout factors; they are kept so the
+// graph has the shape cuDNN's fused-attention engines match (bmm2's A operand in the I/O type,
+// the transposes as reshapes, INT32 index generation, BOOLEAN compare), as cudnn-frontend does.
 //
 // Q/K/V/O/dO/dQ/dK/dV are strided views of the fused layouts: qkv[B,T,3,H,hd] gives Q dims
 // [B,H,T,hd] with strides [3CT, hd, 3C, 1]; out[B,T,H,hd] gives [CT, hd, C, 1]. Graph, plan and
@@ -74,7 +77,7 @@ Dims contiguous(const Dims& d) {
 }
 
 // UIDs of the tensors bound at execution (virtual tensors get 1000+).
-enum Uid : int64_t { kQ = 1, kK, kKt, kV, kVt, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kLowest };
+enum Uid : int64_t { kQ = 1, kKt, kV, kVt, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kLowest, kOne };
 
 // A graph under construction: owns every descriptor it creates.
 class GraphBuilder {
@@ -102,6 +105,7 @@ class GraphBuilder {
   Desc& virt(const Dims& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
     return tensor(next_virtual_++, dims, contiguous(dims), type, true);
   }
+  int64_t next_uid() { return next_virtual_++; }
   Desc& scalar(int64_t uid) { return tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, true); }
 
   // y = mode(x [, b [, t]]); math precision `prec`; axis for GEN_INDEX.
@@ -157,7 +161,7 @@ class GraphBuilder {
 
   // The causal mask on scores s [B,H,T,T]: returns select(row >= col, s, lowest).
   Desc& causal_mask(const Desc& s, const Dims& dims) {
-    Desc& row = virt(dims, CUDNN_DATA_INT32);
+    Desc& row = virt(dims, CUDNN_DATA_INT32);  // INT32 index generation, as cudnn-frontend
     Desc& col = virt(dims, CUDNN_DATA_INT32);
     pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, row, nullptr, CUDNN_DATA_INT32, 2);
     pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, col, nullptr, CUDNN_DATA_INT32, 3);
@@ -281,7 +285,7 @@ void build_forward(GraphBuilder& g, const Shape& sh) {
   Desc& logz = g.virt(sh.bht1());
   g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, logz);
   g.pointwise(CUDNN_POINTWISE_ADD, mx, &logz, stats);
-  Desc& p = g.virt(sh.bhtt());
+  Desc& p = g.virt(sh.bhtt(), CUDNN_DATA_BFLOAT16);  // bmm2's A operand in the I/O type
   g.pointwise(CUDNN_POINTWISE_DIV, e, &z, p);
   g.matmul(p, v, o);
 }
@@ -289,7 +293,6 @@ void build_forward(GraphBuilder& g, const Shape& sh) {
 void build_backward(GraphBuilder& g, const Shape& sh) {
   const int64_t C3 = 3 * sh.C(), C = sh.C();
   Desc& q = g.tensor(kQ, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
-  Desc& k = g.tensor(kK, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
   Desc& kt = g.tensor(kKt, sh.dims_t(), sh.strides_t(C3), CUDNN_DATA_BFLOAT16, false);
   Desc& vt = g.tensor(kVt, sh.dims_t(), sh.strides_t(C3), CUDNN_DATA_BFLOAT16, false);
   Desc& o = g.tensor(kO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
@@ -299,40 +302,49 @@ void build_backward(GraphBuilder& g, const Shape& sh) {
   Desc& dk = g.tensor(kDK, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
   Desc& dv = g.tensor(kDV, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
   Desc& scale = g.scalar(kScale);
+  Desc& one = g.scalar(kOne);
+  const Dims tt = sh.bhtt();
+  const Dims tt_t = {tt[1] * tt[2] * tt[3], tt[2] * tt[3], 1, tt[3]};  // [B,H,T,T] read transposed
   // D = rowsum(dO * O)
   Desc& doo = g.virt(sh.bhtd());
   g.pointwise(CUDNN_POINTWISE_MUL, dout, &o, doo);
+  Desc& d0 = g.virt(sh.bht1());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, doo, d0);
   Desc& d = g.virt(sh.bht1());
-  g.reduction(CUDNN_REDUCE_TENSOR_ADD, doo, d);
+  g.pointwise(CUDNN_POINTWISE_MUL, d0, &one, d);
   // P = exp(mask(scale Q K^T) - stats)
-  Desc& s = g.virt(sh.bhtt());
+  Desc& s = g.virt(tt);
   g.matmul(q, kt, s);
-  Desc& ss = g.virt(sh.bhtt());
+  Desc& ss = g.virt(tt);
   g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, ss);
-  Desc& sm = g.causal_mask(ss, sh.bhtt());
-  Desc& sub = g.virt(sh.bhtt());
+  Desc& sm = g.causal_mask(ss, tt);
+  Desc& sub = g.virt(tt);
   g.pointwise(CUDNN_POINTWISE_SUB, sm, &stats, sub);
-  Desc& p = g.virt(sh.bhtt());
+  Desc& p = g.virt(tt);
   g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, p);
   // dV = P^T dO
-  Dims tt = sh.bhtt();
-  Desc& pt = g.tensor(2000, tt, {tt[1] * tt[2] * tt[3], tt[2] * tt[3], 1, tt[3]}, CUDNN_DATA_FLOAT, true);
+  Desc& pt = g.tensor(g.next_uid(), tt, tt_t, CUDNN_DATA_BFLOAT16, true);
   g.reshape(p, pt);
   g.matmul(pt, dout, dv);
-  // dS = P (dO V^T - D) scale
-  Desc& dp = g.virt(sh.bhtt());
+  // dS = ((dO V^T) * 1 - D) * P * scale
+  Desc& dp = g.virt(tt);
   g.matmul(dout, vt, dp);
-  Desc& dpd = g.virt(sh.bhtt());
-  g.pointwise(CUDNN_POINTWISE_SUB, dp, &d, dpd);
-  Desc& ds0 = g.virt(sh.bhtt());
-  g.pointwise(CUDNN_POINTWISE_MUL, p, &dpd, ds0);
-  Desc& ds = g.virt(sh.bhtt());
+  Desc& dp1 = g.virt(tt);
+  g.pointwise(CUDNN_POINTWISE_MUL, dp, &one, dp1);
+  Desc& dpd = g.virt(tt);
+  g.pointwise(CUDNN_POINTWISE_SUB, dp1, &d, dpd);
+  Desc& ds0 = g.virt(tt);
+  g.pointwise(CUDNN_POINTWISE_MUL, dpd, &p, ds0);
+  Desc& ds = g.virt(tt);
   g.pointwise(CUDNN_POINTWISE_MUL, ds0, &scale, ds);
-  // dQ = dS K, dK = dS^T Q
-  g.matmul(ds, k, dq);
-  Desc& dst = g.tensor(2001, tt, {tt[1] * tt[2] * tt[3], tt[2] * tt[3], 1, tt[3]}, CUDNN_DATA_FLOAT, true);
+  // dK = dS^T Q
+  Desc& dst = g.tensor(g.next_uid(), tt, tt_t, CUDNN_DATA_BFLOAT16, true);
   g.reshape(ds, dst);
   g.matmul(dst, q, dk);
+  // dQ = dS K, K = the [B,H,T,hd] reshape of the K^T input
+  Desc& k = g.tensor(g.next_uid(), sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, true);
+  g.reshape(kt, k);
+  g.matmul(ds, k, dq);
 }
 
 struct Plan {
@@ -387,9 +399,10 @@ class CudnnAttention final : public Attention {
     char* base = reinterpret_cast<char*>(const_cast<bf16*>(qkv));
     char* dbase = reinterpret_cast<char*>(dqkv);
     const int64_t C2 = 2 * sh.C();
-    execute(h_, p, scratch_, {kQ, kK, kKt, kVt, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kLowest},
-            {base, base + C2, base + C2, base + 2 * C2, const_cast<bf16*>(out), const_cast<bf16*>(dout),
-             const_cast<float*>(stats), dbase, dbase + C2, dbase + 2 * C2, &scale, &lowest},
+    float one = 1.f;
+    execute(h_, p, scratch_, {kQ, kKt, kVt, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kLowest, kOne},
+            {base, base + C2, base + 2 * C2, const_cast<bf16*>(out), const_cast<bf16*>(dout),
+             const_cast<float*>(stats), dbase, dbase + C2, dbase + 2 * C2, &scale, &lowest, &one},
             "backward");
   }
 
