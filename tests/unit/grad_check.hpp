@@ -1,5 +1,6 @@
 // Finite-difference helpers shared by the gradient tests (fp32 kernels, double loss sums).
 #pragma once
+#include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -39,6 +40,7 @@ inline double fd_rel_error(float* x, size_t n, const float* analytic, const std:
     max_err = std::max(max_err, std::fabs(num - analytic[i]));
   }
   for (size_t i = 0; i < n; ++i) max_ref = std::max(max_ref, std::fabs(static_cast<double>(analytic[i])));
+  BOOST_TEST_MESSAGE("finite differences: rel err " << max_err / max_ref << " over " << n << " entries");
   return max_err / max_ref;
 }
 

@@ -47,7 +47,7 @@ BOOST_AUTO_TEST_CASE(param_table_and_init) {
   for (int64_t i = 50 * 32; i < 64 * 32; ++i) BOOST_TEST(m.param_data()[wte->offset + i] == 0.f);
   BOOST_TEST(m.params().size() == 2 + 12 * 2 + 2u);
   // A pipeline stage computes exactly its own elements of the same full tensors.
-  GPT s(cfg, ModelShard{0, 1, 1, 2, false, true}, *ops, 2);
+  GPT s(cfg, ModelShard{.layer_begin = 1, .layer_end = 2, .has_embedding = false, .has_head = true}, *ops, 2);
   s.init_weights(1234);
   for (const auto& p : s.params()) {
     const ParamInfo* q = m.find_param(p.name);
@@ -55,7 +55,7 @@ BOOST_AUTO_TEST_CASE(param_table_and_init) {
     for (size_t i = 0; i < p.numel; ++i) BOOST_REQUIRE(s.param_data()[p.offset + i] == m.param_data()[q->offset + i]);
   }
   // TP metadata: the fused QKV weight's rank-1 shard of tp 2 maps its q/k/v parts separately.
-  auto table = gpt_param_table(cfg, ModelShard{1, 2});
+  auto table = gpt_param_table(cfg, ModelShard{.tp_rank = 1, .tp_size = 2});
   for (const auto& p : table)
     if (p.name == "h.0.attn.c_attn.weight") {
       BOOST_TEST(p.local_shape[0] == 48);
@@ -106,8 +106,8 @@ BOOST_AUTO_TEST_CASE(pipeline_stages_match_full_model) {
   auto ops = make_cpu_ops();
   const int B = 2, T = cfg.seq_len, C = cfg.d_model;
   GPT full(cfg, ModelShard{}, *ops, B);
-  GPT s0(cfg, ModelShard{0, 1, 0, 1, true, false}, *ops, B);
-  GPT s1(cfg, ModelShard{0, 1, 1, 2, false, true}, *ops, B);
+  GPT s0(cfg, ModelShard{.layer_begin = 0, .layer_end = 1, .has_embedding = true, .has_head = false}, *ops, B);
+  GPT s1(cfg, ModelShard{.layer_begin = 1, .layer_end = 2, .has_embedding = false, .has_head = true}, *ops, B);
   for (GPT* g : {&full, &s0, &s1}) g->init_weights(99), g->zero_grad();
   auto in = tokens(B * T, cfg.vocab_size, 5), tg = tokens(B * T, cfg.vocab_size, 6);
   int64_t n;
