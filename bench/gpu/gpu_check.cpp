@@ -15,6 +15,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/ops/cuda/attention.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 #include "mpitron/ops/cuda/self_check.hpp"
@@ -135,7 +137,10 @@ void correctness_section(Report& rep, Ops& cpu) {
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       rep.line("| op | rel err | bound | |\n|---|---|---|---|");
       for (const OpCheck& k : checks) {
-        rep.line("| {} | {:.2e} | {:.0e} | {} |", k.op, k.rel_err, k.bound, k.pass() ? "ok" : "**FAIL**");
+        if (!k.error.empty())
+          rep.line("| {} | | | **ERROR** {} |", k.op, k.error);
+        else
+          rep.line("| {} | {:.2e} | {:.0e} | {} |", k.op, k.rel_err, k.bound, k.pass() ? "ok" : "**FAIL**");
         if (!k.pass()) ++rep.failures;
       }
       rep.line("\n({:.1f} s)\n", s);
@@ -147,6 +152,24 @@ void correctness_section(Report& rep, Ops& cpu) {
 }
 
 void attention_paths_section(Report& rep) {
+  rep.line("## cuDNN attention graphs (built once per shape)\n");
+  cudnnHandle_t h = nullptr;
+  cudnnStatus_t st = cudnnCreate(&h);
+  if (st != CUDNN_STATUS_SUCCESS) {
+    ++rep.failures;
+    rep.line("- cudnnCreate failed: {}", cudnnGetErrorString(st));
+  } else {
+    for (auto [B, T, H, hd] : {std::array{8, 1024, 12, 64}, std::array{8, 1024, 16, 64}, std::array{2, 64, 4, 32}}) {
+      try {
+        rep.line("- B{} T{} H{} hd{}: {}", B, T, H, hd, cuda::cudnn_attention_dry_build(h, B, T, H, hd));
+      } catch (const std::exception& e) {
+        ++rep.failures;
+        rep.line("- B{} T{} H{} hd{}: **ERROR** {}", B, T, H, hd, e.what());
+      }
+    }
+    cudnnDestroy(h);
+  }
+  rep.line("");
   rep.line("## cuDNN attention against the naive path (GPU vs GPU)\n");
   for (auto [name, B, T, H, hd] : {std::tuple{"gpt2-124m", 8, 1024, 12, 64}, std::tuple{"gpt2-350m", 8, 1024, 16, 64}}) {
     try {
@@ -170,7 +193,19 @@ void timing_section(Report& rep) {
   rep.line("## Kernel timings, gpt2-124m shapes (B 8, T 1024, C 768, H 12, Vp 50304), median of 20\n");
   const int B = 8, T = 1024, C = 768, H = 12, hd = 64, Vp = 50304, V = 50257;
   const int64_t M = static_cast<int64_t>(B) * T;
+  // A failing kernel reports its error (the message names the call) and the table goes on.
+  auto timed = [&](CudaOps& o, int reps, const std::function<void()>& f) -> double {
+    try {
+      return time_ms(o, reps, f);
+    } catch (const std::exception& e) {
+      ++rep.failures;
+      rep.line("| **ERROR** | {} | |", e.what());
+      cudaGetLastError();
+      return -1.0;
+    }
+  };
   auto row = [&](const std::string& what, double ms, double flops, double bytes) {
+    if (ms < 0) return;  // the timing failed and was reported
     std::string rate;
     if (flops > 0) rate = fmt::format("{:.0f} TFLOP/s ({:.0f}% of {:.0f})", flops / ms / 1e9, 100 * flops / ms / 1e9 / kPeakTflops, kPeakTflops);
     if (bytes > 0) rate = fmt::format("{:.0f} GB/s", bytes / ms / 1e6);
@@ -195,13 +230,13 @@ void timing_section(Report& rep) {
                        G{"fc proj", 4 * C, C, false, true}, G{"lm head", C, Vp, false, false}}) {
       double f = 2.0 * M * m.K * m.N;
       row(fmt::format("matmul fwd {} [{}x{}x{}]", m.name, M, m.K, m.N),
-          time_ms(g, 20, [&] {
+          timed(g, 20, [&] {
             g.matmul_forward(y.as<bf16>(), x.as<bf16>(), w.as<bf16>(), m.has_bias ? bias.as<bf16>() : nullptr, M, m.K,
                              m.N, m.gelu ? pre.as<bf16>() : nullptr);
           }),
           f, 0);
       row(fmt::format("matmul bwd {} (dinp + dW{})", m.name, m.has_bias ? " + db" : ""),
-          time_ms(g, 20, [&] {
+          timed(g, 20, [&] {
             g.matmul_backward(x.as<bf16>(), dw.as<float>(), m.has_bias ? db.as<float>() : nullptr, y.as<bf16>(),
                               x.as<bf16>(), w.as<bf16>(), M, m.K, m.N);
           }),
@@ -210,35 +245,35 @@ void timing_section(Report& rep) {
     Buf a(M * C * 2), b(M * C * 2), o(M * C * 2), r(M * C * 2), mean(M * 4), rstd(M * 4), lw(C * 2), lb(C * 2),
         gw(C * 4), gb(C * 4);
     double act = static_cast<double>(M) * C * 2;
-    row("layernorm fwd", time_ms(g, 20, [&] {
+    row("layernorm fwd", timed(g, 20, [&] {
           g.layernorm_forward(o.as<bf16>(), mean.as<float>(), rstd.as<float>(), a.as<bf16>(), lw.as<bf16>(),
                               lb.as<bf16>(), M, C);
         }),
         0, 2 * act);
-    row("residual + layernorm fwd", time_ms(g, 20, [&] {
+    row("residual + layernorm fwd", timed(g, 20, [&] {
           g.residual_layernorm_forward(r.as<bf16>(), o.as<bf16>(), mean.as<float>(), rstd.as<float>(), a.as<bf16>(),
                                        b.as<bf16>(), lw.as<bf16>(), lb.as<bf16>(), M, C);
         }),
         0, 4 * act);
-    row("layernorm bwd", time_ms(g, 20, [&] {
+    row("layernorm bwd", timed(g, 20, [&] {
           g.layernorm_backward(r.as<bf16>(), gw.as<float>(), gb.as<float>(), o.as<bf16>(), a.as<bf16>(), lw.as<bf16>(),
                                mean.as<float>(), rstd.as<float>(), M, C);
         }),
         0, 4 * act);
-    row("gelu fwd (4C)", time_ms(g, 20, [&] { g.gelu_forward(pre.as<bf16>(), x.as<bf16>(), M * 4 * C); }), 0, 8 * act);
+    row("gelu fwd (4C)", timed(g, 20, [&] { g.gelu_forward(pre.as<bf16>(), x.as<bf16>(), M * 4 * C); }), 0, 8 * act);
     row("gelu bwd (4C)",
-        time_ms(g, 20, [&] { g.gelu_backward(pre.as<bf16>(), x.as<bf16>(), pre.as<bf16>(), M * 4 * C); }), 0,
+        timed(g, 20, [&] { g.gelu_backward(pre.as<bf16>(), x.as<bf16>(), pre.as<bf16>(), M * 4 * C); }), 0,
         12 * act);
     // Attention: causal FLOPs = 2 matmuls * 2 * B H T^2 hd / 2 forward, 2.5x that backward.
     Buf qkv(M * 3 * C * 2), dqkv(M * 3 * C * 2), st(static_cast<size_t>(B) * H * T * 4);
     double af = 2.0 * 2.0 * B * H * static_cast<double>(T) * T * hd / 2;
     for (CudaOps* k : {&g, naive.get()}) {
       try {
-        row(fmt::format("attention fwd [{}]", k->attention_kind()), time_ms(*k, 20, [&] {
+        row(fmt::format("attention fwd [{}]", k->attention_kind()), timed(*k, 20, [&] {
               k->attention_forward(o.as<bf16>(), st.as<float>(), qkv.as<bf16>(), B, T, H, hd);
             }),
             af, 0);
-        row(fmt::format("attention bwd [{}]", k->attention_kind()), time_ms(*k, 20, [&] {
+        row(fmt::format("attention bwd [{}]", k->attention_kind()), timed(*k, 20, [&] {
               k->attention_backward(dqkv.as<bf16>(), o.as<bf16>(), qkv.as<bf16>(), o.as<bf16>(), st.as<float>(), B, T,
                                     H, hd);
             }),
@@ -255,27 +290,27 @@ void timing_section(Report& rep) {
     cuda_ok(cudaMalloc(&dtok, M * sizeof(int32_t)), "cudaMalloc(tokens)");
     cuda_ok(cudaMemcpy(dtok, tok.data(), M * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy(tokens)");
     Buf loss(M * 4), lse(M * 4), wpe(static_cast<size_t>(T) * C * 2), dwpe(static_cast<size_t>(T) * C * 4);
-    row("crossentropy fused (fwd + dlogits)", time_ms(g, 20, [&] {
+    row("crossentropy fused (fwd + dlogits)", timed(g, 20, [&] {
           g.crossentropy_fused(loss.as<float>(), lse.as<float>(), y.as<bf16>(), dtok, M, Vp, V, 1.f / M);
         }),
         0, 2.0 * M * Vp * 2);
-    row("embedding fwd", time_ms(g, 20, [&] {
+    row("embedding fwd", timed(g, 20, [&] {
           g.embedding_forward(o.as<bf16>(), dtok, w.as<bf16>(), wpe.as<bf16>(), B, T, C, 0, Vp);
         }),
         0, 3 * act);
-    row("embedding bwd (sorted, deterministic)", time_ms(g, 20, [&] {
+    row("embedding bwd (sorted, deterministic)", timed(g, 20, [&] {
           g.embedding_backward(dw.as<float>(), dwpe.as<float>(), o.as<bf16>(), dtok, B, T, C, 0, Vp);
         }),
         0, 3 * act);
     const size_t P = 124'000'000;
     Buf p(P * 4), pg(P * 4), pm(P * 4), pv(P * 4), pb(P * 2), norm(8);
     cuda_ok(cudaMemset(pv.p, 0, P * 4), "cudaMemset");
-    row("adamw 124M params (fp32 master + bf16 copy)", time_ms(g, 10, [&] {
+    row("adamw 124M params (fp32 master + bf16 copy)", timed(g, 10, [&] {
           g.adamw(p.as<float>(), pb.as<bf16>(), pg.as<float>(), pm.as<float>(), pv.as<float>(), P, 1e-4f, 0.9f, 0.95f,
                   1e-8f, 0.1f, 1);
         }),
         0, P * 18.0);
-    row("sum_squares 124M", time_ms(g, 10, [&] { g.sum_squares(norm.as<double>(), pg.as<float>(), P, false); }), 0,
+    row("sum_squares 124M", timed(g, 10, [&] { g.sum_squares(norm.as<double>(), pg.as<float>(), P, false); }), 0,
         P * 4.0);
     cudaFree(dtok);
     rep.line("");
