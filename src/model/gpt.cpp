@@ -83,6 +83,12 @@ int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B
   return total;
 }
 
+int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B, ActivationOptions ao) {
+  const int64_t BT = static_cast<int64_t>(B) * cfg.seq_len;
+  const int64_t last_logits = s.has_head ? int64_t{B} * (cfg.padded_vocab(s.tp_size) / s.tp_size) : 0;
+  return 4 * (gpt_activation_floats(cfg, s, B, ao) + last_logits) + 4 * 2 * BT * ao.slots;
+}
+
 GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act,
          Comm* tp)
     : cfg_(cfg), shard_(shard), ops_(ops), max_B_(max_micro_batch), act_opts_(act) {
@@ -126,6 +132,9 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   const int64_t BT = static_cast<int64_t>(max_micro_batch) * cfg.seq_len;
   tok_buf_ = Buffer<int32_t>(Mem::activations, 2 * BT * act.slots);
   last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * vp_ : 0);
+  check(static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes() + last_logits_.bytes()) ==
+            gpt_activation_bytes(cfg, shard, max_micro_batch, act),
+        "GPT: activation allocations differ from gpt_activation_bytes (the memory ledger's prediction)");
   float* cur = act_buf_.data();
   ActPtrs p;
   walk_activations(cfg, shard_, max_micro_batch, chunk_rows_, vp_, act,

@@ -2,8 +2,9 @@
 //
 // GPT-2 (mpitron's own model): the numbers come from the functions the model allocates with:
 //   parameters / gradients: the flat buffer of gpt_param_table (each tensor rounded up to 16 floats)
-//   activations: gpt_activation_floats (+ the int32 token buffer and the last-position logits the
-//   GPT constructor allocates beside it), with the schedule's slots and the recompute option.
+//   activations: gpt_activation_bytes (the planned buffer of gpt_activation_floats, the token ids
+//   and the last-position logits: what the GPT constructor allocates, which it checks), with the
+//   schedule's slots and the recompute option.
 // LLaMA (RMSNorm, SwiGLU, GQA, RoPE, untied head; planning only): per layer
 //   parameters  2h (norms) + h*h (q) + 2*h*kv*hd (k, v) + h*h (o) + 3*h*f (gate, up, down);
 //               q, k, v, o, gate, up, down split over tp, norms replicated; embedding and head
@@ -127,7 +128,9 @@ std::vector<Chunk> rank_chunks(const PlanInput& in, const GridCoord& co) {
   const PlanLayout& l = in.layout;
   std::vector<Chunk> out;
   if (l.virtual_stages <= 1) {
-    out.push_back({model_shard_for(in.model, shape_of(l), co, l.pp_layers), act_slots_in_flight(l, co.pp, 0)});
+    ModelShard s = model_shard_for(in.model, shape_of(l), co, l.pp_layers);
+    s.sequence_parallel = l.sp && l.tp > 1;  // as the trainer sets it
+    out.push_back({s, act_slots_in_flight(l, co.pp, 0)});
     return out;
   }
   const int nv = l.pp * l.virtual_stages, L = in.model.n_layer;
@@ -140,6 +143,7 @@ std::vector<Chunk> rank_chunks(const PlanInput& in, const GridCoord& co) {
     s.layer_end = static_cast<int>(int64_t{vs + 1} * L / nv);
     s.has_embedding = vs == 0;
     s.has_head = vs == nv - 1;
+    s.sequence_parallel = l.sp && l.tp > 1;
     out.push_back({s, act_slots_in_flight(l, co.pp, c)});
   }
   return out;
@@ -219,18 +223,18 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   for (const auto& c : chunks) layer_slots += int64_t{c.shard.layer_end - c.shard.layer_begin} * c.slots;
   r.act_in_flight = chunks.front().slots;
   if (m.arch == Arch::gpt2) {
-    int64_t floats = 0, ints = 0;
-    for (const auto& c : chunks) {
-      floats += gpt_activation_floats(m, c.shard, static_cast<int>(B), {c.slots, l.recompute});
-      ints += 2 * B * m.seq_len * c.slots;                                     // tokens: inputs + targets
-      if (c.shard.has_head) floats += B * m.padded_vocab(c.shard.tp_size);  // last-position logits
-    }
-    r.activations = floats * e + ints * 4;
-    ModelShard one{r.coord.tp, l.tp, 0, 1, false, false}, two{r.coord.tp, l.tp, 0, 2, false, false};
+    // What the GPT constructor allocates (gpt_activation_bytes, checked there); bf16 plans the
+    // same elements at 2 bytes.
+    for (const auto& c : chunks)
+      r.activations += gpt_activation_bytes(m, c.shard, static_cast<int>(B), {c.slots, l.recompute}) * e / 4;
+    ModelShard one = r.shard, two = r.shard;  // one and two layers, no embedding or head
+    one.layer_begin = two.layer_begin = 0;
+    one.layer_end = 1, two.layer_end = 2;
+    one.has_embedding = two.has_embedding = one.has_head = two.has_head = false;
     if (m.n_layer >= 2)
       r.act_per_layer = (gpt_activation_floats(m, two, static_cast<int>(B), {1, l.recompute}) -
                          gpt_activation_floats(m, one, static_cast<int>(B), {1, l.recompute})) * e;
-    r.source = "gpt_param_table + gpt_activation_floats (the model's allocation functions)";
+    r.source = "gpt_param_table + gpt_activation_bytes (the model's allocation functions)";
   } else {
     ActElems a = llama_layer_acts(m, B, s, l.tp, l.sp, l.recompute);
     r.act_per_layer = a.e * e + a.f32 * 4;
@@ -279,7 +283,8 @@ Ledger compute_ledger(const PlanInput& in) {
   led.in = in;
   {
     // Logical parameters: the whole model on one rank (no tied-head duplicate there).
-    const ModelShard all{0, 1, 0, in.model.n_layer, true, true};
+    ModelShard all;  // the whole model on one rank
+    all.layer_end = in.model.n_layer;
     led.total_params = in.model.arch == Arch::gpt2 ? [&] {
       int64_t t = 0;
       for (const auto& p : gpt_param_table(in.model, all)) t += static_cast<int64_t>(p.numel);

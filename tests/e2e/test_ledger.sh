@@ -57,6 +57,8 @@ layout pp2-dp2 4 --parallel.pp=2 --parallel.dp=2 --train.global_batch=8
 layout tp2 2 --parallel.tp=2
 layout tp2-sp 2 --parallel.tp=2 --parallel.sp=true
 layout tp2-pp2 4 --parallel.tp=2 --parallel.pp=2 --train.global_batch=8
+layout tp2-dp2-zero1 4 --parallel.tp=2 --parallel.dp=2 --parallel.zero=1
+layout tp2-sp-recompute 2 --parallel.tp=2 --parallel.sp=true --train.recompute=full
 [ "$checked" -ge 3 ] || fail "only $checked layouts checked"
 
 # `plan` on the same job prints the bytes the trainer tracked (same functions, no MPI).

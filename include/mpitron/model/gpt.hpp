@@ -70,6 +70,11 @@ struct ActivationOptions {
 // Floats of activations (incl. backward scratch) the model plans for micro-batch B.
 int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
                               ActivationOptions act = {});
+// Every byte the GPT constructor allocates under Mem::activations: the planned buffer above, each
+// slot's token ids (inputs + targets, int32) and the last-position logits on the head shard.
+// The memory ledger (src/plan) predicts the activation category with this.
+int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
+                             ActivationOptions act = {});
 // Rows of logits computed at once by the LM head / cross-entropy (bounds its memory).
 int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch);
 

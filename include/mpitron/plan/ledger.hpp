@@ -4,7 +4,7 @@
 //
 // Exact by construction for mpitron's own GPT-2: parameter, gradient and optimizer bytes come
 // from gpt_param_table (the table the model allocates its flat buffers from) and the activation
-// bytes from gpt_activation_floats (the function that sizes the model's activation buffer).
+// bytes from gpt_activation_bytes (what the model allocates under Mem::activations, checked there).
 // LLaMA presets (not trainable yet) use the architecture's formulas, stated in ledger.cpp.
 //
 // Worked example (the seed's): 7B parameters in bf16 mixed precision with Adam keep
