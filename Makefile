@@ -150,9 +150,11 @@ bench-comm: $(BUILD)/mpitron $(BUILD)/bench/comm_plain_allreduce
 bench: bench-comm
 
 # GPU device check (bench/gpu_check.sh builds it with CUDA=1 and runs it): every CUDA kernel against
-# the CPU backend, kernel timings, cuBLASLt GEMM rate -> bench/results/gpu_check*.md.
+# the CPU backend, kernel timings, cuBLASLt GEMM rate -> bench/results/gpu_check*.md. Links only
+# the ops and core objects: quick to build on the GPU machine, independent of the rest of the tree.
 .PHONY: gpu-check
-$(BUILD)/bench/gpu_check: $(BUILD)/obj/bench/gpu/gpu_check.o $(LIB)
+GPU_CHECK_OBJ := $(BUILD)/obj/bench/gpu/gpu_check.o $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/%,$(LIB_OBJ))
+$(BUILD)/bench/gpu_check: $(GPU_CHECK_OBJ)
 	@test "$(CUDA_ON)" = 1 || { echo "gpu_check needs a CUDA build (CUDA=1)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
