@@ -29,9 +29,9 @@ namespace mpitron {
 
 struct ModelShard {
   int tp_rank = 0, tp_size = 1;
-  bool sequence_parallel = false;  // parallel.sp (only with tp_size > 1)
   int layer_begin = 0, layer_end = -1;  // -1: n_layer
   bool has_embedding = true, has_head = true;
+  bool sequence_parallel = false;  // parallel.sp (only with tp_size > 1); last, so positional inits keep working
 };
 
 // One parameter tensor of this shard. Names follow Hugging Face GPT-2 ("wte.weight",
