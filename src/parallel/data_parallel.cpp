@@ -67,6 +67,7 @@ float* DataParallel::param_shard() { return zero3_ ? zero3_->shard() : model_.pa
 void DataParallel::begin_step(int micro_batches) {
   micro_batches_ = micro_batches;
   backwards_done_ = 0;
+  progress_.take_timing();  // drop what ran between steps (ZeRO-3 gathers of an evaluation)
   if (opt_.zero >= 2) {
     if (grad_shard_.size()) std::memset(grad_shard_.data(), 0, grad_shard_.bytes());
   } else {
