@@ -4,6 +4,8 @@
 //   data shard: vocabulary, eot, tokenizer type, token count and type;
 //   anything else: every dataset with its shape and type, and the root attributes.
 // One process, plain (non-MPI) HDF5.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <hdf5.h>
 
 #include <cstdio>
@@ -58,9 +60,7 @@ std::string shape_str(const std::vector<hsize_t>& d) {
 }
 
 std::string join(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
+  return fmt::format("{}", fmt::join(v, ","));
 }
 
 void print_checkpoint(const std::string& path, const std::vector<Entry>& entries, bool all) {
