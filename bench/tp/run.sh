@@ -33,7 +33,7 @@ for rep in $(seq "$REPS"); do
     log="$tmp/${name// /_}.$rep.log"
     # shellcheck disable=SC2086
     $MPIRUN -np "$np" -x OMP_NUM_THREADS="$thr" "$MPITRON" train jobs/tiny.toml "${model[@]}" "${common[@]}" \
-      --job.run_dir="$tmp/run" $extra >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+      --job.run_dir="$tmp/run_${name// /_}_$rep" $extra >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
     echo "rep $rep $name: $(grep -c '^step' "$log") step lines"
   done
 done
@@ -53,7 +53,7 @@ for l in layouts:
             step.append(st.median(ms[1:]))
         if ts:
             tpc.append(ts[-1])
-        m = re.findall(r"^rank 0 .*$", text, re.M)
+        m = re.findall(r"^memory at start rank 0: (.*)$", text, re.M)
         mem = m[0] if m else mem
     tokens = 8 * 256
     s = st.median(step) if step else float("nan")
