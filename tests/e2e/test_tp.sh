@@ -4,7 +4,7 @@
 # tp=2 and tp=4 with and without sequence parallel, dp2 x tp2 with ZeRO 0 and 1 (+sp), and
 # pp2 x tp2; the byte
 # vocabulary (257) is not a multiple of tp. Memory: per-rank lines at start, parameters per rank
-# ~1/tp. Errors: n_head not divisible by tp, sp without tp.
+# ~1/tp. A tp2+sp checkpoint resumes under tp4. Errors: n_head not divisible by tp, sp without tp.
 set -euo pipefail
 : "${MPITRON:=build/mpitron}" "${MPIRUN:=mpirun --oversubscribe}"
 tmp=$(mktemp -d)
@@ -34,12 +34,30 @@ golden() {  # name np extra...
 }
 run np1 1
 golden tp2 2 --parallel.tp=2
-golden tp2_sp 2 --parallel.tp=2 --parallel.sp=true
+golden tp2_sp 2 --parallel.tp=2 --parallel.sp=true --checkpoint.every=5
 golden tp4 4 --parallel.tp=4
 golden tp4_sp 4 --parallel.tp=4 --parallel.sp=true
 golden dp2_tp2 4 --parallel.tp=2 --parallel.dp=2
 golden dp2_tp2_zero1_sp 4 --parallel.tp=2 --parallel.dp=2 --parallel.zero=1 --parallel.sp=true
 golden pp2_tp2 4 --parallel.tp=2 --parallel.pp=2
+
+# Checkpoints hold full logical tensors: tp2+sp's step-5 checkpoint resumes under tp4 and ends
+# where the single-rank run ends.
+mkdir -p "$tmp/resume/ckpt"
+cp "$tmp/tp2_sp/ckpt/step_00000005.h5" "$tmp/resume/ckpt/" && ln -s step_00000005.h5 "$tmp/resume/ckpt/latest"
+run resume 4 --parallel.tp=4
+grep -q "resumed from .*step_00000005.h5" "$tmp/resume.log" || fail "tp4 did not resume: $(head "$tmp/resume.log")"
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys, h5py, numpy as np
+tmp = sys.argv[1]
+last = lambda d: [json.loads(l) for l in open(f"{tmp}/{d}/metrics.jsonl") if '"loss"' in l][-1]
+a, b = last("np1"), last("resume")
+assert a["step"] == b["step"] == 10 and abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a, b)
+pa, pb = h5py.File(f"{tmp}/np1.params.h5"), h5py.File(f"{tmp}/resume.params.h5")
+err = max(float(np.linalg.norm(pa[k][()] - pb[k][()]) / max(np.linalg.norm(pa[k][()]), 1e-30)) for k in pa)
+assert err <= 1e-5, err
+print(f"tp2+sp checkpoint resumed under tp4: step 10 loss {b['loss']:.6f}, parameters max relative L2 {err:.2e}")
+PY
 
 # Memory: one line per rank at start (rank-prefixed, in rank order); parameters per rank drop ~tp.
 /usr/bin/python3 - "$tmp" <<'PY'
