@@ -29,6 +29,7 @@ model=(--model.vocab_size=$V --model.n_layer=$L --model.n_head=$H --model.d_mode
 mpitron() {  # name np threads extra...
   local name=$1 np=$2 th=$3
   shift 3
+  rm -rf "${tmp:?}/$name"  # a fresh run dir: an existing one would be resumed (checkpoints)
   "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS="$th" "$BIN" train jobs/tiny.toml "${model[@]}" \
     --train.threads="$th" --train.global_batch=$((B * np)) --job.run_dir="$tmp/$name" "$@" >"$tmp/$name.log" 2>&1 ||
     { tail -20 "$tmp/$name.log"; exit 1; }
