@@ -16,7 +16,7 @@ TORCH_ENV=(env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp)
 
 # name vocab layers heads d seq batch
 shapes=(
-  "tiny 256 4 4 256 256 8"
+  "tiny 320 4 4 256 256 8"  # V 320: the byte-level demo data needs >= 257
   "small 8192 6 6 384 256 8"
   "gpt2-124m 50257 12 12 768 256 4"
 )
