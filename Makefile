@@ -121,8 +121,10 @@ test-slurm: deps-slurm $(BUILD)/mpitron
 MPIRUN_LOCAL := mpirun -np 2 --bind-to core -x OMP_NUM_THREADS=1 $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
 demo: deps-check
 	@$(MAKE) --no-print-directory all data
-	$(MPIRUN_LOCAL) $(BUILD)/mpitron train jobs/demo.toml
+	$(MPIRUN_LOCAL) $(BUILD)/mpitron train jobs/demo.toml --train.resume=never
 	@/usr/bin/python3 tools/plot_metrics.py runs/demo/metrics.jsonl >/dev/null && echo "loss curve: runs/demo/loss.png"
+	@echo "a sample from the trained model:"
+	@$(BUILD)/mpitron generate runs/demo --prompt "The " --max-tokens 120 --seed 1 2>/dev/null
 
 # The demo corpus: the Debian `fortunes` text files (no download), one document per fortune,
 # byte-level tokens -> data/demo/train_*.h5 + val_*.h5 (ignored by git; ~0.1 s).
