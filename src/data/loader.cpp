@@ -3,6 +3,8 @@
 // far the producer has run ahead, and restore() just restarts the producer from a state.
 #include "mpitron/data/loader.hpp"
 
+#include "mpitron/core/thread_signals.hpp"
+
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -104,7 +106,10 @@ struct DataLoader::Impl {
     if (opt.prefetch <= 0) return;
     stop = false;
     error = nullptr;
-    worker = std::thread([this] { run(); });
+    worker = std::thread([this] {
+      block_job_signals_in_this_thread();
+      run();
+    });
   }
 
   void halt() {

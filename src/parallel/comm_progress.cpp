@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/thread_signals.hpp"
 
 namespace mpitron {
 
@@ -18,7 +19,10 @@ const char* progress_mode_name(ProgressMode m) {
 }
 
 CommProgress::CommProgress(ProgressMode mode) : mode_(mode) {
-  if (mode_ == ProgressMode::thread) thread_ = std::thread([this] { progress_loop(); });
+  if (mode_ == ProgressMode::thread) thread_ = std::thread([this] {
+    block_job_signals_in_this_thread();
+    progress_loop();
+  });
 }
 
 CommProgress::~CommProgress() {

@@ -269,7 +269,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     if (step == 1) check_ledger("after step 1");
 
     if (step == start_step + 1) tp_comm_after_first = model.tp_comm_seconds();  // the first step warms up
-    if (step == 1) result.first_loss = loss;
+    if (step == start_step + 1) result.first_loss = loss;  // this run's first step (after a resume too)
     result.last_loss = loss;
     result.steps_done = step;
     if (rank0 && (step % cfg.log.every == 0 || step == cfg.train.steps || step == 1)) {
