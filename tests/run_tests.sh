@@ -14,6 +14,9 @@ MPIRUN="mpirun --oversubscribe -x OMP_NUM_THREADS=1"
 [ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
 export MPIRUN MPITRON="$PWD/$BUILD/mpitron" BUILD
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# OpenMPI 4.1 sometimes hung in its show_help aggregation ("Data unpack would read past end of
+# buffer" in show_help.c) after an MPI_Abort under heavy load; per-message help avoids that path.
+export OMPI_MCA_orte_base_help_aggregate=0
 logdir="$BUILD/test-logs"
 mkdir -p "$logdir"
 passed=0
