@@ -147,18 +147,12 @@ void bench_op(const std::string& op, Comm& comm, Comm& world, const std::string&
 
 int cmd_bench_comm(const Args& args) {
   const LaunchInfo& launch = init_launch();
-  if (std::find(args.begin(), args.end(), "--help") != args.end() ||
-      std::find(args.begin(), args.end(), "-h") != args.end()) {
+  if (wants_help(args)) {
     if (launch.rank == 0) std::printf("%s", kBenchHelp);
     return 0;
   }
   JobConfig cfg;
-  Args rest = args;
-  if (!rest.empty() && rest[0].rfind("-", 0) != 0) {
-    load_job_file(cfg, rest[0]);
-    rest.erase(rest.begin());
-  }
-  rest = apply_job_overrides(cfg, rest);
+  Args rest = load_job_args(cfg, args);
   Options o;
   const std::string allowed =
       "--op, --group, --min, --max, --factor, --iters, --warmup, --dtype, --section.key=value, --help";

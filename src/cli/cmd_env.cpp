@@ -68,18 +68,12 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
 
 int cmd_env(const Args& args) {
   const LaunchInfo& launch = init_launch();
-  if (std::find(args.begin(), args.end(), "--help") != args.end() ||
-      std::find(args.begin(), args.end(), "-h") != args.end()) {
+  if (wants_help(args)) {
     if (launch.rank == 0) std::printf("%s", kEnvHelp);
     return 0;
   }
   JobConfig cfg;
-  Args rest = args;
-  if (!rest.empty() && rest[0].rfind("-", 0) != 0) {
-    load_job_file(cfg, rest[0]);
-    rest.erase(rest.begin());
-  }
-  rest = apply_job_overrides(cfg, rest);
+  Args rest = load_job_args(cfg, args);
   if (!rest.empty())
     usage_fail("unknown option '{}' for `mpitron env` (allowed: [job.toml], --section.key=value job overrides, "
                "--help)",

@@ -48,20 +48,14 @@ int threads_per_rank(const JobConfig& cfg, const LaunchInfo& li) {
 int cmd_train(const Args& args) {
   install_preemption_handlers();  // first: a preemption signal must never kill a rank mid-save
   JobConfig cfg;
-  Args rest;
   bool dry_run = false;
   std::string job_path;
-  for (const auto& a : args) {
-    if (a == "--help" || a == "-h") {
-      std::printf("%s", kHelp);
-      return 0;
-    }
+  if (wants_help(args)) {
+    std::printf("%s", kHelp);
+    return 0;
   }
   // The job file comes first so command-line overrides win over it.
-  if (!args.empty() && args[0].rfind("--", 0) != 0) job_path = args[0];
-  if (!job_path.empty()) load_job_file(cfg, job_path);
-  Args tail(args.begin() + (job_path.empty() ? 0 : 1), args.end());
-  for (const auto& a : apply_job_overrides(cfg, tail)) {
+  for (const auto& a : load_job_args(cfg, args, &job_path)) {
     if (a == "--dry-run") dry_run = true;
     else usage_fail("train: unknown option '{}' (allowed: --dry-run, --help, --section.key=value; see docs/jobs.md)", a);
   }

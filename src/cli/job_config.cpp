@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <functional>
 #include <sstream>
@@ -327,6 +328,24 @@ std::vector<std::string> apply_job_overrides(JobConfig& cfg, const std::vector<s
     set_job_key(cfg, key, value);
   }
   return rest;
+}
+
+std::vector<std::string> load_job_args(JobConfig& cfg, const std::vector<std::string>& args,
+                                       std::string* job_path) {
+  std::vector<std::string> rest = args;
+  std::string path;
+  if (!rest.empty() && rest[0].rfind("-", 0) != 0) {
+    path = rest[0];
+    load_job_file(cfg, path);
+    rest.erase(rest.begin());
+  }
+  if (job_path) *job_path = path;
+  return apply_job_overrides(cfg, rest);
+}
+
+bool wants_help(const std::vector<std::string>& args) {
+  return std::find(args.begin(), args.end(), "--help") != args.end() ||
+         std::find(args.begin(), args.end(), "-h") != args.end();
 }
 
 std::string job_to_toml(const JobConfig& cfg) {
