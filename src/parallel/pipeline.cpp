@@ -93,7 +93,9 @@ void PipelineExecutor::run_comm_group(const std::vector<PipeAction>& acts, size_
   for (size_t i = begin; i < end; ++i) {
     const PipeAction a = acts[i];
     GPT& m = *chunks_[a.chunk];
-    const size_t n = static_cast<size_t>(batches[a.mb].batch) * m.config().seq_len * m.config().d_model;
+    // Stage tensors are [rows, C]; with sequence parallel each TP rank holds (and sends to the same
+    // TP rank of the next stage) only its slice of the sequence.
+    const size_t n = static_cast<size_t>(m.local_rows(batches[a.mb].batch)) * m.config().d_model;
     const int vs = s_.virtual_stage(rank_, a.chunk), peer = s_.peer(rank_, a);
     switch (a.op) {
       case PipeOp::recv_act:
@@ -138,7 +140,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<Batch>& batches, float
     GPT& m = *chunks_[a.chunk];
     const Batch& b = batches[a.mb];
     const int vs = s_.virtual_stage(rank_, a.chunk);
-    const size_t n = static_cast<size_t>(b.batch) * m.config().seq_len * m.config().d_model;
+    const size_t n = static_cast<size_t>(m.local_rows(b.batch)) * m.config().d_model;
     const auto t0 = Clock::now();
     if (a.op == PipeOp::forward) {
       check(!free_slots_[a.chunk].empty(), "pipeline: no free activation slot on chunk {} for micro-batch {}", a.chunk,
@@ -182,7 +184,7 @@ double PipelineExecutor::forward_only(const Batch& b, int64_t* n_targets) {
   for (int c = 0; c < s_.virtual_stages; ++c) {
     GPT& m = *chunks_[c];
     const int vs = s_.virtual_stage(rank_, c);
-    const size_t n = static_cast<size_t>(b.batch) * m.config().seq_len * m.config().d_model;
+    const size_t n = static_cast<size_t>(m.local_rows(b.batch)) * m.config().d_model;
     if (vs > 0) comm_.recv(m.stage_input(0), n, DType::f32, (rank_ + s_.pp - 1) % s_.pp, tag(0, 0, vs));
     m.set_grad_enabled(false);
     int64_t count = 0;

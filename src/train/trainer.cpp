@@ -88,8 +88,6 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   const GridShape& gs = grid.shape();
   usage_check(gs.cp == 1, "context parallel training is not implemented yet (parallel.cp={})", gs.cp);
   usage_check(!cfg.parallel.sp || gs.tp > 1, "parallel.sp needs parallel.tp > 1 (got tp {})", gs.tp);
-  usage_check(!cfg.parallel.sp || gs.pp == 1,
-              "parallel.sp with pipeline parallel (pp={}) is not implemented yet: use sp = false with pp > 1", gs.pp);
   usage_check(cfg.parallel.zero == 0 || gs.pp == 1,
               "parallel.zero={} with pipeline parallel (pp={}) is not implemented yet: use zero 0 with pp > 1",
               cfg.parallel.zero, gs.pp);
