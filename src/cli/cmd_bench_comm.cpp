@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mpitron/cli/commands.hpp"
+#include "option_values.hpp"
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/dist/grid.hpp"
@@ -57,17 +58,6 @@ size_t parse_size(const std::string& opt, const std::string& v) {
   }
 }
 
-int parse_int(const std::string& opt, const std::string& v, int lo) {
-  size_t used = 0;
-  int n = 0;
-  try {
-    n = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  usage_check(used == v.size() && used > 0 && n >= lo, "option {} expects an integer >= {}, not '{}'", opt, lo, v);
-  return n;
-}
 
 struct Options {
   std::string op = "all_reduce", group = "world";
@@ -182,11 +172,11 @@ int cmd_bench_comm(const Args& args) {
     } else if (a == "--max") {
       o.max = parse_size(a, v);
     } else if (a == "--factor") {
-      o.factor = parse_int(a, v, 2);
+      o.factor = option_int(a, v, 2);
     } else if (a == "--iters") {
-      o.iters = parse_int(a, v, 1);
+      o.iters = option_int(a, v, 1);
     } else if (a == "--warmup") {
-      o.warmup = parse_int(a, v, 0);
+      o.warmup = option_int(a, v, 0);
     } else if (a == "--dtype") {
       usage_check(v == "float" || v == "f32" || v == "bf16", "--dtype {}: allowed are float (f32) and bf16", v);
       o.dtype = v == "bf16" ? DType::bf16 : DType::f32;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mpitron/cli/commands.hpp"
+#include "option_values.hpp"
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/shard.hpp"
@@ -81,17 +82,6 @@ struct PlanArgs {
   double gpu_mem = 80, nvlink = 900, ib = 400, peak = 989, mfu = 0.5, headroom = 0.1;
 };
 
-int to_int(const std::string& opt, const std::string& v, int lo) {
-  size_t used = 0;
-  int n = 0;
-  try {
-    n = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  usage_check(used == v.size() && used > 0 && n >= lo, "option {} expects an integer >= {}, not '{}'", opt, lo, v);
-  return n;
-}
 
 double to_double(const std::string& opt, const std::string& v) {
   size_t used = 0;
@@ -114,27 +104,27 @@ PlanArgs parse(const std::vector<std::string>& rest) {
       return rest[++i];
     };
     if (o == "--model") a.model = val();
-    else if (o == "--gpus") a.gpus = to_int(o, val(), 1);
-    else if (o == "--gpus-per-node") a.gpus_per_node = to_int(o, val(), 1);
+    else if (o == "--gpus") a.gpus = option_int(o, val(), 1);
+    else if (o == "--gpus-per-node") a.gpus_per_node = option_int(o, val(), 1);
     else if (o == "--gpu-mem") a.gpu_mem = to_double(o, val());
-    else if (o == "--tp") a.tp = to_int(o, val(), 1);
-    else if (o == "--pp") a.pp = to_int(o, val(), 1);
-    else if (o == "--dp") a.dp = to_int(o, val(), 1);
-    else if (o == "--cp") a.cp = to_int(o, val(), 1);
-    else if (o == "--zero") a.zero = to_int(o, val(), 0);
+    else if (o == "--tp") a.tp = option_int(o, val(), 1);
+    else if (o == "--pp") a.pp = option_int(o, val(), 1);
+    else if (o == "--dp") a.dp = option_int(o, val(), 1);
+    else if (o == "--cp") a.cp = option_int(o, val(), 1);
+    else if (o == "--zero") a.zero = option_int(o, val(), 0);
     else if (o == "--sp") a.sp = true;
     else if (o == "--recompute") a.recompute = val();
-    else if (o == "--micro-batch") a.micro = to_int(o, val(), 1);
-    else if (o == "--microbatches") a.microbatches = to_int(o, val(), 1);
-    else if (o == "--global-batch") a.global = to_int(o, val(), 1);
-    else if (o == "--seq") a.seq = to_int(o, val(), 1);
+    else if (o == "--micro-batch") a.micro = option_int(o, val(), 1);
+    else if (o == "--microbatches") a.microbatches = option_int(o, val(), 1);
+    else if (o == "--global-batch") a.global = option_int(o, val(), 1);
+    else if (o == "--seq") a.seq = option_int(o, val(), 1);
     else if (o == "--precision") a.precision = val();
     else if (o == "--advise") a.advise = true;
     else if (o == "--bytes") a.bytes = true;
     else if (o == "--explain") a.explain = true;
     else if (o == "--emit-job") a.emit_job = val();
     else if (o == "--schedule") a.schedule = val();
-    else if (o == "--virtual-stages") a.virtual_stages = to_int(o, val(), 1);
+    else if (o == "--virtual-stages") a.virtual_stages = option_int(o, val(), 1);
     else if (o == "--nvlink-gbs") a.nvlink = to_double(o, val());
     else if (o == "--ib-gbps") a.ib = to_double(o, val());
     else if (o == "--peak-tflops") a.peak = to_double(o, val());
@@ -143,7 +133,7 @@ PlanArgs parse(const std::vector<std::string>& rest) {
       a.headroom = to_double(o, val());
       usage_check(a.headroom < 1, "--headroom expects a fraction below 1, not {}", a.headroom);
     }
-    else if (o == "--top") a.top = to_int(o, val(), 1);
+    else if (o == "--top") a.top = option_int(o, val(), 1);
     else if (!o.empty() && o[0] != '-' && a.job_file.empty()) a.job_file = o;
     else usage_fail("unknown option '{}' for plan (see `mpitron plan --help`)", o);
   }
