@@ -22,14 +22,20 @@
 #include "mpitron/core/version.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
 #include "mpitron/train/checkpoint.hpp"
+#include "checkpoint_meta.hpp"
 
 namespace mpitron {
 namespace {
 
 using h5::Id;
 using json = nlohmann::json;
-
-const char* kFormat = "mpitron-checkpoint";
+using ckpt_meta::make_group;
+using ckpt_meta::meta_from_json;
+using ckpt_meta::meta_to_json;
+using ckpt_meta::read_attr_u64;
+using ckpt_meta::read_meta;
+using ckpt_meta::write_attr_u64;
+using ckpt_meta::write_meta;
 
 // A tensor seen as 2-D: [n] -> [1, n]; [r, c] -> [r, c].
 struct View {
@@ -209,250 +215,6 @@ struct Kind {
 const Kind kKinds[] = {{"model", &CheckpointShard::params},
                        {"optim/exp_avg", &CheckpointShard::exp_avg},
                        {"optim/exp_avg_sq", &CheckpointShard::exp_avg_sq}};
-
-// ---- metadata as JSON (broadcast from rank 0 so every rank writes identical attributes) ----
-
-json meta_to_json(const CheckpointMeta& m) {
-  const ModelConfig& c = m.model;
-  return json{{"step", m.step},
-              {"optimizer_steps", m.optimizer_steps},
-              {"epoch", m.sampler.epoch},
-              {"position", m.sampler.position},
-              {"sampler_dp", m.sampler_dp},
-              {"train_seed", m.train_seed},
-              {"data_seed", m.data_seed},
-              {"loss", m.loss},
-              {"model",
-               {{"name", c.name},
-                {"arch", c.arch == Arch::gpt2 ? "gpt2" : "llama"},
-                {"n_layer", c.n_layer},
-                {"n_head", c.n_head},
-                {"n_kv_head", c.n_kv_head},
-                {"d_model", c.d_model},
-                {"d_ff", c.d_ff},
-                {"vocab_size", c.vocab_size},
-                {"seq_len", c.seq_len},
-                {"tied_embeddings", c.tied_embeddings}}},
-              {"layout", {{"tp", m.layout.tp}, {"cp", m.layout.cp}, {"dp", m.layout.dp}, {"pp", m.layout.pp}}},
-              {"zero", m.zero},
-              {"pp_layers", m.pp_layers},
-              {"job_toml", m.job_toml},
-              {"tokenizer_json", m.tokenizer_json},
-              {"version", m.version},
-              {"created", m.created}};
-}
-
-CheckpointMeta meta_from_json(const json& j) {
-  CheckpointMeta m;
-  m.step = j.at("step");
-  m.optimizer_steps = j.at("optimizer_steps");
-  m.sampler.epoch = j.at("epoch");
-  m.sampler.position = j.at("position");
-  m.sampler_dp = j.at("sampler_dp");
-  m.train_seed = j.at("train_seed");
-  m.data_seed = j.at("data_seed");
-  m.loss = j.at("loss");
-  const json& c = j.at("model");
-  m.model.name = c.at("name");
-  m.model.arch = c.at("arch") == "llama" ? Arch::llama : Arch::gpt2;
-  m.model.n_layer = c.at("n_layer");
-  m.model.n_head = c.at("n_head");
-  m.model.n_kv_head = c.at("n_kv_head");
-  m.model.d_model = c.at("d_model");
-  m.model.d_ff = c.at("d_ff");
-  m.model.vocab_size = c.at("vocab_size");
-  m.model.seq_len = c.at("seq_len");
-  m.model.tied_embeddings = c.at("tied_embeddings");
-  const json& l = j.at("layout");
-  m.layout = GridShape{l.at("tp"), l.at("cp"), l.at("dp"), l.at("pp")};
-  m.zero = j.at("zero");
-  m.pp_layers = j.at("pp_layers").get<std::vector<int>>();
-  m.job_toml = j.at("job_toml");
-  m.tokenizer_json = j.at("tokenizer_json");
-  m.version = j.at("version");
-  m.created = j.at("created");
-  return m;
-}
-
-void write_attr_f64(hid_t obj, const char* name, double v) {
-  Id space(H5Screate(H5S_SCALAR));
-  Id a(H5Acreate2(obj, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT));
-  check(a.valid() && H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0, "HDF5: cannot write attribute '{}'", name);
-}
-void write_attr_u64(hid_t obj, const char* name, uint64_t v) {
-  Id space(H5Screate(H5S_SCALAR));
-  Id a(H5Acreate2(obj, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT));
-  check(a.valid() && H5Awrite(a, H5T_NATIVE_UINT64, &v) >= 0, "HDF5: cannot write attribute '{}'", name);
-}
-void write_attr_i64s(hid_t obj, const char* name, const std::vector<int64_t>& v) {
-  hsize_t n = v.size();
-  Id space(H5Screate_simple(1, &n, nullptr));
-  Id a(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT));
-  check(a.valid() && H5Awrite(a, H5T_NATIVE_INT64, v.data()) >= 0, "HDF5: cannot write attribute '{}'", name);
-}
-double read_attr_f64(hid_t obj, const char* name, const std::string& file) {
-  check(h5::has_attr(obj, name), "{}: missing attribute '{}'", file, name);
-  Id a(H5Aopen(obj, name, H5P_DEFAULT));
-  double v = 0;
-  check(a.valid() && H5Aread(a, H5T_NATIVE_DOUBLE, &v) >= 0, "{}: cannot read attribute '{}'", file, name);
-  return v;
-}
-uint64_t read_attr_u64(hid_t obj, const char* name, const std::string& file) {
-  check(h5::has_attr(obj, name), "{}: missing attribute '{}'", file, name);
-  Id a(H5Aopen(obj, name, H5P_DEFAULT));
-  uint64_t v = 0;
-  check(a.valid() && H5Aread(a, H5T_NATIVE_UINT64, &v) >= 0, "{}: cannot read attribute '{}'", file, name);
-  return v;
-}
-
-Id make_group(hid_t f, const char* name) {
-  Id g(H5Gcreate2(f, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  check(g.valid(), "HDF5: cannot create group '{}'", name);
-  return g;
-}
-
-// A fixed-length string as a scalar dataset (h5py: f[name][()] -> bytes); collective create,
-// rank 0 writes.
-void write_text(hid_t f, const char* name, const std::string& text, bool writer, hid_t dxpl) {
-  Id type(H5Tcopy(H5T_C_S1));
-  H5Tset_size(type, std::max<size_t>(1, text.size()));
-  H5Tset_strpad(type, H5T_STR_NULLPAD);
-  H5Tset_cset(type, H5T_CSET_UTF8);
-  Id space(H5Screate(H5S_SCALAR));
-  Id ds(H5Dcreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  check(ds.valid(), "HDF5: cannot create dataset '{}'", name);
-  Id sel(H5Screate(H5S_SCALAR));
-  if (!writer) H5Sselect_none(sel);
-  std::string buf = text.empty() ? std::string(1, '\0') : text;
-  check(H5Dwrite(ds, type, sel, sel, dxpl, buf.data()) >= 0, "HDF5: cannot write dataset '{}'", name);
-}
-
-std::string read_text(hid_t f, const char* name, const std::string& file) {
-  check(H5Lexists(f, name, H5P_DEFAULT) > 0, "{}: missing dataset '{}'", file, name);
-  Id ds(H5Dopen2(f, name, H5P_DEFAULT));
-  Id type(H5Dget_type(ds));
-  check(ds.valid() && H5Tget_class(type) == H5T_STRING, "{}: '{}' is not a string dataset", file, name);
-  std::string s(H5Tget_size(type), '\0');
-  check(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data()) >= 0, "{}: cannot read '{}'", file, name);
-  while (!s.empty() && s.back() == '\0') s.pop_back();
-  return s;
-}
-
-// Metadata from an open file (any access mode; every read here is independent).
-CheckpointMeta read_meta(hid_t f, const std::string& path) {
-  using h5::read_attr_i64;
-  using h5::read_attr_str;
-  usage_check(h5::has_attr(f, "format") && read_attr_str(f, "format", path) == kFormat,
-              "'{}' is an HDF5 file but not an mpitron checkpoint (no format = \"{}\" attribute)", path, kFormat);
-  int64_t fv = read_attr_i64(f, "format_version", path);
-  usage_check(fv == kCheckpointFormatVersion, "'{}': checkpoint format version {} (this mpitron reads {})", path,
-              fv, kCheckpointFormatVersion);
-  CheckpointMeta m;
-  m.version = read_attr_str(f, "mpitron_version", path);
-  m.created = read_attr_str(f, "created", path);
-  m.step = read_attr_i64(f, "step", path);
-  m.optimizer_steps = read_attr_i64(f, "optimizer_steps", path);
-  m.loss = read_attr_f64(f, "loss", path);
-  {
-    Id g(H5Gopen2(f, "config", H5P_DEFAULT));
-    check(g.valid(), "{}: missing group 'config'", path);
-    ModelConfig& c = m.model;
-    c.name = read_attr_str(g, "name", path);
-    c.arch = read_attr_str(g, "arch", path) == "llama" ? Arch::llama : Arch::gpt2;
-    c.n_layer = static_cast<int>(read_attr_i64(g, "n_layer", path));
-    c.n_head = static_cast<int>(read_attr_i64(g, "n_head", path));
-    c.n_kv_head = static_cast<int>(read_attr_i64(g, "n_kv_head", path));
-    c.d_model = static_cast<int>(read_attr_i64(g, "d_model", path));
-    c.d_ff = static_cast<int>(read_attr_i64(g, "d_ff", path));
-    c.vocab_size = static_cast<int>(read_attr_i64(g, "vocab_size", path));
-    c.seq_len = static_cast<int>(read_attr_i64(g, "seq_len", path));
-    c.tied_embeddings = read_attr_i64(g, "tied_embeddings", path) != 0;
-    m.job_toml = read_text(g, "job_toml", path);
-  }
-  {
-    Id g(H5Gopen2(f, "layout", H5P_DEFAULT));
-    check(g.valid(), "{}: missing group 'layout'", path);
-    m.layout.tp = static_cast<int>(read_attr_i64(g, "tp", path));
-    m.layout.cp = static_cast<int>(read_attr_i64(g, "cp", path));
-    m.layout.dp = static_cast<int>(read_attr_i64(g, "dp", path));
-    m.layout.pp = static_cast<int>(read_attr_i64(g, "pp", path));
-    m.zero = static_cast<int>(read_attr_i64(g, "zero", path));
-    if (h5::has_attr(g, "pp_layers")) {
-      Id a(H5Aopen(g, "pp_layers", H5P_DEFAULT));
-      Id sp(H5Aget_space(a));
-      std::vector<int64_t> v(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
-      check(H5Aread(a, H5T_NATIVE_INT64, v.data()) >= 0, "{}: cannot read layout/pp_layers", path);
-      m.pp_layers.assign(v.begin(), v.end());
-    }
-  }
-  {
-    Id g(H5Gopen2(f, "sampler", H5P_DEFAULT));
-    check(g.valid(), "{}: missing group 'sampler'", path);
-    m.sampler.epoch = read_attr_u64(g, "epoch", path);
-    m.sampler.position = read_attr_u64(g, "position", path);
-    m.sampler_dp = static_cast<int>(read_attr_i64(g, "dp", path));
-    m.data_seed = read_attr_u64(g, "seed", path);
-  }
-  {
-    Id g(H5Gopen2(f, "rng", H5P_DEFAULT));
-    check(g.valid(), "{}: missing group 'rng'", path);
-    m.train_seed = read_attr_u64(g, "train_seed", path);
-  }
-  m.tokenizer_json = read_text(f, "tokenizer_json", path);
-  return m;
-}
-
-void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl) {
-  h5::write_attr_str(f, "format", kFormat);
-  h5::write_attr_i64(f, "format_version", kCheckpointFormatVersion);
-  h5::write_attr_str(f, "mpitron_version", m.version);
-  h5::write_attr_str(f, "created", m.created);
-  h5::write_attr_i64(f, "step", m.step);
-  h5::write_attr_i64(f, "optimizer_steps", m.optimizer_steps);
-  write_attr_f64(f, "loss", m.loss);
-  {
-    Id g = make_group(f, "config");
-    const ModelConfig& c = m.model;
-    h5::write_attr_str(g, "name", c.name);
-    h5::write_attr_str(g, "arch", c.arch == Arch::llama ? "llama" : "gpt2");
-    h5::write_attr_i64(g, "n_layer", c.n_layer);
-    h5::write_attr_i64(g, "n_head", c.n_head);
-    h5::write_attr_i64(g, "n_kv_head", c.n_kv_head);
-    h5::write_attr_i64(g, "d_model", c.d_model);
-    h5::write_attr_i64(g, "d_ff", c.d_ff);
-    h5::write_attr_i64(g, "vocab_size", c.vocab_size);
-    h5::write_attr_i64(g, "padded_vocab_tp1", c.padded_vocab(1));
-    h5::write_attr_i64(g, "seq_len", c.seq_len);
-    h5::write_attr_i64(g, "tied_embeddings", c.tied_embeddings ? 1 : 0);
-    write_text(g, "job_toml", m.job_toml, writer, dxpl);
-  }
-  {
-    Id g = make_group(f, "layout");
-    h5::write_attr_i64(g, "world", int64_t{m.layout.tp} * m.layout.cp * m.layout.dp * m.layout.pp);
-    h5::write_attr_i64(g, "tp", m.layout.tp);
-    h5::write_attr_i64(g, "cp", m.layout.cp);
-    h5::write_attr_i64(g, "dp", m.layout.dp);
-    h5::write_attr_i64(g, "pp", m.layout.pp);
-    h5::write_attr_i64(g, "zero", m.zero);
-    if (!m.pp_layers.empty()) write_attr_i64s(g, "pp_layers", {m.pp_layers.begin(), m.pp_layers.end()});
-  }
-  {
-    Id g = make_group(f, "sampler");
-    write_attr_u64(g, "epoch", m.sampler.epoch);
-    write_attr_u64(g, "position", m.sampler.position);
-    h5::write_attr_i64(g, "dp", m.sampler_dp);
-    write_attr_u64(g, "global_position", m.sampler.position * static_cast<uint64_t>(m.sampler_dp));
-    write_attr_u64(g, "seed", m.data_seed);
-  }
-  {
-    Id g = make_group(f, "rng");
-    write_attr_u64(g, "train_seed", m.train_seed);
-    h5::write_attr_str(g, "note",
-                       "initialisation is counter-based from train_seed (no other RNG state); the data "
-                       "order is the sampler's (seed, epoch) permutation");
-  }
-  write_text(f, "tokenizer_json", m.tokenizer_json, writer, dxpl);
-}
 
 Id mpio_fapl(MPI_Comm comm) {
   Id fapl(H5Pcreate(H5P_FILE_ACCESS));

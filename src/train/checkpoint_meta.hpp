@@ -1,0 +1,26 @@
+// Checkpoint metadata (config, layout, step, sampler, tokenizer, version) as HDF5 attributes and
+// small datasets, and as the JSON blob rank 0 broadcasts so every rank writes identical values.
+// Private to src/train (checkpoint_io.cpp is the tensor I/O).
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "../data/h5.hpp"
+#include "mpitron/train/checkpoint.hpp"
+
+namespace mpitron::ckpt_meta {
+
+nlohmann::json meta_to_json(const CheckpointMeta& m);
+CheckpointMeta meta_from_json(const nlohmann::json& j);
+// Metadata from an open file (any access mode; every read is independent).
+CheckpointMeta read_meta(hid_t f, const std::string& path);
+// Collective: every rank creates the same objects; `writer` (rank 0) writes the values.
+void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl);
+void write_attr_u64(hid_t obj, const char* name, uint64_t v);
+uint64_t read_attr_u64(hid_t obj, const char* name, const std::string& file);
+h5::Id make_group(hid_t f, const char* name);
+
+}  // namespace mpitron::ckpt_meta
