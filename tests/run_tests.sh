@@ -3,7 +3,7 @@
 #   unit: build/tests/unit_tests (one process)
 #   mpi:  every build/tests/mpi/test_X under mpirun at each rank count its source lists on a
 #         line "// np: 1 2 4 8" (default: 2). Serial: one MPI job at a time (2 cores here).
-#   e2e:  tests/e2e/*.sh with MPITRON=build/mpitron and MPIRUN="mpirun <flags>" exported.
+#   e2e:  tests/e2e/test_*.sh (lib.sh is their shared set-up) with MPITRON=build/mpitron and MPIRUN="mpirun <flags>" exported.
 # Usage: tests/run_tests.sh all|unit|mpi|e2e [name-filter]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +57,7 @@ if [ "$what" = all ] || [ "$what" = mpi ]; then
 fi
 
 if [ "$what" = all ] || [ "$what" = e2e ]; then
-  for t in tests/e2e/*.sh; do
+  for t in tests/e2e/test_*.sh; do
     [ -e "$t" ] || continue
     run_one "e2e/$(basename "$t" .sh)" 600 bash "$t"
   done

@@ -5,11 +5,8 @@
 # pipeline reductions all reorder sums) into parameter differences proportional to lr; measured
 # worst tensor 5.3e-6 at 1e-3 and 1.85e-5 at 3e-3, while the losses agree to ~1e-8 at both.
 set -euo pipefail
-: "${MPITRON:=build/mpitron}" "${MPIRUN:=mpirun --oversubscribe}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cat /usr/share/games/fortunes/{fortunes,computers} >"$tmp/corpus.txt"
-"$MPITRON" prep --input "$tmp/corpus.txt" --out "$tmp/data" --val-fraction 0.05 --doc-separator % --quiet
+source "$(dirname "$0")/lib.sh"
+prep_fortunes "$tmp/data" 0 fortunes computers
 common=(--data.path="$tmp/data" --train.steps=10 --model.n_layer=4 --train.micro_batch=2 --train.global_batch=8
         --optim.lr=1e-3 --eval.every=0 --eval.batches=1 --log.every=1 --train.peak_flops=1e11)
 run() {  # name np extra...

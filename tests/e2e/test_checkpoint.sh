@@ -6,17 +6,10 @@
 # the last complete checkpoint loads; truncated file / different model -> clear error; h5py reads
 # the documented datasets; inspect and generate work on a checkpoint.
 set -euo pipefail
-: "${MPITRON:=build/mpitron}" "${MPIRUN:=mpirun --oversubscribe}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 say() { echo "== $*"; }
 
-cat /usr/share/games/fortunes/{fortunes,computers,science} >"$tmp/all.txt" 2>/dev/null || true
-head -c 200000 "$tmp/all.txt" >"$tmp/corpus.txt"
-[ -s "$tmp/corpus.txt" ] || fail "no fortunes corpus (make deps installs it)"
-"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --val-fraction 0.05 \
-  --doc-separator % --quiet
+prep_fortunes "$tmp/data" 200000 fortunes computers science
 
 common=(--data.path="$tmp/data" --train.steps=8 --train.micro_batch=2 --train.global_batch=4
         --eval.every=0 --eval.batches=0 --log.every=1 --train.peak_flops=1e11 --model.seq_len=32)

@@ -7,17 +7,11 @@
 # uneven; and the per-rank memory by category equals the formulas of
 # include/mpitron/parallel/data_parallel.hpp.
 set -euo pipefail
-: "${MPITRON:=build/mpitron}" "${MPIRUN:=mpirun --oversubscribe}"
+source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 export OMP_NUM_THREADS=1
 
-(cat /usr/share/games/fortunes/{fortunes,computers,science,wisdom} 2>/dev/null || true) | head -c 400000 >"$tmp/corpus.txt"
-[ -s "$tmp/corpus.txt" ] || fail "no fortunes corpus (make deps installs it)"
-"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --val-fraction 0.05 \
-  --doc-separator % --quiet
+prep_fortunes "$tmp/data" 400000 fortunes computers science wisdom
 
 common=(--data.path="$tmp/data" --train.steps=10 --train.global_batch=8 --eval.every=5 --eval.batches=1
         --log.every=1 --train.peak_flops=1e11)

@@ -6,16 +6,9 @@
 # ("not implemented yet") is reported as SKIP. Then the plan command itself: the seed's 7B
 # example, --advise --emit-job, --explain, bad inputs, and the time it takes.
 set -euo pipefail
-: "${MPITRON:=build/mpitron}" "${MPIRUN:=mpirun --oversubscribe}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
-cat /usr/share/games/fortunes/{fortunes,computers} >"$tmp/all.txt" 2>/dev/null || true
-head -c 200000 "$tmp/all.txt" >"$tmp/corpus.txt"
-[ -s "$tmp/corpus.txt" ] || fail "no fortunes corpus (make deps installs it)"
-"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --val-fraction 0.05 \
-  --doc-separator % --quiet
+prep_fortunes "$tmp/data" 200000 fortunes computers
 
 common=(--data.path="$tmp/data" --train.steps=2 --train.micro_batch=2 --eval.every=0 --eval.batches=0
         --log.every=1 --train.peak_flops=1e11 --train.check_ledger=true --model.n_layer=4)

@@ -8,16 +8,10 @@
 # out: tensor parallel training is a separate issue. Errors: n_layer < pp, microbatches < pp
 # for 1f1b, interleaved in the trainer: one clear message, non-zero exit, no hang.
 set -euo pipefail
-: "${MPITRON:=build/mpitron}" "${MPIRUN:=mpirun --oversubscribe}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 
-cat /usr/share/games/fortunes/{fortunes,computers,science,wisdom} 2>/dev/null | head -c 200000 >"$tmp/corpus.txt" || true
-[ -s "$tmp/corpus.txt" ] || fail "no fortunes corpus (make deps installs it)"
-"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --val-fraction 0.05 \
-  --doc-separator % --quiet
+prep_fortunes "$tmp/data" 200000 fortunes computers science wisdom
 
 # 4 blocks so pp=4 has one per stage; 4 micro-batches of 2 per step (2 per DP rank at dp=2).
 common=(--data.path="$tmp/data" --model.n_layer=4 --train.steps=10 --train.micro_batch=2 --train.global_batch=8

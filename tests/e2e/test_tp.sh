@@ -6,16 +6,9 @@
 # vocabulary (257) is not a multiple of tp. Memory: per-rank lines at start, parameters per rank
 # ~1/tp. A tp2+sp checkpoint resumes under tp4. Errors: n_head not divisible by tp, sp without tp.
 set -euo pipefail
-: "${MPITRON:=build/mpitron}" "${MPIRUN:=mpirun --oversubscribe}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
-cat /usr/share/games/fortunes/{fortunes,computers,science,wisdom} >"$tmp/all.txt" 2>/dev/null || true
-head -c 200000 "$tmp/all.txt" >"$tmp/corpus.txt"
-[ -s "$tmp/corpus.txt" ] || fail "no fortunes corpus (make deps installs it)"
-"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --val-fraction 0.05 \
-  --doc-separator % --quiet
+prep_fortunes "$tmp/data" 200000 fortunes computers science wisdom
 
 common=(--data.path="$tmp/data" --train.steps=10 --train.micro_batch=2 --train.global_batch=4
         --eval.every=5 --eval.batches=1 --log.every=1 --train.peak_flops=1e11)

@@ -3,17 +3,9 @@
 # Checks: loss falls; the dp=2 run reproduces the 1-rank losses (golden rule, DESIGN.md);
 # metrics.jsonl is valid JSON with step/loss; --dry-run; bad keys and layouts fail cleanly.
 set -euo pipefail
-: "${MPITRON:=build/mpitron}" "${MPIRUN:=mpirun --oversubscribe}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
-# A corpus of a few hundred KB from the fortunes package (deterministic order).
-cat /usr/share/games/fortunes/{fortunes,computers,science,wisdom} >"$tmp/all.txt" 2>/dev/null || true
-head -c 400000 "$tmp/all.txt" >"$tmp/corpus.txt"
-[ -s "$tmp/corpus.txt" ] || fail "no fortunes corpus (make deps installs it)"
-"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --val-fraction 0.05 \
-  --doc-separator % --quiet
+prep_fortunes "$tmp/data" 400000 fortunes computers science wisdom
 
 common=(--data.path="$tmp/data" --train.steps=12 --train.micro_batch=2 --train.global_batch=4
         --eval.every=0 --eval.batches=2 --log.every=1 --train.peak_flops=1e11)
