@@ -97,7 +97,7 @@ deps-check:
 tests: $(UNIT_BIN) $(MPI_TEST_BIN) $(BUILD)/mpitron
 
 # The README's test command. Runs unit tests, every MPI test at the rank counts its file asks for
-# (a `// np: 1 2 4` line), then tests/e2e/*.sh; prints "N passed, N failed" at the end.
+# (a `// np: 1 2 4` line), then tests/e2e/test_*.sh; prints "N passed, N failed" at the end.
 test: deps-check
 	@$(MAKE) --no-print-directory tests
 	@BUILD=$(BUILD) bash tests/run_tests.sh all

@@ -6,12 +6,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <vector>
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/data/loader.hpp"
+#include "mpitron/data/shard.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
@@ -35,15 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-bool has_split(const std::string& dir, const std::string& split) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    auto name = e.path().filename().string();
-    if (name.rfind(split + "_", 0) == 0 && e.path().extension() == ".h5") return true;
-  }
-  return false;
 }
 
 // Batch arithmetic: global_batch sequences per step = micro_batch x dp x accumulation steps.
@@ -121,7 +112,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
                 train_data.vocab_size(), cfg.data.path);
   }
   std::unique_ptr<ValidationLoader> val_data;
-  if (cfg.eval.batches > 0 && has_split(cfg.data.path, "val")) {
+  if (cfg.eval.batches > 0 && !list_shards(cfg.data.path, "val").empty()) {
     LoaderOptions vo = lo;
     vo.split = "val";
     vo.shuffle = false;
