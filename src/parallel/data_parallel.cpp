@@ -22,7 +22,8 @@ DataParallel::DataParallel(GPT& model, Comm& dp, Ops& ops, const DataParallelOpt
   n_ = model.num_params();
   shard_ = opt.zero == 0 ? FlatRange{0, n_} : zero_shard(n_, dp.size(), dp.rank());
   size_t bucket_floats = std::max<size_t>(1, static_cast<size_t>(opt.bucket_mb * (1 << 20) / sizeof(float)));
-  buckets_ = plan_grad_buckets(model.params(), n_, bucket_floats, ms, n_layers_);
+  check(!opt.tied_copy || opt.tied_group, "DataParallel: tied_copy without a tied_group");
+  buckets_ = plan_grad_buckets(model.params(), n_, bucket_floats, ms, n_layers_, opt.tied_group != nullptr);
   bucket_bufs_.resize(buckets_.size());
   bucket_ops_.assign(buckets_.size(), 0);
   bucket_in_flight_.assign(buckets_.size(), false);
@@ -80,9 +81,10 @@ void DataParallel::on_event(Ev ev, int unit) {
   if (zero3_) zero3_->on_event(ev, unit);
   if (ev != Ev::pre_backward && ev != Ev::post_backward) return;
   int pos = backward_position(unit, n_layers_);
+  const bool last_backward = backwards_done_ + 1 == micro_batches_;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (ev == Ev::pre_backward && opt_.zero >= 2 && buckets_[b].alloc_at == pos) alloc_bucket(b);
-    if (ev == Ev::post_backward && buckets_[b].ready_at == pos) launch_bucket(b);
+    if (ev == Ev::post_backward && buckets_[b].ready_at == pos && !buckets_[b].deferred) launch_bucket(b, last_backward);
   }
   if (ev == Ev::post_backward && unit == GPT::kEmbeddingUnit) ++backwards_done_;  // the last event of a backward
 }
@@ -90,18 +92,19 @@ void DataParallel::on_event(Ev ev, int unit) {
 // ZeRO-2/3: the bucket's gradients get memory of their own (zeroed) until its reduce-scatter is
 // done; the model's gradient pointers of its parameters point into it.
 void DataParallel::alloc_bucket(size_t b) {
-  if (bucket_in_flight_[b]) progress_.wait(bucket_ops_[b]);  // the previous micro-batch's
   const GradBucket& bk = buckets_[b];
+  if (bk.deferred && bucket_bufs_[b].size()) return;  // accumulating since the step's first backward
+  if (bucket_in_flight_[b]) progress_.wait(bucket_ops_[b]);  // the previous micro-batch's
   bucket_bufs_[b] = Buffer<float>(Mem::grads, bk.end - bk.begin);
   for (size_t i : bk.params) model_.bind_grad(i, bucket_bufs_[b].data() + (model_.params()[i].offset - bk.begin));
 }
 
-void DataParallel::launch_bucket(size_t b) {
+void DataParallel::launch_bucket(size_t b, bool last_backward) {
   const GradBucket& bk = buckets_[b];
   const size_t len = bk.end - bk.begin;
   const size_t lo = std::max(bk.begin, shard_.begin);  // my part of the bucket starts here
   // ZeRO 0/1 accumulate locally until the step's last backward; ZeRO 2/3 reduce every time.
-  const bool communicate = dp_.size() > 1 && (backwards_done_ + 1 == micro_batches_ || opt_.zero >= 2);
+  const bool communicate = dp_.size() > 1 && (last_backward || opt_.zero >= 2);
   if (!communicate) {
     if (opt_.zero >= 2) {  // one rank: the "reduction" is adding the bucket into the shard
       size_t hi = std::min(bk.end, shard_.end);
@@ -140,13 +143,36 @@ void DataParallel::launch_bucket(size_t b) {
 
 void DataParallel::finish_backward() {
   progress_.wait_all();
+  reduce_deferred_buckets();
   std::fill(bucket_in_flight_.begin(), bucket_in_flight_.end(), false);
+}
+
+// The tied wte bucket: sum the two stages' local gradients over the embedding group (both ends
+// then hold the same full gradient), then reduce it over DP as the step's last backward would.
+// Blocking, after every other bucket is done: the two stages reach here at different times, and
+// an embedding-group collective inside backward would wait on a stage that is still waiting for
+// this one's activation gradients.
+void DataParallel::reduce_deferred_buckets() {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const GradBucket& bk = buckets_[b];
+    if (!bk.deferred) continue;
+    float* g = opt_.zero >= 2 ? bucket_bufs_[b].data() : model_.grad_data() + bk.begin;
+    check(g != nullptr, "DataParallel: the tied wte bucket has no gradients this step");
+    progress_.blocking([&] { opt_.tied_group->all_reduce(g, bk.end - bk.begin, DType::f32, ReduceOp::sum); });
+    launch_bucket(b, /*last_backward=*/true);
+  }
+  progress_.wait_all();
 }
 
 double DataParallel::grad_sum_squares(int tp_rank) {
   double local = shard_.size() ? tp_local_grad_sum_squares(model_.params(), grad_shard(), shard_.begin, shard_.end,
                                                            ops_, tp_rank)
                                : 0.0;
+  if (opt_.tied_copy) {  // wte is TP-sharded, so every TP rank counted its part of it above
+    const ParamInfo* p = model_.find_param("wte.weight");
+    size_t lo = std::max(shard_.begin, p->offset), hi = std::min(shard_.end, p->offset + p->numel);
+    if (hi > lo) local -= ops_.sum_squares(grad_shard() + (lo - shard_.begin), hi - lo);
+  }
   if (opt_.zero == 0 || dp_.size() == 1) return local;  // every rank holds the same full gradient
   double total = 0;
   progress_.blocking([&] { total = dp_.all_reduce_scalar(local, ReduceOp::sum); });

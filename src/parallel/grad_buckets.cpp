@@ -19,7 +19,7 @@ int backward_position(int unit, int n_local_layers) {
 }
 
 std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t n_flat, size_t bucket_floats,
-                                          const ModelShard& shard, int n_local_layers) {
+                                          const ModelShard& shard, int n_local_layers, bool tied_across_stages) {
   check(bucket_floats > 0, "gradient bucket size must be > 0");
   std::vector<size_t> order(params.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -37,6 +37,8 @@ std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, 
   };
   for (size_t i : order) {
     const ParamInfo& p = params[i];
+    const bool deferred = tied_across_stages && p.name == "wte.weight";
+    if (deferred) close();  // wte alone (it is the last parameter walked: offset 0)
     int unit = param_unit(p, shard);
     int ready = backward_position(unit, n_local_layers);
     // The tied wte: the head (position 0) writes its gradient before the embedding does.
@@ -45,7 +47,8 @@ std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, 
     cur.alloc_at = std::min(cur.alloc_at, first);
     cur.ready_at = std::max(cur.ready_at, ready);
     cur.params.push_back(i);
-    if (hi - p.offset >= bucket_floats) close();  // the open bucket spans [p.offset, hi)
+    cur.deferred = deferred;
+    if (deferred || hi - p.offset >= bucket_floats) close();  // the open bucket spans [p.offset, hi)
   }
   close();
   return out;

@@ -27,13 +27,8 @@ void all_reduce_tied_embedding_grad(GPT& model, ProcessGrid& grid) {
     grid.embedding().all_reduce(model.grad_data() + p->offset, p->numel, DType::f32, ReduceOp::sum);
 }
 
-double pipeline_grad_sum_squares(double local_sq, GPT& model, Ops& ops, ProcessGrid& grid) {
-  if (grid.shape().pp == 1) return local_sq;
-  if (grid.is_last_stage() && !grid.is_first_stage()) {
-    const ParamInfo* p = tied_wte(model, grid);
-    local_sq -= ops.sum_squares(model.grad_data() + p->offset, p->numel);
-  }
-  return grid.pp().all_reduce_scalar(local_sq, ReduceOp::sum);
+Comm* tied_embedding_group(GPT& model, ProcessGrid& grid) {
+  return tied_wte(model, grid) ? &grid.embedding() : nullptr;
 }
 
 }  // namespace mpitron

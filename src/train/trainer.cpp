@@ -79,9 +79,6 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   const GridShape& gs = grid.shape();
   usage_check(gs.cp == 1, "context parallel training is not implemented yet (parallel.cp={})", gs.cp);
   usage_check(!cfg.parallel.sp || gs.tp > 1, "parallel.sp needs parallel.tp > 1 (got tp {})", gs.tp);
-  usage_check(cfg.parallel.zero == 0 || gs.pp == 1,
-              "parallel.zero={} with pipeline parallel (pp={}) is not implemented yet: use zero 0 with pp > 1",
-              cfg.parallel.zero, gs.pp);
   usage_check(cfg.train.backend == "cpu", "train.backend=\"{}\" is not available in this build (allowed: cpu)",
               cfg.train.backend);
   usage_check(cfg.train.steps > 0, "train.steps must be > 0 (got {})", cfg.train.steps);
@@ -139,8 +136,11 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   PipelineExecutor pipe(schedule, grid.pp(), {&model});
   AdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
   // Gradient buckets over DP, ZeRO sharding, and the (sharded) AdamW: src/parallel/data_parallel.hpp.
+  // Pipeline parallel: the wte copies of the first and last stage are summed inside it too.
+  Comm* tied = tied_embedding_group(model, grid);
   DataParallel ddp(model, grid.dp(), *ops,
-                   {cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress), ao});
+                   {cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress), ao,
+                    tied, tied && grid.is_last_stage()});
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   // Resume (train.resume) now; save in the loop (checkpoint.every, last step, preemption).
   TrainCheckpointer ckpt(cfg, grid, mc, model, ddp, train_data);
@@ -229,11 +229,11 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     counts[0] = ps.loss_sum;  // last stage; 0 elsewhere
     ddp.finish_backward();  // gradient buckets were reducing during backward
     if (dp > 1) counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
-    all_reduce_tied_embedding_grad(model, grid);
     if (gs.pp > 1) counts[0] = grid.pp().all_reduce_scalar(counts[0], ReduceOp::sum);  // loss to every stage
     double loss = counts[0] / n_tokens;
     // TP: sharded parameters summed over the TP group, replicated ones counted once (TP rank 0).
-    double grad_sq = pipeline_grad_sum_squares(ddp.grad_sum_squares(grid.coord().tp), model, *ops, grid);
+    double grad_sq = ddp.grad_sum_squares(grid.coord().tp);
+    if (gs.pp > 1) grad_sq = grid.pp().all_reduce_scalar(grad_sq, ReduceOp::sum);
     if (gs.tp > 1) grad_sq = grid.tp().all_reduce_scalar(grad_sq, ReduceOp::sum);
     double grad_norm = std::sqrt(grad_sq);
     double lr = sched.at(step);

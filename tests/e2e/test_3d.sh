@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full 3D layout, dp2 x tp2 x pp2 at np=8 (with and without sequence parallel), against the single-rank run (DESIGN.md's golden
+# The full 3D layout, dp2 x tp2 x pp2 at np=8 (with ZeRO-1, and with sequence parallel), against the single-rank run (DESIGN.md's golden
 # rule): losses at every step and every parameter (tests/e2e/compare_runs.py, 1e-5).
 # lr 1e-3 rather than tiny.toml's 3e-3: Adam turns fp32 summation-order differences (TP, DP and
 # pipeline reductions all reorder sums) into parameter differences proportional to lr; measured
@@ -16,18 +16,19 @@ run() {  # name np extra...
     --train.dump_params="$tmp/$name.h5" "$@" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; echo "FAIL: $name"; exit 1; }
 }
 run ref 1
-run 3d 8 --parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --checkpoint.every=5
+run 3d 8 --parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --parallel.zero=1 --checkpoint.every=5
 grep -q "layout world 8 = dp 2 x tp 2 x pp 2" "$tmp/3d.log" || { echo "FAIL: not the 3D layout"; exit 1; }
+grep -q "data parallel: dp 2 zero 1" "$tmp/3d.log" || { echo "FAIL: not ZeRO-1"; exit 1; }
 /usr/bin/python3 tests/e2e/compare_runs.py "$tmp/ref" "$tmp/3d" --params "$tmp/ref.h5" "$tmp/3d.h5"
 # With sequence parallel: stage tensors are each TP rank's slice of the sequence (GPipe here, the
 # 1F1B default above).
 run 3dsp 8 --parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --parallel.sp=true --parallel.schedule=gpipe
 /usr/bin/python3 tests/e2e/compare_runs.py "$tmp/ref" "$tmp/3dsp" --params "$tmp/ref.h5" "$tmp/3dsp.h5"
 
-# Issue 8's matrix: the 3D run's step-5 checkpoint resumed under np=1, dp2, tp2 x pp2 and the same
-# layout; steps 6-10 must match the uninterrupted 3D run (bit-identical for the same layout).
+# Issue 8's matrix: the 3D ZeRO-1 run's step-5 checkpoint resumed under np=1, dp2, tp2 x pp2 and
+# the same layout (zero 1 again); steps 6-10 must match the uninterrupted 3D run (bit-identical for the same layout).
 ckpt="$tmp/3d/ckpt/step_00000005.h5"
-for layout in "1:" "2:--parallel.dp=2" "4:--parallel.tp=2 --parallel.pp=2" "8:--parallel.dp=2 --parallel.tp=2 --parallel.pp=2"; do
+for layout in "1:" "2:--parallel.dp=2" "4:--parallel.tp=2 --parallel.pp=2" "8:--parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --parallel.zero=1"; do
   np=${layout%%:*}
   # shellcheck disable=SC2086
   run "resume$np" "$np" ${layout#*:} --train.resume="$ckpt"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end pipeline parallel (issue 7). Golden rule (DESIGN.md): with the same seed, data and
 # global batch, pp=2 and pp=4 under gpipe and 1f1b, with and without activation recompute,
-# uneven stages (parallel.pp_layers) and dp2 x pp2 reproduce the single-rank run: every step's
+# uneven stages (parallel.pp_layers) and dp2 x pp2 (ZeRO 0, 2 and 3) reproduce the single-rank run: every step's
 # loss, the validation loss and every parameter after the last step within 1e-5 relative
 # (compare_runs.py). Interleaved 1F1B is checked against the full model by
 # tests/mpi/test_pipeline (the trainer does not build model chunks yet). dp2 x tp2 x pp2 is left
@@ -41,6 +41,12 @@ run pp4_gpipe_recompute 4 --parallel.pp=4 --parallel.schedule=gpipe --train.reco
 same pp4_gpipe_recompute
 run dp2_pp2 4 --parallel.pp=2 --parallel.dp=2 --parallel.schedule=1f1b
 same dp2_pp2
+# ZeRO with pipeline parallel: the tied wte copies of stages 0 and 1 are cut into different DP
+# shards, so their gradients must be summed before the reduce-scatter (data_parallel.hpp).
+run dp2_pp2_zero2 4 --parallel.pp=2 --parallel.dp=2 --parallel.zero=2
+same dp2_pp2_zero2
+run dp2_pp2_zero3 4 --parallel.pp=2 --parallel.dp=2 --parallel.zero=3 --parallel.schedule=gpipe
+same dp2_pp2_zero3
 
 # Activation memory on stage 0: GPipe keeps all 4 micro-batches, 1F1B at most pp = 2, and
 # recompute keeps one block output per block instead of every intermediate.

@@ -59,6 +59,27 @@ BOOST_AUTO_TEST_CASE(worked_example_of_the_header) {
   BOOST_TEST(b[2].alloc_at == 0);  // the tied head writes wte's gradient first
 }
 
+// Pipeline stages with the tie: wte gets a deferred bucket of its own on the first stage (below
+// wpe) and on the last (below the blocks), whatever the cap; nothing else is deferred.
+BOOST_AUTO_TEST_CASE(tied_wte_across_stages_is_a_deferred_bucket_of_its_own) {
+  ModelConfig c = tiny();
+  ModelShard first, last;
+  first.layer_begin = 0, first.layer_end = 1, first.has_head = false;
+  last.layer_begin = 1, last.layer_end = 2, last.has_embedding = false;
+  for (const ModelShard& s : {first, last})
+    for (size_t cap : {size_t{1000}, size_t{1} << 30}) {
+      auto table = gpt_param_table(c, s);
+      auto b = plan_grad_buckets(table, flat_size(table), cap, s, 1, /*tied_across_stages=*/true);
+      BOOST_REQUIRE(b.size() >= 2u);
+      BOOST_TEST(b.back().deferred);
+      BOOST_REQUIRE(b.back().params.size() == 1u);
+      BOOST_TEST(table[b.back().params[0]].name == "wte.weight");
+      BOOST_TEST(b.back().begin == 0u);
+      for (size_t i = 0; i + 1 < b.size(); ++i) BOOST_TEST(!b[i].deferred);
+      BOOST_TEST(b.back().alloc_at == (s.has_head ? 0 : backward_position(GPT::kEmbeddingUnit, 1)));
+    }
+}
+
 BOOST_AUTO_TEST_CASE(zero_shards_tile_and_align) {
   for (size_t n : {size_t{16}, size_t{124672}, size_t{174656}, size_t{1000000}})
     for (int size : {1, 2, 3, 4, 5, 8}) {

@@ -15,6 +15,14 @@
 // accumulate in, so every micro-batch reduce-scatters its buckets into the gradient shard (as
 // DeepSpeed does); that is their price for the memory.
 //
+// Pipeline parallel with tied embeddings (tied_embedding.hpp): the first and last stages' wte
+// copies get one deferred bucket (grad_buckets.hpp). In finish_backward its local gradient,
+// accumulated over the step's micro-batches, is first summed with the other copy's over the
+// embedding group, then reduced over DP like any bucket. Summing over the tie BEFORE the DP
+// reduction is what lets ZeRO work: the two stages cut their flat buffers into DP shards
+// differently, so after a reduce-scatter their wte shards would not line up. (ZeRO-2/3 keep
+// that one bucket's gradients for the whole step.)
+//
 // The reduction is a plain sum: the model's backward already scales by 1 / (target tokens in the
 // global batch), so the summed gradient is the single-rank gradient of the global batch.
 #pragma once
@@ -36,6 +44,10 @@ struct DataParallelOptions {
   double bucket_mb = 25.0;
   ProgressMode progress = ProgressMode::thread;
   AdamWOptions adamw;
+  // This rank holds one end of a wte tied across pipeline stages: the first and last stage of
+  // its pipeline (grid.embedding()); nullptr otherwise (pp = 1, middle stages).
+  Comm* tied_group = nullptr;
+  bool tied_copy = false;  // the last stage's copy: left out of grad_sum_squares (counted once)
 };
 
 class DataParallel {
@@ -52,7 +64,8 @@ class DataParallel {
   void begin_step(int micro_batches);
   void finish_backward();              // after the last backward: all gradient communication done
   // Over the DP group; every element counted exactly once. tp_rank > 0: only TP-sharded
-  // parameters (replicated ones are counted by TP rank 0; tp_grad_norm.hpp).
+  // parameters (replicated ones are counted by TP rank 0; tp_grad_norm.hpp). The tied wte copy
+  // of the last stage is left out (the first stage counts it).
   double grad_sum_squares(int tp_rank = 0);
   void scale_grads(float s);           // clipping
   void optimizer_step(double lr);      // AdamW on this rank's shard, then parameters all-gathered
@@ -72,7 +85,8 @@ class DataParallel {
  private:
   void on_event(GPT::UnitEvent ev, int unit);
   void alloc_bucket(size_t b);
-  void launch_bucket(size_t b);
+  void launch_bucket(size_t b, bool last_backward);
+  void reduce_deferred_buckets();
   float* grad_shard();
   float* param_shard();
 

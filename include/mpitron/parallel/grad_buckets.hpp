@@ -14,6 +14,11 @@
 // (GPT's unit events, in the order backward emits them). A bucket may reduce once the last of
 // its units has finished (ready_at); under ZeRO-2/3 its memory is needed from the first event
 // that writes any of its gradients (alloc_at): the tied wte is written by the head first.
+//
+// Tied across pipeline stages (`tied_across_stages`: the first and the last stage each hold a
+// wte copy), wte gets a bucket of its own marked `deferred`: it accumulates over the whole step
+// and reduces only in DataParallel::finish_backward, after the two copies' gradients were summed
+// over the embedding group (tied_embedding.hpp says why that order).
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -26,6 +31,7 @@ struct GradBucket {
   size_t begin = 0, end = 0;   // flat range (whole parameters plus their alignment padding)
   std::vector<size_t> params;  // indices into the parameter table
   int alloc_at = 0, ready_at = 0;
+  bool deferred = false;  // the tied wte across stages: reduced after the step's backwards
 };
 
 // The unit (GPT::kEmbeddingUnit, kHeadUnit or local block index) that owns parameter p.
@@ -33,7 +39,7 @@ int param_unit(const ParamInfo& p, const ModelShard& shard);
 int backward_position(int unit, int n_local_layers);
 
 std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t n_flat, size_t bucket_floats,
-                                          const ModelShard& shard, int n_local_layers);
+                                          const ModelShard& shard, int n_local_layers, bool tied_across_stages = false);
 
 // ZeRO: rank r of N owns the flat range [r*S, (r+1)*S) clipped to [0, n), with
 // S = ceil(n / (16 N)) * 16 (shards start on 64-byte boundaries). When N*16 does not divide n the
