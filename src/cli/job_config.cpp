@@ -160,7 +160,7 @@ const std::vector<Key>& registry() {
                &C::parallel, &ParallelSection::microbatches),
       make_key("parallel.virtual_stages", "model chunks per pipeline rank (interleaved)", &C::parallel,
                &ParallelSection::virtual_stages),
-      make_key("parallel.pp_layers", "blocks per pipeline stage, e.g. [3, 5] (empty: balanced)", &C::parallel,
+      make_key("parallel.pp_layers", "blocks per pipeline stage, e.g. [3, 5] (empty: balanced; interleaved: one entry per virtual stage, pp x virtual_stages)", &C::parallel,
                &ParallelSection::pp_layers),
       make_key("parallel.bucket_mb", "DP gradient bucket size in MiB", &C::parallel, &ParallelSection::bucket_mb),
       make_key("parallel.dp_progress", "who progresses DP collectives during compute: thread | poll | none",

@@ -1,37 +1,48 @@
 #include "mpitron/parallel/partition.hpp"
 
-#include <fmt/ranges.h>
+#include <fmt/format.h>
 
 #include <numeric>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/parallel/schedule.hpp"
 
 namespace mpitron {
+namespace {
 
-ModelShard model_shard_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
-                           const std::vector<int>& pp_layers) {
-  const int L = cfg.n_layer, p = shape.pp;
-  usage_check(L >= p, "model.n_layer ({}) must be >= parallel.pp ({}): every stage needs a block", L, p);
+// Virtual stage vs of nv (the pipeline stage itself when nv = pp): blocks, embedding, head.
+ModelShard virtual_stage_shard(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
+                               const std::vector<int>& pp_layers, int vs, int nv) {
+  const int L = cfg.n_layer;
+  const bool chunks = nv != shape.pp;
+  usage_check(L >= nv, "model.n_layer ({}) must be >= parallel.pp ({}){}: every {} needs a block", L, shape.pp,
+              chunks ? fmt::format(" x parallel.virtual_stages ({})", nv / shape.pp) : "",
+              chunks ? "model chunk" : "stage");
   ModelShard s;
   s.tp_rank = coord.tp;
   s.tp_size = shape.tp;
-  if (pp_layers.empty()) {
-    s.layer_begin = static_cast<int>(int64_t{coord.pp} * L / p);
-    s.layer_end = static_cast<int>(int64_t{coord.pp + 1} * L / p);
-  } else {
-    usage_check(static_cast<int>(pp_layers.size()) == p, "parallel.pp_layers has {} entries; parallel.pp is {}",
-                pp_layers.size(), p);
-    usage_check(std::accumulate(pp_layers.begin(), pp_layers.end(), 0) == L,
-                "parallel.pp_layers [{}] sums to {}; model.n_layer is {}", fmt::join(pp_layers, ", "),
-                std::accumulate(pp_layers.begin(), pp_layers.end(), 0), L);
-    for (int n : pp_layers)
-      usage_check(n > 0, "parallel.pp_layers [{}]: every stage needs at least one block", fmt::join(pp_layers, ", "));
-    s.layer_begin = std::accumulate(pp_layers.begin(), pp_layers.begin() + coord.pp, 0);
-    s.layer_end = s.layer_begin + pp_layers[coord.pp];
-  }
-  s.has_embedding = coord.pp == 0;
-  s.has_head = coord.pp == p - 1;
+  const std::vector<int> layers = pipeline_stage_layers(L, nv, pp_layers);  // schedule.hpp: the same rule for `plan`
+  s.layer_begin = std::accumulate(layers.begin(), layers.begin() + vs, 0);
+  s.layer_end = s.layer_begin + layers[vs];
+  s.has_embedding = vs == 0;
+  s.has_head = vs == nv - 1;
   return s;
+}
+
+}  // namespace
+
+ModelShard model_shard_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
+                           const std::vector<int>& pp_layers) {
+  return virtual_stage_shard(cfg, shape, coord, pp_layers, coord.pp, shape.pp);
+}
+
+std::vector<ModelShard> model_chunks_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
+                                         const std::vector<int>& pp_layers, int virtual_stages) {
+  usage_check(virtual_stages >= 1, "parallel.virtual_stages must be >= 1 (got {})", virtual_stages);
+  std::vector<ModelShard> out;
+  for (int c = 0; c < virtual_stages; ++c)
+    out.push_back(virtual_stage_shard(cfg, shape, coord, pp_layers, c * shape.pp + coord.pp, shape.pp * virtual_stages));
+  return out;
 }
 
 }  // namespace mpitron

@@ -18,12 +18,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 PipelineSchedule pipeline_schedule_for_job(const ParallelSection& par, int pp, int microbatches) {
-  PipelineSchedule s = make_schedule(par.schedule, pp, microbatches, par.virtual_stages);
-  usage_check(s.virtual_stages == 1,
-              "parallel.schedule = \"interleaved\" runs in `mpitron plan` and the executor tests, but training "
-              "with model chunks (parallel.virtual_stages = {}) is not wired into the trainer yet; use 1f1b or gpipe",
-              s.virtual_stages);
-  return s;
+  return make_schedule(par.schedule, pp, microbatches, par.virtual_stages);
 }
 
 std::vector<double> pipeline_idle_by_stage(const PipelineStepStats& st, Comm& pp) {

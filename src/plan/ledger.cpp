@@ -127,24 +127,11 @@ struct Chunk {
 std::vector<Chunk> rank_chunks(const PlanInput& in, const GridCoord& co) {
   const PlanLayout& l = in.layout;
   std::vector<Chunk> out;
-  if (l.virtual_stages <= 1) {
-    ModelShard s = model_shard_for(in.model, shape_of(l), co, l.pp_layers);
+  const auto shards = model_chunks_for(in.model, shape_of(l), co, l.pp_layers, std::max(1, l.virtual_stages));
+  for (size_t c = 0; c < shards.size(); ++c) {
+    ModelShard s = shards[c];
     s.sequence_parallel = l.sp && l.tp > 1;  // as the trainer sets it
-    out.push_back({s, act_slots_in_flight(l, co.pp, 0)});
-    return out;
-  }
-  const int nv = l.pp * l.virtual_stages, L = in.model.n_layer;
-  for (int c = 0; c < l.virtual_stages; ++c) {
-    int vs = c * l.pp + co.pp;
-    ModelShard s;
-    s.tp_rank = co.tp;
-    s.tp_size = l.tp;
-    s.layer_begin = static_cast<int>(int64_t{vs} * L / nv);
-    s.layer_end = static_cast<int>(int64_t{vs + 1} * L / nv);
-    s.has_embedding = vs == 0;
-    s.has_head = vs == nv - 1;
-    s.sequence_parallel = l.sp && l.tp > 1;
-    out.push_back({s, act_slots_in_flight(l, co.pp, c)});
+    out.push_back({s, act_slots_in_flight(l, co.pp, static_cast<int>(c))});
   }
   return out;
 }

@@ -18,8 +18,12 @@ namespace fs = std::filesystem;
 
 CheckpointShard checkpoint_shard_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
                                      const std::vector<int>& pp_layers, int zero) {
+  return checkpoint_shard_of(cfg, model_shard_for(cfg, shape, coord, pp_layers), coord, zero);
+}
+
+CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& shard, const GridCoord& coord, int zero) {
   CheckpointShard s;
-  s.shard = model_shard_for(cfg, shape, coord, pp_layers);
+  s.shard = shard;
   s.table = gpt_param_table(cfg, s.shard);
   // One copy of each model shard per (tp, pp) coordinate: dp 0 / cp 0 writes it, unless ZeRO
   // splits it over DP (then every DP rank writes its own range).
@@ -85,7 +89,7 @@ std::vector<std::pair<long long, fs::path>> list_checkpoints(const std::string& 
 
 }  // namespace
 
-std::string CheckpointManager::save(const CheckpointMeta& meta, const CheckpointShard& shard) {
+std::string CheckpointManager::save(const CheckpointMeta& meta, std::span<const CheckpointShard> shards) {
   int rank = 0;
   MPI_Comm_rank(comm_, &rank);
   const std::string name = file_name(meta.step);
@@ -98,7 +102,7 @@ std::string CheckpointManager::save(const CheckpointMeta& meta, const Checkpoint
     check(!ec, "cannot create checkpoint folder '{}': {}", dir_, ec.message());
   }
   MPI_Barrier(comm_);
-  write_checkpoint_file(tmp, comm_, meta, shard);
+  write_checkpoint_file(tmp, comm_, meta, shards);
   MPI_Barrier(comm_);
   if (rank == 0) {
     // rename() is atomic on POSIX file systems: `final_path` is either absent or complete.

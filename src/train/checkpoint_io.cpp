@@ -205,6 +205,25 @@ bool owns(const CheckpointShard& s, const CkptRange& r, const ParamInfo& p) {
   return true;
 }
 
+// Which of this rank's shards holds a tensor (each name is in at most one of them).
+class LocalTensors {
+ public:
+  explicit LocalTensors(std::span<const CheckpointShard> shards) {
+    for (const auto& s : shards)
+      for (const auto& p : s.table) {
+        check(!map_.count(p.name), "checkpoint: tensor '{}' is in two model chunks of one rank", p.name);
+        map_[p.name] = {&s, &p};
+      }
+  }
+  std::pair<const CheckpointShard*, const ParamInfo*> find(const std::string& name) const {
+    auto it = map_.find(name);
+    return it == map_.end() ? std::pair<const CheckpointShard*, const ParamInfo*>{nullptr, nullptr} : it->second;
+  }
+
+ private:
+  std::map<std::string, std::pair<const CheckpointShard*, const ParamInfo*>> map_;
+};
+
 // The full model's tensor names in file order, with their file shapes.
 std::vector<ParamInfo> full_table(const ModelConfig& cfg) { return gpt_param_table(cfg, ModelShard{}); }
 
@@ -244,7 +263,7 @@ std::string dims_str(const std::vector<hsize_t>& d) {
 }  // namespace
 
 void write_checkpoint_file(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta_in,
-                           const CheckpointShard& shard) {
+                           std::span<const CheckpointShard> shards) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   // Rank 0's metadata is the truth (attributes must be identical on every rank).
@@ -262,9 +281,9 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   const CheckpointMeta meta = meta_from_json(json::parse(blob));
   const ModelConfig& cfg = meta.model;
 
-  std::map<std::string, const ParamInfo*> local;
-  for (const auto& p : shard.table) local[p.name] = &p;
+  const LocalTensors local(shards);
   const auto table = full_table(cfg);
+  const bool has_optimizer = shards.empty() || shards.front().has_optimizer;
 
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::quiet();
@@ -282,9 +301,8 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   std::vector<Pending> written;
   std::vector<uint64_t> sums;
   for (const Kind& k : kKinds) {
-    if (k.range != &CheckpointShard::params && !shard.has_optimizer) continue;
+    if (k.range != &CheckpointShard::params && !has_optimizer) continue;
     Id g = make_group(f, k.group);
-    const CkptRange& range = shard.*k.range;
     for (const auto& full : table) {
       std::vector<hsize_t> dims = file_dims(full, cfg);
       Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
@@ -293,9 +311,8 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
       Id ds(H5Dcreate2(g, full.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
       check(ds.valid(), "{}: cannot create dataset '{}/{}'", path, k.group, full.name);
       Selection sel;
-      auto it = local.find(full.name);
-      if (it != local.end() && owns(shard, range, *it->second))
-        sel = select(*it->second, range, static_cast<int64_t>(dims[0]));
+      if (auto [sh, p] = local.find(full.name); p && owns(*sh, (*sh).*k.range, *p))
+        sel = select(*p, (*sh).*k.range, static_cast<int64_t>(dims[0]));
       Id fs = sel.file_space(dims), ms = sel.mem_space();
       const float* buf = sel.data ? sel.data : reinterpret_cast<const float*>(&n);  // any valid pointer
       check(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf) >= 0, "{}: cannot write dataset '{}/{}'", path,
@@ -314,7 +331,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
 }
 
 CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, const ModelConfig& expect,
-                                    CheckpointShard& shard) {
+                                    std::span<CheckpointShard> shards) {
   std::vector<uint64_t> sums, stored;
   std::vector<std::string> names;
   CheckpointMeta meta;
@@ -330,16 +347,15 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
   check_model_compatible(meta.model, expect, path);
   const ModelConfig& cfg = expect;
 
-  std::map<std::string, const ParamInfo*> local;
-  for (const auto& p : shard.table) local[p.name] = &p;
+  const LocalTensors local{std::span<const CheckpointShard>(shards.data(), shards.size())};
   const auto table = full_table(cfg);
+  const bool has_optimizer = shards.empty() || shards.front().has_optimizer;
   Id dxpl = collective_dxpl();
   for (const Kind& k : kKinds) {
-    if (k.range != &CheckpointShard::params && !shard.has_optimizer) continue;
+    if (k.range != &CheckpointShard::params && !has_optimizer) continue;
     usage_check(H5Lexists(f, k.group, H5P_DEFAULT) > 0, "checkpoint '{}' has no '{}' group{}", path, k.group,
                 k.range == &CheckpointShard::params ? "" : " (saved without optimizer state)");
     Id g(H5Gopen2(f, k.group, H5P_DEFAULT));
-    CkptRange& range = shard.*k.range;
     for (const auto& full : table) {
       std::string dname = std::string(k.group) + "/" + full.name;
       usage_check(H5Lexists(g, full.name.c_str(), H5P_DEFAULT) > 0, "checkpoint '{}' has no dataset '{}'", path,
@@ -356,11 +372,9 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
                     dims_str(have), dims_str(dims));
       }
       Selection sel;
-      const ParamInfo* p = nullptr;
-      if (auto it = local.find(full.name); it != local.end()) {
-        p = it->second;
-        sel = select(*p, range, static_cast<int64_t>(dims[0]));
-      }
+      auto [sh, p] = local.find(full.name);
+      const CkptRange& range = p ? (*sh).*k.range : CkptRange{};
+      if (p) sel = select(*p, range, static_cast<int64_t>(dims[0]));
       Id fs = sel.file_space(dims), ms = sel.mem_space();
       float dummy = 0;
       check(H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, sel.data ? sel.data : &dummy) >= 0,
@@ -374,7 +388,7 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
             if (b.frow + r >= static_cast<int64_t>(dims[0]))
               for (int64_t c = 0; c < b.ncols; ++c) sel.data[sel.mem_base + b.lstart + r * b.lpitch + c] = 0.f;
       }
-      bool own = p && owns(shard, range, *p);
+      bool own = p && owns(*sh, range, *p);
       sums.push_back(own ? sel.checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])) : 0);
       stored.push_back(h5::has_attr(ds, "checksum") ? read_attr_u64(ds, "checksum", path) : 0);
       names.push_back(dname);

@@ -64,16 +64,26 @@ void write_h5(const std::string& path, const FullTensors& t) {
 }  // namespace
 
 void dump_full_params(const std::string& path, const ModelConfig& cfg, const std::vector<int>& pp_layers,
-                      ProcessGrid& grid, const float* local_params, size_t n_local) {
+                      int virtual_stages, ProcessGrid& grid, const std::vector<ChunkParams>& chunk_params) {
   const GridShape& gs = grid.shape();
   Comm& world = grid.world();
   const int kTag = 7301;
+  auto tables = [&](const GridCoord& c) {
+    std::vector<std::vector<ParamInfo>> t;
+    for (const ModelShard& s : model_chunks_for(cfg, gs, c, pp_layers, virtual_stages)) t.push_back(gpt_param_table(cfg, s));
+    return t;
+  };
   if (grid.rank() != 0) {
     if (grid.coord().dp == 0 && grid.coord().cp == 0) {
-      auto table = gpt_param_table(cfg, model_shard_for(cfg, gs, grid.coord(), pp_layers));
-      size_t n = table_floats(table);
-      check(n <= n_local, "parameter dump: local buffer ({}) smaller than the table ({})", n_local, n);
-      world.send(local_params, n, DType::f32, 0, kTag);
+      auto t = tables(grid.coord());
+      check(t.size() == chunk_params.size(), "parameter dump: {} chunk buffers for {} model chunks", chunk_params.size(),
+            t.size());
+      for (size_t c = 0; c < t.size(); ++c) {
+        size_t n = table_floats(t[c]);
+        check(n <= chunk_params[c].n, "parameter dump: local buffer ({}) smaller than the table ({})",
+              chunk_params[c].n, n);
+        world.send(chunk_params[c].data, n, DType::f32, 0, kTag);
+      }
     }
     world.barrier();
     return;
@@ -83,14 +93,16 @@ void dump_full_params(const std::string& path, const ModelConfig& cfg, const std
   for (int r = 0; r < grid.world_size(); ++r) {
     GridCoord c = grid_coord(gs, r);
     if (c.dp != 0 || c.cp != 0) continue;
-    auto table = gpt_param_table(cfg, model_shard_for(cfg, gs, c, pp_layers));
-    const float* values = local_params;
-    if (r != 0) {
-      buf.assign(table_floats(table), 0.f);
-      world.recv(buf.data(), buf.size(), DType::f32, r, kTag);
-      values = buf.data();
+    auto t = tables(c);
+    for (size_t k = 0; k < t.size(); ++k) {
+      const float* values = r == 0 ? chunk_params.at(k).data : nullptr;
+      if (r != 0) {
+        buf.assign(table_floats(t[k]), 0.f);
+        world.recv(buf.data(), buf.size(), DType::f32, r, kTag);
+        values = buf.data();
+      }
+      full.add_shard(cfg, t[k], values, c.tp);
     }
-    full.add_shard(cfg, table, values, c.tp);
   }
   write_h5(path, full);
   world.barrier();

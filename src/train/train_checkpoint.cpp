@@ -8,13 +8,12 @@
 
 namespace mpitron {
 
-TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc, GPT& model,
-                                     DataParallel& ddp, DataLoader& data)
+TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc,
+                                     StageModel& model, DataLoader& data)
     : cfg_(cfg),
       grid_(grid),
       mc_(mc),
       model_(model),
-      ddp_(ddp),
       data_(data),
       mgr_(cfg.run_dir() + "/ckpt", cfg.checkpoint.keep, MPI_COMM_WORLD) {
   usage_check(cfg.checkpoint.every >= 0, "checkpoint.every must be >= 0 (got {})", cfg.checkpoint.every);
@@ -22,24 +21,30 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, co
               "train.nan_policy must be \"stop\" or \"skip\" (got \"{}\")", cfg.train.nan_policy);
 }
 
-CheckpointShard TrainCheckpointer::shard_view() {
-  const int zero = ddp_.zero();
-  CheckpointShard s = checkpoint_shard_for(mc_, grid_.shape(), grid_.coord(), cfg_.parallel.pp_layers, zero);
-  const FlatRange r = ddp_.shard();
-  if (zero >= 3) s.params = {ddp_.shard_params(), r.begin, r.end, s.params.owner};
-  else s.params = {model_.param_data(), 0, model_.num_params(), s.params.owner};
-  AdamW& opt = ddp_.optimizer();
-  s.exp_avg = {opt.exp_avg(), r.begin, r.end, s.exp_avg.owner};
-  s.exp_avg_sq = {opt.exp_avg_sq(), r.begin, r.end, s.exp_avg_sq.owner};
-  return s;
+std::vector<CheckpointShard> TrainCheckpointer::shard_view() {
+  std::vector<CheckpointShard> out;
+  for (int c = 0; c < model_.size(); ++c) {
+    GPT& model = model_.chunk(c);
+    DataParallel& ddp = model_.ddp(c);
+    const int zero = ddp.zero();
+    CheckpointShard s = checkpoint_shard_of(mc_, model.shard(), grid_.coord(), zero);
+    const FlatRange r = ddp.shard();
+    if (zero >= 3) s.params = {ddp.shard_params(), r.begin, r.end, s.params.owner};
+    else s.params = {model.param_data(), 0, model.num_params(), s.params.owner};
+    AdamW& opt = ddp.optimizer();
+    s.exp_avg = {opt.exp_avg(), r.begin, r.end, s.exp_avg.owner};
+    s.exp_avg_sq = {opt.exp_avg_sq(), r.begin, r.end, s.exp_avg_sq.owner};
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 int TrainCheckpointer::resume() {
   auto path = resolve_resume(cfg_.train.resume, mgr_.dir());
   if (!path) return 0;
-  CheckpointShard s = shard_view();
+  std::vector<CheckpointShard> s = shard_view();
   CheckpointMeta m = read_checkpoint_file(*path, MPI_COMM_WORLD, mc_, s);
-  ddp_.optimizer().set_steps_taken(static_cast<int>(m.optimizer_steps));
+  model_.set_optimizer_steps(static_cast<int>(m.optimizer_steps));
   data_.restore(sampler_state_for(m, grid_.shape().dp));
   before_step_ = data_.state();
   last_saved_ = static_cast<int>(m.step);
@@ -58,7 +63,7 @@ void TrainCheckpointer::begin_step() { before_step_ = data_.state(); }
 std::string TrainCheckpointer::save(int step, double loss, const SamplerState& sampler) {
   CheckpointMeta m;
   m.step = step;
-  m.optimizer_steps = ddp_.optimizer().steps_taken();
+  m.optimizer_steps = model_.optimizer_steps();
   m.sampler = sampler;
   m.sampler_dp = grid_.shape().dp;
   m.train_seed = cfg_.train.seed;
@@ -66,12 +71,13 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
   m.loss = loss;
   m.model = mc_;
   m.layout = grid_.shape();
-  m.zero = ddp_.zero();
+  m.zero = model_.ddp(0).zero();
   m.pp_layers = cfg_.parallel.pp_layers;
   m.job_toml = job_to_toml(cfg_);
   m.tokenizer_json = data_.tokenizer_json();
   m.version = kVersion;
-  std::string path = mgr_.save(m, shard_view());
+  const std::vector<CheckpointShard> shards = shard_view();
+  std::string path = mgr_.save(m, shards);
   last_saved_ = step;
   if (grid_.rank() == 0) {
     std::printf("checkpoint step %d -> %s\n", step, path.c_str());

@@ -19,7 +19,7 @@
 #include "mpitron/parallel/memory_report.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/parallel/pipeline.hpp"
-#include "mpitron/parallel/tied_embedding.hpp"
+#include "mpitron/parallel/stage_model.hpp"
 #include "mpitron/train/param_dump.hpp"
 #include "mpitron/train/adamw.hpp"
 #include "mpitron/train/lr_schedule.hpp"
@@ -125,25 +125,27 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
               "parallel.sp: model.seq_len ({}) must be divisible by parallel.tp ({})", mc.seq_len, gs.tp);
 
   auto ops = make_cpu_ops();
-  ModelShard shard = model_shard_for(mc, gs, grid.coord(), cfg.parallel.pp_layers);
-  shard.sequence_parallel = cfg.parallel.sp;
-  // The schedule decides how many micro-batches' activations this stage keeps (pipeline.hpp).
+  // The schedule decides how many micro-batches' activations each model chunk keeps (pipeline.hpp);
+  // interleaved 1F1B gives this rank parallel.virtual_stages chunks (partition.hpp).
   const PipelineSchedule schedule = pipeline_schedule_for_job(cfg.parallel, gs.pp, bp.accum);
-  GPT model(mc, shard, *ops, bp.micro, {schedule.max_in_flight(grid.coord().pp, 0), cfg.train.recompute == "full"},
-            gs.tp > 1 ? &grid.tp() : nullptr);
-  model.init_weights(cfg.train.seed);
-  sync_tied_embedding(model, grid);
-  PipelineExecutor pipe(schedule, grid.pp(), {&model});
-  AdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
-  // Gradient buckets over DP, ZeRO sharding, and the (sharded) AdamW: src/parallel/data_parallel.hpp.
-  // Pipeline parallel: the wte copies of the first and last stage are summed inside it too.
-  Comm* tied = tied_embedding_group(model, grid);
-  DataParallel ddp(model, grid.dp(), *ops,
-                   {cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress), ao,
-                    tied, tied && grid.is_last_stage()});
+  std::vector<ModelShard> shards =
+      model_chunks_for(mc, gs, grid.coord(), cfg.parallel.pp_layers, schedule.virtual_stages);
+  StageModelOptions so;
+  so.micro_batch = bp.micro;
+  so.recompute = cfg.train.recompute == "full";
+  so.seed = cfg.train.seed;
+  for (size_t c = 0; c < shards.size(); ++c) {
+    shards[c].sequence_parallel = cfg.parallel.sp;
+    so.slots.push_back(schedule.max_in_flight(grid.coord().pp, static_cast<int>(c)));
+  }
+  // Gradient buckets over DP, ZeRO sharding, and the (sharded) AdamW, per chunk: data_parallel.hpp.
+  so.dp = {cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress),
+           AdamWOptions{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay}};
+  StageModel model(mc, shards, *ops, grid, so);
+  PipelineExecutor pipe(schedule, grid.pp(), model.chunks());
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   // Resume (train.resume) now; save in the loop (checkpoint.every, last step, preemption).
-  TrainCheckpointer ckpt(cfg, grid, mc, model, ddp, train_data);
+  TrainCheckpointer ckpt(cfg, grid, mc, model, train_data);
   const int start_step = ckpt.resume();
 
   const double flops_per_token = gpt_flops_per_token(mc);
@@ -154,15 +156,17 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   if (rank0) {
     std::printf(
         "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"
-        "layout world %d = dp %d x tp %d x pp %d | global batch %d = micro %d x dp %d x accum %d "
+        "layout world %d = dp %d x tp %d x pp %d%s | global batch %d = micro %d x dp %d x accum %d "
         "(%lld tokens/step) | %d threads/rank | peak %.1f GFLOP/s/rank%s\n"
         "data %s: %lld samples per rank per epoch | run dir %s\n",
         mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
-        model.num_params() / 1e6, launch.world, dp, gs.tp, gs.pp, bp.global, bp.micro, dp, bp.accum,
+        model.num_params() / 1e6, launch.world, dp, gs.tp, gs.pp,
+        schedule.virtual_stages > 1 ? fmt::format(" (interleaved, {} model chunks per rank)", schedule.virtual_stages).c_str() : "",
+        bp.global, bp.micro, dp, bp.accum,
         static_cast<long long>(tokens_per_step), omp_get_max_threads(), peak / 1e9,
         cfg.train.peak_flops > 0 ? " (train.peak_flops)" : " (measured GEMM probe)", cfg.data.path.c_str(),
         static_cast<long long>(train_data.samples_per_epoch()), cfg.run_dir().c_str());
-    std::printf("%s\n", ddp.describe().c_str());
+    std::printf("%s\n", model.describe().c_str());
     std::fflush(stdout);
   }
   // Every rank's tracked bytes by category, printed by rank 0 and recorded in metrics.jsonl.
@@ -224,15 +228,15 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     double data_ms = ms_since(t0);
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(counts[1], ReduceOp::sum) : counts[1];
 
-    ddp.begin_step(bp.accum);
+    model.begin_step(bp.accum);
     const PipelineStepStats ps = pipe.run(batches, static_cast<float>(1.0 / n_tokens));
     counts[0] = ps.loss_sum;  // last stage; 0 elsewhere
-    ddp.finish_backward();  // gradient buckets were reducing during backward
+    model.finish_backward();  // gradient buckets were reducing during backward
     if (dp > 1) counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
     if (gs.pp > 1) counts[0] = grid.pp().all_reduce_scalar(counts[0], ReduceOp::sum);  // loss to every stage
     double loss = counts[0] / n_tokens;
     // TP: sharded parameters summed over the TP group, replicated ones counted once (TP rank 0).
-    double grad_sq = ddp.grad_sum_squares(grid.coord().tp);
+    double grad_sq = model.grad_sum_squares(grid.coord().tp);
     if (gs.pp > 1) grad_sq = grid.pp().all_reduce_scalar(grad_sq, ReduceOp::sum);
     if (gs.tp > 1) grad_sq = grid.tp().all_reduce_scalar(grad_sq, ReduceOp::sum);
     double grad_norm = std::sqrt(grad_sq);
@@ -249,11 +253,11 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     }
     if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip) {
       // torch.nn.utils.clip_grad_norm_'s rule.
-      ddp.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));
+      model.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));
     }
-    ddp.optimizer_step(lr);
+    model.optimizer_step(lr);
     double step_ms = ms_since(t0);
-    const CommTiming comm = ddp.take_timing();
+    const CommTiming comm = model.take_timing();
     if (step == 1) log_memory("step 1");
     if (step == 1) check_ledger("after step 1");
 
@@ -298,9 +302,9 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
                 start_step + 2, result.steps_done);
   run_eval(cfg.train.steps);
   if (!cfg.train.dump_params.empty()) {
-    Buffer<float> gathered;  // ZeRO-3: the full parameters exist only for the dump
-    dump_full_params(cfg.train.dump_params, mc, cfg.parallel.pp_layers, grid, ddp.full_params(gathered),
-                     model.num_params());
+    std::vector<Buffer<float>> gathered;  // ZeRO-3: the full parameters exist only for the dump
+    dump_full_params(cfg.train.dump_params, mc, cfg.parallel.pp_layers, schedule.virtual_stages, grid,
+                     model.full_params(gathered));
   }
   return result;
 }

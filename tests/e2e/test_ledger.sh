@@ -49,6 +49,7 @@ layout pp2-gpipe-recompute 2 --parallel.pp=2 --parallel.schedule=gpipe --train.g
 layout pp2-dp2 4 --parallel.pp=2 --parallel.dp=2 --train.global_batch=8
 layout pp2-dp2-zero1 4 --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 --train.global_batch=8
 layout pp2-dp2-zero2 4 --parallel.pp=2 --parallel.dp=2 --parallel.zero=2 --train.global_batch=8
+layout pp2-interleaved 2 --parallel.pp=2 --parallel.schedule=interleaved --parallel.virtual_stages=2 --train.global_batch=8
 layout tp2 2 --parallel.tp=2
 layout tp2-sp 2 --parallel.tp=2 --parallel.sp=true
 layout tp2-pp2 4 --parallel.tp=2 --parallel.pp=2 --train.global_batch=8

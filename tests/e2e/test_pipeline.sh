@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # End-to-end pipeline parallel (issue 7). Golden rule (DESIGN.md): with the same seed, data and
 # global batch, pp=2 and pp=4 under gpipe and 1f1b, with and without activation recompute,
-# uneven stages (parallel.pp_layers) and dp2 x pp2 (ZeRO 0, 2 and 3) reproduce the single-rank run: every step's
-# loss, the validation loss and every parameter after the last step within 1e-5 relative
-# (compare_runs.py). Interleaved 1F1B is checked against the full model by
-# tests/mpi/test_pipeline (the trainer does not build model chunks yet). dp2 x tp2 x pp2 is left
-# out: tensor parallel training is a separate issue. Errors: n_layer < pp, microbatches < pp
-# for 1f1b, interleaved in the trainer: one clear message, non-zero exit, no hang.
+# uneven stages (parallel.pp_layers), dp2 x pp2 (ZeRO 0, 2 and 3) and interleaved 1F1B (2 model
+# chunks per rank, alone, with recompute and an explicit pp_layers, and with dp2 + ZeRO-1) reproduce the
+# single-rank run: every step's loss, the validation loss and every parameter after the last
+# step within 1e-5 relative (compare_runs.py). An interleaved checkpoint resumes under plain
+# 1F1B. dp2 x tp2 x pp2 is test_3d.sh. Errors: n_layer < pp (x virtual stages), microbatches < pp
+# for 1f1b, interleaved constraints: one clear message, non-zero exit, no hang.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +47,29 @@ run dp2_pp2_zero2 4 --parallel.pp=2 --parallel.dp=2 --parallel.zero=2
 same dp2_pp2_zero2
 run dp2_pp2_zero3 4 --parallel.pp=2 --parallel.dp=2 --parallel.zero=3 --parallel.schedule=gpipe
 same dp2_pp2_zero3
+# Interleaved 1F1B: rank r holds virtual stages r and r+2 (blocks {0}, {2} on rank 0 and {1}, {3}
+# on rank 1 with 4 blocks); pp_layers then lists the 4 virtual stages.
+il=(--parallel.pp=2 --parallel.schedule=interleaved --parallel.virtual_stages=2)
+run pp2_interleaved 2 "${il[@]}"
+grep -q "interleaved, 2 model chunks per rank" "$tmp/pp2_interleaved.log" || fail "pp2_interleaved: no model chunks"
+same pp2_interleaved
+run pp2_interleaved_recompute_layers 2 "${il[@]}" --train.recompute=full --parallel.pp_layers=[1,1,1,1]
+same pp2_interleaved_recompute_layers
+run dp2_pp2_interleaved_zero1 4 "${il[@]}" --parallel.dp=2 --parallel.zero=1 --checkpoint.every=5
+same dp2_pp2_interleaved_zero1
+# Its step-5 checkpoint (tensors at full logical shape) resumed under plain 1F1B, pp 2: steps 6-10
+# must match the interleaved run.
+run resume_1f1b 2 --parallel.pp=2 --train.resume="$tmp/dp2_pp2_interleaved_zero1/ckpt/step_00000005.h5"
+/usr/bin/python3 - "$tmp/dp2_pp2_interleaved_zero1" "$tmp/resume_1f1b" <<'PY' || fail "resume of the interleaved checkpoint"
+import json, sys
+def losses(d):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if "loss" in r}
+full, res = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(res) == [6, 7, 8, 9, 10], sorted(res)
+worst = max(abs(full[s] - res[s]) / full[s] for s in res)
+assert worst < 1e-5, worst
+print(f"ok: interleaved checkpoint resumed under 1f1b: steps 6-10 max rel diff {worst:.2e}")
+PY
 
 # Activation memory on stage 0: GPipe keeps all 4 micro-batches, 1F1B at most pp = 2, and
 # recompute keeps one block output per block instead of every intermediate.
@@ -64,6 +87,9 @@ expect_error() {  # pattern np extra...
 }
 expect_error "must be >= parallel.pp" 4 --parallel.pp=4 --model.n_layer=2
 expect_error "needs at least parallel.pp (4) micro-batches" 4 --parallel.pp=4 --train.global_batch=4
-expect_error "not wired into the trainer" 2 --parallel.pp=2 --parallel.schedule=interleaved --parallel.virtual_stages=2
 expect_error "needs parallel.virtual_stages >= 2" 2 --parallel.pp=2 --parallel.schedule=interleaved
+expect_error "to be a multiple of parallel.pp" 2 "${il[@]}" --train.global_batch=6
+expect_error "must be >= parallel.pp (2) x parallel.virtual_stages (4)" 2 --parallel.pp=2 \
+  --parallel.schedule=interleaved --parallel.virtual_stages=4 --model.n_layer=6
+expect_error "parallel.pp_layers has 2 entries" 2 "${il[@]}" --parallel.pp_layers=[2,2]
 echo "ok"

@@ -35,9 +35,8 @@ struct PipelineStepStats {
 };
 
 // The schedule a training job runs: parallel.schedule over pp stages and the step's micro-batches
-// (any schedule with pp = 1 is plain gradient accumulation). UsageError for combinations the
-// trainer cannot run (make_schedule's rules; interleaved needs model chunks the trainer does
-// not build yet).
+// (any schedule with pp = 1 is plain gradient accumulation). UsageError for combinations
+// make_schedule rejects (schedule.hpp).
 PipelineSchedule pipeline_schedule_for_job(const ParallelSection& par, int pp, int microbatches);
 
 // Every stage's idle fraction of one step (1 - compute / step time), on every rank of the PP

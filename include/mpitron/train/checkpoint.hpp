@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,8 @@ struct CheckpointShard {
 // zero >= 3 also the parameters.
 CheckpointShard checkpoint_shard_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
                                      const std::vector<int>& pp_layers, int zero);
+// The same for a given model shard (an interleaved pipeline's chunk: partition.hpp).
+CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& shard, const GridCoord& coord, int zero);
 
 // Everything that is not a tensor.
 struct CheckpointMeta {
@@ -76,15 +79,24 @@ struct CheckpointMeta {
 SamplerState sampler_state_for(const CheckpointMeta& m, int dp);
 
 // Collective over comm: writes `path` (overwriting it). No temp name / rename here: see
-// CheckpointManager::save.
+// CheckpointManager::save. A rank may hold several shards (the model chunks of an interleaved
+// pipeline); each tensor name is in at most one of them.
 void write_checkpoint_file(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
-                           const CheckpointShard& shard);
+                           std::span<const CheckpointShard> shards);
+inline void write_checkpoint_file(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
+                                  const CheckpointShard& shard) {
+  write_checkpoint_file(path, comm, meta, std::span<const CheckpointShard>(&shard, 1));
+}
 
 // Collective over comm: checks the model config against `expect` (UsageError naming the first
 // difference), reads every tensor this rank holds into shard's ranges, verifies checksums.
 // Padded vocab rows of wte are set to 0. Returns the metadata.
 CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, const ModelConfig& expect,
-                                    CheckpointShard& shard);
+                                    std::span<CheckpointShard> shards);
+inline CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, const ModelConfig& expect,
+                                           CheckpointShard& shard) {
+  return read_checkpoint_file(path, comm, expect, std::span<CheckpointShard>(&shard, 1));
+}
 
 // One process, no MPI-IO (inspect, generate): the metadata only.
 CheckpointMeta read_checkpoint_meta(const std::string& path);
@@ -100,7 +112,10 @@ class CheckpointManager {
   CheckpointManager(std::string dir, int keep, MPI_Comm comm);
   // Collective. Writes <dir>/.step_N.h5.tmp, renames it, points `latest` at it, then deletes the
   // oldest complete checkpoints beyond `keep` (keep <= 0: keep all). Returns the final path.
-  std::string save(const CheckpointMeta& meta, const CheckpointShard& shard);
+  std::string save(const CheckpointMeta& meta, std::span<const CheckpointShard> shards);
+  std::string save(const CheckpointMeta& meta, const CheckpointShard& shard) {
+    return save(meta, std::span<const CheckpointShard>(&shard, 1));
+  }
   const std::string& dir() const { return dir_; }
 
   static std::string file_name(int64_t step);  // "step_00001000.h5"

@@ -4,7 +4,7 @@
 // train.dump_params). Collective over the world.
 //
 // Contributors are the ranks with dp = cp = 0 (one copy of each model shard); rank 0 knows each
-// contributor's parameter table from model_shard_for(), so only the values travel.
+// contributor's parameter tables from model_chunks_for(), so only the values travel.
 #pragma once
 #include <string>
 #include <vector>
@@ -14,9 +14,14 @@
 
 namespace mpitron {
 
-// `local_params` is this rank's flat parameter buffer laid out as gpt_param_table(cfg, shard)
-// says (under ZeRO-3 the caller gathers it first).
+// chunk_params[c]: this rank's model chunk c's flat parameter buffer (one chunk unless the
+// pipeline is interleaved), laid out as gpt_param_table(cfg, chunk shard) says, with its size
+// (under ZeRO-3 the caller gathers it first).
+struct ChunkParams {
+  const float* data = nullptr;
+  size_t n = 0;
+};
 void dump_full_params(const std::string& path, const ModelConfig& cfg, const std::vector<int>& pp_layers,
-                      ProcessGrid& grid, const float* local_params, size_t n_local);
+                      int virtual_stages, ProcessGrid& grid, const std::vector<ChunkParams>& chunk_params);
 
 }  // namespace mpitron

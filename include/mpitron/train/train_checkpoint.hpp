@@ -9,14 +9,14 @@
 #include "mpitron/data/loader.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/model/gpt.hpp"
-#include "mpitron/parallel/data_parallel.hpp"
+#include "mpitron/parallel/stage_model.hpp"
 #include "mpitron/train/checkpoint.hpp"
 
 namespace mpitron {
 
 class TrainCheckpointer {
  public:
-  TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc, GPT& model, DataParallel& ddp,
+  TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc, StageModel& model,
                     DataLoader& data);
 
   // Collective. Loads the checkpoint train.resume selects (parameters, moments, AdamW step count,
@@ -35,13 +35,12 @@ class TrainCheckpointer {
 
  private:
   std::string save(int step, double loss, const SamplerState& s);
-  CheckpointShard shard_view();
+  std::vector<CheckpointShard> shard_view();  // one per model chunk
 
   const JobConfig& cfg_;
   ProcessGrid& grid_;
   ModelConfig mc_;
-  GPT& model_;
-  DataParallel& ddp_;
+  StageModel& model_;
   DataLoader& data_;
   CheckpointManager mgr_;
   SamplerState before_step_;

@@ -1,0 +1,64 @@
+// One pipeline rank's part of the model, ready to train: its model chunks (one, or v under the
+// interleaved schedule: partition.hpp), each a GPT with its own DataParallel (gradient buckets,
+// ZeRO shard, AdamW). The trainer talks to this instead of a GPT + DataParallel pair, so every
+// layout (pp = 1 included: one chunk) runs the same code.
+//
+// Construction order matters and is fixed here: every chunk initialises its full-model slice
+// from the seed (counter-based init, so any layout gets the single-rank values), the tied wte
+// copy on the last stage is then synchronised from the first stage, and only then are the
+// DataParallel objects built (ZeRO-3 takes its parameter shard at that point).
+//
+// Collective calls go chunk by chunk in chunk order on every rank, so all DP replicas issue the
+// same collectives in the same order.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "mpitron/dist/grid.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/parallel/data_parallel.hpp"
+#include "mpitron/train/param_dump.hpp"
+
+namespace mpitron {
+
+struct StageModelOptions {
+  int micro_batch = 1;
+  bool recompute = false;
+  uint64_t seed = 0;
+  std::vector<int> slots;  // activation slots per chunk (the schedule's max_in_flight)
+  DataParallelOptions dp;  // tied_group / tied_copy are filled in per chunk
+};
+
+class StageModel {
+ public:
+  StageModel(const ModelConfig& mc, const std::vector<ModelShard>& chunks, Ops& ops, ProcessGrid& grid,
+             const StageModelOptions& opt);
+  ~StageModel();
+
+  int size() const { return static_cast<int>(models_.size()); }
+  GPT& chunk(int c) { return *models_[c]; }
+  DataParallel& ddp(int c) { return *ddps_[c]; }
+  std::vector<GPT*> chunks();
+  size_t num_params() const;      // floats over all chunks (the tied copy included)
+  double tp_comm_seconds() const;
+
+  // DataParallel's step protocol, over every chunk.
+  void begin_step(int micro_batches);
+  void finish_backward();
+  double grad_sum_squares(int tp_rank);  // this rank's DP group, every chunk; not yet over TP / PP
+  void scale_grads(float s);
+  void optimizer_step(double lr);
+  CommTiming take_timing();
+  int optimizer_steps() const;
+  void set_optimizer_steps(int n);
+  std::string describe() const;
+
+  // Every chunk's full flat parameters (ZeRO-3: gathered into scratch; collective).
+  std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch);
+
+ private:
+  std::vector<std::unique_ptr<GPT>> models_;
+  std::vector<std::unique_ptr<DataParallel>> ddps_;
+};
+
+}  // namespace mpitron
