@@ -33,6 +33,13 @@ class Comm {
   virtual const std::string& name() const = 0;  // "tp", "dp", "pp", "world", ...
   virtual std::string backend() const = 0;      // "mpi" | "nccl"
 
+  // GPU backends: `stream` (a cudaStream_t; nullptr: none) is the stream the model computes on.
+  // Every operation called afterwards first waits, device-side, for the work already enqueued
+  // there (NcclComm records an event on it and makes its own communication stream wait for
+  // it), so a DDP bucket's all-reduce reads finished gradients while backward keeps going on
+  // the compute stream, with no host synchronisation. Host-memory backends (MPI) ignore it.
+  virtual void set_compute_stream(void* stream) { (void)stream; }
+
   // In place: buf[count] <- op over the group.
   virtual void all_reduce(void* buf, size_t count, DType t, ReduceOp op) = 0;
   virtual Request iall_reduce(void* buf, size_t count, DType t, ReduceOp op) = 0;

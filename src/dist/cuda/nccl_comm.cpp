@@ -5,6 +5,11 @@
 // tags: point-to-point messages between two ranks match in issue order. A blocking send that
 // meets a blocking send deadlocks, as in NCCL itself: use sendrecv (one NCCL group) for swaps.
 //
+// Ordering against the compute stream (set_compute_stream): before each operation the Comm
+// records an event on the compute stream and its own stream waits for it (cudaStreamWaitEvent),
+// so communication starts after the kernels that produce its input, without a host sync; the
+// caller waits for the Request (event on the Comm's stream) before it reads the result.
+//
 // Watchdog: the communicator is non-blocking (ncclConfig_t.blocking = 0), so no NCCL call and no
 // wait can hang the process. A call that returns ncclInProgress is polled with
 // ncclCommGetAsyncError until it is enqueued; every wait (blocking forms, Request::wait/test)
@@ -72,6 +77,7 @@ class NcclComm final : public Comm {
     config.blocking = 0;
     nccl_check(ncclCommInitRankConfig(&nccl_, size_, id, rank_, &config), "ncclCommInitRankConfig");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~NcclComm() override {
     // Bounded: a peer that died must not hang the exit; past the timeout the communicator is aborted.
@@ -86,6 +92,7 @@ class NcclComm final : public Comm {
     }
     if (nccl_) ncclCommDestroy(nccl_);
     if (stream_) cudaStreamDestroy(stream_);
+    if (compute_done_) cudaEventDestroy(compute_done_);
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin && mpi_ != MPI_COMM_NULL && mpi_ != MPI_COMM_WORLD) MPI_Comm_free(&mpi_);
@@ -95,21 +102,22 @@ class NcclComm final : public Comm {
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
   std::string backend() const override { return "nccl"; }
+  void set_compute_stream(void* stream) override { compute_ = static_cast<cudaStream_t>(stream); }
 
   void all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
-    nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclAllReduce");
+    nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), nccl_, ordered()), "ncclAllReduce");
     sync("ncclAllReduce");
   }
   Request iall_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
-    nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclAllReduce");
+    nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), nccl_, ordered()), "ncclAllReduce");
     return std::make_unique<NcclRequest>(*this, stream_, "ncclAllReduce");
   }
   void all_gather(const void* send, void* recv, size_t count, DType t) override {
-    nccl_check(ncclAllGather(send, recv, count, nccl_type(t), nccl_, stream_), "ncclAllGather");
+    nccl_check(ncclAllGather(send, recv, count, nccl_type(t), nccl_, ordered()), "ncclAllGather");
     sync("ncclAllGather");
   }
   Request iall_gather(const void* send, void* recv, size_t count, DType t) override {
-    nccl_check(ncclAllGather(send, recv, count, nccl_type(t), nccl_, stream_), "ncclAllGather");
+    nccl_check(ncclAllGather(send, recv, count, nccl_type(t), nccl_, ordered()), "ncclAllGather");
     return std::make_unique<NcclRequest>(*this, stream_, "ncclAllGather");
   }
   // Uneven all-gather = one broadcast per rank, fused in one NCCL group.
@@ -129,18 +137,18 @@ class NcclComm final : public Comm {
     for (int r = 0; r < size_; ++r) {
       const void* src = r == rank_ ? send : nullptr;
       if (counts[r] > 0)
-        nccl_check(ncclBroadcast(src, out + off * dtype_size(t), counts[r], nccl_type(t), r, nccl_, stream_),
+        nccl_check(ncclBroadcast(src, out + off * dtype_size(t), counts[r], nccl_type(t), r, nccl_, ordered()),
                    "ncclBroadcast");
       off += counts[r];
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
   }
   void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override {
-    nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclReduceScatter");
+    nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), nccl_, ordered()), "ncclReduceScatter");
     sync("ncclReduceScatter");
   }
   Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override {
-    nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), nccl_, stream_), "ncclReduceScatter");
+    nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), nccl_, ordered()), "ncclReduceScatter");
     return std::make_unique<NcclRequest>(*this, stream_, "ncclReduceScatter");
   }
   void reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) override {
@@ -159,37 +167,37 @@ class NcclComm final : public Comm {
     for (int r = 0; r < size_; ++r) {
       if (counts[r] > 0)
         nccl_check(ncclReduce(in + off * dtype_size(t), r == rank_ ? recv : nullptr, counts[r], nccl_type(t),
-                              nccl_op(op), r, nccl_, stream_),
+                              nccl_op(op), r, nccl_, ordered()),
                    "ncclReduce");
       off += counts[r];
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
   }
   void broadcast(void* buf, size_t count, DType t, int root) override {
-    nccl_check(ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_, stream_), "ncclBroadcast");
+    nccl_check(ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_, ordered()), "ncclBroadcast");
     sync("ncclBroadcast");
   }
   void send(const void* buf, size_t count, DType t, int peer, int) override {
-    nccl_check(ncclSend(buf, count, nccl_type(t), peer, nccl_, stream_), "ncclSend");
+    nccl_check(ncclSend(buf, count, nccl_type(t), peer, nccl_, ordered()), "ncclSend");
     sync("ncclSend");
   }
   void recv(void* buf, size_t count, DType t, int peer, int) override {
-    nccl_check(ncclRecv(buf, count, nccl_type(t), peer, nccl_, stream_), "ncclRecv");
+    nccl_check(ncclRecv(buf, count, nccl_type(t), peer, nccl_, ordered()), "ncclRecv");
     sync("ncclRecv");
   }
   Request isend(const void* buf, size_t count, DType t, int peer, int) override {
-    nccl_check(ncclSend(buf, count, nccl_type(t), peer, nccl_, stream_), "ncclSend");
+    nccl_check(ncclSend(buf, count, nccl_type(t), peer, nccl_, ordered()), "ncclSend");
     return std::make_unique<NcclRequest>(*this, stream_, "ncclSend");
   }
   Request irecv(void* buf, size_t count, DType t, int peer, int) override {
-    nccl_check(ncclRecv(buf, count, nccl_type(t), peer, nccl_, stream_), "ncclRecv");
+    nccl_check(ncclRecv(buf, count, nccl_type(t), peer, nccl_, ordered()), "ncclRecv");
     return std::make_unique<NcclRequest>(*this, stream_, "ncclRecv");
   }
   void sendrecv(const void* sendbuf, size_t send_count, int dst, void* recvbuf, size_t recv_count, int src, DType t,
                 int) override {
     nccl_check(ncclGroupStart(), "ncclGroupStart");
-    if (dst >= 0) nccl_check(ncclSend(sendbuf, send_count, nccl_type(t), dst, nccl_, stream_), "ncclSend");
-    if (src >= 0) nccl_check(ncclRecv(recvbuf, recv_count, nccl_type(t), src, nccl_, stream_), "ncclRecv");
+    if (dst >= 0) nccl_check(ncclSend(sendbuf, send_count, nccl_type(t), dst, nccl_, ordered()), "ncclSend");
+    if (src >= 0) nccl_check(ncclRecv(recvbuf, recv_count, nccl_type(t), src, nccl_, ordered()), "ncclRecv");
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
     sync("sendrecv (ncclSend + ncclRecv group)");
   }
@@ -199,7 +207,7 @@ class NcclComm final : public Comm {
     cuda_check(cudaMemcpy(d, v, count * sizeof(double), cudaMemcpyHostToDevice), "cudaMemcpy");
     cudaError_t e = cudaSuccess;
     try {
-      nccl_check(ncclAllReduce(d, d, count, ncclFloat64, nccl_op(op), nccl_, stream_), "ncclAllReduce (f64)");
+      nccl_check(ncclAllReduce(d, d, count, ncclFloat64, nccl_op(op), nccl_, ordered()), "ncclAllReduce (f64)");
       sync("ncclAllReduce (f64)");
       e = cudaMemcpy(v, d, count * sizeof(double), cudaMemcpyDeviceToHost);
     } catch (...) {
@@ -244,6 +252,14 @@ class NcclComm final : public Comm {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   void sync(const char* op) { watch(nullptr, op); }
+  // The stream NCCL operations go to, after it was made to wait for the compute stream's work.
+  cudaStream_t ordered() {
+    if (compute_) {
+      cuda_check(cudaEventRecord(compute_done_, compute_), "cudaEventRecord(compute stream)");
+      cuda_check(cudaStreamWaitEvent(stream_, compute_done_, 0), "cudaStreamWaitEvent(communication stream)");
+    }
+    return stream_;
+  }
   [[noreturn]] void abort_with(const char* op, const std::string& why) {
     std::string last = nccl_ ? ncclGetLastError(nccl_) : "";
     if (nccl_) {
@@ -283,6 +299,8 @@ class NcclComm final : public Comm {
   int rank_ = 0, size_ = 1;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t compute_ = nullptr;  // set_compute_stream
+  cudaEvent_t compute_done_ = nullptr;
 };
 
 NcclRequest::NcclRequest(NcclComm& comm, cudaStream_t s, const char* op) : comm_(comm), op_(op) {
