@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "mpitron/core/error.hpp"
 
@@ -15,10 +17,46 @@ void make_dirs(const std::string& path) {
   check(!ec, "cannot create directory '{}': {}", path, ec.message());
 }
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append) {
+namespace {
+
+// The "step" of one metrics.jsonl line, or -1 when it has none (memory records).
+int64_t record_step(const std::string& line) {
+  const std::string key = "\"step\": ";
+  size_t at = line.find(key);
+  return at == std::string::npos ? -1 : std::strtoll(line.c_str() + at + key.size(), nullptr, 10);
+}
+
+// Rewrites path without the records of steps after `step` (temp file + rename: a crash leaves
+// either the old or the new file).
+void drop_records_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;  // nothing logged yet
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    if (record_step(line) > step) dropped = true;
+    else kept += line + "\n";
+  }
+  in.close();
+  if (!dropped) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    check(static_cast<bool>(out), "cannot write '{}'", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  check(!ec, "cannot rename '{}' to '{}': {}", tmp, path, ec.message());
+}
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path, bool append, int64_t resumed_step) {
   if (path.empty()) return;
   auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) make_dirs(parent.string());
+  if (append && resumed_step >= 0) drop_records_after(path, resumed_step);
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
   check(f_ != nullptr, "cannot open metrics file '{}' for writing", path);
 }

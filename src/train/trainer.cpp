@@ -152,7 +152,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   const int64_t tokens_per_step = int64_t{bp.global} * mc.seq_len;
   const double peak = cfg.train.peak_flops > 0 ? cfg.train.peak_flops : measure_peak_flops(*ops);
 
-  MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/start_step > 0);
+  MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/start_step > 0, start_step);
   if (rank0) {
     std::printf(
         "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"

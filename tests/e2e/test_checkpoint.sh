@@ -111,6 +111,16 @@ kstep=$(sed -n 's/^  step *\([0-9]*\).*/\1/p' "$tmp/inspect.log")
 timeout 120 "$MPITRON" train jobs/tiny.toml "${common[@]}" --train.steps=$((kstep + 1)) --job.run_dir="$tmp/kill" \
   >"$tmp/kill2.log" 2>&1 || { cat "$tmp/kill2.log"; fail "the last checkpoint does not load"; }
 grep -q "resumed from .*: step $kstep" "$tmp/kill2.log" || fail "did not resume from step $kstep"
+# The killed run logged steps past its last checkpoint; the resumed run redid them, and
+# metrics.jsonl must hold one loss per step (the later records of the dead run dropped).
+/usr/bin/python3 - "$tmp/kill/metrics.jsonl" "$kstep" <<'PY' || fail "metrics.jsonl after the resume"
+import collections, json, sys
+steps = [r["step"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+dup = [s for s, n in collections.Counter(steps).items() if n > 1]
+assert not dup, f"steps logged twice: {dup}"
+assert max(steps) == int(sys.argv[2]) + 1, (max(steps), sys.argv[2])
+print(f"metrics.jsonl after the resume: {len(steps)} loss records, none twice")
+PY
 
 say "bad checkpoints: clear errors"
 head -c 3000 "$tmp/ref1/ckpt/step_00000004.h5" >"$tmp/trunc.h5"

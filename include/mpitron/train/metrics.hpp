@@ -2,6 +2,7 @@
 // with at least "step" and "loss" (DESIGN.md). Values are written as they are; NaN/Inf become
 // null so every line stays valid JSON.
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -15,7 +16,10 @@ class MetricsWriter {
   MetricsWriter() = default;
   // Opens path (creating parent folders): appending when a run resumes, else truncating so a
   // fresh run's file holds only its own records. An empty path disables writing.
-  MetricsWriter(const std::string& path, bool append);
+  // resumed_step >= 0 (with append): records of later steps are dropped first. They come from a
+  // run that went past its last checkpoint before it died; the resumed run redoes those steps,
+  // and the file must not hold two different losses for one step.
+  MetricsWriter(const std::string& path, bool append, int64_t resumed_step = -1);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
