@@ -11,7 +11,6 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/data/loader.hpp"
-#include "mpitron/data/shard.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
@@ -27,6 +26,7 @@
 #include "mpitron/train/peak_probe.hpp"
 #include "mpitron/train/step_stats.hpp"
 #include "mpitron/train/train_checkpoint.hpp"
+#include "mpitron/train/train_data.hpp"
 #include "mpitron/plan/check.hpp"
 
 namespace mpitron {
@@ -35,26 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// Batch arithmetic: global_batch sequences per step = micro_batch x dp x accumulation steps.
-struct BatchPlan {
-  int micro = 1, global = 1, accum = 1;
-};
-
-BatchPlan plan_batches(const JobConfig& cfg, int dp) {
-  BatchPlan b;
-  b.micro = cfg.train.micro_batch;
-  usage_check(b.micro > 0, "train.micro_batch must be > 0 (got {})", b.micro);
-  b.global = cfg.train.global_batch ? cfg.train.global_batch : b.micro * dp;
-  usage_check(b.global % (b.micro * dp) == 0,
-              "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x dp ({})", b.global, b.micro,
-              dp);
-  b.accum = b.global / (b.micro * dp);
-  usage_check(cfg.parallel.microbatches == 0 || cfg.parallel.microbatches == b.accum,
-              "parallel.microbatches ({}) disagrees with train.global_batch / (train.micro_batch x dp) = {}",
-              cfg.parallel.microbatches, b.accum);
-  return b;
 }
 
 // Mean loss over the validation set's first `batches` micro-batches per DP rank (all DP ranks
@@ -87,37 +67,10 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   const int dp = gs.dp, dp_rank = grid.coord().dp;
   const BatchPlan bp = plan_batches(cfg, dp);
 
-  // Model config: the data's tokenizer decides the vocabulary unless the job sets it.
-  ModelConfig mc = resolve_model_config(cfg.model);
-  LoaderOptions lo;
-  lo.dir = cfg.data.path;
-  lo.split = "train";
-  lo.seq_len = mc.seq_len;
-  lo.micro_batch = bp.micro;
-  lo.dp_size = dp;
-  lo.dp_rank = dp_rank;
-  lo.seed = cfg.data.seed;
-  lo.shuffle = true;
-  lo.drop_last = cfg.data.drop_last;
-  lo.prefetch = cfg.data.prefetch;
-  DataLoader train_data(lo);
-  if (cfg.model.vocab_size == 0) {
-    mc.vocab_size = train_data.vocab_size();
-  } else {
-    usage_check(mc.vocab_size >= train_data.vocab_size(),
-                "model.vocab_size ({}) is smaller than the data's vocabulary ({}, from {})", mc.vocab_size,
-                train_data.vocab_size(), cfg.data.path);
-  }
-  std::unique_ptr<ValidationLoader> val_data;
-  if (cfg.eval.batches > 0 && !list_shards(cfg.data.path, "val").empty()) {
-    LoaderOptions vo = lo;
-    vo.split = "val";
-    vo.shuffle = false;
-    // eval.batches counts global batches, so every layout evaluates the same sequences.
-    val_data = std::make_unique<ValidationLoader>(vo, int64_t{cfg.eval.batches} * bp.accum);
-  } else if (rank0 && cfg.eval.batches > 0) {
-    std::printf("note: no val_*.h5 in %s: validation loss is not computed\n", cfg.data.path.c_str());
-  }
+  TrainData data = open_train_data(cfg, bp, dp, dp_rank, rank0);
+  ModelConfig& mc = data.model;
+  DataLoader& train_data = *data.train;
+  ValidationLoader* val_data = data.val.get();
 
   usage_check(mc.n_head % gs.tp == 0, "model.n_head ({}) must be divisible by parallel.tp ({}): attention heads are "
               "split over the TP ranks", mc.n_head, gs.tp);

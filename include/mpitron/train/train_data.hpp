@@ -1,0 +1,27 @@
+// What every trainer (CPU: trainer.cpp; GPU: cuda/gpu_trainer.cpp) sets up the same way before
+// its first step: the batch arithmetic, the model config resolved against the data's tokenizer,
+// and this DP rank's training and validation loaders.
+#pragma once
+#include <memory>
+
+#include "mpitron/cli/job_config.hpp"
+#include "mpitron/data/loader.hpp"
+#include "mpitron/model/config.hpp"
+
+namespace mpitron {
+
+// global_batch sequences per step = micro_batch x dp x accumulation steps (UsageError otherwise).
+struct BatchPlan {
+  int micro = 1, global = 1, accum = 1;
+};
+BatchPlan plan_batches(const JobConfig& cfg, int dp);
+
+struct TrainData {
+  ModelConfig model;  // cfg.model with vocab_size taken from the data when the job leaves it 0
+  std::unique_ptr<DataLoader> train;
+  std::unique_ptr<ValidationLoader> val;  // nullptr: eval.batches = 0 or no val_*.h5 (noted on `print_notes`)
+};
+// eval.batches counts global batches, so every layout evaluates the same sequences.
+TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int dp_rank, bool print_notes);
+
+}  // namespace mpitron

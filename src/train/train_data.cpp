@@ -1,0 +1,59 @@
+#include "mpitron/train/train_data.hpp"
+
+#include <cstdio>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/shard.hpp"
+
+namespace mpitron {
+
+BatchPlan plan_batches(const JobConfig& cfg, int dp) {
+  BatchPlan b;
+  b.micro = cfg.train.micro_batch;
+  usage_check(b.micro > 0, "train.micro_batch must be > 0 (got {})", b.micro);
+  b.global = cfg.train.global_batch ? cfg.train.global_batch : b.micro * dp;
+  usage_check(b.global % (b.micro * dp) == 0,
+              "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x dp ({})", b.global, b.micro,
+              dp);
+  b.accum = b.global / (b.micro * dp);
+  usage_check(cfg.parallel.microbatches == 0 || cfg.parallel.microbatches == b.accum,
+              "parallel.microbatches ({}) disagrees with train.global_batch / (train.micro_batch x dp) = {}",
+              cfg.parallel.microbatches, b.accum);
+  return b;
+}
+
+TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int dp_rank, bool print_notes) {
+  TrainData d;
+  d.model = resolve_model_config(cfg.model);
+  LoaderOptions lo;
+  lo.dir = cfg.data.path;
+  lo.split = "train";
+  lo.seq_len = d.model.seq_len;
+  lo.micro_batch = bp.micro;
+  lo.dp_size = dp;
+  lo.dp_rank = dp_rank;
+  lo.seed = cfg.data.seed;
+  lo.shuffle = true;
+  lo.drop_last = cfg.data.drop_last;
+  lo.prefetch = cfg.data.prefetch;
+  d.train = std::make_unique<DataLoader>(lo);
+  // The data's tokenizer decides the vocabulary unless the job sets it.
+  if (cfg.model.vocab_size == 0) {
+    d.model.vocab_size = d.train->vocab_size();
+  } else {
+    usage_check(d.model.vocab_size >= d.train->vocab_size(),
+                "model.vocab_size ({}) is smaller than the data's vocabulary ({}, from {})", d.model.vocab_size,
+                d.train->vocab_size(), cfg.data.path);
+  }
+  if (cfg.eval.batches > 0 && !list_shards(cfg.data.path, "val").empty()) {
+    LoaderOptions vo = lo;
+    vo.split = "val";
+    vo.shuffle = false;
+    d.val = std::make_unique<ValidationLoader>(vo, int64_t{cfg.eval.batches} * bp.accum);
+  } else if (print_notes && cfg.eval.batches > 0) {
+    std::printf("note: no val_*.h5 in %s: validation loss is not computed\n", cfg.data.path.c_str());
+  }
+  return d;
+}
+
+}  // namespace mpitron
