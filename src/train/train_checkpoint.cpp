@@ -9,11 +9,11 @@
 namespace mpitron {
 
 TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc,
-                                     StageModel& model, DataLoader& data)
+                                     CheckpointState& state, DataLoader& data)
     : cfg_(cfg),
       grid_(grid),
       mc_(mc),
-      model_(model),
+      state_(state),
       data_(data),
       mgr_(cfg.run_dir() + "/ckpt", cfg.checkpoint.keep, MPI_COMM_WORLD) {
   usage_check(cfg.checkpoint.every >= 0, "checkpoint.every must be >= 0 (got {})", cfg.checkpoint.every);
@@ -21,13 +21,13 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, co
               "train.nan_policy must be \"stop\" or \"skip\" (got \"{}\")", cfg.train.nan_policy);
 }
 
-std::vector<CheckpointShard> TrainCheckpointer::shard_view() {
+std::vector<CheckpointShard> StageCheckpointState::shards() {
   std::vector<CheckpointShard> out;
   for (int c = 0; c < model_.size(); ++c) {
     GPT& model = model_.chunk(c);
     DataParallel& ddp = model_.ddp(c);
     const int zero = ddp.zero();
-    CheckpointShard s = checkpoint_shard_of(mc_, model.shard(), grid_.coord(), zero);
+    CheckpointShard s = checkpoint_shard_of(mc_, model.shard(), coord_, zero);
     const FlatRange r = ddp.shard();
     if (zero >= 3) s.params = {ddp.shard_params(), r.begin, r.end, s.params.owner};
     else s.params = {model.param_data(), 0, model.num_params(), s.params.owner};
@@ -42,9 +42,10 @@ std::vector<CheckpointShard> TrainCheckpointer::shard_view() {
 int TrainCheckpointer::resume() {
   auto path = resolve_resume(cfg_.train.resume, mgr_.dir());
   if (!path) return 0;
-  std::vector<CheckpointShard> s = shard_view();
+  std::vector<CheckpointShard> s = state_.shards();
   CheckpointMeta m = read_checkpoint_file(*path, MPI_COMM_WORLD, mc_, s);
-  model_.set_optimizer_steps(static_cast<int>(m.optimizer_steps));
+  state_.loaded();
+  state_.set_optimizer_steps(static_cast<int>(m.optimizer_steps));
   data_.restore(sampler_state_for(m, grid_.shape().dp));
   before_step_ = data_.state();
   last_saved_ = static_cast<int>(m.step);
@@ -63,7 +64,7 @@ void TrainCheckpointer::begin_step() { before_step_ = data_.state(); }
 std::string TrainCheckpointer::save(int step, double loss, const SamplerState& sampler) {
   CheckpointMeta m;
   m.step = step;
-  m.optimizer_steps = model_.optimizer_steps();
+  m.optimizer_steps = state_.optimizer_steps();
   m.sampler = sampler;
   m.sampler_dp = grid_.shape().dp;
   m.train_seed = cfg_.train.seed;
@@ -71,12 +72,12 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
   m.loss = loss;
   m.model = mc_;
   m.layout = grid_.shape();
-  m.zero = model_.ddp(0).zero();
+  m.zero = state_.zero();
   m.pp_layers = cfg_.parallel.pp_layers;
   m.job_toml = job_to_toml(cfg_);
   m.tokenizer_json = data_.tokenizer_json();
   m.version = kVersion;
-  const std::vector<CheckpointShard> shards = shard_view();
+  const std::vector<CheckpointShard> shards = state_.shards();
   std::string path = mgr_.save(m, shards);
   last_saved_ = step;
   if (grid_.rank() == 0) {

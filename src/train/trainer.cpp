@@ -98,7 +98,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   PipelineExecutor pipe(schedule, grid.pp(), model.chunks());
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   // Resume (train.resume) now; save in the loop (checkpoint.every, last step, preemption).
-  TrainCheckpointer ckpt(cfg, grid, mc, model, train_data);
+  StageCheckpointState ckpt_state(model, mc, grid.coord());
+  TrainCheckpointer ckpt(cfg, grid, mc, ckpt_state, train_data);
   const int start_step = ckpt.resume();
 
   const double flops_per_token = gpt_flops_per_token(mc);

@@ -14,9 +14,38 @@
 
 namespace mpitron {
 
+// The model and optimizer state a checkpoint holds, whatever holds it: a StageModel's host
+// buffers on CPU (StageCheckpointState), device buffers staged through host memory on GPU.
+class CheckpointState {
+ public:
+  virtual ~CheckpointState() = default;
+  // This rank's shards (one per model chunk) over host buffers. For a save the buffers hold the
+  // current state once shards() returns; after a load, loaded() puts them in effect.
+  virtual std::vector<CheckpointShard> shards() = 0;
+  virtual void loaded() {}
+  virtual int optimizer_steps() const = 0;
+  virtual void set_optimizer_steps(int n) = 0;
+  virtual int zero() const = 0;
+};
+
+class StageCheckpointState final : public CheckpointState {
+ public:
+  StageCheckpointState(StageModel& model, const ModelConfig& mc, const GridCoord& coord)
+      : model_(model), mc_(mc), coord_(coord) {}
+  std::vector<CheckpointShard> shards() override;
+  int optimizer_steps() const override { return model_.optimizer_steps(); }
+  void set_optimizer_steps(int n) override { model_.set_optimizer_steps(n); }
+  int zero() const override { return model_.ddp(0).zero(); }
+
+ private:
+  StageModel& model_;
+  ModelConfig mc_;
+  GridCoord coord_;
+};
+
 class TrainCheckpointer {
  public:
-  TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc, StageModel& model,
+  TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc, CheckpointState& state,
                     DataLoader& data);
 
   // Collective. Loads the checkpoint train.resume selects (parameters, moments, AdamW step count,
@@ -35,12 +64,11 @@ class TrainCheckpointer {
 
  private:
   std::string save(int step, double loss, const SamplerState& s);
-  std::vector<CheckpointShard> shard_view();  // one per model chunk
 
   const JobConfig& cfg_;
   ProcessGrid& grid_;
   ModelConfig mc_;
-  StageModel& model_;
+  CheckpointState& state_;
   DataLoader& data_;
   CheckpointManager mgr_;
   SamplerState before_step_;
