@@ -102,10 +102,10 @@ double gpt_flops_per_token(const ModelConfig& cfg) {
 // (attn.c_proj, mlp.c_proj weights) scaled by 1/sqrt(2*n_layer); biases 0; LN weight 1, bias 0;
 // wte rows >= vocab_size (padding) 0. Element i of a tensor draws normal_at(seed,
 // stable_hash(name), full flat index), so any shard computes exactly its own elements.
-void GPT::init_weights(uint64_t seed) {
-  const double std0 = 0.02, std_res = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
-  float* base = params_buf_.data();
-  for (const auto& p : params_) {
+void init_gpt_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table, float* base, uint64_t seed,
+                     int tp_rank) {
+  const double std0 = 0.02, std_res = 0.02 / std::sqrt(2.0 * cfg.n_layer);
+  for (const auto& p : table) {
     float* dst = base + p.offset;
     auto ends_with = [&](std::string_view s) { return p.name.size() >= s.size() && p.name.ends_with(s); };
     bool is_ln = p.name.find("ln_") != std::string::npos;
@@ -124,10 +124,12 @@ void GPT::init_weights(uint64_t seed) {
     int64_t C = p.full_shape.back();
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < p.numel; ++i) {
-      int64_t f = param_full_index(p, static_cast<int64_t>(i), shard_.tp_rank);
-      dst[i] = (is_wte && f / C >= cfg_.vocab_size) ? 0.f : static_cast<float>(sd * normal_at(seed, stream, f));
+      int64_t f = param_full_index(p, static_cast<int64_t>(i), tp_rank);
+      dst[i] = (is_wte && f / C >= cfg.vocab_size) ? 0.f : static_cast<float>(sd * normal_at(seed, stream, f));
     }
   }
 }
+
+void GPT::init_weights(uint64_t seed) { init_gpt_params(cfg_, params_, params_buf_.data(), seed, shard_.tp_rank); }
 
 }  // namespace mpitron

@@ -56,6 +56,10 @@ struct ParamInfo {
 // Full-tensor flat index of local element `i` of `p` (row-major), for initialisation and
 // checkpoint hyperslabs.
 int64_t param_full_index(const ParamInfo& p, int64_t i, int tp_rank);
+// GPT-2 initialisation of the flat buffer `base` laid out as `table` (gpt_param_table): what
+// GPT::init_weights does, for callers without a GPT (the GPU model loads it from the host).
+void init_gpt_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table, float* base, uint64_t seed,
+                     int tp_rank = 0);
 
 std::vector<ParamInfo> gpt_param_table(const ModelConfig& cfg, const ModelShard& shard);
 // How many micro-batches' activations a model keeps at once, and how. A pipeline schedule keeps
