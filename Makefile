@@ -152,10 +152,12 @@ bench-comm: $(BUILD)/mpitron $(BUILD)/bench/comm_plain_allreduce
 bench: bench-comm
 
 # GPU device check (bench/gpu_check.sh builds it with CUDA=1 and runs it): every CUDA kernel against
-# the CPU backend, kernel timings, cuBLASLt GEMM rate -> bench/results/gpu_check*.md. Links only
-# the ops and core objects: quick to build on the GPU machine, independent of the rest of the tree.
+# the CPU backend, kernel timings, cuBLASLt GEMM rate, GptCuda training against the CPU GPT ->
+# bench/results/gpu_check*.md. Links only the ops, core and model objects (+ the trainer's AdamW,
+# the CPU reference): quick to build on the GPU machine, independent of the rest of the tree.
 .PHONY: gpu-check
-GPU_CHECK_OBJ := $(BUILD)/obj/bench/gpu/gpu_check.o $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/%,$(LIB_OBJ))
+GPU_CHECK_OBJ := $(BUILD)/obj/bench/gpu/gpu_check.o $(BUILD)/obj/src/train/adamw.o \
+  $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/% $(BUILD)/obj/src/model/%,$(LIB_OBJ))
 $(BUILD)/bench/gpu_check: $(GPU_CHECK_OBJ)
 	@test "$(CUDA_ON)" = 1 || { echo "gpu_check needs a CUDA build (CUDA=1)" >&2; exit 1; }
 	@mkdir -p $(dir $@)

@@ -3,7 +3,8 @@
 #   bash bench/gpu_check.sh [RESULTS.md]
 # 1. builds build-gpu/bench/gpu_check with CUDA=1 (its own build folder, -j$(nproc));
 # 2. runs it: every CUDA kernel against the CPU backend (relative error, bound per op), cuDNN
-#    attention against the naive path, kernel timings at gpt2-124m shapes, the cuBLASLt GEMM rate;
+#    attention against the naive path, kernel timings at gpt2-124m shapes, the cuBLASLt GEMM rate,
+#    20 tiny-model training steps on GptCuda against the CPU GPT, gpt2-124m/350m step timings + MFU;
 # 3. writes the results (markdown) to RESULTS.md, default bench/results/gpu_check_<gpu>.md.
 # Exit status: 0 all checks passed, 1 a check failed, 2 no GPU / build failure.
 # NO_BUILD=1 skips the build (uses $BUILD/bench/gpu_check as it is).

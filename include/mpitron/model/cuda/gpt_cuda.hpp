@@ -1,0 +1,162 @@
+// GptCuda: the GPT-2 model of gpt.hpp on one GPU, through CudaOps (bf16 compute, fp32 master
+// weights, fp32 gradients and Adam moments; llm.c's precision plan, see cuda_ops.hpp).
+// GPU builds only (MPITRON_CUDA=1).
+//
+// Same architecture, same parameter table and flat layout as the CPU GPT with ModelShard{}
+// (gpt_param_table: tied wte of padded_vocab rows, parameters on 16-float boundaries), so a flat
+// fp32 vector from GPT::param_data() loads 1:1 (load_params) and comes back the same way
+// (copy_params_to_host). Whole model on one device only: tensor / pipeline / sequence parallel
+// shards are rejected at construction.
+//
+// Device memory, planned once at construction (llm.c's layout, see gpt_cuda.cpp):
+//   params   fp32 master flat buffer + its bf16 copy (what the kernels read)       Mem::params
+//   grads    fp32 flat buffer, ACCUMULATED over micro-batches until zero_grad()   Mem::grads
+//   optim    fp32 AdamW moments m, v over the flat layout                         Mem::optim
+//   activations for micro-batch max_micro_batch x seq_len: bf16 tensors, fp32 LayerNorm stats,
+//            attention logsumexp stats, losses; one chunk of bf16 logits; backward scratch;
+//            the micro-batch's unscaled wte gradient from the head                 Mem::activations
+// Every call is enqueued on ops.stream(); the host waits only where it needs a value: forward
+// (the loss), grad_sum_squares, copy_*_to_host (and load_params, which is not in the step).
+//
+// A training step, as the CPU trainer does it (loss_scale = 1 / targets counted in the batch):
+//   zero_grad(); for each micro-batch { forward(...); backward(loss_scale); }
+//   [clip: scale_grads(min(1, clip / sqrt(grad_sum_squares())))]; adamw_step(lr, opt, step);
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mpitron/model/config.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/ops/cuda/cuda_ops.hpp"
+
+namespace mpitron {
+
+// torch.optim.AdamW hyper-parameters (the fields of AdamWOptions in train/adamw.hpp, which the
+// model module does not depend on). Weight decay applies to parameters marked `decay` (2-D).
+struct CudaAdamWOptions {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+struct GptCudaOptions {
+  // Rows of logits computed at once by the LM head (bounds its bf16 [rows, padded_vocab]
+  // buffer). 0: up to 2^29 elements (1 GiB), i.e. all of B*T = 8192 rows of GPT-2 at once.
+  int64_t logits_chunk_rows = 0;
+};
+
+class GptCuda {
+ public:
+  // shard must be the whole model (ModelShard{}); max_micro_batch bounds forward()'s B. `ops`
+  // must outlive the model (its stream carries all the model's work, the destructor included).
+  GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard = {},
+          GptCudaOptions options = {});
+  ~GptCuda();
+  GptCuda(const GptCuda&) = delete;
+  GptCuda& operator=(const GptCuda&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  size_t num_params() const { return n_flat_; }  // floats of the flat layout, = GPT::num_params()
+  int max_micro_batch() const { return max_B_; }
+  int64_t logits_chunk_rows() const { return chunk_rows_; }
+
+  // Host fp32 flat parameters [num_params()] -> the fp32 master copy and its bf16 copy. The
+  // AdamW moments are left as they are (zero after construction; see zero_optimizer_state).
+  void load_params(const float* host, size_t n);
+  void copy_params_to_host(float* host, size_t n);  // the fp32 master copy; syncs
+  void copy_grads_to_host(float* host, size_t n);   // syncs
+  void zero_grad();
+  void zero_optimizer_state();
+
+  // One micro-batch [B, T] of host token ids (T = cfg.seq_len, 1 <= B <= max_micro_batch).
+  // targets may hold -1 (ignored); every input must be in [0, vocab_size). Returns the SUM of
+  // the per-token losses over counted targets and sets *n_targets (may be nullptr). Waits for
+  // the losses (the only sync of the step). With gradients enabled (the default) the LM head's
+  // backward runs here too, unscaled, as in the CPU GPT; backward() applies loss_scale.
+  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr);
+  // Accumulates d(loss_sum * loss_scale) of the last forward into the fp32 gradients.
+  void backward(float loss_scale);
+  void set_grad_enabled(bool on) { grad_enabled_ = on; }
+  bool grad_enabled() const { return grad_enabled_; }
+
+  // Sum of squares of every gradient, in fp64 on the device (deterministic), then to the host:
+  // syncs. The global grad norm is its square root.
+  double grad_sum_squares();
+  void scale_grads(float s);  // grads *= s (clipping)
+  // One torch.optim.AdamW update of every parameter from the gradients (step is 1-based), fp32
+  // master -> bf16 copy. Weight decay only where ParamInfo::decay.
+  void adamw_step(float lr, const CudaAdamWOptions& opt, int step);
+
+  // Device bytes this model allocated, per category and in all (also counted by
+  // MemTracker::cuda()); "params 1.2 GiB, grads ..., total ..." for logs.
+  int64_t device_bytes() const;
+  int64_t device_bytes(Mem m) const;
+  std::string memory_summary() const;
+  // Bytes of the activation buffer for micro-batch max_micro_batch (what the constructor
+  // allocates under Mem::activations), for a memory ledger.
+  static int64_t activation_bytes(const ModelConfig& cfg, int max_micro_batch, GptCudaOptions options = {});
+
+ private:
+  struct DeviceAlloc {  // one cudaMalloc counted under one category
+    void* p = nullptr;
+    size_t bytes = 0;
+    Mem mem = Mem::workspace;
+  };
+  struct LayerOffsets {  // flat offsets (elements) of one block's parameters, the table's order
+    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcp_w, fcp_b;
+  };
+  struct Offsets {
+    size_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;
+    std::vector<LayerOffsets> layers;
+  };
+  struct LayerAct {  // what backward needs of one block; bf16 unless fp32 stats
+    bf16 *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;  // fch: GELU input (the fc epilogue's aux)
+    float *ln1_mean, *ln1_rstd, *att_stats, *ln2_mean, *ln2_rstd;
+  };
+  struct Acts {
+    bf16* encoded = nullptr;  // embedding output = block 0's input [BT, C]
+    std::vector<LayerAct> layers;
+    bf16 *lnf = nullptr, *dlnf = nullptr, *logits = nullptr;  // logits: one chunk [chunk_rows, Vp]
+    float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr, *lse = nullptr;
+    float* dwte_head = nullptr;  // [Vp, C] this micro-batch's wte gradient from the head, unscaled
+    bf16* proj_out = nullptr;    // [BT, C] attention / MLP projection output, before its residual add
+    bf16 *dres = nullptr, *dC = nullptr, *d4C = nullptr;  // backward scratch: [BT,C] x2, [BT,F] (also dqkv)
+    int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
+  };
+
+  // Lays the activations out from `base` (nullptr: only sizes them); returns the bytes used.
+  static size_t plan_activations(const ModelConfig& cfg, int B, int64_t chunk_rows, char* base, Acts& a);
+  void* device_alloc(Mem m, size_t bytes, const char* what);
+  void release();  // frees every device / pinned allocation (destructor, failed constructor)
+  const bf16* W(size_t offset) const { return params_bf16_ + offset; }
+  float* G(size_t offset) const { return grads_ + offset; }
+  const bf16* block_output() const;  // the final LayerNorm's input
+  void layer_forward(int l, int B);
+  void layer_backward(int l, int B);
+  void head_forward(int B);
+
+  ModelConfig cfg_;
+  CudaOps& ops_;
+  int max_B_;
+  int64_t vp_ = 0, chunk_rows_ = 0;
+  std::vector<ParamInfo> params_;
+  size_t n_flat_ = 0;
+  Offsets off_;
+  std::vector<DeviceAlloc> allocs_;
+  float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  bf16* params_bf16_ = nullptr;
+  Acts a_;
+  struct Segment {  // AdamW runs over maximal runs of parameters sharing the decay flag
+    size_t offset, n;
+    bool decay;
+  };
+  std::vector<Segment> segments_;
+  int32_t* host_tokens_ = nullptr;  // pinned staging [2 * max BT]: inputs, then targets
+  float* host_losses_ = nullptr;    // pinned [max BT]
+  cudaEvent_t tokens_sent_ = nullptr, losses_ready_ = nullptr;
+  int last_B_ = 0;
+  bool head_grads_pending_ = false, grad_enabled_ = true;
+};
+
+}  // namespace mpitron

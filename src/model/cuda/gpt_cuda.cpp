@@ -1,0 +1,391 @@
+// GptCuda (gpt_cuda.hpp): the CPU GPT's forward/backward (src/model/gpt.cpp, tp = pp = 1) on
+// CudaOps, with llm.c's fusions:
+//   - residual add + LayerNorm in one kernel: block l's ln_1 also writes block l-1's output
+//     (res3 = res2 + mlp projection), the final LayerNorm writes the last block's output;
+//   - c_fc's matmul + bias + GELU in one cuBLASLt call (GELU_AUX_BIAS keeps the GELU input for
+//     the backward), and in the backward mlp.c_proj's dinp times gelu' (DGELU epilogue);
+//   - attention keeps only its logsumexp stats [B, H, T], never the [T, T] probabilities;
+//   - LM head in chunks of rows: logits (bf16) -> crossentropy_fused (losses, and dlogits in
+//     place) -> dlnf and the wte gradient, during forward (as the CPU GPT does), unscaled;
+//     backward() scales them by loss_scale, which is only known then.
+// Gradients are fp32 and accumulate (+=) over micro-batches; the residual-stream gradient dres
+// is bf16 (llm.c's dresidual), LayerNorm backward adds into it.
+#include "mpitron/model/cuda/gpt_cuda.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "../../ops/cuda/check.hpp"
+#include "gpt_cuda_kernels.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/memory.hpp"
+
+namespace mpitron {
+
+namespace {
+
+using cuda::cuda_check;
+
+constexpr size_t kAlign = 256;  // every activation tensor starts on a 256-byte boundary
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Rows of logits per LM-head chunk: the option, else up to 2^29 bf16 elements (1 GiB) at a time,
+// rows split evenly over the chunks (as gpt_logits_chunk_rows does on the CPU, with a GPU-sized
+// budget: fewer chunks mean fewer passes over the [Vp, C] wte gradient).
+int64_t chunk_rows_for(const ModelConfig& cfg, int B, const GptCudaOptions& o) {
+  const int64_t bt = int64_t{B} * cfg.seq_len;
+  if (o.logits_chunk_rows > 0) return std::min(o.logits_chunk_rows, bt);
+  constexpr int64_t kBudget = int64_t{1} << 29;
+  const int64_t max_rows = std::max<int64_t>(64, kBudget / cfg.padded_vocab());
+  const int64_t chunks = (bt + max_rows - 1) / max_rows;
+  return (bt + chunks - 1) / chunks;
+}
+
+}  // namespace
+
+size_t GptCuda::plan_activations(const ModelConfig& cfg, int B, int64_t chunk_rows, char* base, Acts& a) {
+  size_t used = 0;
+  auto take = [&](size_t bytes) -> void* {
+    void* p = base ? base + used : nullptr;
+    used += align_up(bytes);
+    return p;
+  };
+  auto bf = [&](int64_t n) { return static_cast<bf16*>(take(static_cast<size_t>(n) * sizeof(bf16))); };
+  auto f32 = [&](int64_t n) { return static_cast<float*>(take(static_cast<size_t>(n) * sizeof(float))); };
+  auto i32 = [&](int64_t n) { return static_cast<int32_t*>(take(static_cast<size_t>(n) * sizeof(int32_t))); };
+  const int64_t BT = int64_t{B} * cfg.seq_len, C = cfg.d_model, F = cfg.d_ff, Vp = cfg.padded_vocab();
+  const int64_t stats = int64_t{B} * cfg.n_head * cfg.seq_len;
+  a.encoded = bf(BT * C);
+  a.layers.resize(static_cast<size_t>(cfg.n_layer));
+  for (LayerAct& l : a.layers) {
+    l.ln1 = bf(BT * C), l.ln1_mean = f32(BT), l.ln1_rstd = f32(BT);
+    l.qkv = bf(BT * 3 * C), l.atty = bf(BT * C), l.att_stats = f32(stats);
+    l.res2 = bf(BT * C), l.ln2 = bf(BT * C), l.ln2_mean = f32(BT), l.ln2_rstd = f32(BT);
+    l.fch = bf(BT * F), l.fch_gelu = bf(BT * F), l.res3 = bf(BT * C);
+  }
+  a.lnf = bf(BT * C), a.lnf_mean = f32(BT), a.lnf_rstd = f32(BT), a.losses = f32(BT), a.lse = f32(BT);
+  a.dlnf = bf(BT * C), a.dwte_head = f32(Vp * C), a.logits = bf(chunk_rows * Vp);
+  a.proj_out = bf(BT * C), a.dres = bf(BT * C), a.dC = bf(BT * C), a.d4C = bf(BT * std::max(F, 3 * C));
+  a.tokens = i32(BT), a.targets = i32(BT);
+  return used;
+}
+
+int64_t GptCuda::activation_bytes(const ModelConfig& cfg, int max_micro_batch, GptCudaOptions options) {
+  Acts a;
+  return static_cast<int64_t>(
+      plan_activations(cfg, max_micro_batch, chunk_rows_for(cfg, max_micro_batch, options), nullptr, a));
+}
+
+void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("GptCuda: cudaMalloc of {} for {} failed: {} (this model holds {} already)", format_bytes(int64_t(bytes)),
+         what, cudaGetErrorString(e), format_bytes(device_bytes()));
+  }
+  allocs_.push_back({p, bytes, m});
+  MemTracker::cuda().on_alloc(m, static_cast<int64_t>(bytes));
+  cuda_check(cudaMemsetAsync(p, 0, bytes, ops_.stream()), "cudaMemsetAsync(GptCuda buffer)");
+  return p;
+}
+
+GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard,
+                 GptCudaOptions options)
+    : cfg_(cfg), ops_(ops), max_B_(max_micro_batch) {
+  check(cfg.arch == Arch::gpt2, "GptCuda: model '{}' is not a GPT-2 architecture", cfg.name);
+  check(shard.tp_size == 1 && shard.tp_rank == 0 && !shard.sequence_parallel,
+        "GptCuda runs the whole model on one GPU: tensor parallel (tp {}) and sequence parallel are not "
+        "supported yet (use the CPU backend for tp > 1)",
+        shard.tp_size);
+  check(shard.layer_begin == 0 && (shard.layer_end < 0 || shard.layer_end == cfg.n_layer) && shard.has_embedding &&
+            shard.has_head,
+        "GptCuda runs the whole model on one GPU: a pipeline stage (layers [{}, {}), embedding {}, head {}) is "
+        "not supported yet (pp must be 1)",
+        shard.layer_begin, shard.layer_end, shard.has_embedding, shard.has_head);
+  check(max_micro_batch > 0, "GptCuda: max_micro_batch must be > 0");
+  check(cfg.d_model % cfg.n_head == 0 && cfg.d_ff == 4 * cfg.d_model && cfg.d_model % 8 == 0,
+        "GptCuda: bad config d_model {} n_head {} d_ff {} (d_ff = 4 d_model, d_model a multiple of 8 and of n_head)",
+        cfg.d_model, cfg.n_head, cfg.d_ff);
+  vp_ = cfg.padded_vocab();
+  chunk_rows_ = chunk_rows_for(cfg, max_micro_batch, options);
+  params_ = gpt_param_table(cfg, ModelShard{});
+  n_flat_ = params_.empty() ? 0 : params_.back().offset + (params_.back().numel + 15) / 16 * 16;
+
+  auto at = [&](const std::string& name) {
+    for (const auto& p : params_)
+      if (p.name == name) return p.offset;
+    fail("GptCuda: parameter {} missing from the table", name);
+  };
+  off_.wte = at("wte.weight"), off_.wpe = at("wpe.weight");
+  off_.lnf_w = at("ln_f.weight"), off_.lnf_b = at("ln_f.bias");
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    std::string h = "h." + std::to_string(l) + ".";
+    off_.layers.push_back({at(h + "ln_1.weight"), at(h + "ln_1.bias"), at(h + "attn.c_attn.weight"),
+                           at(h + "attn.c_attn.bias"), at(h + "attn.c_proj.weight"), at(h + "attn.c_proj.bias"),
+                           at(h + "ln_2.weight"), at(h + "ln_2.bias"), at(h + "mlp.c_fc.weight"),
+                           at(h + "mlp.c_fc.bias"), at(h + "mlp.c_proj.weight"), at(h + "mlp.c_proj.bias")});
+  }
+  // AdamW segments, as train/adamw.cpp builds them: neighbours with the same decay flag merged.
+  for (const auto& p : params_) {
+    if (!segments_.empty() && segments_.back().decay == p.decay &&
+        segments_.back().offset + segments_.back().n == p.offset)
+      segments_.back().n += p.numel;
+    else
+      segments_.push_back({p.offset, p.numel, p.decay});
+  }
+
+  try {
+    master_ = static_cast<float*>(device_alloc(Mem::params, n_flat_ * sizeof(float), "fp32 master parameters"));
+    params_bf16_ = static_cast<bf16*>(device_alloc(Mem::params, n_flat_ * sizeof(bf16), "bf16 parameters"));
+    grads_ = static_cast<float*>(device_alloc(Mem::grads, n_flat_ * sizeof(float), "gradients"));
+    m_ = static_cast<float*>(device_alloc(Mem::optim, n_flat_ * sizeof(float), "AdamW exp_avg"));
+    v_ = static_cast<float*>(device_alloc(Mem::optim, n_flat_ * sizeof(float), "AdamW exp_avg_sq"));
+    size_t act_bytes = plan_activations(cfg, max_micro_batch, chunk_rows_, nullptr, a_);
+    char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
+    plan_activations(cfg, max_micro_batch, chunk_rows_, act, a_);
+    const size_t bt = static_cast<size_t>(max_micro_batch) * cfg.seq_len;
+    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 2 * bt * sizeof(int32_t)),
+               "cudaMallocHost(token staging)");
+    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_losses_), bt * sizeof(float)),
+               "cudaMallocHost(losses)");
+    cuda_check(cudaEventCreateWithFlags(&tokens_sent_, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventCreateWithFlags(&losses_ready_, cudaEventDisableTiming), "cudaEventCreate");
+    ops_.synchronize();  // the zero fills are done
+  } catch (...) {
+    release();  // a throwing constructor runs no destructor
+    throw;
+  }
+}
+
+GptCuda::~GptCuda() { release(); }
+
+void GptCuda::release() {
+  cudaStreamSynchronize(ops_.stream());
+  for (const DeviceAlloc& d : allocs_) {
+    cudaFree(d.p);
+    MemTracker::cuda().on_free(d.mem, static_cast<int64_t>(d.bytes));
+  }
+  allocs_.clear();
+  if (host_tokens_) cudaFreeHost(host_tokens_);
+  if (host_losses_) cudaFreeHost(host_losses_);
+  if (tokens_sent_) cudaEventDestroy(tokens_sent_);
+  if (losses_ready_) cudaEventDestroy(losses_ready_);
+  host_tokens_ = nullptr, host_losses_ = nullptr, tokens_sent_ = nullptr, losses_ready_ = nullptr;
+}
+
+int64_t GptCuda::device_bytes() const {
+  int64_t n = 0;
+  for (const DeviceAlloc& d : allocs_) n += static_cast<int64_t>(d.bytes);
+  return n;
+}
+
+int64_t GptCuda::device_bytes(Mem m) const {
+  int64_t n = 0;
+  for (const DeviceAlloc& d : allocs_)
+    if (d.mem == m) n += static_cast<int64_t>(d.bytes);
+  return n;
+}
+
+std::string GptCuda::memory_summary() const {
+  std::string s;
+  for (Mem m : {Mem::params, Mem::grads, Mem::optim, Mem::activations})
+    s += fmt::format("{} {}, ", mem_name(m), format_bytes(device_bytes(m)));
+  return s + fmt::format("total {}", format_bytes(device_bytes()));
+}
+
+void GptCuda::load_params(const float* host, size_t n) {
+  check(n == n_flat_, "GptCuda::load_params: {} floats given, the flat layout has {}", n, n_flat_);
+  cuda_check(cudaMemcpyAsync(master_, host, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
+             "cudaMemcpyAsync(load_params)");
+  ops_.to_bf16(params_bf16_, master_, n);
+  ops_.synchronize();
+}
+
+void GptCuda::copy_params_to_host(float* host, size_t n) {
+  check(n == n_flat_, "GptCuda::copy_params_to_host: room for {} floats, the flat layout has {}", n, n_flat_);
+  cuda_check(cudaMemcpyAsync(host, master_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
+             "cudaMemcpyAsync(copy_params_to_host)");
+  ops_.synchronize();
+}
+
+void GptCuda::copy_grads_to_host(float* host, size_t n) {
+  check(n == n_flat_, "GptCuda::copy_grads_to_host: room for {} floats, the flat layout has {}", n, n_flat_);
+  cuda_check(cudaMemcpyAsync(host, grads_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
+             "cudaMemcpyAsync(copy_grads_to_host)");
+  ops_.synchronize();
+}
+
+void GptCuda::zero_grad() {
+  cuda_check(cudaMemsetAsync(grads_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(zero_grad)");
+}
+
+void GptCuda::zero_optimizer_state() {
+  cuda_check(cudaMemsetAsync(m_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg)");
+  cuda_check(cudaMemsetAsync(v_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg_sq)");
+}
+
+const bf16* GptCuda::block_output() const { return cfg_.n_layer > 0 ? a_.layers.back().res3 : a_.encoded; }
+
+// Block l from its input (the embedding output, or block l-1's output, which this block's first
+// kernel writes: res3[l-1] = res2[l-1] + proj_out). Leaves the MLP projection in proj_out for
+// the next block's (or the final) LayerNorm to add. CPU: GPT::layer_forward.
+void GptCuda::layer_forward(int l, int B) {
+  const int T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim();
+  const int64_t BT = int64_t{B} * T, F = cfg_.d_ff;
+  const LayerOffsets& p = off_.layers[l];
+  const LayerAct& a = a_.layers[l];
+  const bf16* res_in;
+  if (l == 0) {
+    res_in = a_.encoded;
+    ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, W(p.ln1_w), W(p.ln1_b), BT, C);
+  } else {
+    const LayerAct& prev = a_.layers[l - 1];
+    res_in = prev.res3;
+    ops_.residual_layernorm_forward(prev.res3, a.ln1, a.ln1_mean, a.ln1_rstd, prev.res2, a_.proj_out, W(p.ln1_w),
+                                    W(p.ln1_b), BT, C);
+  }
+  ops_.matmul_forward(a.qkv, a.ln1, W(p.qkv_w), W(p.qkv_b), BT, C, 3 * C);
+  ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, H, hd);
+  ops_.matmul_forward(a_.proj_out, a.atty, W(p.proj_w), W(p.proj_b), BT, C, C);
+  ops_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, a_.proj_out, W(p.ln2_w), W(p.ln2_b),
+                                  BT, C);
+  ops_.matmul_forward(a.fch_gelu, a.ln2, W(p.fc_w), W(p.fc_b), BT, C, F, a.fch);  // fch = pre-GELU
+  ops_.matmul_forward(a_.proj_out, a.fch_gelu, W(p.fcp_w), W(p.fcp_b), BT, F, C);
+}
+
+// Final LayerNorm (with the last block's residual add), then the LM head and loss in chunks of
+// rows; with gradients, each chunk's logits become dlogits (scale 1) in place and give dlnf and
+// the micro-batch's wte gradient at once. The losses go to the host as soon as the last chunk's
+// are written. CPU: the head part of GPT::forward.
+void GptCuda::head_forward(int B) {
+  const int64_t BT = int64_t{B} * cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size;
+  cudaStream_t s = ops_.stream();
+  if (cfg_.n_layer > 0) {
+    const LayerAct& last = a_.layers.back();
+    ops_.residual_layernorm_forward(last.res3, a_.lnf, a_.lnf_mean, a_.lnf_rstd, last.res2, a_.proj_out,
+                                    W(off_.lnf_w), W(off_.lnf_b), BT, C);
+  } else {
+    ops_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, a_.encoded, W(off_.lnf_w), W(off_.lnf_b), BT, C);
+  }
+  const bool grad = grad_enabled_;
+  if (grad)
+    cuda_check(cudaMemsetAsync(a_.dwte_head, 0, static_cast<size_t>(vp_ * C) * sizeof(float), s),
+               "cudaMemsetAsync(dwte_head)");
+  for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
+    const int64_t rows = std::min(chunk_rows_, BT - r0);
+    const bf16* lnf = a_.lnf + r0 * C;
+    ops_.matmul_forward(a_.logits, lnf, W(off_.wte), nullptr, rows, C, vp_);
+    if (grad)
+      ops_.crossentropy_fused(a_.losses + r0, a_.lse + r0, a_.logits, a_.targets + r0, rows, vp_, V, 1.f);
+    else
+      ops_.crossentropy_forward(a_.losses + r0, a_.lse + r0, a_.logits, a_.targets + r0, rows, vp_, V);
+    if (r0 + rows == BT) {
+      cuda_check(cudaMemcpyAsync(host_losses_, a_.losses, static_cast<size_t>(BT) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, s),
+                 "cudaMemcpyAsync(losses)");
+      cuda_check(cudaEventRecord(losses_ready_, s), "cudaEventRecord(losses)");
+    }
+    if (grad)
+      ops_.matmul_backward(a_.dlnf + r0 * C, a_.dwte_head, nullptr, a_.logits, lnf, W(off_.wte), rows, C, vp_);
+  }
+}
+
+double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets) {
+  check(B > 0 && B <= max_B_, "GptCuda::forward: micro-batch {} outside [1, {}]", B, max_B_);
+  check(inputs != nullptr && targets != nullptr, "GptCuda::forward needs input and target tokens");
+  const int T = cfg_.seq_len, C = cfg_.d_model;
+  const int64_t BT = int64_t{B} * T, max_bt = int64_t{max_B_} * T;
+  cudaStream_t s = ops_.stream();
+  last_B_ = 0;  // a forward that throws leaves nothing for backward
+  head_grads_pending_ = false;
+  // The previous forward's uploads must have left the staging buffer before it is refilled.
+  cuda_check(cudaEventSynchronize(tokens_sent_), "cudaEventSynchronize(tokens)");
+  int64_t count = 0;
+  for (int64_t i = 0; i < BT; ++i) {
+    check(inputs[i] >= 0 && inputs[i] < cfg_.vocab_size, "GptCuda::forward: input token {} at {} outside [0, {})",
+          inputs[i], i, cfg_.vocab_size);
+    check(targets[i] < cfg_.vocab_size, "GptCuda::forward: target {} at {} >= vocab size {}", targets[i], i,
+          cfg_.vocab_size);
+    count += targets[i] >= 0;
+  }
+  std::memcpy(host_tokens_, inputs, static_cast<size_t>(BT) * sizeof(int32_t));
+  std::memcpy(host_tokens_ + max_bt, targets, static_cast<size_t>(BT) * sizeof(int32_t));
+  cuda_check(cudaMemcpyAsync(a_.tokens, host_tokens_, static_cast<size_t>(BT) * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s),
+             "cudaMemcpyAsync(tokens)");
+  cuda_check(cudaMemcpyAsync(a_.targets, host_tokens_ + max_bt, static_cast<size_t>(BT) * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s),
+             "cudaMemcpyAsync(targets)");
+  cuda_check(cudaEventRecord(tokens_sent_, s), "cudaEventRecord(tokens)");
+
+  ops_.embedding_forward(a_.encoded, a_.tokens, W(off_.wte), W(off_.wpe), B, T, C, 0, vp_);
+  for (int l = 0; l < cfg_.n_layer; ++l) layer_forward(l, B);
+  head_forward(B);
+
+  // The only host wait of the step: the losses (the head's last dW GEMM may still be running).
+  cuda_check(cudaEventSynchronize(losses_ready_), "cudaEventSynchronize(losses)");
+  double loss = 0.0;
+  for (int64_t i = 0; i < BT; ++i) loss += host_losses_[i];
+  if (n_targets) *n_targets = count;
+  last_B_ = B;
+  head_grads_pending_ = grad_enabled_;
+  return loss;
+}
+
+// CPU: the block part of GPT::backward. On entry dres = d loss / d(block l's output); on exit
+// d loss / d(block l's input). dC and d4C are scratch (d4C holds d qkv too).
+void GptCuda::layer_backward(int l, int B) {
+  const int T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim();
+  const int64_t BT = int64_t{B} * T, F = cfg_.d_ff;
+  const LayerOffsets& p = off_.layers[l];
+  const LayerAct& a = a_.layers[l];
+  const bf16* res_in = l > 0 ? a_.layers[l - 1].res3 : a_.encoded;
+  bf16 *dres = a_.dres, *dC = a_.dC, *d4C = a_.d4C;
+  // MLP: c_proj backward with dinp * gelu'(fch) fused (= d fch), then c_fc, then ln_2 (adds into dres).
+  ops_.matmul_backward(d4C, G(p.fcp_w), G(p.fcp_b), dres, a.fch_gelu, W(p.fcp_w), BT, F, C, false, a.fch);
+  ops_.matmul_backward(dC, G(p.fc_w), G(p.fc_b), d4C, a.ln2, W(p.fc_w), BT, C, F);
+  ops_.layernorm_backward(dres, G(p.ln2_w), G(p.ln2_b), dC, a.res2, W(p.ln2_w), a.ln2_mean, a.ln2_rstd, BT, C);
+  // Attention: c_proj, attention (d qkv into d4C), c_attn, ln_1 (adds into dres).
+  ops_.matmul_backward(dC, G(p.proj_w), G(p.proj_b), dres, a.atty, W(p.proj_w), BT, C, C);
+  ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, H, hd);
+  ops_.matmul_backward(dC, G(p.qkv_w), G(p.qkv_b), d4C, a.ln1, W(p.qkv_w), BT, C, 3 * C);
+  // The key bias's gradient is exactly zero (q.b_k shifts a whole softmax row); computed, it is
+  // rounding noise Adam would amplify. Kept exactly zero, as the CPU GPT does. Layout [q | k | v].
+  cuda_check(cudaMemsetAsync(G(p.qkv_b) + C, 0, static_cast<size_t>(C) * sizeof(float), ops_.stream()),
+             "cudaMemsetAsync(key bias gradient)");
+  ops_.layernorm_backward(dres, G(p.ln1_w), G(p.ln1_b), dC, res_in, W(p.ln1_w), a.ln1_mean, a.ln1_rstd, BT, C);
+}
+
+void GptCuda::backward(float loss_scale) {
+  check(last_B_ > 0 && head_grads_pending_,
+        "GptCuda::backward needs its own forward, with gradients enabled (one backward per forward)");
+  const int B = last_B_, T = cfg_.seq_len, C = cfg_.d_model;
+  const int64_t BT = int64_t{B} * T;
+  cudaStream_t s = ops_.stream();
+  // The head's gradients were computed unscaled during forward.
+  cuda::scale_bf16(s, a_.dlnf, loss_scale, static_cast<size_t>(BT * C));
+  ops_.axpy(G(off_.wte), loss_scale, a_.dwte_head, static_cast<size_t>(vp_ * C));
+  cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(BT * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
+  ops_.layernorm_backward(a_.dres, G(off_.lnf_w), G(off_.lnf_b), a_.dlnf, block_output(), W(off_.lnf_w), a_.lnf_mean,
+                          a_.lnf_rstd, BT, C);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) layer_backward(l, B);
+  ops_.embedding_backward(G(off_.wte), G(off_.wpe), a_.dres, a_.tokens, B, T, C, 0, vp_);
+  head_grads_pending_ = false;  // the head's gradients were consumed
+}
+
+double GptCuda::grad_sum_squares() { return ops_.sum_squares_host(grads_, n_flat_); }
+
+void GptCuda::scale_grads(float s) { ops_.scale_inplace(grads_, s, n_flat_); }
+
+void GptCuda::adamw_step(float lr, const CudaAdamWOptions& opt, int step) {
+  check(step >= 1, "GptCuda::adamw_step: step must be >= 1 (got {})", step);
+  for (const Segment& g : segments_)
+    ops_.adamw(master_ + g.offset, params_bf16_ + g.offset, grads_ + g.offset, m_ + g.offset, v_ + g.offset, g.n, lr,
+               static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(opt.eps),
+               g.decay ? static_cast<float>(opt.weight_decay) : 0.f, step);
+}
+
+}  // namespace mpitron
