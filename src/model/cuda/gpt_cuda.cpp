@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "../../ops/cuda/check.hpp"
 #include "gpt_cuda_kernels.hpp"
@@ -202,6 +203,12 @@ void GptCuda::load_params(const float* host, size_t n) {
              "cudaMemcpyAsync(load_params)");
   ops_.to_bf16(params_bf16_, master_, n);
   ops_.synchronize();
+}
+
+void GptCuda::init_weights(uint64_t seed) {
+  std::vector<float> host(n_flat_, 0.f);  // the padding between parameters stays 0, as in GPT
+  init_gpt_params(cfg_, params_, host.data(), seed);
+  load_params(host.data(), host.size());
 }
 
 void GptCuda::copy_params_to_host(float* host, size_t n) {
