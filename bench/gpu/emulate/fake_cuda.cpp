@@ -1,0 +1,219 @@
+// A CPU emulation of CudaOps and of the CUDA runtime calls GptCuda makes, for checking GptCuda's
+// wiring (offsets, shapes, accumulate vs overwrite, chunking, loss scaling, AdamW segments)
+// against the CPU GPT on a machine without a GPU (run.sh). Each CudaOps call converts its bf16
+// inputs to fp32, runs the CPU op and rounds its bf16 outputs (mpitron::to_bf16), keeping the
+// interface's precision plan (fp32 gradients +=, bf16 dinp +=, fp32 master weights); attention
+// recomputes its probabilities in the backward and checks that the caller handed back this
+// forward's output and logsumexp stats. "Device" memory is host memory: the runtime functions
+// below replace libcudart's for this executable (the linker prefers the executable's own
+// definitions). Timings mean nothing here; the real kernels are checked by gpu_check.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/ops/cuda/cuda_ops.hpp"
+#include "mpitron/ops/ops.hpp"
+
+using namespace mpitron;
+
+extern "C" {
+cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
+  std::memset(*p, 0xff, (n + 255) / 256 * 256);  // garbage (NaN) until written
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
+cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { std::memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) { std::memcpy(d, s, n); return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = reinterpret_cast<cudaEvent_t>(new int(0)); return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { *reinterpret_cast<int*>(e) = 1; return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete reinterpret_cast<int*>(e); return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+}
+
+namespace {
+using Vec = std::vector<float>;
+Vec up(const bf16* p, size_t n) { Vec v(n); for (size_t i = 0; i < n; ++i) v[i] = to_f32(p[i]); return v; }
+void down(bf16* p, const float* x, size_t n) { for (size_t i = 0; i < n; ++i) p[i] = to_bf16(x[i]); }
+
+class FakeCudaOps final : public CudaOps {
+ public:
+  explicit FakeCudaOps(std::string att) : att_(std::move(att)), cpu_(make_cpu_ops()) {}
+  const char* name() const override { return "fake-cuda"; }
+  cudaStream_t stream() const override { return nullptr; }
+  const std::string& attention_kind() const override { return att_; }
+  void synchronize() override {}
+  void matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int64_t M, int64_t K, int64_t N,
+                      bf16* gelu_pre) override {
+    Vec x = up(inp, M * K), W = up(w, N * K), b = bias ? up(bias, N) : Vec(), y(M * N);
+    cpu_->matmul_forward(y.data(), x.data(), W.data(), bias ? b.data() : nullptr, M, K, N);
+    if (gelu_pre) {
+      down(gelu_pre, y.data(), y.size());
+      Vec g(y.size());
+      cpu_->gelu_forward(g.data(), y.data(), y.size());
+      down(out, g.data(), g.size());
+    } else {
+      down(out, y.data(), y.size());
+    }
+  }
+  void matmul_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, int64_t M,
+                       int64_t K, int64_t N, bool acc, const bf16* gelu_pre) override {
+    check(!(acc && gelu_pre), "fake: acc and gelu_pre");
+    Vec d = up(dout, M * N), x = up(inp, M * K), W = up(w, N * K);
+    if (dinp) {
+      Vec t = acc ? up(dinp, M * K) : Vec(M * K);
+      cpu_->matmul_backward(t.data(), nullptr, nullptr, d.data(), x.data(), W.data(), M, K, N, acc);
+      if (gelu_pre) {
+        Vec pre = up(gelu_pre, M * K);
+        cpu_->gelu_backward(t.data(), pre.data(), t.data(), t.size());
+      }
+      down(dinp, t.data(), t.size());
+    }
+    if (dw || db) cpu_->matmul_backward(nullptr, dw, db, d.data(), x.data(), W.data(), M, K, N, false);
+  }
+  void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b,
+                         int64_t rows, int64_t C) override {
+    Vec x = up(inp, rows * C), W = up(w, C), B = up(b, C), y(rows * C);
+    cpu_->layernorm_forward(y.data(), mean, rstd, x.data(), W.data(), B.data(), rows, C);
+    down(out, y.data(), y.size());
+  }
+  void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
+                                  const bf16* w, const bf16* bias, int64_t rows, int64_t C) override {
+    residual_forward(residual, a, b, rows * C);
+    layernorm_forward(out, mean, rstd, residual, w, bias, rows, C);
+  }
+  void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
+                          const float* mean, const float* rstd, int64_t rows, int64_t C) override {
+    Vec t = up(dinp, rows * C), d = up(dout, rows * C), x = up(inp, rows * C), W = up(w, C);
+    cpu_->layernorm_backward(t.data(), dw, db, d.data(), x.data(), W.data(), mean, rstd, rows, C);
+    down(dinp, t.data(), t.size());
+  }
+  void gelu_forward(bf16* out, const bf16* inp, size_t n) override {
+    Vec x = up(inp, n), y(n);
+    cpu_->gelu_forward(y.data(), x.data(), n);
+    down(out, y.data(), n);
+  }
+  void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n) override {
+    Vec x = up(inp, n), d = up(dout, n);
+    cpu_->gelu_backward(d.data(), x.data(), d.data(), n);
+    down(dinp, d.data(), n);
+  }
+  void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd) override {
+    const int64_t C = int64_t{H} * hd, BT = int64_t{B} * T;
+    Vec q = up(qkv, BT * 3 * C), o(BT * C), att(int64_t{B} * H * T * T);
+    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd);
+    down(out, o.data(), o.size());
+    lse(q, B, T, H, hd, stats);
+  }
+  // logsumexp of the scaled causal scores, [B, H, T]
+  static void lse(const Vec& q, int B, int T, int H, int hd, float* st) {
+    const int64_t C = int64_t{H} * hd;
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int t = 0; t < T; ++t) {
+          const float* qt = &q[(int64_t{b} * T + t) * 3 * C + h * hd];
+          double m = -1e300, s = 0;
+          std::vector<double> sc(t + 1);
+          for (int u = 0; u <= t; ++u) {
+            const float* ku = &q[(int64_t{b} * T + u) * 3 * C + C + h * hd];
+            double d = 0;
+            for (int i = 0; i < hd; ++i) d += double(qt[i]) * ku[i];
+            sc[u] = d / std::sqrt(double(hd));
+            m = std::max(m, sc[u]);
+          }
+          for (int u = 0; u <= t; ++u) s += std::exp(sc[u] - m);
+          st[(int64_t{b} * H + h) * T + t] = float(m + std::log(s));
+        }
+  }
+  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats, int B,
+                          int T, int H, int hd) override {
+    const int64_t C = int64_t{H} * hd, BT = int64_t{B} * T;
+    Vec q = up(qkv, BT * 3 * C), o(BT * C), att(int64_t{B} * H * T * T), d = up(dout, BT * C), dq(BT * 3 * C);
+    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd);
+    // the caller must hand back this forward's out and stats
+    Vec st(int64_t{B} * H * T);
+    lse(q, B, T, H, hd, st.data());
+    for (size_t i = 0; i < st.size(); ++i) check(std::fabs(st[i] - stats[i]) < 1e-4, "fake: stats differ at {}", i);
+    for (int64_t i = 0; i < BT * C; ++i)
+      check(std::fabs(mpitron::to_f32(out[i]) - o[i]) <= 1e-2 * (1 + std::fabs(o[i])), "fake: out differs at {}", i);
+    cpu_->attention_backward(dq.data(), d.data(), q.data(), att.data(), B, T, H, hd);
+    down(dqkv, dq.data(), dq.size());
+  }
+  void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
+                         int64_t vb, int64_t ve) override {
+    Vec e = up(wte, (ve - vb) * C), p = wpe ? up(wpe, int64_t{T} * C) : Vec(), y(int64_t{B} * T * C);
+    cpu_->embedding_forward(y.data(), tokens, e.data(), wpe ? p.data() : nullptr, B, T, C, vb, ve);
+    down(out, y.data(), y.size());
+  }
+  void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T, int C,
+                          int64_t vb, int64_t ve) override {
+    Vec d = up(dout, int64_t{B} * T * C);
+    cpu_->embedding_backward(dwte, dwpe, d.data(), tokens, B, T, C, vb, ve);
+  }
+  void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) override {
+    for (size_t i = 0; i < n; ++i) out[i] = mpitron::to_bf16(mpitron::to_f32(a[i]) + mpitron::to_f32(b[i]));
+  }
+  void add_inplace(float* a, const float* b, size_t n) override { cpu_->add_inplace(a, b, n); }
+  void scale_inplace(float* a, float s, size_t n) override { cpu_->scale_inplace(a, s, n); }
+  void axpy(float* y, float a, const float* x, size_t n) override { cpu_->axpy(y, a, x, n); }
+  void to_bf16(bf16* out, const float* in, size_t n) override { down(out, in, n); }
+  void to_f32(float* out, const bf16* in, size_t n) override { for (size_t i = 0; i < n; ++i) out[i] = mpitron::to_f32(in[i]); }
+  void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* t, int64_t rows, int64_t Vp,
+                            int64_t V) override {
+    Vec l = up(logits, rows * Vp);
+    cpu_->crossentropy_forward(losses, lse, l.data(), t, rows, Vp, V);
+  }
+  void crossentropy_backward(bf16* logits, const float* lse, const int32_t* t, int64_t rows, int64_t Vp, int64_t V,
+                             float scale) override {
+    Vec l = up(logits, rows * Vp);
+    cpu_->crossentropy_backward(l.data(), lse, t, rows, Vp, V, scale);
+    down(logits, l.data(), l.size());
+  }
+  void crossentropy_backward_shard(bf16*, const float*, const int32_t*, int64_t, int64_t, int64_t, float,
+                                   int64_t) override { fail("fake: shard"); }
+  void crossentropy_fused(float* losses, float* lse, bf16* logits, const int32_t* t, int64_t rows, int64_t Vp,
+                          int64_t V, float scale) override {
+    Vec l = up(logits, rows * Vp);
+    cpu_->crossentropy_forward(losses, lse, l.data(), t, rows, Vp, V);
+    cpu_->crossentropy_backward(l.data(), lse, t, rows, Vp, V, scale);
+    down(logits, l.data(), l.size());
+  }
+  void crossentropy_partial(float*, float*, float*, const bf16*, const int32_t*, int64_t, int64_t, int64_t,
+                            int64_t) override { fail("fake: partial"); }
+  void crossentropy_rescale(float*, const float*, const float*, int64_t) override { fail("fake: rescale"); }
+  void crossentropy_combine(float*, float*, const float*, const float*, const float*, const int32_t*,
+                            int64_t) override { fail("fake: combine"); }
+  void adamw(float* p, bf16* pb, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
+             float wd, int step) override {
+    cpu_->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+    if (pb) down(pb, p, n);
+  }
+  void sum_squares(double* dst, const float* x, size_t n, bool acc) override {
+    *dst = (acc ? *dst : 0.0) + cpu_->sum_squares(x, n);
+  }
+  double sum_squares_host(const float* x, size_t n) override { return cpu_->sum_squares(x, n); }
+
+ private:
+  std::string att_;
+  std::unique_ptr<Ops> cpu_;
+};
+}  // namespace
+
+namespace mpitron {
+std::string cuda_unavailable_reason() { return ""; }
+std::unique_ptr<CudaOps> make_cuda_ops(const CudaOpsOptions& o) { return std::make_unique<FakeCudaOps>(o.attention); }
+namespace cuda {
+void scale_bf16(cudaStream_t, bf16* x, float s, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = to_bf16(to_f32(x[i]) * s);
+}
+}  // namespace cuda
+}  // namespace mpitron

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# GptCuda against the CPU GPT without a GPU: gpu_check's training comparison (training_check.cpp)
+# linked with a CPU emulation of CudaOps and of the CUDA runtime (fake_cuda.cpp).
+#   bash bench/gpu/emulate/run.sh [RESULTS.md] [PRESET B]
+# Needs a CUDA build's objects (the toolkit's headers and libraries, no GPU): builds
+# $BUILD/bench/gpu_check first (BUILD default build), then links $BUILD/bench/emulated_check.
+# The tiny comparison takes seconds; "gpt2-124m 1" adds one full-size step (minutes on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+BUILD=${BUILD:-build}
+OUT=${1:-$BUILD/emulated_check.md}
+shift || true
+make --no-print-directory BUILD="$BUILD" CUDA=1 "$BUILD/bench/gpu_check" "$BUILD/libmpitron.a" >/dev/null
+flags=$(make --no-print-directory -s BUILD="$BUILD" CUDA=1 -f - print-flags <<'MK'
+include Makefile
+print-flags:
+	@echo $(CPPFLAGS) $(CXXFLAGS)
+MK
+)
+libs=$(make --no-print-directory -s BUILD="$BUILD" CUDA=1 -f - print-libs <<'MK'
+include Makefile
+print-libs:
+	@echo $(LDFLAGS) $(LDLIBS)
+MK
+)
+mkdir -p "$BUILD/obj/bench/gpu/emulate"
+for f in fake_cuda emulated_check; do
+  g++ $flags -c "bench/gpu/emulate/$f.cpp" -o "$BUILD/obj/bench/gpu/emulate/$f.o"
+done
+# The emulation's objects first: they define make_cuda_ops, cuda::scale_bf16 and the runtime
+# calls, so the archive's CUDA versions of those are never pulled in.
+g++ -o "$BUILD/bench/emulated_check" "$BUILD/obj/bench/gpu/emulate/emulated_check.o" \
+  "$BUILD/obj/bench/gpu/emulate/fake_cuda.o" "$BUILD/obj/bench/gpu/training_check.o" \
+  "$BUILD/obj/src/model/cuda/gpt_cuda.o" "$BUILD/obj/src/train/adamw.o" "$BUILD/libmpitron.a" $libs
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$BUILD/bench/emulated_check" "$OUT" "$@"

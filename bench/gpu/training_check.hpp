@@ -1,0 +1,24 @@
+// gpu_check's training section (training_check.cpp): GptCuda against the CPU GPT, and the
+// training step of GPT-2 presets timed.
+#pragma once
+#include <string>
+
+#include "mpitron/ops/ops.hpp"
+#include "report.hpp"
+
+namespace mpitron::gpu_check {
+
+// The tiny model 20 AdamW steps on GptCuda (attention cudnn and naive; and with a padded
+// vocabulary) against the CPU GPT from the same initial parameters: losses, first-step
+// gradients, final parameters, with the bounds stated in the report. Failures are counted.
+void tiny_training_check(Report& rep, Ops& cpu);
+
+// One training step of `preset` at micro-batch B (T = the preset's seq_len) timed: ms, tokens/s,
+// MFU against kPeakTflops and against gemm_tflops (<= 0: not measured); before timing, the
+// initial loss of the first sequence against the CPU GPT. One table row (see training_section).
+void time_training_step(Report& rep, Ops& cpu, const std::string& preset, int B, double gemm_tflops);
+
+// Both of the above under one heading: tiny, then gpt2-124m (B 8) and gpt2-350m (B 8) at T 1024.
+void training_section(Report& rep, Ops& cpu, double gemm_tflops);
+
+}  // namespace mpitron::gpu_check
