@@ -201,8 +201,8 @@ void GptCuda::load_params(const float* host, size_t n) {
   check(n == n_flat_, "GptCuda::load_params: {} floats given, the flat layout has {}", n, n_flat_);
   cuda_check(cudaMemcpyAsync(master_, host, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
              "cudaMemcpyAsync(load_params)");
-  ops_.to_bf16(params_bf16_, master_, n);
-  ops_.synchronize();
+  refresh_bf16_params();
+  ops_.synchronize();  // the host buffer may be reused at once
 }
 
 void GptCuda::init_weights(uint64_t seed) {
@@ -233,6 +233,26 @@ void GptCuda::zero_optimizer_state() {
   cuda_check(cudaMemsetAsync(m_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg)");
   cuda_check(cudaMemsetAsync(v_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg_sq)");
 }
+
+void GptCuda::copy_optimizer_state_to_host(float* m, float* v, size_t n) {
+  check(n == n_flat_, "GptCuda::copy_optimizer_state_to_host: room for {} floats, the flat layout has {}", n, n_flat_);
+  cuda_check(cudaMemcpyAsync(m, m_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
+             "cudaMemcpyAsync(exp_avg to host)");
+  cuda_check(cudaMemcpyAsync(v, v_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
+             "cudaMemcpyAsync(exp_avg_sq to host)");
+  ops_.synchronize();
+}
+
+void GptCuda::load_optimizer_state(const float* m, const float* v, size_t n) {
+  check(n == n_flat_, "GptCuda::load_optimizer_state: {} floats given, the flat layout has {}", n, n_flat_);
+  cuda_check(cudaMemcpyAsync(m_, m, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
+             "cudaMemcpyAsync(exp_avg to device)");
+  cuda_check(cudaMemcpyAsync(v_, v, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
+             "cudaMemcpyAsync(exp_avg_sq to device)");
+  ops_.synchronize();
+}
+
+void GptCuda::refresh_bf16_params() { ops_.to_bf16(params_bf16_, master_, n_flat_); }
 
 const bf16* GptCuda::block_output() const { return cfg_.n_layer > 0 ? a_.layers.back().res3 : a_.encoded; }
 

@@ -71,6 +71,16 @@ class GptCuda {
   void copy_grads_to_host(float* host, size_t n);   // syncs
   void zero_grad();
   void zero_optimizer_state();
+  // AdamW moments (exp_avg m, exp_avg_sq v) over the flat layout, for checkpoints: to the host
+  // (syncs) and back.
+  void copy_optimizer_state_to_host(float* m, float* v, size_t n);
+  void load_optimizer_state(const float* m, const float* v, size_t n);
+  // Device buffers of the flat layout [num_params()], for collectives (gradient all-reduce over
+  // data parallel ranks, parameter broadcast) on ops.stream(). After writing the master copy
+  // directly, refresh_bf16_params() rewrites the bf16 copy the kernels read.
+  float* device_grads() { return grads_; }
+  float* device_master_params() { return master_; }
+  void refresh_bf16_params();
 
   // One micro-batch [B, T] of host token ids (T = cfg.seq_len, 1 <= B <= max_micro_batch).
   // targets may hold -1 (ignored); every input must be in [0, vocab_size). Returns the SUM of
