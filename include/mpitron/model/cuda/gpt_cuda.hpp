@@ -83,10 +83,11 @@ class GptCuda {
   void refresh_bf16_params();
 
   // One micro-batch [B, T] of host token ids (T = cfg.seq_len, 1 <= B <= max_micro_batch).
-  // targets may hold -1 (ignored); every input must be in [0, vocab_size). Returns the SUM of
-  // the per-token losses over counted targets and sets *n_targets (may be nullptr). Waits for
-  // the losses (the only sync of the step). With gradients enabled (the default) the LM head's
-  // backward runs here too, unscaled, as in the CPU GPT; backward() applies loss_scale.
+  // targets are required (no generation path yet) and may hold -1 (ignored); every input must be
+  // in [0, vocab_size). Returns the SUM of the per-token losses over counted targets and sets
+  // *n_targets (may be nullptr). Waits for the losses (with grad_sum_squares, the step's only
+  // host waits). With gradients enabled (the default) the LM head's backward runs here too,
+  // unscaled, as in the CPU GPT; backward() applies loss_scale.
   double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr);
   // Accumulates d(loss_sum * loss_scale) of the last forward into the fp32 gradients.
   void backward(float loss_scale);
