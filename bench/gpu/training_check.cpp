@@ -396,7 +396,7 @@ void tiny_training_check(Report& rep, Ops& cpu) {
 void training_section(Report& rep, Ops& cpu, double gemm_tflops) {
   rep.line("## Training on GptCuda (src/model/cuda/gpt_cuda.cpp)\n");
   tiny_training_check(rep, cpu);
-  rep.line("### Training step timings (T 1024, random tokens, attention cudnn)\n");
+  rep.line("### Training step timings (T 1024, one batch of random tokens repeated, attention cudnn)\n");
   rep.line("One step = zero_grad + forward + backward (one micro-batch) + grad norm and clip + AdamW (fp32 master ->");
   rep.line("bf16 copy), wall time, median of 5 after 2 warm-up steps. FLOPs/step = B*T * gpt_flops_per_token");
   rep.line("(6 N_nonembedding + 6 V d + 12 L T d). MFU against the {:.0f} TFLOP/s dense bf16 datasheet peak and", kPeakTflops);
