@@ -25,6 +25,7 @@
 #include "mpitron/train/metrics.hpp"
 #include "mpitron/train/peak_probe.hpp"
 #include "mpitron/train/step_stats.hpp"
+#include "mpitron/train/gpu_trainer.hpp"
 #include "mpitron/train/train_checkpoint.hpp"
 #include "mpitron/train/train_data.hpp"
 #include "mpitron/plan/check.hpp"
@@ -59,8 +60,14 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   const GridShape& gs = grid.shape();
   usage_check(gs.cp == 1, "context parallel training is not implemented yet (parallel.cp={})", gs.cp);
   usage_check(!cfg.parallel.sp || gs.tp > 1, "parallel.sp needs parallel.tp > 1 (got tp {})", gs.tp);
-  usage_check(cfg.train.backend == "cpu", "train.backend=\"{}\" is not available in this build (allowed: cpu)",
-              cfg.train.backend);
+  if (cfg.train.backend == "nccl") {  // ProcessGrid has already checked that every rank has a GPU
+#if MPITRON_CUDA
+    return run_training_gpu(cfg, launch, grid);
+#else
+    usage_fail("train.backend = \"nccl\" needs a CUDA build of mpitron (make CUDA=1)");
+#endif
+  }
+  usage_check(cfg.train.backend == "cpu", "train.backend=\"{}\" is not one of: cpu, nccl", cfg.train.backend);
   usage_check(cfg.train.steps > 0, "train.steps must be > 0 (got {})", cfg.train.steps);
   usage_check(cfg.log.every > 0, "log.every must be > 0 (got {})", cfg.log.every);
   const bool rank0 = grid.rank() == 0;

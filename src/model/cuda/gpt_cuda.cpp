@@ -398,9 +398,14 @@ void GptCuda::backward(float loss_scale) {
   cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(BT * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
   ops_.layernorm_backward(a_.dres, G(off_.lnf_w), G(off_.lnf_b), a_.dlnf, block_output(), W(off_.lnf_w), a_.lnf_mean,
                           a_.lnf_rstd, BT, C);
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) layer_backward(l, B);
+  emit(GPT::kHeadUnit);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    layer_backward(l, B);
+    emit(l);
+  }
   ops_.embedding_backward(G(off_.wte), G(off_.wpe), a_.dres, a_.tokens, B, T, C, 0, vp_);
   head_grads_pending_ = false;  // the head's gradients were consumed
+  emit(GPT::kEmbeddingUnit);
 }
 
 double GptCuda::grad_sum_squares() { return ops_.sum_squares_host(grads_, n_flat_); }

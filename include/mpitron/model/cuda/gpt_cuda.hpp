@@ -24,6 +24,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,11 @@ class GptCuda {
   double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr);
   // Accumulates d(loss_sum * loss_scale) of the last forward into the fp32 gradients.
   void backward(float loss_scale);
+  // Called by backward() right after a unit's gradient kernels are ENQUEUED (not finished):
+  // GPT::kHeadUnit (ln_f), block l (l = n_layer-1 .. 0), GPT::kEmbeddingUnit (wte, wpe; last).
+  // Data parallel launches a gradient bucket there on a communicator ordered after ops.stream()
+  // by event (Comm::set_compute_stream), so the reduction overlaps the rest of backward.
+  void set_backward_hook(std::function<void(int unit)> hook) { hook_ = std::move(hook); }
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
   bool grad_enabled() const { return grad_enabled_; }
 
@@ -150,8 +156,13 @@ class GptCuda {
   void layer_backward(int l, int B);
   void head_forward(int B);
 
+  void emit(int unit) {
+    if (hook_) hook_(unit);
+  }
+
   ModelConfig cfg_;
   CudaOps& ops_;
+  std::function<void(int)> hook_;
   int max_B_;
   int64_t vp_ = 0, chunk_rows_ = 0;
   std::vector<ParamInfo> params_;

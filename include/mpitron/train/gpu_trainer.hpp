@@ -1,0 +1,22 @@
+// The GPU trainer (train.backend = "nccl"): one GPU per rank, the whole model on each GPU
+// (GptCuda: bf16 compute, fp32 master weights, gradients and AdamW moments), data parallel over
+// NCCL. The step is the CPU trainer's (trainer.hpp): global batch = micro x dp x accumulation,
+// loss normalised by the target tokens of the global batch, gradient buckets all-reduced on the
+// DP communicator's own stream while backward continues on the compute stream (the communicator
+// waits for the compute stream by event: Comm::set_compute_stream), global grad-norm clip, AdamW,
+// the same log line, metrics.jsonl, evaluation and checkpoints (the file format of
+// checkpoint.hpp, staged through host memory, so a GPU checkpoint resumes on CPU and back).
+//
+// Not on GPU yet (clear error at start-up): tensor / pipeline / sequence / context parallel and
+// ZeRO. GPU builds only (MPITRON_CUDA=1).
+#pragma once
+#include "mpitron/cli/job_config.hpp"
+#include "mpitron/dist/grid.hpp"
+#include "mpitron/dist/launch.hpp"
+#include "mpitron/train/trainer.hpp"
+
+namespace mpitron {
+
+TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid);
+
+}  // namespace mpitron

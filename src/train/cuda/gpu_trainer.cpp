@@ -1,0 +1,288 @@
+// The GPU trainer: see gpu_trainer.hpp. Its loop mirrors trainer.cpp step for step (the CPU
+// trainer is the reference the device check compares against).
+#include "mpitron/train/gpu_trainer.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/memory.hpp"
+#include "mpitron/model/cuda/gpt_cuda.hpp"
+#include "mpitron/ops/cuda/cuda_ops.hpp"
+#include "mpitron/parallel/grad_buckets.hpp"
+#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/train/lr_schedule.hpp"
+#include "mpitron/train/metrics.hpp"
+#include "mpitron/train/step_stats.hpp"
+#include "mpitron/train/train_checkpoint.hpp"
+#include "mpitron/train/train_data.hpp"
+
+namespace mpitron {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Dense bf16 tensor-core peak of one GPU from its datasheet, by device name; 0 when unknown
+// (then MFU needs train.peak_flops).
+double datasheet_bf16_peak(const std::string& name) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("H100") && has("PCIe")) return 756e12;
+  if (has("H100") || has("H200") || has("GH200")) return 989e12;
+  if (has("A100")) return 312e12;
+  return 0;
+}
+
+// Data parallel for GptCuda (ZeRO 0): the flat fp32 gradients cut into buckets (grad_buckets.hpp,
+// the CPU trainer's plan), each all-reduced on the DP communicator's stream as soon as backward
+// has finished its last unit in the step's last micro-batch. The communicator orders itself
+// after the compute stream by event, so launching a bucket costs the host nothing; the host
+// waits for the requests only in finish_backward, before the optimizer reads the gradients.
+class GpuDataParallel {
+ public:
+  GpuDataParallel(GptCuda& model, Comm& dp, cudaStream_t compute, double bucket_mb)
+      : model_(model), dp_(dp), n_layers_(model.config().n_layer) {
+    usage_check(bucket_mb > 0, "parallel.bucket_mb must be > 0 (got {})", bucket_mb);
+    dp_.set_compute_stream(compute);
+    const size_t cap = std::max<size_t>(1, static_cast<size_t>(bucket_mb * (1 << 20) / sizeof(float)));
+    buckets_ = plan_grad_buckets(model.params(), model.num_params(), cap, ModelShard{}, n_layers_);
+    model_.set_backward_hook([this](int unit) { on_unit_done(unit); });
+  }
+  ~GpuDataParallel() { model_.set_backward_hook({}); }
+
+  size_t num_buckets() const { return buckets_.size(); }
+  void begin_step(int micro_batches) {
+    micro_ = micro_batches;
+    done_ = 0;
+    model_.zero_grad();
+  }
+  // Host milliseconds the step waited for communication (the part backward did not hide).
+  double finish_backward() {
+    auto t0 = Clock::now();
+    for (auto& r : pending_) r->wait();
+    pending_.clear();
+    return ms_since(t0);
+  }
+
+ private:
+  void on_unit_done(int unit) {
+    const int pos = backward_position(unit, n_layers_);
+    if (done_ + 1 == micro_ && dp_.size() > 1)
+      for (const auto& b : buckets_)
+        if (b.ready_at == pos)
+          pending_.push_back(dp_.iall_reduce(model_.device_grads() + b.begin, b.end - b.begin, DType::f32, ReduceOp::sum));
+    if (unit == GPT::kEmbeddingUnit) ++done_;  // the last unit of a backward
+  }
+
+  GptCuda& model_;
+  Comm& dp_;
+  int n_layers_;
+  std::vector<GradBucket> buckets_;
+  std::vector<Request> pending_;
+  int micro_ = 1, done_ = 0;
+};
+
+// Checkpoints of the GPU model: the device state staged through host buffers, in the common
+// file format (full logical tensors), so they load under any layout and on either backend.
+class GpuCheckpointState final : public CheckpointState {
+ public:
+  GpuCheckpointState(GptCuda& model, const ModelConfig& mc, const GridCoord& coord)
+      : model_(model), mc_(mc), coord_(coord) {}
+  std::vector<CheckpointShard> shards() override {
+    const size_t n = model_.num_params();
+    p_.resize(n), m_.resize(n), v_.resize(n);
+    model_.copy_params_to_host(p_.data(), n);
+    model_.copy_optimizer_state_to_host(m_.data(), v_.data(), n);
+    CheckpointShard s = checkpoint_shard_of(mc_, ModelShard{}, coord_, /*zero=*/0);
+    s.params = {p_.data(), 0, n, s.params.owner};
+    s.exp_avg = {m_.data(), 0, n, s.exp_avg.owner};
+    s.exp_avg_sq = {v_.data(), 0, n, s.exp_avg_sq.owner};
+    return {s};
+  }
+  void loaded() override {
+    model_.load_params(p_.data(), p_.size());
+    model_.load_optimizer_state(m_.data(), v_.data(), m_.size());
+  }
+  int optimizer_steps() const override { return steps_; }
+  void set_optimizer_steps(int n) override { steps_ = n; }
+  int zero() const override { return 0; }
+  int next_step() { return ++steps_; }
+
+ private:
+  GptCuda& model_;
+  ModelConfig mc_;
+  GridCoord coord_;
+  std::vector<float> p_, m_, v_;
+  int steps_ = 0;
+};
+
+}  // namespace
+
+TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
+  const GridShape& gs = grid.shape();
+  usage_check(gs.tp == 1 && gs.pp == 1 && gs.cp == 1,
+              "train.backend = \"nccl\" trains data parallel layouts only so far (got tp {} x pp {} x cp {}); tensor, "
+              "pipeline and context parallel run with train.backend = \"cpu\"",
+              gs.tp, gs.pp, gs.cp);
+  usage_check(cfg.parallel.zero == 0, "parallel.zero = {} is not available with train.backend = \"nccl\" yet (use 0)",
+              cfg.parallel.zero);
+  usage_check(!cfg.parallel.sp, "parallel.sp needs parallel.tp > 1, which train.backend = \"nccl\" does not run yet");
+  usage_check(cfg.train.recompute == "none",
+              "train.recompute = \"{}\" is not available with train.backend = \"nccl\" yet (use \"none\")",
+              cfg.train.recompute);
+  usage_check(launch.device >= 0, "train.backend = \"nccl\" needs a GPU on every rank ({})", launch.device_note);
+  usage_check(cfg.train.dump_params.empty(), "train.dump_params is not available with train.backend = \"nccl\" yet");
+  usage_check(cfg.train.steps > 0, "train.steps must be > 0 (got {})", cfg.train.steps);
+  usage_check(cfg.log.every > 0, "log.every must be > 0 (got {})", cfg.log.every);
+  const bool rank0 = grid.rank() == 0;
+  const int dp = gs.dp;
+  const BatchPlan bp = plan_batches(cfg, dp);
+  TrainData data = open_train_data(cfg, bp, dp, grid.coord().dp, rank0);
+  const ModelConfig& mc = data.model;
+
+  CudaOpsOptions oo;
+  oo.attention = cfg.model.attention;
+  oo.device = launch.device;
+  std::unique_ptr<CudaOps> ops = make_cuda_ops(oo);
+  GptCuda model(mc, *ops, bp.micro);
+  model.init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
+  GpuDataParallel ddp(model, grid.dp(), ops->stream(), cfg.parallel.bucket_mb);
+  const CudaAdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
+  LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
+  GpuCheckpointState state(model, mc, grid.coord());
+  TrainCheckpointer ckpt(cfg, grid, mc, state, *data.train);
+  const int start_step = ckpt.resume();
+
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, launch.device);
+  const std::string gpu = prop.name;
+  const double flops_per_token = gpt_flops_per_token(mc);
+  const int64_t tokens_per_step = int64_t{bp.global} * mc.seq_len;
+  const double peak = cfg.train.peak_flops > 0 ? cfg.train.peak_flops : datasheet_bf16_peak(gpu);
+
+  MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/start_step > 0, start_step);
+  if (rank0) {
+    std::printf(
+        "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"
+        "layout world %d = dp %d (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
+        "accum %d (%lld tokens/step) | peak %.0f TFLOP/s/GPU%s\n"
+        "data %s: %lld samples per rank per epoch | run dir %s\n"
+        "data parallel: NCCL, %zu gradient bucket(s) (cap %g MiB) on the communication stream | GPU memory %s\n",
+        mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(1), mc.seq_len,
+        model.num_params() / 1e6, launch.world, dp, gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
+        dp, bp.accum, static_cast<long long>(tokens_per_step), peak / 1e12,
+        cfg.train.peak_flops > 0 ? " (train.peak_flops)"
+        : peak > 0             ? " (datasheet dense bf16)"
+                               : " (unknown GPU: set train.peak_flops for MFU)",
+        cfg.data.path.c_str(), static_cast<long long>(data.train->samples_per_epoch()), cfg.run_dir().c_str(),
+        ddp.num_buckets(), cfg.parallel.bucket_mb, model.memory_summary().c_str());
+    std::fflush(stdout);
+  }
+
+  TrainResult result;
+  std::vector<Batch> batches(bp.accum);
+  auto run_eval = [&](int step) {
+    if (!data.val) return;
+    data.val->reset();
+    model.set_grad_enabled(false);
+    Batch b;
+    double v[2] = {0, 0};  // loss sum, target tokens
+    while (data.val->next(b)) {
+      int64_t n = 0;
+      v[0] += model.forward(b.inputs.data(), b.targets.data(), b.batch, &n);
+      v[1] += static_cast<double>(n);
+    }
+    model.set_grad_enabled(true);
+    grid.dp().all_reduce_host_f64(v, 2, ReduceOp::sum);
+    const double vl = v[0] / std::max(1.0, v[1]);
+    if (result.first_val_loss < 0) result.first_val_loss = vl;
+    result.last_val_loss = vl;
+    if (rank0) {
+      std::printf("step %d | val loss %.4f\n", step, vl);
+      std::fflush(stdout);
+      metrics.write({{"step", int64_t{step}}, {"val_loss", vl}});
+    }
+  };
+  run_eval(start_step);
+
+  for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
+    auto t0 = Clock::now();
+    ckpt.begin_step();
+    MemTracker::cuda().reset_peaks();
+    double counts[2] = {0, 0};  // [loss sum, target tokens]
+    for (auto& b : batches) {
+      data.train->next(b);
+      for (int32_t t : b.targets) counts[1] += t >= 0;
+    }
+    const double data_ms = ms_since(t0);
+    grid.dp().all_reduce_host_f64(&counts[1], 1, ReduceOp::sum);
+    const double n_tokens = counts[1];
+
+    ddp.begin_step(bp.accum);
+    for (const auto& b : batches) {
+      counts[0] += model.forward(b.inputs.data(), b.targets.data(), b.batch);
+      model.backward(static_cast<float>(1.0 / n_tokens));  // the last one launches the DP buckets
+    }
+    const double exposed_ms = ddp.finish_backward();
+    grid.dp().all_reduce_host_f64(&counts[0], 1, ReduceOp::sum);
+    const double loss = counts[0] / n_tokens;
+    const double grad_norm = std::sqrt(model.grad_sum_squares());  // the same on every DP rank
+    const double lr = sched.at(step);
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      if (cfg.train.nan_policy == "skip") {
+        if (rank0) std::printf("step %d: non-finite loss %g or grad norm %g: step skipped\n", step, loss, grad_norm);
+        continue;
+      }
+      ckpt.save_last_good(step, result.last_loss);
+      fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\")", step, loss,
+           grad_norm);
+    }
+    if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip)
+      model.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));  // torch's rule
+    model.adamw_step(static_cast<float>(lr), ao, state.next_step());
+    ops->synchronize();
+    const double step_ms = ms_since(t0);
+
+    if (step == start_step + 1) result.first_loss = loss;
+    result.last_loss = loss;
+    result.steps_done = step;
+    if (rank0 && (step % cfg.log.every == 0 || step == cfg.train.steps || step == 1)) {
+      StepStats s;
+      s.step = step;
+      s.total_steps = cfg.train.steps;
+      s.loss = loss;
+      s.lr = lr;
+      s.grad_norm = grad_norm;
+      s.step_ms = step_ms;
+      s.tokens_per_s = tokens_per_step / (step_ms / 1e3);
+      s.gflops_per_rank = flops_per_token * tokens_per_step / launch.world / (step_ms / 1e3) / 1e9;
+      s.mfu = peak > 0 ? s.gflops_per_rank * 1e9 / peak : 0;
+      s.data_wait_ms = data_ms;
+      // Only the wait is measured on GPU (the reductions run on their own stream): comm_ms is the
+      // exposed part, so "overlapped" is not claimed.
+      s.comm_ms = exposed_ms;
+      s.overlap = 0;
+      s.mem = MemTracker::cuda().stats();
+      std::printf("%s\n", format_step_line(s).c_str());
+      std::fflush(stdout);
+      write_step_metrics(metrics, s);
+    }
+    if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
+    if (ckpt.end_of_step(step, loss)) {
+      result.preempted = true;
+      return result;
+    }
+  }
+  run_eval(cfg.train.steps);
+  return result;
+}
+
+}  // namespace mpitron
