@@ -32,4 +32,9 @@ done
 g++ -o "$BUILD/bench/emulated_check" "$BUILD/obj/bench/gpu/emulate/emulated_check.o" \
   "$BUILD/obj/bench/gpu/emulate/fake_cuda.o" "$BUILD/obj/bench/gpu/training_check.o" \
   "$BUILD/obj/src/model/cuda/gpt_cuda.o" "$BUILD/obj/src/train/adamw.o" "$BUILD/libmpitron.a" $libs
+# The GPU trainer on the same emulation (tests/e2e/test_gpu_emulated.sh runs it under mpirun).
+g++ $flags -c bench/gpu/emulate/emulated_train.cpp -o "$BUILD/obj/bench/gpu/emulate/emulated_train.o"
+g++ -o "$BUILD/bench/emulated_train" "$BUILD/obj/bench/gpu/emulate/emulated_train.o" \
+  "$BUILD/obj/bench/gpu/emulate/fake_cuda.o" "$BUILD/libmpitron.a" $libs
+[ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$BUILD/bench/emulated_check" "$OUT" "$@"

@@ -1,0 +1,39 @@
+// The GPU trainer (train.backend = "nccl", src/train/cuda/gpu_trainer.cpp) on the CPU emulation
+// of CudaOps and of the CUDA runtime (fake_cuda.cpp): its loop (gradient buckets launched from
+// the backward hook, loss normalisation over the global batch, clipping, AdamW, evaluation,
+// metrics, checkpoints staged through host memory) runs without a GPU, so tests can compare it
+// with the CPU trainer. NCCL is not emulated: the process groups are MPI communicators (the
+// emulated "device" memory is host memory), which the trainer only sees through Comm.
+//   mpirun -np N emulated_train JOB.toml [--section.key=value ...]    (as `mpitron train`)
+#include <cstdio>
+#include <exception>
+
+#include "mpitron/cli/commands.hpp"
+#include "mpitron/cli/job_config.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/dist/fatal.hpp"
+#include "mpitron/dist/grid.hpp"
+#include "mpitron/dist/launch.hpp"
+#include "mpitron/train/preemption.hpp"
+#include "mpitron/train/trainer.hpp"
+
+using namespace mpitron;
+
+int main(int argc, char** argv) {
+  try {
+    install_preemption_handlers();
+    JobConfig cfg;
+    Args args(argv + 1, argv + argc);
+    for (const auto& a : load_job_args(cfg, args, nullptr)) usage_fail("emulated_train: unknown option '{}'", a);
+    cfg.train.backend = "nccl";  // the GPU trainer ...
+    const LaunchInfo& li = init_launch(&argc, &argv);
+    GridShape shape = resolve_grid_shape({cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp}, li.world);
+    ProcessGrid grid(li, shape, "cpu");  // ... on MPI groups
+    TrainResult r = run_training(cfg, li, grid);
+    if (li.rank == 0) std::printf("done: %d steps | train loss %.4f -> %.4f\n", r.steps_done, r.first_loss, r.last_loss);
+    finalize_mpi_if_initialized();
+    return r.preempted ? kExitPreempted : 0;
+  } catch (const std::exception& e) {
+    exit_on_exception(e);
+  }
+}
