@@ -5,7 +5,10 @@
 # 2. runs it: every CUDA kernel against the CPU backend (relative error, bound per op), cuDNN
 #    attention against the naive path, kernel timings at gpt2-124m shapes, the cuBLASLt GEMM rate,
 #    20 tiny-model training steps on GptCuda against the CPU GPT, gpt2-124m/350m step timings + MFU;
-# 3. writes the results (markdown) to RESULTS.md, default bench/results/gpu_check_<gpu>.md.
+# 3. builds $BUILD/mpitron and runs the trainer end to end on this GPU (train.backend = "nccl",
+#    20 steps of the tiny model on a corpus made of this repository's text) against the same
+#    job on the CPU backend: loss curves within bf16 tolerance (2e-2 relative);
+# 4. writes the results (markdown) to RESULTS.md, default bench/results/gpu_check_<gpu>.md.
 # Exit status: 0 all checks passed, 1 a check failed, 2 no GPU / build failure.
 # NO_BUILD=1 skips the build (uses $BUILD/bench/gpu_check as it is).
 set -uo pipefail
@@ -48,5 +51,42 @@ rc=$?
 if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
   echo "gpu_check: timed out after ${left} s (partial results, if any, are above)" | tee -a "$OUT"
 fi
+
+# 3. The trainer end to end: `mpitron train` on the GPU against the CPU backend.
+trainer_check() {
+  left=$((LIMIT - (SECONDS - t0)))
+  if [ "$left" -lt 90 ]; then echo "trainer check skipped: ${left} s left"; return 1; fi
+  timeout $((left - 60)) make --no-print-directory BUILD="$BUILD" CUDA=1 -j"$(nproc)" "$BUILD/mpitron" \
+    >>"$log" 2>&1 || { echo "trainer check: build of $BUILD/mpitron failed (see $log)"; return 1; }
+  local d="$BUILD/gpu_check_train"
+  rm -rf "$d" && mkdir -p "$d"
+  cat README.md docs/*.md $(find src include -name '*.[ch]pp' | sort) >"$d/corpus.txt"
+  "$BUILD/mpitron" prep --input "$d/corpus.txt" --tokenizer byte --out "$d/data" --val-fraction 0.05 --quiet ||
+    { echo "trainer check: prep failed"; return 1; }
+  local job=(jobs/tiny.toml --data.path="$d/data" --train.steps=20 --log.every=1 --eval.every=0 --eval.batches=0)
+  for b in nccl cpu; do
+    timeout 120 "$BUILD/mpitron" train "${job[@]}" --train.backend=$b --job.run_dir="$d/$b" >"$d/$b.log" 2>&1 ||
+      { echo "trainer check: train.backend=$b failed:"; echo '```'; tail -n 15 "$d/$b.log"; echo '```'; return 1; }
+  done
+  echo '```'
+  grep -m1 "^layout" "$d/nccl.log"
+  grep -E "^step +(1|10|20)/" "$d/nccl.log"
+  echo '```'
+  python3 - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+def losses(b): return {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/{b}/metrics.jsonl")) if "loss" in r}
+g, c = losses("nccl"), losses("cpu")
+rel = max(abs(g[s] - c[s]) / c[s] for s in c)
+ok = rel <= 2e-2 and sorted(g) == sorted(c) and g[20] < g[1]
+print(f"trainer check: GPU vs CPU backend, 20 steps of the tiny model: max relative loss difference {rel:.2e} "
+      f"(bound 2e-2), GPU loss {g[1]:.4f} -> {g[20]:.4f}: {'ok' if ok else '**FAIL**'}")
+sys.exit(0 if ok else 1)
+PY
+}
+{ echo; echo "## The trainer on this GPU (mpitron train, train.backend = nccl) vs the CPU backend"; echo; } >>"$OUT"
+trainer_check 2>&1 | tee -a "$OUT"
+trc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] && [ "$trc" -ne 0 ] && rc=1
 echo "gpu_check: exit $rc, $((SECONDS - t0)) s in all; results in $OUT"
 exit "$rc"
