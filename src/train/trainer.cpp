@@ -24,10 +24,10 @@
 #include "mpitron/train/lr_schedule.hpp"
 #include "mpitron/train/metrics.hpp"
 #include "mpitron/train/peak_probe.hpp"
-#include "mpitron/train/step_stats.hpp"
 #include "mpitron/train/gpu_trainer.hpp"
 #include "mpitron/train/train_checkpoint.hpp"
 #include "mpitron/train/train_data.hpp"
+#include "mpitron/train/train_loop.hpp"
 #include "mpitron/plan/check.hpp"
 
 namespace mpitron {
@@ -161,16 +161,9 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   TrainResult result;
   std::vector<Batch> batches(bp.accum);
 
+  StepLogger logger(cfg, metrics, tokens_per_step, flops_per_token, launch.world, peak);
   auto run_eval = [&](int step) {
-    if (!val_data) return;
-    double vl = evaluate(pipe, *val_data, grid);
-    if (result.first_val_loss < 0) result.first_val_loss = vl;
-    result.last_val_loss = vl;
-    if (rank0) {
-      std::printf("step %d | val loss %.4f\n", step, vl);
-      std::fflush(stdout);
-      metrics.write({{"step", int64_t{step}}, {"val_loss", vl}});
-    }
+    if (val_data) logger.log_val(step, evaluate(pipe, *val_data, grid), result, rank0);
   };
   run_eval(start_step);
 
@@ -179,13 +172,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     auto t0 = Clock::now();
     ckpt.begin_step();
     MemTracker::host().reset_peaks();
-    // Fetch the step's micro-batches first: the loss normaliser is the number of target tokens
-    // in the whole global batch, which must be known before the first backward.
-    double counts[2] = {0, 0};  // [loss sum, target tokens]
-    for (auto& b : batches) {
-      train_data.next(b);
-      for (int32_t t : b.targets) counts[1] += t >= 0;
-    }
+    double counts[2] = {0, fetch_step_batches(train_data, batches)};  // [loss sum, target tokens]
     double data_ms = ms_since(t0);
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(counts[1], ReduceOp::sum) : counts[1];
 
@@ -203,15 +190,9 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     double grad_norm = std::sqrt(grad_sq);
     double lr = sched.at(step);
 
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-      if (cfg.train.nan_policy == "skip") {
-        if (rank0) std::printf("step %d: non-finite loss %g or grad norm %g: step skipped\n", step, loss, grad_norm);
-        continue;
-      }
-      ckpt.save_last_good(step, result.last_loss);
-      fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\")", step, loss,
-           grad_norm);
-    }
+    if ((!std::isfinite(loss) || !std::isfinite(grad_norm)) &&
+        skip_non_finite_step(cfg, ckpt, result, step, loss, grad_norm, rank0))
+      continue;
     if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip) {
       // torch.nn.utils.clip_grad_norm_'s rule.
       model.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));
@@ -226,25 +207,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     if (step == start_step + 1) result.first_loss = loss;  // this run's first step (after a resume too)
     result.last_loss = loss;
     result.steps_done = step;
-    if (rank0 && (step % cfg.log.every == 0 || step == cfg.train.steps || step == 1)) {
-      StepStats s;
-      s.step = step;
-      s.total_steps = cfg.train.steps;
-      s.loss = loss;
-      s.lr = lr;
-      s.grad_norm = grad_norm;
-      s.step_ms = step_ms;
-      s.tokens_per_s = tokens_per_step / (step_ms / 1e3);
-      s.gflops_per_rank = flops_per_token * tokens_per_step / launch.world / (step_ms / 1e3) / 1e9;
-      s.mfu = s.gflops_per_rank * 1e9 / peak;
-      s.data_wait_ms = data_ms;
-      s.comm_ms = comm.comm_ms;
-      s.overlap = comm.overlap();
-      s.mem = MemTracker::host().stats();
-      std::printf("%s\n", format_step_line(s).c_str());
-      std::fflush(stdout);
-      write_step_metrics(metrics, s);
-    }
+    if (rank0 && logger.due(step))
+      logger.log(step, loss, lr, grad_norm, step_ms, data_ms, comm.comm_ms, comm.overlap(), MemTracker::host().stats());
     if (gs.pp > 1) {  // each stage's idle fraction in this step's schedule (bench/pp)
       const std::vector<double> idle = pipeline_idle_by_stage(ps, grid.pp());
       std::vector<std::pair<std::string, MetricsWriter::Value>> row{{"step", int64_t{step}}};

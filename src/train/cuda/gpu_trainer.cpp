@@ -19,9 +19,9 @@
 #include "mpitron/train/checkpoint.hpp"
 #include "mpitron/train/lr_schedule.hpp"
 #include "mpitron/train/metrics.hpp"
-#include "mpitron/train/step_stats.hpp"
 #include "mpitron/train/train_checkpoint.hpp"
 #include "mpitron/train/train_data.hpp"
+#include "mpitron/train/train_loop.hpp"
 
 namespace mpitron {
 namespace {
@@ -189,6 +189,7 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
 
   TrainResult result;
   std::vector<Batch> batches(bp.accum);
+  StepLogger logger(cfg, metrics, tokens_per_step, flops_per_token, launch.world, peak);
   auto run_eval = [&](int step) {
     if (!data.val) return;
     data.val->reset();
@@ -202,14 +203,7 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     }
     model.set_grad_enabled(true);
     grid.dp().all_reduce_host_f64(v, 2, ReduceOp::sum);
-    const double vl = v[0] / std::max(1.0, v[1]);
-    if (result.first_val_loss < 0) result.first_val_loss = vl;
-    result.last_val_loss = vl;
-    if (rank0) {
-      std::printf("step %d | val loss %.4f\n", step, vl);
-      std::fflush(stdout);
-      metrics.write({{"step", int64_t{step}}, {"val_loss", vl}});
-    }
+    logger.log_val(step, v[0] / std::max(1.0, v[1]), result, rank0);
   };
   run_eval(start_step);
 
@@ -217,11 +211,7 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     auto t0 = Clock::now();
     ckpt.begin_step();
     MemTracker::cuda().reset_peaks();
-    double counts[2] = {0, 0};  // [loss sum, target tokens]
-    for (auto& b : batches) {
-      data.train->next(b);
-      for (int32_t t : b.targets) counts[1] += t >= 0;
-    }
+    double counts[2] = {0, fetch_step_batches(*data.train, batches)};  // [loss sum, target tokens]
     const double data_ms = ms_since(t0);
     grid.dp().all_reduce_host_f64(&counts[1], 1, ReduceOp::sum);
     const double n_tokens = counts[1];
@@ -236,15 +226,9 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     const double loss = counts[0] / n_tokens;
     const double grad_norm = std::sqrt(model.grad_sum_squares());  // the same on every DP rank
     const double lr = sched.at(step);
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-      if (cfg.train.nan_policy == "skip") {
-        if (rank0) std::printf("step %d: non-finite loss %g or grad norm %g: step skipped\n", step, loss, grad_norm);
-        continue;
-      }
-      ckpt.save_last_good(step, result.last_loss);
-      fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\")", step, loss,
-           grad_norm);
-    }
+    if ((!std::isfinite(loss) || !std::isfinite(grad_norm)) &&
+        skip_non_finite_step(cfg, ckpt, result, step, loss, grad_norm, rank0))
+      continue;
     if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip)
       model.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));  // torch's rule
     model.adamw_step(static_cast<float>(lr), ao, state.next_step());
@@ -254,27 +238,10 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     if (step == start_step + 1) result.first_loss = loss;
     result.last_loss = loss;
     result.steps_done = step;
-    if (rank0 && (step % cfg.log.every == 0 || step == cfg.train.steps || step == 1)) {
-      StepStats s;
-      s.step = step;
-      s.total_steps = cfg.train.steps;
-      s.loss = loss;
-      s.lr = lr;
-      s.grad_norm = grad_norm;
-      s.step_ms = step_ms;
-      s.tokens_per_s = tokens_per_step / (step_ms / 1e3);
-      s.gflops_per_rank = flops_per_token * tokens_per_step / launch.world / (step_ms / 1e3) / 1e9;
-      s.mfu = peak > 0 ? s.gflops_per_rank * 1e9 / peak : 0;
-      s.data_wait_ms = data_ms;
-      // Only the wait is measured on GPU (the reductions run on their own stream): comm_ms is the
-      // exposed part, so "overlapped" is not claimed.
-      s.comm_ms = exposed_ms;
-      s.overlap = 0;
-      s.mem = MemTracker::cuda().stats();
-      std::printf("%s\n", format_step_line(s).c_str());
-      std::fflush(stdout);
-      write_step_metrics(metrics, s);
-    }
+    // Only the wait is measured on GPU (the reductions run on their own stream): comm is the
+    // exposed part, and no overlap is claimed.
+    if (rank0 && logger.due(step))
+      logger.log(step, loss, lr, grad_norm, step_ms, data_ms, exposed_ms, 0.0, MemTracker::cuda().stats());
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
     if (ckpt.end_of_step(step, loss)) {
       result.preempted = true;

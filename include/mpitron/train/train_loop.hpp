@@ -1,0 +1,49 @@
+// Pieces of the training step that the CPU trainer (trainer.cpp) and the GPU trainer
+// (cuda/gpu_trainer.cpp) share, so both behave the same to users: fetching a step's
+// micro-batches, the non-finite policy, the per-step log line / metrics record, the validation
+// record.
+#pragma once
+#include <vector>
+
+#include "mpitron/cli/job_config.hpp"
+#include "mpitron/core/memory.hpp"
+#include "mpitron/data/loader.hpp"
+#include "mpitron/train/metrics.hpp"
+#include "mpitron/train/step_stats.hpp"
+#include "mpitron/train/train_checkpoint.hpp"
+#include "mpitron/train/trainer.hpp"
+
+namespace mpitron {
+
+// Fills every micro-batch of the step; returns this rank's target tokens (targets >= 0). The
+// loss normaliser is the global batch's target count, needed before the first backward.
+double fetch_step_batches(DataLoader& data, std::vector<Batch>& batches);
+
+// train.nan_policy for a step whose loss or grad norm is not finite: "skip" -> true (the caller
+// skips the optimizer step); "stop" -> checkpoint of the last good step, then an Error.
+bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, const TrainResult& result, int step,
+                          double loss, double grad_norm, bool rank0);
+
+// Rank 0's step line and metrics.jsonl record, every log.every steps (and the first and last).
+class StepLogger {
+ public:
+  StepLogger(const JobConfig& cfg, MetricsWriter& metrics, int64_t tokens_per_step, double flops_per_token,
+             int world, double peak_flops)
+      : cfg_(cfg), metrics_(metrics), tokens_(tokens_per_step), flops_(flops_per_token), world_(world), peak_(peak_flops) {}
+  bool due(int step) const { return step % cfg_.log.every == 0 || step == cfg_.train.steps || step == 1; }
+  // Rates from step_ms; MFU 0 when the peak is unknown (0).
+  void log(int step, double loss, double lr, double grad_norm, double step_ms, double data_ms, double comm_ms,
+           double overlap, const MemStats& mem);
+  // The validation loss line and record; also updates result's first/last val loss.
+  void log_val(int step, double val_loss, TrainResult& result, bool rank0);
+
+ private:
+  const JobConfig& cfg_;
+  MetricsWriter& metrics_;
+  int64_t tokens_;
+  double flops_;
+  int world_;
+  double peak_;
+};
+
+}  // namespace mpitron

@@ -1,0 +1,59 @@
+#include "mpitron/train/train_loop.hpp"
+
+#include <cstdio>
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+
+double fetch_step_batches(DataLoader& data, std::vector<Batch>& batches) {
+  double targets = 0;
+  for (auto& b : batches) {
+    data.next(b);
+    for (int32_t t : b.targets) targets += t >= 0;
+  }
+  return targets;
+}
+
+bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, const TrainResult& result, int step,
+                          double loss, double grad_norm, bool rank0) {
+  if (cfg.train.nan_policy == "skip") {
+    if (rank0) std::printf("step %d: non-finite loss %g or grad norm %g: step skipped\n", step, loss, grad_norm);
+    return true;
+  }
+  ckpt.save_last_good(step, result.last_loss);
+  fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\")", step, loss,
+       grad_norm);
+}
+
+void StepLogger::log(int step, double loss, double lr, double grad_norm, double step_ms, double data_ms,
+                     double comm_ms, double overlap, const MemStats& mem) {
+  StepStats s;
+  s.step = step;
+  s.total_steps = cfg_.train.steps;
+  s.loss = loss;
+  s.lr = lr;
+  s.grad_norm = grad_norm;
+  s.step_ms = step_ms;
+  s.tokens_per_s = tokens_ / (step_ms / 1e3);
+  s.gflops_per_rank = flops_ * tokens_ / world_ / (step_ms / 1e3) / 1e9;
+  s.mfu = peak_ > 0 ? s.gflops_per_rank * 1e9 / peak_ : 0;
+  s.data_wait_ms = data_ms;
+  s.comm_ms = comm_ms;
+  s.overlap = overlap;
+  s.mem = mem;
+  std::printf("%s\n", format_step_line(s).c_str());
+  std::fflush(stdout);
+  write_step_metrics(metrics_, s);
+}
+
+void StepLogger::log_val(int step, double val_loss, TrainResult& result, bool rank0) {
+  if (result.first_val_loss < 0) result.first_val_loss = val_loss;
+  result.last_val_loss = val_loss;
+  if (!rank0) return;
+  std::printf("step %d | val loss %.4f\n", step, val_loss);
+  std::fflush(stdout);
+  metrics_.write({{"step", int64_t{step}}, {"val_loss", val_loss}});
+}
+
+}  // namespace mpitron
