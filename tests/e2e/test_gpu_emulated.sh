@@ -4,11 +4,12 @@
 # tensors). Checks:
 #   - gpu_check's training comparison (GptCuda vs the CPU GPT, 20 AdamW steps; cudnn and naive
 #     attention paths, padded vocab) passes on the emulation;
-#   - the GPU trainer (train.backend = "nccl") at dp 2 follows the CPU trainer's single-rank run:
-#     losses within 2e-3 relative for 10 steps (bf16 activations; measured ~3e-4), val losses too;
+#   - the GPU trainer (train.backend = "nccl") at dp 2, with ZeRO 0 and ZeRO 1, follows the CPU
+#     trainer's single-rank run: losses within 2e-3 relative for 10 steps (bf16 activations;
+#     measured ~3e-4), val losses too;
 #   - its checkpoint resumes bit-identically on the emulated GPU, and on the CPU trainer within
-#     the same bound (one file format for both backends);
-#   - what the GPU trainer does not run yet (tp, ZeRO) is refused with a clear message.
+#     the same bound (one file format for both backends), the ZeRO-1 one too;
+#   - what the GPU trainer does not run yet (tp, ZeRO-2) is refused with a clear message.
 # Skipped (one line) when $BUILD is not a CUDA build. The real kernels: bench/gpu_check.sh.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -38,6 +39,9 @@ run gpu "$EMU" 2 --parallel.dp=2 --checkpoint.every=5
 grep -q "one emulated GPU (CPU) per rank" "$tmp/gpu.log" || { head "$tmp/gpu.log"; fail "not the GPU trainer"; }
 run gpu_resume "$EMU" 2 --parallel.dp=2 --train.resume="$tmp/gpu/ckpt/step_00000005.h5"
 run cpu_from_gpu "$MPITRON" 1 --train.resume="$tmp/gpu/ckpt/step_00000005.h5"
+run gpu_zero1 "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --checkpoint.every=5
+grep -q "zero 1," "$tmp/gpu_zero1.log" || fail "gpu_zero1: not ZeRO-1"
+run cpu_from_zero1 "$MPITRON" 1 --train.resume="$tmp/gpu_zero1/ckpt/step_00000005.h5"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 t = sys.argv[1]
@@ -57,6 +61,12 @@ cres = losses("cpu_from_gpu")
 crel = max(abs(cres[s] - gpu[s]) / gpu[s] for s in cres)
 print(f"GPU checkpoint: resumed bit-identically on the emulated GPU; on CPU steps 6-10 within {crel:.2e}")
 assert crel < 2e-3
+z = losses("gpu_zero1")
+zrel = max(abs(z[s] - cpu[s]) / cpu[s] for s in cpu)
+zres = losses("cpu_from_zero1")
+zcrel = max(abs(zres[s] - z[s]) / z[s] for s in zres)
+print(f"GPU ZeRO-1 dp2 vs CPU np1: {zrel:.2e}; its checkpoint resumed on CPU: steps 6-10 within {zcrel:.2e}")
+assert zrel < 2e-3 and zcrel < 2e-3 and sorted(zres) == [6, 7, 8, 9, 10]
 PY
 
 expect_error() {  # pattern extra...
@@ -68,5 +78,5 @@ expect_error() {  # pattern extra...
   grep -q "$pattern" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no '$pattern' for: $*"; }
 }
 expect_error "trains data parallel layouts only so far" --parallel.tp=2
-expect_error "parallel.zero = 1 is not available" --parallel.dp=2 --parallel.zero=1
+expect_error "parallel.zero = 2 is not available" --parallel.dp=2 --parallel.zero=2
 echo ok

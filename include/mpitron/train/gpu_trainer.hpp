@@ -7,8 +7,11 @@
 // the same log line, metrics.jsonl, evaluation and checkpoints (the file format of
 // checkpoint.hpp, staged through host memory, so a GPU checkpoint resumes on CPU and back).
 //
-// Not on GPU yet (clear error at start-up): tensor / pipeline / sequence / context parallel and
-// ZeRO. GPU builds only (MPITRON_CUDA=1).
+// ZeRO-1 (parallel.zero = 1): each DP rank holds the AdamW moments of its shard only and updates
+// that shard; the fp32 master weights are then all-gathered over DP (the gradients are still
+// all-reduced, so ZeRO-1 costs 1.5x DDP's communication for 8 bytes/param less memory).
+// Not on GPU yet (clear error at start-up): tensor / pipeline / sequence / context parallel,
+// ZeRO 2-3, activation recompute. GPU builds only (MPITRON_CUDA=1).
 #pragma once
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/dist/grid.hpp"

@@ -129,21 +129,27 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
                            at(h + "ln_2.weight"), at(h + "ln_2.bias"), at(h + "mlp.c_fc.weight"),
                            at(h + "mlp.c_fc.bias"), at(h + "mlp.c_proj.weight"), at(h + "mlp.c_proj.bias")});
   }
-  // AdamW segments, as train/adamw.cpp builds them: neighbours with the same decay flag merged.
+  // AdamW segments, as train/adamw.cpp builds them: neighbours with the same decay flag merged,
+  // each parameter cut to the optimizer range (ZeRO-1 shard).
+  optim_ = {options.optim_begin, options.optim_end ? options.optim_end : n_flat_};
+  check(optim_.begin <= optim_.end && optim_.end <= n_flat_, "GptCuda: optimizer range [{}, {}) outside [0, {})",
+        optim_.begin, optim_.end, n_flat_);
   for (const auto& p : params_) {
-    if (!segments_.empty() && segments_.back().decay == p.decay &&
-        segments_.back().offset + segments_.back().n == p.offset)
-      segments_.back().n += p.numel;
+    const size_t lo = std::max(p.offset, optim_.begin), hi = std::min(p.offset + p.numel, optim_.end);
+    if (lo >= hi) continue;
+    if (!segments_.empty() && segments_.back().decay == p.decay && segments_.back().offset + segments_.back().n == lo)
+      segments_.back().n += hi - lo;
     else
-      segments_.push_back({p.offset, p.numel, p.decay});
+      segments_.push_back({lo, hi - lo, p.decay});
   }
 
   try {
     master_ = static_cast<float*>(device_alloc(Mem::params, n_flat_ * sizeof(float), "fp32 master parameters"));
     params_bf16_ = static_cast<bf16*>(device_alloc(Mem::params, n_flat_ * sizeof(bf16), "bf16 parameters"));
     grads_ = static_cast<float*>(device_alloc(Mem::grads, n_flat_ * sizeof(float), "gradients"));
-    m_ = static_cast<float*>(device_alloc(Mem::optim, n_flat_ * sizeof(float), "AdamW exp_avg"));
-    v_ = static_cast<float*>(device_alloc(Mem::optim, n_flat_ * sizeof(float), "AdamW exp_avg_sq"));
+    const size_t no = std::max<size_t>(1, optim_.size());  // an empty shard still gets a valid pointer
+    m_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg"));
+    v_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg_sq"));
     size_t act_bytes = plan_activations(cfg, max_micro_batch, chunk_rows_, nullptr, a_);
     char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
     plan_activations(cfg, max_micro_batch, chunk_rows_, act, a_);
@@ -230,12 +236,13 @@ void GptCuda::zero_grad() {
 }
 
 void GptCuda::zero_optimizer_state() {
-  cuda_check(cudaMemsetAsync(m_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg)");
-  cuda_check(cudaMemsetAsync(v_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg_sq)");
+  cuda_check(cudaMemsetAsync(m_, 0, optim_.size() * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg)");
+  cuda_check(cudaMemsetAsync(v_, 0, optim_.size() * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg_sq)");
 }
 
 void GptCuda::copy_optimizer_state_to_host(float* m, float* v, size_t n) {
-  check(n == n_flat_, "GptCuda::copy_optimizer_state_to_host: room for {} floats, the flat layout has {}", n, n_flat_);
+  check(n == optim_.size(), "GptCuda::copy_optimizer_state_to_host: room for {} floats, the optimizer range has {}",
+        n, optim_.size());
   cuda_check(cudaMemcpyAsync(m, m_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
              "cudaMemcpyAsync(exp_avg to host)");
   cuda_check(cudaMemcpyAsync(v, v_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
@@ -244,7 +251,8 @@ void GptCuda::copy_optimizer_state_to_host(float* m, float* v, size_t n) {
 }
 
 void GptCuda::load_optimizer_state(const float* m, const float* v, size_t n) {
-  check(n == n_flat_, "GptCuda::load_optimizer_state: {} floats given, the flat layout has {}", n, n_flat_);
+  check(n == optim_.size(), "GptCuda::load_optimizer_state: {} floats given, the optimizer range has {}", n,
+        optim_.size());
   cuda_check(cudaMemcpyAsync(m_, m, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
              "cudaMemcpyAsync(exp_avg to device)");
   cuda_check(cudaMemcpyAsync(v_, v, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
@@ -415,7 +423,8 @@ void GptCuda::scale_grads(float s) { ops_.scale_inplace(grads_, s, n_flat_); }
 void GptCuda::adamw_step(float lr, const CudaAdamWOptions& opt, int step) {
   check(step >= 1, "GptCuda::adamw_step: step must be >= 1 (got {})", step);
   for (const Segment& g : segments_)
-    ops_.adamw(master_ + g.offset, params_bf16_ + g.offset, grads_ + g.offset, m_ + g.offset, v_ + g.offset, g.n, lr,
+    ops_.adamw(master_ + g.offset, params_bf16_ + g.offset, grads_ + g.offset, m_ + (g.offset - optim_.begin),
+               v_ + (g.offset - optim_.begin), g.n, lr,
                static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(opt.eps),
                g.decay ? static_cast<float>(opt.weight_decay) : 0.f, step);
 }

@@ -94,17 +94,18 @@ class GpuDataParallel {
 // file format (full logical tensors), so they load under any layout and on either backend.
 class GpuCheckpointState final : public CheckpointState {
  public:
-  GpuCheckpointState(GptCuda& model, const ModelConfig& mc, const GridCoord& coord)
-      : model_(model), mc_(mc), coord_(coord) {}
+  GpuCheckpointState(GptCuda& model, const ModelConfig& mc, const GridCoord& coord, int zero)
+      : model_(model), mc_(mc), coord_(coord), zero_(zero) {}
   std::vector<CheckpointShard> shards() override {
     const size_t n = model_.num_params();
-    p_.resize(n), m_.resize(n), v_.resize(n);
+    const GptCuda::Range r = model_.optim_range();  // ZeRO-1: this DP rank's shard of the moments
+    p_.resize(n), m_.resize(r.size()), v_.resize(r.size());
     model_.copy_params_to_host(p_.data(), n);
-    model_.copy_optimizer_state_to_host(m_.data(), v_.data(), n);
-    CheckpointShard s = checkpoint_shard_of(mc_, ModelShard{}, coord_, /*zero=*/0);
+    model_.copy_optimizer_state_to_host(m_.data(), v_.data(), r.size());
+    CheckpointShard s = checkpoint_shard_of(mc_, ModelShard{}, coord_, zero_);
     s.params = {p_.data(), 0, n, s.params.owner};
-    s.exp_avg = {m_.data(), 0, n, s.exp_avg.owner};
-    s.exp_avg_sq = {v_.data(), 0, n, s.exp_avg_sq.owner};
+    s.exp_avg = {m_.data(), r.begin, r.end, s.exp_avg.owner};
+    s.exp_avg_sq = {v_.data(), r.begin, r.end, s.exp_avg_sq.owner};
     return {s};
   }
   void loaded() override {
@@ -113,13 +114,14 @@ class GpuCheckpointState final : public CheckpointState {
   }
   int optimizer_steps() const override { return steps_; }
   void set_optimizer_steps(int n) override { steps_ = n; }
-  int zero() const override { return 0; }
+  int zero() const override { return zero_; }
   int next_step() { return ++steps_; }
 
  private:
   GptCuda& model_;
   ModelConfig mc_;
   GridCoord coord_;
+  int zero_;
   std::vector<float> p_, m_, v_;
   int steps_ = 0;
 };
@@ -132,8 +134,8 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
               "train.backend = \"nccl\" trains data parallel layouts only so far (got tp {} x pp {} x cp {}); tensor, "
               "pipeline and context parallel run with train.backend = \"cpu\"",
               gs.tp, gs.pp, gs.cp);
-  usage_check(cfg.parallel.zero == 0, "parallel.zero = {} is not available with train.backend = \"nccl\" yet (use 0)",
-              cfg.parallel.zero);
+  usage_check(cfg.parallel.zero == 0 || cfg.parallel.zero == 1,
+              "parallel.zero = {} is not available with train.backend = \"nccl\" yet (0 or 1)", cfg.parallel.zero);
   usage_check(!cfg.parallel.sp, "parallel.sp needs parallel.tp > 1, which train.backend = \"nccl\" does not run yet");
   usage_check(cfg.train.recompute == "none",
               "train.recompute = \"{}\" is not available with train.backend = \"nccl\" yet (use \"none\")",
@@ -152,12 +154,22 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   oo.attention = cfg.model.attention;
   oo.device = launch.device;
   std::unique_ptr<CudaOps> ops = make_cuda_ops(oo);
-  GptCuda model(mc, *ops, bp.micro);
+  // ZeRO-1: this DP rank keeps and updates the AdamW state of its shard of the flat layout only;
+  // after the update every rank's shard of the fp32 master weights is all-gathered.
+  const int zero = cfg.parallel.zero;
+  const auto table = gpt_param_table(mc, ModelShard{});
+  const size_t n_flat = table.back().offset + (table.back().numel + 15) / 16 * 16;  // gpt_param_table's padding
+  const FlatRange shard = zero >= 1 ? zero_shard(n_flat, dp, grid.coord().dp) : FlatRange{0, n_flat};
+  GptCudaOptions go;
+  go.optim_begin = shard.begin;
+  go.optim_end = shard.end;
+  GptCuda model(mc, *ops, bp.micro, ModelShard{}, go);
+  check(model.num_params() == n_flat, "GPU trainer: flat layout of {} floats, expected {}", model.num_params(), n_flat);
   model.init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
   GpuDataParallel ddp(model, grid.dp(), ops->stream(), cfg.parallel.bucket_mb);
   const CudaAdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
-  GpuCheckpointState state(model, mc, grid.coord());
+  GpuCheckpointState state(model, mc, grid.coord(), zero);
   TrainCheckpointer ckpt(cfg, grid, mc, state, *data.train);
   const int start_step = ckpt.resume();
 
@@ -175,7 +187,8 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
         "layout world %d = dp %d (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
         "accum %d (%lld tokens/step) | peak %.0f TFLOP/s/GPU%s\n"
         "data %s: %lld samples per rank per epoch | run dir %s\n"
-        "data parallel: NCCL, %zu gradient bucket(s) (cap %g MiB) on the communication stream | GPU memory %s\n",
+        "data parallel: NCCL, zero %d, %zu gradient bucket(s) (cap %g MiB) on the communication stream | GPU "
+        "memory %s\n",
         mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(1), mc.seq_len,
         model.num_params() / 1e6, launch.world, dp, gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
         dp, bp.accum, static_cast<long long>(tokens_per_step), peak / 1e12,
@@ -183,7 +196,7 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
         : peak > 0             ? " (datasheet dense bf16)"
                                : " (unknown GPU: set train.peak_flops for MFU)",
         cfg.data.path.c_str(), static_cast<long long>(data.train->samples_per_epoch()), cfg.run_dir().c_str(),
-        ddp.num_buckets(), cfg.parallel.bucket_mb, model.memory_summary().c_str());
+        zero, ddp.num_buckets(), cfg.parallel.bucket_mb, model.memory_summary().c_str());
     std::fflush(stdout);
   }
 
@@ -232,6 +245,12 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip)
       model.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));  // torch's rule
     model.adamw_step(static_cast<float>(lr), ao, state.next_step());
+    if (zero >= 1 && dp > 1) {  // everyone's updated shard of the master weights, in place, then the bf16 copy
+      const std::vector<size_t> counts = shard_counts(0, n_flat, n_flat, dp);
+      float* master = model.device_master_params();
+      grid.dp().all_gatherv(master + shard.begin, master, counts.data(), DType::f32);
+      model.refresh_bf16_params();
+    }
     ops->synchronize();
     const double step_ms = ms_since(t0);
 

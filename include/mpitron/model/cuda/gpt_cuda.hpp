@@ -44,6 +44,9 @@ struct GptCudaOptions {
   // Rows of logits computed at once by the LM head (bounds its bf16 [rows, padded_vocab]
   // buffer). 0: up to 2^29 elements (1 GiB), i.e. all of B*T = 8192 rows of GPT-2 at once.
   int64_t logits_chunk_rows = 0;
+  // The flat range [begin, end) whose AdamW state this rank holds and updates (ZeRO-1: this DP
+  // rank's shard, parallel/grad_buckets.hpp zero_shard). end = 0: the whole flat layout.
+  size_t optim_begin = 0, optim_end = 0;
 };
 
 class GptCuda {
@@ -72,10 +75,15 @@ class GptCuda {
   void copy_grads_to_host(float* host, size_t n);   // syncs
   void zero_grad();
   void zero_optimizer_state();
-  // AdamW moments (exp_avg m, exp_avg_sq v) over the flat layout, for checkpoints: to the host
-  // (syncs) and back.
+  // AdamW moments (exp_avg m, exp_avg_sq v) over optim_range(), for checkpoints: to the host
+  // (syncs) and back; n = optim_range().size().
   void copy_optimizer_state_to_host(float* m, float* v, size_t n);
   void load_optimizer_state(const float* m, const float* v, size_t n);
+  struct Range {
+    size_t begin = 0, end = 0;
+    size_t size() const { return end - begin; }
+  };
+  Range optim_range() const { return optim_; }
   // Device buffers of the flat layout [num_params()], for collectives (gradient all-reduce over
   // data parallel ranks, parameter broadcast) on ops.stream(). After writing the master copy
   // directly, refresh_bf16_params() rewrites the bf16 copy the kernels read.
@@ -104,8 +112,10 @@ class GptCuda {
   // syncs. The global grad norm is its square root.
   double grad_sum_squares();
   void scale_grads(float s);  // grads *= s (clipping)
-  // One torch.optim.AdamW update of every parameter from the gradients (step is 1-based), fp32
-  // master -> bf16 copy. Weight decay only where ParamInfo::decay.
+  // One torch.optim.AdamW update of the parameters in optim_range() from the gradients (step is
+  // 1-based), fp32 master -> bf16 copy. Weight decay only where ParamInfo::decay. With a partial
+  // range (ZeRO-1) the caller then all-gathers device_master_params() over DP and calls
+  // refresh_bf16_params().
   void adamw_step(float lr, const CudaAdamWOptions& opt, int step);
 
   // Device bytes this model allocated, per category and in all (also counted by
@@ -169,7 +179,8 @@ class GptCuda {
   size_t n_flat_ = 0;
   Offsets off_;
   std::vector<DeviceAlloc> allocs_;
-  float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;  // m_, v_: over optim_
+  Range optim_;
   bf16* params_bf16_ = nullptr;
   Acts a_;
   struct Segment {  // AdamW runs over maximal runs of parameters sharing the decay flag
