@@ -43,6 +43,12 @@ void StepLogger::log(int step, double loss, double lr, double grad_norm, double 
   s.overlap = overlap;
   s.mem = mem;
   std::printf("%s\n", format_step_line(s).c_str());
+  if (s.mfu > 1.0 && !warned_mfu_) {
+    warned_mfu_ = true;
+    std::printf("note: MFU above 100%%: the peak it is measured against (%.1f GFLOP/s/rank%s) is too low; "
+                "set train.peak_flops to this machine's GEMM rate for a fixed reference\n",
+                peak_ / 1e9, cfg_.train.peak_flops > 0 ? ", train.peak_flops" : ", the GEMM probe at start-up, on a busy machine");
+  }
   std::fflush(stdout);
   write_step_metrics(metrics_, s);
 }

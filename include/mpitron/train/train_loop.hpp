@@ -44,6 +44,7 @@ class StepLogger {
   double flops_;
   int world_;
   double peak_;
+  bool warned_mfu_ = false;
 };
 
 }  // namespace mpitron
