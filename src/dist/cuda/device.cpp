@@ -31,6 +31,10 @@ void* cuda_alloc(size_t bytes) {
   check(e == cudaSuccess, "cudaMalloc({} bytes) failed: {}", bytes, cudaGetErrorString(e));
   e = cudaMemset(p, 0, bytes);
   check(e == cudaSuccess, "cudaMemset failed: {}", cudaGetErrorString(e));
+  // cudaMemset is asynchronous on the legacy default stream, which NCCL's non-blocking stream
+  // does not wait for: finish it before the buffer is handed out.
+  e = cudaDeviceSynchronize();
+  check(e == cudaSuccess, "cudaDeviceSynchronize failed: {}", cudaGetErrorString(e));
   return p;
 }
 
@@ -41,6 +45,10 @@ void cuda_free(void* p) {
 void cuda_copy(void* dst, const void* src, size_t bytes) {
   cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
   check(e == cudaSuccess, "cudaMemcpy({} bytes) failed: {}", bytes, cudaGetErrorString(e));
+  // From pageable host memory cudaMemcpy may return before the DMA lands (and it is ordered only
+  // on the legacy stream): finish it before a collective on a non-blocking stream reads it.
+  e = cudaDeviceSynchronize();
+  check(e == cudaSuccess, "cudaDeviceSynchronize failed: {}", cudaGetErrorString(e));
 }
 
 }  // namespace mpitron::detail

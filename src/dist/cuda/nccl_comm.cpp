@@ -204,10 +204,14 @@ class NcclComm final : public Comm {
   void all_reduce_host_f64(double* v, size_t count, ReduceOp op) override {
     void* d = nullptr;
     cuda_check(cudaMalloc(&d, count * sizeof(double) + 1), "cudaMalloc");
-    cuda_check(cudaMemcpy(d, v, count * sizeof(double), cudaMemcpyHostToDevice), "cudaMemcpy");
     cudaError_t e = cudaSuccess;
     try {
-      nccl_check(ncclAllReduce(d, d, count, ncclFloat64, nccl_op(op), nccl_, ordered()), "ncclAllReduce (f64)");
+      // The upload goes on the communication stream itself: a plain cudaMemcpy from pageable
+      // memory may return before its DMA lands, and it runs on the legacy default stream, which
+      // the (non-blocking) communication stream does not wait for.
+      cudaStream_t s = ordered();
+      cuda_check(cudaMemcpyAsync(d, v, count * sizeof(double), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync(H2D)");
+      nccl_check(ncclAllReduce(d, d, count, ncclFloat64, nccl_op(op), nccl_, s), "ncclAllReduce (f64)");
       sync("ncclAllReduce (f64)");
       e = cudaMemcpy(v, d, count * sizeof(double), cudaMemcpyDeviceToHost);
     } catch (...) {
