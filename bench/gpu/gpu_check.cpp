@@ -8,7 +8,11 @@
 //      paths, and a padded vocabulary) against the CPU GPT from the same initial parameters
 //      (losses, first-step gradients, final parameters), and one training step of gpt2-124m /
 //      gpt2-350m timed (ms, tokens/s, MFU), after an initial-loss check against the CPU GPT.
-// Usage: gpu_check RESULTS.md   (exit 0: every check passed; 1: a check failed; 2: no GPU)
+// Usage: gpu_check RESULTS.md [--append] [SECTION...]   (exit 0: every check passed; 1: a check
+// failed; 2: no GPU; 3: bad arguments). SECTIONs: device kernels attention timings tiny steps
+// (training = tiny + steps; default: all, in one process). bench/gpu_check.sh runs each section in
+// its own process, appending to one file: a kernel fault (illegal address, ...) is sticky for the
+// whole CUDA context, so in one process it would fail every section after it.
 #if !MPITRON_CUDA
 #error "gpu_check needs a CUDA build: make CUDA=1"
 #endif
@@ -50,6 +54,9 @@ struct Buf {
   explicit Buf(size_t bytes) {
     cuda_ok(cudaMalloc(&p, bytes ? bytes : 16), "cudaMalloc(bench buffer)");
     cuda_ok(cudaMemset(p, 0x3c, bytes), "cudaMemset");
+    // cudaMemset runs on the legacy default stream, which CudaOps' non-blocking stream does not
+    // wait for: finish it before any kernel reads the buffer.
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
   ~Buf() { cudaFree(p); }
   Buf(const Buf&) = delete;
@@ -113,7 +120,8 @@ void correctness_section(Report& rep, Ops& cpu) {
   SelfCheckShape small;  // B2 T64 C128 H4 V1000
   SelfCheckShape gpt;
   gpt.B = 4, gpt.T = 256, gpt.C = 768, gpt.H = 12, gpt.V = 50257, gpt.Vp = 50304;
-  for (const Case& c : {Case{"small", small, "naive"}, Case{"small", small, "cudnn"}, Case{"gpt2", gpt, "naive"},
+  // The naive cases first: a fault in a cuDNN kernel would be sticky for the rest of the process.
+  for (const Case& c : {Case{"small", small, "naive"}, Case{"gpt2", gpt, "naive"}, Case{"small", small, "cudnn"},
                         Case{"gpt2", gpt, "cudnn"}}) {
     rep.line("### shape {} (B {} T {} C {} H {} V {} Vp {}), attention {}\n", c.name, c.shape.B, c.shape.T, c.shape.C,
              c.shape.H, c.shape.V, c.shape.Vp, c.attention);
@@ -176,6 +184,14 @@ void attention_paths_section(Report& rep) {
     }
   }
   rep.line("");
+}
+
+// The cuBLASLt bf16 GEMM rate (8192^3 through CudaOps::matmul_forward), TFLOP/s.
+double gemm_rate_tflops(CudaOps& g) {
+  const int64_t S = 8192;
+  Buf ga(S * S * 2), gb2(S * S * 2), gc(S * S * 2);
+  double ms = time_ms(g, 20, [&] { g.matmul_forward(gc.as<bf16>(), ga.as<bf16>(), gb2.as<bf16>(), nullptr, S, S, S); });
+  return 2.0 * S * S * S / ms / 1e9;
 }
 
 // Returns the measured cuBLASLt GEMM rate in TFLOP/s (0 when the timings failed).
@@ -255,31 +271,13 @@ double timing_section(Report& rep) {
     row("gelu bwd (4C)",
         timed(g, 20, [&] { g.gelu_backward(pre.as<bf16>(), x.as<bf16>(), pre.as<bf16>(), M * 4 * C); }), 0,
         12 * act);
-    // Attention: causal FLOPs = 2 matmuls * 2 * B H T^2 hd / 2 forward, 2.5x that backward.
-    Buf qkv(M * 3 * C * 2), dqkv(M * 3 * C * 2), st(static_cast<size_t>(B) * H * T * 4);
-    double af = 2.0 * 2.0 * B * H * static_cast<double>(T) * T * hd / 2;
-    for (CudaOps* k : {&g, naive.get()}) {
-      try {
-        row(fmt::format("attention fwd [{}]", k->attention_kind()), timed(*k, 20, [&] {
-              k->attention_forward(o.as<bf16>(), st.as<float>(), qkv.as<bf16>(), B, T, H, hd);
-            }),
-            af, 0);
-        row(fmt::format("attention bwd [{}]", k->attention_kind()), timed(*k, 20, [&] {
-              k->attention_backward(dqkv.as<bf16>(), o.as<bf16>(), qkv.as<bf16>(), o.as<bf16>(), st.as<float>(), B, T,
-                                    H, hd);
-            }),
-            2.5 * af, 0);
-      } catch (const std::exception& e) {
-        ++rep.failures;
-        rep.line("| attention [{}] | **ERROR** {} | |", k->attention_kind(), e.what());
-      }
-    }
     std::vector<int32_t> tok(M);
     std::mt19937 rng(1);
     for (auto& t : tok) t = static_cast<int32_t>(rng() % V);
     int32_t* dtok = nullptr;
     cuda_ok(cudaMalloc(&dtok, M * sizeof(int32_t)), "cudaMalloc(tokens)");
     cuda_ok(cudaMemcpy(dtok, tok.data(), M * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy(tokens)");
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // a pageable upload may still be in flight
     Buf loss(M * 4), lse(M * 4), wpe(static_cast<size_t>(T) * C * 2), dwpe(static_cast<size_t>(T) * C * 4);
     row("crossentropy fused (fwd + dlogits)", timed(g, 20, [&] {
           g.crossentropy_fused(loss.as<float>(), lse.as<float>(), y.as<bf16>(), dtok, M, Vp, V, 1.f / M);
@@ -296,6 +294,7 @@ double timing_section(Report& rep) {
     const size_t P = 124'000'000;
     Buf p(P * 4), pg(P * 4), pm(P * 4), pv(P * 4), pb(P * 2), norm(8);
     cuda_ok(cudaMemset(pv.p, 0, P * 4), "cudaMemset");
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     row("adamw 124M params (fp32 master + bf16 copy)", timed(g, 10, [&] {
           g.adamw(p.as<float>(), pb.as<bf16>(), pg.as<float>(), pm.as<float>(), pv.as<float>(), P, 1e-4f, 0.9f, 0.95f,
                   1e-8f, 0.1f, 1);
@@ -306,14 +305,34 @@ double timing_section(Report& rep) {
     cudaFree(dtok);
     rep.line("");
     // The cuBLASLt GEMM rate: the measured ceiling MFU figures can also be quoted against.
-    const int64_t S = 8192;
-    Buf ga(S * S * 2), gb2(S * S * 2), gc(S * S * 2);
-    double ms = time_ms(g, 20, [&] { g.matmul_forward(gc.as<bf16>(), ga.as<bf16>(), gb2.as<bf16>(), nullptr, S, S, S); });
-    double tf = 2.0 * S * S * S / ms / 1e9;
+    double tf = gemm_rate_tflops(g);
     gemm_tflops = tf;
     rep.line("cuBLASLt bf16 GEMM 8192^3 (fp32 accumulate, through CudaOps::matmul_forward): **{:.0f} TFLOP/s** = {:.0f}% "
              "of the {:.0f} TFLOP/s datasheet peak\n",
              tf, 100 * tf / kPeakTflops, kPeakTflops);
+    // Attention last, naive before cudnn: a fault in a cuDNN kernel would be sticky for the rest
+    // of the process.
+    rep.line("| kernel | ms | rate |\n|---|---|---|");
+    // Attention: causal FLOPs = 2 matmuls * 2 * B H T^2 hd / 2 forward, 2.5x that backward.
+    Buf qkv(M * 3 * C * 2), dqkv(M * 3 * C * 2), st(static_cast<size_t>(B) * H * T * 4);
+    double af = 2.0 * 2.0 * B * H * static_cast<double>(T) * T * hd / 2;
+    for (CudaOps* k : {naive.get(), &g}) {
+      try {
+        row(fmt::format("attention fwd [{}]", k->attention_kind()), timed(*k, 20, [&] {
+              k->attention_forward(o.as<bf16>(), st.as<float>(), qkv.as<bf16>(), B, T, H, hd);
+            }),
+            af, 0);
+        row(fmt::format("attention bwd [{}]", k->attention_kind()), timed(*k, 20, [&] {
+              k->attention_backward(dqkv.as<bf16>(), o.as<bf16>(), qkv.as<bf16>(), o.as<bf16>(), st.as<float>(), B, T,
+                                    H, hd);
+            }),
+            2.5 * af, 0);
+      } catch (const std::exception& e) {
+        ++rep.failures;
+        rep.line("| attention [{}] | **ERROR** {} | |", k->attention_kind(), e.what());
+      }
+    }
+    rep.line("");
   } catch (const std::exception& e) {
     ++rep.failures;
     rep.line("\n**ERROR** in the timings: {}\n", e.what());
@@ -325,15 +344,33 @@ double timing_section(Report& rep) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: gpu_check RESULTS.md\n");
+    std::fprintf(stderr, "usage: gpu_check RESULTS.md [--append] [device|kernels|attention|timings|tiny|steps|training ...]\n");
     return 2;
   }
-  Report rep(argv[1]);
+  bool append = false;
+  std::vector<std::string> sections;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--append") {
+      append = true;
+    } else if (a == "device" || a == "kernels" || a == "attention" || a == "timings" || a == "tiny" || a == "steps") {
+      sections.push_back(a);
+    } else if (a == "training") {
+      sections.push_back("tiny");
+      sections.push_back("steps");
+    } else {
+      std::fprintf(stderr, "gpu_check: unknown argument '%s'\n", argv[i]);
+      return 3;  // not 2: gpu_check.sh reads 2 as "no usable GPU"
+    }
+  }
+  const bool all = sections.empty();
+  auto want = [&](const char* s) { return all || std::find(sections.begin(), sections.end(), s) != sections.end(); };
+  Report rep(argv[1], append);
   if (!rep.file) {
     std::fprintf(stderr, "gpu_check: cannot write %s\n", argv[1]);
     return 2;
   }
-  rep.line("# gpu_check: mpitron CUDA backend\n");
+  if (!append) rep.line("# gpu_check: mpitron CUDA backend\n");
   std::string why = cuda_unavailable_reason();
   int rc = 0;
   if (!why.empty()) {
@@ -341,17 +378,33 @@ int main(int argc, char** argv) {
     rc = 2;
   } else {
     try {
-      device_section(rep);
+      if (want("device")) device_section(rep);
       auto cpu = make_cpu_ops();
-      correctness_section(rep, *cpu);
-      attention_paths_section(rep);
-      double gemm_tflops = timing_section(rep);
-      training_section(rep, *cpu, gemm_tflops);
+      if (want("kernels")) correctness_section(rep, *cpu);
+      if (want("attention")) attention_paths_section(rep);
+      double gemm_tflops = 0;
+      if (want("timings")) gemm_tflops = timing_section(rep);
+      if (want("tiny") || want("steps")) {
+        // A process of its own: measure the GEMM rate the step MFU is also quoted against.
+        if (want("steps") && !want("timings")) {
+          try {
+            auto g = make_cuda_ops();
+            gemm_tflops = gemm_rate_tflops(*g);
+          } catch (const std::exception& e) {
+            rep.line("(cuBLASLt GEMM rate not measured: {})\n", e.what());
+            cudaGetLastError();
+          }
+        }
+        training_section(rep, *cpu, gemm_tflops, want("tiny"), want("steps"));
+      }
     } catch (const std::exception& e) {
       ++rep.failures;
       rep.line("\n**ERROR**: {}", e.what());
     }
-    rep.line("Result: {}", rep.failures == 0 ? "every check passed" : fmt::format("{} check(s) failed", rep.failures));
+    if (all)
+      rep.line("Result: {}", rep.failures == 0 ? "every check passed" : fmt::format("{} check(s) failed", rep.failures));
+    else if (rep.failures > 0)
+      rep.line("({} check(s) failed in this section)\n", rep.failures);
     rc = rep.failures == 0 ? 0 : 1;
   }
   return rc;

@@ -14,7 +14,8 @@ constexpr double kPeakTflops = 989.0;  // H200 SXM dense bf16, datasheet
 // Every line goes to stdout and, flushed at once, to the results file: a run cut short by the
 // time limit still leaves what it measured.
 struct Report {
-  explicit Report(const char* path) : file(path) {}
+  explicit Report(const char* path, bool append = false)
+      : file(path, append ? std::ios::out | std::ios::app : std::ios::out) {}
   std::ofstream file;
   int failures = 0;
   template <class... A>

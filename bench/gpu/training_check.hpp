@@ -16,9 +16,12 @@ void tiny_training_check(Report& rep, Ops& cpu);
 // One training step of `preset` at micro-batch B (T = the preset's seq_len) timed: ms, tokens/s,
 // MFU against kPeakTflops and against gemm_tflops (<= 0: not measured); before timing, the
 // initial loss of the first sequence against the CPU GPT. One table row (see training_section).
-void time_training_step(Report& rep, Ops& cpu, const std::string& preset, int B, double gemm_tflops);
+// `attention`: model.attention ("cudnn" | "naive").
+void time_training_step(Report& rep, Ops& cpu, const std::string& preset, int B, double gemm_tflops,
+                        const std::string& attention = "cudnn");
 
-// Both of the above under one heading: tiny, then gpt2-124m (B 8) and gpt2-350m (B 8) at T 1024.
-void training_section(Report& rep, Ops& cpu, double gemm_tflops);
+// Both of the above: tiny (when `tiny`), then gpt2-124m (B 8) and gpt2-350m (B 8) at T 1024 (when
+// `steps`; a preset whose cudnn step fails is timed again with attention naive).
+void training_section(Report& rep, Ops& cpu, double gemm_tflops, bool tiny = true, bool steps = true);
 
 }  // namespace mpitron::gpu_check
