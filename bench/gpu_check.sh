@@ -13,7 +13,9 @@
 # where the cuDNN attention fails, the gpt2 step timings and the trainer run are repeated with
 # model.attention = naive so their numbers still come out (the failure stays counted).
 # Exit status: 0 all checks passed, 1 a check failed, 2 no GPU / build failure.
-# NO_BUILD=1 skips the build (uses $BUILD/bench/gpu_check as it is).
+# NO_BUILD=1 skips the build (uses $BUILD/bench/gpu_check as it is). When the build fails here (this
+# image may lack the project's build dependencies), a gpu_check prebuilt on the build machine by
+# bench/gpu/prepare_carry.sh and carried as build-gpu-carry/ is used instead, if present.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
@@ -26,10 +28,36 @@ log="$BUILD/gpu_check_build.log"
 mkdir -p "$BUILD"
 
 echo "gpu_check: $(nvidia-smi -L 2>/dev/null | head -1 || echo 'nvidia-smi not found')"
+BIN="$BUILD/bench/gpu_check"
+# A gpu_check prebuilt on the build machine (bench/gpu/prepare_carry.sh, carried to this one): used
+# when the build here fails, e.g. because this image lacks oneDNN, fmt or the cuDNN/NCCL headers.
+CARRY=${GPU_CHECK_CARRY:-build-gpu-carry}
+use_carried() {
+  [ -x "$CARRY/bench/gpu_check" ] || return 1
+  BIN="$CARRY/bench/gpu_check"
+  local extra
+  extra=$(cd "$CARRY" && pwd)/lib
+  # CUDA libraries this image keeps elsewhere than /usr/local/cuda/lib64 (e.g. cuDNN and NCCL only
+  # in the Python packages' nvidia/*/lib folders): added only when the loader misses some.
+  if LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$BIN" | grep -q "not found"; then
+    local d
+    for d in $(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in sorted(os.listdir(p))]' 2>/dev/null) \
+        /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+      [ -d "$d" ] && extra="$extra:$d"
+    done
+  fi
+  export LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "gpu_check: using the carried $BIN (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+  if ldd "$BIN" | grep "not found"; then
+    echo "gpu_check: the carried binary still misses the libraries above"
+    return 1
+  fi
+  return 0
+}
 if [ "${NO_BUILD:-0}" != 1 ]; then
   echo "gpu_check: building $BUILD/bench/gpu_check (make BUILD=$BUILD CUDA=1 -j$(nproc)) ..."
   if ! timeout $((LIMIT - 120)) make --no-print-directory BUILD="$BUILD" CUDA=1 -j"$(nproc)" \
-      "$BUILD/bench/gpu_check" >"$log" 2>&1; then
+      "$BUILD/bench/gpu_check" >"$log" 2>&1 && ! { echo "gpu_check: build failed (see $log)"; use_carried; }; then
     {
       echo "# gpu_check: mpitron CUDA backend"
       echo
@@ -44,7 +72,7 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
     cat "$OUT"
     exit 2
   fi
-  echo "gpu_check: built in $((SECONDS - t0)) s"
+  echo "gpu_check: $BIN ready after $((SECONDS - t0)) s"
 fi
 
 # 2. One process per section, all appending to $OUT: a kernel fault (illegal address, ...) is
@@ -66,7 +94,7 @@ for sec in device:30 kernels:150 attention:120 timings:120 tiny:120 steps:150; d
   [ "$first" = 1 ] || args+=(--append)
   first=0
   ts=$SECONDS
-  timeout --kill-after=10 "$left" "$BUILD/bench/gpu_check" "${args[@]}" "$name"
+  timeout --kill-after=10 "$left" "$BIN" "${args[@]}" "$name"
   src=$?
   echo "gpu_check: section $name exit $src after $((SECONDS - ts)) s"
   if [ "$src" -eq 124 ] || [ "$src" -eq 137 ]; then
@@ -78,6 +106,10 @@ for sec in device:30 kernels:150 attention:120 timings:120 tiny:120 steps:150; d
   [ "$src" -ne 0 ] && rc=1
 done
 [ "$rc" -eq 2 ] && { echo "gpu_check: exit 2 (no usable GPU)"; exit 2; }
+if [ "$BIN" != "$BUILD/bench/gpu_check" ]; then
+  { echo; echo "Note: the build on this machine failed ($log: $(grep -m1 -E 'error|Error' "$log" || tail -n1 "$log"));"
+    echo "the sections above ran the gpu_check prebuilt on the build machine ($BIN)."; } | tee -a "$OUT"
+fi
 
 # 3. The trainer end to end: `mpitron train` on the GPU against the CPU backend.
 trainer_check() {
