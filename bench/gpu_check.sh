@@ -114,9 +114,15 @@ fi
 # 3. The trainer end to end: `mpitron train` on the GPU against the CPU backend.
 trainer_check() {
   left=$((LIMIT - (SECONDS - t0)))
-  if [ "$left" -lt 90 ]; then echo "trainer check skipped: ${left} s left"; return 1; fi
+  # Not run (exit 3, the overall result is the kernels' then): no time left, or no mpitron build
+  # here (the whole program needs Open MPI, HDF5, oneDNN and fmt, which a bare GPU image may lack).
+  if [ "$left" -lt 90 ]; then echo "trainer check skipped: ${left} s left"; return 3; fi
   timeout $((left - 60)) make --no-print-directory BUILD="$BUILD" CUDA=1 -j"$(nproc)" "$BUILD/mpitron" \
-    >>"$log" 2>&1 || { echo "trainer check: build of $BUILD/mpitron failed (see $log)"; return 1; }
+    >>"$log" 2>&1 || {
+    echo "trainer check NOT RUN: build of $BUILD/mpitron failed on this machine (missing MPI/HDF5/oneDNN/fmt?):"
+    echo '```'; grep -m5 -E "error|No such file" "$log"; echo '```'
+    return 3
+  }
   local d="$BUILD/gpu_check_train"
   rm -rf "$d" && mkdir -p "$d"
   cat README.md docs/*.md $(find src include -name '*.[ch]pp' | sort) >"$d/corpus.txt"
@@ -158,6 +164,6 @@ PY
 { echo; echo "## The trainer on this GPU (mpitron train, train.backend = nccl) vs the CPU backend"; echo; } >>"$OUT"
 trainer_check 2>&1 | tee -a "$OUT"
 trc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] && [ "$trc" -ne 0 ] && rc=1
+[ "$rc" -eq 0 ] && [ "$trc" -eq 1 ] && rc=1
 echo "gpu_check: exit $rc, $((SECONDS - t0)) s in all; results in $OUT"
 exit "$rc"
