@@ -42,6 +42,7 @@ run cpu_from_gpu "$MPITRON" 1 --train.resume="$tmp/gpu/ckpt/step_00000005.h5"
 run gpu_zero1 "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --checkpoint.every=5
 grep -q "zero 1," "$tmp/gpu_zero1.log" || fail "gpu_zero1: not ZeRO-1"
 run cpu_from_zero1 "$MPITRON" 1 --train.resume="$tmp/gpu_zero1/ckpt/step_00000005.h5"
+run zero1_from_gpu "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --train.resume="$tmp/gpu/ckpt/step_00000005.h5"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 t = sys.argv[1]
@@ -67,6 +68,10 @@ zres = losses("cpu_from_zero1")
 zcrel = max(abs(zres[s] - z[s]) / z[s] for s in zres)
 print(f"GPU ZeRO-1 dp2 vs CPU np1: {zrel:.2e}; its checkpoint resumed on CPU: steps 6-10 within {zcrel:.2e}")
 assert zrel < 2e-3 and zcrel < 2e-3 and sorted(zres) == [6, 7, 8, 9, 10]
+zz = losses("zero1_from_gpu")  # ZeRO-0 checkpoint -> ZeRO-1 shards of the moments on the GPU
+zzrel = max(abs(zz[s] - gpu[s]) / gpu[s] for s in zz)
+print(f"GPU ZeRO-0 checkpoint resumed under GPU ZeRO-1: steps 6-10 within {zzrel:.2e}")
+assert sorted(zz) == [6, 7, 8, 9, 10] and zzrel < 1e-6
 PY
 
 expect_error() {  # pattern extra...
