@@ -4,12 +4,13 @@
 # tensors). Checks:
 #   - gpu_check's training comparison (GptCuda vs the CPU GPT, 20 AdamW steps; cudnn and naive
 #     attention paths, padded vocab) passes on the emulation;
-#   - the GPU trainer (train.backend = "nccl") at dp 2, with ZeRO 0 and ZeRO 1, follows the CPU
-#     trainer's single-rank run: losses within 2e-3 relative for 10 steps (bf16 activations;
-#     measured ~3e-4), val losses too;
+#   - the GPU trainer (train.backend = "nccl") at dp 2 (ZeRO 0 and 1) and at dp 2 x tp 2 follows
+#     the CPU trainer's single-rank run: losses within 2e-3 relative for 10 steps (bf16
+#     activations; measured ~3e-4), val losses too;
 #   - its checkpoint resumes bit-identically on the emulated GPU, and on the CPU trainer within
 #     the same bound (one file format for both backends), the ZeRO-1 one too;
-#   - what the GPU trainer does not run yet (tp, ZeRO-2) is refused with a clear message.
+#   - a tp 2 GPU checkpoint resumes on the CPU trainer at tp 1 (full logical tensors);
+#   - what the GPU trainer does not run yet (pp, sp, ZeRO-2) is refused with a clear message.
 # Skipped (one line) when $BUILD is not a CUDA build. The real kernels: bench/gpu_check.sh.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -43,6 +44,9 @@ run gpu_zero1 "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --checkpoint.every=5
 grep -q "zero 1," "$tmp/gpu_zero1.log" || fail "gpu_zero1: not ZeRO-1"
 run cpu_from_zero1 "$MPITRON" 1 --train.resume="$tmp/gpu_zero1/ckpt/step_00000005.h5"
 run zero1_from_gpu "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --train.resume="$tmp/gpu/ckpt/step_00000005.h5"
+run gpu_tp2 "$EMU" 4 --parallel.dp=2 --parallel.tp=2 --checkpoint.every=5
+grep -q "dp 2 x tp 2" "$tmp/gpu_tp2.log" || fail "gpu_tp2: not dp 2 x tp 2"
+run cpu_from_tp2 "$MPITRON" 1 --train.resume="$tmp/gpu_tp2/ckpt/step_00000005.h5"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 t = sys.argv[1]
@@ -72,6 +76,12 @@ zz = losses("zero1_from_gpu")  # ZeRO-0 checkpoint -> ZeRO-1 shards of the momen
 zzrel = max(abs(zz[s] - gpu[s]) / gpu[s] for s in zz)
 print(f"GPU ZeRO-0 checkpoint resumed under GPU ZeRO-1: steps 6-10 within {zzrel:.2e}")
 assert sorted(zz) == [6, 7, 8, 9, 10] and zzrel < 1e-6
+tp = losses("gpu_tp2")
+trel = max(abs(tp[s] - cpu[s]) / cpu[s] for s in cpu)
+tres = losses("cpu_from_tp2")
+trrel = max(abs(tres[s] - tp[s]) / tp[s] for s in tres)
+print(f"GPU dp2 x tp2 vs CPU np1: {trel:.2e}; its checkpoint resumed on CPU tp1: steps 6-10 within {trrel:.2e}")
+assert trel < 2e-3 and trrel < 2e-3 and sorted(tres) == [6, 7, 8, 9, 10]
 PY
 
 expect_error() {  # pattern extra...
@@ -82,6 +92,7 @@ expect_error() {  # pattern extra...
   fi
   grep -q "$pattern" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no '$pattern' for: $*"; }
 }
-expect_error "trains data parallel layouts only so far" --parallel.tp=2
+expect_error "trains dp x tp layouts only so far" --parallel.pp=2
+expect_error "parallel.sp is not available with train.backend" --parallel.tp=2 --parallel.sp=true
 expect_error "parallel.zero = 2 is not available" --parallel.dp=2 --parallel.zero=2
 echo ok

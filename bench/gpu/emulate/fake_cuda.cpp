@@ -187,8 +187,17 @@ class FakeCudaOps final : public CudaOps {
     cpu_->crossentropy_backward(l.data(), lse, t, rows, Vp, V, scale);
     down(logits, l.data(), l.size());
   }
-  void crossentropy_backward_shard(bf16*, const float*, const int32_t*, int64_t, int64_t, int64_t, float,
-                                   int64_t) override { fail("fake: shard"); }
+  // Vocab-parallel pieces, as src/ops/cuda/crossentropy.cu computes them (columns >= V never count).
+  void crossentropy_backward_shard(bf16* logits, const float* lse, const int32_t* t, int64_t rows, int64_t Vp,
+                                   int64_t V, float scale, int64_t vb) override {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < Vp; ++c) {
+        bf16& x = logits[r * Vp + c];
+        float g = 0.f;
+        if (t[r] >= 0 && c < V) g = scale * (std::exp(mpitron::to_f32(x) - lse[r]) - (c == t[r] - vb ? 1.f : 0.f));
+        x = mpitron::to_bf16(g);
+      }
+  }
   void crossentropy_fused(float* losses, float* lse, bf16* logits, const int32_t* t, int64_t rows, int64_t Vp,
                           int64_t V, float scale) override {
     Vec l = up(logits, rows * Vp);
@@ -196,11 +205,31 @@ class FakeCudaOps final : public CudaOps {
     cpu_->crossentropy_backward(l.data(), lse, t, rows, Vp, V, scale);
     down(logits, l.data(), l.size());
   }
-  void crossentropy_partial(float*, float*, float*, const bf16*, const int32_t*, int64_t, int64_t, int64_t,
-                            int64_t) override { fail("fake: partial"); }
-  void crossentropy_rescale(float*, const float*, const float*, int64_t) override { fail("fake: rescale"); }
-  void crossentropy_combine(float*, float*, const float*, const float*, const float*, const int32_t*,
-                            int64_t) override { fail("fake: combine"); }
+  void crossentropy_partial(float* mx, float* se, float* tl, const bf16* logits, const int32_t* t, int64_t rows,
+                            int64_t Vp, int64_t V, int64_t vb) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const bf16* row = logits + r * Vp;
+      float m = -INFINITY;
+      for (int64_t c = 0; c < V; ++c) m = std::max(m, mpitron::to_f32(row[c]));
+      double sum = 0;
+      for (int64_t c = 0; c < V; ++c) sum += std::exp(mpitron::to_f32(row[c]) - m);
+      const int64_t local = t ? int64_t{t[r]} - vb : -1;
+      mx[r] = m;
+      se[r] = static_cast<float>(sum);
+      tl[r] = (t && t[r] >= 0 && local >= 0 && local < V) ? mpitron::to_f32(row[local]) : 0.f;
+    }
+  }
+  void crossentropy_rescale(float* se, const float* lm, const float* gm, int64_t rows) override {
+    for (int64_t r = 0; r < rows; ++r)
+      if (se[r] > 0.f) se[r] *= std::exp(lm[r] - gm[r]);
+  }
+  void crossentropy_combine(float* losses, float* lse, const float* gm, const float* se, const float* tl,
+                            const int32_t* t, int64_t rows) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      lse[r] = gm[r] + std::log(se[r]);
+      losses[r] = (t && t[r] >= 0) ? lse[r] - tl[r] : 0.f;
+    }
+  }
   void adamw(float* p, bf16* pb, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
              float wd, int step) override {
     cpu_->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, step);

@@ -46,7 +46,7 @@ int64_t chunk_rows_for(const ModelConfig& cfg, int B, const GptCudaOptions& o) {
 
 }  // namespace
 
-size_t GptCuda::plan_activations(const ModelConfig& cfg, int B, int64_t chunk_rows, char* base, Acts& a) {
+size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, int B, int64_t chunk_rows, char* base, Acts& a) {
   size_t used = 0;
   auto take = [&](size_t bytes) -> void* {
     void* p = base ? base + used : nullptr;
@@ -56,27 +56,31 @@ size_t GptCuda::plan_activations(const ModelConfig& cfg, int B, int64_t chunk_ro
   auto bf = [&](int64_t n) { return static_cast<bf16*>(take(static_cast<size_t>(n) * sizeof(bf16))); };
   auto f32 = [&](int64_t n) { return static_cast<float*>(take(static_cast<size_t>(n) * sizeof(float))); };
   auto i32 = [&](int64_t n) { return static_cast<int32_t*>(take(static_cast<size_t>(n) * sizeof(int32_t))); };
-  const int64_t BT = int64_t{B} * cfg.seq_len, C = cfg.d_model, F = cfg.d_ff, Vp = cfg.padded_vocab();
-  const int64_t stats = int64_t{B} * cfg.n_head * cfg.seq_len;
+  // Tensor parallel: this rank's heads (C/tp of qkv and the attention output), MLP columns (F/tp)
+  // and vocabulary rows (Vp/tp); the residual stream and LayerNorms stay whole.
+  const int64_t BT = int64_t{B} * cfg.seq_len, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
+                Vp = cfg.padded_vocab(tp) / tp;
+  const int64_t stats = int64_t{B} * (cfg.n_head / tp) * cfg.seq_len;
   a.encoded = bf(BT * C);
   a.layers.resize(static_cast<size_t>(cfg.n_layer));
   for (LayerAct& l : a.layers) {
     l.ln1 = bf(BT * C), l.ln1_mean = f32(BT), l.ln1_rstd = f32(BT);
-    l.qkv = bf(BT * 3 * C), l.atty = bf(BT * C), l.att_stats = f32(stats);
+    l.qkv = bf(BT * 3 * Cl), l.atty = bf(BT * Cl), l.att_stats = f32(stats);
     l.res2 = bf(BT * C), l.ln2 = bf(BT * C), l.ln2_mean = f32(BT), l.ln2_rstd = f32(BT);
     l.fch = bf(BT * F), l.fch_gelu = bf(BT * F), l.res3 = bf(BT * C);
   }
   a.lnf = bf(BT * C), a.lnf_mean = f32(BT), a.lnf_rstd = f32(BT), a.losses = f32(BT), a.lse = f32(BT);
   a.dlnf = bf(BT * C), a.dwte_head = f32(Vp * C), a.logits = bf(chunk_rows * Vp);
-  a.proj_out = bf(BT * C), a.dres = bf(BT * C), a.dC = bf(BT * C), a.d4C = bf(BT * std::max(F, 3 * C));
+  a.proj_out = bf(BT * C), a.dres = bf(BT * C), a.dC = bf(BT * C), a.d4C = bf(BT * std::max(F, 3 * Cl));
   a.tokens = i32(BT), a.targets = i32(BT);
+  if (tp > 1) a.ce = f32(4 * chunk_rows);  // vocab-parallel CE: local max, global max, sum exp, target logit
   return used;
 }
 
 int64_t GptCuda::activation_bytes(const ModelConfig& cfg, int max_micro_batch, GptCudaOptions options) {
   Acts a;
   return static_cast<int64_t>(
-      plan_activations(cfg, max_micro_batch, chunk_rows_for(cfg, max_micro_batch, options), nullptr, a));
+      plan_activations(cfg, 1, max_micro_batch, chunk_rows_for(cfg, max_micro_batch, options), nullptr, a));
 }
 
 void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
@@ -94,13 +98,16 @@ void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
 }
 
 GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard,
-                 GptCudaOptions options)
-    : cfg_(cfg), ops_(ops), max_B_(max_micro_batch) {
+                 GptCudaOptions options, Comm* tp)
+    : cfg_(cfg), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
   check(cfg.arch == Arch::gpt2, "GptCuda: model '{}' is not a GPT-2 architecture", cfg.name);
-  check(shard.tp_size == 1 && shard.tp_rank == 0 && !shard.sequence_parallel,
-        "GptCuda runs the whole model on one GPU: tensor parallel (tp {}) and sequence parallel are not "
-        "supported yet (use the CPU backend for tp > 1)",
+  check(!shard.sequence_parallel, "GptCuda: sequence parallel is not supported yet (use the CPU backend)");
+  check(shard.tp_size >= 1 && shard.tp_rank >= 0 && shard.tp_rank < shard.tp_size &&
+            (shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank)),
+        "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
         shard.tp_size);
+  check(cfg.n_head % shard.tp_size == 0, "GptCuda: tp {} must divide n_head {}", shard.tp_size, cfg.n_head);
+  if (tp_) tp_->set_compute_stream(ops.stream());
   check(shard.layer_begin == 0 && (shard.layer_end < 0 || shard.layer_end == cfg.n_layer) && shard.has_embedding &&
             shard.has_head,
         "GptCuda runs the whole model on one GPU: a pipeline stage (layers [{}, {}), embedding {}, head {}) is "
@@ -110,9 +117,14 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
   check(cfg.d_model % cfg.n_head == 0 && cfg.d_ff == 4 * cfg.d_model && cfg.d_model % 8 == 0,
         "GptCuda: bad config d_model {} n_head {} d_ff {} (d_ff = 4 d_model, d_model a multiple of 8 and of n_head)",
         cfg.d_model, cfg.n_head, cfg.d_ff);
-  vp_ = cfg.padded_vocab();
+  const int T = shard.tp_size;
+  vp_ = cfg.padded_vocab(T) / T;
+  vocab_begin_ = int64_t{shard.tp_rank} * vp_;
+  c_local_ = cfg.d_model / T, h_local_ = cfg.n_head / T, f_local_ = cfg.d_ff / T;
+  check(cfg.vocab_size > int64_t{T - 1} * vp_, "GptCuda: vocabulary {} too small for tp {} (the last rank's {} padded "
+        "rows would hold no real token)", cfg.vocab_size, T, vp_);
   chunk_rows_ = chunk_rows_for(cfg, max_micro_batch, options);
-  params_ = gpt_param_table(cfg, ModelShard{});
+  params_ = gpt_param_table(cfg, shard);
   n_flat_ = params_.empty() ? 0 : params_.back().offset + (params_.back().numel + 15) / 16 * 16;
 
   auto at = [&](const std::string& name) {
@@ -150,9 +162,10 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
     const size_t no = std::max<size_t>(1, optim_.size());  // an empty shard still gets a valid pointer
     m_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg"));
     v_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg_sq"));
-    size_t act_bytes = plan_activations(cfg, max_micro_batch, chunk_rows_, nullptr, a_);
+    norm_ = static_cast<double*>(device_alloc(Mem::workspace, sizeof(double), "grad norm"));
+    size_t act_bytes = plan_activations(cfg, T, max_micro_batch, chunk_rows_, nullptr, a_);
     char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
-    plan_activations(cfg, max_micro_batch, chunk_rows_, act, a_);
+    plan_activations(cfg, T, max_micro_batch, chunk_rows_, act, a_);
     const size_t bt = static_cast<size_t>(max_micro_batch) * cfg.seq_len;
     cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 2 * bt * sizeof(int32_t)),
                "cudaMallocHost(token staging)");
@@ -213,7 +226,7 @@ void GptCuda::load_params(const float* host, size_t n) {
 
 void GptCuda::init_weights(uint64_t seed) {
   std::vector<float> host(n_flat_, 0.f);  // the padding between parameters stays 0, as in GPT
-  init_gpt_params(cfg_, params_, host.data(), seed);
+  init_gpt_params(cfg_, params_, host.data(), seed, shard_.tp_rank);
   load_params(host.data(), host.size());
 }
 
@@ -268,8 +281,9 @@ const bf16* GptCuda::block_output() const { return cfg_.n_layer > 0 ? a_.layers.
 // kernel writes: res3[l-1] = res2[l-1] + proj_out). Leaves the MLP projection in proj_out for
 // the next block's (or the final) LayerNorm to add. CPU: GPT::layer_forward.
 void GptCuda::layer_forward(int l, int B) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim();
-  const int64_t BT = int64_t{B} * T, F = cfg_.d_ff;
+  const int T = cfg_.seq_len, C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
+  const int64_t BT = int64_t{B} * T, Cl = c_local_, Fl = f_local_;
+  const bool bias_here = shard_.tp_rank == 0;  // row-parallel biases: added once, before the TP sum
   const LayerOffsets& p = off_.layers[l];
   const LayerAct& a = a_.layers[l];
   const bf16* res_in;
@@ -282,13 +296,21 @@ void GptCuda::layer_forward(int l, int B) {
     ops_.residual_layernorm_forward(prev.res3, a.ln1, a.ln1_mean, a.ln1_rstd, prev.res2, a_.proj_out, W(p.ln1_w),
                                     W(p.ln1_b), BT, C);
   }
-  ops_.matmul_forward(a.qkv, a.ln1, W(p.qkv_w), W(p.qkv_b), BT, C, 3 * C);
-  ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, H, hd);
-  ops_.matmul_forward(a_.proj_out, a.atty, W(p.proj_w), W(p.proj_b), BT, C, C);
+  // Tensor parallel (Megatron): c_attn and c_fc column-parallel (this rank's heads / MLP columns),
+  // c_proj and mlp.c_proj row-parallel, their partial outputs summed over the TP group.
+  ops_.matmul_forward(a.qkv, a.ln1, W(p.qkv_w), W(p.qkv_b), BT, C, 3 * Cl);
+  ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, Hl, hd);
+  ops_.matmul_forward(a_.proj_out, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : nullptr, BT, Cl, C);
+  tp_sum(a_.proj_out, static_cast<size_t>(BT * C), DType::bf16);
   ops_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, a_.proj_out, W(p.ln2_w), W(p.ln2_b),
                                   BT, C);
-  ops_.matmul_forward(a.fch_gelu, a.ln2, W(p.fc_w), W(p.fc_b), BT, C, F, a.fch);  // fch = pre-GELU
-  ops_.matmul_forward(a_.proj_out, a.fch_gelu, W(p.fcp_w), W(p.fcp_b), BT, F, C);
+  ops_.matmul_forward(a.fch_gelu, a.ln2, W(p.fc_w), W(p.fc_b), BT, C, Fl, a.fch);  // fch = pre-GELU
+  ops_.matmul_forward(a_.proj_out, a.fch_gelu, W(p.fcp_w), bias_here ? W(p.fcp_b) : nullptr, BT, Fl, C);
+  tp_sum(a_.proj_out, static_cast<size_t>(BT * C), DType::bf16);
+}
+
+void GptCuda::tp_sum(void* buf, size_t n, DType t, ReduceOp op) {
+  if (shard_.tp_size > 1) tp_->all_reduce(buf, n, t, op);  // ordered after ops.stream() (set_compute_stream)
 }
 
 // Final LayerNorm (with the last block's residual add), then the LM head and loss in chunks of
@@ -297,6 +319,10 @@ void GptCuda::layer_forward(int l, int B) {
 // are written. CPU: the head part of GPT::forward.
 void GptCuda::head_forward(int B) {
   const int64_t BT = int64_t{B} * cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size;
+  // Vocab-parallel under TP: this rank's logits columns are global [vocab_begin_, + vp_), the
+  // real ones (< V) counted by Vr; the softmax statistics are combined over the TP group.
+  const int64_t Vr = std::clamp<int64_t>(V - vocab_begin_, 0, vp_);
+  const bool vp = shard_.tp_size > 1;
   cudaStream_t s = ops_.stream();
   if (cfg_.n_layer > 0) {
     const LayerAct& last = a_.layers.back();
@@ -313,10 +339,22 @@ void GptCuda::head_forward(int B) {
     const int64_t rows = std::min(chunk_rows_, BT - r0);
     const bf16* lnf = a_.lnf + r0 * C;
     ops_.matmul_forward(a_.logits, lnf, W(off_.wte), nullptr, rows, C, vp_);
-    if (grad)
+    if (vp) {  // Megatron's vocab-parallel cross-entropy
+      float *lmax = a_.ce, *gmax = a_.ce + rows, *sum_tgt = a_.ce + 2 * rows;  // sum_tgt: [sumexp | target logit]
+      ops_.crossentropy_partial(lmax, sum_tgt, sum_tgt + rows, a_.logits, a_.targets + r0, rows, vp_, Vr, vocab_begin_);
+      cuda_check(cudaMemcpyAsync(gmax, lmax, static_cast<size_t>(rows) * sizeof(float), cudaMemcpyDeviceToDevice, s),
+                 "cudaMemcpyAsync(max)");
+      tp_sum(gmax, static_cast<size_t>(rows), DType::f32, ReduceOp::max);
+      ops_.crossentropy_rescale(sum_tgt, lmax, gmax, rows);
+      tp_sum(sum_tgt, static_cast<size_t>(2 * rows), DType::f32);
+      ops_.crossentropy_combine(a_.losses + r0, a_.lse + r0, gmax, sum_tgt, sum_tgt + rows, a_.targets + r0, rows);
+      if (grad)
+        ops_.crossentropy_backward_shard(a_.logits, a_.lse + r0, a_.targets + r0, rows, vp_, Vr, 1.f, vocab_begin_);
+    } else if (grad) {
       ops_.crossentropy_fused(a_.losses + r0, a_.lse + r0, a_.logits, a_.targets + r0, rows, vp_, V, 1.f);
-    else
+    } else {
       ops_.crossentropy_forward(a_.losses + r0, a_.lse + r0, a_.logits, a_.targets + r0, rows, vp_, V);
+    }
     if (r0 + rows == BT) {
       cuda_check(cudaMemcpyAsync(host_losses_, a_.losses, static_cast<size_t>(BT) * sizeof(float),
                                  cudaMemcpyDeviceToHost, s),
@@ -326,6 +364,7 @@ void GptCuda::head_forward(int B) {
     if (grad)
       ops_.matmul_backward(a_.dlnf + r0 * C, a_.dwte_head, nullptr, a_.logits, lnf, W(off_.wte), rows, C, vp_);
   }
+  if (grad) tp_sum(a_.dlnf, static_cast<size_t>(BT * C), DType::bf16);  // each rank's vocab slice's part
 }
 
 double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets) {
@@ -356,7 +395,11 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
              "cudaMemcpyAsync(targets)");
   cuda_check(cudaEventRecord(tokens_sent_, s), "cudaEventRecord(tokens)");
 
-  ops_.embedding_forward(a_.encoded, a_.tokens, W(off_.wte), W(off_.wpe), B, T, C, 0, vp_);
+  // Vocab-parallel embedding: tokens outside this rank's rows give 0, the TP sum adds the owner's
+  // row; wpe (replicated) is added by one rank.
+  ops_.embedding_forward(a_.encoded, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
+                         vocab_begin_, vocab_begin_ + vp_);
+  tp_sum(a_.encoded, static_cast<size_t>(BT * C), DType::bf16);
   for (int l = 0; l < cfg_.n_layer; ++l) layer_forward(l, B);
   head_forward(B);
 
@@ -373,23 +416,27 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
 // CPU: the block part of GPT::backward. On entry dres = d loss / d(block l's output); on exit
 // d loss / d(block l's input). dC and d4C are scratch (d4C holds d qkv too).
 void GptCuda::layer_backward(int l, int B) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, H = cfg_.n_head, hd = cfg_.head_dim();
-  const int64_t BT = int64_t{B} * T, F = cfg_.d_ff;
+  const int T = cfg_.seq_len, C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
+  const int64_t BT = int64_t{B} * T, Cl = c_local_, Fl = f_local_;
   const LayerOffsets& p = off_.layers[l];
   const LayerAct& a = a_.layers[l];
   const bf16* res_in = l > 0 ? a_.layers[l - 1].res3 : a_.encoded;
   bf16 *dres = a_.dres, *dC = a_.dC, *d4C = a_.d4C;
   // MLP: c_proj backward with dinp * gelu'(fch) fused (= d fch), then c_fc, then ln_2 (adds into dres).
-  ops_.matmul_backward(d4C, G(p.fcp_w), G(p.fcp_b), dres, a.fch_gelu, W(p.fcp_w), BT, F, C, false, a.fch);
-  ops_.matmul_backward(dC, G(p.fc_w), G(p.fc_b), d4C, a.ln2, W(p.fc_w), BT, C, F);
+  // Under TP the column-parallel layers' input gradients are partial sums over the group.
+  ops_.matmul_backward(d4C, G(p.fcp_w), G(p.fcp_b), dres, a.fch_gelu, W(p.fcp_w), BT, Fl, C, false, a.fch);
+  ops_.matmul_backward(dC, G(p.fc_w), G(p.fc_b), d4C, a.ln2, W(p.fc_w), BT, C, Fl);
+  tp_sum(dC, static_cast<size_t>(BT * C), DType::bf16);
   ops_.layernorm_backward(dres, G(p.ln2_w), G(p.ln2_b), dC, a.res2, W(p.ln2_w), a.ln2_mean, a.ln2_rstd, BT, C);
   // Attention: c_proj, attention (d qkv into d4C), c_attn, ln_1 (adds into dres).
-  ops_.matmul_backward(dC, G(p.proj_w), G(p.proj_b), dres, a.atty, W(p.proj_w), BT, C, C);
-  ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, H, hd);
-  ops_.matmul_backward(dC, G(p.qkv_w), G(p.qkv_b), d4C, a.ln1, W(p.qkv_w), BT, C, 3 * C);
+  ops_.matmul_backward(dC, G(p.proj_w), G(p.proj_b), dres, a.atty, W(p.proj_w), BT, Cl, C);
+  ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, Hl, hd);
+  ops_.matmul_backward(dC, G(p.qkv_w), G(p.qkv_b), d4C, a.ln1, W(p.qkv_w), BT, C, 3 * Cl);
+  tp_sum(dC, static_cast<size_t>(BT * C), DType::bf16);
   // The key bias's gradient is exactly zero (q.b_k shifts a whole softmax row); computed, it is
-  // rounding noise Adam would amplify. Kept exactly zero, as the CPU GPT does. Layout [q | k | v].
-  cuda_check(cudaMemsetAsync(G(p.qkv_b) + C, 0, static_cast<size_t>(C) * sizeof(float), ops_.stream()),
+  // rounding noise Adam would amplify. Kept exactly zero, as the CPU GPT does. Layout [q | k | v],
+  // C/tp each.
+  cuda_check(cudaMemsetAsync(G(p.qkv_b) + Cl, 0, static_cast<size_t>(Cl) * sizeof(float), ops_.stream()),
              "cudaMemsetAsync(key bias gradient)");
   ops_.layernorm_backward(dres, G(p.ln1_w), G(p.ln1_b), dC, res_in, W(p.ln1_w), a.ln1_mean, a.ln1_rstd, BT, C);
 }
@@ -411,12 +458,27 @@ void GptCuda::backward(float loss_scale) {
     layer_backward(l, B);
     emit(l);
   }
-  ops_.embedding_backward(G(off_.wte), G(off_.wpe), a_.dres, a_.tokens, B, T, C, 0, vp_);
+  ops_.embedding_backward(G(off_.wte), G(off_.wpe), a_.dres, a_.tokens, B, T, C, vocab_begin_, vocab_begin_ + vp_);
   head_grads_pending_ = false;  // the head's gradients were consumed
   emit(GPT::kEmbeddingUnit);
 }
 
-double GptCuda::grad_sum_squares() { return ops_.sum_squares_host(grads_, n_flat_); }
+double GptCuda::grad_sum_squares(bool replicated_too) {
+  if (replicated_too) return ops_.sum_squares_host(grads_, n_flat_);
+  // Only the TP-sharded parameters (the replicated ones are counted by TP rank 0): the CPU rule
+  // of tp_grad_norm.hpp, accumulated on the device, one host wait.
+  bool first = true;
+  for (const auto& p : params_) {
+    if (p.split_dim < 0) continue;
+    ops_.sum_squares(norm_, grads_ + p.offset, p.numel, !first);
+    first = false;
+  }
+  if (first) return 0.0;
+  double v = 0;
+  cuda_check(cudaMemcpyAsync(&v, norm_, sizeof(double), cudaMemcpyDeviceToHost, ops_.stream()), "cudaMemcpyAsync(norm)");
+  ops_.synchronize();
+  return v;
+}
 
 void GptCuda::scale_grads(float s) { ops_.scale_inplace(grads_, s, n_flat_); }
 

@@ -53,7 +53,7 @@ class GpuDataParallel {
     usage_check(bucket_mb > 0, "parallel.bucket_mb must be > 0 (got {})", bucket_mb);
     dp_.set_compute_stream(compute);
     const size_t cap = std::max<size_t>(1, static_cast<size_t>(bucket_mb * (1 << 20) / sizeof(float)));
-    buckets_ = plan_grad_buckets(model.params(), model.num_params(), cap, ModelShard{}, n_layers_);
+    buckets_ = plan_grad_buckets(model.params(), model.num_params(), cap, model.shard(), n_layers_);
     model_.set_backward_hook([this](int unit) { on_unit_done(unit); });
   }
   ~GpuDataParallel() { model_.set_backward_hook({}); }
@@ -102,7 +102,7 @@ class GpuCheckpointState final : public CheckpointState {
     p_.resize(n), m_.resize(r.size()), v_.resize(r.size());
     model_.copy_params_to_host(p_.data(), n);
     model_.copy_optimizer_state_to_host(m_.data(), v_.data(), r.size());
-    CheckpointShard s = checkpoint_shard_of(mc_, ModelShard{}, coord_, zero_);
+    CheckpointShard s = checkpoint_shard_of(mc_, model_.shard(), coord_, zero_);
     s.params = {p_.data(), 0, n, s.params.owner};
     s.exp_avg = {m_.data(), r.begin, r.end, s.exp_avg.owner};
     s.exp_avg_sq = {v_.data(), r.begin, r.end, s.exp_avg_sq.owner};
@@ -130,13 +130,13 @@ class GpuCheckpointState final : public CheckpointState {
 
 TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
-  usage_check(gs.tp == 1 && gs.pp == 1 && gs.cp == 1,
-              "train.backend = \"nccl\" trains data parallel layouts only so far (got tp {} x pp {} x cp {}); tensor, "
-              "pipeline and context parallel run with train.backend = \"cpu\"",
-              gs.tp, gs.pp, gs.cp);
+  usage_check(gs.pp == 1 && gs.cp == 1,
+              "train.backend = \"nccl\" trains dp x tp layouts only so far (got pp {} x cp {}); pipeline and context "
+              "parallel run with train.backend = \"cpu\"",
+              gs.pp, gs.cp);
   usage_check(cfg.parallel.zero == 0 || cfg.parallel.zero == 1,
               "parallel.zero = {} is not available with train.backend = \"nccl\" yet (0 or 1)", cfg.parallel.zero);
-  usage_check(!cfg.parallel.sp, "parallel.sp needs parallel.tp > 1, which train.backend = \"nccl\" does not run yet");
+  usage_check(!cfg.parallel.sp, "parallel.sp is not available with train.backend = \"nccl\" yet (tp without sp is)");
   usage_check(cfg.train.recompute == "none",
               "train.recompute = \"{}\" is not available with train.backend = \"nccl\" yet (use \"none\")",
               cfg.train.recompute);
@@ -149,6 +149,8 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   const BatchPlan bp = plan_batches(cfg, dp);
   TrainData data = open_train_data(cfg, bp, dp, grid.coord().dp, rank0);
   const ModelConfig& mc = data.model;
+  usage_check(mc.n_head % gs.tp == 0, "model.n_head ({}) must be divisible by parallel.tp ({}): attention heads are "
+              "split over the TP ranks", mc.n_head, gs.tp);
 
   CudaOpsOptions oo;
   oo.attention = cfg.model.attention;
@@ -157,13 +159,16 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   // ZeRO-1: this DP rank keeps and updates the AdamW state of its shard of the flat layout only;
   // after the update every rank's shard of the fp32 master weights is all-gathered.
   const int zero = cfg.parallel.zero;
-  const auto table = gpt_param_table(mc, ModelShard{});
+  ModelShard mshard;  // the whole model, or this rank's tensor-parallel slice of every block
+  mshard.tp_rank = grid.coord().tp;
+  mshard.tp_size = gs.tp;
+  const auto table = gpt_param_table(mc, mshard);
   const size_t n_flat = table.back().offset + (table.back().numel + 15) / 16 * 16;  // gpt_param_table's padding
   const FlatRange shard = zero >= 1 ? zero_shard(n_flat, dp, grid.coord().dp) : FlatRange{0, n_flat};
   GptCudaOptions go;
   go.optim_begin = shard.begin;
   go.optim_end = shard.end;
-  GptCuda model(mc, *ops, bp.micro, ModelShard{}, go);
+  GptCuda model(mc, *ops, bp.micro, mshard, go, gs.tp > 1 ? &grid.tp() : nullptr);
   check(model.num_params() == n_flat, "GPU trainer: flat layout of {} floats, expected {}", model.num_params(), n_flat);
   model.init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
   GpuDataParallel ddp(model, grid.dp(), ops->stream(), cfg.parallel.bucket_mb);
@@ -184,13 +189,13 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   if (rank0) {
     std::printf(
         "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"
-        "layout world %d = dp %d (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
-        "accum %d (%lld tokens/step) | peak %.0f TFLOP/s/GPU%s\n"
+        "layout world %d = dp %d x tp %d (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
+        "accum %d (%lld tokens/step) | peak %g TFLOP/s/GPU%s\n"
         "data %s: %lld samples per rank per epoch | run dir %s\n"
         "data parallel: NCCL, zero %d, %zu gradient bucket(s) (cap %g MiB) on the communication stream | GPU "
         "memory %s\n",
-        mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(1), mc.seq_len,
-        model.num_params() / 1e6, launch.world, dp, gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
+        mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
+        model.num_params() / 1e6, launch.world, dp, gs.tp, gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
         dp, bp.accum, static_cast<long long>(tokens_per_step), peak / 1e12,
         cfg.train.peak_flops > 0 ? " (train.peak_flops)"
         : peak > 0             ? " (datasheet dense bf16)"
@@ -237,7 +242,11 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     const double exposed_ms = ddp.finish_backward();
     grid.dp().all_reduce_host_f64(&counts[0], 1, ReduceOp::sum);
     const double loss = counts[0] / n_tokens;
-    const double grad_norm = std::sqrt(model.grad_sum_squares());  // the same on every DP rank
+    // The same on every DP rank; under TP sharded parameters summed over the group, replicated
+    // ones counted by TP rank 0 (tp_grad_norm.hpp's rule).
+    double grad_sq = model.grad_sum_squares(grid.coord().tp == 0);
+    if (gs.tp > 1) grid.tp().all_reduce_host_f64(&grad_sq, 1, ReduceOp::sum);
+    const double grad_norm = std::sqrt(grad_sq);
     const double lr = sched.at(step);
     if ((!std::isfinite(loss) || !std::isfinite(grad_norm)) &&
         skip_non_finite_step(cfg, ckpt, result, step, loss, grad_norm, rank0))

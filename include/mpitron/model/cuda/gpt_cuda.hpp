@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "mpitron/model/config.hpp"
+#include "mpitron/dist/comm.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
@@ -53,8 +54,11 @@ class GptCuda {
  public:
   // shard must be the whole model (ModelShard{}); max_micro_batch bounds forward()'s B. `ops`
   // must outlive the model (its stream carries all the model's work, the destructor included).
+  // Tensor parallel (shard.tp_size > 1, Megatron's split as the CPU GPT: column-parallel c_attn /
+  // c_fc, row-parallel c_proj / mlp.c_proj, vocab-parallel embedding and cross-entropy): `tp` is
+  // the TP group's Comm (NCCL; its operations are ordered after ops.stream()). No SP, no pp.
   GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard = {},
-          GptCudaOptions options = {});
+          GptCudaOptions options = {}, Comm* tp = nullptr);
   ~GptCuda();
   GptCuda(const GptCuda&) = delete;
   GptCuda& operator=(const GptCuda&) = delete;
@@ -109,8 +113,10 @@ class GptCuda {
   bool grad_enabled() const { return grad_enabled_; }
 
   // Sum of squares of every gradient, in fp64 on the device (deterministic), then to the host:
-  // syncs. The global grad norm is its square root.
-  double grad_sum_squares();
+  // syncs. The global grad norm is its square root. Under TP: replicated_too = (tp_rank == 0),
+  // then summed over the TP group by the caller (each element counted once).
+  double grad_sum_squares(bool replicated_too = true);
+  const ModelShard& shard() const { return shard_; }
   void scale_grads(float s);  // grads *= s (clipping)
   // One torch.optim.AdamW update of the parameters in optim_range() from the gradients (step is
   // 1-based), fp32 master -> bf16 copy. Weight decay only where ParamInfo::decay. With a partial
@@ -153,10 +159,12 @@ class GptCuda {
     bf16* proj_out = nullptr;    // [BT, C] attention / MLP projection output, before its residual add
     bf16 *dres = nullptr, *dC = nullptr, *d4C = nullptr;  // backward scratch: [BT,C] x2, [BT,F] (also dqkv)
     int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
+    float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]
   };
 
   // Lays the activations out from `base` (nullptr: only sizes them); returns the bytes used.
-  static size_t plan_activations(const ModelConfig& cfg, int B, int64_t chunk_rows, char* base, Acts& a);
+  static size_t plan_activations(const ModelConfig& cfg, int tp, int B, int64_t chunk_rows, char* base, Acts& a);
+  void tp_sum(void* buf, size_t n, DType t, ReduceOp op = ReduceOp::sum);  // over the TP group (tp > 1)
   void* device_alloc(Mem m, size_t bytes, const char* what);
   void release();  // frees every device / pinned allocation (destructor, failed constructor)
   const bf16* W(size_t offset) const { return params_bf16_ + offset; }
@@ -174,7 +182,11 @@ class GptCuda {
   CudaOps& ops_;
   std::function<void(int)> hook_;
   int max_B_;
-  int64_t vp_ = 0, chunk_rows_ = 0;
+  ModelShard shard_;
+  Comm* tp_ = nullptr;
+  int64_t vp_ = 0, chunk_rows_ = 0;  // vp_: this rank's vocabulary rows (padded_vocab(tp) / tp)
+  int64_t vocab_begin_ = 0, c_local_ = 0, h_local_ = 0, f_local_ = 0;
+  double* norm_ = nullptr;  // device fp64 accumulator for grad_sum_squares(false)
   std::vector<ParamInfo> params_;
   size_t n_flat_ = 0;
   Offsets off_;
