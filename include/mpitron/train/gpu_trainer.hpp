@@ -1,6 +1,6 @@
-// The GPU trainer (train.backend = "nccl"): one GPU per rank, the whole model on each GPU
-// (GptCuda: bf16 compute, fp32 master weights, gradients and AdamW moments), data parallel over
-// NCCL. The step is the CPU trainer's (trainer.hpp): global batch = micro x dp x accumulation,
+// The GPU trainer (train.backend = "nccl"): one GPU per rank, the model (or its tensor-parallel
+// slice) on each GPU (GptCuda: bf16 compute, fp32 master weights, gradients and AdamW moments),
+// data parallel over NCCL. The step is the CPU trainer's (trainer.hpp): global batch = micro x dp x accumulation,
 // loss normalised by the target tokens of the global batch, gradient buckets all-reduced on the
 // DP communicator's own stream while backward continues on the compute stream (the communicator
 // waits for the compute stream by event: Comm::set_compute_stream), global grad-norm clip, AdamW,
@@ -10,8 +10,9 @@
 // ZeRO-1 (parallel.zero = 1): each DP rank holds the AdamW moments of its shard only and updates
 // that shard; the fp32 master weights are then all-gathered over DP (the gradients are still
 // all-reduced, so ZeRO-1 costs 1.5x DDP's communication for 8 bytes/param less memory).
-// Not on GPU yet (clear error at start-up): tensor / pipeline / sequence / context parallel,
-// ZeRO 2-3, activation recompute. GPU builds only (MPITRON_CUDA=1).
+// Tensor parallel (parallel.tp, no SP): GptCuda's TP shard over the TP group's NCCL communicator.
+// Not on GPU yet (clear error at start-up): pipeline / sequence / context parallel, ZeRO 2-3,
+// activation recompute. GPU builds only (MPITRON_CUDA=1).
 #pragma once
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/dist/grid.hpp"
