@@ -11,12 +11,13 @@
 #     the same bound (one file format for both backends), the ZeRO-1 one too;
 #   - a tp 2 GPU checkpoint resumes on the CPU trainer at tp 1 (full logical tensors);
 #   - what the GPU trainer does not run yet (pp, sp, ZeRO-2) is refused with a clear message.
-# Skipped (one line) when $BUILD is not a CUDA build. The real kernels: bench/gpu_check.sh.
+# Skipped (one line) when $MPITRON is not a CUDA build (`mpitron version` lists the backends).
+# The real kernels: bench/gpu_check.sh.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
-if [ ! -f "$BUILD/obj/src/ops/cuda/cuda_ops.o" ]; then
-  echo "SKIP: $BUILD is not a CUDA build (no $BUILD/obj/src/ops/cuda/cuda_ops.o)"
+if ! "$MPITRON" version | grep -q cuda; then
+  echo "SKIP: $MPITRON is not a CUDA build ($("$MPITRON" version))"
   exit 0
 fi
 BUILD="$BUILD" bash bench/gpu/emulate/run.sh "$tmp/emulated_check.md" >"$tmp/emulated_check.log" 2>&1 ||
