@@ -10,6 +10,7 @@
 #   - its checkpoint resumes bit-identically on the emulated GPU, and on the CPU trainer within
 #     the same bound (one file format for both backends), the ZeRO-1 one too;
 #   - a tp 2 GPU checkpoint resumes on the CPU trainer at tp 1 (full logical tensors);
+#   - activation recompute on the GPU gives bit-identical losses with less activation memory;
 #   - what the GPU trainer does not run yet (pp, sp, ZeRO-2) is refused with a clear message.
 # Skipped (one line) when $MPITRON is not a CUDA build (`mpitron version` lists the backends).
 # The real kernels: bench/gpu_check.sh.
@@ -48,6 +49,9 @@ run zero1_from_gpu "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --train.resume="$t
 run gpu_tp2 "$EMU" 4 --parallel.dp=2 --parallel.tp=2 --checkpoint.every=5
 grep -q "dp 2 x tp 2" "$tmp/gpu_tp2.log" || fail "gpu_tp2: not dp 2 x tp 2"
 run cpu_from_tp2 "$MPITRON" 1 --train.resume="$tmp/gpu_tp2/ckpt/step_00000005.h5"
+run gpu_recompute "$EMU" 2 --parallel.dp=2 --train.recompute=full
+act() { sed -n 's/^step  1\/10 .*act \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/$1.log"; }
+echo "GPU activations (peak, rank 0): $(act gpu) without recompute, $(act gpu_recompute) with"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 t = sys.argv[1]
@@ -83,7 +87,11 @@ tres = losses("cpu_from_tp2")
 trrel = max(abs(tres[s] - tp[s]) / tp[s] for s in tres)
 print(f"GPU dp2 x tp2 vs CPU np1: {trel:.2e}; its checkpoint resumed on CPU tp1: steps 6-10 within {trrel:.2e}")
 assert trel < 2e-3 and trrel < 2e-3 and sorted(tres) == [6, 7, 8, 9, 10]
+rc = losses("gpu_recompute")
+assert rc == gpu, "GPU recompute changed the losses"
+print("GPU recompute: losses bit-identical to the run without it")
 PY
+[ "$(act gpu_recompute)" != "$(act gpu)" ] || fail "recompute did not change the activation memory"
 
 expect_error() {  # pattern extra...
   local pattern=$1

@@ -46,7 +46,8 @@ int64_t chunk_rows_for(const ModelConfig& cfg, int B, const GptCudaOptions& o) {
 
 }  // namespace
 
-size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, int B, int64_t chunk_rows, char* base, Acts& a) {
+size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, int B, int64_t chunk_rows, bool recompute, char* base,
+                                 Acts& a) {
   size_t used = 0;
   auto take = [&](size_t bytes) -> void* {
     void* p = base ? base + used : nullptr;
@@ -62,7 +63,12 @@ size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, int B, int64_t 
                 Vp = cfg.padded_vocab(tp) / tp;
   const int64_t stats = int64_t{B} * (cfg.n_head / tp) * cfg.seq_len;
   a.encoded = bf(BT * C);
-  a.layers.resize(static_cast<size_t>(cfg.n_layer));
+  // Recompute: one block's activations, shared by every block and refilled in backward, plus each
+  // block's output (block_in[l + 1], the next block's input); block_in[0] is the embedding output.
+  a.block_in.assign(1, a.encoded);
+  if (recompute)
+    for (int l = 0; l < cfg.n_layer; ++l) a.block_in.push_back(bf(BT * C));
+  a.layers.resize(recompute ? std::min(1, cfg.n_layer) : static_cast<size_t>(cfg.n_layer));
   for (LayerAct& l : a.layers) {
     l.ln1 = bf(BT * C), l.ln1_mean = f32(BT), l.ln1_rstd = f32(BT);
     l.qkv = bf(BT * 3 * Cl), l.atty = bf(BT * Cl), l.att_stats = f32(stats);
@@ -80,7 +86,8 @@ size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, int B, int64_t 
 int64_t GptCuda::activation_bytes(const ModelConfig& cfg, int max_micro_batch, GptCudaOptions options) {
   Acts a;
   return static_cast<int64_t>(
-      plan_activations(cfg, 1, max_micro_batch, chunk_rows_for(cfg, max_micro_batch, options), nullptr, a));
+      plan_activations(cfg, 1, max_micro_batch, chunk_rows_for(cfg, max_micro_batch, options), options.recompute,
+                       nullptr, a));
 }
 
 void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
@@ -124,6 +131,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
   check(cfg.vocab_size > int64_t{T - 1} * vp_, "GptCuda: vocabulary {} too small for tp {} (the last rank's {} padded "
         "rows would hold no real token)", cfg.vocab_size, T, vp_);
   chunk_rows_ = chunk_rows_for(cfg, max_micro_batch, options);
+  recompute_ = options.recompute;
   params_ = gpt_param_table(cfg, shard);
   n_flat_ = params_.empty() ? 0 : params_.back().offset + (params_.back().numel + 15) / 16 * 16;
 
@@ -163,9 +171,9 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
     m_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg"));
     v_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg_sq"));
     norm_ = static_cast<double*>(device_alloc(Mem::workspace, sizeof(double), "grad norm"));
-    size_t act_bytes = plan_activations(cfg, T, max_micro_batch, chunk_rows_, nullptr, a_);
+    size_t act_bytes = plan_activations(cfg, T, max_micro_batch, chunk_rows_, recompute_, nullptr, a_);
     char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
-    plan_activations(cfg, T, max_micro_batch, chunk_rows_, act, a_);
+    plan_activations(cfg, T, max_micro_batch, chunk_rows_, recompute_, act, a_);
     const size_t bt = static_cast<size_t>(max_micro_batch) * cfg.seq_len;
     cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 2 * bt * sizeof(int32_t)),
                "cudaMallocHost(token staging)");
@@ -275,7 +283,33 @@ void GptCuda::load_optimizer_state(const float* m, const float* v, size_t n) {
 
 void GptCuda::refresh_bf16_params() { ops_.to_bf16(params_bf16_, master_, n_flat_); }
 
-const bf16* GptCuda::block_output() const { return cfg_.n_layer > 0 ? a_.layers.back().res3 : a_.encoded; }
+const bf16* GptCuda::block_output() const {
+  if (recompute_ || cfg_.n_layer == 0) return a_.block_in.back();
+  return a_.layers.back().res3;
+}
+
+// Recompute mode: block l from its saved input block_in[l] into the shared activations, its
+// output written to block_in[l + 1]; the same kernels as layer_forward without the cross-block
+// residual + LayerNorm fusion (the residual adds are separate: every block's output is kept).
+void GptCuda::layer_forward_recompute(int l, int B) {
+  const int T = cfg_.seq_len, C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
+  const int64_t BT = int64_t{B} * T, Cl = c_local_, Fl = f_local_;
+  const bool bias_here = shard_.tp_rank == 0;
+  const LayerOffsets& p = off_.layers[l];
+  const LayerAct& a = a_.layers[0];
+  const bf16* in = a_.block_in[l];
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, W(p.ln1_w), W(p.ln1_b), BT, C);
+  ops_.matmul_forward(a.qkv, a.ln1, W(p.qkv_w), W(p.qkv_b), BT, C, 3 * Cl);
+  ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, Hl, hd);
+  ops_.matmul_forward(a_.proj_out, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : nullptr, BT, Cl, C);
+  tp_sum(a_.proj_out, static_cast<size_t>(BT * C), DType::bf16);
+  ops_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, in, a_.proj_out, W(p.ln2_w), W(p.ln2_b), BT,
+                                  C);
+  ops_.matmul_forward(a.fch_gelu, a.ln2, W(p.fc_w), W(p.fc_b), BT, C, Fl, a.fch);
+  ops_.matmul_forward(a_.proj_out, a.fch_gelu, W(p.fcp_w), bias_here ? W(p.fcp_b) : nullptr, BT, Fl, C);
+  tp_sum(a_.proj_out, static_cast<size_t>(BT * C), DType::bf16);
+  ops_.residual_forward(a_.block_in[l + 1], a.res2, a_.proj_out, static_cast<size_t>(BT * C));
+}
 
 // Block l from its input (the embedding output, or block l-1's output, which this block's first
 // kernel writes: res3[l-1] = res2[l-1] + proj_out). Leaves the MLP projection in proj_out for
@@ -324,12 +358,12 @@ void GptCuda::head_forward(int B) {
   const int64_t Vr = std::clamp<int64_t>(V - vocab_begin_, 0, vp_);
   const bool vp = shard_.tp_size > 1;
   cudaStream_t s = ops_.stream();
-  if (cfg_.n_layer > 0) {
+  if (cfg_.n_layer > 0 && !recompute_) {
     const LayerAct& last = a_.layers.back();
     ops_.residual_layernorm_forward(last.res3, a_.lnf, a_.lnf_mean, a_.lnf_rstd, last.res2, a_.proj_out,
                                     W(off_.lnf_w), W(off_.lnf_b), BT, C);
   } else {
-    ops_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, a_.encoded, W(off_.lnf_w), W(off_.lnf_b), BT, C);
+    ops_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, block_output(), W(off_.lnf_w), W(off_.lnf_b), BT, C);
   }
   const bool grad = grad_enabled_;
   if (grad)
@@ -400,7 +434,10 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   ops_.embedding_forward(a_.encoded, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
                          vocab_begin_, vocab_begin_ + vp_);
   tp_sum(a_.encoded, static_cast<size_t>(BT * C), DType::bf16);
-  for (int l = 0; l < cfg_.n_layer; ++l) layer_forward(l, B);
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    if (recompute_) layer_forward_recompute(l, B);
+    else layer_forward(l, B);
+  }
   head_forward(B);
 
   // The only host wait of the step: the losses (the head's last dW GEMM may still be running).
@@ -419,8 +456,9 @@ void GptCuda::layer_backward(int l, int B) {
   const int T = cfg_.seq_len, C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
   const int64_t BT = int64_t{B} * T, Cl = c_local_, Fl = f_local_;
   const LayerOffsets& p = off_.layers[l];
-  const LayerAct& a = a_.layers[l];
-  const bf16* res_in = l > 0 ? a_.layers[l - 1].res3 : a_.encoded;
+  if (recompute_) layer_forward_recompute(l, B);  // the block's activations again, into the shared set
+  const LayerAct& a = a_.layers[recompute_ ? 0 : l];
+  const bf16* res_in = recompute_ ? a_.block_in[l] : l > 0 ? a_.layers[l - 1].res3 : a_.encoded;
   bf16 *dres = a_.dres, *dC = a_.dC, *d4C = a_.d4C;
   // MLP: c_proj backward with dinp * gelu'(fch) fused (= d fch), then c_fc, then ln_2 (adds into dres).
   // Under TP the column-parallel layers' input gradients are partial sums over the group.

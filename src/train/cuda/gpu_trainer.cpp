@@ -137,9 +137,8 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   usage_check(cfg.parallel.zero == 0 || cfg.parallel.zero == 1,
               "parallel.zero = {} is not available with train.backend = \"nccl\" yet (0 or 1)", cfg.parallel.zero);
   usage_check(!cfg.parallel.sp, "parallel.sp is not available with train.backend = \"nccl\" yet (tp without sp is)");
-  usage_check(cfg.train.recompute == "none",
-              "train.recompute = \"{}\" is not available with train.backend = \"nccl\" yet (use \"none\")",
-              cfg.train.recompute);
+  usage_check(cfg.train.recompute == "none" || cfg.train.recompute == "full",
+              "train.recompute must be \"none\" or \"full\" (got \"{}\")", cfg.train.recompute);
   usage_check(launch.device >= 0, "train.backend = \"nccl\" needs a GPU on every rank ({})", launch.device_note);
   usage_check(cfg.train.dump_params.empty(), "train.dump_params is not available with train.backend = \"nccl\" yet");
   usage_check(cfg.train.steps > 0, "train.steps must be > 0 (got {})", cfg.train.steps);
@@ -168,6 +167,7 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   GptCudaOptions go;
   go.optim_begin = shard.begin;
   go.optim_end = shard.end;
+  go.recompute = cfg.train.recompute == "full";
   GptCuda model(mc, *ops, bp.micro, mshard, go, gs.tp > 1 ? &grid.tp() : nullptr);
   check(model.num_params() == n_flat, "GPU trainer: flat layout of {} floats, expected {}", model.num_params(), n_flat);
   model.init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)

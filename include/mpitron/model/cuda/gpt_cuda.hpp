@@ -48,6 +48,9 @@ struct GptCudaOptions {
   // The flat range [begin, end) whose AdamW state this rank holds and updates (ZeRO-1: this DP
   // rank's shard, parallel/grad_buckets.hpp zero_shard). end = 0: the whole flat layout.
   size_t optim_begin = 0, optim_end = 0;
+  // train.recompute = "full": keep only each block's input and output (bf16 [B*T, C]) and one
+  // block's activations, recomputed per block in backward (the CPU GPT's rule; +1 forward).
+  bool recompute = false;
 };
 
 class GptCuda {
@@ -160,10 +163,13 @@ class GptCuda {
     bf16 *dres = nullptr, *dC = nullptr, *d4C = nullptr;  // backward scratch: [BT,C] x2, [BT,F] (also dqkv)
     int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
     float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]
+    std::vector<bf16*> block_in;  // [0] = encoded; with recompute also every block's output
   };
 
   // Lays the activations out from `base` (nullptr: only sizes them); returns the bytes used.
-  static size_t plan_activations(const ModelConfig& cfg, int tp, int B, int64_t chunk_rows, char* base, Acts& a);
+  static size_t plan_activations(const ModelConfig& cfg, int tp, int B, int64_t chunk_rows, bool recompute, char* base,
+                                 Acts& a);
+  void layer_forward_recompute(int l, int B);
   void tp_sum(void* buf, size_t n, DType t, ReduceOp op = ReduceOp::sum);  // over the TP group (tp > 1)
   void* device_alloc(Mem m, size_t bytes, const char* what);
   void release();  // frees every device / pinned allocation (destructor, failed constructor)
@@ -185,6 +191,7 @@ class GptCuda {
   ModelShard shard_;
   Comm* tp_ = nullptr;
   int64_t vp_ = 0, chunk_rows_ = 0;  // vp_: this rank's vocabulary rows (padded_vocab(tp) / tp)
+  bool recompute_ = false;
   int64_t vocab_begin_ = 0, c_local_ = 0, h_local_ = 0, f_local_ = 0;
   double* norm_ = nullptr;  // device fp64 accumulator for grad_sum_squares(false)
   std::vector<ParamInfo> params_;
