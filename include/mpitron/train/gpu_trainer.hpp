@@ -11,8 +11,8 @@
 // that shard; the fp32 master weights are then all-gathered over DP (the gradients are still
 // all-reduced, so ZeRO-1 costs 1.5x DDP's communication for 8 bytes/param less memory).
 // Tensor parallel (parallel.tp, no SP): GptCuda's TP shard over the TP group's NCCL communicator.
-// Not on GPU yet (clear error at start-up): pipeline / sequence / context parallel, ZeRO 2-3,
-// activation recompute. GPU builds only (MPITRON_CUDA=1).
+// Activation recompute (train.recompute = "full"): GptCudaOptions::recompute.
+// Not on GPU yet (clear error at start-up): pipeline / sequence / context parallel, ZeRO 2-3. GPU builds only (MPITRON_CUDA=1).
 #pragma once
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/dist/grid.hpp"
