@@ -58,37 +58,30 @@ t = sys.argv[1]
 def rows(d): return list(map(json.loads, open(f"{t}/{d}/metrics.jsonl")))
 def losses(d): return {r["step"]: r["loss"] for r in rows(d) if "loss" in r}
 def vals(d): return {r["step"]: r["val_loss"] for r in rows(d) if "val_loss" in r}
+def rel(run, ref, steps=range(1, 11)):  # max relative loss difference over `steps` (all must be there)
+    a, b = losses(run) if isinstance(run, str) else run, losses(ref) if isinstance(ref, str) else ref
+    assert sorted(a) == list(steps), f"{run}: steps {sorted(a)}"
+    return max(abs(a[s] - b[s]) / b[s] for s in steps)
+resumed = range(6, 11)
 cpu, gpu = losses("cpu"), losses("gpu")
-assert sorted(gpu) == list(range(1, 11)), sorted(gpu)
-rel = max(abs(gpu[s] - cpu[s]) / cpu[s] for s in cpu)
-vrel = max(abs(vals("gpu")[s] - vals("cpu")[s]) / vals("cpu")[s] for s in vals("cpu"))
-print(f"emulated GPU trainer dp2 vs CPU np1: losses max rel diff {rel:.2e}, val {vrel:.2e} (bound 2e-3)")
-assert rel < 2e-3 and vrel < 2e-3
+r, v = rel(gpu, cpu), rel(vals("gpu"), vals("cpu"), sorted(vals("cpu")))
+print(f"emulated GPU trainer dp2 vs CPU np1: losses max rel diff {r:.2e}, val {v:.2e} (bound 2e-3)")
+assert r < 2e-3 and v < 2e-3
 assert gpu[10] < gpu[1] - 0.5, "GPU trainer did not learn"
-res = losses("gpu_resume")
-assert sorted(res) == [6, 7, 8, 9, 10] and all(res[s] == gpu[s] for s in res), "GPU resume not bit-identical"
-cres = losses("cpu_from_gpu")
-crel = max(abs(cres[s] - gpu[s]) / gpu[s] for s in cres)
-print(f"GPU checkpoint: resumed bit-identically on the emulated GPU; on CPU steps 6-10 within {crel:.2e}")
-assert crel < 2e-3
-z = losses("gpu_zero1")
-zrel = max(abs(z[s] - cpu[s]) / cpu[s] for s in cpu)
-zres = losses("cpu_from_zero1")
-zcrel = max(abs(zres[s] - z[s]) / z[s] for s in zres)
-print(f"GPU ZeRO-1 dp2 vs CPU np1: {zrel:.2e}; its checkpoint resumed on CPU: steps 6-10 within {zcrel:.2e}")
-assert zrel < 2e-3 and zcrel < 2e-3 and sorted(zres) == [6, 7, 8, 9, 10]
-zz = losses("zero1_from_gpu")  # ZeRO-0 checkpoint -> ZeRO-1 shards of the moments on the GPU
-zzrel = max(abs(zz[s] - gpu[s]) / gpu[s] for s in zz)
-print(f"GPU ZeRO-0 checkpoint resumed under GPU ZeRO-1: steps 6-10 within {zzrel:.2e}")
-assert sorted(zz) == [6, 7, 8, 9, 10] and zzrel < 1e-6
-tp = losses("gpu_tp2")
-trel = max(abs(tp[s] - cpu[s]) / cpu[s] for s in cpu)
-tres = losses("cpu_from_tp2")
-trrel = max(abs(tres[s] - tp[s]) / tp[s] for s in tres)
-print(f"GPU dp2 x tp2 vs CPU np1: {trel:.2e}; its checkpoint resumed on CPU tp1: steps 6-10 within {trrel:.2e}")
-assert trel < 2e-3 and trrel < 2e-3 and sorted(tres) == [6, 7, 8, 9, 10]
-rc = losses("gpu_recompute")
-assert rc == gpu, "GPU recompute changed the losses"
+assert rel("gpu_resume", gpu, resumed) == 0, "GPU resume not bit-identical"
+c = rel("cpu_from_gpu", gpu, resumed)
+print(f"GPU checkpoint: resumed bit-identically on the emulated GPU; on CPU steps 6-10 within {c:.2e}")
+assert c < 2e-3
+z, zc = rel("gpu_zero1", cpu), rel("cpu_from_zero1", "gpu_zero1", resumed)
+print(f"GPU ZeRO-1 dp2 vs CPU np1: {z:.2e}; its checkpoint resumed on CPU: steps 6-10 within {zc:.2e}")
+assert z < 2e-3 and zc < 2e-3
+zz = rel("zero1_from_gpu", gpu, resumed)  # ZeRO-0 checkpoint -> ZeRO-1 shards of the moments on the GPU
+print(f"GPU ZeRO-0 checkpoint resumed under GPU ZeRO-1: steps 6-10 within {zz:.2e}")
+assert zz < 1e-6
+tp, tc = rel("gpu_tp2", cpu), rel("cpu_from_tp2", "gpu_tp2", resumed)
+print(f"GPU dp2 x tp2 vs CPU np1: {tp:.2e}; its checkpoint resumed on CPU tp1: steps 6-10 within {tc:.2e}")
+assert tp < 2e-3 and tc < 2e-3
+assert rel("gpu_recompute", gpu) == 0, "GPU recompute changed the losses"
 print("GPU recompute: losses bit-identical to the run without it")
 PY
 [ "$(act gpu_recompute)" != "$(act gpu)" ] || fail "recompute did not change the activation memory"
