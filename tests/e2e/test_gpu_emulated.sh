@@ -4,6 +4,8 @@
 # tensors). Checks:
 #   - gpu_check's training comparison (GptCuda vs the CPU GPT, 20 AdamW steps; cudnn and naive
 #     attention paths, padded vocab) passes on the emulation;
+#   - GptCuda's tensor-parallel gradients (tp 1 and 2, with SP, with SP + recompute) match the
+#     full CPU GPT's per tensor within 2e-2 relative L2 (emulated_tp_grads);
 #   - the GPU trainer (train.backend = "nccl") at dp 2 (ZeRO 0 and 1) and at dp 2 x tp 2 follows
 #     the CPU trainer's single-rank run: losses within 2e-3 relative for 10 steps (bf16
 #     activations; measured ~3e-4), val losses too;
@@ -11,7 +13,8 @@
 #     the same bound (one file format for both backends), the ZeRO-1 one too;
 #   - a tp 2 GPU checkpoint resumes on the CPU trainer at tp 1 (full logical tensors);
 #   - activation recompute on the GPU gives bit-identical losses with less activation memory;
-#   - what the GPU trainer does not run yet (pp, sp, ZeRO-2) is refused with a clear message.
+#   - the GPU trainer at tp 2 + SP follows the CPU run too;
+#   - what the GPU trainer does not run yet (pp, ZeRO-2) is refused with a clear message.
 # Skipped (one line) when $MPITRON is not a CUDA build (`mpitron version` lists the backends).
 # The real kernels: bench/gpu_check.sh.
 set -euo pipefail
@@ -25,6 +28,11 @@ BUILD="$BUILD" bash bench/gpu/emulate/run.sh "$tmp/emulated_check.md" >"$tmp/emu
   { cat "$tmp/emulated_check.log"; fail "emulated gpu_check training comparison"; }
 grep -m3 "max rel" "$tmp/emulated_check.md" || true
 EMU="$BUILD/bench/emulated_train"
+for np in 1 2; do
+  timeout -k 5 120 $MPIRUN -np $np "$BUILD/bench/emulated_tp_grads" >"$tmp/tp_grads.log" 2>&1 ||
+    { cat "$tmp/tp_grads.log"; fail "GptCuda tensor-parallel gradients (np $np)"; }
+  grep "^GptCuda" "$tmp/tp_grads.log"
+done
 
 prep_fortunes "$tmp/data" 200000 fortunes computers
 common=(--data.path="$tmp/data" --model.n_layer=2 --train.steps=10 --train.micro_batch=2 --train.global_batch=8
@@ -50,6 +58,8 @@ run gpu_tp2 "$EMU" 4 --parallel.dp=2 --parallel.tp=2 --checkpoint.every=5
 grep -q "dp 2 x tp 2" "$tmp/gpu_tp2.log" || fail "gpu_tp2: not dp 2 x tp 2"
 run cpu_from_tp2 "$MPITRON" 1 --train.resume="$tmp/gpu_tp2/ckpt/step_00000005.h5"
 run gpu_recompute "$EMU" 2 --parallel.dp=2 --train.recompute=full
+run gpu_tp2_sp "$EMU" 2 --parallel.tp=2 --parallel.sp=true
+grep -q "tp 2 + sp" "$tmp/gpu_tp2_sp.log" || fail "gpu_tp2_sp: not tp 2 + sp"
 act() { sed -n 's/^step  1\/10 .*act \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/$1.log"; }
 echo "GPU activations (peak, rank 0): $(act gpu) without recompute, $(act gpu_recompute) with"
 /usr/bin/python3 - "$tmp" <<'PY'
@@ -82,6 +92,9 @@ tp, tc = rel("gpu_tp2", cpu), rel("cpu_from_tp2", "gpu_tp2", resumed)
 print(f"GPU dp2 x tp2 vs CPU np1: {tp:.2e}; its checkpoint resumed on CPU tp1: steps 6-10 within {tc:.2e}")
 assert tp < 2e-3 and tc < 2e-3
 assert rel("gpu_recompute", gpu) == 0, "GPU recompute changed the losses"
+sp = rel("gpu_tp2_sp", cpu)
+print(f"GPU tp2 + sp vs CPU np1: {sp:.2e}")
+assert sp < 2e-3
 print("GPU recompute: losses bit-identical to the run without it")
 PY
 [ "$(act gpu_recompute)" != "$(act gpu)" ] || fail "recompute did not change the activation memory"
@@ -95,6 +108,5 @@ expect_error() {  # pattern extra...
   grep -q "$pattern" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no '$pattern' for: $*"; }
 }
 expect_error "trains dp x tp layouts only so far" --parallel.pp=2
-expect_error "parallel.sp is not available with train.backend" --parallel.tp=2 --parallel.sp=true
 expect_error "parallel.zero = 2 is not available" --parallel.dp=2 --parallel.zero=2
 echo ok

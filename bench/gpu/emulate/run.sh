@@ -36,5 +36,9 @@ g++ -o "$BUILD/bench/emulated_check" "$BUILD/obj/bench/gpu/emulate/emulated_chec
 g++ $flags -c bench/gpu/emulate/emulated_train.cpp -o "$BUILD/obj/bench/gpu/emulate/emulated_train.o"
 g++ -o "$BUILD/bench/emulated_train" "$BUILD/obj/bench/gpu/emulate/emulated_train.o" \
   "$BUILD/obj/bench/gpu/emulate/fake_cuda.o" "$BUILD/libmpitron.a" $libs
+# GptCuda's TP / SP gradients against the CPU GPT (tests/e2e/test_gpu_emulated.sh runs it at np 2).
+g++ $flags -c bench/gpu/emulate/emulated_tp_grads.cpp -o "$BUILD/obj/bench/gpu/emulate/emulated_tp_grads.o"
+g++ -o "$BUILD/bench/emulated_tp_grads" "$BUILD/obj/bench/gpu/emulate/emulated_tp_grads.o" \
+  "$BUILD/obj/bench/gpu/emulate/fake_cuda.o" "$BUILD/libmpitron.a" $libs
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$BUILD/bench/emulated_check" "$OUT" "$@"

@@ -46,8 +46,8 @@ int64_t chunk_rows_for(const ModelConfig& cfg, int B, const GptCudaOptions& o) {
 
 }  // namespace
 
-size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, int B, int64_t chunk_rows, bool recompute, char* base,
-                                 Acts& a) {
+size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, bool sp, int B, int64_t chunk_rows, bool recompute,
+                                 char* base, Acts& a) {
   size_t used = 0;
   auto take = [&](size_t bytes) -> void* {
     void* p = base ? base + used : nullptr;
@@ -60,34 +60,38 @@ size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, int B, int64_t 
   // Tensor parallel: this rank's heads (C/tp of qkv and the attention output), MLP columns (F/tp)
   // and vocabulary rows (Vp/tp); the residual stream and LayerNorms stay whole.
   const int64_t BT = int64_t{B} * cfg.seq_len, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
-                Vp = cfg.padded_vocab(tp) / tp;
+                Vp = cfg.padded_vocab(tp) / tp, R = sp ? BT / tp : BT;  // R: rows of the residual stream here
   const int64_t stats = int64_t{B} * (cfg.n_head / tp) * cfg.seq_len;
-  a.encoded = bf(BT * C);
+  a.encoded = bf(R * C);
   // Recompute: one block's activations, shared by every block and refilled in backward, plus each
   // block's output (block_in[l + 1], the next block's input); block_in[0] is the embedding output.
   a.block_in.assign(1, a.encoded);
   if (recompute)
-    for (int l = 0; l < cfg.n_layer; ++l) a.block_in.push_back(bf(BT * C));
+    for (int l = 0; l < cfg.n_layer; ++l) a.block_in.push_back(bf(R * C));
   a.layers.resize(recompute ? std::min(1, cfg.n_layer) : static_cast<size_t>(cfg.n_layer));
   for (LayerAct& l : a.layers) {
-    l.ln1 = bf(BT * C), l.ln1_mean = f32(BT), l.ln1_rstd = f32(BT);
+    l.ln1 = bf(R * C), l.ln1_mean = f32(R), l.ln1_rstd = f32(R);
     l.qkv = bf(BT * 3 * Cl), l.atty = bf(BT * Cl), l.att_stats = f32(stats);
-    l.res2 = bf(BT * C), l.ln2 = bf(BT * C), l.ln2_mean = f32(BT), l.ln2_rstd = f32(BT);
-    l.fch = bf(BT * F), l.fch_gelu = bf(BT * F), l.res3 = bf(BT * C);
+    l.res2 = bf(R * C), l.ln2 = bf(R * C), l.ln2_mean = f32(R), l.ln2_rstd = f32(R);
+    l.fch = bf(BT * F), l.fch_gelu = bf(BT * F), l.res3 = bf(R * C);
   }
-  a.lnf = bf(BT * C), a.lnf_mean = f32(BT), a.lnf_rstd = f32(BT), a.losses = f32(BT), a.lse = f32(BT);
-  a.dlnf = bf(BT * C), a.dwte_head = f32(Vp * C), a.logits = bf(chunk_rows * Vp);
-  a.proj_out = bf(BT * C), a.dres = bf(BT * C), a.dC = bf(BT * C), a.d4C = bf(BT * std::max(F, 3 * Cl));
+  a.lnf = bf(R * C), a.lnf_mean = f32(R), a.lnf_rstd = f32(R), a.losses = f32(BT), a.lse = f32(BT);
+  a.dlnf = bf(R * C), a.dwte_head = f32(Vp * C), a.logits = bf(chunk_rows * Vp);
+  // proj_out and dC hold [BT, ...] column-parallel gradients too (dC: [BT, C/tp] of c_proj).
+  a.proj_out = bf(BT * C), a.dres = bf(R * C), a.dC = bf(BT * C), a.d4C = bf(BT * std::max(F, 3 * Cl));
   a.tokens = i32(BT), a.targets = i32(BT);
   if (tp > 1) a.ce = f32(4 * chunk_rows);  // vocab-parallel CE: local max, global max, sum exp, target logit
+  if (sp) {  // all-gathered LayerNorm outputs, partial sums before a reduce-scatter, the gathered dres
+    a.gath = bf(BT * C), a.full = bf(BT * C), a.dres_full = bf(BT * C), a.ln_grad = f32(2 * C);
+  }
   return used;
 }
 
 int64_t GptCuda::activation_bytes(const ModelConfig& cfg, int max_micro_batch, GptCudaOptions options) {
   Acts a;
   return static_cast<int64_t>(
-      plan_activations(cfg, 1, max_micro_batch, chunk_rows_for(cfg, max_micro_batch, options), options.recompute,
-                       nullptr, a));
+      plan_activations(cfg, 1, false, max_micro_batch, chunk_rows_for(cfg, max_micro_batch, options),
+                       options.recompute, nullptr, a));
 }
 
 void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
@@ -108,7 +112,6 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
                  GptCudaOptions options, Comm* tp)
     : cfg_(cfg), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
   check(cfg.arch == Arch::gpt2, "GptCuda: model '{}' is not a GPT-2 architecture", cfg.name);
-  check(!shard.sequence_parallel, "GptCuda: sequence parallel is not supported yet (use the CPU backend)");
   check(shard.tp_size >= 1 && shard.tp_rank >= 0 && shard.tp_rank < shard.tp_size &&
             (shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank)),
         "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
@@ -132,6 +135,9 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
         "rows would hold no real token)", cfg.vocab_size, T, vp_);
   chunk_rows_ = chunk_rows_for(cfg, max_micro_batch, options);
   recompute_ = options.recompute;
+  sp_ = shard.sequence_parallel && T > 1;
+  check(!sp_ || cfg.seq_len % T == 0, "GptCuda: sequence parallel needs seq_len ({}) divisible by tp ({})", cfg.seq_len,
+        T);
   params_ = gpt_param_table(cfg, shard);
   n_flat_ = params_.empty() ? 0 : params_.back().offset + (params_.back().numel + 15) / 16 * 16;
 
@@ -171,9 +177,9 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
     m_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg"));
     v_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg_sq"));
     norm_ = static_cast<double*>(device_alloc(Mem::workspace, sizeof(double), "grad norm"));
-    size_t act_bytes = plan_activations(cfg, T, max_micro_batch, chunk_rows_, recompute_, nullptr, a_);
+    size_t act_bytes = plan_activations(cfg, T, sp_, max_micro_batch, chunk_rows_, recompute_, nullptr, a_);
     char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
-    plan_activations(cfg, T, max_micro_batch, chunk_rows_, recompute_, act, a_);
+    plan_activations(cfg, T, sp_, max_micro_batch, chunk_rows_, recompute_, act, a_);
     const size_t bt = static_cast<size_t>(max_micro_batch) * cfg.seq_len;
     cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 2 * bt * sizeof(int32_t)),
                "cudaMallocHost(token staging)");
@@ -288,63 +294,77 @@ const bf16* GptCuda::block_output() const {
   return a_.layers.back().res3;
 }
 
-// Recompute mode: block l from its saved input block_in[l] into the shared activations, its
-// output written to block_in[l + 1]; the same kernels as layer_forward without the cross-block
-// residual + LayerNorm fusion (the residual adds are separate: every block's output is kept).
-void GptCuda::layer_forward_recompute(int l, int B) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
-  const int64_t BT = int64_t{B} * T, Cl = c_local_, Fl = f_local_;
-  const bool bias_here = shard_.tp_rank == 0;
-  const LayerOffsets& p = off_.layers[l];
-  const LayerAct& a = a_.layers[0];
-  const bf16* in = a_.block_in[l];
-  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, W(p.ln1_w), W(p.ln1_b), BT, C);
-  ops_.matmul_forward(a.qkv, a.ln1, W(p.qkv_w), W(p.qkv_b), BT, C, 3 * Cl);
-  ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, Hl, hd);
-  ops_.matmul_forward(a_.proj_out, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : nullptr, BT, Cl, C);
-  tp_sum(a_.proj_out, static_cast<size_t>(BT * C), DType::bf16);
-  ops_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, in, a_.proj_out, W(p.ln2_w), W(p.ln2_b), BT,
-                                  C);
-  ops_.matmul_forward(a.fch_gelu, a.ln2, W(p.fc_w), W(p.fc_b), BT, C, Fl, a.fch);
-  ops_.matmul_forward(a_.proj_out, a.fch_gelu, W(p.fcp_w), bias_here ? W(p.fcp_b) : nullptr, BT, Fl, C);
-  tp_sum(a_.proj_out, static_cast<size_t>(BT * C), DType::bf16);
-  ops_.residual_forward(a_.block_in[l + 1], a.res2, a_.proj_out, static_cast<size_t>(BT * C));
-}
-
-// Block l from its input (the embedding output, or block l-1's output, which this block's first
-// kernel writes: res3[l-1] = res2[l-1] + proj_out). Leaves the MLP projection in proj_out for
-// the next block's (or the final) LayerNorm to add. CPU: GPT::layer_forward.
+// Block l. Its input is the embedding output, or block l-1's output: without recompute that
+// output is written by this block's first kernel (res3[l-1] = res2[l-1] + proj_out, fused with
+// ln_1), and the block leaves its MLP projection in proj_out for the next block's (or the final)
+// LayerNorm to add; with recompute the input is block_in[l], the output written to
+// block_in[l + 1] and the activations go to the one shared set. CPU: GPT::layer_forward.
+// Tensor parallel (Megatron): c_attn and c_fc column-parallel (this rank's heads / MLP columns),
+// c_proj and mlp.c_proj row-parallel, their partial outputs summed over the TP group; under
+// sequence parallel the residual stream and LayerNorms hold this rank's rows only (Rl), the
+// LayerNorm outputs are all-gathered before the column-parallel GEMMs and the row-parallel
+// outputs reduce-scattered back to rows.
 void GptCuda::layer_forward(int l, int B) {
   const int T = cfg_.seq_len, C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
-  const int64_t BT = int64_t{B} * T, Cl = c_local_, Fl = f_local_;
+  const int64_t BT = int64_t{B} * T, Rl = local_rows(BT), Cl = c_local_, Fl = f_local_;
   const bool bias_here = shard_.tp_rank == 0;  // row-parallel biases: added once, before the TP sum
   const LayerOffsets& p = off_.layers[l];
-  const LayerAct& a = a_.layers[l];
+  const LayerAct& a = a_.layers[recompute_ ? 0 : l];
+  bf16* partial = sp_ ? a_.full : a_.proj_out;  // row-parallel output before the TP reduction
   const bf16* res_in;
-  if (l == 0) {
-    res_in = a_.encoded;
-    ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, W(p.ln1_w), W(p.ln1_b), BT, C);
+  if (recompute_ || l == 0) {
+    res_in = recompute_ ? a_.block_in[l] : a_.encoded;
+    ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, W(p.ln1_w), W(p.ln1_b), Rl, C);
   } else {
     const LayerAct& prev = a_.layers[l - 1];
     res_in = prev.res3;
     ops_.residual_layernorm_forward(prev.res3, a.ln1, a.ln1_mean, a.ln1_rstd, prev.res2, a_.proj_out, W(p.ln1_w),
-                                    W(p.ln1_b), BT, C);
+                                    W(p.ln1_b), Rl, C);
   }
-  // Tensor parallel (Megatron): c_attn and c_fc column-parallel (this rank's heads / MLP columns),
-  // c_proj and mlp.c_proj row-parallel, their partial outputs summed over the TP group.
-  ops_.matmul_forward(a.qkv, a.ln1, W(p.qkv_w), W(p.qkv_b), BT, C, 3 * Cl);
+  ops_.matmul_forward(a.qkv, gather_rows(a.ln1, BT), W(p.qkv_w), W(p.qkv_b), BT, C, 3 * Cl);
   ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, Hl, hd);
-  ops_.matmul_forward(a_.proj_out, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : nullptr, BT, Cl, C);
-  tp_sum(a_.proj_out, static_cast<size_t>(BT * C), DType::bf16);
+  ops_.matmul_forward(partial, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : nullptr, BT, Cl, C);
+  reduce_rows(partial, a_.proj_out, BT);
   ops_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, a_.proj_out, W(p.ln2_w), W(p.ln2_b),
-                                  BT, C);
-  ops_.matmul_forward(a.fch_gelu, a.ln2, W(p.fc_w), W(p.fc_b), BT, C, Fl, a.fch);  // fch = pre-GELU
-  ops_.matmul_forward(a_.proj_out, a.fch_gelu, W(p.fcp_w), bias_here ? W(p.fcp_b) : nullptr, BT, Fl, C);
-  tp_sum(a_.proj_out, static_cast<size_t>(BT * C), DType::bf16);
+                                  Rl, C);
+  ops_.matmul_forward(a.fch_gelu, gather_rows(a.ln2, BT), W(p.fc_w), W(p.fc_b), BT, C, Fl, a.fch);  // fch = pre-GELU
+  ops_.matmul_forward(partial, a.fch_gelu, W(p.fcp_w), bias_here ? W(p.fcp_b) : nullptr, BT, Fl, C);
+  reduce_rows(partial, a_.proj_out, BT);
+  if (recompute_) ops_.residual_forward(a_.block_in[l + 1], a.res2, a_.proj_out, static_cast<size_t>(Rl * C));
 }
 
 void GptCuda::tp_sum(void* buf, size_t n, DType t, ReduceOp op) {
   if (shard_.tp_size > 1) tp_->all_reduce(buf, n, t, op);  // ordered after ops.stream() (set_compute_stream)
+}
+
+const bf16* GptCuda::gather_rows(const bf16* local, int64_t BT, bf16* out) {
+  if (!sp_) return local;
+  if (!out) out = a_.gath;
+  tp_->all_gather(local, out, static_cast<size_t>(local_rows(BT) * cfg_.d_model), DType::bf16);
+  return out;
+}
+
+void GptCuda::reduce_rows(bf16* partial, bf16* local, int64_t BT) {
+  const int64_t C = cfg_.d_model;
+  if (sp_) tp_->reduce_scatter(partial, local, static_cast<size_t>(local_rows(BT) * C), DType::bf16, ReduceOp::sum);
+  else tp_sum(partial, static_cast<size_t>(BT * C), DType::bf16);  // partial is local itself
+}
+
+// LayerNorm backward; under SP this rank's rows give only part of the weight and bias gradients:
+// they are summed over the TP group before they join the gradients (Megatron's rule).
+void GptCuda::ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
+                          const float* rstd, int64_t rows) {
+  const int64_t C = cfg_.d_model;
+  if (!sp_) {
+    ops_.layernorm_backward(dinp, G(w), G(b), dout, inp, W(w), mean, rstd, rows, C);
+    return;
+  }
+  cuda_check(cudaMemsetAsync(a_.ln_grad, 0, static_cast<size_t>(2 * C) * sizeof(float), ops_.stream()),
+             "cudaMemsetAsync(ln_grad)");
+  ops_.layernorm_backward(dinp, a_.ln_grad, a_.ln_grad + C, dout, inp, W(w), mean, rstd, rows, C);
+  tp_sum(a_.ln_grad, static_cast<size_t>(2 * C), DType::f32);
+  ops_.add_inplace(G(w), a_.ln_grad, static_cast<size_t>(C));
+  ops_.add_inplace(G(b), a_.ln_grad + C, static_cast<size_t>(C));
 }
 
 // Final LayerNorm (with the last block's residual add), then the LM head and loss in chunks of
@@ -357,21 +377,26 @@ void GptCuda::head_forward(int B) {
   // real ones (< V) counted by Vr; the softmax statistics are combined over the TP group.
   const int64_t Vr = std::clamp<int64_t>(V - vocab_begin_, 0, vp_);
   const bool vp = shard_.tp_size > 1;
+  const int64_t Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();
   if (cfg_.n_layer > 0 && !recompute_) {
     const LayerAct& last = a_.layers.back();
     ops_.residual_layernorm_forward(last.res3, a_.lnf, a_.lnf_mean, a_.lnf_rstd, last.res2, a_.proj_out,
-                                    W(off_.lnf_w), W(off_.lnf_b), BT, C);
+                                    W(off_.lnf_w), W(off_.lnf_b), Rl, C);
   } else {
-    ops_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, block_output(), W(off_.lnf_w), W(off_.lnf_b), BT, C);
+    ops_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, block_output(), W(off_.lnf_w), W(off_.lnf_b), Rl, C);
   }
+  // Under SP the head reads every row: lnf all-gathered; dlnf's partial sums [BT, C] go to `full`
+  // and are reduce-scattered to this rank's rows at the end.
+  const bf16* lnf_all = gather_rows(a_.lnf, BT);
+  bf16* dlnf_all = sp_ ? a_.full : a_.dlnf;
   const bool grad = grad_enabled_;
   if (grad)
     cuda_check(cudaMemsetAsync(a_.dwte_head, 0, static_cast<size_t>(vp_ * C) * sizeof(float), s),
                "cudaMemsetAsync(dwte_head)");
   for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
     const int64_t rows = std::min(chunk_rows_, BT - r0);
-    const bf16* lnf = a_.lnf + r0 * C;
+    const bf16* lnf = lnf_all + r0 * C;
     ops_.matmul_forward(a_.logits, lnf, W(off_.wte), nullptr, rows, C, vp_);
     if (vp) {  // Megatron's vocab-parallel cross-entropy
       float *lmax = a_.ce, *gmax = a_.ce + rows, *sum_tgt = a_.ce + 2 * rows;  // sum_tgt: [sumexp | target logit]
@@ -396,9 +421,9 @@ void GptCuda::head_forward(int B) {
       cuda_check(cudaEventRecord(losses_ready_, s), "cudaEventRecord(losses)");
     }
     if (grad)
-      ops_.matmul_backward(a_.dlnf + r0 * C, a_.dwte_head, nullptr, a_.logits, lnf, W(off_.wte), rows, C, vp_);
+      ops_.matmul_backward(dlnf_all + r0 * C, a_.dwte_head, nullptr, a_.logits, lnf, W(off_.wte), rows, C, vp_);
   }
-  if (grad) tp_sum(a_.dlnf, static_cast<size_t>(BT * C), DType::bf16);  // each rank's vocab slice's part
+  if (grad) reduce_rows(dlnf_all, a_.dlnf, BT);  // each rank's vocab slice's part
 }
 
 double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets) {
@@ -431,13 +456,11 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
 
   // Vocab-parallel embedding: tokens outside this rank's rows give 0, the TP sum adds the owner's
   // row; wpe (replicated) is added by one rank.
-  ops_.embedding_forward(a_.encoded, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
+  bf16* emb = sp_ ? a_.full : a_.encoded;  // SP: every row's partial sum, then this rank's rows
+  ops_.embedding_forward(emb, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
                          vocab_begin_, vocab_begin_ + vp_);
-  tp_sum(a_.encoded, static_cast<size_t>(BT * C), DType::bf16);
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    if (recompute_) layer_forward_recompute(l, B);
-    else layer_forward(l, B);
-  }
+  reduce_rows(emb, a_.encoded, BT);
+  for (int l = 0; l < cfg_.n_layer; ++l) layer_forward(l, B);
   head_forward(B);
 
   // The only host wait of the step: the losses (the head's last dW GEMM may still be running).
@@ -451,52 +474,56 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
 }
 
 // CPU: the block part of GPT::backward. On entry dres = d loss / d(block l's output); on exit
-// d loss / d(block l's input). dC and d4C are scratch (d4C holds d qkv too).
+// d loss / d(block l's input). dC and d4C are scratch (d4C holds d qkv too). Under TP the
+// column-parallel layers' input gradients are partial sums over the group; under SP the
+// row-parallel layers read the all-gathered dres and the LayerNorm inputs are gathered again.
 void GptCuda::layer_backward(int l, int B) {
   const int T = cfg_.seq_len, C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
-  const int64_t BT = int64_t{B} * T, Cl = c_local_, Fl = f_local_;
+  const int64_t BT = int64_t{B} * T, Rl = local_rows(BT), Cl = c_local_, Fl = f_local_;
   const LayerOffsets& p = off_.layers[l];
-  if (recompute_) layer_forward_recompute(l, B);  // the block's activations again, into the shared set
+  if (recompute_) layer_forward(l, B);  // the block's activations again, into the shared set
   const LayerAct& a = a_.layers[recompute_ ? 0 : l];
   const bf16* res_in = recompute_ ? a_.block_in[l] : l > 0 ? a_.layers[l - 1].res3 : a_.encoded;
   bf16 *dres = a_.dres, *dC = a_.dC, *d4C = a_.d4C;
+  bf16* dC_partial = sp_ ? a_.full : dC;
   // MLP: c_proj backward with dinp * gelu'(fch) fused (= d fch), then c_fc, then ln_2 (adds into dres).
-  // Under TP the column-parallel layers' input gradients are partial sums over the group.
-  ops_.matmul_backward(d4C, G(p.fcp_w), G(p.fcp_b), dres, a.fch_gelu, W(p.fcp_w), BT, Fl, C, false, a.fch);
-  ops_.matmul_backward(dC, G(p.fc_w), G(p.fc_b), d4C, a.ln2, W(p.fc_w), BT, C, Fl);
-  tp_sum(dC, static_cast<size_t>(BT * C), DType::bf16);
-  ops_.layernorm_backward(dres, G(p.ln2_w), G(p.ln2_b), dC, a.res2, W(p.ln2_w), a.ln2_mean, a.ln2_rstd, BT, C);
+  ops_.matmul_backward(d4C, G(p.fcp_w), G(p.fcp_b), gather_rows(dres, BT, a_.dres_full), a.fch_gelu, W(p.fcp_w), BT,
+                       Fl, C, false, a.fch);
+  ops_.matmul_backward(dC_partial, G(p.fc_w), G(p.fc_b), d4C, gather_rows(a.ln2, BT), W(p.fc_w), BT, C, Fl);
+  reduce_rows(dC_partial, dC, BT);
+  ln_backward(dres, p.ln2_w, p.ln2_b, dC, a.res2, a.ln2_mean, a.ln2_rstd, Rl);
   // Attention: c_proj, attention (d qkv into d4C), c_attn, ln_1 (adds into dres).
-  ops_.matmul_backward(dC, G(p.proj_w), G(p.proj_b), dres, a.atty, W(p.proj_w), BT, Cl, C);
+  ops_.matmul_backward(dC, G(p.proj_w), G(p.proj_b), gather_rows(dres, BT, a_.dres_full), a.atty, W(p.proj_w), BT, Cl,
+                       C);
   ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, Hl, hd);
-  ops_.matmul_backward(dC, G(p.qkv_w), G(p.qkv_b), d4C, a.ln1, W(p.qkv_w), BT, C, 3 * Cl);
-  tp_sum(dC, static_cast<size_t>(BT * C), DType::bf16);
+  ops_.matmul_backward(dC_partial, G(p.qkv_w), G(p.qkv_b), d4C, gather_rows(a.ln1, BT), W(p.qkv_w), BT, C, 3 * Cl);
+  reduce_rows(dC_partial, dC, BT);
   // The key bias's gradient is exactly zero (q.b_k shifts a whole softmax row); computed, it is
   // rounding noise Adam would amplify. Kept exactly zero, as the CPU GPT does. Layout [q | k | v],
   // C/tp each.
   cuda_check(cudaMemsetAsync(G(p.qkv_b) + Cl, 0, static_cast<size_t>(Cl) * sizeof(float), ops_.stream()),
              "cudaMemsetAsync(key bias gradient)");
-  ops_.layernorm_backward(dres, G(p.ln1_w), G(p.ln1_b), dC, res_in, W(p.ln1_w), a.ln1_mean, a.ln1_rstd, BT, C);
+  ln_backward(dres, p.ln1_w, p.ln1_b, dC, res_in, a.ln1_mean, a.ln1_rstd, Rl);
 }
 
 void GptCuda::backward(float loss_scale) {
   check(last_B_ > 0 && head_grads_pending_,
         "GptCuda::backward needs its own forward, with gradients enabled (one backward per forward)");
   const int B = last_B_, T = cfg_.seq_len, C = cfg_.d_model;
-  const int64_t BT = int64_t{B} * T;
+  const int64_t BT = int64_t{B} * T, Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();
   // The head's gradients were computed unscaled during forward.
-  cuda::scale_bf16(s, a_.dlnf, loss_scale, static_cast<size_t>(BT * C));
+  cuda::scale_bf16(s, a_.dlnf, loss_scale, static_cast<size_t>(Rl * C));
   ops_.axpy(G(off_.wte), loss_scale, a_.dwte_head, static_cast<size_t>(vp_ * C));
-  cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(BT * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
-  ops_.layernorm_backward(a_.dres, G(off_.lnf_w), G(off_.lnf_b), a_.dlnf, block_output(), W(off_.lnf_w), a_.lnf_mean,
-                          a_.lnf_rstd, BT, C);
+  cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(Rl * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
+  ln_backward(a_.dres, off_.lnf_w, off_.lnf_b, a_.dlnf, block_output(), a_.lnf_mean, a_.lnf_rstd, Rl);
   emit(GPT::kHeadUnit);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     layer_backward(l, B);
     emit(l);
   }
-  ops_.embedding_backward(G(off_.wte), G(off_.wpe), a_.dres, a_.tokens, B, T, C, vocab_begin_, vocab_begin_ + vp_);
+  ops_.embedding_backward(G(off_.wte), G(off_.wpe), gather_rows(a_.dres, BT, a_.dres_full), a_.tokens, B, T, C,
+                          vocab_begin_, vocab_begin_ + vp_);
   head_grads_pending_ = false;  // the head's gradients were consumed
   emit(GPT::kEmbeddingUnit);
 }

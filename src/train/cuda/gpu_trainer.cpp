@@ -136,7 +136,6 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
               gs.pp, gs.cp);
   usage_check(cfg.parallel.zero == 0 || cfg.parallel.zero == 1,
               "parallel.zero = {} is not available with train.backend = \"nccl\" yet (0 or 1)", cfg.parallel.zero);
-  usage_check(!cfg.parallel.sp, "parallel.sp is not available with train.backend = \"nccl\" yet (tp without sp is)");
   usage_check(cfg.train.recompute == "none" || cfg.train.recompute == "full",
               "train.recompute must be \"none\" or \"full\" (got \"{}\")", cfg.train.recompute);
   usage_check(launch.device >= 0, "train.backend = \"nccl\" needs a GPU on every rank ({})", launch.device_note);
@@ -150,6 +149,8 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   const ModelConfig& mc = data.model;
   usage_check(mc.n_head % gs.tp == 0, "model.n_head ({}) must be divisible by parallel.tp ({}): attention heads are "
               "split over the TP ranks", mc.n_head, gs.tp);
+  usage_check(!cfg.parallel.sp || mc.seq_len % gs.tp == 0,
+              "parallel.sp: model.seq_len ({}) must be divisible by parallel.tp ({})", mc.seq_len, gs.tp);
 
   CudaOpsOptions oo;
   oo.attention = cfg.model.attention;
@@ -161,6 +162,7 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   ModelShard mshard;  // the whole model, or this rank's tensor-parallel slice of every block
   mshard.tp_rank = grid.coord().tp;
   mshard.tp_size = gs.tp;
+  mshard.sequence_parallel = cfg.parallel.sp;  // run_training has checked tp > 1
   const auto table = gpt_param_table(mc, mshard);
   const size_t n_flat = table.back().offset + (table.back().numel + 15) / 16 * 16;  // gpt_param_table's padding
   const FlatRange shard = zero >= 1 ? zero_shard(n_flat, dp, grid.coord().dp) : FlatRange{0, n_flat};
@@ -189,13 +191,13 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   if (rank0) {
     std::printf(
         "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"
-        "layout world %d = dp %d x tp %d (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
+        "layout world %d = dp %d x tp %d%s (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
         "accum %d (%lld tokens/step) | peak %g TFLOP/s/GPU%s\n"
         "data %s: %lld samples per rank per epoch | run dir %s\n"
         "data parallel: NCCL, zero %d, %zu gradient bucket(s) (cap %g MiB) on the communication stream | GPU "
         "memory %s\n",
         mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
-        model.num_params() / 1e6, launch.world, dp, gs.tp, gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
+        model.num_params() / 1e6, launch.world, dp, gs.tp, cfg.parallel.sp ? " + sp" : "", gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
         dp, bp.accum, static_cast<long long>(tokens_per_step), peak / 1e12,
         cfg.train.peak_flops > 0 ? " (train.peak_flops)"
         : peak > 0             ? " (datasheet dense bf16)"

@@ -58,8 +58,9 @@ class GptCuda {
   // shard must be the whole model (ModelShard{}); max_micro_batch bounds forward()'s B. `ops`
   // must outlive the model (its stream carries all the model's work, the destructor included).
   // Tensor parallel (shard.tp_size > 1, Megatron's split as the CPU GPT: column-parallel c_attn /
-  // c_fc, row-parallel c_proj / mlp.c_proj, vocab-parallel embedding and cross-entropy): `tp` is
-  // the TP group's Comm (NCCL; its operations are ordered after ops.stream()). No SP, no pp.
+  // c_fc, row-parallel c_proj / mlp.c_proj, vocab-parallel embedding and cross-entropy), with
+  // sequence parallel when shard.sequence_parallel: `tp` is the TP group's Comm (NCCL; its
+  // operations are ordered after ops.stream()). No pp.
   GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard = {},
           GptCudaOptions options = {}, Comm* tp = nullptr);
   ~GptCuda();
@@ -164,12 +165,21 @@ class GptCuda {
     int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
     float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]
     std::vector<bf16*> block_in;  // [0] = encoded; with recompute also every block's output
+    bf16 *gath = nullptr, *full = nullptr, *dres_full = nullptr;  // SP scratch, [BT, C] each
+    float* ln_grad = nullptr;                                     // SP: one LayerNorm's dweight | dbias
   };
 
   // Lays the activations out from `base` (nullptr: only sizes them); returns the bytes used.
-  static size_t plan_activations(const ModelConfig& cfg, int tp, int B, int64_t chunk_rows, bool recompute, char* base,
-                                 Acts& a);
-  void layer_forward_recompute(int l, int B);
+  static size_t plan_activations(const ModelConfig& cfg, int tp, bool sp, int B, int64_t chunk_rows, bool recompute,
+                                 char* base, Acts& a);
+  // Sequence parallel: this rank's rows of the residual stream; the all-gather of a [rows, C]
+  // tensor (into out, default gath; without SP the input itself); the reduction of a row-parallel
+  // output's partial sums (SP: reduce-scatter into local; else summed in place, local = partial).
+  int64_t local_rows(int64_t BT) const { return sp_ ? BT / shard_.tp_size : BT; }
+  const bf16* gather_rows(const bf16* local, int64_t BT, bf16* out = nullptr);
+  void reduce_rows(bf16* partial, bf16* local, int64_t BT);
+  void ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
+                   const float* rstd, int64_t rows);
   void tp_sum(void* buf, size_t n, DType t, ReduceOp op = ReduceOp::sum);  // over the TP group (tp > 1)
   void* device_alloc(Mem m, size_t bytes, const char* what);
   void release();  // frees every device / pinned allocation (destructor, failed constructor)
@@ -191,7 +201,7 @@ class GptCuda {
   ModelShard shard_;
   Comm* tp_ = nullptr;
   int64_t vp_ = 0, chunk_rows_ = 0;  // vp_: this rank's vocabulary rows (padded_vocab(tp) / tp)
-  bool recompute_ = false;
+  bool recompute_ = false, sp_ = false;
   int64_t vocab_begin_ = 0, c_local_ = 0, h_local_ = 0, f_local_ = 0;
   double* norm_ = nullptr;  // device fp64 accumulator for grad_sum_squares(false)
   std::vector<ParamInfo> params_;
