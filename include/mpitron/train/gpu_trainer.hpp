@@ -10,9 +10,10 @@
 // ZeRO-1 (parallel.zero = 1): each DP rank holds the AdamW moments of its shard only and updates
 // that shard; the fp32 master weights are then all-gathered over DP (the gradients are still
 // all-reduced, so ZeRO-1 costs 1.5x DDP's communication for 8 bytes/param less memory).
-// Tensor parallel (parallel.tp, no SP): GptCuda's TP shard over the TP group's NCCL communicator.
+// Tensor and sequence parallel (parallel.tp, parallel.sp): GptCuda's TP shard over the TP
+// group's NCCL communicator.
 // Activation recompute (train.recompute = "full"): GptCudaOptions::recompute.
-// Not on GPU yet (clear error at start-up): pipeline / sequence / context parallel, ZeRO 2-3. GPU builds only (MPITRON_CUDA=1).
+// Not on GPU yet (clear error at start-up): pipeline / context parallel, ZeRO 2-3. GPU builds only (MPITRON_CUDA=1).
 #pragma once
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/dist/grid.hpp"
