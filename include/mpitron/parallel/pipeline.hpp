@@ -22,6 +22,7 @@
 #include "mpitron/data/loader.hpp"
 #include "mpitron/dist/comm.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/parallel/pipeline_stage.hpp"
 #include "mpitron/parallel/schedule.hpp"
 
 namespace mpitron {
@@ -46,8 +47,11 @@ std::vector<double> pipeline_idle_by_stage(const PipelineStepStats& st, Comm& pp
 class PipelineExecutor {
  public:
   // chunks[c]: this rank's model chunk c (virtual stage c*pp + rank), built with at least
-  // schedule.max_in_flight(rank, c) activation slots. pp.rank() is this rank's stage.
-  PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, std::vector<GPT*> chunks);
+  // schedule.max_in_flight(rank, c) activation slots. pp.rank() is this rank's stage; `pp`
+  // moves host memory (MPI; the GPU trainer passes ProcessGrid::pp_host()).
+  PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, std::vector<PipelineStage*> chunks);
+  // CPU GPT chunks (wrapped in GptStage).
+  PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, const std::vector<GPT*>& chunks);
   ~PipelineExecutor();
 
   // One step: batches[i] is micro-batch i (the same on every stage of this pipeline; the first
@@ -62,6 +66,7 @@ class PipelineExecutor {
     Request req;
     int buf;
   };
+  void init();
   int take_buffer(size_t floats);
   void release_buffer(int i) { free_.push_back(i); }
   void reap_sends(bool all);
@@ -70,7 +75,8 @@ class PipelineExecutor {
 
   const PipelineSchedule& s_;
   Comm& comm_;
-  std::vector<GPT*> chunks_;
+  std::vector<std::unique_ptr<GptStage>> owned_;
+  std::vector<PipelineStage*> chunks_;
   int rank_, V_;
   std::vector<std::vector<int>> free_slots_;   // per chunk
   std::vector<std::map<int, int>> slot_of_;    // per chunk: micro-batch -> slot
