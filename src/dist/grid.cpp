@@ -131,7 +131,7 @@ ProcessGrid::ProcessGrid(const LaunchInfo& launch, GridShape shape, const std::s
 
   // Eager, same order on every rank. Color = the group's lowest world rank (unique per group),
   // key = world rank, so the rank inside each group is its position in group_members().
-  auto make = [&](Group g) -> std::unique_ptr<Comm> {
+  auto make = [&](Group g, const std::string& backend) -> std::unique_ptr<Comm> {
     MPI_Comm c = MPI_COMM_NULL;
     if (g == Group::world) {
       MPI_Comm_dup(MPI_COMM_WORLD, &c);
@@ -140,16 +140,17 @@ ProcessGrid::ProcessGrid(const LaunchInfo& launch, GridShape shape, const std::s
       int rc = MPI_Comm_split(MPI_COMM_WORLD, color, rank_, &c);
       check(rc == MPI_SUCCESS, "MPI_Comm_split for group '{}' failed", group_name(g));
     }
-    return make_comm(backend_, c, group_name(g), launch_, comm_timeout_s_);
+    return make_comm(backend, c, group_name(g), launch_, comm_timeout_s_);
   };
-  world_comm_ = make(Group::world);
-  tp_ = make(Group::tp);
-  cp_ = make(Group::cp);
-  dp_ = make(Group::dp);
-  pp_ = make(Group::pp);
-  dp_cp_ = make(Group::dp_cp);
-  mp_ = make(Group::model_parallel);
-  emb_ = make(Group::embedding);
+  world_comm_ = make(Group::world, backend_);
+  tp_ = make(Group::tp, backend_);
+  cp_ = make(Group::cp, backend_);
+  dp_ = make(Group::dp, backend_);
+  pp_ = make(Group::pp, backend_);
+  dp_cp_ = make(Group::dp_cp, backend_);
+  mp_ = make(Group::model_parallel, backend_);
+  emb_ = make(Group::embedding, backend_);
+  if (backend_ != "mpi") pp_host_ = make(Group::pp, "mpi");
 
   // TP traffic is the heaviest and latency-bound: a TP group should sit inside one node.
   std::vector<int> nodes(world_);

@@ -60,6 +60,9 @@ class ProcessGrid {
   Comm& cp() { return *cp_; }
   Comm& dp() { return *dp_; }
   Comm& pp() { return *pp_; }
+  // The pipeline group over host memory: pp() itself on CPU runs; with NCCL, an MPI communicator
+  // over the same ranks (the pipeline executor stages activations through host buffers).
+  Comm& pp_host() { return pp_host_ ? *pp_host_ : *pp_; }
   Comm& dp_cp() { return *dp_cp_; }      // gradient sync group when cp > 1
   Comm& model_parallel() { return *mp_; }  // tp x pp
   // First and last pipeline stage of this rank's pipeline (tied embeddings). On other
@@ -86,7 +89,7 @@ class ProcessGrid {
   GridShape shape_;
   GridCoord coord_;
   int rank_ = 0, world_ = 1;
-  std::unique_ptr<Comm> world_comm_, tp_, cp_, dp_, pp_, dp_cp_, mp_, emb_;
+  std::unique_ptr<Comm> world_comm_, tp_, cp_, dp_, pp_, dp_cp_, mp_, emb_, pp_host_;
   std::unique_ptr<Groups> groups_;
 };
 

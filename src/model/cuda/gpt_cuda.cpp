@@ -46,8 +46,7 @@ int64_t chunk_rows_for(const ModelConfig& cfg, int B, const GptCudaOptions& o) {
 
 }  // namespace
 
-size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, bool sp, int B, int64_t chunk_rows, bool recompute,
-                                 char* base, Acts& a) {
+size_t GptCuda::plan_activations(const ModelConfig& cfg, const Layout& lay, char* base, std::vector<Acts>& slots) {
   size_t used = 0;
   auto take = [&](size_t bytes) -> void* {
     void* p = base ? base + used : nullptr;
@@ -58,40 +57,57 @@ size_t GptCuda::plan_activations(const ModelConfig& cfg, int tp, bool sp, int B,
   auto f32 = [&](int64_t n) { return static_cast<float*>(take(static_cast<size_t>(n) * sizeof(float))); };
   auto i32 = [&](int64_t n) { return static_cast<int32_t*>(take(static_cast<size_t>(n) * sizeof(int32_t))); };
   // Tensor parallel: this rank's heads (C/tp of qkv and the attention output), MLP columns (F/tp)
-  // and vocabulary rows (Vp/tp); the residual stream and LayerNorms stay whole.
-  const int64_t BT = int64_t{B} * cfg.seq_len, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
-                Vp = cfg.padded_vocab(tp) / tp, R = sp ? BT / tp : BT;  // R: rows of the residual stream here
-  const int64_t stats = int64_t{B} * (cfg.n_head / tp) * cfg.seq_len;
-  a.encoded = bf(R * C);
-  // Recompute: one block's activations, shared by every block and refilled in backward, plus each
-  // block's output (block_in[l + 1], the next block's input); block_in[0] is the embedding output.
-  a.block_in.assign(1, a.encoded);
-  if (recompute)
-    for (int l = 0; l < cfg.n_layer; ++l) a.block_in.push_back(bf(R * C));
-  a.layers.resize(recompute ? std::min(1, cfg.n_layer) : static_cast<size_t>(cfg.n_layer));
-  for (LayerAct& l : a.layers) {
-    l.ln1 = bf(R * C), l.ln1_mean = f32(R), l.ln1_rstd = f32(R);
-    l.qkv = bf(BT * 3 * Cl), l.atty = bf(BT * Cl), l.att_stats = f32(stats);
-    l.res2 = bf(R * C), l.ln2 = bf(R * C), l.ln2_mean = f32(R), l.ln2_rstd = f32(R);
-    l.fch = bf(BT * F), l.fch_gelu = bf(BT * F), l.res3 = bf(R * C);
+  // and vocabulary rows (Vp/tp); the residual stream and LayerNorms stay whole (SP: this rank's R
+  // rows of it).
+  const int tp = lay.tp;
+  const int64_t BT = int64_t{lay.B} * cfg.seq_len, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
+                Vp = cfg.padded_vocab(tp) / tp, R = lay.sp ? BT / tp : BT;
+  const int64_t stats = int64_t{lay.B} * (cfg.n_head / tp) * cfg.seq_len;
+  slots.assign(static_cast<size_t>(lay.slots), Acts{});
+  // Per micro-batch in flight (pipeline parallel keeps several): what its backward reads.
+  for (Acts& a : slots) {
+    a.encoded = bf(R * C);  // the embedding output, or the stage input from the previous stage
+    // Recompute: one block's activations, shared by every block and refilled in backward, plus
+    // each block's output (block_in[l + 1], the next block's input); block_in[0] = encoded.
+    a.block_in.assign(1, a.encoded);
+    if (lay.recompute)
+      for (int l = 0; l < lay.n_layers; ++l) a.block_in.push_back(bf(R * C));
+    a.layers.resize(lay.recompute ? std::min(1, lay.n_layers) : static_cast<size_t>(lay.n_layers));
+    for (LayerAct& l : a.layers) {
+      l.ln1 = bf(R * C), l.ln1_mean = f32(R), l.ln1_rstd = f32(R);
+      l.qkv = bf(BT * 3 * Cl), l.atty = bf(BT * Cl), l.att_stats = f32(stats);
+      l.res2 = bf(R * C), l.ln2 = bf(R * C), l.ln2_mean = f32(R), l.ln2_rstd = f32(R);
+      l.fch = bf(BT * F), l.fch_gelu = bf(BT * F), l.res3 = bf(R * C);
+    }
+    if (lay.head) {
+      a.lnf = bf(R * C), a.lnf_mean = f32(R), a.lnf_rstd = f32(R), a.losses = f32(BT), a.lse = f32(BT);
+      a.dlnf = bf(R * C), a.dwte_head = f32(Vp * C);
+    }
+    a.tokens = i32(BT), a.targets = i32(BT);
   }
-  a.lnf = bf(R * C), a.lnf_mean = f32(R), a.lnf_rstd = f32(R), a.losses = f32(BT), a.lse = f32(BT);
-  a.dlnf = bf(R * C), a.dwte_head = f32(Vp * C), a.logits = bf(chunk_rows * Vp);
+  // Shared by the micro-batches: scratch of one forward or backward at a time.
+  Acts& s = slots.front();
+  if (lay.head) s.logits = bf(lay.chunk_rows * Vp);
   // proj_out and dC hold [BT, ...] column-parallel gradients too (dC: [BT, C/tp] of c_proj).
-  a.proj_out = bf(BT * C), a.dres = bf(R * C), a.dC = bf(BT * C), a.d4C = bf(BT * std::max(F, 3 * Cl));
-  a.tokens = i32(BT), a.targets = i32(BT);
-  if (tp > 1) a.ce = f32(4 * chunk_rows);  // vocab-parallel CE: local max, global max, sum exp, target logit
-  if (sp) {  // all-gathered LayerNorm outputs, partial sums before a reduce-scatter, the gathered dres
-    a.gath = bf(BT * C), a.full = bf(BT * C), a.dres_full = bf(BT * C), a.ln_grad = f32(2 * C);
+  s.proj_out = bf(BT * C), s.dres = bf(R * C), s.dC = bf(BT * C), s.d4C = bf(BT * std::max(F, 3 * Cl));
+  if (tp > 1 && lay.head) s.ce = f32(4 * lay.chunk_rows);  // vocab-parallel CE: max, global max, sum exp, target logit
+  if (lay.sp) {  // all-gathered LayerNorm outputs, partial sums before a reduce-scatter, the gathered dres
+    s.gath = bf(BT * C), s.full = bf(BT * C), s.dres_full = bf(BT * C), s.ln_grad = f32(2 * C);
+  }
+  if (lay.stage_io) s.stage_f32 = f32(R * C);  // pipeline: a stage tensor in fp32 on its way to or from the host
+  for (Acts& a : slots) {
+    a.logits = s.logits, a.proj_out = s.proj_out, a.dres = s.dres, a.dC = s.dC, a.d4C = s.d4C, a.ce = s.ce;
+    a.gath = s.gath, a.full = s.full, a.dres_full = s.dres_full, a.ln_grad = s.ln_grad, a.stage_f32 = s.stage_f32;
   }
   return used;
 }
 
 int64_t GptCuda::activation_bytes(const ModelConfig& cfg, int max_micro_batch, GptCudaOptions options) {
-  Acts a;
-  return static_cast<int64_t>(
-      plan_activations(cfg, 1, false, max_micro_batch, chunk_rows_for(cfg, max_micro_batch, options),
-                       options.recompute, nullptr, a));
+  std::vector<Acts> a;
+  Layout lay;
+  lay.B = max_micro_batch, lay.n_layers = cfg.n_layer, lay.recompute = options.recompute;
+  lay.chunk_rows = chunk_rows_for(cfg, max_micro_batch, options), lay.slots = std::max(1, options.slots);
+  return static_cast<int64_t>(plan_activations(cfg, lay, nullptr, a));
 }
 
 void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
@@ -118,12 +134,11 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
         shard.tp_size);
   check(cfg.n_head % shard.tp_size == 0, "GptCuda: tp {} must divide n_head {}", shard.tp_size, cfg.n_head);
   if (tp_) tp_->set_compute_stream(ops.stream());
-  check(shard.layer_begin == 0 && (shard.layer_end < 0 || shard.layer_end == cfg.n_layer) && shard.has_embedding &&
-            shard.has_head,
-        "GptCuda runs the whole model on one GPU: a pipeline stage (layers [{}, {}), embedding {}, head {}) is "
-        "not supported yet (pp must be 1)",
-        shard.layer_begin, shard.layer_end, shard.has_embedding, shard.has_head);
-  check(max_micro_batch > 0, "GptCuda: max_micro_batch must be > 0");
+  layer_begin_ = shard.layer_begin;
+  n_local_ = (shard.layer_end < 0 ? cfg.n_layer : shard.layer_end) - shard.layer_begin;
+  check(layer_begin_ >= 0 && n_local_ >= 0 && layer_begin_ + n_local_ <= cfg.n_layer,
+        "GptCuda: layers [{}, {}) outside the model's {}", layer_begin_, layer_begin_ + n_local_, cfg.n_layer);
+  check(max_micro_batch > 0 && options.slots >= 1, "GptCuda: max_micro_batch and slots must be > 0");
   check(cfg.d_model % cfg.n_head == 0 && cfg.d_ff == 4 * cfg.d_model && cfg.d_model % 8 == 0,
         "GptCuda: bad config d_model {} n_head {} d_ff {} (d_ff = 4 d_model, d_model a multiple of 8 and of n_head)",
         cfg.d_model, cfg.n_head, cfg.d_ff);
@@ -146,9 +161,12 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
       if (p.name == name) return p.offset;
     fail("GptCuda: parameter {} missing from the table", name);
   };
-  off_.wte = at("wte.weight"), off_.wpe = at("wpe.weight");
-  off_.lnf_w = at("ln_f.weight"), off_.lnf_b = at("ln_f.bias");
-  for (int l = 0; l < cfg.n_layer; ++l) {
+  // A pipeline stage holds its blocks; wte on the first (embedding) and last (tied LM head)
+  // stages, wpe on the first, ln_f on the last.
+  if (shard.has_embedding || shard.has_head) off_.wte = at("wte.weight");
+  if (shard.has_embedding) off_.wpe = at("wpe.weight");
+  if (shard.has_head) off_.lnf_w = at("ln_f.weight"), off_.lnf_b = at("ln_f.bias");
+  for (int l = layer_begin_; l < layer_begin_ + n_local_; ++l) {
     std::string h = "h." + std::to_string(l) + ".";
     off_.layers.push_back({at(h + "ln_1.weight"), at(h + "ln_1.bias"), at(h + "attn.c_attn.weight"),
                            at(h + "attn.c_attn.bias"), at(h + "attn.c_proj.weight"), at(h + "attn.c_proj.bias"),
@@ -177,9 +195,16 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
     m_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg"));
     v_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg_sq"));
     norm_ = static_cast<double*>(device_alloc(Mem::workspace, sizeof(double), "grad norm"));
-    size_t act_bytes = plan_activations(cfg, T, sp_, max_micro_batch, chunk_rows_, recompute_, nullptr, a_);
+    Layout lay;
+    lay.tp = T, lay.sp = sp_, lay.B = max_micro_batch, lay.n_layers = n_local_, lay.head = shard.has_head;
+    lay.recompute = recompute_, lay.chunk_rows = chunk_rows_, lay.slots = options.slots;
+    lay.stage_io = !(shard.has_embedding && shard.has_head);
+    size_t act_bytes = plan_activations(cfg, lay, nullptr, slots_);
     char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
-    plan_activations(cfg, T, sp_, max_micro_batch, chunk_rows_, recompute_, act, a_);
+    plan_activations(cfg, lay, act, slots_);
+    a_ = slots_.front();
+    slot_B_.assign(slots_.size(), 0);
+    slot_pending_.assign(slots_.size(), false);
     const size_t bt = static_cast<size_t>(max_micro_batch) * cfg.seq_len;
     cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 2 * bt * sizeof(int32_t)),
                "cudaMallocHost(token staging)");
@@ -290,7 +315,7 @@ void GptCuda::load_optimizer_state(const float* m, const float* v, size_t n) {
 void GptCuda::refresh_bf16_params() { ops_.to_bf16(params_bf16_, master_, n_flat_); }
 
 const bf16* GptCuda::block_output() const {
-  if (recompute_ || cfg_.n_layer == 0) return a_.block_in.back();
+  if (recompute_ || n_local_ == 0) return a_.block_in.back();
   return a_.layers.back().res3;
 }
 
@@ -379,7 +404,7 @@ void GptCuda::head_forward(int B) {
   const bool vp = shard_.tp_size > 1;
   const int64_t Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();
-  if (cfg_.n_layer > 0 && !recompute_) {
+  if (n_local_ > 0 && !recompute_) {
     const LayerAct& last = a_.layers.back();
     ops_.residual_layernorm_forward(last.res3, a_.lnf, a_.lnf_mean, a_.lnf_rstd, last.res2, a_.proj_out,
                                     W(off_.lnf_w), W(off_.lnf_b), Rl, C);
@@ -426,14 +451,17 @@ void GptCuda::head_forward(int B) {
   if (grad) reduce_rows(dlnf_all, a_.dlnf, BT);  // each rank's vocab slice's part
 }
 
-double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets) {
+double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
   check(B > 0 && B <= max_B_, "GptCuda::forward: micro-batch {} outside [1, {}]", B, max_B_);
+  check(slot >= 0 && slot < static_cast<int>(slots_.size()), "GptCuda::forward: slot {} outside [0, {})", slot,
+        slots_.size());
   check(inputs != nullptr && targets != nullptr, "GptCuda::forward needs input and target tokens");
   const int T = cfg_.seq_len, C = cfg_.d_model;
   const int64_t BT = int64_t{B} * T, max_bt = int64_t{max_B_} * T;
   cudaStream_t s = ops_.stream();
-  last_B_ = 0;  // a forward that throws leaves nothing for backward
-  head_grads_pending_ = false;
+  a_ = slots_[slot];
+  slot_B_[slot] = 0;  // a forward that throws leaves nothing for backward
+  slot_pending_[slot] = false;
   // The previous forward's uploads must have left the staging buffer before it is refilled.
   cuda_check(cudaEventSynchronize(tokens_sent_), "cudaEventSynchronize(tokens)");
   int64_t count = 0;
@@ -455,22 +483,63 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   cuda_check(cudaEventRecord(tokens_sent_, s), "cudaEventRecord(tokens)");
 
   // Vocab-parallel embedding: tokens outside this rank's rows give 0, the TP sum adds the owner's
-  // row; wpe (replicated) is added by one rank.
-  bf16* emb = sp_ ? a_.full : a_.encoded;  // SP: every row's partial sum, then this rank's rows
-  ops_.embedding_forward(emb, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
-                         vocab_begin_, vocab_begin_ + vp_);
-  reduce_rows(emb, a_.encoded, BT);
-  for (int l = 0; l < cfg_.n_layer; ++l) layer_forward(l, B);
-  head_forward(B);
-
-  // The only host wait of the step: the losses (the head's last dW GEMM may still be running).
-  cuda_check(cudaEventSynchronize(losses_ready_), "cudaEventSynchronize(losses)");
+  // row; wpe (replicated) is added by one rank. A later pipeline stage starts from its stage
+  // input (set_stage_input), already in encoded.
+  if (shard_.has_embedding) {
+    bf16* emb = sp_ ? a_.full : a_.encoded;  // SP: every row's partial sum, then this rank's rows
+    ops_.embedding_forward(emb, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
+                           vocab_begin_, vocab_begin_ + vp_);
+    reduce_rows(emb, a_.encoded, BT);
+  }
+  for (int l = 0; l < n_local_; ++l) layer_forward(l, B);
   double loss = 0.0;
-  for (int64_t i = 0; i < BT; ++i) loss += host_losses_[i];
-  if (n_targets) *n_targets = count;
-  last_B_ = B;
-  head_grads_pending_ = grad_enabled_;
+  if (n_targets) *n_targets = 0;
+  if (shard_.has_head) {
+    head_forward(B);
+    // The only host wait of the step: the losses (the head's last dW GEMM may still be running).
+    cuda_check(cudaEventSynchronize(losses_ready_), "cudaEventSynchronize(losses)");
+    for (int64_t i = 0; i < BT; ++i) loss += host_losses_[i];
+    if (n_targets) *n_targets = count;
+  } else if (!recompute_ && n_local_ > 0) {  // the stage output: the last block's residual add, unfused
+    const LayerAct& last = a_.layers.back();
+    ops_.residual_forward(last.res3, last.res2, a_.proj_out, static_cast<size_t>(local_rows(BT) * C));
+  }
+  slot_B_[slot] = B;
+  slot_pending_[slot] = grad_enabled_;
   return loss;
+}
+
+// Pipeline stage tensors, fp32 on the host, bf16 [rows, C] here (rows: this rank's under SP).
+void GptCuda::upload_bf16(bf16* dst, const float* host, size_t n) {
+  check(a_.stage_f32 && n <= static_cast<size_t>(local_rows(int64_t{max_B_} * cfg_.seq_len) * cfg_.d_model),
+        "GptCuda: stage tensor of {} floats does not fit this stage", n);
+  cuda_check(cudaMemcpyAsync(a_.stage_f32, host, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
+             "cudaMemcpyAsync(stage tensor to device)");
+  ops_.to_bf16(dst, a_.stage_f32, n);
+  ops_.synchronize();  // the host buffer is the executor's again
+}
+
+void GptCuda::download_bf16(float* host, const bf16* src, size_t n) {
+  check(a_.stage_f32 != nullptr, "GptCuda: this model is not a pipeline stage");
+  ops_.to_f32(a_.stage_f32, src, n);
+  cuda_check(cudaMemcpyAsync(host, a_.stage_f32, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
+             "cudaMemcpyAsync(stage tensor to host)");
+  ops_.synchronize();
+}
+
+void GptCuda::set_stage_input(int slot, const float* host, size_t n) { upload_bf16(slots_.at(slot).encoded, host, n); }
+
+void GptCuda::get_stage_output(int slot, float* host, size_t n) {
+  const Acts& a = slots_.at(slot);
+  download_bf16(host, recompute_ || n_local_ == 0 ? a.block_in.back() : a.layers.back().res3, n);
+}
+
+void GptCuda::set_stage_output_grad(const float* host, size_t n) { upload_bf16(a_.dres, host, n); }
+
+void GptCuda::get_stage_input_grad(float* host, size_t n) { download_bf16(host, a_.dres, n); }
+
+size_t GptCuda::stage_floats(int B) const {
+  return static_cast<size_t>(local_rows(int64_t{B} * cfg_.seq_len) * cfg_.d_model);
 }
 
 // CPU: the block part of GPT::backward. On entry dres = d loss / d(block l's output); on exit
@@ -506,35 +575,42 @@ void GptCuda::layer_backward(int l, int B) {
   ln_backward(dres, p.ln1_w, p.ln1_b, dC, res_in, a.ln1_mean, a.ln1_rstd, Rl);
 }
 
-void GptCuda::backward(float loss_scale) {
-  check(last_B_ > 0 && head_grads_pending_,
-        "GptCuda::backward needs its own forward, with gradients enabled (one backward per forward)");
-  const int B = last_B_, T = cfg_.seq_len, C = cfg_.d_model;
+void GptCuda::backward(float loss_scale, int slot) {
+  check(slot >= 0 && slot < static_cast<int>(slots_.size()) && slot_B_[slot] > 0 && slot_pending_[slot],
+        "GptCuda::backward needs its own forward in slot {}, with gradients enabled (one backward per forward)", slot);
+  a_ = slots_[slot];
+  const int B = slot_B_[slot], T = cfg_.seq_len, C = cfg_.d_model;
   const int64_t BT = int64_t{B} * T, Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();
-  // The head's gradients were computed unscaled during forward.
-  cuda::scale_bf16(s, a_.dlnf, loss_scale, static_cast<size_t>(Rl * C));
-  ops_.axpy(G(off_.wte), loss_scale, a_.dwte_head, static_cast<size_t>(vp_ * C));
-  cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(Rl * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
-  ln_backward(a_.dres, off_.lnf_w, off_.lnf_b, a_.dlnf, block_output(), a_.lnf_mean, a_.lnf_rstd, Rl);
-  emit(GPT::kHeadUnit);
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+  if (shard_.has_head) {
+    // The head's gradients were computed unscaled during forward.
+    cuda::scale_bf16(s, a_.dlnf, loss_scale, static_cast<size_t>(Rl * C));
+    ops_.axpy(G(off_.wte), loss_scale, a_.dwte_head, static_cast<size_t>(vp_ * C));
+    cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(Rl * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
+    ln_backward(a_.dres, off_.lnf_w, off_.lnf_b, a_.dlnf, block_output(), a_.lnf_mean, a_.lnf_rstd, Rl);
+    emit(GPT::kHeadUnit);
+  }  // else dres holds the next stage's gradient (set_stage_output_grad)
+  for (int l = n_local_ - 1; l >= 0; --l) {
     layer_backward(l, B);
     emit(l);
   }
-  ops_.embedding_backward(G(off_.wte), G(off_.wpe), gather_rows(a_.dres, BT, a_.dres_full), a_.tokens, B, T, C,
-                          vocab_begin_, vocab_begin_ + vp_);
-  head_grads_pending_ = false;  // the head's gradients were consumed
-  emit(GPT::kEmbeddingUnit);
+  if (shard_.has_embedding)
+    ops_.embedding_backward(G(off_.wte), G(off_.wpe), gather_rows(a_.dres, BT, a_.dres_full), a_.tokens, B, T, C,
+                            vocab_begin_, vocab_begin_ + vp_);
+  // else dres holds this stage's input gradient (get_stage_input_grad)
+  slot_pending_[slot] = false;
+  emit(GPT::kEmbeddingUnit);  // the last event of a backward (data parallel counts them)
 }
 
-double GptCuda::grad_sum_squares(bool replicated_too) {
-  if (replicated_too) return ops_.sum_squares_host(grads_, n_flat_);
+double GptCuda::grad_sum_squares(bool replicated_too, bool skip_tied_copy) {
+  const bool tied_copy = skip_tied_copy && shard_.has_head && !shard_.has_embedding;
+  if (replicated_too && !tied_copy) return ops_.sum_squares_host(grads_, n_flat_);
   // Only the TP-sharded parameters (the replicated ones are counted by TP rank 0): the CPU rule
-  // of tp_grad_norm.hpp, accumulated on the device, one host wait.
+  // of tp_grad_norm.hpp, accumulated on the device, one host wait. The last pipeline stage's wte
+  // copy is counted by the first stage.
   bool first = true;
   for (const auto& p : params_) {
-    if (p.split_dim < 0) continue;
+    if ((p.split_dim < 0 && !replicated_too) || (tied_copy && p.name == "wte.weight")) continue;
     ops_.sum_squares(norm_, grads_ + p.offset, p.numel, !first);
     first = false;
   }

@@ -51,6 +51,9 @@ struct GptCudaOptions {
   // train.recompute = "full": keep only each block's input and output (bf16 [B*T, C]) and one
   // block's activations, recomputed per block in backward (the CPU GPT's rule; +1 forward).
   bool recompute = false;
+  // Pipeline parallel: micro-batches whose activations are kept at once (the schedule's
+  // max_in_flight for this stage); forward/backward name their slot.
+  int slots = 1;
 };
 
 class GptCuda {
@@ -105,9 +108,19 @@ class GptCuda {
   // *n_targets (may be nullptr). Waits for the losses (with grad_sum_squares, the step's only
   // host waits). With gradients enabled (the default) the LM head's backward runs here too,
   // unscaled, as in the CPU GPT; backward() applies loss_scale.
-  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr);
-  // Accumulates d(loss_sum * loss_scale) of the last forward into the fp32 gradients.
-  void backward(float loss_scale);
+  // Pipeline stage (shard not the whole model): a stage without the head returns 0 and leaves
+  // its output for get_stage_output; a stage without the embedding starts from set_stage_input.
+  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr, int slot = 0);
+  // Accumulates d(loss_sum * loss_scale) of the slot's forward into the fp32 gradients. Without
+  // the head it starts from set_stage_output_grad; without the embedding it leaves this stage's
+  // input gradient for get_stage_input_grad.
+  void backward(float loss_scale, int slot = 0);
+  // Pipeline stage tensors: fp32 host arrays of stage_floats(B) elements (syncs).
+  size_t stage_floats(int B) const;
+  void set_stage_input(int slot, const float* host, size_t n);
+  void get_stage_output(int slot, float* host, size_t n);
+  void set_stage_output_grad(const float* host, size_t n);
+  void get_stage_input_grad(float* host, size_t n);
   // Called by backward() right after a unit's gradient kernels are ENQUEUED (not finished):
   // GPT::kHeadUnit (ln_f), block l (l = n_layer-1 .. 0), GPT::kEmbeddingUnit (wte, wpe; last).
   // Data parallel launches a gradient bucket there on a communicator ordered after ops.stream()
@@ -119,7 +132,8 @@ class GptCuda {
   // Sum of squares of every gradient, in fp64 on the device (deterministic), then to the host:
   // syncs. The global grad norm is its square root. Under TP: replicated_too = (tp_rank == 0),
   // then summed over the TP group by the caller (each element counted once).
-  double grad_sum_squares(bool replicated_too = true);
+  // skip_tied_copy: leave out the last pipeline stage's wte copy (the first stage counts it).
+  double grad_sum_squares(bool replicated_too = true, bool skip_tied_copy = false);
   const ModelShard& shard() const { return shard_; }
   void scale_grads(float s);  // grads *= s (clipping)
   // One torch.optim.AdamW update of the parameters in optim_range() from the gradients (step is
@@ -167,11 +181,23 @@ class GptCuda {
     std::vector<bf16*> block_in;  // [0] = encoded; with recompute also every block's output
     bf16 *gath = nullptr, *full = nullptr, *dres_full = nullptr;  // SP scratch, [BT, C] each
     float* ln_grad = nullptr;                                     // SP: one LayerNorm's dweight | dbias
+    float* stage_f32 = nullptr;  // pipeline: [rows, C] fp32 staging of a stage tensor
   };
 
   // Lays the activations out from `base` (nullptr: only sizes them); returns the bytes used.
-  static size_t plan_activations(const ModelConfig& cfg, int tp, bool sp, int B, int64_t chunk_rows, bool recompute,
-                                 char* base, Acts& a);
+  struct Layout {
+    int tp = 1;
+    bool sp = false;
+    int B = 1, n_layers = 0;
+    bool head = true, recompute = false, stage_io = false;
+    int64_t chunk_rows = 1;
+    int slots = 1;
+  };
+  // Lays the activations of every slot out from `base` (nullptr: only sizes them); the scratch
+  // buffers are shared by the slots. Returns the bytes used.
+  static size_t plan_activations(const ModelConfig& cfg, const Layout& lay, char* base, std::vector<Acts>& slots);
+  void upload_bf16(bf16* dst, const float* host, size_t n);
+  void download_bf16(float* host, const bf16* src, size_t n);
   // Sequence parallel: this rank's rows of the residual stream; the all-gather of a [rows, C]
   // tensor (into out, default gath; without SP the input itself); the reduction of a row-parallel
   // output's partial sums (SP: reduce-scatter into local; else summed in place, local = partial).
@@ -202,6 +228,10 @@ class GptCuda {
   Comm* tp_ = nullptr;
   int64_t vp_ = 0, chunk_rows_ = 0;  // vp_: this rank's vocabulary rows (padded_vocab(tp) / tp)
   bool recompute_ = false, sp_ = false;
+  int layer_begin_ = 0, n_local_ = 0;       // this stage's blocks
+  std::vector<Acts> slots_;                 // a_ is the slot the current forward/backward uses
+  std::vector<int> slot_B_;
+  std::vector<bool> slot_pending_;
   int64_t vocab_begin_ = 0, c_local_ = 0, h_local_ = 0, f_local_ = 0;
   double* norm_ = nullptr;  // device fp64 accumulator for grad_sum_squares(false)
   std::vector<ParamInfo> params_;
@@ -211,7 +241,7 @@ class GptCuda {
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;  // m_, v_: over optim_
   Range optim_;
   bf16* params_bf16_ = nullptr;
-  Acts a_;
+  Acts a_;  // the current slot's activations (a copy of slots_[s]'s pointers)
   struct Segment {  // AdamW runs over maximal runs of parameters sharing the decay flag
     size_t offset, n;
     bool decay;
@@ -220,8 +250,7 @@ class GptCuda {
   int32_t* host_tokens_ = nullptr;  // pinned staging [2 * max BT]: inputs, then targets
   float* host_losses_ = nullptr;    // pinned [max BT]
   cudaEvent_t tokens_sent_ = nullptr, losses_ready_ = nullptr;
-  int last_B_ = 0;
-  bool head_grads_pending_ = false, grad_enabled_ = true;
+  bool grad_enabled_ = true;
 };
 
 }  // namespace mpitron
