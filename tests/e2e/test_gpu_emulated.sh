@@ -13,8 +13,11 @@
 #     the same bound (one file format for both backends), the ZeRO-1 one too;
 #   - a tp 2 GPU checkpoint resumes on the CPU trainer at tp 1 (full logical tensors);
 #   - activation recompute on the GPU gives bit-identical losses with less activation memory;
-#   - the GPU trainer at tp 2 + SP follows the CPU run too;
-#   - what the GPU trainer does not run yet (pp, ZeRO-2) is refused with a clear message.
+#   - the GPU trainer at tp 2 + SP follows the CPU run too, and so do the pipeline layouts: pp 2
+#     (1F1B; tied wte across stages), dp 2 x pp 2 with ZeRO-1 (its checkpoint resumed on the CPU
+#     at np 1) and tp 2 + SP x pp 2 with recompute;
+#   - what the GPU trainer does not run yet (interleaved 1F1B, ZeRO-2) is refused with a clear
+#     message.
 # Skipped (one line) when $MPITRON is not a CUDA build (`mpitron version` lists the backends).
 # The real kernels: bench/gpu_check.sh.
 set -euo pipefail
@@ -60,6 +63,11 @@ run cpu_from_tp2 "$MPITRON" 1 --train.resume="$tmp/gpu_tp2/ckpt/step_00000005.h5
 run gpu_recompute "$EMU" 2 --parallel.dp=2 --train.recompute=full
 run gpu_tp2_sp "$EMU" 2 --parallel.tp=2 --parallel.sp=true
 grep -q "tp 2 + sp" "$tmp/gpu_tp2_sp.log" || fail "gpu_tp2_sp: not tp 2 + sp"
+run gpu_pp2 "$EMU" 2 --parallel.pp=2
+grep -q "x pp 2" "$tmp/gpu_pp2.log" || fail "gpu_pp2: not pp 2"
+run gpu_dp2_pp2_zero1 "$EMU" 4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1 --checkpoint.every=5
+run cpu_from_pp2 "$MPITRON" 1 --train.resume="$tmp/gpu_dp2_pp2_zero1/ckpt/step_00000005.h5"
+run gpu_tp2_sp_pp2 "$EMU" 4 --parallel.tp=2 --parallel.sp=true --parallel.pp=2 --train.recompute=full
 act() { sed -n 's/^step  1\/10 .*act \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/$1.log"; }
 echo "GPU activations (peak, rank 0): $(act gpu) without recompute, $(act gpu_recompute) with"
 /usr/bin/python3 - "$tmp" <<'PY'
@@ -95,6 +103,12 @@ assert rel("gpu_recompute", gpu) == 0, "GPU recompute changed the losses"
 sp = rel("gpu_tp2_sp", cpu)
 print(f"GPU tp2 + sp vs CPU np1: {sp:.2e}")
 assert sp < 2e-3
+pp, ppz, ppc, pts = (rel("gpu_pp2", cpu), rel("gpu_dp2_pp2_zero1", cpu),
+                     rel("cpu_from_pp2", "gpu_dp2_pp2_zero1", resumed), rel("gpu_tp2_sp_pp2", cpu))
+print(f"GPU pp2 vs CPU np1: {pp:.2e}; dp2 x pp2 ZeRO-1: {ppz:.2e} (its checkpoint on CPU np1: {ppc:.2e}); "
+      f"tp2 + sp x pp2 + recompute: {pts:.2e}")
+assert max(pp, ppz, ppc, pts) < 2e-3
+assert abs(vals("gpu_pp2")[10] - vals("cpu")[10]) / vals("cpu")[10] < 2e-3, "pipeline evaluation"
 print("GPU recompute: losses bit-identical to the run without it")
 PY
 [ "$(act gpu_recompute)" != "$(act gpu)" ] || fail "recompute did not change the activation memory"
@@ -107,6 +121,7 @@ expect_error() {  # pattern extra...
   fi
   grep -q "$pattern" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no '$pattern' for: $*"; }
 }
-expect_error "trains dp x tp layouts only so far" --parallel.pp=2
+expect_error "interleaved\" is not available with train.backend" --parallel.pp=2 --parallel.schedule=interleaved \
+  --parallel.virtual_stages=2
 expect_error "parallel.zero = 2 is not available" --parallel.dp=2 --parallel.zero=2
 echo ok

@@ -16,6 +16,8 @@
 #include "mpitron/model/cuda/gpt_cuda.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
+#include "mpitron/parallel/partition.hpp"
+#include "mpitron/parallel/pipeline.hpp"
 #include "mpitron/train/checkpoint.hpp"
 #include "mpitron/train/lr_schedule.hpp"
 #include "mpitron/train/metrics.hpp"
@@ -46,15 +48,24 @@ double datasheet_bf16_peak(const std::string& name) {
 // has finished its last unit in the step's last micro-batch. The communicator orders itself
 // after the compute stream by event, so launching a bucket costs the host nothing; the host
 // waits for the requests only in finish_backward, before the optimizer reads the gradients.
+//
+// Pipeline parallel with the tied wte (first and last stage each hold a copy, `tied` = the
+// embedding group): wte is a deferred bucket of its own, summed over the tie and then over DP in
+// finish_backward, as the CPU DataParallel does (data_parallel.hpp says why in that order).
 class GpuDataParallel {
  public:
-  GpuDataParallel(GptCuda& model, Comm& dp, cudaStream_t compute, double bucket_mb)
-      : model_(model), dp_(dp), n_layers_(model.config().n_layer) {
+  GpuDataParallel(GptCuda& model, Comm& dp, cudaStream_t compute, double bucket_mb, Comm* tied)
+      : model_(model), dp_(dp), tied_(tied), n_layers_(model_local_layers(model)) {
     usage_check(bucket_mb > 0, "parallel.bucket_mb must be > 0 (got {})", bucket_mb);
     dp_.set_compute_stream(compute);
+    if (tied_) tied_->set_compute_stream(compute);
     const size_t cap = std::max<size_t>(1, static_cast<size_t>(bucket_mb * (1 << 20) / sizeof(float)));
-    buckets_ = plan_grad_buckets(model.params(), model.num_params(), cap, model.shard(), n_layers_);
+    buckets_ = plan_grad_buckets(model.params(), model.num_params(), cap, model.shard(), n_layers_, tied_ != nullptr);
     model_.set_backward_hook([this](int unit) { on_unit_done(unit); });
+  }
+  static int model_local_layers(const GptCuda& m) {
+    const ModelShard& s = m.shard();
+    return (s.layer_end < 0 ? m.config().n_layer : s.layer_end) - s.layer_begin;
   }
   ~GpuDataParallel() { model_.set_backward_hook({}); }
 
@@ -69,6 +80,12 @@ class GpuDataParallel {
     auto t0 = Clock::now();
     for (auto& r : pending_) r->wait();
     pending_.clear();
+    for (const auto& b : buckets_) {
+      if (!b.deferred) continue;
+      float* g = model_.device_grads() + b.begin;
+      tied_->all_reduce(g, b.end - b.begin, DType::f32, ReduceOp::sum);
+      if (dp_.size() > 1) dp_.all_reduce(g, b.end - b.begin, DType::f32, ReduceOp::sum);
+    }
     return ms_since(t0);
   }
 
@@ -77,17 +94,39 @@ class GpuDataParallel {
     const int pos = backward_position(unit, n_layers_);
     if (done_ + 1 == micro_ && dp_.size() > 1)
       for (const auto& b : buckets_)
-        if (b.ready_at == pos)
+        if (b.ready_at == pos && !b.deferred)
           pending_.push_back(dp_.iall_reduce(model_.device_grads() + b.begin, b.end - b.begin, DType::f32, ReduceOp::sum));
     if (unit == GPT::kEmbeddingUnit) ++done_;  // the last unit of a backward
   }
 
   GptCuda& model_;
   Comm& dp_;
+  Comm* tied_;
   int n_layers_;
   std::vector<GradBucket> buckets_;
   std::vector<Request> pending_;
   int micro_ = 1, done_ = 0;
+};
+
+// The GPU model as a pipeline stage (pipeline_stage.hpp): stage tensors staged through host
+// memory for the executor's MPI messages (ProcessGrid::pp_host).
+class GptCudaStage final : public PipelineStage {
+ public:
+  explicit GptCudaStage(GptCuda& m) : m_(m) {}
+  const ModelShard& shard() const override { return m_.shard(); }
+  size_t stage_floats(int B) const override { return m_.stage_floats(B); }
+  double forward(const Batch& b, int64_t* n, int slot) override {
+    return m_.forward(b.inputs.data(), b.targets.data(), b.batch, n, slot);
+  }
+  void backward(float loss_scale, int slot) override { m_.backward(loss_scale, slot); }
+  void put_input(int slot, const float* x, size_t n) override { m_.set_stage_input(slot, x, n); }
+  void get_output(int slot, float* x, size_t n) override { m_.get_stage_output(slot, x, n); }
+  void put_output_grad(const float* g, size_t n) override { m_.set_stage_output_grad(g, n); }
+  void get_input_grad(float* g, size_t n) override { m_.get_stage_input_grad(g, n); }
+  void set_grad_enabled(bool on) override { m_.set_grad_enabled(on); }
+
+ private:
+  GptCuda& m_;
 };
 
 // Checkpoints of the GPU model: the device state staged through host buffers, in the common
@@ -130,10 +169,9 @@ class GpuCheckpointState final : public CheckpointState {
 
 TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
-  usage_check(gs.pp == 1 && gs.cp == 1,
-              "train.backend = \"nccl\" trains dp x tp layouts only so far (got pp {} x cp {}); pipeline and context "
-              "parallel run with train.backend = \"cpu\"",
-              gs.pp, gs.cp);
+  usage_check(gs.cp == 1, "context parallel (cp {}) is not available", gs.cp);
+  usage_check(cfg.parallel.schedule != "interleaved",
+              "parallel.schedule = \"interleaved\" is not available with train.backend = \"nccl\" yet (gpipe or 1f1b)");
   usage_check(cfg.parallel.zero == 0 || cfg.parallel.zero == 1,
               "parallel.zero = {} is not available with train.backend = \"nccl\" yet (0 or 1)", cfg.parallel.zero);
   usage_check(cfg.train.recompute == "none" || cfg.train.recompute == "full",
@@ -159,10 +197,11 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   // ZeRO-1: this DP rank keeps and updates the AdamW state of its shard of the flat layout only;
   // after the update every rank's shard of the fp32 master weights is all-gathered.
   const int zero = cfg.parallel.zero;
-  ModelShard mshard;  // the whole model, or this rank's tensor-parallel slice of every block
-  mshard.tp_rank = grid.coord().tp;
-  mshard.tp_size = gs.tp;
+  // This rank's pipeline stage and tensor-parallel slice (partition.hpp), and the schedule that
+  // decides how many micro-batches' activations it keeps.
+  ModelShard mshard = model_shard_for(mc, gs, grid.coord(), cfg.parallel.pp_layers);
   mshard.sequence_parallel = cfg.parallel.sp;  // run_training has checked tp > 1
+  const PipelineSchedule schedule = pipeline_schedule_for_job(cfg.parallel, gs.pp, bp.accum);
   const auto table = gpt_param_table(mc, mshard);
   const size_t n_flat = table.back().offset + (table.back().numel + 15) / 16 * 16;  // gpt_param_table's padding
   const FlatRange shard = zero >= 1 ? zero_shard(n_flat, dp, grid.coord().dp) : FlatRange{0, n_flat};
@@ -170,10 +209,24 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   go.optim_begin = shard.begin;
   go.optim_end = shard.end;
   go.recompute = cfg.train.recompute == "full";
+  go.slots = schedule.max_in_flight(grid.coord().pp, 0);
   GptCuda model(mc, *ops, bp.micro, mshard, go, gs.tp > 1 ? &grid.tp() : nullptr);
   check(model.num_params() == n_flat, "GPU trainer: flat layout of {} floats, expected {}", model.num_params(), n_flat);
   model.init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
-  GpuDataParallel ddp(model, grid.dp(), ops->stream(), cfg.parallel.bucket_mb);
+  // The tied wte across stages: the last stage's copy starts as the first stage's (Megatron).
+  const bool tied = gs.pp > 1 && (mshard.has_embedding || mshard.has_head);
+  if (tied) {
+    const ParamInfo* wte = nullptr;
+    for (const auto& p : model.params())
+      if (p.name == "wte.weight") wte = &p;
+    check(wte != nullptr, "GPU trainer: stage {} has no wte", grid.coord().pp);
+    grid.embedding().set_compute_stream(ops->stream());
+    grid.embedding().broadcast(model.device_master_params() + wte->offset, wte->numel, DType::f32, /*root=*/0);
+    model.refresh_bf16_params();
+  }
+  GpuDataParallel ddp(model, grid.dp(), ops->stream(), cfg.parallel.bucket_mb, tied ? &grid.embedding() : nullptr);
+  GptCudaStage stage(model);
+  PipelineExecutor pipe(schedule, grid.pp_host(), std::vector<PipelineStage*>{&stage});
   const CudaAdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   GpuCheckpointState state(model, mc, grid.coord(), zero);
@@ -191,13 +244,13 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   if (rank0) {
     std::printf(
         "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"
-        "layout world %d = dp %d x tp %d%s (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
+        "layout world %d = dp %d x tp %d%s x pp %d (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
         "accum %d (%lld tokens/step) | peak %g TFLOP/s/GPU%s\n"
         "data %s: %lld samples per rank per epoch | run dir %s\n"
         "data parallel: NCCL, zero %d, %zu gradient bucket(s) (cap %g MiB) on the communication stream | GPU "
         "memory %s\n",
         mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
-        model.num_params() / 1e6, launch.world, dp, gs.tp, cfg.parallel.sp ? " + sp" : "", gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
+        model.num_params() / 1e6, launch.world, dp, gs.tp, cfg.parallel.sp ? " + sp" : "", gs.pp, gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
         dp, bp.accum, static_cast<long long>(tokens_per_step), peak / 1e12,
         cfg.train.peak_flops > 0 ? " (train.peak_flops)"
         : peak > 0             ? " (datasheet dense bf16)"
@@ -213,16 +266,15 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   auto run_eval = [&](int step) {
     if (!data.val) return;
     data.val->reset();
-    model.set_grad_enabled(false);
     Batch b;
-    double v[2] = {0, 0};  // loss sum, target tokens
+    double v[2] = {0, 0};  // loss sum, target tokens (the head's stage)
     while (data.val->next(b)) {
       int64_t n = 0;
-      v[0] += model.forward(b.inputs.data(), b.targets.data(), b.batch, &n);
+      v[0] += pipe.forward_only(b, &n);
       v[1] += static_cast<double>(n);
     }
-    model.set_grad_enabled(true);
     grid.dp().all_reduce_host_f64(v, 2, ReduceOp::sum);
+    if (gs.pp > 1) grid.pp().all_reduce_host_f64(v, 2, ReduceOp::sum);
     logger.log_val(step, v[0] / std::max(1.0, v[1]), result, rank0);
   };
   run_eval(start_step);
@@ -237,17 +289,18 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     const double n_tokens = counts[1];
 
     ddp.begin_step(bp.accum);
-    for (const auto& b : batches) {
-      counts[0] += model.forward(b.inputs.data(), b.targets.data(), b.batch);
-      model.backward(static_cast<float>(1.0 / n_tokens));  // the last one launches the DP buckets
-    }
+    // The schedule's forwards and backwards (pp = 1: plain accumulation); the last backward
+    // launches the DP buckets.
+    counts[0] = pipe.run(batches, static_cast<float>(1.0 / n_tokens)).loss_sum;  // the head's stage; 0 elsewhere
     const double exposed_ms = ddp.finish_backward();
     grid.dp().all_reduce_host_f64(&counts[0], 1, ReduceOp::sum);
+    if (gs.pp > 1) grid.pp().all_reduce_host_f64(&counts[0], 1, ReduceOp::sum);  // loss to every stage
     const double loss = counts[0] / n_tokens;
     // The same on every DP rank; under TP sharded parameters summed over the group, replicated
-    // ones counted by TP rank 0 (tp_grad_norm.hpp's rule).
-    double grad_sq = model.grad_sum_squares(grid.coord().tp == 0);
+    // ones counted by TP rank 0 (tp_grad_norm.hpp's rule); over the pipeline, the tied wte once.
+    double grad_sq = model.grad_sum_squares(grid.coord().tp == 0, /*skip_tied_copy=*/gs.pp > 1);
     if (gs.tp > 1) grid.tp().all_reduce_host_f64(&grad_sq, 1, ReduceOp::sum);
+    if (gs.pp > 1) grid.pp().all_reduce_host_f64(&grad_sq, 1, ReduceOp::sum);
     const double grad_norm = std::sqrt(grad_sq);
     const double lr = sched.at(step);
     if ((!std::isfinite(loss) || !std::isfinite(grad_norm)) &&
