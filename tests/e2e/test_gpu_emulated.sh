@@ -15,9 +15,9 @@
 #   - activation recompute on the GPU gives bit-identical losses with less activation memory;
 #   - the GPU trainer at tp 2 + SP follows the CPU run too, and so do the pipeline layouts: pp 2
 #     (1F1B; tied wte across stages), dp 2 x pp 2 with ZeRO-1 (its checkpoint resumed on the CPU
-#     at np 1) and tp 2 + SP x pp 2 with recompute;
-#   - what the GPU trainer does not run yet (interleaved 1F1B, ZeRO-2) is refused with a clear
-#     message.
+#     at np 1), tp 2 + SP x pp 2 with recompute, and interleaved 1F1B (2 model chunks per rank,
+#     4 blocks, dp 2 x pp 2 with ZeRO-1; its checkpoint resumed on the CPU at np 1);
+#   - what the GPU trainer does not run yet (ZeRO-2) is refused with a clear message.
 # Skipped (one line) when $MPITRON is not a CUDA build (`mpitron version` lists the backends).
 # The real kernels: bench/gpu_check.sh.
 set -euo pipefail
@@ -68,6 +68,12 @@ grep -q "x pp 2" "$tmp/gpu_pp2.log" || fail "gpu_pp2: not pp 2"
 run gpu_dp2_pp2_zero1 "$EMU" 4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1 --checkpoint.every=5
 run cpu_from_pp2 "$MPITRON" 1 --train.resume="$tmp/gpu_dp2_pp2_zero1/ckpt/step_00000005.h5"
 run gpu_tp2_sp_pp2 "$EMU" 4 --parallel.tp=2 --parallel.sp=true --parallel.pp=2 --train.recompute=full
+# Interleaved 1F1B needs pp x virtual stages <= blocks: 4 blocks, against a 4-block CPU run.
+run cpu4 "$MPITRON" 1 --model.n_layer=4
+run gpu_interleaved "$EMU" 4 --model.n_layer=4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1 \
+  --parallel.schedule=interleaved --parallel.virtual_stages=2 --checkpoint.every=5
+grep -q "interleaved, 2 model chunks per rank" "$tmp/gpu_interleaved.log" || fail "gpu_interleaved: no model chunks"
+run cpu4_from_interleaved "$MPITRON" 1 --model.n_layer=4 --train.resume="$tmp/gpu_interleaved/ckpt/step_00000005.h5"
 act() { sed -n 's/^step  1\/10 .*act \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/$1.log"; }
 echo "GPU activations (peak, rank 0): $(act gpu) without recompute, $(act gpu_recompute) with"
 /usr/bin/python3 - "$tmp" <<'PY'
@@ -109,6 +115,9 @@ print(f"GPU pp2 vs CPU np1: {pp:.2e}; dp2 x pp2 ZeRO-1: {ppz:.2e} (its checkpoin
       f"tp2 + sp x pp2 + recompute: {pts:.2e}")
 assert max(pp, ppz, ppc, pts) < 2e-3
 assert abs(vals("gpu_pp2")[10] - vals("cpu")[10]) / vals("cpu")[10] < 2e-3, "pipeline evaluation"
+il, ilc = rel("gpu_interleaved", "cpu4"), rel("cpu4_from_interleaved", "gpu_interleaved", resumed)
+print(f"GPU interleaved 1F1B (dp2 x pp2, v2, ZeRO-1) vs CPU np1: {il:.2e}; its checkpoint on CPU np1: {ilc:.2e}")
+assert il < 2e-3 and ilc < 2e-3
 print("GPU recompute: losses bit-identical to the run without it")
 PY
 [ "$(act gpu_recompute)" != "$(act gpu)" ] || fail "recompute did not change the activation memory"
@@ -121,7 +130,5 @@ expect_error() {  # pattern extra...
   fi
   grep -q "$pattern" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no '$pattern' for: $*"; }
 }
-expect_error "interleaved\" is not available with train.backend" --parallel.pp=2 --parallel.schedule=interleaved \
-  --parallel.virtual_stages=2
 expect_error "parallel.zero = 2 is not available" --parallel.dp=2 --parallel.zero=2
 echo ok

@@ -133,23 +133,31 @@ class GptCudaStage final : public PipelineStage {
 // file format (full logical tensors), so they load under any layout and on either backend.
 class GpuCheckpointState final : public CheckpointState {
  public:
-  GpuCheckpointState(GptCuda& model, const ModelConfig& mc, const GridCoord& coord, int zero)
-      : model_(model), mc_(mc), coord_(coord), zero_(zero) {}
+  GpuCheckpointState(std::vector<GptCuda*> chunks, const ModelConfig& mc, const GridCoord& coord, int zero)
+      : chunks_(std::move(chunks)), mc_(mc), coord_(coord), zero_(zero), host_(chunks_.size()) {}
   std::vector<CheckpointShard> shards() override {
-    const size_t n = model_.num_params();
-    const GptCuda::Range r = model_.optim_range();  // ZeRO-1: this DP rank's shard of the moments
-    p_.resize(n), m_.resize(r.size()), v_.resize(r.size());
-    model_.copy_params_to_host(p_.data(), n);
-    model_.copy_optimizer_state_to_host(m_.data(), v_.data(), r.size());
-    CheckpointShard s = checkpoint_shard_of(mc_, model_.shard(), coord_, zero_);
-    s.params = {p_.data(), 0, n, s.params.owner};
-    s.exp_avg = {m_.data(), r.begin, r.end, s.exp_avg.owner};
-    s.exp_avg_sq = {v_.data(), r.begin, r.end, s.exp_avg_sq.owner};
-    return {s};
+    std::vector<CheckpointShard> out;
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      GptCuda& m = *chunks_[c];
+      Host& h = host_[c];
+      const size_t n = m.num_params();
+      const GptCuda::Range r = m.optim_range();  // ZeRO-1: this DP rank's shard of the moments
+      h.p.resize(n), h.m.resize(r.size()), h.v.resize(r.size());
+      m.copy_params_to_host(h.p.data(), n);
+      m.copy_optimizer_state_to_host(h.m.data(), h.v.data(), r.size());
+      CheckpointShard s = checkpoint_shard_of(mc_, m.shard(), coord_, zero_);
+      s.params = {h.p.data(), 0, n, s.params.owner};
+      s.exp_avg = {h.m.data(), r.begin, r.end, s.exp_avg.owner};
+      s.exp_avg_sq = {h.v.data(), r.begin, r.end, s.exp_avg_sq.owner};
+      out.push_back(std::move(s));
+    }
+    return out;
   }
   void loaded() override {
-    model_.load_params(p_.data(), p_.size());
-    model_.load_optimizer_state(m_.data(), v_.data(), m_.size());
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      chunks_[c]->load_params(host_[c].p.data(), host_[c].p.size());
+      chunks_[c]->load_optimizer_state(host_[c].m.data(), host_[c].v.data(), host_[c].m.size());
+    }
   }
   int optimizer_steps() const override { return steps_; }
   void set_optimizer_steps(int n) override { steps_ = n; }
@@ -157,12 +165,26 @@ class GpuCheckpointState final : public CheckpointState {
   int next_step() { return ++steps_; }
 
  private:
-  GptCuda& model_;
+  struct Host {
+    std::vector<float> p, m, v;
+  };
+  std::vector<GptCuda*> chunks_;
   ModelConfig mc_;
   GridCoord coord_;
   int zero_;
-  std::vector<float> p_, m_, v_;
+  std::vector<Host> host_;
   int steps_ = 0;
+};
+
+// One model chunk of this rank (the stage; interleaved 1F1B: virtual stage c*pp + rank) with its
+// data parallel, pipeline adapter and ZeRO-1 shard of its flat layout.
+struct GpuChunk {
+  std::unique_ptr<GptCuda> model;
+  std::unique_ptr<GpuDataParallel> ddp;
+  std::unique_ptr<GptCudaStage> stage;
+  size_t n_flat = 0;
+  FlatRange shard;
+  bool tied_copy = false;  // the head's wte copy on a chunk without the embedding
 };
 
 }  // namespace
@@ -170,8 +192,6 @@ class GpuCheckpointState final : public CheckpointState {
 TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
   usage_check(gs.cp == 1, "context parallel (cp {}) is not available", gs.cp);
-  usage_check(cfg.parallel.schedule != "interleaved",
-              "parallel.schedule = \"interleaved\" is not available with train.backend = \"nccl\" yet (gpipe or 1f1b)");
   usage_check(cfg.parallel.zero == 0 || cfg.parallel.zero == 1,
               "parallel.zero = {} is not available with train.backend = \"nccl\" yet (0 or 1)", cfg.parallel.zero);
   usage_check(cfg.train.recompute == "none" || cfg.train.recompute == "full",
@@ -197,41 +217,59 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   // ZeRO-1: this DP rank keeps and updates the AdamW state of its shard of the flat layout only;
   // after the update every rank's shard of the fp32 master weights is all-gathered.
   const int zero = cfg.parallel.zero;
-  // This rank's pipeline stage and tensor-parallel slice (partition.hpp), and the schedule that
-  // decides how many micro-batches' activations it keeps.
-  ModelShard mshard = model_shard_for(mc, gs, grid.coord(), cfg.parallel.pp_layers);
-  mshard.sequence_parallel = cfg.parallel.sp;  // run_training has checked tp > 1
+  // This rank's pipeline stage(s) and tensor-parallel slice (partition.hpp: one chunk, or
+  // parallel.virtual_stages under interleaved 1F1B), and the schedule that decides how many
+  // micro-batches' activations each chunk keeps.
   const PipelineSchedule schedule = pipeline_schedule_for_job(cfg.parallel, gs.pp, bp.accum);
-  const auto table = gpt_param_table(mc, mshard);
-  const size_t n_flat = table.back().offset + (table.back().numel + 15) / 16 * 16;  // gpt_param_table's padding
-  const FlatRange shard = zero >= 1 ? zero_shard(n_flat, dp, grid.coord().dp) : FlatRange{0, n_flat};
-  GptCudaOptions go;
-  go.optim_begin = shard.begin;
-  go.optim_end = shard.end;
-  go.recompute = cfg.train.recompute == "full";
-  go.slots = schedule.max_in_flight(grid.coord().pp, 0);
-  GptCuda model(mc, *ops, bp.micro, mshard, go, gs.tp > 1 ? &grid.tp() : nullptr);
-  check(model.num_params() == n_flat, "GPU trainer: flat layout of {} floats, expected {}", model.num_params(), n_flat);
-  model.init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
-  // The tied wte across stages: the last stage's copy starts as the first stage's (Megatron).
-  const bool tied = gs.pp > 1 && (mshard.has_embedding || mshard.has_head);
-  if (tied) {
-    const ParamInfo* wte = nullptr;
-    for (const auto& p : model.params())
-      if (p.name == "wte.weight") wte = &p;
-    check(wte != nullptr, "GPU trainer: stage {} has no wte", grid.coord().pp);
-    grid.embedding().set_compute_stream(ops->stream());
-    grid.embedding().broadcast(model.device_master_params() + wte->offset, wte->numel, DType::f32, /*root=*/0);
-    model.refresh_bf16_params();
+  std::vector<ModelShard> shards = model_chunks_for(mc, gs, grid.coord(), cfg.parallel.pp_layers, schedule.virtual_stages);
+  std::vector<GpuChunk> chunks(shards.size());
+  for (size_t c = 0; c < shards.size(); ++c) {
+    GpuChunk& k = chunks[c];
+    shards[c].sequence_parallel = cfg.parallel.sp;  // run_training has checked tp > 1
+    const auto table = gpt_param_table(mc, shards[c]);
+    k.n_flat = table.back().offset + (table.back().numel + 15) / 16 * 16;  // gpt_param_table's padding
+    k.shard = zero >= 1 ? zero_shard(k.n_flat, dp, grid.coord().dp) : FlatRange{0, k.n_flat};
+    GptCudaOptions go;
+    go.optim_begin = k.shard.begin;
+    go.optim_end = k.shard.end;
+    go.recompute = cfg.train.recompute == "full";
+    go.slots = schedule.max_in_flight(grid.coord().pp, static_cast<int>(c));
+    k.model = std::make_unique<GptCuda>(mc, *ops, bp.micro, shards[c], go, gs.tp > 1 ? &grid.tp() : nullptr);
+    GptCuda& model = *k.model;
+    check(model.num_params() == k.n_flat, "GPU trainer: flat layout of {} floats, expected {}", model.num_params(),
+          k.n_flat);
+    model.init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
+    // The tied wte across stages: the last stage's copy starts as the first stage's (Megatron).
+    const bool tied = gs.pp > 1 && (shards[c].has_embedding || shards[c].has_head);
+    k.tied_copy = tied && !shards[c].has_embedding;
+    if (tied) {
+      const ParamInfo* wte = nullptr;
+      for (const auto& p : model.params())
+        if (p.name == "wte.weight") wte = &p;
+      check(wte != nullptr, "GPU trainer: chunk {} of stage {} has no wte", c, grid.coord().pp);
+      grid.embedding().set_compute_stream(ops->stream());
+      grid.embedding().broadcast(model.device_master_params() + wte->offset, wte->numel, DType::f32, /*root=*/0);
+      model.refresh_bf16_params();
+    }
+    k.ddp = std::make_unique<GpuDataParallel>(model, grid.dp(), ops->stream(), cfg.parallel.bucket_mb,
+                                              tied ? &grid.embedding() : nullptr);
+    k.stage = std::make_unique<GptCudaStage>(model);
   }
-  GpuDataParallel ddp(model, grid.dp(), ops->stream(), cfg.parallel.bucket_mb, tied ? &grid.embedding() : nullptr);
-  GptCudaStage stage(model);
-  PipelineExecutor pipe(schedule, grid.pp_host(), std::vector<PipelineStage*>{&stage});
+  std::vector<PipelineStage*> stages;
+  std::vector<GptCuda*> models;
+  for (auto& k : chunks) stages.push_back(k.stage.get()), models.push_back(k.model.get());
+  PipelineExecutor pipe(schedule, grid.pp_host(), stages);
   const CudaAdamWOptions ao{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
-  GpuCheckpointState state(model, mc, grid.coord(), zero);
+  GpuCheckpointState state(models, mc, grid.coord(), zero);
   TrainCheckpointer ckpt(cfg, grid, mc, state, *data.train);
   const int start_step = ckpt.resume();
+  size_t n_params = 0, n_buckets = 0;
+  std::string memory;
+  for (auto& k : chunks) {
+    n_params += k.model->num_params(), n_buckets += k.ddp->num_buckets();
+    memory += (memory.empty() ? "" : " | ") + k.model->memory_summary();
+  }
 
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, launch.device);
@@ -244,19 +282,22 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   if (rank0) {
     std::printf(
         "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"
-        "layout world %d = dp %d x tp %d%s x pp %d (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
+        "layout world %d = dp %d x tp %d%s x pp %d%s (one %s per rank, bf16, attention %s) | global batch %d = micro %d x dp %d x "
         "accum %d (%lld tokens/step) | peak %g TFLOP/s/GPU%s\n"
         "data %s: %lld samples per rank per epoch | run dir %s\n"
         "data parallel: NCCL, zero %d, %zu gradient bucket(s) (cap %g MiB) on the communication stream | GPU "
         "memory %s\n",
         mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
-        model.num_params() / 1e6, launch.world, dp, gs.tp, cfg.parallel.sp ? " + sp" : "", gs.pp, gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
+        n_params / 1e6, launch.world, dp, gs.tp, cfg.parallel.sp ? " + sp" : "", gs.pp,
+        schedule.virtual_stages > 1 ? fmt::format(" (interleaved, {} model chunks per rank)", schedule.virtual_stages).c_str()
+                                    : "",
+        gpu.c_str(), ops->attention_kind().c_str(), bp.global, bp.micro,
         dp, bp.accum, static_cast<long long>(tokens_per_step), peak / 1e12,
         cfg.train.peak_flops > 0 ? " (train.peak_flops)"
         : peak > 0             ? " (datasheet dense bf16)"
                                : " (unknown GPU: set train.peak_flops for MFU)",
         cfg.data.path.c_str(), static_cast<long long>(data.train->samples_per_epoch()), cfg.run_dir().c_str(),
-        zero, ddp.num_buckets(), cfg.parallel.bucket_mb, model.memory_summary().c_str());
+        zero, n_buckets, cfg.parallel.bucket_mb, memory.c_str());
     std::fflush(stdout);
   }
 
@@ -288,17 +329,19 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     grid.dp().all_reduce_host_f64(&counts[1], 1, ReduceOp::sum);
     const double n_tokens = counts[1];
 
-    ddp.begin_step(bp.accum);
+    for (auto& k : chunks) k.ddp->begin_step(bp.accum);
     // The schedule's forwards and backwards (pp = 1: plain accumulation); the last backward
     // launches the DP buckets.
     counts[0] = pipe.run(batches, static_cast<float>(1.0 / n_tokens)).loss_sum;  // the head's stage; 0 elsewhere
-    const double exposed_ms = ddp.finish_backward();
+    double exposed_ms = 0;
+    for (auto& k : chunks) exposed_ms += k.ddp->finish_backward();  // chunk order on every rank
     grid.dp().all_reduce_host_f64(&counts[0], 1, ReduceOp::sum);
     if (gs.pp > 1) grid.pp().all_reduce_host_f64(&counts[0], 1, ReduceOp::sum);  // loss to every stage
     const double loss = counts[0] / n_tokens;
     // The same on every DP rank; under TP sharded parameters summed over the group, replicated
     // ones counted by TP rank 0 (tp_grad_norm.hpp's rule); over the pipeline, the tied wte once.
-    double grad_sq = model.grad_sum_squares(grid.coord().tp == 0, /*skip_tied_copy=*/gs.pp > 1);
+    double grad_sq = 0;
+    for (auto& k : chunks) grad_sq += k.model->grad_sum_squares(grid.coord().tp == 0, /*skip_tied_copy=*/k.tied_copy);
     if (gs.tp > 1) grid.tp().all_reduce_host_f64(&grad_sq, 1, ReduceOp::sum);
     if (gs.pp > 1) grid.pp().all_reduce_host_f64(&grad_sq, 1, ReduceOp::sum);
     const double grad_norm = std::sqrt(grad_sq);
@@ -307,13 +350,16 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
         skip_non_finite_step(cfg, ckpt, result, step, loss, grad_norm, rank0))
       continue;
     if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip)
-      model.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));  // torch's rule
-    model.adamw_step(static_cast<float>(lr), ao, state.next_step());
-    if (zero >= 1 && dp > 1) {  // everyone's updated shard of the master weights, in place, then the bf16 copy
-      const std::vector<size_t> counts = shard_counts(0, n_flat, n_flat, dp);
-      float* master = model.device_master_params();
-      grid.dp().all_gatherv(master + shard.begin, master, counts.data(), DType::f32);
-      model.refresh_bf16_params();
+      for (auto& k : chunks) k.model->scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));  // torch's rule
+    const int opt_step = state.next_step();
+    for (auto& k : chunks) {
+      k.model->adamw_step(static_cast<float>(lr), ao, opt_step);
+      if (zero >= 1 && dp > 1) {  // everyone's updated shard of the master weights, in place, then the bf16 copy
+        const std::vector<size_t> counts = shard_counts(0, k.n_flat, k.n_flat, dp);
+        float* master = k.model->device_master_params();
+        grid.dp().all_gatherv(master + k.shard.begin, master, counts.data(), DType::f32);
+        k.model->refresh_bf16_params();
+      }
     }
     ops->synchronize();
     const double step_ms = ms_since(t0);
