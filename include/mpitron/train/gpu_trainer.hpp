@@ -13,9 +13,9 @@
 // Tensor and sequence parallel (parallel.tp, parallel.sp): GptCuda's TP shard over the TP
 // group's NCCL communicator.
 // Activation recompute (train.recompute = "full"): GptCudaOptions::recompute.
-// Pipeline parallel (gpipe, 1f1b): the pipeline executor over a GptCuda stage, stage tensors
-// staged through host memory on ProcessGrid::pp_host(); the tied wte as data_parallel.hpp.
-// Not on GPU yet (clear error at start-up): interleaved 1F1B, context parallel, ZeRO 2-3. GPU builds only (MPITRON_CUDA=1).
+// Pipeline parallel (gpipe, 1f1b, interleaved): the pipeline executor over this rank's GptCuda
+// chunks, stage tensors staged through host memory on ProcessGrid::pp_host(); the tied wte as
+// data_parallel.hpp. Not on GPU yet (clear error at start-up): context parallel, ZeRO 2-3. GPU builds only (MPITRON_CUDA=1).
 #pragma once
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/dist/grid.hpp"
