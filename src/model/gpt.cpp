@@ -12,10 +12,6 @@ namespace mpitron {
 
 namespace {
 
-int local_layers(const ModelConfig& cfg, const ModelShard& s) {
-  return (s.layer_end < 0 ? cfg.n_layer : s.layer_end) - s.layer_begin;
-}
-
 // The activation layout, walked once to size the buffer and once to hand out pointers.
 // `take(n)` returns the next n floats (64-byte aligned). Per slot (one micro-batch in flight):
 // the stage input, per block 13 buffers (recompute: only res3, the block output), and on the

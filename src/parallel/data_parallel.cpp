@@ -18,7 +18,7 @@ DataParallel::DataParallel(GPT& model, Comm& dp, Ops& ops, const DataParallelOpt
   usage_check(opt.zero >= 0 && opt.zero <= 3, "parallel.zero must be 0, 1, 2 or 3 (got {})", opt.zero);
   usage_check(opt.bucket_mb > 0, "parallel.bucket_mb must be > 0 (got {})", opt.bucket_mb);
   const ModelShard& ms = model.shard();
-  n_layers_ = (ms.layer_end < 0 ? model.config().n_layer : ms.layer_end) - ms.layer_begin;
+  n_layers_ = local_layers(model.config(), ms);
   n_ = model.num_params();
   shard_ = opt.zero == 0 ? FlatRange{0, n_} : zero_shard(n_, dp.size(), dp.rank());
   size_t bucket_floats = std::max<size_t>(1, static_cast<size_t>(opt.bucket_mb * (1 << 20) / sizeof(float)));

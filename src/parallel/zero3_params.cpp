@@ -16,7 +16,7 @@ ShardedParams::ShardedParams(GPT& model, Comm& dp, CommProgress& progress)
   shard_ = Buffer<float>(Mem::params, range_.size());
   if (range_.size() > 0) std::memcpy(shard_.data(), model.param_data() + range_.begin, range_.size() * sizeof(float));
   const ModelShard& ms = model.shard();
-  n_layers_ = (ms.layer_end < 0 ? model.config().n_layer : ms.layer_end) - ms.layer_begin;
+  n_layers_ = local_layers(model.config(), ms);
   units_.resize(2 + n_layers_);
   const auto& table = model.params();
   // A unit's range runs to where the next parameter starts (its alignment padding included).

@@ -34,6 +34,11 @@ struct ModelShard {
   bool sequence_parallel = false;  // parallel.sp (only with tp_size > 1); last, so positional inits keep working
 };
 
+// The number of blocks the shard holds.
+inline int local_layers(const ModelConfig& cfg, const ModelShard& s) {
+  return (s.layer_end < 0 ? cfg.n_layer : s.layer_end) - s.layer_begin;
+}
+
 // One parameter tensor of this shard. Names follow Hugging Face GPT-2 ("wte.weight",
 // "h.3.attn.c_attn.weight", ...); linear weights are [out, in] as torch.nn.Linear.
 // Locating the shard in the full tensor: along split_dim the full extent is viewed as

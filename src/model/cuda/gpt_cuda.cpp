@@ -138,7 +138,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
   check(cfg.n_head % shard.tp_size == 0, "GptCuda: tp {} must divide n_head {}", shard.tp_size, cfg.n_head);
   if (tp_) tp_->set_compute_stream(ops.stream());
   layer_begin_ = shard.layer_begin;
-  n_local_ = (shard.layer_end < 0 ? cfg.n_layer : shard.layer_end) - shard.layer_begin;
+  n_local_ = local_layers(cfg, shard);
   check(layer_begin_ >= 0 && n_local_ >= 0 && layer_begin_ + n_local_ <= cfg.n_layer,
         "GptCuda: layers [{}, {}) outside the model's {}", layer_begin_, layer_begin_ + n_local_, cfg.n_layer);
   check(max_micro_batch > 0 && options.slots >= 1, "GptCuda: max_micro_batch and slots must be > 0");

@@ -55,17 +55,13 @@ double datasheet_bf16_peak(const std::string& name) {
 class GpuDataParallel {
  public:
   GpuDataParallel(GptCuda& model, Comm& dp, cudaStream_t compute, double bucket_mb, Comm* tied)
-      : model_(model), dp_(dp), tied_(tied), n_layers_(model_local_layers(model)) {
+      : model_(model), dp_(dp), tied_(tied), n_layers_(local_layers(model.config(), model.shard())) {
     usage_check(bucket_mb > 0, "parallel.bucket_mb must be > 0 (got {})", bucket_mb);
     dp_.set_compute_stream(compute);
     if (tied_) tied_->set_compute_stream(compute);
     const size_t cap = std::max<size_t>(1, static_cast<size_t>(bucket_mb * (1 << 20) / sizeof(float)));
     buckets_ = plan_grad_buckets(model.params(), model.num_params(), cap, model.shard(), n_layers_, tied_ != nullptr);
     model_.set_backward_hook([this](int unit) { on_unit_done(unit); });
-  }
-  static int model_local_layers(const GptCuda& m) {
-    const ModelShard& s = m.shard();
-    return (s.layer_end < 0 ? m.config().n_layer : s.layer_end) - s.layer_begin;
   }
   ~GpuDataParallel() { model_.set_backward_hook({}); }
 
