@@ -2,8 +2,11 @@
 # CUDA=auto (default: build the CUDA backend when nvcc is found) | 0 (CPU only) | 1 (required).
 # BUILD=dir puts every output under another folder (several builds side by side).
 SHELL := /bin/bash
-BUILD ?= build
-CUDA ?= auto
+# SAN=address,undefined: a sanitizer build (any -fsanitize= list) in its own folder, CPU only
+# (nvcc's host objects and the CUDA runtime do not go with ASan; the GPU emulation test skips).
+SAN ?=
+BUILD ?= $(if $(SAN),build-san,build)
+CUDA ?= $(if $(SAN),0,auto)
 CUDA_HOME ?= /usr/local/cuda
 NVCC := $(CUDA_HOME)/bin/nvcc
 ARCH ?= -march=native
@@ -30,6 +33,10 @@ CPPFLAGS := -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -DMPITRON_CUDA=$(CUDA_ON)
 CXXFLAGS := -std=c++20 -O3 $(ARCH) -fopenmp -g1 -Wall -Wextra -Wno-stringop-overflow -MMD -MP
 LDLIBS := -ldnnl -lfmt -lpthread $(HDF5_LIBS) $(MPI_LIBS)
 LDFLAGS := -fopenmp
+ifneq ($(SAN),)
+  CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  LDFLAGS += -fsanitize=$(SAN)
+endif
 
 ifeq ($(CUDA_ON),1)
   CPPFLAGS += -I$(CUDA_HOME)/include
