@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/train/checkpoint.hpp"
 
@@ -104,6 +105,7 @@ std::string CheckpointManager::save(const CheckpointMeta& meta, std::span<const 
   MPI_Barrier(comm_);
   write_checkpoint_file(tmp, comm_, meta, shards);
   MPI_Barrier(comm_);
+  fault_point("ckpt_rename");
   if (rank == 0) {
     // rename() is atomic on POSIX file systems: `final_path` is either absent or complete.
     check(std::rename(tmp.c_str(), final_path.c_str()) == 0, "cannot rename '{}' to '{}'", tmp, final_path);

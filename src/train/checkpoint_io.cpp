@@ -18,6 +18,7 @@
 
 #include "../data/h5.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/core/rng.hpp"
 #include "mpitron/core/version.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
@@ -319,6 +320,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
             k.group, full.name);
       sums.push_back(sel.checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])));
       written.push_back({std::move(ds), 0});
+      if (written.size() == 1) fault_point("ckpt_write");
     }
   }
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);

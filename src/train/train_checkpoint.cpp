@@ -4,6 +4,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/version.hpp"
+#include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/train/preemption.hpp"
 
 namespace mpitron {
@@ -42,6 +43,7 @@ std::vector<CheckpointShard> StageCheckpointState::shards() {
 int TrainCheckpointer::resume() {
   auto path = resolve_resume(cfg_.train.resume, mgr_.dir());
   if (!path) return 0;
+  fault_point("ckpt_load");
   std::vector<CheckpointShard> s = state_.shards();
   CheckpointMeta m = read_checkpoint_file(*path, MPI_COMM_WORLD, mc_, s);
   state_.loaded();

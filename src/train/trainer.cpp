@@ -11,6 +11,8 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/data/loader.hpp"
+#include "mpitron/dist/activity.hpp"
+#include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
@@ -41,6 +43,8 @@ double ms_since(Clock::time_point t0) {
 // Mean loss over the validation set's first `batches` micro-batches per DP rank (all DP ranks
 // together; the same batches every time), through the pipeline (the last stage has the loss).
 double evaluate(PipelineExecutor& pipe, ValidationLoader& val, ProcessGrid& grid) {
+  ActivityPhase phase("eval");
+  fault_point("eval");
   val.reset();
   Batch b;
   double v[2] = {0, 0};  // loss sum, target tokens
@@ -170,16 +174,24 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   double tp_comm_after_first = 0;  // seconds in TP collectives (GPT::tp_comm_seconds) after the first step
   for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
     auto t0 = Clock::now();
+    set_activity_step(step);
+    set_activity_phase("data");
+    fault_point("step_begin");
     ckpt.begin_step();
     MemTracker::host().reset_peaks();
     double counts[2] = {0, fetch_step_batches(train_data, batches)};  // [loss sum, target tokens]
     double data_ms = ms_since(t0);
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(counts[1], ReduceOp::sum) : counts[1];
 
+    set_activity_phase("forward/backward");
+    fault_point("forward");
     model.begin_step(bp.accum);
     const PipelineStepStats ps = pipe.run(batches, static_cast<float>(1.0 / n_tokens));
     counts[0] = ps.loss_sum;  // last stage; 0 elsewhere
+    set_activity_phase("grad sync");
+    fault_point("grad_sync");
     model.finish_backward();  // gradient buckets were reducing during backward
+    set_activity_phase("loss and grad norm");
     if (dp > 1) counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
     if (gs.pp > 1) counts[0] = grid.pp().all_reduce_scalar(counts[0], ReduceOp::sum);  // loss to every stage
     double loss = counts[0] / n_tokens;
@@ -197,7 +209,10 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       // torch.nn.utils.clip_grad_norm_'s rule.
       model.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));
     }
+    set_activity_phase("optimizer");
+    fault_point("optimizer");
     model.optimizer_step(lr);
+    set_activity_phase("logging");
     double step_ms = ms_since(t0);
     const CommTiming comm = model.take_timing();
     if (step == 1) log_memory("step 1");
@@ -216,6 +231,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       if (rank0) metrics.write(row);
     }
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
+    set_activity_phase("checkpoint");
     if (ckpt.end_of_step(step, loss)) {  // preempted: checkpoint written, every rank stops here
       result.preempted = true;
       return result;
@@ -225,6 +241,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     std::printf("tensor parallel: tp comm %.1f ms/step on rank 0 (steps %d..%d, TP collectives in forward and backward)\n",
                 1e3 * (model.tp_comm_seconds() - tp_comm_after_first) / (result.steps_done - start_step - 1),
                 start_step + 2, result.steps_done);
+  set_activity_step(-1);
   run_eval(cfg.train.steps);
   if (!cfg.train.dump_params.empty()) {
     std::vector<Buffer<float>> gathered;  // ZeRO-3: the full parameters exist only for the dump

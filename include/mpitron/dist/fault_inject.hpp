@@ -1,0 +1,26 @@
+// Test-only fault injection, OFF unless the environment variable MPITRON_FAULT is set. Lets the
+// reliability tests (hang watchdog, kill in the middle of a save, signals at a given phase) hit
+// an exact moment instead of hoping a timer lands there.
+//
+//   MPITRON_FAULT="ACTION@POINT[,rank=R][,step=S][,after=N]"   (several specs: separated by ';')
+//     ACTION: hang   sleep forever (the thread keeps running: a rank that never arrives)
+//             stop   raise(SIGSTOP): the whole process freezes, as under a dead link
+//             kill   raise(SIGKILL)
+//             exit   _exit(3) without MPI_Finalize
+//             usr1 | term   send SIGUSR1 / SIGTERM to this process (a preemption at that moment)
+//     POINT:  a name passed to fault_point() below (the list is in src/dist/fault_inject.cpp)
+//     rank=R  only world rank R (default: every rank); step=S only while activity_step() == S;
+//     after=N fire on the N-th time the point is reached (1-based, default 1), once.
+//
+// A bad spec is a UsageError naming the allowed actions and points.
+#pragma once
+
+namespace mpitron {
+
+// Called at a named point; does nothing (one relaxed load) unless MPITRON_FAULT names it.
+void fault_point(const char* point);
+
+// For tests: parses `spec` as MPITRON_FAULT would (UsageError when malformed).
+void fault_inject_configure(const char* spec, int world_rank);
+
+}  // namespace mpitron
