@@ -6,6 +6,7 @@
 
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/signals.hpp"
 #include "mpitron/dist/fatal.hpp"
 
 namespace {
@@ -24,6 +25,9 @@ void print_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything can start a thread: job-control signals are blocked in every thread and taken
+  // synchronously by one watcher (core/signals.hpp: oneDNN's JIT GEMM makes async handlers unsafe).
+  mpitron::block_job_signals_and_watch();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_help();

@@ -31,7 +31,8 @@ const char* kHelp =
     "category; the same values go to <job.run_dir>/metrics.jsonl.\n\n"
     "Checkpoints (docs/checkpoint.md): <job.run_dir>/ckpt/step_N.h5 every checkpoint.every steps and\n"
     "at the end; train.resume = auto continues from ckpt/latest, under any layout. On SIGUSR1 or\n"
-    "SIGTERM every rank checkpoints at the next step boundary and exits with 75 (requeue me).\n";
+    "SIGTERM every rank checkpoints at the next step boundary and exits with 75 (requeue me); on\n"
+    "Ctrl-C (SIGINT) the same with exit 130, and a second Ctrl-C quits at once.\n";
 
 // OpenMP threads per rank: train.threads, else OMP_NUM_THREADS, else the node's cores shared
 // evenly among the ranks on it (two unbound ranks each using every core lose ~2x here).
@@ -46,7 +47,7 @@ int threads_per_rank(const JobConfig& cfg, const LaunchInfo& li) {
 }  // namespace
 
 int cmd_train(const Args& args) {
-  install_preemption_handlers();  // first: a preemption signal must never kill a rank mid-save
+  arm_preemption();  // first: a preemption signal must never kill a rank mid-save (main() blocked them)
   JobConfig cfg;
   bool dry_run = false;
   std::string job_path;
@@ -95,7 +96,7 @@ int cmd_train(const Args& args) {
   omp_set_num_threads(threads_per_rank(cfg, li));
   ProcessGrid grid(li, shape, cfg.train.backend == "nccl" ? "nccl" : "cpu");
   TrainResult r = run_training(cfg, li, grid);
-  if (r.preempted) return kExitPreempted;
+  if (r.preempted) return preemption_exit_code(r.preempted);
   if (li.rank == 0 && r.first_val_loss >= 0)
     std::printf("done: %d steps | train loss %.4f -> %.4f | val loss %.4f -> %.4f\n", r.steps_done, r.first_loss,
                 r.last_loss, r.first_val_loss, r.last_val_loss);

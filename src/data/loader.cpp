@@ -3,7 +3,8 @@
 // far the producer has run ahead, and restore() just restarts the producer from a state.
 #include "mpitron/data/loader.hpp"
 
-#include "mpitron/core/thread_signals.hpp"
+
+#include <pthread.h>
 
 #include <condition_variable>
 #include <deque>
@@ -106,10 +107,8 @@ struct DataLoader::Impl {
     if (opt.prefetch <= 0) return;
     stop = false;
     error = nullptr;
-    worker = std::thread([this] {
-      block_job_signals_in_this_thread();
-      run();
-    });
+    worker = std::thread([this] { run(); });
+    pthread_setname_np(worker.native_handle(), "mpitron-data");  // named in top, gdb and /proc
   }
 
   void halt() {

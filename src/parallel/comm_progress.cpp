@@ -1,9 +1,10 @@
 #include "mpitron/parallel/comm_progress.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/core/thread_signals.hpp"
 
 namespace mpitron {
 
@@ -19,10 +20,10 @@ const char* progress_mode_name(ProgressMode m) {
 }
 
 CommProgress::CommProgress(ProgressMode mode) : mode_(mode) {
-  if (mode_ == ProgressMode::thread) thread_ = std::thread([this] {
-    block_job_signals_in_this_thread();
-    progress_loop();
-  });
+  if (mode_ == ProgressMode::thread) {
+    thread_ = std::thread([this] { progress_loop(); });
+    pthread_setname_np(thread_.native_handle(), "mpitron-ddp");  // named in top, gdb and /proc
+  }
 }
 
 CommProgress::~CommProgress() {

@@ -84,7 +84,7 @@ void MetricsWriter::write(const std::vector<std::pair<std::string, Value>>& fiel
   for (size_t i = 0; i < fields.size(); ++i) {
     const auto& [k, v] = fields[i];
     line += (i ? ", " : "") + json_string(k) + ": ";
-    if (auto d = std::get_if<double>(&v)) line += std::isfinite(*d) ? fmt::format("{:.9g}", *d) : "null";
+    if (auto d = std::get_if<double>(&v)) line += std::isfinite(*d) ? fmt::format("{}", *d) : "null";  // shortest exact: resumes compare bit for bit
     else if (auto n = std::get_if<int64_t>(&v)) line += std::to_string(*n);
     else line += json_string(std::get<std::string>(v));
   }

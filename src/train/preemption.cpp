@@ -1,36 +1,31 @@
 #include "mpitron/train/preemption.hpp"
 
 #include <csignal>
-#include <cstring>
+
+#include "mpitron/core/signals.hpp"
 
 namespace mpitron {
-namespace {
 
-volatile std::sig_atomic_t g_signal = 0;
-
-extern "C" void on_preemption_signal(int sig) {
-  if (g_signal == 0) g_signal = sig;  // the first one wins; later ones are no-ops
+void arm_preemption() {
+  block_job_signals_and_watch();  // no-op when main() did it (it must: before any thread starts)
+  arm_job_signal_recording();
 }
 
-}  // namespace
-
-void install_preemption_handlers() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_preemption_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // MPI / file I/O calls in flight just continue
-  sigaction(SIGUSR1, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
-
-int preemption_signal() { return g_signal; }
+int preemption_signal() { return recorded_job_signal(); }
 
 int preemption_agreed(Comm& world) {
-  if (world.size() == 1) return g_signal;
-  return static_cast<int>(world.all_reduce_scalar(static_cast<double>(g_signal), ReduceOp::max));
+  // Rank the signals so that the max over ranks picks a scheduler's signal over an interrupt.
+  auto rank_of = [](int sig) { return sig == 0 ? 0.0 : sig == SIGINT ? 1.0 : 2.0 + sig; };
+  const int mine = recorded_job_signal();
+  if (world.size() == 1) return mine;
+  const double agreed = world.all_reduce_scalar(rank_of(mine), ReduceOp::max);
+  if (agreed == 0.0) return 0;
+  if (agreed == 1.0) return SIGINT;
+  return static_cast<int>(agreed - 2.0);
 }
 
-void reset_preemption() { g_signal = 0; }
+int preemption_exit_code(int sig) { return sig == SIGINT ? kExitInterrupted : kExitPreempted; }
+
+void reset_preemption() { clear_recorded_job_signal(); }
 
 }  // namespace mpitron

@@ -1,6 +1,8 @@
 #include "mpitron/train/train_checkpoint.hpp"
 
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/version.hpp"
@@ -89,16 +91,16 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
   return path;
 }
 
-bool TrainCheckpointer::end_of_step(int step, double loss) {
+int TrainCheckpointer::end_of_step(int step, double loss) {
   const int sig = preemption_agreed(grid_.world());
   const bool due = (cfg_.checkpoint.every > 0 && step % cfg_.checkpoint.every == 0) || step == cfg_.train.steps;
   if ((due || sig) && last_saved_ != step) save(step, loss, data_.state());
   if (sig && grid_.rank() == 0) {
-    std::printf("preempted (signal %d): checkpoint of step %d written; exiting with %d (requeue me)\n", sig, step,
-                kExitPreempted);
+    std::printf("preempted (signal %d, %s): checkpoint of step %d written; exiting with %d%s\n", sig, strsignal(sig),
+                step, preemption_exit_code(sig), sig == SIGINT ? "" : " (requeue me)");
     std::fflush(stdout);
   }
-  return sig != 0;
+  return sig;
 }
 
 std::string TrainCheckpointer::save_last_good(int failed_step, double last_good_loss) {

@@ -232,8 +232,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     }
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
     set_activity_phase("checkpoint");
-    if (ckpt.end_of_step(step, loss)) {  // preempted: checkpoint written, every rank stops here
-      result.preempted = true;
+    if (int sig = ckpt.end_of_step(step, loss)) {  // preempted: checkpoint written, every rank stops here
+      result.preempted = sig;
       return result;
     }
   }

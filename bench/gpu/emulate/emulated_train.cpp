@@ -14,6 +14,7 @@
 #include "mpitron/dist/fatal.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/dist/launch.hpp"
+#include "mpitron/core/signals.hpp"
 #include "mpitron/train/preemption.hpp"
 #include "mpitron/train/trainer.hpp"
 
@@ -21,7 +22,8 @@ using namespace mpitron;
 
 int main(int argc, char** argv) {
   try {
-    install_preemption_handlers();
+    block_job_signals_and_watch();
+    arm_preemption();
     JobConfig cfg;
     Args args(argv + 1, argv + argc);
     for (const auto& a : load_job_args(cfg, args, nullptr)) usage_fail("emulated_train: unknown option '{}'", a);
@@ -32,7 +34,7 @@ int main(int argc, char** argv) {
     TrainResult r = run_training(cfg, li, grid);
     if (li.rank == 0) std::printf("done: %d steps | train loss %.4f -> %.4f\n", r.steps_done, r.first_loss, r.last_loss);
     finalize_mpi_if_initialized();
-    return r.preempted ? kExitPreempted : 0;
+    return r.preempted ? preemption_exit_code(r.preempted) : 0;
   } catch (const std::exception& e) {
     exit_on_exception(e);
   }

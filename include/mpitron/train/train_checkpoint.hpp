@@ -55,9 +55,9 @@ class TrainCheckpointer {
   // Before a step's batches are fetched: the sampler state a "last good step" checkpoint records.
   void begin_step();
   // Collective, after step `step` is complete. Saves when checkpoint.every divides it, at the
-  // last step, or when any rank got SIGUSR1/SIGTERM. True: preempted, the trainer must stop now
-  // (and exit with kExitPreempted).
-  bool end_of_step(int step, double loss);
+  // last step, or when any rank got SIGUSR1/SIGTERM/SIGINT. Non-zero: the agreed signal; the
+  // checkpoint is written and the trainer must stop now (exit with preemption_exit_code()).
+  int end_of_step(int step, double loss);
   // Collective: nan_policy = "stop" hit a non-finite step: saves the state before it (the
   // parameters are untouched until the optimizer runs). Returns the path written.
   std::string save_last_good(int failed_step, double last_good_loss);

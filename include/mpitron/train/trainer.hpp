@@ -15,7 +15,8 @@ struct TrainResult {
   int steps_done = 0;
   double first_loss = 0, last_loss = 0;
   double first_val_loss = -1, last_val_loss = -1;
-  bool preempted = false;  // SIGUSR1/SIGTERM: checkpointed, the caller exits with kExitPreempted
+  int preempted = 0;  // the agreed job signal (SIGUSR1/SIGTERM/SIGINT): checkpointed, the caller exits
+                     // with preemption_exit_code(preempted)
 };
 
 // Runs cfg.train.steps steps on this rank's share of the grid. Collective: every rank calls it.

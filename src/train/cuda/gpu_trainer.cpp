@@ -368,8 +368,8 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     if (rank0 && logger.due(step))
       logger.log(step, loss, lr, grad_norm, step_ms, data_ms, exposed_ms, 0.0, MemTracker::cuda().stats());
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
-    if (ckpt.end_of_step(step, loss)) {
-      result.preempted = true;
+    if (int sig = ckpt.end_of_step(step, loss)) {
+      result.preempted = sig;
       return result;
     }
   }

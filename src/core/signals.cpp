@@ -1,0 +1,111 @@
+// The job-control signal watcher: see include/mpitron/core/signals.hpp for why signals are
+// blocked everywhere and read from a signalfd in this one thread.
+#include "mpitron/core/signals.hpp"
+
+#include <pthread.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace mpitron {
+namespace {
+
+std::atomic<bool> g_record{false};
+std::atomic<int> g_recorded{0};
+std::atomic<int> g_interrupts{0};
+std::once_flag g_started;
+
+sigset_t job_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// The launcher's rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID, ...): only rank 0 says "interrupt".
+bool launcher_rank0() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* e = std::getenv(v)) return std::atoi(e) == 0;
+  return true;
+}
+
+// The signal's default action (terminate), as if it had never been blocked: the launcher and the
+// shell see the process die of that signal, exactly as before any of this.
+[[noreturn]] void die_of(int sig) {
+  std::signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);  // this thread only: the signal lands here
+  raise(sig);
+  _exit(128 + sig);  // not reached
+}
+
+// signalfd rather than sigwait: sigwait unblocks the signals in its thread for the duration of
+// the wait (the kernel's real_blocked swap), so /proc would show one thread open to them; with
+// signalfd they stay blocked in every thread, always, and are read like data.
+void* watch(void* arg) {
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(arg));
+  for (;;) {
+    signalfd_siginfo info;
+    ssize_t got = read(fd, &info, sizeof info);
+    if (got != static_cast<ssize_t>(sizeof info)) continue;  // EINTR and the like
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (!g_record.load()) die_of(sig);
+    if (sig == SIGINT && g_interrupts.fetch_add(1) >= 1) die_of(sig);  // Ctrl-C twice: quit now
+    int none = 0;
+    g_recorded.compare_exchange_strong(none, sig);  // the first one wins
+    if (sig == SIGINT && launcher_rank0()) {
+      static const char msg[] =
+          "\nmpitron: interrupt: checkpointing at the end of this step, then exiting; Ctrl-C again quits at once\n";
+      ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+      (void)n;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void block_job_signals_and_watch() {
+  std::call_once(g_started, [] {
+    const sigset_t set = job_set();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    const int fd = signalfd(-1, &set, SFD_CLOEXEC);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    if (fd < 0 || pthread_create(&t, &attr, watch, reinterpret_cast<void*>(static_cast<intptr_t>(fd))) != 0) {
+      // Without a watcher the signals would stay pending forever: restore their delivery.
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      std::fprintf(stderr, "mpitron: warning: cannot start the signal watcher thread: %s\n", std::strerror(errno));
+    } else {
+      pthread_setname_np(t, "mpitron-signals");
+    }
+    pthread_attr_destroy(&attr);
+  });
+}
+
+void arm_job_signal_recording() { g_record.store(true); }
+
+int recorded_job_signal() { return g_recorded.load(); }
+
+void clear_recorded_job_signal() {
+  g_recorded.store(0);
+  g_interrupts.store(0);
+}
+
+bool is_job_signal(int sig) { return sig == SIGUSR1 || sig == SIGTERM || sig == SIGINT; }
+
+}  // namespace mpitron
