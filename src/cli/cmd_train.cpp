@@ -11,7 +11,9 @@
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/dist/grid.hpp"
+#include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/dist/launch.hpp"
+#include "mpitron/dist/watchdog.hpp"
 #include "mpitron/train/preemption.hpp"
 #include "mpitron/train/trainer.hpp"
 
@@ -61,6 +63,7 @@ int cmd_train(const Args& args) {
     else usage_fail("train: unknown option '{}' (allowed: --dry-run, --help, --section.key=value; see docs/jobs.md)", a);
   }
   usage_check(!job_path.empty() || args.size() > 0, "train: give a job file (e.g. jobs/tiny.toml); see --help");
+  fault_inject_from_env();  // tests only (dist/fault_inject.hpp): a malformed MPITRON_FAULT fails here
   // [env] before MPI/NCCL/OpenMP start (NCCL reads its variables at communicator creation).
   std::vector<std::string> env_warnings = apply_job_env(cfg.env, cfg.env_override);
 
@@ -94,7 +97,8 @@ int cmd_train(const Args& args) {
     for (const auto& line : effective_env_lines(cfg.env)) std::printf("env %s\n", line.c_str());
   }
   omp_set_num_threads(threads_per_rank(cfg, li));
-  ProcessGrid grid(li, shape, cfg.train.backend == "nccl" ? "nccl" : "cpu");
+  ProcessGrid grid(li, shape, cfg.train.backend == "nccl" ? "nccl" : "cpu", cfg.comm.timeout_s);
+  HangWatchdog watchdog(li, WatchdogOptions{cfg.comm.timeout_s});  // every backend: dist/watchdog.hpp
   TrainResult r = run_training(cfg, li, grid);
   if (r.preempted) return preemption_exit_code(r.preempted);
   if (li.rank == 0 && r.first_val_loss >= 0)

@@ -134,12 +134,16 @@ void fault_inject_configure(const char* spec, int world_rank) {
   g_state.store(g_specs.empty() ? 1 : 2);
 }
 
+void fault_inject_from_env() {
+  const int rank = launcher_rank_from_env();
+  fault_inject_configure(std::getenv("MPITRON_FAULT"), rank < 0 ? 0 : rank);
+}
+
 void fault_point(const char* point) {
   int st = g_state.load(std::memory_order_relaxed);
   if (st == 1) return;
   if (st == 0) {
-    const char* env = std::getenv("MPITRON_FAULT");
-    fault_inject_configure(env, launcher_rank_from_env() < 0 ? 0 : launcher_rank_from_env());
+    fault_inject_from_env();
     if (g_state.load() == 1) return;
   }
   Spec* hit = nullptr;

@@ -57,12 +57,16 @@ struct MpiError {
 // fp32 scratch back to bf16). Owns the scratch the operation works on.
 class MpiRequest final : public CommRequest {
  public:
-  MpiRequest(std::string what) : what_(std::move(what)) {}
+  MpiRequest(std::string what, const CommOpTag& tag) : tag_(tag), what_(std::move(what)) {}
   ~MpiRequest() override {
-    if (!done_ && req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);  // never free busy memory
+    if (!done_ && req_ != MPI_REQUEST_NULL) {  // never free busy memory
+      CommWait w(tag_);
+      MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    }
   }
   void wait() override {
     if (done_) return;
+    CommWait w(tag_);
     int rc = MPI_Wait(&req_, MPI_STATUS_IGNORE);
     check_rc(rc);
     complete();
@@ -74,7 +78,9 @@ class MpiRequest final : public CommRequest {
     if (flag) complete();
     return done_;
   }
+  CommOpTag tag() const override { return tag_; }
   MPI_Request req_ = MPI_REQUEST_NULL;
+  CommOpTag tag_;
   std::function<void()> finish_;
   Buffer<float> scratch_;
   std::vector<int> counts_, displs_;  // v-collectives: must stay valid until completion
@@ -100,6 +106,31 @@ class MpiRequest final : public CommRequest {
 MpiComm::MpiComm(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  // The members' world ranks, for the watchdog's messages (a hang names ranks users know).
+  world_ranks_ = world_ranks_of(comm_);
+  info_ = std::make_unique<CommGroupInfo>(name_, world_ranks_);
+}
+
+std::vector<int> world_ranks_of(MPI_Comm comm) {
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Group mine, world;
+  MPI_Comm_group(comm, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> local(n), global(n);
+  for (int i = 0; i < n; ++i) local[i] = i;
+  MPI_Group_translate_ranks(mine, n, local.data(), world, global.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  return global;
+}
+
+CommOpTag MpiComm::coll(const char* op, size_t count, DType t) {
+  return CommOpTag{info_.get(), op, info_->next_collective(), -1, count, t};
+}
+
+CommOpTag MpiComm::p2p(const char* op, int peer, size_t count, DType t) const {
+  return CommOpTag{info_.get(), op, 0, peer >= 0 && peer < size_ ? world_ranks_[peer] : -1, count, t};
 }
 
 MpiComm::~MpiComm() {
@@ -123,6 +154,7 @@ void MpiComm::all_reduce(void* buf, size_t count, DType t, ReduceOp op) {
   int n = to_int(count, "all_reduce");
   float* f = t == DType::f32 ? static_cast<float*>(buf) : scratch(count);
   if (t == DType::bf16) widen(buf, f, count);
+  CommWait w(coll("MPI_Allreduce", count, t));
   err(MPI_Allreduce(MPI_IN_PLACE, f, n, MPI_FLOAT, mpi_op(op), comm_), "MPI_Allreduce", count, t);
   if (op == ReduceOp::avg) scale(f, count, 1.0f / size_);
   if (t == DType::bf16) narrow(f, buf, count);
@@ -131,7 +163,8 @@ void MpiComm::all_reduce(void* buf, size_t count, DType t, ReduceOp op) {
 Request MpiComm::iall_reduce(void* buf, size_t count, DType t, ReduceOp op) {
   MpiError err{*this};
   int n = to_int(count, "iall_reduce");
-  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallreduce on group '{}'", name_));
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallreduce on group '{}'", name_),
+                                        coll("MPI_Iallreduce (wait)", count, t));
   float* f = static_cast<float*>(buf);
   if (t == DType::bf16) {
     r->scratch_ = Buffer<float>(Mem::comm, count);
@@ -155,6 +188,7 @@ void MpiComm::all_gather(const void* send, void* recv, size_t count, DType t) {
   to_int(count * size_, "all_gather");
   const char* mine = static_cast<const char*>(recv) + rank_ * count * dtype_size(t);
   const void* s = send == mine ? MPI_IN_PLACE : send;
+  CommWait w(coll("MPI_Allgather", count, t));
   err(MPI_Allgather(s, n, mpi_type(t), recv, n, mpi_type(t), comm_), "MPI_Allgather", count, t);
 }
 
@@ -162,7 +196,8 @@ Request MpiComm::iall_gather(const void* send, void* recv, size_t count, DType t
   MpiError err{*this};
   int n = to_int(count, "iall_gather");
   to_int(count * size_, "iall_gather");
-  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallgather on group '{}'", name_));
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallgather on group '{}'", name_),
+                                        coll("MPI_Iallgather (wait)", count, t));
   const char* mine = static_cast<const char*>(recv) + rank_ * count * dtype_size(t);
   const void* s = send == mine ? MPI_IN_PLACE : send;
   err(MPI_Iallgather(s, n, mpi_type(t), recv, n, mpi_type(t), comm_, &r->req_), "MPI_Iallgather", count, t);
@@ -180,12 +215,14 @@ void MpiComm::all_gatherv(const void* send, void* recv, const size_t* counts, DT
   }
   const char* mine = static_cast<const char*>(recv) + d[rank_] * dtype_size(t);
   const void* s = send == mine ? MPI_IN_PLACE : send;
+  CommWait w(coll("MPI_Allgatherv", counts[rank_], t));
   err(MPI_Allgatherv(s, c[rank_], mpi_type(t), recv, c.data(), d.data(), mpi_type(t), comm_), "MPI_Allgatherv",
       counts[rank_], t);
 }
 
 Request MpiComm::iall_gatherv(const void* send, void* recv, const size_t* counts, DType t) {
-  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallgatherv on group '{}'", name_));
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallgatherv on group '{}'", name_),
+                                        coll("MPI_Iallgatherv (wait)", counts[rank_], t));
   r->counts_.resize(size_);
   r->displs_.resize(size_);
   size_t off = 0;
@@ -207,6 +244,7 @@ void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType t
   int n = to_int(count, "reduce_scatter");
   size_t total = count * size_;
   to_int(total, "reduce_scatter");
+  CommWait w(coll("MPI_Reduce_scatter_block", count, t));
   if (t == DType::f32 && !overlaps(send, total * 4, recv, count * 4)) {
     err(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, mpi_op(op), comm_), "MPI_Reduce_scatter_block", count, t);
     if (op == ReduceOp::avg) scale(static_cast<float*>(recv), count, 1.0f / size_);
@@ -232,7 +270,8 @@ Request MpiComm::ireduce_scatter(const void* send, void* recv, size_t count, DTy
   int n = to_int(count, "ireduce_scatter");
   size_t total = count * size_;
   to_int(total, "ireduce_scatter");
-  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter_block on group '{}'", name_));
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter_block on group '{}'", name_),
+                                        coll("MPI_Ireduce_scatter_block (wait)", count, t));
   float s = op == ReduceOp::avg ? 1.0f / size_ : 1.0f;
   if (t == DType::f32 && !overlaps(send, total * 4, recv, count * 4)) {
     err(MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, mpi_op(op), comm_, &r->req_),
@@ -274,6 +313,7 @@ void MpiComm::reduce_scatterv(const void* send, void* recv, const size_t* counts
     widen(send, f, total);
   else
     std::memcpy(f, send, total * 4);
+  CommWait w(coll("MPI_Reduce_scatter", mine, t));
   err(MPI_Reduce_scatter(MPI_IN_PLACE, f, c.data(), MPI_FLOAT, mpi_op(op), comm_), "MPI_Reduce_scatter", mine, t);
   if (op == ReduceOp::avg) scale(f, mine, 1.0f / size_);
   if (t == DType::bf16)
@@ -284,7 +324,8 @@ void MpiComm::reduce_scatterv(const void* send, void* recv, const size_t* counts
 
 Request MpiComm::ireduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) {
   check(t == DType::f32, "ireduce_scatterv on group '{}': only f32 is supported", name_);
-  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter on group '{}'", name_));
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter on group '{}'", name_),
+                                        coll("MPI_Ireduce_scatter (wait)", counts[rank_], t));
   r->counts_.resize(size_);
   size_t total = 0;
   for (int i = 0; i < size_; ++i) {
@@ -304,23 +345,27 @@ Request MpiComm::ireduce_scatterv(const void* send, void* recv, const size_t* co
 
 void MpiComm::broadcast(void* buf, size_t count, DType t, int root) {
   check_peer(root, "broadcast");
+  CommWait w(coll("MPI_Bcast", count, t));
   MpiError{*this}(MPI_Bcast(buf, to_int(count, "broadcast"), mpi_type(t), root, comm_), "MPI_Bcast", count, t);
 }
 
 void MpiComm::send(const void* buf, size_t count, DType t, int peer, int tag) {
   check_peer(peer, "send");
+  CommWait w(p2p("MPI_Send", peer, count, t));
   MpiError{*this}(MPI_Send(buf, to_int(count, "send"), mpi_type(t), peer, tag, comm_), "MPI_Send", count, t);
 }
 
 void MpiComm::recv(void* buf, size_t count, DType t, int peer, int tag) {
   check_peer(peer, "recv");
+  CommWait w(p2p("MPI_Recv", peer, count, t));
   MpiError{*this}(MPI_Recv(buf, to_int(count, "recv"), mpi_type(t), peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv",
                   count, t);
 }
 
 Request MpiComm::isend(const void* buf, size_t count, DType t, int peer, int tag) {
   check_peer(peer, "isend");
-  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Isend on group '{}'", name_));
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Isend on group '{}'", name_),
+                                        p2p("MPI_Isend (wait)", peer, count, t));
   MpiError{*this}(MPI_Isend(buf, to_int(count, "isend"), mpi_type(t), peer, tag, comm_, &r->req_), "MPI_Isend",
                   count, t);
   return r;
@@ -328,7 +373,8 @@ Request MpiComm::isend(const void* buf, size_t count, DType t, int peer, int tag
 
 Request MpiComm::irecv(void* buf, size_t count, DType t, int peer, int tag) {
   check_peer(peer, "irecv");
-  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Irecv on group '{}'", name_));
+  auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Irecv on group '{}'", name_),
+                                        p2p("MPI_Irecv (wait)", peer, count, t));
   MpiError{*this}(MPI_Irecv(buf, to_int(count, "irecv"), mpi_type(t), peer, tag, comm_, &r->req_), "MPI_Irecv",
                   count, t);
   return r;
@@ -339,6 +385,7 @@ void MpiComm::sendrecv(const void* sendbuf, size_t send_count, int dst, void* re
   if (dst >= 0) check_peer(dst, "sendrecv");
   if (src >= 0) check_peer(src, "sendrecv");
   // MPI_Sendrecv progresses both halves together, so rings and pairwise swaps cannot deadlock.
+  CommWait w(p2p("MPI_Sendrecv", src >= 0 ? src : dst, recv_count, t));
   MpiError{*this}(MPI_Sendrecv(sendbuf, to_int(send_count, "sendrecv"), mpi_type(t), dst < 0 ? MPI_PROC_NULL : dst,
                                tag, recvbuf, to_int(recv_count, "sendrecv"), mpi_type(t),
                                src < 0 ? MPI_PROC_NULL : src, tag, comm_, MPI_STATUS_IGNORE),
@@ -346,12 +393,16 @@ void MpiComm::sendrecv(const void* sendbuf, size_t send_count, int dst, void* re
 }
 
 void MpiComm::all_reduce_host_f64(double* v, size_t count, ReduceOp op) {
+  CommWait w(coll("MPI_Allreduce (host f64)", count, DType::f32));
   MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, to_int(count, "all_reduce_host_f64"), MPI_DOUBLE, mpi_op(op), comm_),
                   "MPI_Allreduce (f64)", count);
   if (op == ReduceOp::avg)
     for (size_t i = 0; i < count; ++i) v[i] /= size_;
 }
 
-void MpiComm::barrier() { MpiError{*this}(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiComm::barrier() {
+  CommWait w(coll("MPI_Barrier", 0, DType::f32));
+  MpiError{*this}(MPI_Barrier(comm_), "MPI_Barrier");
+}
 
 }  // namespace mpitron

@@ -109,6 +109,7 @@ void CommProgress::wait(Handle h) {
   if (op->finished) return;
   auto t0 = Clock::now();
   if (mode_ == ProgressMode::thread) {
+    CommWait w(op->req->tag());  // the progress thread drives it; this thread is the one waiting
     std::unique_lock<std::mutex> lk(mu_);
     cv_done_.wait(lk, [&] { return op->complete; });
   } else {

@@ -6,10 +6,25 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/version.hpp"
+#include "mpitron/dist/activity.hpp"
+#include "mpitron/dist/comm_wait.hpp"
 #include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/train/preemption.hpp"
 
 namespace mpitron {
+namespace {
+
+// Checkpoint I/O is collective (MPI-IO under HDF5): a rank that stops mid-save leaves the others
+// waiting inside HDF5, where no Comm sees it. The whole save or load is one wait for the hang
+// watchdog, with checkpoint.timeout_s as its limit (large files on slow disks take a while).
+CommOpTag io_wait(const char* what, double limit_s) {
+  CommOpTag t;
+  t.what = what;
+  t.limit_s = limit_s;
+  return t;
+}
+
+}  // namespace
 
 TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc,
                                      CheckpointState& state, DataLoader& data)
@@ -47,7 +62,12 @@ int TrainCheckpointer::resume() {
   if (!path) return 0;
   fault_point("ckpt_load");
   std::vector<CheckpointShard> s = state_.shards();
-  CheckpointMeta m = read_checkpoint_file(*path, MPI_COMM_WORLD, mc_, s);
+  CheckpointMeta m;
+  {
+    ActivityPhase phase("checkpoint load");
+    CommWait io(io_wait("collective parallel-HDF5 read of a checkpoint", cfg_.checkpoint.timeout_s));  // the hang watchdog's limit
+    m = read_checkpoint_file(*path, MPI_COMM_WORLD, mc_, s);
+  }
   state_.loaded();
   state_.set_optimizer_steps(static_cast<int>(m.optimizer_steps));
   data_.restore(sampler_state_for(m, grid_.shape().dp));
@@ -82,7 +102,12 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
   m.tokenizer_json = data_.tokenizer_json();
   m.version = kVersion;
   const std::vector<CheckpointShard> shards = state_.shards();
-  std::string path = mgr_.save(m, shards);
+  std::string path;
+  {
+    ActivityPhase phase("checkpoint save");
+    CommWait io(io_wait("collective parallel-HDF5 write of a checkpoint", cfg_.checkpoint.timeout_s));  // the hang watchdog's limit
+    path = mgr_.save(m, shards);
+  }
   last_saved_ = step;
   if (grid_.rank() == 0) {
     std::printf("checkpoint step %d -> %s\n", step, path.c_str());

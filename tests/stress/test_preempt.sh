@@ -93,7 +93,7 @@ for layout in "${layouts[@]}"; do
       tail -n 15 "$run.log" | sed 's/^/    | /'
       continue
     fi
-    step=$(sed -n 's/^preempted (signal [0-9]*, [A-Za-z0-9 ]*): checkpoint of step \([0-9]*\) written.*/\1/p' "$run.log")
+    step=$(sed -n 's/^preempted (signal [0-9]*[^)]*): checkpoint of step \([0-9]*\) written.*/\1/p' "$run.log")
     latest=$(readlink "$run/ckpt/latest" 2>/dev/null)
     if [ -z "$step" ] || [ "$latest" != "$(printf 'step_%08d.h5' "$step")" ]; then
       bad=$((bad + 1)); echo "FAIL $name trial $t ($how): step '$step', latest '$latest'"; continue

@@ -14,6 +14,7 @@
 #include "mpitron/dist/fatal.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/dist/launch.hpp"
+#include "mpitron/dist/watchdog.hpp"
 #include "mpitron/core/signals.hpp"
 #include "mpitron/train/preemption.hpp"
 #include "mpitron/train/trainer.hpp"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     const LaunchInfo& li = init_launch(&argc, &argv);
     GridShape shape = resolve_grid_shape({cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp}, li.world);
     ProcessGrid grid(li, shape, "cpu");  // ... on MPI groups
+    HangWatchdog watchdog(li, WatchdogOptions{cfg.comm.timeout_s});
     TrainResult r = run_training(cfg, li, grid);
     if (li.rank == 0) std::printf("done: %d steps | train loss %.4f -> %.4f\n", r.steps_done, r.first_loss, r.last_loss);
     finalize_mpi_if_initialized();

@@ -79,6 +79,7 @@ struct OptimSection {
 struct CheckpointSection {
   int every = 0;  // 0: only at the end
   int keep = 3;
+  double timeout_s = 1800;  // a save or load (collective parallel-HDF5 I/O) longer than this is a hang
 };
 
 struct LogSection {

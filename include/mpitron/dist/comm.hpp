@@ -10,6 +10,7 @@
 #include <string>
 
 #include "mpitron/core/dtype.hpp"
+#include "mpitron/dist/comm_wait.hpp"
 
 namespace mpitron {
 
@@ -22,6 +23,8 @@ class CommRequest {
   virtual ~CommRequest() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
+  // What a wait on it waits for (the hang watchdog's messages): comm_wait.hpp.
+  virtual CommOpTag tag() const { return {}; }
 };
 using Request = std::unique_ptr<CommRequest>;
 

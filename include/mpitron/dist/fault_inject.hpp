@@ -20,6 +20,10 @@ namespace mpitron {
 // Called at a named point; does nothing (one relaxed load) unless MPITRON_FAULT names it.
 void fault_point(const char* point);
 
+// Reads MPITRON_FAULT now (train calls it at start-up, so a malformed spec is a usage error at
+// once, not at the first point reached). Later fault_point() calls use what it parsed.
+void fault_inject_from_env();
+
 // For tests: parses `spec` as MPITRON_FAULT would (UsageError when malformed).
 void fault_inject_configure(const char* spec, int world_rank);
 

@@ -10,9 +10,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mpitron/core/memory.hpp"
 #include "mpitron/dist/comm.hpp"
+#include "mpitron/dist/comm_wait.hpp"
 #include "mpitron/dist/launch.hpp"
 
 namespace mpitron {
@@ -54,11 +56,20 @@ class MpiComm final : public Comm {
  private:
   float* scratch(size_t n);  // grow-only fp32 scratch for blocking bf16 reductions
   void check_peer(int peer, const char* what) const;
+  // The hang watchdog's view of an operation (comm_wait.hpp): a collective takes the group's
+  // next collective number; a point-to-point operation names its peer's world rank.
+  CommOpTag coll(const char* op, size_t count, DType t);
+  CommOpTag p2p(const char* op, int peer, size_t count, DType t) const;
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
+  std::unique_ptr<CommGroupInfo> info_;
   Buffer<float> scratch_;
 };
+
+// The world ranks of `comm`'s members, in its rank order.
+std::vector<int> world_ranks_of(MPI_Comm comm);
 
 // "cpu" | "mpi" -> "mpi"; "nccl" -> "nccl"; anything else: UsageError listing the allowed ones.
 std::string normalize_backend(const std::string& backend);

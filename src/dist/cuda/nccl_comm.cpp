@@ -26,6 +26,9 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/dist/comm_wait.hpp"
+#include "mpitron/dist/mpi_comm.hpp"
+#include "mpitron/dist/watchdog.hpp"
 
 namespace mpitron::detail {
 namespace {
@@ -45,6 +48,7 @@ void cuda_check(cudaError_t e, const char* what) {
 }
 
 class NcclComm;
+
 
 // Completion of one non-blocking operation: an event on the Comm's stream, waited on under the
 // Comm's watchdog. The Comm must outlive its requests.
@@ -68,6 +72,7 @@ class NcclComm final : public Comm {
       : mpi_(comm), name_(std::move(name)), device_(device), timeout_s_(timeout_s) {
     MPI_Comm_rank(mpi_, &rank_);
     MPI_Comm_size(mpi_, &size_);
+    info_ = std::make_unique<CommGroupInfo>(name_, world_ranks_of(mpi_));  // for the hang watchdog
     ncclUniqueId id{};
     if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     int rc = MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_);
@@ -228,16 +233,24 @@ class NcclComm final : public Comm {
   }
 
   // The watchdog: waits for `ev` (the whole stream when null) while watching the communicator.
+  // The wait is registered with the process's hang watchdog (dist/watchdog.hpp), which reports
+  // it, asks the peers where they are and aborts the job after comm.timeout_s; this Comm's own
+  // timeout then only backs it up (it fires first where no HangWatchdog runs, e.g. bench-comm).
   void watch(cudaEvent_t ev, const char* op) {
+    CommOpTag tag;
+    tag.group = info_.get();
+    tag.op = op;
+    CommWait registered(tag);
+    const double limit = hang_watchdog_running() ? timeout_s_ + 60 : timeout_s_;
     auto t0 = std::chrono::steady_clock::now();
     for (int spin = 0;; ++spin) {
       cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(stream_);
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) cuda_check(e, ev ? "cudaEventQuery" : "cudaStreamQuery");
       poll_async(op);
-      if (seconds_since(t0) > timeout_s_)
-        abort_with(op, fmt::format("not complete after comm.timeout_s = {} s (a peer may have died or be stuck)",
-                                   timeout_s_));
+      if (seconds_since(t0) > limit)
+        abort_with(op, fmt::format("not complete after {:.0f} s (comm.timeout_s = {} s; a peer may have died or be stuck)",
+                                   seconds_since(t0), timeout_s_));
       if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -298,6 +311,7 @@ class NcclComm final : public Comm {
 
   MPI_Comm mpi_;
   std::string name_;
+  std::unique_ptr<CommGroupInfo> info_;
   int device_ = 0;
   double timeout_s_ = 300;
   int rank_ = 0, size_ = 1;
