@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "mpitron/core/error.hpp"
@@ -32,11 +34,11 @@ constexpr const char* kPoints[] = {
     "ckpt_rename",  // checkpoint file complete, before it is renamed into place
     "ckpt_load",    // before a checkpoint is read on resume
 };
-constexpr const char* kActions[] = {"hang", "stop", "kill", "exit", "usr1", "term"};
+constexpr const char* kActions[] = {"hang", "stop", "kill", "exit", "usr1", "term", "slow"};
 
 struct Spec {
   std::string action, point;
-  int rank = -1, step = -1, after = 1;
+  int rank = -1, step = -1, after = 1, ms = 100;
   int hits = 0;
   bool fired = false;
 };
@@ -70,7 +72,8 @@ bool one_of(const std::string& s, const char* const (&names)[N]) {
 Spec parse_one(const std::string& spec) {
   Spec s;
   size_t at = spec.find('@');
-  usage_check(at != std::string::npos, "MPITRON_FAULT '{}': expected ACTION@POINT[,rank=R][,step=S][,after=N]", spec);
+  usage_check(at != std::string::npos, "MPITRON_FAULT '{}': expected ACTION@POINT[,rank=R][,step=S][,after=N][,ms=M]",
+              spec);
   s.action = spec.substr(0, at);
   std::string rest = spec.substr(at + 1);
   size_t comma = rest.find(',');
@@ -89,13 +92,18 @@ Spec parse_one(const std::string& spec) {
     if (k == "rank") s.rank = v;
     else if (k == "step") s.step = v;
     else if (k == "after") s.after = std::max(1, v);
-    else usage_fail("MPITRON_FAULT '{}': unknown key '{}' (allowed: rank, step, after)", spec, k);
+    else if (k == "ms") s.ms = std::max(0, v);
+    else usage_fail("MPITRON_FAULT '{}': unknown key '{}' (allowed: rank, step, after, ms)", spec, k);
     comma = next;
   }
   return s;
 }
 
 void fire(const Spec& s) {
+  if (s.action == "slow") {  // every time, silently: a slow node
+    std::this_thread::sleep_for(std::chrono::milliseconds(s.ms));
+    return;
+  }
   std::fprintf(stderr, "mpitron: MPITRON_FAULT: %s at %s (step %d) on pid %d\n", s.action.c_str(), s.point.c_str(),
                activity_step(), static_cast<int>(getpid()));
   std::fflush(stderr);
@@ -153,7 +161,7 @@ void fault_point(const char* point) {
       if (s.fired || std::strcmp(s.point.c_str(), point) != 0) continue;
       if (s.step >= 0 && s.step != activity_step()) continue;
       if (++s.hits < s.after) continue;
-      s.fired = true;
+      s.fired = s.action != "slow";
       hit = &s;
       break;
     }

@@ -1,8 +1,10 @@
 #include "mpitron/train/train_loop.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/dist/comm_wait.hpp"
 
 namespace mpitron {
 
@@ -26,9 +28,25 @@ bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, const T
        grad_norm);
 }
 
+void StragglerProbe::begin_step() { wait_at_start_s_ = thread_comm_wait_seconds(); }
+
+void StragglerProbe::gather(double step_ms, StepStats& s) {
+  const int n = world_.size();
+  if (n <= 1) return;
+  const double busy_ms = std::max(0.0, step_ms - 1e3 * (thread_comm_wait_seconds() - wait_at_start_s_));
+  std::vector<double> all(static_cast<size_t>(n), 0.0);
+  all[static_cast<size_t>(world_.rank())] = busy_ms;
+  world_.all_reduce_host_f64(all.data(), all.size(), ReduceOp::sum);  // a gather: one slot per rank
+  const auto slowest = std::max_element(all.begin(), all.end());
+  s.slowest_rank = static_cast<int>(slowest - all.begin());
+  s.slowest_busy_ms = *slowest;
+  std::vector<double> sorted = all;
+  std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.end());
+  s.median_busy_ms = sorted[static_cast<size_t>(n / 2)];
+}
+
 void StepLogger::log(int step, double loss, double lr, double grad_norm, double step_ms, double data_ms,
-                     double comm_ms, double overlap, const MemStats& mem) {
-  StepStats s;
+                     double comm_ms, double overlap, const MemStats& mem, StepStats s) {
   s.step = step;
   s.total_steps = cfg_.train.steps;
   s.loss = loss;

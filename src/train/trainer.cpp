@@ -166,6 +166,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   std::vector<Batch> batches(bp.accum);
 
   StepLogger logger(cfg, metrics, tokens_per_step, flops_per_token, launch.world, peak);
+  StragglerProbe straggler(grid.world());
   auto run_eval = [&](int step) {
     if (val_data) logger.log_val(step, evaluate(pipe, *val_data, grid), result, rank0);
   };
@@ -177,6 +178,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     set_activity_step(step);
     set_activity_phase("data");
     fault_point("step_begin");
+    straggler.begin_step();
     ckpt.begin_step();
     MemTracker::host().reset_peaks();
     double counts[2] = {0, fetch_step_batches(train_data, batches)};  // [loss sum, target tokens]
@@ -222,8 +224,13 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     if (step == start_step + 1) result.first_loss = loss;  // this run's first step (after a resume too)
     result.last_loss = loss;
     result.steps_done = step;
-    if (rank0 && logger.due(step))
-      logger.log(step, loss, lr, grad_norm, step_ms, data_ms, comm.comm_ms, comm.overlap(), MemTracker::host().stats());
+    if (logger.due(step)) {
+      StepStats extra;
+      straggler.gather(step_ms, extra);  // collective: every rank, on the logged steps
+      if (rank0)
+        logger.log(step, loss, lr, grad_norm, step_ms, data_ms, comm.comm_ms, comm.overlap(), MemTracker::host().stats(),
+                   extra);
+    }
     if (gs.pp > 1) {  // each stage's idle fraction in this step's schedule (bench/pp)
       const std::vector<double> idle = pipeline_idle_by_stage(ps, grid.pp());
       std::vector<std::pair<std::string, MetricsWriter::Value>> row{{"step", int64_t{step}}};

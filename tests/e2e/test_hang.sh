@@ -8,7 +8,8 @@
 #  - point-to-point (pp 2): the waiting stage names its peer;
 #  - a rank stopped in the middle of a checkpoint save (collective parallel-HDF5 I/O): reported
 #    after checkpoint.timeout_s;
-#  - and no false alarm: a run with the same short timeouts that saves and evaluates finishes.
+#  - and no false alarm: a run with the same short timeouts that saves and evaluates finishes;
+#  - the straggler report: a rank made slow (MPITRON_FAULT=slow) is named on every logged step.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prep_fortunes "$tmp/data" 100000 fortunes
@@ -105,3 +106,18 @@ $MPIRUN -np 2 "$MPITRON" train jobs/tiny.toml "${args[@]}" --train.steps=30 --ch
   --job.run_dir="$tmp/ok" >"$tmp/ok.log" 2>&1 || { cat "$tmp/ok.log"; fail "a healthy run failed"; }
 ! grep -q "hang" "$tmp/ok.log" || fail "false hang report"
 echo "healthy run: no report"
+
+echo "== straggler report: world rank 2 sleeps 30 ms in every forward (MPITRON_FAULT=slow)"
+MPITRON_FAULT="slow@forward,rank=2,ms=30" $MPIRUN -x MPITRON_FAULT -np 4 "$MPITRON" train jobs/tiny.toml "${args[@]}" \
+  --parallel.tp=2 --train.steps=12 --log.every=4 --job.run_dir="$tmp/slow" >"$tmp/slow.log" 2>&1 ||
+  { cat "$tmp/slow.log"; fail "straggler run failed"; }
+/usr/bin/python3 - "$tmp/slow/metrics.jsonl" <<'PY' || { grep "^step" "$tmp/slow.log"; fail "straggler not named"; }
+import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "slowest_rank" in r and r["step"] > 1]
+assert [r["step"] for r in rows] == [4, 8, 12], [r["step"] for r in rows]
+for r in rows:
+    assert r["slowest_rank"] == 2 and r["slowest_busy_ms"] >= 30 > r["median_busy_ms"], r
+print("slowest rank named on steps 4, 8, 12: rank 2, busy", ", ".join(f'{r["slowest_busy_ms"]:.1f}' for r in rows),
+      "ms vs median", ", ".join(f'{r["median_busy_ms"]:.1f}' for r in rows), "ms")
+PY
+grep "^step *4/" "$tmp/slow.log" | grep -o "slowest rank.*" | sed 's/^/log line of step 4: ... | /'

@@ -2,12 +2,14 @@
 // reliability tests (hang watchdog, kill in the middle of a save, signals at a given phase) hit
 // an exact moment instead of hoping a timer lands there.
 //
-//   MPITRON_FAULT="ACTION@POINT[,rank=R][,step=S][,after=N]"   (several specs: separated by ';')
+//   MPITRON_FAULT="ACTION@POINT[,rank=R][,step=S][,after=N][,ms=M]"   (several specs: separated by ';')
 //     ACTION: hang   sleep forever (the thread keeps running: a rank that never arrives)
 //             stop   raise(SIGSTOP): the whole process freezes, as under a dead link
 //             kill   raise(SIGKILL)
 //             exit   _exit(3) without MPI_Finalize
 //             usr1 | term   send SIGUSR1 / SIGTERM to this process (a preemption at that moment)
+//             slow   sleep ms=M milliseconds (default 100) EVERY time the point is reached: a
+//                    straggler (the other actions fire once)
 //     POINT:  a name passed to fault_point() below (the list is in src/dist/fault_inject.cpp)
 //     rank=R  only world rank R (default: every rank); step=S only while activity_step() == S;
 //     after=N fire on the N-th time the point is reached (1-based, default 1), once.

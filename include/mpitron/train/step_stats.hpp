@@ -18,6 +18,10 @@ struct StepStats {
   double comm_ms = 0;          // DP communication in flight (gradient buckets, ZeRO gathers)
   double overlap = 1;          // fraction of comm_ms hidden behind compute (1 - exposed / comm)
   MemStats mem;
+  // The straggler report (several ranks): the rank that was busy longest in this step (step
+  // time minus the time it sat waiting on communication) and by how much, against the median.
+  int slowest_rank = -1;
+  double slowest_busy_ms = 0, median_busy_ms = 0;
 };
 
 std::string format_step_line(const StepStats& s);

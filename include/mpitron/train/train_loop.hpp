@@ -24,6 +24,23 @@ double fetch_step_batches(DataLoader& data, std::vector<Batch>& batches);
 bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, const TrainResult& result, int step,
                           double loss, double grad_norm, bool rank0);
 
+// Who was slowest: each rank's busy time in a step (step time minus the time its step thread sat
+// in communication waits, dist/comm_wait.hpp), gathered over the world only on logged steps (one
+// small all-reduce of world doubles). A slow node computes longest and waits least; the others
+// wait for it, so the wall step time alone cannot name it.
+class StragglerProbe {
+ public:
+  explicit StragglerProbe(Comm& world) : world_(world) {}
+  void begin_step();  // on the thread that runs the step
+  // Collective over the world: call on every rank at the same steps (StepLogger::due). Fills
+  // s.slowest_rank / slowest_busy_ms / median_busy_ms (left unset on a single rank).
+  void gather(double step_ms, StepStats& s);
+
+ private:
+  Comm& world_;
+  double wait_at_start_s_ = 0;
+};
+
 // Rank 0's step line and metrics.jsonl record, every log.every steps (and the first and last).
 class StepLogger {
  public:
@@ -32,8 +49,9 @@ class StepLogger {
       : cfg_(cfg), metrics_(metrics), tokens_(tokens_per_step), flops_(flops_per_token), world_(world), peak_(peak_flops) {}
   bool due(int step) const { return step % cfg_.log.every == 0 || step == cfg_.train.steps || step == 1; }
   // Rates from step_ms; MFU 0 when the peak is unknown (0).
+  // `s` carries what the caller measured beyond the arguments (the straggler report).
   void log(int step, double loss, double lr, double grad_norm, double step_ms, double data_ms, double comm_ms,
-           double overlap, const MemStats& mem);
+           double overlap, const MemStats& mem, StepStats s = {});
   // The validation loss line and record; also updates result's first/last val loss.
   void log_val(int step, double val_loss, TrainResult& result, bool rank0);
 

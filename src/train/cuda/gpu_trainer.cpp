@@ -1,5 +1,7 @@
 // The GPU trainer: see gpu_trainer.hpp. Its loop mirrors trainer.cpp step for step (the CPU
 // trainer is the reference the device check compares against).
+#include "mpitron/dist/activity.hpp"
+#include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/train/gpu_trainer.hpp"
 
 #include <cuda_runtime_api.h>
@@ -300,8 +302,11 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
   TrainResult result;
   std::vector<Batch> batches(bp.accum);
   StepLogger logger(cfg, metrics, tokens_per_step, flops_per_token, launch.world, peak);
+  StragglerProbe straggler(grid.world());
   auto run_eval = [&](int step) {
     if (!data.val) return;
+    ActivityPhase phase("eval");
+    fault_point("eval");
     data.val->reset();
     Batch b;
     double v[2] = {0, 0};  // loss sum, target tokens (the head's stage)
@@ -318,6 +323,10 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
 
   for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
     auto t0 = Clock::now();
+    set_activity_step(step);
+    set_activity_phase("data");
+    fault_point("step_begin");
+    straggler.begin_step();
     ckpt.begin_step();
     MemTracker::cuda().reset_peaks();
     double counts[2] = {0, fetch_step_batches(*data.train, batches)};  // [loss sum, target tokens]
@@ -325,12 +334,17 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     grid.dp().all_reduce_host_f64(&counts[1], 1, ReduceOp::sum);
     const double n_tokens = counts[1];
 
+    set_activity_phase("forward/backward");
+    fault_point("forward");
     for (auto& k : chunks) k.ddp->begin_step(bp.accum);
     // The schedule's forwards and backwards (pp = 1: plain accumulation); the last backward
     // launches the DP buckets.
     counts[0] = pipe.run(batches, static_cast<float>(1.0 / n_tokens)).loss_sum;  // the head's stage; 0 elsewhere
+    set_activity_phase("grad sync");
+    fault_point("grad_sync");
     double exposed_ms = 0;
     for (auto& k : chunks) exposed_ms += k.ddp->finish_backward();  // chunk order on every rank
+    set_activity_phase("loss and grad norm");
     grid.dp().all_reduce_host_f64(&counts[0], 1, ReduceOp::sum);
     if (gs.pp > 1) grid.pp().all_reduce_host_f64(&counts[0], 1, ReduceOp::sum);  // loss to every stage
     const double loss = counts[0] / n_tokens;
@@ -347,6 +361,8 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
       continue;
     if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip)
       for (auto& k : chunks) k.model->scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));  // torch's rule
+    set_activity_phase("optimizer");
+    fault_point("optimizer");
     const int opt_step = state.next_step();
     for (auto& k : chunks) {
       k.model->adamw_step(static_cast<float>(lr), ao, opt_step);
@@ -365,14 +381,21 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     result.steps_done = step;
     // Only the wait is measured on GPU (the reductions run on their own stream): comm is the
     // exposed part, and no overlap is claimed.
-    if (rank0 && logger.due(step))
-      logger.log(step, loss, lr, grad_norm, step_ms, data_ms, exposed_ms, 0.0, MemTracker::cuda().stats());
+    set_activity_phase("logging");
+    if (logger.due(step)) {
+      StepStats extra;
+      straggler.gather(step_ms, extra);  // collective: every rank, on the logged steps
+      if (rank0)
+        logger.log(step, loss, lr, grad_norm, step_ms, data_ms, exposed_ms, 0.0, MemTracker::cuda().stats(), extra);
+    }
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
+    set_activity_phase("checkpoint");
     if (int sig = ckpt.end_of_step(step, loss)) {
       result.preempted = sig;
       return result;
     }
   }
+  set_activity_step(-1);
   run_eval(cfg.train.steps);
   return result;
 }
