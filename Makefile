@@ -65,7 +65,7 @@ MPI_MAIN_OBJ := $(BUILD)/obj/tests/mpi/mpi_main.o
 TEST_CPPFLAGS := -DBOOST_TEST_DYN_LINK
 TEST_LIBS := -lboost_unit_test_framework
 
-.PHONY: all deps deps-check deps-slurm test test-unit test-mpi test-e2e test-slurm demo data bench bench-data clean docs
+.PHONY: all deps deps-check deps-slurm test test-unit test-mpi test-e2e test-stress test-slurm demo data bench bench-data clean docs
 all: $(BUILD)/mpitron
 
 $(BUILD)/mpitron: $(BUILD)/obj/src/main.o $(LIB)
@@ -115,6 +115,12 @@ test-mpi: $(MPI_TEST_BIN) $(BUILD)/mpitron
 	@BUILD=$(BUILD) bash tests/run_tests.sh mpi
 test-e2e: $(BUILD)/mpitron
 	@BUILD=$(BUILD) bash tests/run_tests.sh e2e
+
+# Reliability stress (minutes; .ci/run runs it, `make test` does not): preemption signals at random
+# moments and exact phases in 42 runs over np 1/2/4 and dp/tp/pp layouts, each resumed and compared
+# bit for bit with an uninterrupted run (tests/stress/). Log: $(BUILD)/test-logs/stress_*.log.
+test-stress: deps-check $(BUILD)/mpitron
+	@BUILD=$(BUILD) bash tests/run_tests.sh stress
 
 # A private 2-node Slurm cluster on this host (tests/e2e/slurm/cluster.sh) running the real
 # slurm/train.sbatch; installs slurmctld/slurmd/munge first (deps-slurm; not part of `make deps`).

@@ -4,7 +4,8 @@
 #   mpi:  every build/tests/mpi/test_X under mpirun at each rank count its source lists on a
 #         line "// np: 1 2 4 8" (default: 2). Serial: one MPI job at a time (2 cores here).
 #   e2e:  tests/e2e/test_*.sh (lib.sh is their shared set-up) with MPITRON=build/mpitron and MPIRUN="mpirun <flags>" exported.
-# Usage: tests/run_tests.sh all|unit|mpi|e2e [name-filter]
+#   stress: tests/stress/test_*.sh (make test-stress; not part of `all`): minutes of randomized runs.
+# Usage: tests/run_tests.sh all|unit|mpi|e2e|stress [name-filter]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -60,6 +61,13 @@ if [ "$what" = all ] || [ "$what" = e2e ]; then
   for t in tests/e2e/test_*.sh; do
     [ -e "$t" ] || continue
     run_one "e2e/$(basename "$t" .sh)" 600 bash "$t"
+  done
+fi
+
+if [ "$what" = stress ]; then
+  for t in tests/stress/test_*.sh; do
+    [ -e "$t" ] || continue
+    run_one "stress/$(basename "$t" .sh)" 1800 bash "$t"
   done
 fi
 

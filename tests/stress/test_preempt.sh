@@ -54,22 +54,26 @@ for layout in "${layouts[@]}"; do
     fault="" how=""
     if [ $((t % 3)) -eq 0 ]; then
       fault=${faults[$(( (RANDOM + t) % ${#faults[@]} ))]}
+      [ "$np" -eq 1 ] && fault=${fault/,rank=[0-9]/}  # one rank: it is the one
       how="MPITRON_FAULT=$fault"
     fi
     MPITRON_FAULT="$fault" timeout 300 $MPIRUN -x MPITRON_FAULT -np "$np" "$MPITRON" train jobs/tiny.toml \
       "${common[@]}" $extra --job.run_dir="$run" >"$run.log" 2>&1 &
     mp=$!
     if [ -z "$fault" ]; then
-      # A random moment: during start-up (k = 0), or a few ms after step k's line appears (k in
-      # 1..3S/4; the phases between two lines include evaluations and checkpoint saves), to every
+      # A random moment: during start-up (k = 0), or a few ms after step k's record appears (k in
+      # 1..S/2; the phases between two records include evaluations and checkpoint saves), to every
       # rank or to one, SIGUSR1 or SIGTERM.
-      k=$((RANDOM % (S * 3 / 4)))
+      k=$((RANDOM % (S / 2)))
       extra_ms=$((RANDOM % 40))
       sig=$([ $((RANDOM % 2)) -eq 0 ] && echo USR1 || echo TERM)
       if [ $k -eq 0 ]; then
         sleep "0.$((RANDOM % 10))"
       else
-        until grep -q "^step *$k/" "$run.log" 2>/dev/null || ! kill -0 $mp 2>/dev/null; do sleep 0.01; done
+        # metrics.jsonl is flushed per record (the log goes through mpirun's forwarding, late).
+        until grep -q "^{\"step\": $k, \"loss\"" "$run/metrics.jsonl" 2>/dev/null || ! kill -0 $mp 2>/dev/null; do
+          sleep 0.005
+        done
         sleep "0.0$((extra_ms / 10))$((extra_ms % 10))"
       fi
       delay="step $k + ${extra_ms} ms"
