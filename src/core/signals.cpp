@@ -81,15 +81,19 @@ void block_job_signals_and_watch() {
     const sigset_t set = job_set();
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     const int fd = signalfd(-1, &set, SFD_CLOEXEC);
+    const int fd_errno = errno;
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
-    if (fd < 0 || pthread_create(&t, &attr, watch, reinterpret_cast<void*>(static_cast<intptr_t>(fd))) != 0) {
+    // The default stack size: a small custom one fails (EINVAL) once the CUDA libraries' static
+    // TLS is loaded, and a CUDA build would then run with the signals unblocked.
+    const int rc = fd < 0 ? fd_errno : pthread_create(&t, &attr, watch, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+    if (rc != 0) {
       // Without a watcher the signals would stay pending forever: restore their delivery.
       pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-      std::fprintf(stderr, "mpitron: warning: cannot start the signal watcher thread: %s\n", std::strerror(errno));
+      std::fprintf(stderr, "mpitron: warning: cannot start the signal watcher thread (%s): %s\n",
+                   fd < 0 ? "signalfd" : "pthread_create", std::strerror(rc));
     } else {
       pthread_setname_np(t, "mpitron-signals");
     }
