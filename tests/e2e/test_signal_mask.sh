@@ -70,10 +70,15 @@ grep -q "interrupt: checkpointing" "$tmp/int.log" && grep -q "preempted (signal 
 echo "one Ctrl-C: checkpoint, exit 130"
 
 # Twice: quit at once (killed by SIGINT: the shell reports 130 too, but without the checkpoint).
-"$MPITRON" train jobs/tiny.toml "${args[@]}" --job.run_dir="$tmp/int2" --train.resume=never >"$tmp/int2.log" 2>&1 &
+# Steps made 3 s long (MPITRON_FAULT=slow), so the first Ctrl-C is still waiting for the step's
+# end when the second comes (two signals sent back to back would merge into one).
+MPITRON_FAULT="slow@forward,ms=3000" "$MPITRON" train jobs/tiny.toml "${args[@]}" --job.run_dir="$tmp/int2" \
+  --train.resume=never >"$tmp/int2.log" 2>&1 &
 pid=$!
-wait_for_step "$tmp/int2.log" $pid 3
-kill -INT $pid; kill -INT $pid
+wait_for_step "$tmp/int2.log" $pid 1
+kill -INT $pid
+sleep 0.5
+kill -INT $pid
 rc=0; wait $pid || rc=$?
 [ $rc -eq 130 ] || fail "two SIGINTs: exit $rc, not 130"
 ! grep -q "preempted" "$tmp/int2.log" || fail "two SIGINTs: it still waited for the step to checkpoint"
