@@ -148,8 +148,12 @@ void check_model_compatible(const ModelConfig& have, const ModelConfig& want, co
 class CheckpointManager {
  public:
   CheckpointManager(std::string dir, int keep, MPI_Comm comm);
-  // Collective. Writes <dir>/.step_N.h5.tmp, renames it, points `latest` at it, then deletes the
-  // oldest complete checkpoints beyond `keep` (keep <= 0: keep all). Returns the final path.
+  // Collective. Removes partial saves a killed job left (rank 0), writes <dir>/.step_N.h5.tmp,
+  // syncs it to disk, renames it, points `latest` at it, then deletes the oldest complete
+  // checkpoints beyond `keep` (keep <= 0: keep all) -- never before the new file is complete.
+  // Returns the final path. A write error (disk full, file size limit) on some rank: that rank
+  // removes the temp file and throws an Error naming it and the cause (the job then aborts);
+  // `latest` and the older files are untouched.
   std::string save(const CheckpointMeta& meta, std::span<const CheckpointShard> shards);
   std::string save(const CheckpointMeta& meta, const CheckpointShard& shard) {
     return save(meta, std::span<const CheckpointShard>(&shard, 1));
