@@ -73,6 +73,9 @@ void check_h5(bool ok, fmt::format_string<A...> f, A&&... a) {
 h5::Id open_serial(const std::string& path);
 // read_meta + the metadata checksum + the `complete` mark. CorruptCheckpoint when they fail.
 CheckpointMeta read_verified_meta(hid_t f, const std::string& path);
+// check_checkpoint_structure's file checks (no model to compare with) in this process, without
+// taking hdf5_mutex(): what the child process of check_checkpoint_structure_isolated runs.
+void check_structure_unlocked(const std::string& path, bool has_optimizer);
 // CorruptCheckpoint unless the sum of element_hash over `data` (a whole tensor of file shape
 // `dims`) equals the dataset's checksum attribute.
 void check_tensor_checksum(const std::vector<float>& data, const std::vector<hsize_t>& dims, hid_t ds,
@@ -81,6 +84,11 @@ void check_tensor_checksum(const std::vector<float>& data, const std::vector<hsi
 }  // namespace mpitron::ckpt_format
 
 namespace mpitron {
+// check_structure_unlocked in a child process, with a time limit: CorruptCheckpoint naming the
+// file when it finds a problem, crashes or hangs (HDF5 has bugs on corrupted input). Takes
+// hdf5_mutex(). checkpoint_check_process.cpp.
+void check_checkpoint_structure_isolated(const std::string& path, bool has_optimizer);
+
 // Collective over comm: rank 0 runs check_checkpoint_structure(path, &expect) alone and
 // broadcasts the verdict; every rank then returns, or throws the same CorruptCheckpoint /
 // UsageError. Called before any collective read of the file.

@@ -418,6 +418,7 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
 }
 
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  check_checkpoint_structure_isolated(path, false);  // HDF5 must not crash or hang on it below
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::quiet();
   Id f = ckpt_format::open_serial(path);

@@ -123,12 +123,11 @@ void check_tensors(hid_t f, const std::string& path, const ModelConfig& cfg, boo
   }
 }
 
-CheckpointMeta check_structure(hid_t f, const std::string& path, const ModelConfig* expect, bool has_optimizer,
-                               bool data, CheckpointVerification* out) {
+// The file on its own (against its own model config): CorruptCheckpoint when it fails.
+CheckpointMeta check_structure(hid_t f, const std::string& path, bool has_optimizer, bool data,
+                               CheckpointVerification* out) {
   scan_metadata(f, path);
   CheckpointMeta m = read_verified_meta(f, path);
-  // Another model is the job's mistake, not the file's: a UsageError, checked before the shapes.
-  if (expect) check_model_compatible(m.model, *expect, path);
   int count = 0;
   uint64_t bytes = 0, digest = meta_checksum(m);
   check_tensors(f, path, m.model, has_optimizer, data, &count, &bytes, &digest);
@@ -138,7 +137,11 @@ CheckpointMeta check_structure(hid_t f, const std::string& path, const ModelConf
 
 }  // namespace
 
-uint64_t meta_checksum(const CheckpointMeta& m) { return stable_hash(ckpt_meta::meta_to_json(m).dump()); }
+// Invalid UTF-8 (a flipped bit in a string) is hashed as U+FFFD instead of throwing: then the
+// checksum, not the JSON library, reports it.
+uint64_t meta_checksum(const CheckpointMeta& m) {
+  return stable_hash(ckpt_meta::meta_to_json(m).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
 
 Id open_serial(const std::string& path) {
   errno = 0;
@@ -163,6 +166,12 @@ CheckpointMeta read_verified_meta(hid_t f, const std::string& path) {
   return m;
 }
 
+void check_structure_unlocked(const std::string& path, bool has_optimizer) {
+  h5::quiet();
+  Id f = open_serial(path);
+  check_structure(f, path, has_optimizer, false, nullptr);
+}
+
 void check_tensor_checksum(const std::vector<float>& data, const std::vector<hsize_t>& dims, hid_t ds,
                            const std::string& path, const std::string& dataset) {
   (void)dims;  // the full flat index of element i of a whole tensor is i, whatever its shape
@@ -175,20 +184,27 @@ void check_tensor_checksum(const std::vector<float>& data, const std::vector<hsi
 }  // namespace ckpt_format
 
 CheckpointMeta check_checkpoint_structure(const std::string& path, const ModelConfig* expect, bool has_optimizer) {
+  // Every metadata block first, in a child process (checkpoint_check_process.cpp); then the
+  // same bytes again here, now known to be safe, for the metadata and the model check.
+  check_checkpoint_structure_isolated(path, has_optimizer);
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::quiet();
   h5::Id f = ckpt_format::open_serial(path);
-  return ckpt_format::check_structure(f, path, expect, has_optimizer, false, nullptr);
+  CheckpointMeta m = ckpt_format::read_verified_meta(f, path);
+  // Another model is the job's mistake, not the file's: a UsageError.
+  if (expect) check_model_compatible(m.model, *expect, path);
+  return m;
 }
 
 CheckpointVerification verify_checkpoint_file(const std::string& path) {
+  check_checkpoint_structure_isolated(path, false);
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::quiet();
   h5::Id f = ckpt_format::open_serial(path);
   CheckpointVerification v;
   // A file saved without optimizer state (parameters only) verifies what it has.
   const bool has_optimizer = H5Lexists(f, "optim", H5P_DEFAULT) > 0 && H5Lexists(f, "optim/exp_avg", H5P_DEFAULT) > 0;
-  ckpt_format::check_structure(f, path, nullptr, has_optimizer, true, &v);
+  ckpt_format::check_structure(f, path, has_optimizer, true, &v);
   return v;
 }
 
