@@ -73,7 +73,7 @@ expect_log flipdata "resuming from step_00000006.h5 instead" "the fallback"
 expect_log flipdata "^resumed from .*step_00000006.h5: step 6 " "resume from step 6"
 same_as_ref flipdata
 latest_is flipdata 8
-"$MPITRON" inspect --verify "$tmp/flipdata/ckpt/latest" >/dev/null || fail "the rewritten step 8 does not verify"
+timeout 60 "$MPITRON" inspect --verify "$tmp/flipdata/ckpt/latest" >/dev/null || fail "the rewritten step 8 does not verify"
 
 say "flipped bit in HDF5 metadata (an object header) of latest: the same, caught by HDF5's checksum"
 copy_ref fliphdr
@@ -122,7 +122,7 @@ export MPITRON_CKPT_CHECK_TIMEOUT_S=3  # a flip that hangs HDF5 is reported afte
 for where in data header text superblock gheap; do
   cp "$tmp/ref/ckpt/step_00000004.h5" "$tmp/one.h5"
   /usr/bin/python3 tests/e2e/ckpt_flip.py flip "$tmp/one.h5" $where >/dev/null
-  if "$MPITRON" inspect --verify "$tmp/one.h5" >"$tmp/one.log" 2>&1; then fail "a flipped bit in the $where verifies"; fi
+  if timeout 60 "$MPITRON" inspect --verify "$tmp/one.h5" >"$tmp/one.log" 2>&1; then fail "a flipped bit in the $where verifies"; fi
   grep -q "$tmp/one.h5" "$tmp/one.log" || fail "$where: the error does not name the file: $(cat "$tmp/one.log")"
   echo "  $where: $(tail -1 "$tmp/one.log" | sed "s|$tmp/||")"
 done
@@ -135,7 +135,7 @@ expect_log midsave "MPITRON_FAULT: kill at ckpt_write \(step 4\)" "the fault fir
 latest_is midsave 2
 [ -f "$tmp/midsave/ckpt/.step_00000004.h5.tmp" ] || fail "kill mid-save: no partial file (did the save start?)"
 [ ! -e "$tmp/midsave/ckpt/step_00000004.h5" ] || fail "kill mid-save: a step_4 file exists"
-"$MPITRON" inspect --verify "$tmp/midsave/ckpt/latest" >/dev/null || fail "kill mid-save: step 2 does not verify"
+timeout 60 "$MPITRON" inspect --verify "$tmp/midsave/ckpt/latest" >/dev/null || fail "kill mid-save: step 2 does not verify"
 ok_run midsave 2 --checkpoint.keep=1
 expect_log midsave "^removed .*/\.step_00000004\.h5\.tmp \(a partial checkpoint" "the cleanup"
 expect_log midsave "^resumed from .*step_00000002.h5: step 2 " "resume from step 2"
@@ -165,7 +165,7 @@ if mount -t tmpfs -o size=$((ckpt_bytes * 3 / 2 / 1024))k tmpfs "$mnt" 2>"$tmp/m
   echo "disk full: exit $rc after $secs s: $(grep -o 'No space left on device[^;]*' "$tmp/full.log" | head -1)"
   latest_is full 2
   no_temp_left full
-  "$MPITRON" inspect --verify "$tmp/full/ckpt/latest" >/dev/null || fail "disk full: step 2 does not verify"
+  timeout 60 "$MPITRON" inspect --verify "$tmp/full/ckpt/latest" >/dev/null || fail "disk full: step 2 does not verify"
   mount -o remount,size=$((ckpt_bytes * 6 / 1024))k "$mnt"  # room again: the run goes on from step 2
   ok_run full 2
   expect_log full "^resumed from .*step_00000002.h5: step 2 " "resume from step 2"
@@ -191,5 +191,5 @@ expect_log fsize "error: cannot write checkpoint '.*/\.step_00000006\.h5\.tmp': 
 echo "ulimit -f: exit $rc after $secs s: $(grep -o 'File too large[^;]*' "$tmp/fsize.log" | head -1)"
 latest_is fsize 4
 no_temp_left fsize
-"$MPITRON" inspect --verify "$tmp/fsize/ckpt/latest" >/dev/null || fail "ulimit -f: step 4 does not verify"
+timeout 60 "$MPITRON" inspect --verify "$tmp/fsize/ckpt/latest" >/dev/null || fail "ulimit -f: step 4 does not verify"
 echo "ok"
