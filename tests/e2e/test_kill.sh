@@ -5,7 +5,7 @@
 #   - every process (mpirun and all ranks) is gone within 30 s, mpirun exits non-zero, and its
 #     message names the dead rank;
 #   - `latest` names a complete checkpoint (or none yet); the resumed run (train.resume = auto,
-#     same layout) starts at that checkpoint's step + 1;
+#     same layout) starts at that checkpoint's step + 1, having removed a save the kill cut short;
 #   - metrics.jsonl then holds every step exactly once (none repeated, none skipped) and every
 #     loss is bit-identical to an uninterrupted run of the same layout (log.every = 1).
 # KILL_SEED=N repeats a sequence of trials (the seed is printed); KILL_TRIALS=N (default 10).
@@ -112,6 +112,12 @@ while [ $t -lt "$trials" ]; do
     grep -qE "^resumed from .*/$latest: step $kstep " "$run.resume.log" || fail "trial $t: no resume from $latest"
   fi
   ! grep -q '\.tmp' <(ls -a "$run/ckpt") || fail "trial $t: a partial checkpoint is left after the resume"
+  # A save the kill interrupted: the resume removes its file first (a redo of that step's save
+  # would also replace it, but a save at another step would not).
+  if [ "$partial" -gt 0 ]; then
+    grep -qE "^removed .*/\.step_[0-9]{8}\.h5\.tmp \(a partial checkpoint" "$run.resume.log" ||
+      fail "trial $t: the partial save was not cleaned up on resume"
+  fi
   /usr/bin/python3 - "$tmp/ref$np/metrics.jsonl" "$run/metrics.jsonl" $steps <<'PY' || fail "trial $t: metrics.jsonl"
 import collections, json, sys
 def rows(p):
@@ -127,7 +133,7 @@ assert not bad, f"losses differ from the uninterrupted run: {bad}"
 PY
   times+=("$ms")
   summary+=("$(printf 'trial %2d: np %d, rank %d killed after step %2d (+%3d ms) -> all gone in %5d ms, exit %3d; latest step %2d%s; resumed at %2d, steps 1-%d once, bit-identical' \
-    $t $np $rank "$last" $delay_ms "$ms" $rc $kstep "$([ "$partial" -gt 0 ] && echo ' (a partial save left, removed)')" "$first" $steps)")
+    $t $np $rank "$last" $delay_ms "$ms" $rc $kstep "$([ "$partial" -gt 0 ] && echo ' (+ a partial save, removed on resume)')" "$first" $steps)")
   echo "${summary[-1]}"
   rm -rf "$run" "$run.log" "$run.resume.log"
   t=$((t + 1))
