@@ -12,6 +12,7 @@
 // Bytes nothing reads (free space, padding, rng/note) may flip unnoticed: they change nothing
 // that a load produces.
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <mutex>
@@ -226,7 +227,11 @@ void agree_checkpoint_usable(const std::string& path, MPI_Comm comm, const Model
     }
   }
   int head[2] = {verdict, static_cast<int>(why.size())};
-  MPI_Bcast(head, 2, MPI_INT, 0, comm);
+  // The other ranks wait for the verdict without spinning: on an oversubscribed node (tests, a
+  // laptop) a busy MPI_Bcast would take the CPU from rank 0's checking child process.
+  MPI_Request req;
+  MPI_Ibcast(head, 2, MPI_INT, 0, comm, &req);
+  for (int done = 0; MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done;) ::usleep(500);
   why.resize(static_cast<size_t>(head[1]));
   MPI_Bcast(why.data(), head[1], MPI_CHAR, 0, comm);
   if (head[0] == kCorrupt) throw CorruptCheckpoint(why);

@@ -136,8 +136,9 @@ int TrainCheckpointer::resume() {
         "scratch over them: move them away, or start fresh with --train.resume=never",
         mgr_.dir(), fmt::format("{}", fmt::join(failed, ", ")));
   if (rank0 && !failed.empty()) {
+    const std::string skipped = fmt::format("{}", fmt::join(failed, ", "));
     std::fprintf(stderr, "mpitron: resuming from %s instead (the newest checkpoint that verifies; skipped %s)\n",
-                 std::filesystem::path(path).filename().string().c_str(), fmt::format("{}", fmt::join(failed, ", ")).c_str());
+                 std::filesystem::path(path).filename().string().c_str(), skipped.c_str());
     std::fflush(stderr);
   }
   const CheckpointMeta& m = *loaded;
