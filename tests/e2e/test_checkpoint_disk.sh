@@ -15,7 +15,10 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 say() { echo "== $*"; }
 mnt="$tmp/tmpfs"
-trap 'umount "$mnt" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+# Lazy unmount: a hung rank of a failed run may still hold a file there. TERM (the suite's
+# timeout) runs the EXIT trap too, so no tmpfs is left mounted.
+trap 'umount -l "$mnt" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+trap 'exit 143' TERM INT
 
 prep_fortunes "$tmp/data" 200000 fortunes computers science
 
