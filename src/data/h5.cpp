@@ -1,5 +1,7 @@
 #include "h5.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 
 #include "mpitron/core/error.hpp"
@@ -32,6 +34,39 @@ void Id::reset() {
 void quiet() {
   static std::once_flag once;
   std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+namespace {
+
+// One error stack entry: the description the library wrote at the failing line, and the text of
+// its minor error code ("Address overflowed", "Write failed", ...).
+herr_t collect_error(unsigned, const H5E_error2_t* e, void* out) {
+  auto* v = static_cast<std::vector<std::string>*>(out);
+  std::string d = e->desc ? e->desc : "";
+  char minor[128] = {0};
+  if (H5Eget_msg(e->min_num, nullptr, minor, sizeof minor) > 0 && d.find(minor) == std::string::npos)
+    d += d.empty() ? minor : std::string(" (") + minor + ")";
+  v->push_back(std::move(d));
+  return 0;
+}
+
+}  // namespace
+
+std::string error_cause() {
+  const int saved_errno = errno;  // what the failing system call (if any) left behind
+  std::vector<std::string> entries;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &entries);
+  // Downward: from the API call to the line that detected the problem; the last one says why.
+  std::string cause;
+  for (auto it = entries.rbegin(); it != entries.rend() && cause.empty(); ++it) cause = *it;
+  // The MPI-IO and POSIX drivers keep errno; a write that hit a full disk or a size limit
+  // otherwise only says "file write failed".
+  if (saved_errno == ENOSPC || saved_errno == EFBIG || saved_errno == EDQUOT || saved_errno == EIO ||
+      saved_errno == EROFS) {
+    std::string sys = std::strerror(saved_errno);
+    if (cause.find(sys) == std::string::npos) cause += (cause.empty() ? "" : ": ") + sys;
+  }
+  return cause;
 }
 
 void write_attr_i64(hid_t obj, const char* name, int64_t v) {

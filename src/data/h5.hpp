@@ -37,6 +37,12 @@ class Id {
 // Turns off HDF5's automatic error-stack printing (we report our own messages). Idempotent.
 void quiet();
 
+// Why the last HDF5 call on this thread failed, from its error stack: the innermost message and,
+// when the failure came from a system call, errno's text ("No space left on device", "File too
+// large"). E.g. "incorrect metadata checksum after all read attempts". "" when the stack is empty.
+// Call it right after the failing call (the next HDF5 call clears the stack).
+std::string error_cause();
+
 void write_attr_i64(hid_t obj, const char* name, int64_t v);
 void write_attr_str(hid_t obj, const char* name, const std::string& v);
 void write_attr_strs(hid_t obj, const char* name, const std::vector<std::string>& v);

@@ -1,10 +1,15 @@
 // Checkpoint files on disk: names, temp + rename, `latest`, keep-k, which one train.resume
 // selects, owner flags, the sampler position across DP sizes. The parallel HDF5 I/O itself is in
 // checkpoint_io.cpp.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -12,6 +17,7 @@
 #include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/train/checkpoint.hpp"
+#include "checkpoint_format.hpp"
 
 namespace mpitron {
 
@@ -72,20 +78,71 @@ std::string CheckpointManager::file_name(int64_t step) {
 
 namespace {
 
+// The step of a complete checkpoint's file name "step_NNNNNNNN.h5", or -1 for any other name
+// (the hidden ".step_N.h5.tmp" of a save in progress or killed, `latest`, anything else).
+long long step_of_name(const std::string& n) {
+  bool match = n.size() == 16 && n.rfind("step_", 0) == 0 && n.ends_with(".h5") &&
+               std::all_of(n.begin() + 5, n.begin() + 13, [](char c) { return c >= '0' && c <= '9'; });
+  return match ? std::stoll(n.substr(5, 8)) : -1;
+}
+
 // step_NNNNNNNN.h5 files in dir, sorted by step.
 std::vector<std::pair<long long, fs::path>> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<long long, fs::path>> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string n = e.path().filename().string();
-    bool match = n.size() == 16 && n.rfind("step_", 0) == 0 && n.ends_with(".h5") &&
-                 std::all_of(n.begin() + 5, n.begin() + 13, [](char c) { return c >= '0' && c <= '9'; });
-    long long step = match ? std::stoll(n.substr(5, 8)) : 0;
-    if (match)
-      out.push_back({step, e.path()});
-  }
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (long long step = step_of_name(e.path().filename().string()); step >= 0) out.push_back({step, e.path()});
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// fsync of a file or folder by path: a rename is durable only once the folder is synced, and the
+// file's data before it is renamed into place (else a power loss can leave a complete-looking
+// name over missing data).
+void sync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  check(fd >= 0, "cannot open '{}' to sync it to disk: {}", path, errno_text());
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  // EINVAL: a file system that cannot sync folders (some FUSE mounts); nothing more to do there.
+  check(rc == 0 || err == EINVAL, "cannot sync '{}' to disk: {}", path, std::strerror(err));
+}
+
+// Bytes of tensor data a checkpoint of this model holds (the file is a little larger).
+uint64_t tensor_bytes(const ModelConfig& cfg, bool has_optimizer) {
+  uint64_t n = 0;
+  for (const auto& p : ckpt_format::full_table(cfg)) {
+    uint64_t e = 1;
+    for (hsize_t d : ckpt_format::file_dims(p, cfg)) e *= d;
+    n += e;
+  }
+  return n * 4 * (has_optimizer ? 3 : 1);
+}
+
+// Why writing `tmp` failed, when the system can tell: MPI-IO turns a full disk or a file size
+// limit into a short write (errno is gone by the time HDF5 reports "file write failed"), so ask
+// again with one byte at the end of what the file needs, and say how much room there is.
+std::string diagnose_write_failure(const std::string& tmp, const std::string& dir, uint64_t need) {
+  std::string why;
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char zero = 0;
+    if (::pwrite(fd, &zero, 1, static_cast<off_t>(need)) < 0) why = errno_text();
+    ::close(fd);
+  }
+  if (why.empty()) return "";
+  auto mb = [](double b) { return fmt::format("{:.1f} MB", b / 1e6); };
+  std::string room;
+  struct rlimit lim{};
+  struct statvfs fsst{};
+  if (::getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < need)
+    room = fmt::format("the file size limit (ulimit -f) is {}", mb(static_cast<double>(lim.rlim_cur)));
+  else if (::statvfs(dir.c_str(), &fsst) == 0)
+    room = fmt::format("{} free there", mb(static_cast<double>(fsst.f_bavail) * fsst.f_frsize));
+  return fmt::format("{} ({}; the checkpoint needs about {})", why, room, mb(static_cast<double>(need)));
 }
 
 }  // namespace
@@ -101,18 +158,39 @@ std::string CheckpointManager::save(const CheckpointMeta& meta, std::span<const 
     std::error_code ec;
     fs::create_directories(dir_, ec);
     check(!ec, "cannot create checkpoint folder '{}': {}", dir_, ec.message());
+    // Partial saves of a killed job: dead weight on a disk that may be nearly full.
+    for (const auto& n : remove_stale_checkpoint_temps(dir_))
+      std::printf("removed %s/%s (a partial checkpoint left by a save that did not finish)\n", dir_.c_str(),
+                  n.c_str());
   }
   MPI_Barrier(comm_);
-  write_checkpoint_file(tmp, comm_, meta, shards);
+  try {
+    write_checkpoint_file(tmp, comm_, meta, shards);
+  } catch (const std::exception& e) {
+    // Only this rank knows; it is about to abort the job (fatal.cpp). Free the space it took.
+    // `latest` and the older files were not touched: nothing is renamed or pruned before here.
+    const bool has_optimizer = shards.empty() || shards.front().has_optimizer;
+    std::string why = diagnose_write_failure(tmp, dir_, tensor_bytes(meta.model, has_optimizer));
+    bool removed = ::unlink(tmp.c_str()) == 0 || errno == ENOENT;
+    fail("{}{}; step {} was not saved{}; `latest` and the older checkpoints are untouched", e.what(),
+         why.empty() ? "" : ": " + why, meta.step, removed ? " (the partial file was removed)" : "");
+  }
   MPI_Barrier(comm_);
   fault_point("ckpt_rename");
   if (rank == 0) {
+    sync_path(tmp);
     // rename() is atomic on POSIX file systems: `final_path` is either absent or complete.
-    check(std::rename(tmp.c_str(), final_path.c_str()) == 0, "cannot rename '{}' to '{}'", tmp, final_path);
+    check(std::rename(tmp.c_str(), final_path.c_str()) == 0, "cannot rename '{}' to '{}': {}", tmp, final_path,
+          errno_text());
+    sync_path(dir_);
     const std::string link_tmp = dir_ + "/.latest.tmp", link = dir_ + "/latest";
     ::unlink(link_tmp.c_str());
-    check(::symlink(name.c_str(), link_tmp.c_str()) == 0, "cannot create symlink '{}'", link_tmp);
-    check(std::rename(link_tmp.c_str(), link.c_str()) == 0, "cannot rename '{}' to '{}'", link_tmp, link);
+    check(::symlink(name.c_str(), link_tmp.c_str()) == 0, "cannot create symlink '{}': {}", link_tmp, errno_text());
+    check(std::rename(link_tmp.c_str(), link.c_str()) == 0, "cannot rename '{}' to '{}': {}", link_tmp, link,
+          errno_text());
+    sync_path(dir_);
+    // Pruning comes last: until the new file is complete and `latest` names it, every older
+    // checkpoint stays.
     if (keep_ > 0) {
       auto all = list_checkpoints(dir_);
       // Only complete files are listed; the newest `keep` survive, and the one just written always.
@@ -139,6 +217,47 @@ std::string resolve_checkpoint_path(const std::string& path) {
     usage_fail("'{}' points to '{}', which does not exist (deleted?)", p.string(), fs::read_symlink(p, ec).string());
   usage_check(fs::exists(p, ec), "checkpoint '{}' does not exist", path);
   return fs::canonical(p, ec).string();
+}
+
+std::vector<std::string> remove_stale_checkpoint_temps(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string n = e.path().filename().string();
+    bool partial = (n.rfind(".step_", 0) == 0 && n.ends_with(".h5.tmp")) || n == ".latest.tmp";
+    std::error_code rm;
+    if (partial && fs::remove(e.path(), rm)) removed.push_back(n);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
+ResumeCandidates resume_candidates(const std::string& resume, const std::string& ckpt_dir) {
+  ResumeCandidates c;
+  if (resume == "never" || resume.empty()) return c;
+  if (resume != "auto") {
+    c.files.push_back(resolve_checkpoint_path(resume));
+    return c;
+  }
+  c.fallback = true;
+  std::error_code ec;
+  const fs::path latest = fs::path(ckpt_dir) / "latest";
+  long long newest = -1;  // only files older than what `latest` names are fallbacks
+  if (fs::exists(latest, ec)) {
+    const fs::path target = fs::canonical(latest, ec);
+    c.files.push_back(target.string());
+    newest = step_of_name(target.filename().string());
+    if (newest < 0) newest = (1LL << 62);  // `latest` names a file of another name: all are older
+  } else if (fs::is_symlink(latest, ec)) {
+    c.problem = fmt::format("'{}' points to '{}', which does not exist", latest.string(),
+                            fs::read_symlink(latest, ec).string());
+  }
+  auto all = list_checkpoints(ckpt_dir);
+  if (newest < 0 && !all.empty() && c.problem.empty())
+    c.problem = fmt::format("'{}' has checkpoints but no 'latest'", ckpt_dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (newest < 0 || it->first < newest) c.files.push_back(fs::canonical(it->second, ec).string());
+  return c;
 }
 
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir) {

@@ -10,8 +10,10 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -23,6 +25,7 @@
 #include "mpitron/core/version.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
 #include "mpitron/train/checkpoint.hpp"
+#include "checkpoint_format.hpp"
 #include "checkpoint_meta.hpp"
 
 namespace mpitron {
@@ -37,6 +40,13 @@ using ckpt_meta::read_attr_u64;
 using ckpt_meta::read_meta;
 using ckpt_meta::write_attr_u64;
 using ckpt_meta::write_meta;
+using ckpt_format::cause_suffix;
+using ckpt_format::check_h5;
+using ckpt_format::element_hash;
+using ckpt_format::file_dims;
+using ckpt_format::full_table;
+using ckpt_format::Kind;
+using ckpt_format::kKinds;
 
 // A tensor seen as 2-D: [n] -> [1, n]; [r, c] -> [r, c].
 struct View {
@@ -46,13 +56,6 @@ View view_of(const std::vector<int64_t>& s) { return s.size() == 1 ? View{1, s[0
 int view_split_dim(const ParamInfo& p) {
   if (p.split_dim < 0) return -1;
   return p.full_shape.size() == 1 ? 1 : p.split_dim;
-}
-
-// Rows the file stores: wte keeps only the real vocabulary (its padding depends on tp).
-std::vector<hsize_t> file_dims(const ParamInfo& p, const ModelConfig& cfg) {
-  std::vector<hsize_t> d(p.full_shape.begin(), p.full_shape.end());
-  if (p.name == "wte.weight") d[0] = static_cast<hsize_t>(cfg.vocab_size);
-  return d;
 }
 
 // One rectangle of a tensor: where it is in the file's 2-D view, where it is locally.
@@ -108,13 +111,6 @@ std::vector<Block> blocks_for(const ParamInfo& p, int64_t file_rows, int64_t lo,
   piece(r0, 0, r1 - r0, L.cols);
   if (c1 > 0) piece(r1, 0, 1, c1);
   return out;
-}
-
-// Order-independent checksum: sum over elements of mix(full flat index, value bits), mod 2^64.
-uint64_t element_hash(uint64_t full_index, float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  return splitmix64(splitmix64(full_index) ^ bits);
 }
 
 // This rank's selection for one tensor and one kind of state.
@@ -225,22 +221,42 @@ class LocalTensors {
   std::map<std::string, std::pair<const CheckpointShard*, const ParamInfo*>> map_;
 };
 
-// The full model's tensor names in file order, with their file shapes.
-std::vector<ParamInfo> full_table(const ModelConfig& cfg) { return gpt_param_table(cfg, ModelShard{}); }
-
-struct Kind {
-  const char* group;
-  CkptRange CheckpointShard::*range;
-};
-const Kind kKinds[] = {{"model", &CheckpointShard::params},
-                       {"optim/exp_avg", &CheckpointShard::exp_avg},
-                       {"optim/exp_avg_sq", &CheckpointShard::exp_avg_sq}};
-
 Id mpio_fapl(MPI_Comm comm) {
   Id fapl(H5Pcreate(H5P_FILE_ACCESS));
   check(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) >= 0, "HDF5: cannot set the MPI-IO driver");
+  // File format of HDF5 1.8 (superblock v2, object header v2, new-style groups), not the 1.6
+  // default: those carry checksums, so HDF5 itself detects a flipped bit in any metadata block it
+  // reads. Upper bound 1.8 too: any HDF5 >= 1.8 (h5py, h5dump, MATLAB) reads the files.
+  check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) >= 0, "HDF5: cannot set the libver bounds");
   return fapl;
 }
+
+// A file opened collectively. Closing it is collective too (H5Fclose flushes metadata with MPI
+// calls; MPI_File_close synchronises), so a rank that throws while its peers are elsewhere must
+// NOT close it on the way out: it would wait for them forever instead of reaching MPI_Abort
+// (src/dist/fatal.cpp). Left open, it ends with the job. Objects inside it (datasets, groups)
+// close locally while the file stays open, so plain Ids are fine for those.
+class CollectiveFile {
+ public:
+  explicit CollectiveFile(hid_t id) : id_(id), exceptions_(std::uncaught_exceptions()) {}
+  ~CollectiveFile() {
+    if (id_ >= 0 && std::uncaught_exceptions() == exceptions_) H5Fclose(id_);
+  }
+  CollectiveFile(const CollectiveFile&) = delete;
+  CollectiveFile& operator=(const CollectiveFile&) = delete;
+  operator hid_t() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  herr_t close() {
+    herr_t rc = H5Fclose(id_);
+    id_ = -1;
+    return rc;
+  }
+
+ private:
+  hid_t id_;
+  int exceptions_;
+};
+
 
 Id collective_dxpl() {
   Id dxpl(H5Pcreate(H5P_DATASET_XFER));
@@ -253,12 +269,6 @@ std::string now_utc() {
   std::time_t t = std::time(nullptr);
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
-}
-
-std::string dims_str(const std::vector<hsize_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
 }
 
 }  // namespace
@@ -289,10 +299,14 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::quiet();
   Id fapl = mpio_fapl(comm);
-  Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-  check(f.valid(), "cannot create checkpoint file '{}' (does the folder exist and is it writable?)", path);
+  errno = 0;  // error_cause() reports errno: only this write's
+  Id fcpl(H5Pcreate(H5P_FILE_CREATE));
+  ckpt_meta::set_compact_storage(fcpl);  // the root group's links and attributes
+  CollectiveFile f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl));
+  check_h5(f.valid(), "cannot create checkpoint file '{}' (does the folder exist and is it writable?)", path);
   Id dxpl = collective_dxpl();
   write_meta(f, meta, rank == 0, dxpl);
+  ckpt_meta::write_attr_u64(f, "meta_checksum", ckpt_format::meta_checksum(meta));
   { Id g = make_group(f, "optim"); }
 
   struct Pending {
@@ -310,14 +324,14 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
       Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
       H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
       Id ds(H5Dcreate2(g, full.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
-      check(ds.valid(), "{}: cannot create dataset '{}/{}'", path, k.group, full.name);
+      check_h5(ds.valid(), "cannot write checkpoint '{}': cannot create dataset '{}/{}'", path, k.group, full.name);
       Selection sel;
       if (auto [sh, p] = local.find(full.name); p && owns(*sh, (*sh).*k.range, *p))
         sel = select(*p, (*sh).*k.range, static_cast<int64_t>(dims[0]));
       Id fs = sel.file_space(dims), ms = sel.mem_space();
       const float* buf = sel.data ? sel.data : reinterpret_cast<const float*>(&n);  // any valid pointer
-      check(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf) >= 0, "{}: cannot write dataset '{}/{}'", path,
-            k.group, full.name);
+      check_h5(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf) >= 0, "cannot write checkpoint '{}': dataset '{}/{}'",
+               path, k.group, full.name);
       sums.push_back(sel.checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])));
       written.push_back({std::move(ds), 0});
       if (written.size() == 1) fault_point("ckpt_write");
@@ -327,9 +341,13 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   for (size_t i = 0; i < written.size(); ++i) write_attr_u64(written[i].ds, "checksum", sums[i]);
   written.clear();
   h5::write_attr_i64(f, "complete", 1);
-  herr_t rc = H5Fclose(f.get());
-  f = Id();  // already closed (Id::reset of a closed id is a no-op)
-  check(rc >= 0, "cannot close checkpoint file '{}' (disk full?)", path);
+  // To stable storage before the caller renames the file into place: H5Fflush on the MPI-IO
+  // driver is MPI_File_sync on every rank (data from every node, not only this one's cache). A
+  // full disk often shows up only here (delayed allocation, NFS).
+  errno = 0;
+  check_h5(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "cannot write checkpoint '{}': flushing it to disk failed", path);
+  errno = 0;
+  check_h5(f.close() >= 0, "cannot write checkpoint '{}': closing it failed", path);
 }
 
 CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, const ModelConfig& expect,
@@ -337,50 +355,43 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
   std::vector<uint64_t> sums, stored;
   std::vector<std::string> names;
   CheckpointMeta meta;
+  const bool has_optimizer = shards.empty() || shards.front().has_optimizer;
+  // Every rank must agree that the file is usable BEFORE the collective reads: one rank failing
+  // inside them while its peers wait would hang the job. Rank 0 checks it alone (metadata only),
+  // and every rank throws the same verdict.
+  agree_checkpoint_usable(path, comm, expect, has_optimizer);
   {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::quiet();
   Id fapl = mpio_fapl(comm);
-  Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
-  usage_check(f.valid(), "cannot open checkpoint '{}': not a readable HDF5 file (missing, truncated or corrupted)",
-              path);
+  CollectiveFile f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
+  // Past the agreement, anything failing here is not a property of the file (an I/O error, a
+  // file replaced meanwhile): Error, and the job aborts.
+  check_h5(f.valid(), "cannot open checkpoint '{}'", path);
   meta = read_meta(f, path);
-  usage_check(h5::has_attr(f, "complete"), "checkpoint '{}' is incomplete (its writer did not finish)", path);
-  check_model_compatible(meta.model, expect, path);
   const ModelConfig& cfg = expect;
 
   const LocalTensors local{std::span<const CheckpointShard>(shards.data(), shards.size())};
   const auto table = full_table(cfg);
-  const bool has_optimizer = shards.empty() || shards.front().has_optimizer;
   Id dxpl = collective_dxpl();
   for (const Kind& k : kKinds) {
     if (k.range != &CheckpointShard::params && !has_optimizer) continue;
-    usage_check(H5Lexists(f, k.group, H5P_DEFAULT) > 0, "checkpoint '{}' has no '{}' group{}", path, k.group,
-                k.range == &CheckpointShard::params ? "" : " (saved without optimizer state)");
     Id g(H5Gopen2(f, k.group, H5P_DEFAULT));
+    check_h5(g.valid(), "{}: cannot open group '{}'", path, k.group);
     for (const auto& full : table) {
       std::string dname = std::string(k.group) + "/" + full.name;
-      usage_check(H5Lexists(g, full.name.c_str(), H5P_DEFAULT) > 0, "checkpoint '{}' has no dataset '{}'", path,
-                  dname);
+      // Presence, type and shape were checked by agree_checkpoint_usable.
       Id ds(H5Dopen2(g, full.name.c_str(), H5P_DEFAULT));
-      check(ds.valid(), "{}: cannot open dataset '{}'", path, dname);
-      std::vector<hsize_t> dims = file_dims(full, cfg), have(dims.size());
-      {
-        Id sp(H5Dget_space(ds));
-        usage_check(H5Sget_simple_extent_ndims(sp) == static_cast<int>(dims.size()),
-                    "checkpoint '{}': dataset '{}' has the wrong rank", path, dname);
-        H5Sget_simple_extent_dims(sp, have.data(), nullptr);
-        usage_check(have == dims, "checkpoint '{}': dataset '{}' is {}, the model needs {}", path, dname,
-                    dims_str(have), dims_str(dims));
-      }
+      check_h5(ds.valid(), "{}: cannot open dataset '{}'", path, dname);
+      std::vector<hsize_t> dims = file_dims(full, cfg);
       Selection sel;
       auto [sh, p] = local.find(full.name);
       const CkptRange& range = p ? (*sh).*k.range : CkptRange{};
       if (p) sel = select(*p, range, static_cast<int64_t>(dims[0]));
       Id fs = sel.file_space(dims), ms = sel.mem_space();
       float dummy = 0;
-      check(H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, sel.data ? sel.data : &dummy) >= 0,
-            "{}: cannot read dataset '{}' (corrupted file?)", path, dname);
+      check_h5(H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, sel.data ? sel.data : &dummy) >= 0,
+               "{}: cannot read dataset '{}'", path, dname);
       // Padded vocabulary rows (not in the file) are zero, as init_weights makes them.
       if (p && sel.data && full.name == "wte.weight") {
         int64_t lo = static_cast<int64_t>(std::max(range.begin, p->offset) - p->offset);
@@ -392,37 +403,33 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
       }
       bool own = p && owns(*sh, range, *p);
       sums.push_back(own ? sel.checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])) : 0);
-      stored.push_back(h5::has_attr(ds, "checksum") ? read_attr_u64(ds, "checksum", path) : 0);
+      stored.push_back(read_attr_u64(ds, "checksum", path));
       names.push_back(dname);
     }
   }
   }  // every HDF5 object closed, lock released
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+  // Every rank holds the same sums now: all throw, or none does.
   for (size_t i = 0; i < sums.size(); ++i)
-    usage_check(sums[i] == stored[i],
-                "checkpoint '{}': dataset '{}' does not match its checksum (corrupted file); use an older "
-                "checkpoint",
-                path, names[i]);
+    if (sums[i] != stored[i])
+      throw CorruptCheckpoint(fmt::format(
+          "checkpoint '{}' is corrupted: dataset '{}' does not match its checksum (a flipped bit?)", path, names[i]));
   return meta;
 }
 
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  check_checkpoint_structure_isolated(path, false);  // HDF5 must not crash or hang on it below
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::quiet();
-  Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  usage_check(f.valid(), "cannot open checkpoint '{}': not a readable HDF5 file (missing, truncated or corrupted)",
-              path);
-  CheckpointMeta m = read_meta(f, path);
-  usage_check(h5::has_attr(f, "complete"), "checkpoint '{}' is incomplete (its writer did not finish)", path);
-  return m;
+  Id f = ckpt_format::open_serial(path);
+  return ckpt_format::read_verified_meta(f, path);
 }
 
 std::vector<float> read_checkpoint_tensor(const std::string& path, const std::string& dataset,
                                           std::vector<int64_t>* shape) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::quiet();
-  Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  usage_check(f.valid(), "cannot open checkpoint '{}': not a readable HDF5 file", path);
+  Id f = ckpt_format::open_serial(path);
   usage_check(H5Lexists(f, dataset.c_str(), H5P_DEFAULT) > 0, "checkpoint '{}' has no dataset '{}'", path, dataset);
   Id ds(H5Dopen2(f, dataset.c_str(), H5P_DEFAULT));
   Id sp(H5Dget_space(ds));
@@ -432,8 +439,9 @@ std::vector<float> read_checkpoint_tensor(const std::string& path, const std::st
   size_t n = 1;
   for (auto x : d) n *= x;
   std::vector<float> out(n);
-  check(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0,
-        "{}: cannot read dataset '{}' (corrupted file?)", path, dataset);
+  if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw CorruptCheckpoint(fmt::format("checkpoint '{}': cannot read dataset '{}'{}", path, dataset, cause_suffix()));
+  if (h5::has_attr(ds, "checksum")) ckpt_format::check_tensor_checksum(out, d, ds, path, dataset);
   if (shape) shape->assign(d.begin(), d.end());
   return out;
 }

@@ -21,6 +21,10 @@ CheckpointMeta read_meta(hid_t f, const std::string& path);
 void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl);
 void write_attr_u64(hid_t obj, const char* name, uint64_t v);
 uint64_t read_attr_u64(hid_t obj, const char* name, const std::string& file);
+// A group (or, on a file creation list, the root group) that keeps its links and attributes in
+// its checksummed object header: see set_compact_storage.
+constexpr unsigned kMaxCompact = 65535;
+void set_compact_storage(hid_t gcpl);
 h5::Id make_group(hid_t f, const char* name);
 
 }  // namespace mpitron::ckpt_meta

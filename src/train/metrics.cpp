@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "mpitron/core/error.hpp"
 
@@ -26,18 +27,27 @@ int64_t record_step(const std::string& line) {
   return at == std::string::npos ? -1 : std::strtoll(line.c_str() + at + key.size(), nullptr, 10);
 }
 
-// Rewrites path without the records of steps after `step` (temp file + rename: a crash leaves
-// either the old or the new file).
+// Rewrites path without the records of steps after `step`, and without a last line cut short
+// (a full disk, a kill in the middle of a write: not JSON, and the resumed run appends after it).
+// Temp file + rename: a crash leaves either the old or the new file.
 void drop_records_after(const std::string& path, int64_t step) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return;  // nothing logged yet
-  std::string kept, line;
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  std::string kept;
   bool dropped = false;
-  while (std::getline(in, line)) {
+  for (size_t at = 0; at < all.size();) {
+    size_t nl = all.find('\n', at);
+    if (nl == std::string::npos) {  // no newline: cut short
+      dropped = true;
+      break;
+    }
+    std::string line = all.substr(at, nl - at);
+    at = nl + 1;
     if (record_step(line) > step) dropped = true;
     else kept += line + "\n";
   }
-  in.close();
   if (!dropped) return;
   const std::string tmp = path + ".tmp";
   {

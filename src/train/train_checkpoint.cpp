@@ -1,8 +1,12 @@
 #include "mpitron/train/train_checkpoint.hpp"
 
+#include <fmt/ranges.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/version.hpp"
@@ -37,6 +41,9 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, co
   usage_check(cfg.checkpoint.every >= 0, "checkpoint.every must be >= 0 (got {})", cfg.checkpoint.every);
   usage_check(cfg.train.nan_policy == "stop" || cfg.train.nan_policy == "skip",
               "train.nan_policy must be \"stop\" or \"skip\" (got \"{}\")", cfg.train.nan_policy);
+  // A file size limit (ulimit -f) must be a write error naming the checkpoint and "File too
+  // large", like a full disk, not a silent kill by SIGXFSZ halfway through a save.
+  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 std::vector<CheckpointShard> StageCheckpointState::shards() {
@@ -57,17 +64,102 @@ std::vector<CheckpointShard> StageCheckpointState::shards() {
   return out;
 }
 
+namespace {
+
+void bcast_string(std::string& s, MPI_Comm comm) {
+  long long n = static_cast<long long>(s.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  s.resize(static_cast<size_t>(n));
+  MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+}
+
+// Rank 0 lists the candidates (and removes partial saves); every rank gets the same list, so all
+// try the same files in the same order. A bad train.resume path is the same UsageError on all.
+ResumeCandidates agreed_candidates(const std::string& resume, const std::string& dir, MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  ResumeCandidates c;
+  std::string error, files;
+  if (rank == 0) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(dir, ec))
+      for (const auto& n : remove_stale_checkpoint_temps(dir))
+        std::printf("removed %s/%s (a partial checkpoint left by a save that did not finish)\n", dir.c_str(),
+                    n.c_str());
+    try {
+      c = resume_candidates(resume, dir);
+    } catch (const UsageError& e) {
+      error = e.what();
+    }
+    for (const auto& f : c.files) files += f + '\n';
+  }
+  bcast_string(error, comm);
+  if (!error.empty()) throw UsageError(error);
+  bcast_string(files, comm);
+  bcast_string(c.problem, comm);
+  int fallback = c.fallback;
+  MPI_Bcast(&fallback, 1, MPI_INT, 0, comm);
+  c.fallback = fallback != 0;
+  c.files.clear();
+  for (size_t at = 0, nl; (nl = files.find('\n', at)) != std::string::npos; at = nl + 1)
+    c.files.push_back(files.substr(at, nl - at));
+  return c;
+}
+
+}  // namespace
+
 int TrainCheckpointer::resume() {
-  auto path = resolve_resume(cfg_.train.resume, mgr_.dir());
-  if (!path) return 0;
+  const bool rank0 = grid_.rank() == 0;
+  const ResumeCandidates cands = agreed_candidates(cfg_.train.resume, mgr_.dir(), MPI_COMM_WORLD);
+  if (cands.files.empty()) {
+    // `latest` names a file that is gone, and nothing else is there: the run had checkpoints.
+    usage_check(cands.problem.empty(),
+                "train.resume = auto: {} and there is no other checkpoint. Not starting from scratch silently: "
+                "start fresh with --train.resume=never, or resume from a file with --train.resume=PATH",
+                cands.problem);
+    return 0;
+  }
+  if (rank0 && !cands.problem.empty()) {
+    std::fprintf(stderr, "mpitron: warning: %s; trying the step_*.h5 files there, newest first\n",
+                 cands.problem.c_str());
+    std::fflush(stderr);
+  }
   fault_point("ckpt_load");
   std::vector<CheckpointShard> s = state_.shards();
-  CheckpointMeta m;
-  {
-    ActivityPhase phase("checkpoint load");
-    CommWait io(io_wait("collective parallel-HDF5 read of a checkpoint", cfg_.checkpoint.timeout_s));  // the hang watchdog's limit
-    m = read_checkpoint_file(*path, MPI_COMM_WORLD, mc_, s);
+  // train.resume = auto: the newest checkpoint that verifies. Every rank reaches the same verdict
+  // on each file (read_checkpoint_file), so all move on together. An explicit path: no fallback.
+  std::optional<CheckpointMeta> loaded;
+  std::string path;
+  std::vector<std::string> failed;
+  for (const auto& candidate : cands.files) {
+    try {
+      ActivityPhase phase("checkpoint load");
+      CommWait io(io_wait("collective parallel-HDF5 read of a checkpoint", cfg_.checkpoint.timeout_s));
+      loaded = read_checkpoint_file(candidate, MPI_COMM_WORLD, mc_, s);
+      path = candidate;
+      break;
+    } catch (const CorruptCheckpoint& e) {
+      if (!cands.fallback)
+        throw CorruptCheckpoint(fmt::format("{} (train.resume names it; choose another checkpoint)", e.what()));
+      if (rank0) {
+        std::fprintf(stderr, "mpitron: warning: %s\n", e.what());
+        std::fflush(stderr);
+      }
+      failed.push_back(std::filesystem::path(candidate).filename().string());
+    }
   }
+  if (!loaded)
+    usage_fail(
+        "train.resume = auto: no checkpoint in '{}' verifies (tried {}; the reasons are above). Not starting from "
+        "scratch over them: move them away, or start fresh with --train.resume=never",
+        mgr_.dir(), fmt::format("{}", fmt::join(failed, ", ")));
+  if (rank0 && !failed.empty()) {
+    const std::string skipped = fmt::format("{}", fmt::join(failed, ", "));
+    std::fprintf(stderr, "mpitron: resuming from %s instead (the newest checkpoint that verifies; skipped %s)\n",
+                 std::filesystem::path(path).filename().string().c_str(), skipped.c_str());
+    std::fflush(stderr);
+  }
+  const CheckpointMeta& m = *loaded;
   state_.loaded();
   state_.set_optimizer_steps(static_cast<int>(m.optimizer_steps));
   data_.restore(sampler_state_for(m, grid_.shape().dp));
@@ -76,7 +168,7 @@ int TrainCheckpointer::resume() {
   resumed_loss_ = m.loss;
   if (grid_.rank() == 0) {
     std::printf("resumed from %s: step %lld (written under tp %d x cp %d x dp %d x pp %d, zero %d)%s\n",
-                path->c_str(), static_cast<long long>(m.step), m.layout.tp, m.layout.cp, m.layout.dp, m.layout.pp,
+                path.c_str(), static_cast<long long>(m.step), m.layout.tp, m.layout.cp, m.layout.dp, m.layout.pp,
                 m.zero, m.step >= cfg_.train.steps ? "; train.steps already reached" : "");
     std::fflush(stdout);
   }

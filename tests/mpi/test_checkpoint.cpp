@@ -2,12 +2,14 @@
 // that cut tensors mid-row) reads back under every other layout of this world, and under one
 // rank (MPI_COMM_SELF), element for element. Values are a pure function of (kind, tensor, full
 // index), so the expected local value of any shard is known. Also: metadata round trip, latest +
-// keep-k, corrupted data (checksum), a different model (clear UsageError), sampler conversion.
+// keep-k, corrupted data (checksum), a different model (clear UsageError), sampler conversion,
+// the candidates train.resume = auto tries, and the removal of partial saves.
 // np: 1 2 4
 #include <hdf5.h>
 #include <mpi.h>
 
 #include <boost/test/unit_test.hpp>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -270,7 +272,7 @@ BOOST_AUTO_TEST_CASE(manager_latest_keep_and_errors) {
   try {
     read_checkpoint_file(*latest, MPI_COMM_WORLD, cfg, r.cs);
     BOOST_TEST(false, "a corrupted checkpoint loaded");
-  } catch (const UsageError& e) {
+  } catch (const CorruptCheckpoint& e) {  // on every rank: the sums are all-reduced first
     BOOST_TEST(std::string(e.what()).find("optim/exp_avg/h.1.attn.c_attn.weight") != std::string::npos, e.what());
   }
 
@@ -282,8 +284,69 @@ BOOST_AUTO_TEST_CASE(manager_latest_keep_and_errors) {
   try {
     read_checkpoint_file(older, MPI_COMM_WORLD, cfg, r.cs);
     BOOST_TEST(false, "a truncated checkpoint loaded");
-  } catch (const UsageError& e) {
+  } catch (const CorruptCheckpoint& e) {  // rank 0's verdict, broadcast before any collective read
     BOOST_TEST(std::string(e.what()).find("truncated") != std::string::npos, e.what());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(resume_candidates_and_partial_saves) {
+  const ModelConfig cfg = tiny();
+  const std::string dir = shared_dir("candidates");
+  GridShape s{1, 1, world_size(), 1};
+  RankState st(cfg, s, world_rank(), 0);
+  st.fill(cfg);
+  const std::string ck = dir + "/ckpt";
+  CheckpointManager mgr(ck, 0, MPI_COMM_WORLD);
+  for (int step : {2, 4, 6}) {
+    CheckpointMeta m = meta_for(cfg, s, 0);
+    m.step = step;
+    mgr.save(m, st.cs);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    auto names = [](const ResumeCandidates& c) {
+      std::vector<std::string> n;
+      for (const auto& f : c.files) n.push_back(fs::path(f).filename().string());
+      return n;
+    };
+    using V = std::vector<std::string>;
+    // A killed save's partial file is never a candidate, and is removed.
+    { std::FILE* f = std::fopen((ck + "/.step_00000008.h5.tmp").c_str(), "w"); std::fclose(f); }
+    ResumeCandidates c = resume_candidates("auto", ck);
+    BOOST_TEST(c.fallback);
+    BOOST_TEST(c.problem.empty());
+    BOOST_TEST((names(c) == V{"step_00000006.h5", "step_00000004.h5", "step_00000002.h5"}));
+    BOOST_TEST((remove_stale_checkpoint_temps(ck) == V{".step_00000008.h5.tmp"}));
+    BOOST_TEST(!fs::exists(ck + "/.step_00000008.h5.tmp"));
+    // `latest` rolled back by hand to step 4: only older files are fallbacks.
+    fs::remove(ck + "/latest");
+    fs::create_symlink("step_00000004.h5", ck + "/latest");
+    BOOST_TEST((names(resume_candidates("auto", ck)) == V{"step_00000004.h5", "step_00000002.h5"}));
+    // `latest` gone, or naming a deleted file: the step files, and the problem said.
+    fs::remove(ck + "/latest");
+    c = resume_candidates("auto", ck);
+    BOOST_TEST(c.problem.find("no 'latest'") != std::string::npos, c.problem);
+    BOOST_TEST(names(c).size() == 3u);
+    fs::create_symlink("step_00000009.h5", ck + "/latest");
+    c = resume_candidates("auto", ck);
+    BOOST_TEST(c.problem.find("does not exist") != std::string::npos, c.problem);
+    BOOST_TEST(names(c).size() == 3u);
+    // An explicit file: only that one.
+    c = resume_candidates(ck + "/step_00000002.h5", ck);
+    BOOST_TEST(!c.fallback);
+    BOOST_TEST((names(c) == V{"step_00000002.h5"}));
+    BOOST_TEST(resume_candidates("never", ck).files.empty());
+    // A structure check of a good file passes; of a truncated one names the file.
+    BOOST_TEST(check_checkpoint_structure(ck + "/step_00000006.h5", &cfg).step == 6);
+    fs::resize_file(ck + "/step_00000006.h5", 4000);
+    try {
+      check_checkpoint_structure(ck + "/step_00000006.h5", &cfg);
+      BOOST_TEST(false, "a truncated file passed the structure check");
+    } catch (const CorruptCheckpoint& e) {
+      BOOST_TEST(std::string(e.what()).find("step_00000006.h5") != std::string::npos, e.what());
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) fs::remove_all(dir);

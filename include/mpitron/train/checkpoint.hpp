@@ -14,7 +14,15 @@
 //   - load reads every element a rank HOLDS (owners and replicas alike).
 // Every dataset carries an order-independent checksum of (full index, value bits) over all its
 // elements; load recomputes it over the owned elements of the new layout and compares, so
-// corrupted data is an error, not a silently different model.
+// corrupted data is an error, not a silently different model. The file is written with HDF5
+// libver bounds 1.8 (HDF5 then checksums its own metadata) plus a checksum of our metadata, so a
+// flipped bit anywhere that matters is an error too (docs/checkpoint.md, "Failures").
+//
+// Failures (docs/checkpoint.md): a load decides "this file is unusable" on ALL ranks at once --
+// rank 0 checks the file's structure alone and broadcasts the verdict before the collective
+// read, and the checksums are compared after an all-reduce -- so it can be a clean error (or a
+// fallback to an older file) instead of one rank throwing while its peers wait in a collective.
+// A write error aborts the job (fatal.cpp) with the file and the cause (disk full, size limit).
 //
 // All HDF5 calls hold hdf5_mutex() (the DataLoader's prefetch thread reads shards with it).
 #pragma once
@@ -26,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitron/core/error.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/model/config.hpp"
@@ -34,6 +43,15 @@
 namespace mpitron {
 
 constexpr int kCheckpointFormatVersion = 1;
+
+// A checkpoint that cannot be used: unreadable, partial, or failing verification (a flipped bit,
+// a truncated file). Every rank throws it together (see above). train.resume = auto moves on to
+// an older checkpoint; an explicit path is an error. A checkpoint of ANOTHER model is a plain
+// UsageError instead: no older file of the same run would do better.
+class CorruptCheckpoint : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
 
 // A range [begin, end) of this rank's flat parameter layout; data[0] is flat index `begin`.
 struct CkptRange {
@@ -101,8 +119,28 @@ inline CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm com
 // One process, no MPI-IO (inspect, generate): the metadata only.
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 // One process: a full tensor by dataset path ("model/wte.weight"); shape returned in *shape.
+// CorruptCheckpoint when it does not match its checksum.
 std::vector<float> read_checkpoint_tensor(const std::string& path, const std::string& dataset,
                                           std::vector<int64_t>* shape);
+
+// One process, no MPI-IO: everything a resume checks without reading tensor data -- the file
+// opens (HDF5 verifies its superblock and every metadata block it reads), the metadata and its
+// checksum, the `complete` mark, every tensor present as float32 of its model's shape with a
+// checksum. CorruptCheckpoint naming the file and the cause otherwise; with `expect`, also
+// check_model_compatible (UsageError). Returns the metadata.
+CheckpointMeta check_checkpoint_structure(const std::string& path, const ModelConfig* expect = nullptr,
+                                          bool has_optimizer = true);
+
+// One process: check_checkpoint_structure plus every tensor's data against its checksum (reads
+// the whole file). `digest` combines the metadata checksum and every tensor's checksum: two files
+// with the same digest load to the same state.
+struct CheckpointVerification {
+  CheckpointMeta meta;
+  int tensors = 0;
+  uint64_t bytes = 0;
+  uint64_t digest = 0;
+};
+CheckpointVerification verify_checkpoint_file(const std::string& path);
 // UsageError (naming the file and the key) when a checkpoint's model cannot be loaded as `want`.
 void check_model_compatible(const ModelConfig& have, const ModelConfig& want, const std::string& path);
 
@@ -110,8 +148,12 @@ void check_model_compatible(const ModelConfig& have, const ModelConfig& want, co
 class CheckpointManager {
  public:
   CheckpointManager(std::string dir, int keep, MPI_Comm comm);
-  // Collective. Writes <dir>/.step_N.h5.tmp, renames it, points `latest` at it, then deletes the
-  // oldest complete checkpoints beyond `keep` (keep <= 0: keep all). Returns the final path.
+  // Collective. Removes partial saves a killed job left (rank 0), writes <dir>/.step_N.h5.tmp,
+  // syncs it to disk, renames it, points `latest` at it, then deletes the oldest complete
+  // checkpoints beyond `keep` (keep <= 0: keep all) -- never before the new file is complete.
+  // Returns the final path. A write error (disk full, file size limit) on some rank: that rank
+  // removes the temp file and throws an Error naming it and the cause (the job then aborts);
+  // `latest` and the older files are untouched.
   std::string save(const CheckpointMeta& meta, std::span<const CheckpointShard> shards);
   std::string save(const CheckpointMeta& meta, const CheckpointShard& shard) {
     return save(meta, std::span<const CheckpointShard>(&shard, 1));
@@ -129,6 +171,24 @@ class CheckpointManager {
 // Which checkpoint train.resume selects: "never" -> none; "auto" -> <ckpt_dir>/latest if it
 // exists; anything else is a file or a checkpoint folder (its `latest`), which must exist.
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir);
+
+// The checkpoints train.resume may load, in the order to try them.
+//  - "never": none.
+//  - a path: that one (resolve_checkpoint_path); no fallback, a bad file is an error.
+//  - "auto": what `latest` names, then every complete step_*.h5 older than it, newest first
+//    (`fallback` = true). When `latest` is missing but step files exist, or names a file that is
+//    gone, the step files are the candidates and `problem` says what was wrong with `latest`.
+//    Hidden .step_*.h5.tmp files (partial saves) are never candidates.
+struct ResumeCandidates {
+  std::vector<std::string> files;
+  bool fallback = false;
+  std::string problem;  // "" unless `latest` itself is unusable
+};
+ResumeCandidates resume_candidates(const std::string& resume, const std::string& ckpt_dir);
+
+// Removes the partial saves a killed job left in `dir` (.step_*.h5.tmp, .latest.tmp); returns
+// their names. One process (rank 0), while no save is running.
+std::vector<std::string> remove_stale_checkpoint_temps(const std::string& dir);
 // A file, or a folder holding `latest`, to the checkpoint file it means (symlinks resolved).
 std::string resolve_checkpoint_path(const std::string& path);
 

@@ -1,0 +1,119 @@
+// The metadata check of a checkpoint in a child process (fork, no exec), so that HDF5 itself
+// cannot crash or hang the job on a corrupted file. Found with random bit flips: a damaged
+// global-heap collection (where variable-length strings live; it has no checksum) sends HDF5
+// 1.10.8 into an endless loop, and a damaged fractal heap (dense link storage, files of older
+// mpitron) into free() of a bad pointer. The child does only HDF5 reads and _exit()s; once it
+// reports "usable", the parent's own reads walk the same, now known-good, bytes.
+//
+// fork() in an MPI process: the child never touches MPI, CUDA or the network and exits at once.
+// hdf5_mutex() is held across fork() so no thread of ours is inside HDF5 when its state is copied.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "checkpoint_format.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/hdf5_lock.hpp"
+#include "mpitron/train/checkpoint.hpp"
+
+namespace mpitron {
+namespace {
+
+// Seconds the check may take; MPITRON_CKPT_CHECK_TIMEOUT_S overrides (tests use a few seconds).
+// Metadata only: a few MB even for a large model, so 2 minutes is ample on a slow file system.
+int timeout_s() {
+  const char* e = std::getenv("MPITRON_CKPT_CHECK_TIMEOUT_S");
+  int v = e ? std::atoi(e) : 0;
+  return v > 0 ? v : 120;
+}
+
+[[noreturn]] void child(int fd, const std::string& path, bool has_optimizer) {
+  // Verdict: '0' usable, '1' + why; then a NUL so the parent can tell a complete report.
+  std::string out = "0";
+  try {
+    ckpt_format::check_structure_unlocked(path, has_optimizer);
+  } catch (const CorruptCheckpoint& e) {
+    out = std::string("1") + e.what();
+  } catch (const std::exception& e) {
+    out = "1" + fmt::format("checkpoint '{}' is unreadable: {}", path, e.what());
+  }
+  out.push_back('\0');
+  for (size_t at = 0; at < out.size();) {
+    ssize_t n = ::write(fd, out.data() + at, out.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    at += static_cast<size_t>(n);
+  }
+  ::_exit(0);  // no atexit handlers, no MPI, no flushing of the parent's stdio buffers
+}
+
+}  // namespace
+
+void check_checkpoint_structure_isolated(const std::string& path, bool has_optimizer) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  int fds[2];
+  check(::pipe2(fds, O_CLOEXEC) == 0, "cannot check checkpoint '{}': pipe: {}", path, std::strerror(errno));
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    child(fds[1], path, has_optimizer);
+  }
+  ::close(fds[1]);
+  if (pid < 0) {
+    int err = errno;
+    ::close(fds[0]);
+    fail("cannot check checkpoint '{}': fork: {}", path, std::strerror(err));
+  }
+  const int limit = timeout_s();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(limit);
+  std::string report;
+  bool timed_out = false;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF: the child is gone
+    report.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out)
+    throw CorruptCheckpoint(fmt::format(
+        "checkpoint '{}' is corrupted: reading its HDF5 metadata did not finish within {} s (HDF5 stuck in a damaged "
+        "block)",
+        path, limit));
+  if (report.empty() || report.back() != '\0') {
+    std::string how = WIFSIGNALED(status) ? fmt::format("signal {}, {}", WTERMSIG(status), strsignal(WTERMSIG(status)))
+                                          : fmt::format("exit {}", WEXITSTATUS(status));
+    throw CorruptCheckpoint(
+        fmt::format("checkpoint '{}' is corrupted: HDF5 crashed reading its metadata ({})", path, how));
+  }
+  report.pop_back();
+  if (report[0] != '0') throw CorruptCheckpoint(report.substr(1));
+}
+
+}  // namespace mpitron

@@ -1,0 +1,98 @@
+// What a checkpoint file holds, as the writer, the collective reader and the verifier all see it:
+// the tensor groups, every tensor's file shape, and the checksums. Private to src/train.
+#pragma once
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../data/h5.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/rng.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/train/checkpoint.hpp"
+
+namespace mpitron::ckpt_format {
+
+// The groups of tensors, in file order, and where a shard keeps each kind.
+struct Kind {
+  const char* group;
+  CkptRange CheckpointShard::*range;
+};
+inline constexpr Kind kKinds[] = {{"model", &CheckpointShard::params},
+                                  {"optim/exp_avg", &CheckpointShard::exp_avg},
+                                  {"optim/exp_avg_sq", &CheckpointShard::exp_avg_sq}};
+inline bool is_optimizer(const Kind& k) { return k.range != &CheckpointShard::params; }
+
+// The full model's tensor names in file order, with their full shapes.
+inline std::vector<ParamInfo> full_table(const ModelConfig& cfg) { return gpt_param_table(cfg, ModelShard{}); }
+
+// Rows the file stores: wte keeps only the real vocabulary (its padding depends on tp).
+inline std::vector<hsize_t> file_dims(const ParamInfo& p, const ModelConfig& cfg) {
+  std::vector<hsize_t> d(p.full_shape.begin(), p.full_shape.end());
+  if (p.name == "wte.weight") d[0] = static_cast<hsize_t>(cfg.vocab_size);
+  return d;
+}
+
+// A tensor's checksum attribute is the sum, mod 2^64, of element_hash over all its elements:
+// order-independent, so every rank sums the elements it owns and one all-reduce adds them up.
+inline uint64_t element_hash(uint64_t full_index, float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return splitmix64(splitmix64(full_index) ^ bits);
+}
+
+// Root attribute "meta_checksum": a hash of everything CheckpointMeta holds (step, sampler,
+// seeds, config, layout, job, tokenizer, ...). HDF5 checksums its own metadata blocks (object
+// headers, heaps, B-trees: the file is written with libver bounds >= 1.8), but not the global
+// heap that holds variable-length strings nor the raw bytes of the text datasets; this covers
+// those. Files without it (older mpitron) load without that check.
+uint64_t meta_checksum(const CheckpointMeta& m);
+
+// ": <why>" from HDF5's error stack (and errno), or "": for messages that name what failed.
+// Right after the failing call (the next HDF5 call clears the stack).
+inline std::string cause_suffix() {
+  std::string c = h5::error_cause();
+  return c.empty() ? "" : ": " + c;
+}
+
+// check() for the result of an HDF5 call: the message gets cause_suffix() appended. Read here,
+// after the call returned (as an argument of check() it could be evaluated before the call).
+template <class... A>
+void check_h5(bool ok, fmt::format_string<A...> f, A&&... a) {
+  if (!ok) throw Error(fmt::format(f, std::forward<A>(a)...) + cause_suffix());
+}
+
+// ---- serial reading and verification (checkpoint_verify.cpp); callers hold hdf5_mutex() ----
+
+// Opens `path` read-only with the plain (sec2) driver. CorruptCheckpoint naming the file and
+// HDF5's reason ("truncated file: eof = ...", "incorrect metadata checksum ...") when it cannot.
+h5::Id open_serial(const std::string& path);
+// read_meta + the metadata checksum + the `complete` mark. CorruptCheckpoint when they fail.
+CheckpointMeta read_verified_meta(hid_t f, const std::string& path);
+// check_checkpoint_structure's file checks (no model to compare with) in this process, without
+// taking hdf5_mutex(): what the child process of check_checkpoint_structure_isolated runs.
+void check_structure_unlocked(const std::string& path, bool has_optimizer);
+// CorruptCheckpoint unless the sum of element_hash over `data` (a whole tensor of file shape
+// `dims`) equals the dataset's checksum attribute.
+void check_tensor_checksum(const std::vector<float>& data, const std::vector<hsize_t>& dims, hid_t ds,
+                           const std::string& path, const std::string& dataset);
+
+}  // namespace mpitron::ckpt_format
+
+namespace mpitron {
+// check_structure_unlocked in a child process, with a time limit: CorruptCheckpoint naming the
+// file when it finds a problem, crashes or hangs (HDF5 has bugs on corrupted input). Takes
+// hdf5_mutex(). checkpoint_check_process.cpp.
+void check_checkpoint_structure_isolated(const std::string& path, bool has_optimizer);
+
+// Collective over comm: rank 0 runs check_checkpoint_structure(path, &expect) alone and
+// broadcasts the verdict; every rank then returns, or throws the same CorruptCheckpoint /
+// UsageError. Called before any collective read of the file.
+void agree_checkpoint_usable(const std::string& path, MPI_Comm comm, const ModelConfig& expect,
+                             bool has_optimizer);
+
+}  // namespace mpitron
