@@ -203,10 +203,12 @@ const std::vector<Key>& registry() {
       make_key("checkpoint.every", "save every N steps (0: only at the end)", &C::checkpoint,
                &CheckpointSection::every),
       make_key("checkpoint.keep", "complete checkpoints to keep", &C::checkpoint, &CheckpointSection::keep),
+      make_key("checkpoint.timeout_s",
+               "seconds a checkpoint save or load may take before the hang watchdog aborts the job",
+               &C::checkpoint, &CheckpointSection::timeout_s),
       make_key("log.every", "print and record metrics every N steps", &C::log, &LogSection::every),
       make_key("eval.every", "validation loss every N steps (0: only at the end)", &C::eval, &EvalSection::every),
       make_key("eval.batches", "validation batches (of train.global_batch sequences) per evaluation (0: no validation)", &C::eval, &EvalSection::batches),
-      make_key("checkpoint.timeout_s", "seconds a checkpoint save or load may take before the hang watchdog aborts the job", &C::checkpoint, &CheckpointSection::timeout_s),
       make_key("comm.timeout_s", "seconds a collective or point-to-point operation may wait before the hang watchdog names it and the ranks that did not arrive, and aborts the job (every backend; 0: off)", &C::comm, &CommSection::timeout_s),
   };
   return keys;

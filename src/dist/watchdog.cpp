@@ -53,6 +53,9 @@ HangWatchdog::~HangWatchdog() {
   cv_.notify_all();
   thread_.join();
   g_running.fetch_sub(1);
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (fin) return;  // a caller that finalized MPI first: nothing left to free (MPI would abort)
   // Answers still in flight: small messages complete at once; never wait on a dead peer.
   for (auto& o : outgoing_) {
     int done = 0;

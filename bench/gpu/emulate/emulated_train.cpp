@@ -31,9 +31,12 @@ int main(int argc, char** argv) {
     cfg.train.backend = "nccl";  // the GPU trainer ...
     const LaunchInfo& li = init_launch(&argc, &argv);
     GridShape shape = resolve_grid_shape({cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp}, li.world);
-    ProcessGrid grid(li, shape, "cpu");  // ... on MPI groups
-    HangWatchdog watchdog(li, WatchdogOptions{cfg.comm.timeout_s});
-    TrainResult r = run_training(cfg, li, grid);
+    TrainResult r;
+    {  // the grid's communicators and the watchdog's are freed before MPI_Finalize
+      ProcessGrid grid(li, shape, "cpu");  // ... on MPI groups
+      HangWatchdog watchdog(li, WatchdogOptions{cfg.comm.timeout_s});
+      r = run_training(cfg, li, grid);
+    }
     if (li.rank == 0) std::printf("done: %d steps | train loss %.4f -> %.4f\n", r.steps_done, r.first_loss, r.last_loss);
     finalize_mpi_if_initialized();
     return r.preempted ? preemption_exit_code(r.preempted) : 0;
