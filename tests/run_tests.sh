@@ -5,6 +5,7 @@
 #         line "// np: 1 2 4 8" (default: 2). Serial: one MPI job at a time (2 cores here).
 #   e2e:  tests/e2e/test_*.sh (lib.sh is their shared set-up) with MPITRON=build/mpitron and MPIRUN="mpirun <flags>" exported.
 # Usage: tests/run_tests.sh all|unit|mpi|e2e [name-filter]
+# MPITRON_TEST_FAILFAST=1 stops at the first failing run (tests/mutants/run.sh uses it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -37,6 +38,10 @@ run_one() {  # name timeout cmd...
     failures+=("$name")
     printf 'FAIL  %-50s %4ds (exit %d; log %s)\n' "$name" $((SECONDS - t0)) "$rc" "$log"
     tail -n 30 "$log" | sed 's/^/      | /'
+    if [ "${MPITRON_TEST_FAILFAST:-0}" = 1 ]; then
+      printf '\nfailed: %s (stopped there: MPITRON_TEST_FAILFAST=1)\n%d passed, %d failed\n' "$name" "$passed" "$failed"
+      exit 1
+    fi
   fi
 }
 
