@@ -105,14 +105,17 @@ for p in "${patches[@]}"; do
     continue
   fi
   if [ "$quick" = 1 ]; then  # the killer's run_tests.sh name: its first word ("e2e/test_dp_zero")
-    filter=${killer%% *}
+    filter=${killer%%[ ;,]*}
     (cd "$tree" && MPITRON_TEST_FAILFAST=1 BUILD=$mbuild bash tests/run_tests.sh all "$filter") >>"$log" 2>&1
   else
     (cd "$tree" && MPITRON_TEST_FAILFAST=1 make --no-print-directory CUDA=0 BUILD=$mbuild test) >>"$log" 2>&1
   fi
   rc=$?
   first=$(sed -n 's/^FAIL  \(.*[^ ]\) \+[0-9]\+s (exit.*/\1/p' "$log" | head -n 1)
-  if [ $rc -eq 0 ]; then
+  if [ $rc -eq 0 ] && grep -q '^0 passed, 0 failed' "$log"; then
+    rows+=("$name|NO: no test ran|expected killer '${killer%%[ ;,]*}' names no run_tests.sh test|$((SECONDS - t0))s")
+    bad=$((bad + 1))
+  elif [ $rc -eq 0 ]; then
     rows+=("$name|SURVIVED|(expected: ${killer:-?})|$((SECONDS - t0))s")
     bad=$((bad + 1))
   else
