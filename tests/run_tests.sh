@@ -17,6 +17,7 @@ export MPIRUN MPITRON="$PWD/$BUILD/mpitron" BUILD
 export OMPI_MCA_rmaps_base_oversubscribe=1
 # OpenMPI 4.1 sometimes hung in its show_help aggregation ("Data unpack would read past end of
 # buffer" in show_help.c) after an MPI_Abort under heavy load; per-message help avoids that path.
+# (Not every teardown hang after an abort: see the note in tests/e2e/test_dist_errors.sh.)
 export OMPI_MCA_orte_base_help_aggregate=0
 logdir="$BUILD/test-logs"
 mkdir -p "$logdir"
