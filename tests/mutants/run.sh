@@ -5,7 +5,7 @@
 # Prints "mutant | killed? | first failing test | time"; exits non-zero when any mutant survived,
 # no longer applies, or does not build. On demand (`make test-mutants`), never in CI.
 #
-#   MUTANT=03         only the patches whose name starts with (or contains) 03
+#   MUTANT=03         only the patches whose name starts with (or contains) 03 (or: run.sh 03)
 #   MUTANT_QUICK=1    run only each patch's expected killer (its first line), not the whole suite
 #   MUTANT_BASE=REV   mutate that commit (git archive) instead of the working tree, e.g. to see
 #                     which mutants an older test suite let through
@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-only=${MUTANT:-}
+only=${1:-${MUTANT:-}}  # `run.sh 03` or MUTANT=03
 quick=${MUTANT_QUICK:-0}
 base=${MUTANT_BASE:-}
 jobs=${MUTANT_JOBS:-2}
@@ -28,6 +28,9 @@ mbuild=build-cpu  # the scratch tree's build folder (CUDA=0)
 # from there, so `git apply` patches the scratch files as a plain patch tool would.
 export GIT_CEILING_DIRECTORIES="$dir"
 
+exec 9>"$dir/lock"
+flock -n 9 || { echo "another test-mutants run is using $dir (MUTANT_DIR=... for a second one)" >&2; exit 2; }
+
 patches=()
 for p in tests/mutants/*.patch; do
   [ -e "$p" ] || continue
@@ -37,17 +40,18 @@ for p in tests/mutants/*.patch; do
 done
 [ ${#patches[@]} -gt 0 ] || { echo "no tests/mutants/*.patch matches '${only}'" >&2; exit 2; }
 
-# The source files of the tree to mutate, one path a line: the working tree's tracked and
-# untracked-but-not-ignored files, or the files of MUTANT_BASE unpacked under $dir/stage.
-src=$root
-list="$dir/files.txt"
+# The source files of the tree to mutate, one path a line, copied to $tree.src when the run
+# starts (edits made while it runs do not reach later mutants): the working tree's tracked and
+# untracked-but-not-ignored files, or the files of MUTANT_BASE.
+src="$tree.src"
+list="$tree.files"
+rm -rf "$src" && mkdir -p "$src"
 if [ -n "$base" ]; then
-  src="$dir/stage"
-  rm -rf "$src" && mkdir -p "$src"
   git archive "$base" | tar -x -C "$src" || { echo "cannot unpack $base" >&2; exit 2; }
   (cd "$src" && find . -type f | sed 's|^\./||' | sort) >"$list"
 else
-  git ls-files -co --exclude-standard | sort >"$list"
+  git ls-files -co --exclude-standard | sort | while IFS= read -r f; do [ -f "$f" ] && echo "$f"; done >"$list"
+  tar -cf - -T "$list" | tar -x -C "$src"
 fi
 
 # sync: make $tree's sources equal $src's. Only files whose content differs are copied, and
@@ -71,7 +75,7 @@ if [ ! -d "$tree" ]; then
   if [ -z "$base" ] && [ -d "$root/$mbuild" ]; then
     # First run on the working tree: the sources with their times plus this checkout's CPU build,
     # so the first build only redoes what that build lacks.
-    tar -C "$root" -cf - -T "$list" 2>/dev/null | tar -C "$tree" -xf -
+    tar -C "$src" -cf - -T "$list" | tar -C "$tree" -xf -
     cp -a "$root/$mbuild" "$tree/$mbuild"
     rm -rf "$tree/$mbuild/test-logs"
   fi
