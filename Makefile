@@ -122,6 +122,13 @@ test-e2e: $(BUILD)/mpitron
 test-stress: deps-check $(BUILD)/mpitron
 	@BUILD=$(BUILD) bash tests/run_tests.sh stress
 
+# Mutation testing (tests/mutants/README.md), on demand and never in CI: each tests/mutants/*.patch
+# applied to a scratch copy of the tree (build-mutants/), CPU build, `make test` stopping at the
+# first failure; fails when a mutant survives. MUTANT=03 runs one.
+.PHONY: test-mutants
+test-mutants:
+	@MUTANT=$(MUTANT) bash tests/mutants/run.sh
+
 # A private 2-node Slurm cluster on this host (tests/e2e/slurm/cluster.sh) running the real
 # slurm/train.sbatch; installs slurmctld/slurmd/munge first (deps-slurm; not part of `make deps`).
 deps-slurm:

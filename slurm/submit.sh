@@ -91,6 +91,8 @@ if ! grep -q '^\[parallel\]' <<<"$dry_out"; then
     done))
 fi
 rm -f "${TMPDIR:-/tmp}"/submit.$$.err*
+# The job's [env] warnings (a misspelt NCCL_* name, ...): here, before the job waits in the queue.
+grep '^# warning: ' <<<"$dry_out" | sed 's/^# //' >&2 || true
 read -r tp cp pp dp backend name < <(parse_layout <<<"$dry_out")
 for v in tp cp pp dp; do [[ "${!v}" =~ ^[0-9]+$ ]] || die "could not read parallel.$v from the dry run"; done
 

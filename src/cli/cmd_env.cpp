@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "env_vars.hpp"
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/cli/job_config.hpp"
 #include "mpitron/core/error.hpp"
@@ -26,7 +27,8 @@ constexpr const char* kEnvHelp =
     "usage: mpirun -np N mpitron env [job.toml] [--section.key=value ...]\n\n"
     "Prints, from rank 0, one row per rank: rank, local rank, node, host, device, the (tp,cp,dp,pp)\n"
     "coordinates and the world ranks of each group the rank belongs to; then the MPI thread level,\n"
-    "the communication backend and every NCCL_* / CUDA_VISIBLE_DEVICES variable in effect.\n\n"
+    "the communication backend and every NCCL_* / CUDA_VISIBLE_DEVICES variable in effect, with the\n"
+    "job's [env] warnings (e.g. an NCCL_* name NCCL does not read) as `train` prints them.\n\n"
     "options:\n"
     "  job.toml               optional job file; its [parallel] and [env] sections are applied\n"
     "  --parallel.tp=N        tensor-parallel size (also .pp, .cp, .dp; dp=0 infers world/(tp*cp*pp))\n"
@@ -78,7 +80,9 @@ int cmd_env(const Args& args) {
     usage_fail("unknown option '{}' for `mpitron env` (allowed: [job.toml], --section.key=value job overrides, "
                "--help)",
                rest[0]);
-  for (const auto& [k, v] : cfg.env) setenv(k.c_str(), v.c_str(), cfg.env_override ? 1 : 0);
+  // The same [env] rules and warnings as `train` (a misspelt NCCL variable is exactly what
+  // someone running this command is looking for).
+  const std::vector<std::string> env_warnings = apply_job_env(cfg.env, cfg.env_override);
 
   GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp};
   ProcessGrid grid(launch, shape, cfg.train.backend);
@@ -119,6 +123,7 @@ int cmd_env(const Args& args) {
   auto vars = comm_env_vars();
   if (vars.empty()) std::printf("  (no NCCL_* or CUDA_VISIBLE_DEVICES variables set)\n");
   for (const auto& v : vars) std::printf("  %s\n", v.c_str());
+  for (const auto& w : env_warnings) std::printf("warning: %s\n", w.c_str());
   // The device note and layout warnings were already printed once, on stderr, by rank 0.
   std::fflush(stdout);
   return 0;

@@ -88,6 +88,8 @@ int cmd_train(const Args& args) {
           std::printf("# layout: needs a multiple of tp %d x cp %d x pp %d = %d ranks (this launch has %d); run dir %s\n",
                       shape.tp, shape.cp, shape.pp, mp, li.world, cfg.run_dir().c_str());
       }
+      // The [env] warnings the real run would print, as comments so the output stays valid TOML.
+      for (const auto& w : env_warnings) std::printf("# warning: %s\n", w.c_str());
     }
     return 0;
   }

@@ -5,6 +5,10 @@ single-rank run). Used by the e2e tests.
 usage: compare_runs.py REF_RUN_DIR RUN_DIR [--params REF.h5 RUN.h5] [--min-steps N] [--tol 1e-5]
 
 - losses: every step's loss in metrics.jsonl (and every val_loss) within tol relative;
+- the gradient norm (grad_norm, before clipping) and the learning rate of every step within tol
+  relative. The losses and parameters alone miss a wrongly scaled gradient: clipping rescales it
+  to grad_clip and Adam's update is invariant to the gradient's scale, so a gradient that is 2x
+  (or 1/2x) too large on every step trains exactly like the right one;
 - parameters (files written by train.dump_params): the same names and shapes, and for each
   tensor the relative L2 error ||a - b|| / ||a|| within tol. L2 per tensor rather than the
   worst element: Adam divides by sqrt(v), so an element whose gradient is mostly cancellation
@@ -19,12 +23,21 @@ import sys
 import numpy as np
 
 
+# Per-step values compared besides the loss (metrics.jsonl keys, step_stats.cpp).
+STEP_KEYS = ("grad_norm", "lr")
+
+
 def records(run_dir):
     with open(f"{run_dir}/metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]
     loss = {r["step"]: r["loss"] for r in rows if r.get("loss") is not None}
     val = {r["step"]: r["val_loss"] for r in rows if r.get("val_loss") is not None}
-    return loss, val
+    per_step = {k: {r["step"]: r[k] for r in rows if r.get("loss") is not None and k in r} for k in STEP_KEYS}
+    return loss, val, per_step
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(a), 1e-30)
 
 
 def main():
@@ -36,8 +49,8 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-5)
     a = ap.parse_args()
     errors = []
-    la, va = records(a.ref)
-    lb, vb = records(a.run)
+    la, va, sa = records(a.ref)
+    lb, vb, sb = records(a.run)
     if sorted(la) != sorted(lb):
         errors.append(f"logged steps differ: {sorted(la)} vs {sorted(lb)}")
     if len(la) < a.min_steps:
@@ -52,6 +65,17 @@ def main():
     if worst_val > a.tol:
         errors.append(f"val loss differs: max rel {worst_val:.3g}")
     msg = f"losses: {len(la)} steps, max rel diff {worst_loss:.2e} (val {worst_val:.2e})"
+    for k in STEP_KEYS:
+        if sorted(sa[k]) != sorted(la) or sorted(sb[k]) != sorted(lb):
+            errors.append(f"{k} is not logged with every loss ({len(sa[k])} and {len(sb[k])} of {len(la)} steps)")
+            continue
+        common = [s for s in sorted(sa[k]) if s in sb[k]]
+        worst = max((rel(sa[k][s], sb[k][s]) for s in common), default=0.0)
+        if worst > a.tol:
+            first = next(s for s in common if rel(sa[k][s], sb[k][s]) > a.tol)
+            errors.append(f"{k} differs: max rel {worst:.3g}, first at step {first}\n  ref {[sa[k][s] for s in common]}\n"
+                          f"  run {[sb[k][s] for s in common]}")
+        msg += f"; {k} {worst:.2e}"
     if a.params:
         import h5py
         pa, pb = h5py.File(a.params[0], "r"), h5py.File(a.params[1], "r")

@@ -19,17 +19,17 @@ run() {  # name np extra...   (run dir $tmp/name)
   timeout 300 $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
     >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "$name run failed"; }
 }
-# Losses of steps > 4 of run $1 against run $2: exact, or within a relative tolerance.
+# Losses, grad norms and lrs of steps > 4 of run $1 against run $2: exact, or within a relative tolerance.
 compare() {  # a b tol
   /usr/bin/python3 - "$tmp/$1/metrics.jsonl" "$tmp/$2/metrics.jsonl" "$3" <<'PY' || fail "$1 vs $2"
 import json, sys
-def losses(p):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and r["step"] > 4}
+def losses(p):  # step -> (loss, grad_norm, lr): the golden rule compares all three
+    return {r["step"]: (r["loss"], r["grad_norm"], r["lr"]) for r in map(json.loads, open(p)) if "loss" in r and r["step"] > 4}
 a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
 assert sorted(a) == sorted(b) == [5, 6, 7, 8], (sorted(a), sorted(b))
 for s in a:
-    ok = a[s] == b[s] if tol == 0 else abs(a[s] - b[s]) <= tol * abs(b[s])
-    assert ok, f"step {s}: {a[s]!r} vs {b[s]!r} (tol {tol})"
+    ok = a[s] == b[s] if tol == 0 else all(abs(x - y) <= tol * abs(y) for x, y in zip(a[s], b[s]))
+    assert ok, f"step {s}: (loss, grad_norm, lr) {a[s]!r} vs {b[s]!r} (tol {tol})"
 print(f"{sys.argv[1]} vs {sys.argv[2]}: steps 5-8 {'identical' if tol == 0 else f'within {tol}'}")
 PY
 }

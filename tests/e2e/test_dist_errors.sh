@@ -1,29 +1,80 @@
 #!/usr/bin/env bash
-# Error paths of the distributed layer: each must end every rank within seconds with one clear
-# message. Needs $MPITRON and $MPIRUN (exported by tests/run_tests.sh).
+# Error paths of the distributed layer: each must end every rank with one clear message (and the
+# exit code it promises). Also `mpitron env` shows the job's [env] warnings. Needs $MPITRON and
+# $MPIRUN (exported by tests/run_tests.sh).
 set -uo pipefail
 : "${MPITRON:?}" "${MPIRUN:?}"
 fails=0
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-# expect NAME WANT_RC PATTERN COUNT -- command...   (WANT_RC "nz" = any non-zero but not a timeout)
+# Every command runs in the background and must end within $limit seconds: a hang detector,
+# generous for a loaded 2-core machine (how fast it ends is not what is tested).
+#
+# mpirun's own exit after an MPI_Abort: under load, OpenMPI 4.1.4 with Debian's external PMIx 3
+# sometimes deadlocks in its teardown (main thread in orte_finalize -> PMIx_server_finalize
+# waiting on the PMIx progress thread, which waits on a mutex inside libpmix) or crashes there
+# (SIGSEGV), after every rank has exited and the error has been printed (help aggregation off
+# does not avoid it). Measured with a core kept busy: 4 hangs (exit 124/137 at the old 30 s
+# timeout) and 7 mpirun crashes in 20 runs of this file. So for the abort case (WANT_RC nz) the
+# test waits for the job's ranks, mpirun's children, not for mpirun: once none is left (exited or
+# a zombie mpirun never reaped), mpirun gets $grace seconds and is then killed, which counts as
+# the non-zero exit the abort asks for. A rank that does not end is still a failure.
+limit=90
+grace=5
+
+# live_ranks PID: mpirun's children that have not exited (zombies have).
+live_ranks() { ps -o stat= --ppid "$1" 2>/dev/null | grep -vc '^Z'; }
+# n_children PID: all of them, zombies too.
+n_children() { ps -o pid= --ppid "$1" 2>/dev/null | wc -l; }
+
+# run_bounded WANT cmd...: runs cmd (output in $out); sets rc and note.
+run_bounded() {
+  local want=$1 seen=0 done_at=-1 t0=$SECONDS
+  shift
+  "$@" >"$out" 2>&1 &
+  local pid=$!
+  note=""
+  while kill -0 "$pid" 2>/dev/null; do
+    [ "$(n_children "$pid")" -gt 0 ] && seen=1
+    if [ "$want" = nz ] && [ $seen = 1 ] && [ "$(live_ranks "$pid")" -eq 0 ]; then
+      [ $done_at -ge 0 ] || done_at=$SECONDS
+      if [ $((SECONDS - done_at)) -ge $grace ]; then
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        rc=137
+        note=" (every rank had ended; mpirun did not exit within ${grace}s and was killed: OpenMPI teardown)"
+        return
+      fi
+    fi
+    if [ $((SECONDS - t0)) -ge $limit ]; then
+      pkill -KILL -P "$pid" 2>/dev/null
+      kill -KILL "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      rc=124
+      note=" (hung: still running after ${limit}s with $(live_ranks "$pid") live rank(s))"
+      return
+    fi
+    sleep 0.1
+  done
+  wait "$pid"
+  rc=$?
+}
+
+# expect NAME WANT_RC PATTERN COUNT -- command...   (WANT_RC "nz" = any non-zero but not a hang)
 expect() {
   local name=$1 want=$2 pat=$3 count=$4
   shift 5
-  local t0=$SECONDS
-  timeout -k 5 30 "$@" >"$out" 2>&1
-  local rc=$? dt=$((SECONDS - t0)) n
+  local t0=$SECONDS n ok=1
+  run_bounded "$want" "$@"
   n=$(grep -c -- "$pat" "$out")
-  local ok=1
-  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then ok=0; fi
+  [ "$rc" -ne 124 ] || ok=0
   if [ "$want" = nz ]; then [ "$rc" -ne 0 ] || ok=0; else [ "$rc" -eq "$want" ] || ok=0; fi
   [ "$n" -eq "$count" ] || ok=0
-  [ "$dt" -le 15 ] || ok=0
   if [ $ok = 1 ]; then
-    echo "ok   $name (exit $rc, ${dt}s)"
+    echo "ok   $name (exit $rc, $((SECONDS - t0))s)$note"
   else
-    echo "FAIL $name: exit $rc (want $want), '$pat' seen $n times (want $count), ${dt}s"
+    echo "FAIL $name: exit $rc (want $want), '$pat' seen $n times (want $count)$note"
     sed 's/^/     | /' "$out"
     fails=$((fails + 1))
   fi
@@ -54,6 +105,9 @@ expect "help works under mpirun (np 2)" 0 "usage: mpirun -np N mpitron env" 1 --
 expect "bench-comm help" 0 "Avg bus bandwidth" 1 -- "$MPITRON" bench-comm --help
 expect "env prints one row per rank (np 4, fake 2 nodes)" 0 "^[0-3] .*(.,.,.,.)" 4 -- \
   env MPITRON_FAKE_NODES=2 $MPIRUN -np 4 -x MPITRON_FAKE_NODES "$MPITRON" env --parallel.tp=2
+expect "env shows a misspelt [env] NCCL variable (np 2)" 0 \
+  "^warning: \[env\] NCCL_SOCKET_IFNAM is not an NCCL variable; did you mean NCCL_SOCKET_IFNAME?$" 1 -- \
+  $MPIRUN -np 2 "$MPITRON" env --env.NCCL_SOCKET_IFNAM=eth0
 expect "TP across fake nodes warns with ranks (np 4)" 0 "warning: TP group \[0,1,2,3\] spans nodes" 1 -- \
   env MPITRON_FAKE_NODES=2 $MPIRUN -np 4 -x MPITRON_FAKE_NODES "$MPITRON" env --parallel.tp=4
 

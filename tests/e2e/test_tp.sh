@@ -45,7 +45,9 @@ import json, sys, h5py, numpy as np
 tmp = sys.argv[1]
 last = lambda d: [json.loads(l) for l in open(f"{tmp}/{d}/metrics.jsonl") if '"loss"' in l][-1]
 a, b = last("np1"), last("resume")
-assert a["step"] == b["step"] == 10 and abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a, b)
+assert a["step"] == b["step"] == 10, (a, b)
+for k in ("loss", "grad_norm", "lr"):
+    assert abs(a[k] - b[k]) <= 1e-5 * abs(a[k]), (k, a, b)
 pa, pb = h5py.File(f"{tmp}/np1.params.h5"), h5py.File(f"{tmp}/resume.params.h5")
 err = max(float(np.linalg.norm(pa[k][()] - pb[k][()]) / max(np.linalg.norm(pa[k][()]), 1e-30)) for k in pa)
 assert err <= 1e-5, err

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end: prep a small corpus, train the tiny model on 1 rank and on 2 data-parallel ranks.
 # Checks: loss falls; the dp=2 run reproduces the 1-rank losses (golden rule, DESIGN.md);
-# metrics.jsonl is valid JSON with step/loss; --dry-run; bad keys and layouts fail cleanly.
+# metrics.jsonl is valid JSON with step/loss; --dry-run (with the [env] warnings); bad keys and layouts fail cleanly.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -36,6 +36,10 @@ PY
 out=$("$MPITRON" train jobs/tiny.toml --parallel.tp=1 --train.steps=3 --dry-run)
 grep -q '^steps = 3$' <<<"$out" || fail "dry-run does not show the override"
 grep -q '# layout: world 1' <<<"$out" || fail "dry-run does not show the layout"
+# ... and the [env] warnings the run would print (as TOML comments), e.g. a misspelt NCCL variable.
+out=$("$MPITRON" train jobs/tiny.toml --env.NCCL_SOCKET_IFNAM=eth0 --dry-run)
+grep -qx '# warning: \[env\] NCCL_SOCKET_IFNAM is not an NCCL variable; did you mean NCCL_SOCKET_IFNAME?' <<<"$out" ||
+  fail "dry-run does not warn about NCCL_SOCKET_IFNAM: $out"
 
 # Bad input: unknown key (names the allowed ones), bad layout for the world size.
 if "$MPITRON" train jobs/tiny.toml --train.stepz=3 >"$tmp/bad.log" 2>&1; then fail "unknown key accepted"; fi

@@ -3,7 +3,9 @@
 // through both (two accumulated backwards, one with an ignored target), and compares the loss
 // and every element of its gradient shard with the full gradient at the element's full index
 // (param_full_index). Vocabulary 50 (not a multiple of tp; padded to 64*tp), 4 heads split over
-// tp. With SP and with full recompute too.
+// tp. With SP and with full recompute too. Biases and LayerNorm parameters are random, not GPT-2's
+// 0 and 1: a zero bias hides one added on every TP rank instead of once, a unit LN weight hides
+// a missing scale.
 // np: 1 2 4
 #include <mpi.h>
 
@@ -38,6 +40,20 @@ std::vector<int32_t> tokens(int n, int vocab, uint64_t seed) {
   return t;
 }
 
+// Every bias and LayerNorm weight set from its full-tensor index (the same value in the full
+// model and in whichever TP shard holds the element): biases ~ 0.3 N(0,1), LN weights 1 + 0.3 N(0,1).
+void randomize_biases_and_norms(GPT& m, int tp_rank) {
+  for (const auto& p : m.params()) {
+    const bool bias = p.name.ends_with(".bias"), norm = p.name.find("ln_") != std::string::npos;
+    if (!bias && !norm) continue;
+    for (size_t i = 0; i < p.numel; ++i) {
+      const int64_t f = param_full_index(p, static_cast<int64_t>(i), tp_rank);
+      const double z = 0.3 * normal_at(5, stable_hash(p.name), static_cast<uint64_t>(f));
+      m.param_data()[p.offset + i] = static_cast<float>(bias ? z : 1.0 + z);
+    }
+  }
+}
+
 void compare(bool sp, bool recompute) {
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
@@ -51,6 +67,8 @@ void compare(bool sp, bool recompute) {
   GPT part(c, s, *ops, B, {1, recompute}, tp.size() > 1 ? &tp : nullptr);
   full.init_weights(7);
   part.init_weights(7);
+  randomize_biases_and_norms(full, 0);
+  randomize_biases_and_norms(part, tp.rank());
   full.zero_grad();
   part.zero_grad();
   double loss_full = 0, loss_part = 0;

@@ -25,6 +25,7 @@ expect "70b plan: 8 nodes x 8 GPUs" '^sbatch --nodes=8 --ntasks-per-node=8 --gpu
 expect "tiny on 2 x 2 (dp inferred)" 'world 4 = tp 2 x cp 1 x dp 1 x pp 2' jobs/tiny.toml -N 2 --ntasks-per-node=2 -- --parallel.tp=2 --parallel.pp=2
 expect "small job on part of a node" '^sbatch --nodes=1 --ntasks-per-node=4 ' jobs/tiny.toml -- --parallel.dp=4
 expect "job overrides reach the job" 'train.sbatch jobs/tiny.toml --train.steps=3$' jobs/tiny.toml -- --train.steps=3
+expect "[env] warnings shown before queueing" 'did you mean NCCL_SOCKET_IFNAME\?' jobs/tiny.toml -- --env.NCCL_SOCKET_IFNAM=eth0
 expect_fail "TP across nodes" "a TP group would span nodes" jobs/tiny.toml --ntasks-per-node=3 -- --parallel.tp=2
 expect_fail "--nodes disagrees with dp" "the job's layout needs 16" jobs/gpt2-1.5b-2node-16gpu.toml --nodes=3
 expect_fail "--ntasks" "not --ntasks" jobs/tiny.toml -n 4
