@@ -124,7 +124,7 @@ test-e2e: $(BUILD)/mpitron
 # moments and exact phases in 42 runs over np 1/2/4 and dp/tp/pp layouts, each resumed and compared
 # bit for bit with an uninterrupted run (tests/stress/). Log: $(BUILD)/test-logs/stress_*.log.
 test-stress: deps-check $(BUILD)/mpitron
-	@BUILD=$(BUILD) bash tests/run_tests.sh stress
+	@BUILD=$(BUILD) SAN=$(SAN) bash tests/run_tests.sh stress
 
 # A private 2-node Slurm cluster on this host (tests/e2e/slurm/cluster.sh) running the real
 # slurm/train.sbatch; installs slurmctld/slurmd/munge first (deps-slurm; not part of `make deps`).
