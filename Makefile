@@ -37,8 +37,8 @@ SAN_OBJ :=
 ifneq ($(SAN),)
   CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SAN)
-  # A dlclose that unloads nothing, so leak reports can name OpenMPI's components (keep_dsos.cpp).
-  SAN_OBJ := $(BUILD)/obj/tests/sanitizers/keep_dsos.o
+  # Fixes for leak reports of OpenMPI components and for UBSan report files (san_hooks.cpp).
+  SAN_OBJ := $(BUILD)/obj/tests/sanitizers/san_hooks.o
   LDFLAGS += -Wl,--export-dynamic-symbol=dlclose
 endif
 
