@@ -16,8 +16,8 @@ san_options() {  # DIR (absolute)
   # ASan. detect_leaks stays on: LeakSanitizer checks our code at every exit; lsan.supp lists the
   # third-party libraries whose own allocations it must not count.
   # quarantine_size_mb=64 (default 256): freed blocks stay poisoned per process to catch a use
-  # after free; 8 ranks plus 4 other engineers' jobs share 24 GiB here, and the tiny test models
-  # free far less than 64 MiB per step, so the window still spans several steps.
+  # after free; up to 8 ranks (plus whatever else runs) share a 24 GiB test machine, and the tiny
+  # test models free far less than 64 MiB per step, so the window still spans several steps.
   # check_initialization_order + strict_init_order: static-initialisation order bugs.
   a=halt_on_error=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1
   a+=:quarantine_size_mb=64:log_path=$dir/asan:log_exe_name=1
