@@ -33,9 +33,13 @@ CPPFLAGS := -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -DMPITRON_CUDA=$(CUDA_ON)
 CXXFLAGS := -std=c++20 -O3 $(ARCH) -fopenmp -g1 -Wall -Wextra -Wno-stringop-overflow -MMD -MP
 LDLIBS := -ldnnl -lfmt -lpthread $(HDF5_LIBS) $(MPI_LIBS)
 LDFLAGS := -fopenmp
+SAN_OBJ :=
 ifneq ($(SAN),)
   CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SAN)
+  # Fixes for leak reports of OpenMPI components and for UBSan report files (san_hooks.cpp).
+  SAN_OBJ := $(BUILD)/obj/tests/sanitizers/san_hooks.o
+  LDFLAGS += -Wl,--export-dynamic-symbol=dlclose
 endif
 
 ifeq ($(CUDA_ON),1)
@@ -68,7 +72,7 @@ TEST_LIBS := -lboost_unit_test_framework
 .PHONY: all deps deps-check deps-slurm test test-unit test-mpi test-e2e test-stress test-slurm demo data bench bench-data clean docs
 all: $(BUILD)/mpitron
 
-$(BUILD)/mpitron: $(BUILD)/obj/src/main.o $(LIB)
+$(BUILD)/mpitron: $(BUILD)/obj/src/main.o $(LIB) $(SAN_OBJ)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(LIB): $(LIB_OBJ)
@@ -87,11 +91,11 @@ $(BUILD)/obj/tests/%.o: tests/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
-$(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/obj/%.o) $(LIB)
+$(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/obj/%.o) $(LIB) $(SAN_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/mpi/%: $(BUILD)/obj/tests/mpi/%.o $(MPI_MAIN_OBJ) $(LIB)
+$(BUILD)/tests/mpi/%: $(BUILD)/obj/tests/mpi/%.o $(MPI_MAIN_OBJ) $(LIB) $(SAN_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
 
@@ -107,20 +111,20 @@ tests: $(UNIT_BIN) $(MPI_TEST_BIN) $(BUILD)/mpitron
 # (a `// np: 1 2 4` line), then tests/e2e/test_*.sh; prints "N passed, N failed" at the end.
 test: deps-check
 	@$(MAKE) --no-print-directory tests
-	@BUILD=$(BUILD) bash tests/run_tests.sh all
+	@BUILD=$(BUILD) SAN=$(SAN) bash tests/run_tests.sh all
 
 test-unit: $(UNIT_BIN)
-	@BUILD=$(BUILD) bash tests/run_tests.sh unit
+	@BUILD=$(BUILD) SAN=$(SAN) bash tests/run_tests.sh unit
 test-mpi: $(MPI_TEST_BIN) $(BUILD)/mpitron
-	@BUILD=$(BUILD) bash tests/run_tests.sh mpi
+	@BUILD=$(BUILD) SAN=$(SAN) bash tests/run_tests.sh mpi
 test-e2e: $(BUILD)/mpitron
-	@BUILD=$(BUILD) bash tests/run_tests.sh e2e
+	@BUILD=$(BUILD) SAN=$(SAN) bash tests/run_tests.sh e2e
 
 # Reliability stress (minutes; .ci/run runs it, `make test` does not): preemption signals at random
 # moments and exact phases in 42 runs over np 1/2/4 and dp/tp/pp layouts, each resumed and compared
 # bit for bit with an uninterrupted run (tests/stress/). Log: $(BUILD)/test-logs/stress_*.log.
 test-stress: deps-check $(BUILD)/mpitron
-	@BUILD=$(BUILD) bash tests/run_tests.sh stress
+	@BUILD=$(BUILD) SAN=$(SAN) bash tests/run_tests.sh stress
 
 # Mutation testing (tests/mutants/README.md), on demand and never in CI: each tests/mutants/*.patch
 # applied to a scratch copy of the tree (build-mutants/), CPU build, `make test` stopping at the

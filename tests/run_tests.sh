@@ -7,6 +7,9 @@
 #   stress: tests/stress/test_*.sh (make test-stress; not part of `all`): minutes of randomized runs.
 # Usage: tests/run_tests.sh all|unit|mpi|e2e|stress [name-filter]
 # MPITRON_TEST_FAILFAST=1 stops at the first failing run (tests/mutants/run.sh uses it).
+# A sanitizer build (`make test SAN=address,undefined`, or BUILD=build-san: a binary linked with
+# libasan/libubsan is recognised) runs with tests/sanitizers/env.sh's options, passed to every rank;
+# any sanitizer report fails its test and lands in the test's log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -20,6 +23,23 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # buffer" in show_help.c) after an MPI_Abort under heavy load; per-message help avoids that path.
 # (Not every teardown hang after an abort: see the note in tests/e2e/test_dist_errors.sh.)
 export OMPI_MCA_orte_base_help_aggregate=0
+
+SAN=${SAN:-}
+if [ -z "$SAN" ]; then
+  for bin in "$BUILD/mpitron" "$BUILD/tests/unit_tests"; do
+    [ -e "$bin" ] || continue
+    readelf -d "$bin" 2>/dev/null | grep -q 'NEEDED.*lib\(asan\|ubsan\)\.so' && SAN=detected
+    break
+  done
+fi
+time_scale=1
+if [ -n "$SAN" ]; then
+  source tests/sanitizers/env.sh
+  MPIRUN="$MPIRUN -x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS"
+  # An ASan + UBSan build runs our code 2-3x slower (oneDNN's GEMMs are not instrumented):
+  # the per-test limits scale instead of the tests shrinking.
+  time_scale=3
+fi
 logdir="$BUILD/test-logs"
 mkdir -p "$logdir"
 passed=0
@@ -30,16 +50,32 @@ run_one() {  # name timeout cmd...
   local name=$1 limit=$2
   shift 2
   [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && return
-  local log="$logdir/${name//[\/ ]/_}.log" t0=$SECONDS
-  if timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1; then
+  local log="$logdir/${name//[\/ ]/_}.log" t0=$SECONDS rc=0 reports=""
+  # Sanitizer option values end at ':', ',' or a space: the folder name keeps none of them.
+  local sandir="$PWD/$logdir/san/${name//[^A-Za-z0-9_.=-]/_}"
+  if [ -n "$SAN" ]; then
+    rm -rf "$sandir" && mkdir -p "$sandir"
+    san_options "$sandir"
+  fi
+  timeout --kill-after=10 $((limit * time_scale)) "$@" >"$log" 2>&1 || rc=$?
+  if [ -n "$SAN" ] && [ -n "$(ls -A "$sandir")" ]; then
+    reports=$(ls "$sandir" | tr '\n' ' ')
+    for f in "$sandir"/*; do printf '\n==== sanitizer report %s\n' "$f"; cat "$f"; done >>"$log"
+  fi
+  if [ "$rc" -eq 0 ] && [ -z "$reports" ]; then
     passed=$((passed + 1))
     printf 'PASS  %-50s %4ds\n' "$name" $((SECONDS - t0))
   else
-    local rc=$?
     failed=$((failed + 1))
     failures+=("$name")
     printf 'FAIL  %-50s %4ds (exit %d; log %s)\n' "$name" $((SECONDS - t0)) "$rc" "$log"
-    tail -n 30 "$log" | sed 's/^/      | /'
+    if [ -n "$reports" ]; then
+      echo "      sanitizer reports: $reports(in $sandir, appended to the log)"
+      # The report itself, not the log's last lines: the first error with its stack.
+      sed -n '/^==== sanitizer report/,$p' "$log" | head -n 60 | sed 's/^/      | /'
+    else
+      tail -n 30 "$log" | sed 's/^/      | /'
+    fi
     if [ "${MPITRON_TEST_FAILFAST:-0}" = 1 ]; then
       printf '\nfailed: %s (stopped there: MPITRON_TEST_FAILFAST=1)\n%d passed, %d failed\n' "$name" "$passed" "$failed"
       exit 1

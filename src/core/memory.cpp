@@ -6,6 +6,10 @@
 #include <cstring>
 #include <new>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace mpitron {
 
 std::string_view mem_name(Mem m) {
@@ -72,6 +76,12 @@ void* host_alloc(Mem m, size_t bytes) {
   void* p = std::aligned_alloc(64, rounded);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, rounded);
+#if defined(__SANITIZE_ADDRESS__)
+  // aligned_alloc wants a multiple of the alignment, so ASan would see `rounded` bytes as the
+  // buffer; poisoning the padding makes an access past `bytes` a heap-buffer-overflow there too
+  // (ASan unpoisons the whole block again on free).
+  ASAN_POISON_MEMORY_REGION(static_cast<char*>(p) + bytes, rounded - bytes);
+#endif
   MemTracker::host().on_alloc(m, static_cast<int64_t>(bytes));
   return p;
 }

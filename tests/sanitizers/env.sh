@@ -1,0 +1,30 @@
+# Sanitizer run-time settings for tests/run_tests.sh when SAN is set (`make test SAN=address,undefined`).
+# Sourced, not run. san_options DIR exports ASAN_OPTIONS, LSAN_OPTIONS and UBSAN_OPTIONS with the
+# reports going to DIR; the runner passes them to every rank with `mpirun -x`.
+#
+# Reports go to files, not to stderr: log_path=DIR/<tool> makes every instrumented process write
+# DIR/<tool>.<exe>.<pid>. The runner gives each test its own DIR, and any file in it fails the test
+# (the reports are appended to the test's log and printed). That also catches a finding in a
+# process whose failure a test expects (a bad-input test wants a non-zero exit and a message, and
+# would otherwise pass on the sanitizer's exit code) or whose output a script swallows.
+# Each process also stops at its first finding (halt_on_error; -fno-sanitize-recover=all makes
+# every UBSan check fatal) with a non-zero exit code, so the run fails even without the file.
+san_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+san_options() {  # DIR (absolute)
+  local dir=$1 a
+  # ASan. detect_leaks stays on: LeakSanitizer checks our code at every exit; lsan.supp lists the
+  # third-party libraries whose own allocations it must not count.
+  # quarantine_size_mb=64 (default 256): freed blocks stay poisoned per process to catch a use
+  # after free; up to 8 ranks (plus whatever else runs) share a 24 GiB test machine, and the tiny
+  # test models free far less than 64 MiB per step, so the window still spans several steps.
+  # check_initialization_order + strict_init_order: static-initialisation order bugs.
+  a=halt_on_error=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1
+  a+=:quarantine_size_mb=64:log_path=$dir/asan:log_exe_name=1
+  export ASAN_OPTIONS=$a
+  # The leak checker reads its own variable. print_suppressions=0: otherwise every process that
+  # had a suppressed third-party leak writes the "Suppressions used" table into a report file,
+  # which the runner would count as a finding.
+  export LSAN_OPTIONS=suppressions=$san_dir/lsan.supp:print_suppressions=0
+  export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$san_dir/ubsan.supp:log_path=$dir/ubsan:log_exe_name=1
+}
