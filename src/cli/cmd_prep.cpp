@@ -37,7 +37,8 @@ int check_dir(const std::string& dir, int seq_len) {
   for (const char* split : {"train", "val"}) {
     if (std::string(split) == "val" && list_shards(dir, split).empty()) continue;
     TokenDataset ds(dir, split);
-    std::vector<int32_t> buf(1 << 20);
+    // Up to 1M tokens per read; no bigger than the split (small shards are common in tests).
+    std::vector<int32_t> buf(static_cast<size_t>(std::clamp<int64_t>(ds.num_tokens(), 1, 1 << 20)));
     for (int64_t at = 0; at < ds.num_tokens(); at += static_cast<int64_t>(buf.size()))
       ds.read(at, std::min<int64_t>(static_cast<int64_t>(buf.size()), ds.num_tokens() - at), buf.data());
     if (seq_len > 0) {
