@@ -1,6 +1,5 @@
 #include "h5.hpp"
 
-#include <algorithm>
 #include <mutex>
 
 #include "mpitron/core/error.hpp"
@@ -66,7 +65,7 @@ void write_attr_strs(hid_t obj, const char* name, const std::vector<std::string>
 
 void write_attr_fixed_str(hid_t obj, const char* name, const std::string& v) {
   Id type(H5Tcopy(H5T_C_S1));
-  H5Tset_size(type, std::max<size_t>(1, v.size()));
+  H5Tset_size(type, v.empty() ? 1 : v.size());  // HDF5 has no 0-byte strings
   H5Tset_strpad(type, H5T_STR_NULLPAD);
   H5Tset_cset(type, H5T_CSET_UTF8);
   Id space(H5Screate(H5S_SCALAR));
@@ -77,7 +76,7 @@ void write_attr_fixed_str(hid_t obj, const char* name, const std::string& v) {
 
 void write_attr_fixed_strs(hid_t obj, const char* name, const std::vector<std::string>& v) {
   size_t width = 1;
-  for (const auto& s : v) width = std::max(width, s.size());
+  for (const auto& s : v) width = s.size() > width ? s.size() : width;
   Id type(H5Tcopy(H5T_C_S1));
   H5Tset_size(type, width);
   H5Tset_strpad(type, H5T_STR_NULLPAD);
