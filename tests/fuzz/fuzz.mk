@@ -17,7 +17,7 @@ FUZZ_TARGETS := job_config tokenizer shard checkpoint prep
 # The library sources the targets reach (the linker takes only the objects it needs from the archive).
 FUZZ_LIB_SRC := src/cli/job_config.cpp src/cli/toml_guard.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \
   $(sort $(wildcard src/core/*.cpp)) src/model/config.cpp src/model/gpt_params.cpp \
-  src/train/checkpoint.cpp src/train/checkpoint_io.cpp src/train/checkpoint_meta.cpp \
+  $(sort $(wildcard src/train/checkpoint*.cpp)) \
   src/dist/fault_inject.cpp src/dist/activity.cpp src/dist/launch.cpp src/parallel/partition.cpp \
   src/parallel/schedule.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_BUILD)/obj/%.o)
