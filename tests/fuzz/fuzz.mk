@@ -1,6 +1,7 @@
 # Fuzzing (included by the Makefile; README "Fuzzing").
 #
-#   make test-fuzz                 every target: its seed corpus + FUZZ_RUNS mutated inputs (fixed seed)
+#   make test-fuzz                 every target: its seed corpus + FUZZ_RUNS mutated inputs (fixed seed),
+#                                  FUZZ_JOBS (2) targets at a time
 #   make fuzz-<target>             one target (job_config tokenizer shard checkpoint prep)
 #   make fuzz-<target> FUZZ_RUNS=1000000 FUZZ_SEED=7     a longer run
 #   make fuzz-seeds                rewrite the writer-made seeds (after a shard/checkpoint format change)
@@ -12,7 +13,8 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_CXX ?= clang++-14
 FUZZ_RUNS ?= 10000
 FUZZ_SEED ?= 1
-FUZZ_TARGETS := job_config tokenizer shard checkpoint prep
+FUZZ_JOBS ?= 2
+FUZZ_TARGETS := prep checkpoint shard job_config tokenizer  # longest first (FUZZ_JOBS run side by side)
 
 # The library sources the targets reach (the linker takes only the objects it needs from the archive).
 FUZZ_LIB_SRC := src/cli/job_config.cpp src/cli/toml_guard.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \
@@ -54,7 +56,8 @@ fuzz-build: deps-stress
 	@$(MAKE) --no-print-directory $(FUZZ_BIN)
 
 test-fuzz: fuzz-build
-	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_SEED=$(FUZZ_SEED) bash tests/fuzz/run_fuzz.sh $(FUZZ_TARGETS)
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_SEED=$(FUZZ_SEED) FUZZ_JOBS=$(FUZZ_JOBS) \
+	  bash tests/fuzz/run_fuzz.sh $(FUZZ_TARGETS)
 
 $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: fuzz-build
 	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_SEED=$(FUZZ_SEED) bash tests/fuzz/run_fuzz.sh $*
