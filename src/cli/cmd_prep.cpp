@@ -61,6 +61,11 @@ int cmd_prep(const Args& args) {
   PrepOptions opt;
   std::string check;
   int seq_len = 0;
+  auto int_count = [](const std::string& text, const char* what) {  // no silent wrap to int
+    int64_t v = parse_count(text, what);
+    usage_check(v <= INT32_MAX, "bad value for {}: '{}' is too large", what, text);
+    return static_cast<int>(v);
+  };
   auto value = [&](size_t& i) -> const std::string& {
     usage_check(i + 1 < args.size(), "prep: {} needs a value (see `mpitron prep --help`)", args[i]);
     return args[++i];
@@ -90,13 +95,13 @@ int cmd_prep(const Args& args) {
         usage_fail("bad value for --val-fraction: '{}'", v);
       }
     } else if (a == "--workers") {
-      opt.workers = static_cast<int>(parse_count(value(i), "--workers"));
+      opt.workers = int_count(value(i), "--workers");
     } else if (a == "--doc-separator") {
       opt.doc_separator = value(i);
     } else if (a == "--check") {
       check = value(i);
     } else if (a == "--seq-len") {
-      seq_len = static_cast<int>(parse_count(value(i), "--seq-len"));
+      seq_len = int_count(value(i), "--seq-len");
     } else if (a == "--quiet") {
       opt.progress = 0;
     } else {
