@@ -42,19 +42,23 @@ run_target() {
   nseeds=$(find "$seeds" -type f | wc -l)
   # -runs counts the seed executions too: add them so that FUZZ_RUNS inputs are mutated ones.
   # -close_fd_mask=1: the targets' stdout (prep --check summaries) is noise here.
-  timeout --kill-after=30 $((FUZZ_TIMEOUT * 4 + FUZZ_RUNS / 5 + 600)) \
+  # bash's `time`: CPU seconds of the fuzzer and its children (on a shared machine the wall clock
+  # says little).
+  local TIMEFORMAT='%U %S' cpu
+  { time timeout --kill-after=30 $((FUZZ_TIMEOUT * 4 + FUZZ_RUNS / 5 + 600)) \
     "$bin" "$work" "$seeds" -runs=$((FUZZ_RUNS + nseeds)) -seed="$FUZZ_SEED" -timeout="$FUZZ_TIMEOUT" \
     -max_len="${MAX_LEN[$t]:-16384}" -rss_limit_mb=2048 -malloc_limit_mb=512 -close_fd_mask=1 \
-    -artifact_prefix="$art/" -print_final_stats=1 >"$log" 2>&1
+    -artifact_prefix="$art/" -print_final_stats=1 >"$log" 2>&1; } 2>"$res.cpu"
   rc=$?
+  cpu=$(awk '{printf "%.0f", $1 + $2}' "$res.cpu" 2>/dev/null)
   local stats inputs rejected accepted crashes=0
   stats=$(grep '^fuzz-stats ' "$log" | tail -n 1)
   inputs=$(sed -n 's/.* inputs=\([0-9]*\).*/\1/p' <<<"$stats")
   rejected=$(sed -n 's/.* rejected=\([0-9]*\).*/\1/p' <<<"$stats")
   accepted=$(sed -n 's/.* accepted=\([0-9]*\).*/\1/p' <<<"$stats")
   [ $rc -eq 0 ] && [ -n "$stats" ] && [ "${inputs:-0}" -ge $((FUZZ_RUNS + nseeds)) ] || crashes=1
-  printf '%-11s %8s %6s %9s %9s %8s %7s %s\n' "$t" "${inputs:-?}" "$nseeds" "${rejected:-?}" "${accepted:-?}" \
-    "$crashes" "$((SECONDS - t0))" "$rc" >"$res"
+  printf '%-11s %8s %6s %9s %9s %8s %7s %7s %s\n' "$t" "${inputs:-?}" "$nseeds" "${rejected:-?}" "${accepted:-?}" \
+    "$crashes" "$((SECONDS - t0))" "${cpu:-?}" "$rc" >"$res"
 }
 
 mkdir -p "$FUZZ_BUILD/fuzz-logs"
@@ -62,6 +66,7 @@ for t in "$@"; do
   [ -x "$FUZZ_BUILD/fuzz_$t" ] || { echo "no $FUZZ_BUILD/fuzz_$t (make fuzz-build)" >&2; exit 1; }
   rm -f "$FUZZ_BUILD/fuzz-logs/$t.result"
 done
+t_start=$SECONDS
 for t in "$@"; do
   while [ "$(jobs -rp | wc -l)" -ge "$FUZZ_JOBS" ]; do wait -n; done
   run_target "$t" &
@@ -70,11 +75,11 @@ wait
 
 failed=0
 echo "fuzz: seed corpus + $FUZZ_RUNS mutated inputs per target, seed $FUZZ_SEED, ASan+UBSan, ${FUZZ_TIMEOUT}s per input"
-printf '%-11s %8s %6s %9s %9s %8s %7s\n' target inputs seeds rejected accepted crashes seconds
+printf '%-11s %8s %6s %9s %9s %8s %7s %7s\n' target inputs seeds rejected accepted crashes wall_s cpu_s
 for t in "$@"; do
   res=$FUZZ_BUILD/fuzz-logs/$t.result
-  read -r name inputs seeds rejected accepted crashes secs rc <"$res"
-  printf '%-11s %8s %6s %9s %9s %8s %7s\n' "$name" "$inputs" "$seeds" "$rejected" "$accepted" "$crashes" "$secs"
+  read -r name inputs seeds rejected accepted crashes secs cpu rc <"$res"
+  printf '%-11s %8s %6s %9s %9s %8s %7s %7s\n' "$name" "$inputs" "$seeds" "$rejected" "$accepted" "$crashes" "$secs" "$cpu"
   [ "$crashes" = 0 ] && continue
   failed=1
   log=$FUZZ_BUILD/fuzz-logs/$t.log
@@ -82,5 +87,5 @@ for t in "$@"; do
   grep -v '^#\|^INFO:\|^	NEW_FUNC\|^MS: \|^0x\|^Base64' "$log" | grep -v '^    #[1-9][0-9] ' | tail -n 40 | sed 's/^/  | /'
   for a in "$FUZZ_BUILD/fuzz-artifacts/$t"/*; do [ -e "$a" ] && echo "  reproduce: $FUZZ_BUILD/fuzz_$t $a"; done
 done
-[ $failed = 0 ] && echo "fuzz: 0 crashes, 0 hangs in $# targets" || echo "fuzz: FAILED"
+[ $failed = 0 ] && echo "fuzz: 0 crashes, 0 hangs in $# targets ($((SECONDS - t_start)) s)" || echo "fuzz: FAILED"
 exit $failed
