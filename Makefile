@@ -193,4 +193,7 @@ gpu-check:
 clean:
 	rm -rf $(BUILD)
 
+# make test-fuzz / fuzz-<target> / fuzz-seeds / test-stress (clang + libFuzzer, own build folder).
+include tests/fuzz/fuzz.mk
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -4,6 +4,8 @@
 # as root it installs them; otherwise it prints the exact apt-get line and fails.
 # `tools/deps.sh slurm` (`make deps-slurm`): only the packages of the private test cluster that
 # `make test-slurm` starts (slurmctld, slurmd, client tools, munge); plain `make deps` stays lean.
+# `tools/deps.sh stress` (`make deps-stress`, run by `make test-stress`): the usual packages plus
+# clang-14 and libclang-rt-14-dev (libFuzzer and clang's ASan/UBSan runtimes) for tests/fuzz.
 set -euo pipefail
 if [ "${1:-install}" = slurm ]; then
   PKGS=(slurmctld slurmd slurm-client munge openmpi-bin)
@@ -17,6 +19,7 @@ PKGS=(
 )
 # PyTorch is needed only to regenerate test fixtures and for bench/ comparisons.
 [ "${MPITRON_DEPS_TORCH:-0}" = 1 ] && PKGS+=(python3-torch libopenblas0-openmp)
+[ "${1:-install}" = stress ] && PKGS+=(clang-14 libclang-rt-14-dev)
 fi
 
 missing=()

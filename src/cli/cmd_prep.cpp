@@ -37,7 +37,8 @@ int check_dir(const std::string& dir, int seq_len) {
   for (const char* split : {"train", "val"}) {
     if (std::string(split) == "val" && list_shards(dir, split).empty()) continue;
     TokenDataset ds(dir, split);
-    std::vector<int32_t> buf(1 << 20);
+    // Up to 1M tokens per read; no bigger than the split (small shards are common in tests).
+    std::vector<int32_t> buf(static_cast<size_t>(std::clamp<int64_t>(ds.num_tokens(), 1, 1 << 20)));
     for (int64_t at = 0; at < ds.num_tokens(); at += static_cast<int64_t>(buf.size()))
       ds.read(at, std::min<int64_t>(static_cast<int64_t>(buf.size()), ds.num_tokens() - at), buf.data());
     if (seq_len > 0) {
@@ -60,6 +61,11 @@ int cmd_prep(const Args& args) {
   PrepOptions opt;
   std::string check;
   int seq_len = 0;
+  auto int_count = [](const std::string& text, const char* what) {  // no silent wrap to int
+    int64_t v = parse_count(text, what);
+    usage_check(v <= INT32_MAX, "bad value for {}: '{}' is too large", what, text);
+    return static_cast<int>(v);
+  };
   auto value = [&](size_t& i) -> const std::string& {
     usage_check(i + 1 < args.size(), "prep: {} needs a value (see `mpitron prep --help`)", args[i]);
     return args[++i];
@@ -89,13 +95,13 @@ int cmd_prep(const Args& args) {
         usage_fail("bad value for --val-fraction: '{}'", v);
       }
     } else if (a == "--workers") {
-      opt.workers = static_cast<int>(parse_count(value(i), "--workers"));
+      opt.workers = int_count(value(i), "--workers");
     } else if (a == "--doc-separator") {
       opt.doc_separator = value(i);
     } else if (a == "--check") {
       check = value(i);
     } else if (a == "--seq-len") {
-      seq_len = static_cast<int>(parse_count(value(i), "--seq-len"));
+      seq_len = int_count(value(i), "--seq-len");
     } else if (a == "--quiet") {
       opt.progress = 0;
     } else {

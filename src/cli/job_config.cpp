@@ -5,11 +5,30 @@
 
 #include <algorithm>
 #include <charconv>
+#include <fstream>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
+
+// toml++ 3.3 (Debian's) asserts on some malformed files instead of throwing a parse_error, e.g.
+// on the table header "[+a]" (upstream: marzer/tomlplusplus#301), which aborts the process; under
+// NDEBUG the same check is an optimiser assumption (undefined behaviour). Its internal checks
+// throw here instead, NDEBUG or not, and load_job_file reports them as a TOML error in the file.
+// This is the only file that includes toml++, so the definition is the same everywhere.
+namespace mpitron {
+struct TomlCheckFailed : std::logic_error {
+  using std::logic_error::logic_error;
+};
+[[noreturn]] inline void toml_check_failed(const char* expr) { throw TomlCheckFailed(expr); }
+}  // namespace mpitron
+#pragma push_macro("NDEBUG")
+#undef NDEBUG
+#define TOML_ASSERT(expr) ((expr) ? static_cast<void>(0) : ::mpitron::toml_check_failed(#expr))
 #include <toml++/toml.h>
+#pragma pop_macro("NDEBUG")
 
 #include "mpitron/core/error.hpp"
+#include "toml_guard.hpp"
 
 namespace mpitron {
 namespace {
@@ -47,6 +66,10 @@ T parse_number(const std::string& key, const std::string& type, const std::strin
     // Accept "50M"-style suffixes nowhere: job keys are plain numbers. Allow "1e3"? No: exact ints.
     auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
     if (ec != std::errc() || p != v.data() + v.size()) bad_value(key, type, text);
+    // TOML integers are signed 64-bit: a larger unsigned value could not be written back.
+    if constexpr (std::is_unsigned_v<T> && sizeof(T) == 8)
+      usage_check(out <= static_cast<T>(INT64_MAX), "bad value for '{}': {} is larger than {} (the largest TOML integer)",
+                  key, v, INT64_MAX);
   }
   return out;
 }
@@ -58,20 +81,117 @@ bool parse_bool(const std::string& key, const std::string& text) {
   bad_value(key, "bool (true|false)", text);
 }
 
-std::string unquote(const std::string& text) {
-  std::string v = trim(text);
-  if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
-    return v.substr(1, v.size() - 2);
-  return v;
+// UTF-8 as TOML requires it (no overlong forms, no surrogates, <= U+10FFFF). Values from the
+// command line are checked: job_to_toml must be able to write them back.
+bool valid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size(), i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i + len > n) return false;
+    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+    for (int k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += static_cast<size_t>(len);
+  }
+  return true;
 }
 
+void check_text(const std::string& key, const std::string& v) {
+  if (!valid_utf8(v)) usage_fail("bad value for '{}': not valid UTF-8 text", key);
+}
+
+// Appends code point cp as UTF-8.
+void put_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// The inverse of quote(): a "..." TOML basic string has its escapes decoded (load_job_file hands
+// string values over as quote(value)), a '...' literal string is taken as is, and anything else
+// (a command-line value) is kept verbatim.
+std::string unquote(const std::string& text) {
+  std::string v = trim(text);
+  if (v.size() < 2 || (v.front() != '"' && v.front() != '\'') || v.back() != v.front()) return v;
+  if (v.front() == '\'') return v.substr(1, v.size() - 2);
+  std::string out;
+  for (size_t i = 1; i + 1 < v.size(); ++i) {
+    if (v[i] != '\\' || i + 2 >= v.size()) {
+      out += v[i];
+      continue;
+    }
+    char e = v[++i];
+    switch (e) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      case 'r': out += '\r'; break;
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case 'u':
+      case 'U': {
+        size_t digits = e == 'u' ? 4 : 8;
+        uint32_t cp = 0;
+        auto [p, ec] = std::from_chars(v.data() + i + 1, v.data() + std::min(i + 1 + digits, v.size() - 1), cp, 16);
+        if (ec != std::errc() || p != v.data() + i + 1 + digits) {
+          out += '\\';
+          out += e;
+          break;
+        }
+        put_utf8(out, cp);
+        i += digits;
+        break;
+      }
+      default: out += e;  // \" and \\ (and anything else: the character itself)
+    }
+  }
+  return out;
+}
+
+// A TOML basic string: quotes, backslashes and control characters escaped (TOML forbids them raw).
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+    unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7F) {
+      out += fmt::format("\\u{:04X}", static_cast<unsigned>(u));
+    } else {
+      out += c;
+    }
   }
   return out + "\"";
+}
+
+// A TOML key: bare when it can be, else quoted.
+std::string toml_key(const std::string& k) {
+  bool bare = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  return bare ? k : quote(k);
 }
 
 template <class S, class T>
@@ -100,6 +220,7 @@ Key make_key(std::string name, std::string help, S JobConfig::*sec, T S::*field,
       dst = parse_number<T>(name, type, text);
     } else if constexpr (std::is_same_v<T, std::string>) {
       std::string v = unquote(text);
+      check_text(name, v);
       if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end())
         usage_fail("bad value for '{}': '{}' (allowed: {})", name, v, fmt::join(choices, ", "));
       dst = v;
@@ -254,12 +375,15 @@ std::string toml_value_text(const toml::node& n, const std::string& key, const s
 }  // namespace
 
 void set_job_key(JobConfig& cfg, const std::string& dotted_key, const std::string& value) {
-  if (dotted_key.rfind("env.", 0) == 0) {
-    cfg.env[dotted_key.substr(4)] = unquote(value);
+  if (dotted_key == "env_override" || dotted_key == "env.env_override") {
+    cfg.env_override = parse_bool(dotted_key, value);
     return;
   }
-  if (dotted_key == "env_override") {
-    cfg.env_override = parse_bool(dotted_key, value);
+  if (dotted_key.rfind("env.", 0) == 0) {
+    std::string name = dotted_key.substr(4), v = unquote(value);
+    check_text(dotted_key, name);
+    check_text(dotted_key, v);
+    cfg.env[name] = v;
     return;
   }
   const Key* k = find_key(dotted_key);
@@ -268,13 +392,24 @@ void set_job_key(JobConfig& cfg, const std::string& dotted_key, const std::strin
 }
 
 void load_job_file(JobConfig& cfg, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  usage_check(static_cast<bool>(in), "cannot read job file '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  usage_check(!in.bad(), "cannot read job file '{}'", path);
+  const std::string text = ss.str();
+  check_toml_text(text, path);  // inputs toml++ 3.3 cannot take safely (toml_guard.hpp)
   toml::table tbl;
   try {
-    tbl = toml::parse_file(path);
+    tbl = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     const auto& src = e.source();
     if (src.begin.line == 0) usage_fail("cannot read job file '{}': {}", path, e.description());
     usage_fail("{}:{}:{}: TOML error: {}", path, src.begin.line, src.begin.column, e.description());
+  } catch (const TomlCheckFailed& e) {
+    usage_fail("{}: TOML error: the file is malformed (the parser's check `{}` failed; look for a stray "
+               "character in a [table] header)",
+               path, e.what());
   }
   for (const auto& [sec_key, node] : tbl) {
     std::string sec(sec_key.str());
@@ -287,8 +422,8 @@ void load_job_file(JobConfig& cfg, const std::string& path) {
     for (const auto& [k, v] : *t) {
       std::string dotted = sec + "." + std::string(k.str());
       if (sec == "env") {
-        if (auto s = v.as_string()) cfg.env[std::string(k.str())] = s->get();
-        else if (std::string(k.str()) == "env_override") cfg.env_override = v.value_or(false);
+        if (std::string(k.str()) == "env_override") set_job_key(cfg, dotted, toml_value_text(v, dotted, path));
+        else if (auto s = v.as_string()) cfg.env[std::string(k.str())] = s->get();
         else cfg.env[std::string(k.str())] = unquote(toml_value_text(v, dotted, path));
         continue;
       }
@@ -363,7 +498,7 @@ std::string job_to_toml(const JobConfig& cfg) {
   }
   out += "\n[env]\n";
   if (cfg.env_override) out += "env_override = true\n";
-  for (const auto& [k, v] : cfg.env) out += fmt::format("{} = {}\n", k, quote(v));
+  for (const auto& [k, v] : cfg.env) out += fmt::format("{} = {}\n", toml_key(k), quote(v));
   return out;
 }
 

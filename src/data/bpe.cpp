@@ -31,6 +31,11 @@ void Tokenizer::build_tables() {
     check(a >= 0 && b >= 0 && a < id && b < id, "BPE merge {} = [{}, {}] refers to an id that is not defined before it",
           i, a, b);
     check(rank_.emplace(key(a, b), static_cast<int32_t>(i)).second, "BPE merge {} = [{}, {}] is a duplicate", i, a, b);
+    // Merges never cross a pre-tokenized chunk, so no real token is longer than kMaxChunk bytes;
+    // without this limit 40 merges [[256, 256], [257, 257], ...] would ask for 2^40 bytes.
+    size_t len = bytes_of_[a].size() + bytes_of_[b].size();
+    check(len <= kMaxChunk, "BPE merge {} = [{}, {}] makes a token of {} bytes (tokens are at most {} bytes)", i, a,
+          b, len, kMaxChunk);
     bytes_of_[id] = bytes_of_[a] + bytes_of_[b];
   }
 }

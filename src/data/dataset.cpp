@@ -71,9 +71,22 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : d
       usage_fail("{}", e.what());
     }
     usage_check(num == s->n, "{}: attribute num_tokens = {} but /tokens has {} (truncated?)", path, num, s->n);
-    usage_check(vocab > 0 && vocab <= (int64_t{1} << 31) && eot >= 0 && eot < vocab,
-                "{}: bad vocab_size {} / eot {}", path, vocab, eot);
-    usage_check(H5Tget_size(type) >= 4 || vocab <= 65536, "{}: vocab_size {} does not fit /tokens' 16-bit type", path, vocab);
+    usage_check(vocab > 0 && vocab <= INT32_MAX && eot >= 0 && eot < vocab, "{}: bad vocab_size {} / eot {}", path,
+                vocab, eot);
+    const size_t tsize = H5Tget_size(type);
+    usage_check(tsize >= 1 && tsize <= 8, "{}: /tokens has a {}-byte integer type", path, tsize);
+    usage_check(tsize >= 4 || vocab <= 65536, "{}: vocab_size {} does not fit /tokens' 16-bit type", path, vocab);
+    // The tokens must be in the file: a /tokens that claims more than its allocated chunks hold
+    // would read as endless fill values (prep --check reads them all). Filtered (compressed)
+    // datasets store fewer bytes than they hold, so only unfiltered ones are checked.
+    {
+      h5::Id dcpl(H5Dget_create_plist(s->tokens));
+      hsize_t stored = H5Dget_storage_size(s->tokens);
+      usage_check(!dcpl.valid() || H5Pget_nfilters(dcpl) != 0 ||
+                      stored / tsize >= static_cast<hsize_t>(s->n),
+                  "{}: /tokens claims {} tokens but the file stores {} bytes of them (truncated or corrupt?)", path,
+                  s->n, stored);
+    }
     if (shards_.empty()) {
       vocab_size_ = static_cast<int>(vocab);
       eot_ = static_cast<int>(eot);

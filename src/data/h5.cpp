@@ -98,21 +98,60 @@ void write_attr_strs(hid_t obj, const char* name, const std::vector<std::string>
   check(a.valid() && (n == 0 || H5Awrite(a, type, ptrs.data()) >= 0), "HDF5: cannot write attribute '{}'", name);
 }
 
+void write_attr_fixed_str(hid_t obj, const char* name, const std::string& v) {
+  Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type, v.empty() ? 1 : v.size());  // HDF5 has no 0-byte strings
+  H5Tset_strpad(type, H5T_STR_NULLPAD);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  Id space(H5Screate(H5S_SCALAR));
+  Id a(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT));
+  std::string buf = v.empty() ? std::string(1, '\0') : v;
+  check(a.valid() && H5Awrite(a, type, buf.data()) >= 0, "HDF5: cannot write attribute '{}'", name);
+}
+
+void write_attr_fixed_strs(hid_t obj, const char* name, const std::vector<std::string>& v) {
+  size_t width = 1;
+  for (const auto& s : v) width = s.size() > width ? s.size() : width;
+  Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type, width);
+  H5Tset_strpad(type, H5T_STR_NULLPAD);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  hsize_t n = v.size();
+  Id space(n ? H5Screate_simple(1, &n, nullptr) : H5Screate(H5S_NULL));
+  std::string buf(v.size() * width, '\0');
+  for (size_t i = 0; i < v.size(); ++i) v[i].copy(buf.data() + i * width, width);
+  Id a(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT));
+  check(a.valid() && (n == 0 || H5Awrite(a, type, buf.data()) >= 0), "HDF5: cannot write attribute '{}'", name);
+}
+
 bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
+
+bool attr_is_single(hid_t a) {
+  Id space(H5Aget_space(a));
+  return space.valid() && H5Sget_simple_extent_npoints(space) == 1;
+}
 
 int64_t read_attr_i64(hid_t obj, const char* name, const std::string& file) {
   check(has_attr(obj, name), "{}: missing attribute '{}' (not an mpitron shard?)", file, name);
   Id a(H5Aopen(obj, name, H5P_DEFAULT));
+  check(a.valid(), "{}: cannot open attribute '{}' (corrupted file?)", file, name);
+  Id ftype(H5Aget_type(a));
+  // One integer: H5Aread writes every element of the attribute into &v.
+  check(attr_is_single(a) && H5Tget_class(ftype) == H5T_INTEGER, "{}: attribute '{}' is not one integer", file,
+        name);
   int64_t v = 0;
-  check(a.valid() && H5Aread(a, H5T_NATIVE_INT64, &v) >= 0, "{}: cannot read integer attribute '{}'", file, name);
+  check(H5Aread(a, H5T_NATIVE_INT64, &v) >= 0, "{}: cannot read integer attribute '{}'", file, name);
   return v;
 }
 
 std::string read_attr_str(hid_t obj, const char* name, const std::string& file) {
   check(has_attr(obj, name), "{}: missing attribute '{}' (not an mpitron shard?)", file, name);
   Id a(H5Aopen(obj, name, H5P_DEFAULT));
+  check(a.valid(), "{}: cannot open attribute '{}' (corrupted file?)", file, name);
   Id ftype(H5Aget_type(a));
   check(H5Tget_class(ftype) == H5T_STRING, "{}: attribute '{}' is not a string", file, name);
+  // One string: H5Aread writes every element (a pointer or a fixed-size string each) into the buffer.
+  check(attr_is_single(a), "{}: attribute '{}' is not one string", file, name);
   if (H5Tis_variable_str(ftype) > 0) {
     Id mtype(H5Tcopy(H5T_C_S1));
     H5Tset_size(mtype, H5T_VARIABLE);
@@ -120,11 +159,16 @@ std::string read_attr_str(hid_t obj, const char* name, const std::string& file) 
     char* p = nullptr;
     check(H5Aread(a, mtype, &p) >= 0, "{}: cannot read string attribute '{}'", file, name);
     std::string s = p ? p : "";
-    Id space(H5Aget_space(a));
     H5free_memory(p);
     return s;
   }
+  // A fixed-length string is stored in the file at its full size: a larger claim is corruption
+  // (and would be a huge allocation here).
   size_t n = H5Tget_size(ftype);
+  hsize_t file_size = 0;
+  Id fid(H5Iget_file_id(a));
+  check(n > 0 && H5Fget_filesize(fid, &file_size) >= 0 && n <= file_size,
+        "{}: string attribute '{}' claims {} bytes, more than the file holds (corrupted file?)", file, name, n);
   std::string s(n, '\0');
   check(H5Aread(a, ftype, s.data()) >= 0, "{}: cannot read string attribute '{}'", file, name);
   while (!s.empty() && s.back() == '\0') s.pop_back();

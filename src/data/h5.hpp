@@ -46,8 +46,17 @@ std::string error_cause();
 void write_attr_i64(hid_t obj, const char* name, int64_t v);
 void write_attr_str(hid_t obj, const char* name, const std::string& v);
 void write_attr_strs(hid_t obj, const char* name, const std::vector<std::string>& v);
+// Fixed-length UTF-8 strings: the bytes live in the attribute message itself (the object header,
+// checksummed in files written with libver bounds >= V18), not in the global heap, which has no
+// checksum and whose corruption crashes libhdf5 1.10.8 inside H5Aread (tests/fuzz, README).
+void write_attr_fixed_str(hid_t obj, const char* name, const std::string& v);
+void write_attr_fixed_strs(hid_t obj, const char* name, const std::vector<std::string>& v);
 bool has_attr(hid_t obj, const char* name);
+// The readers check that the attribute holds one value (a crafted file can give it any shape),
+// of an integer type or a string (fixed- or variable-length); Error naming file and attribute.
 int64_t read_attr_i64(hid_t obj, const char* name, const std::string& file);
 std::string read_attr_str(hid_t obj, const char* name, const std::string& file);
+// True when attribute/dataset `a` (an open attribute) holds exactly one element.
+bool attr_is_single(hid_t a);
 
 }  // namespace mpitron::h5

@@ -130,7 +130,9 @@ int64_t parse_count(const std::string& text, const std::string& what) {
   try {
     size_t used = 0;
     double v = std::stod(t, &used);
-    usage_check(used == t.size() && v > 0, "bad value for {}: '{}' (e.g. 50M, 1000000)", what, text);
+    // v * mult beyond int64 (1e300, inf) would make llround's result unspecified.
+    usage_check(used == t.size() && v > 0 && v * static_cast<double>(mult) < 9.2e18,
+                "bad value for {}: '{}' (e.g. 50M, 1000000)", what, text);
     return static_cast<int64_t>(std::llround(v * static_cast<double>(mult)));
   } catch (const std::logic_error&) {
     usage_fail("bad value for {}: '{}' (e.g. 50M, 1000000)", what, text);

@@ -22,6 +22,7 @@ h5::Id create_extendible(hid_t file, const char* name, hid_t type, hsize_t chunk
   h5::Id space(H5Screate_simple(1, &dims, &maxdims));
   h5::Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
   H5Pset_chunk(dcpl, 1, &chunk);
+  H5Pset_obj_track_times(dcpl, false);  // no timestamps: the same input gives the same bytes
   return h5::Id(H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
 }
 
@@ -48,7 +49,14 @@ ShardWriter::ShardWriter(std::string path, const Tokenizer& tok, int64_t chunk_t
   std::lock_guard lock(hdf5_mutex());
   h5::quiet();
   std::string tmp = tmp_path();
-  h5_->file = h5::Id(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  // The 1.10 file format: superblock, object headers and the chunk index of /tokens (an extensible
+  // array) carry checksums, so a corrupted shard's metadata is an HDF5 error on open or read, not
+  // a crash inside libhdf5 (tests/fuzz). Needs HDF5 >= 1.10 to read (Debian 12 has 1.10.8).
+  h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0, "HDF5: cannot set the file format version");
+  h5::Id fcpl(H5Pcreate(H5P_FILE_CREATE));
+  H5Pset_obj_track_times(fcpl, false);
+  h5_->file = h5::Id(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl));
   check(h5_->file.valid(), "cannot create shard '{}' (does the folder exist and is it writable?)", tmp);
   buf_.reserve(chunk_);
 }
@@ -106,12 +114,13 @@ void ShardWriter::close() {
   check(h5_->docs.valid(), "{}: cannot create /doc_offsets", tmp);
   append_1d(h5_->docs, 0, docs_.size(), H5T_NATIVE_UINT64, docs_.data(), tmp);
   hid_t f = h5_->file;
-  h5::write_attr_str(f, "format", "mpitron-shard-v1");
+  // Fixed-length strings: no global heap (h5.hpp). h5py reads them as bytes; json.loads takes those.
+  h5::write_attr_fixed_str(f, "format", "mpitron-shard-v1");
   h5::write_attr_i64(f, "vocab_size", vocab_size_);
   h5::write_attr_i64(f, "eot", eot_);
   h5::write_attr_i64(f, "num_tokens", num_tokens_);
-  h5::write_attr_str(f, "tokenizer", tokenizer_json_);
-  h5::write_attr_strs(f, "source", sources_);
+  h5::write_attr_fixed_str(f, "tokenizer", tokenizer_json_);
+  h5::write_attr_fixed_strs(f, "source", sources_);
   h5_->tokens.reset();
   h5_->docs.reset();
   check(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "{}: HDF5 flush failed (disk full?)", tmp);

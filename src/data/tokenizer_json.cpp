@@ -10,29 +10,67 @@
 
 namespace mpitron {
 
+namespace {
+
+using json = nlohmann::json;
+
+// Strict field readers: the wrong JSON type, or an integer outside int32, is an error naming the
+// field (nlohmann's get<int> would truncate 1.5 to 1 and wrap 4294967296 to 0).
+std::string string_field(const json& j, const char* key, std::string_view where) {
+  if (!j.contains(key)) return "";
+  usage_check(j[key].is_string(), "{}: \"{}\" must be a string (got {})", where, key, j[key].dump());
+  return j[key].get<std::string>();
+}
+
+bool int_value(const json& v, int64_t lo, int64_t hi, int64_t* out) {
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) return false;
+    *out = static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    *out = v.get<int64_t>();
+  } else {
+    return false;
+  }
+  return *out >= lo && *out <= hi;
+}
+
+int64_t int_field(const json& j, const char* key, std::string_view where) {
+  int64_t v = 0;
+  usage_check(int_value(j[key], 0, INT32_MAX, &v), "{}: \"{}\" must be an integer in [0, {}] (got {})", where, key,
+              INT32_MAX, j[key].dump());
+  return v;
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::from_json(std::string_view text, std::string_view where) {
-  nlohmann::json j;
+  json j;
   try {
-    j = nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::exception& e) {
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
     usage_fail("{}: not valid JSON ({})", where, e.what());
   }
   try {
-    usage_check(j.is_object() && j.value("format", "") == "mpitron-tokenizer",
+    usage_check(j.is_object() && j.contains("format") && j["format"] == "mpitron-tokenizer",
                 "{}: not an mpitron tokenizer (expected \"format\": \"mpitron-tokenizer\")", where);
-    int version = j.value("version", 0);
+    int64_t version = j.contains("version") ? int_field(j, "version", where) : 0;
     usage_check(version == 1, "{}: tokenizer format version {} is not supported (this build reads 1)", where, version);
-    std::string type = j.value("type", "");
+    std::string type = string_field(j, "type", where);
     Tokenizer t;
     if (type == "byte") {
       t = Tokenizer::byte();
     } else if (type == "bpe") {
-      std::string pre = j.value("pretokenizer", "");
+      std::string pre = string_field(j, "pretokenizer", where);
       usage_check(pre == "mpitron-v1", "{}: unknown pretokenizer '{}' (this build has mpitron-v1)", where, pre);
+      usage_check(j.contains("merges") && j["merges"].is_array(), "{}: a bpe tokenizer needs a \"merges\" list", where);
       std::vector<std::pair<int32_t, int32_t>> merges;
-      for (const auto& m : j.at("merges")) {
-        usage_check(m.is_array() && m.size() == 2, "{}: merge {} is not a [left, right] pair", where, merges.size());
-        merges.emplace_back(m[0].get<int32_t>(), m[1].get<int32_t>());
+      merges.reserve(j["merges"].size());
+      for (const auto& m : j["merges"]) {
+        int64_t a = -1, b = -1;
+        usage_check(m.is_array() && m.size() == 2 && int_value(m[0], 0, INT32_MAX, &a) && int_value(m[1], 0, INT32_MAX, &b),
+                    "{}: merge {} is not a [left, right] pair of token ids (got {})", where, merges.size(), m.dump());
+        merges.emplace_back(static_cast<int32_t>(a), static_cast<int32_t>(b));
       }
       try {
         t = Tokenizer::bpe(std::move(merges));
@@ -42,13 +80,17 @@ Tokenizer Tokenizer::from_json(std::string_view text, std::string_view where) {
     } else {
       usage_fail("{}: unknown tokenizer type '{}' (allowed: byte, bpe)", where, type);
     }
-    if (j.contains("vocab_size"))
-      usage_check(j["vocab_size"].get<int>() == t.vocab_size(), "{}: vocab_size {} disagrees with the {} merges (expected {})",
-                  where, j["vocab_size"].get<int>(), t.merges().size(), t.vocab_size());
-    if (j.contains("eot"))
-      usage_check(j["eot"].get<int>() == t.eot(), "{}: eot {} must be the last id {}", where, j["eot"].get<int>(), t.eot());
+    if (j.contains("vocab_size")) {
+      int64_t v = int_field(j, "vocab_size", where);
+      usage_check(v == t.vocab_size(), "{}: vocab_size {} disagrees with the {} merges (expected {})", where, v,
+                  t.merges().size(), t.vocab_size());
+    }
+    if (j.contains("eot")) {
+      int64_t e = int_field(j, "eot", where);
+      usage_check(e == t.eot(), "{}: eot {} must be the last id {}", where, e, t.eot());
+    }
     return t;
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const json::exception& e) {
     usage_fail("{}: malformed tokenizer JSON ({})", where, e.what());
   }
 }

@@ -438,6 +438,7 @@ std::vector<float> read_checkpoint_tensor(const std::string& path, const std::st
   H5Sget_simple_extent_dims(sp, d.data(), nullptr);
   size_t n = 1;
   for (auto x : d) n *= x;
+  ckpt_meta::check_tensor_shape(f, ds, path, dataset);  // before n (from the file) is allocated
   std::vector<float> out(n);
   if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw CorruptCheckpoint(fmt::format("checkpoint '{}': cannot read dataset '{}'{}", path, dataset, cause_suffix()));

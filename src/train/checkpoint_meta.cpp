@@ -101,14 +101,16 @@ static double read_attr_f64(hid_t obj, const char* name, const std::string& file
   check(h5::has_attr(obj, name), "{}: missing attribute '{}'", file, name);
   Id a(H5Aopen(obj, name, H5P_DEFAULT));
   double v = 0;
-  check(a.valid() && H5Aread(a, H5T_NATIVE_DOUBLE, &v) >= 0, "{}: cannot read attribute '{}'", file, name);
+  check(a.valid() && h5::attr_is_single(a) && H5Aread(a, H5T_NATIVE_DOUBLE, &v) >= 0, "{}: cannot read attribute '{}'",
+        file, name);
   return v;
 }
 uint64_t read_attr_u64(hid_t obj, const char* name, const std::string& file) {
   check(h5::has_attr(obj, name), "{}: missing attribute '{}'", file, name);
   Id a(H5Aopen(obj, name, H5P_DEFAULT));
   uint64_t v = 0;
-  check(a.valid() && H5Aread(a, H5T_NATIVE_UINT64, &v) >= 0, "{}: cannot read attribute '{}'", file, name);
+  check(a.valid() && h5::attr_is_single(a) && H5Aread(a, H5T_NATIVE_UINT64, &v) >= 0, "{}: cannot read attribute '{}'",
+        file, name);
   return v;
 }
 
@@ -149,10 +151,38 @@ static std::string read_text(hid_t f, const char* name, const std::string& file)
   Id ds(H5Dopen2(f, name, H5P_DEFAULT));
   Id type(H5Dget_type(ds));
   check(ds.valid() && H5Tget_class(type) == H5T_STRING, "{}: '{}' is not a string dataset", file, name);
+  // One fixed-length string no longer than the file (as write_text makes it): H5Dread writes
+  // every element into the buffer, a variable-length one as a pointer, and the size is the file's.
+  Id space(H5Dget_space(ds)), fid(H5Iget_file_id(ds));
+  hsize_t file_size = 0;
+  check(H5Tis_variable_str(type) == 0 && H5Sget_simple_extent_npoints(space) == 1 &&
+            H5Fget_filesize(fid, &file_size) >= 0 && H5Tget_size(type) <= file_size,
+        "{}: '{}' is not one fixed-length string (corrupted file?)", file, name);
   std::string s(H5Tget_size(type), '\0');
   check(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data()) >= 0, "{}: cannot read '{}'", file, name);
   while (!s.empty() && s.back() == '\0') s.pop_back();
   return s;
+}
+
+// A stored model size, range-checked before it becomes an int: inspect and generate build a model
+// from these, so a corrupted file must not ask for 2^40 parameters (or wrap 2^32 + 1 to 1).
+static int read_model_size(hid_t g, const char* name, const std::string& path, int64_t hi) {
+  int64_t v = h5::read_attr_i64(g, name, path);
+  usage_check(v >= 1 && v <= hi, "checkpoint '{}': config/{} = {} is outside [1, {}] (corrupted file?)", path, name, v,
+              hi);
+  return static_cast<int>(v);
+}
+
+void check_tensor_shape(hid_t f, hid_t ds, const std::string& path, const std::string& dataset) {
+  Id sp(H5Dget_space(ds)), type(H5Dget_type(ds));
+  hsize_t dims[2] = {0, 0}, file_size = 0;
+  int nd = sp.valid() ? H5Sget_simple_extent_ndims(sp) : -1;
+  bool ok = nd >= 1 && nd <= 2 && H5Sget_simple_extent_dims(sp, dims, nullptr) == nd &&
+            H5Tget_class(type) == H5T_FLOAT && H5Fget_filesize(f, &file_size) >= 0;
+  const hsize_t most = file_size / 4;
+  ok = ok && dims[0] <= most && (nd == 1 || (dims[1] <= most && (dims[1] == 0 || dims[0] <= most / dims[1])));
+  usage_check(ok, "checkpoint '{}': dataset '{}' is not a 1-D or 2-D float tensor that fits in the file (corrupted?)",
+              path, dataset);
 }
 
 // Metadata from an open file (any access mode; every read here is independent).
@@ -175,14 +205,20 @@ CheckpointMeta read_meta(hid_t f, const std::string& path) {
     check(g.valid(), "{}: missing group 'config'", path);
     ModelConfig& c = m.model;
     c.name = read_attr_str(g, "name", path);
-    c.arch = read_attr_str(g, "arch", path) == "llama" ? Arch::llama : Arch::gpt2;
-    c.n_layer = static_cast<int>(read_attr_i64(g, "n_layer", path));
-    c.n_head = static_cast<int>(read_attr_i64(g, "n_head", path));
-    c.n_kv_head = static_cast<int>(read_attr_i64(g, "n_kv_head", path));
-    c.d_model = static_cast<int>(read_attr_i64(g, "d_model", path));
-    c.d_ff = static_cast<int>(read_attr_i64(g, "d_ff", path));
-    c.vocab_size = static_cast<int>(read_attr_i64(g, "vocab_size", path));
-    c.seq_len = static_cast<int>(read_attr_i64(g, "seq_len", path));
+    std::string arch = read_attr_str(g, "arch", path);
+    usage_check(arch == "gpt2" || arch == "llama", "checkpoint '{}': config/arch '{}' is not gpt2 or llama", path, arch);
+    c.arch = arch == "llama" ? Arch::llama : Arch::gpt2;
+    // Generous limits (llama3-405b: 126 layers, d_model 16384, d_ff 53248, vocab 128256).
+    c.n_layer = read_model_size(g, "n_layer", path, 4096);
+    c.n_head = read_model_size(g, "n_head", path, 4096);
+    c.n_kv_head = read_model_size(g, "n_kv_head", path, c.n_head);
+    c.d_model = read_model_size(g, "d_model", path, 1 << 18);
+    c.d_ff = read_model_size(g, "d_ff", path, 1 << 20);
+    c.vocab_size = read_model_size(g, "vocab_size", path, 1 << 24);
+    c.seq_len = read_model_size(g, "seq_len", path, 1 << 22);
+    usage_check(c.d_model % c.n_head == 0 && c.n_head % c.n_kv_head == 0,
+                "checkpoint '{}': config d_model {}, n_head {}, n_kv_head {} do not divide (corrupted file?)", path,
+                c.d_model, c.n_head, c.n_kv_head);
     c.tied_embeddings = read_attr_i64(g, "tied_embeddings", path) != 0;
     m.job_toml = read_text(g, "job_toml", path);
   }
@@ -197,8 +233,10 @@ CheckpointMeta read_meta(hid_t f, const std::string& path) {
     if (h5::has_attr(g, "pp_layers")) {
       Id a(H5Aopen(g, "pp_layers", H5P_DEFAULT));
       Id sp(H5Aget_space(a));
-      std::vector<int64_t> v(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
-      check(H5Aread(a, H5T_NATIVE_INT64, v.data()) >= 0, "{}: cannot read layout/pp_layers", path);
+      hssize_t np = H5Sget_simple_extent_npoints(sp);  // one entry per (virtual) stage
+      check(np >= 0 && np <= 65536, "{}: layout/pp_layers has {} entries (corrupted file?)", path, np);
+      std::vector<int64_t> v(static_cast<size_t>(np));
+      check(np == 0 || H5Aread(a, H5T_NATIVE_INT64, v.data()) >= 0, "{}: cannot read layout/pp_layers", path);
       m.pp_layers.assign(v.begin(), v.end());
     }
   }

@@ -17,6 +17,10 @@ nlohmann::json meta_to_json(const CheckpointMeta& m);
 CheckpointMeta meta_from_json(const nlohmann::json& j);
 // Metadata from an open file (any access mode; every read is independent).
 CheckpointMeta read_meta(hid_t f, const std::string& path);
+// UsageError unless dataset `ds` of file `f` can be a checkpoint tensor: 1-D or 2-D, a float type,
+// and no more values than the file has bytes / 4 (its shape is read from the file: a corrupted
+// one would be a huge allocation, or a product that overflows into a too small buffer).
+void check_tensor_shape(hid_t f, hid_t ds, const std::string& path, const std::string& dataset);
 // Collective: every rank creates the same objects; `writer` (rank 0) writes the values.
 void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl);
 void write_attr_u64(hid_t obj, const char* name, uint64_t v);
