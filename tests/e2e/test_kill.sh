@@ -64,7 +64,11 @@ while [ $t -lt "$trials" ]; do
   delay_ms=$(( RANDOM % 120 ))
   run="$tmp/trial$t"
   rm -rf "$run"
-  $MPIRUN -np $np "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$run" >"$run.log" 2>&1 &
+  # Each step sleeps 40 ms more (MPITRON_FAULT=slow, timing only): a tiny step takes a few ms, and
+  # mpirun forwards the step lines late enough under load that the whole run could be over before
+  # the kill, with nothing left to resume.
+  MPITRON_FAULT="slow@step_begin,ms=40" \
+    $MPIRUN -np $np -x MPITRON_FAULT "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$run" >"$run.log" 2>&1 &
   mp=$!
   live=("$mp")
   for _ in $(seq 1 600); do
@@ -104,9 +108,14 @@ while [ $t -lt "$trials" ]; do
   kstep=0
   [ -z "$latest" ] || kstep=$((10#$(echo "$latest" | grep -oE "[0-9]{8}")))
   partial=$(ls -a "$run/ckpt" 2>/dev/null | grep -c '\.tmp$' || true)
+  if [ "$kstep" -eq $steps ]; then
+    # The last checkpoint was complete: the kill hit the run's teardown, nothing is left to resume.
+    echo "(np $np: run over, its final checkpoint written, before step $target + ${delay_ms} ms could be hit; drawing again)"
+    continue
+  fi
 
   train $np "$run" "$run.resume.log"
-  first=$(grep -oE "^step +[0-9]+/" "$run.resume.log" | head -1 | grep -oE "[0-9]+")
+  first=$(grep -oE "^step +[0-9]+/" "$run.resume.log" | head -1 | grep -oE "[0-9]+" || true)
   [ "$first" = $((kstep + 1)) ] || fail "trial $t: resumed at step $first, the last complete checkpoint is step $kstep"
   if [ $kstep -gt 0 ]; then
     grep -qE "^resumed from .*/$latest: step $kstep " "$run.resume.log" || fail "trial $t: no resume from $latest"
