@@ -30,12 +30,13 @@
 namespace mpitron {
 namespace {
 
-// Seconds the check may take; MPITRON_CKPT_CHECK_TIMEOUT_S overrides (tests use a few seconds).
-// Metadata only: a few MB even for a large model, so 2 minutes is ample on a slow file system.
-int timeout_s() {
+// Seconds the check may take; MPITRON_CKPT_CHECK_TIMEOUT_S overrides (tests use a few seconds,
+// the checkpoint fuzzer a fraction of one). Metadata only: a few MB even for a large model, so
+// 2 minutes is ample on a slow file system.
+double timeout_s() {
   const char* e = std::getenv("MPITRON_CKPT_CHECK_TIMEOUT_S");
-  int v = e ? std::atoi(e) : 0;
-  return v > 0 ? v : 120;
+  double v = e ? std::strtod(e, nullptr) : 0;
+  return v > 0 && v < 1e6 ? v : 120;
 }
 
 [[noreturn]] void child(int fd, const std::string& path, bool has_optimizer) {
@@ -76,8 +77,8 @@ void check_checkpoint_structure_isolated(const std::string& path, bool has_optim
     ::close(fds[0]);
     fail("cannot check checkpoint '{}': fork: {}", path, std::strerror(err));
   }
-  const int limit = timeout_s();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(limit);
+  const double limit = timeout_s();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(limit * 1000));
   std::string report;
   bool timed_out = false;
   for (;;) {
@@ -103,7 +104,7 @@ void check_checkpoint_structure_isolated(const std::string& path, bool has_optim
   }
   if (timed_out)
     throw CorruptCheckpoint(fmt::format(
-        "checkpoint '{}' is corrupted: reading its HDF5 metadata did not finish within {} s (HDF5 stuck in a damaged "
+        "checkpoint '{}' is corrupted: reading its HDF5 metadata did not finish within {:g} s (HDF5 stuck in a damaged "
         "block)",
         path, limit));
   if (report.empty() || report.back() != '\0') {
