@@ -25,7 +25,7 @@
 #include <map>
 #include <numeric>
 
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/partition.hpp"
