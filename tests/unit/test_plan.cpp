@@ -11,9 +11,9 @@
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
+#include "mpitron/parallel/adamw.hpp"
 #include "mpitron/plan/advisor.hpp"
 #include "mpitron/plan/ledger.hpp"
-#include "mpitron/train/adamw.hpp"
 
 using namespace mpitron;
 

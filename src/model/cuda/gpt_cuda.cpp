@@ -176,7 +176,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
                            at(h + "ln_2.weight"), at(h + "ln_2.bias"), at(h + "mlp.c_fc.weight"),
                            at(h + "mlp.c_fc.bias"), at(h + "mlp.c_proj.weight"), at(h + "mlp.c_proj.bias")});
   }
-  // AdamW segments, as train/adamw.cpp builds them: neighbours with the same decay flag merged,
+  // AdamW segments, as parallel/adamw.cpp builds them: neighbours with the same decay flag merged,
   // each parameter cut to the optimizer range (ZeRO-1 shard).
   optim_ = {options.optim_begin, options.optim_end ? options.optim_end : n_flat_};
   check(optim_.begin <= optim_.end && optim_.end <= n_flat_, "GptCuda: optimizer range [{}, {}) outside [0, {})",

@@ -35,7 +35,7 @@
 
 namespace mpitron {
 
-// torch.optim.AdamW hyper-parameters (the fields of AdamWOptions in train/adamw.hpp, which the
+// torch.optim.AdamW hyper-parameters (the fields of AdamWOptions in parallel/adamw.hpp, which the
 // model module does not depend on). Weight decay applies to parameters marked `decay` (2-D).
 struct CudaAdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
