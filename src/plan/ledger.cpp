@@ -81,25 +81,19 @@ int act_slots_in_flight(const PlanLayout& l, int stage, int chunk) {
 
 namespace {
 
-int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
-
 GridShape shape_of(const PlanLayout& l) { return GridShape{l.tp, l.cp, l.dp, l.pp}; }
-
-int64_t flat_floats(const std::vector<ParamInfo>& t) {
-  return t.empty() ? 0 : static_cast<int64_t>(t.back().offset + round16(static_cast<int64_t>(t.back().numel)));
-}
 
 // Parameter elements of one LLaMA shard (flat layout: every tensor rounded up to 16 elements).
 int64_t llama_shard_params(const ModelConfig& c, const ModelShard& s) {
   const int64_t h = c.d_model, hd = c.head_dim(), t = s.tp_size, f = c.d_ff;
   const int64_t kv = std::max<int64_t>(1, c.n_kv_head / t);  // kv heads per rank (replicated when < tp)
   const int64_t q = c.n_head / t;
-  const int64_t layer = 2 * round16(h) + round16(q * hd * h) + 2 * round16(kv * hd * h) + round16(h * q * hd) +
-                        2 * round16(f / t * h) + round16(h * (f / t));
+  const int64_t layer = 2 * flat_padded(h) + flat_padded(q * hd * h) + 2 * flat_padded(kv * hd * h) +
+                        flat_padded(h * q * hd) + 2 * flat_padded(f / t * h) + flat_padded(h * (f / t));
   const int64_t vp = c.padded_vocab(s.tp_size) / t;
   int64_t n = (s.layer_end - s.layer_begin) * layer;
-  if (s.has_embedding) n += round16(vp * h);
-  if (s.has_head) n += round16(h) + round16(vp * h);
+  if (s.has_embedding) n += flat_padded(vp * h);
+  if (s.has_head) n += flat_padded(h) + flat_padded(vp * h);
   return n;
 }
 
@@ -193,7 +187,9 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
 
   // Parameters: one flat buffer per chunk.
   int64_t n = 0;
-  for (const auto& c : chunks) n += m.arch == Arch::gpt2 ? flat_floats(gpt_param_table(m, c.shard)) : llama_shard_params(m, c.shard);
+  for (const auto& c : chunks)
+    n += m.arch == Arch::gpt2 ? static_cast<int64_t>(flat_param_floats(gpt_param_table(m, c.shard)))
+                              : llama_shard_params(m, c.shard);
   r.local_params = n;
   const int64_t shard_n = zero_shard_elems(n, l.dp, r.coord.dp);
   const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;

@@ -35,16 +35,13 @@ using cuda::cuda_check;
 constexpr size_t kAlign = 256;  // every activation tensor starts on a 256-byte boundary
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// Rows of logits per LM-head chunk: the option, else up to 2^29 bf16 elements (1 GiB) at a time,
-// rows split evenly over the chunks (as gpt_logits_chunk_rows does on the CPU, with a GPU-sized
-// budget: fewer chunks mean fewer passes over the [Vp, C] wte gradient).
+// Rows of logits per LM-head chunk: the option, else logits_chunk_rows with a GPU-sized budget of
+// 2^29 bf16 elements (1 GiB): fewer chunks mean fewer passes over the [Vp, C] wte gradient.
 int64_t chunk_rows_for(const ModelConfig& cfg, int B, const GptCudaOptions& o) {
   const int64_t bt = int64_t{B} * cfg.seq_len;
   if (o.logits_chunk_rows > 0) return std::min(o.logits_chunk_rows, bt);
   constexpr int64_t kBudget = int64_t{1} << 29;
-  const int64_t max_rows = std::max<int64_t>(64, kBudget / cfg.padded_vocab());
-  const int64_t chunks = (bt + max_rows - 1) / max_rows;
-  return (bt + chunks - 1) / chunks;
+  return logits_chunk_rows(bt, cfg.padded_vocab(), kBudget);
 }
 
 }  // namespace
@@ -157,7 +154,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
   check(!sp_ || cfg.seq_len % T == 0, "GptCuda: sequence parallel needs seq_len ({}) divisible by tp ({})", cfg.seq_len,
         T);
   params_ = gpt_param_table(cfg, shard);
-  n_flat_ = params_.empty() ? 0 : params_.back().offset + (params_.back().numel + 15) / 16 * 16;
+  n_flat_ = flat_param_floats(params_);
 
   auto at = [&](const std::string& name) {
     for (const auto& p : params_)
