@@ -2,11 +2,11 @@
 // weights, fp32 gradients and Adam moments; llm.c's precision plan, see cuda_ops.hpp).
 // GPU builds only (MPITRON_CUDA=1).
 //
-// Same architecture, same parameter table and flat layout as the CPU GPT with ModelShard{}
+// Same architecture, same parameter table and flat layout as the CPU GPT with the same ModelShard
 // (gpt_param_table: tied wte of padded_vocab rows, parameters on 16-float boundaries), so a flat
 // fp32 vector from GPT::param_data() loads 1:1 (load_params) and comes back the same way
-// (copy_params_to_host). Whole model on one device only: tensor / pipeline / sequence parallel
-// shards are rejected at construction.
+// (copy_params_to_host). A shard may be a tensor-parallel slice (with sequence parallel) and a
+// pipeline stage (its blocks, with or without the embedding and the head), as on the CPU.
 //
 // Device memory, planned once at construction (llm.c's layout, see gpt_cuda.cpp):
 //   params   fp32 master flat buffer + its bf16 copy (what the kernels read)       Mem::params
@@ -60,12 +60,13 @@ struct GptCudaOptions {
 
 class GptCuda {
  public:
-  // shard must be the whole model (ModelShard{}); max_micro_batch bounds forward()'s B. `ops`
-  // must outlive the model (its stream carries all the model's work, the destructor included).
-  // Tensor parallel (shard.tp_size > 1, Megatron's split as the CPU GPT: column-parallel c_attn /
-  // c_fc, row-parallel c_proj / mlp.c_proj, vocab-parallel embedding and cross-entropy), with
-  // sequence parallel when shard.sequence_parallel: `tp` is the TP group's Comm (NCCL; its
-  // operations are ordered after ops.stream()). No pp.
+  // max_micro_batch bounds forward()'s B. `ops` must outlive the model (its stream carries all
+  // the model's work, the destructor included). Tensor parallel (shard.tp_size > 1, Megatron's
+  // split as the CPU GPT: column-parallel c_attn / c_fc, row-parallel c_proj / mlp.c_proj,
+  // vocab-parallel embedding and cross-entropy), with sequence parallel when
+  // shard.sequence_parallel: `tp` is the TP group's Comm (NCCL; its operations are ordered after
+  // ops.stream()). Pipeline stage: shard.layer_begin/layer_end, has_embedding, has_head; stage
+  // tensors through set_stage_input / get_stage_output (options.slots micro-batches in flight).
   GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard = {},
           GptCudaOptions options = {}, Comm* tp = nullptr);
   ~GptCuda();
