@@ -62,6 +62,10 @@ LIB_OBJ := $(LIB_CPP:%.cpp=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 LIB := $(BUILD)/libmpitron.a
 
 UNIT_SRC := $(sort $(wildcard tests/unit/*.cpp))
+# Test-only CUDA code (every CudaOps kernel against the CPU Ops; also linked into gpu_check):
+# in the unit tests of a CUDA build, never in the library.
+TEST_CUDA_SRC := $(if $(filter 1,$(CUDA_ON)),$(sort $(wildcard tests/cuda/*.cpp)))
+UNIT_SRC += $(TEST_CUDA_SRC)
 UNIT_BIN := $(BUILD)/tests/unit_tests
 MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_*.cpp))
 MPI_TEST_BIN := $(MPI_TEST_SRC:tests/mpi/%.cpp=$(BUILD)/tests/mpi/%)
@@ -177,11 +181,13 @@ bench: bench-comm
 
 # GPU device check (bench/gpu_check.sh builds it with CUDA=1 and runs it): every CUDA kernel against
 # the CPU backend, kernel timings, cuBLASLt GEMM rate, GptCuda training against the CPU GPT ->
-# bench/results/gpu_check*.md. Links only the ops, core and model objects (+ the trainer's AdamW,
-# the CPU reference): quick to build on the GPU machine, independent of the rest of the tree.
+# bench/results/gpu_check*.md. Links only the ops, core and model objects (+ the CPU AdamW, the
+# reference, and tests/cuda/self_check): quick to build on the GPU machine, independent of the
+# rest of the tree.
 # Without a GPU, bench/gpu/emulate/run.sh runs the training comparison on a CPU emulation of CudaOps.
 .PHONY: gpu-check
-GPU_CHECK_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard bench/gpu/*.cpp)) $(BUILD)/obj/src/train/adamw.o \
+GPU_CHECK_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard bench/gpu/*.cpp) tests/cuda/self_check.cpp) \
+  $(BUILD)/obj/src/parallel/adamw.o \
   $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/% $(BUILD)/obj/src/model/%,$(LIB_OBJ))
 $(BUILD)/bench/gpu_check: $(GPU_CHECK_OBJ)
 	@test "$(CUDA_ON)" = 1 || { echo "gpu_check needs a CUDA build (CUDA=1)" >&2; exit 1; }

@@ -1,6 +1,7 @@
 // gpu_check: the device check of the CUDA backend (run by bench/gpu_check.sh).
-//   1. every CudaOps kernel against the CPU backend on random inputs (self_check.hpp: relative
-//      error and a bound per op), with both attention paths, at a small and a GPT-2-like shape;
+//   1. every CudaOps kernel against the CPU backend on random inputs (tests/cuda/self_check.hpp:
+//      relative error and a bound per op), with both attention paths, at a small and a GPT-2-like
+//      shape;
 //   2. cuDNN attention against the naive path at the gpt2-124m / gpt2-350m attention shapes;
 //   3. kernel timings at gpt2-124m shapes (B 8, T 1024) and the cuBLASLt bf16 GEMM rate
 //      (8192^3) against the H200's 989 TFLOP/s dense bf16 datasheet peak;
@@ -34,7 +35,7 @@
 #include "../../src/ops/cuda/attention.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
-#include "mpitron/ops/cuda/self_check.hpp"
+#include "../../tests/cuda/self_check.hpp"
 #include "mpitron/ops/ops.hpp"
 #include "report.hpp"
 #include "training_check.hpp"

@@ -21,7 +21,7 @@
 #include "mpitron/model/cuda/gpt_cuda.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
-#include "mpitron/train/adamw.hpp"
+#include "mpitron/parallel/adamw.hpp"
 
 namespace mpitron::gpu_check {
 

@@ -15,7 +15,8 @@
 
 #include "mpitron/cli/commands.hpp"
 #include "option_values.hpp"
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/cli/job_args.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/dist/launch.hpp"

@@ -13,7 +13,8 @@
 
 #include "env_vars.hpp"
 #include "mpitron/cli/commands.hpp"
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/cli/job_args.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/dist/launch.hpp"

@@ -8,7 +8,8 @@
 
 #include "mpitron/cli/commands.hpp"
 #include "env_vars.hpp"
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/cli/job_args.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/dist/fault_inject.hpp"

@@ -1,4 +1,4 @@
-// Typed values of command-line options (not job keys, which job_config.cpp parses): one place for
+// Typed values of command-line options (not job keys, which config/job_config.cpp parses): one place for
 // the checks and the error wording every subcommand uses.
 #pragma once
 #include <string>

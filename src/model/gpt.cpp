@@ -56,15 +56,15 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
 
 }  // namespace
 
+int64_t logits_chunk_rows(int64_t rows, int64_t vocab, int64_t budget) {
+  const int64_t max_rows = std::max<int64_t>(64, budget / vocab);
+  const int64_t chunks = (rows + max_rows - 1) / max_rows;
+  return (rows + chunks - 1) / chunks;
+}
+
 int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch) {
-  // At most ~kLogitsBudget floats of logits at a time (at least 64 rows), rows split evenly
-  // over the chunks. Bigger chunks make the head GEMMs more efficient (fewer passes over the
-  // [vocab, d] gradient).
-  constexpr int64_t kLogitsBudget = int64_t{16} << 20;  // 64 MB
-  int64_t bt = static_cast<int64_t>(max_micro_batch) * cfg.seq_len;
-  int64_t max_rows = std::max<int64_t>(64, kLogitsBudget / cfg.padded_vocab());
-  int64_t chunks = (bt + max_rows - 1) / max_rows;
-  return (bt + chunks - 1) / chunks;
+  constexpr int64_t kLogitsBudget = int64_t{16} << 20;  // floats: 64 MB
+  return logits_chunk_rows(int64_t{max_micro_batch} * cfg.seq_len, cfg.padded_vocab(), kLogitsBudget);
 }
 
 int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B, ActivationOptions ao) {
@@ -72,7 +72,7 @@ int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B
   ActPtrs p;
   walk_activations(cfg, s, B, gpt_logits_chunk_rows(cfg, B), cfg.padded_vocab(s.tp_size) / s.tp_size, ao,
                    [&](int64_t n) {
-                     total += (n + 15) / 16 * 16;
+                     total += flat_padded(n);
                      return static_cast<float*>(nullptr);
                    },
                    p);
@@ -115,7 +115,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   if (tp_.sp()) ln_grad_ = Buffer<float>(Mem::workspace, 2 * static_cast<size_t>(cfg.d_model));
   chunk_rows_ = gpt_logits_chunk_rows(cfg, max_micro_batch);
   params_ = gpt_param_table(cfg, shard);
-  size_t n = params_.empty() ? 0 : params_.back().offset + (params_.back().numel + 15) / 16 * 16;
+  const size_t n = flat_param_floats(params_);
   n_flat_ = n;
   params_buf_ = Buffer<float>(Mem::params, n);
   grads_buf_ = Buffer<float>(Mem::grads, n);
@@ -136,7 +136,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   walk_activations(cfg, shard_, max_micro_batch, chunk_rows_, vp_, act,
                    [&](int64_t k) {
                      float* q = cur;
-                     cur += (k + 15) / 16 * 16;
+                     cur += flat_padded(k);
                      return q;
                    },
                    p);

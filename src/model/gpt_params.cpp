@@ -35,7 +35,7 @@ struct TableBuilder {
     p.decay = full.size() == 2;
     p.layer = layer;
     p.offset = offset;
-    offset += (p.numel + 15) / 16 * 16;
+    offset += flat_padded(p.numel);
     out.push_back(std::move(p));
   }
 };

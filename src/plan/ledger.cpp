@@ -2,9 +2,11 @@
 //
 // GPT-2 (mpitron's own model): the numbers come from the functions the model allocates with:
 //   parameters / gradients: the flat buffer of gpt_param_table (each tensor rounded up to 16 floats)
-//   activations: gpt_activation_bytes (the planned buffer of gpt_activation_floats, the token ids
-//   and the last-position logits: what the GPT constructor allocates, which it checks), with the
-//   schedule's slots and the recompute option.
+//   activations: fp32 (the CPU trainer) gpt_activation_bytes (the planned buffer of
+//   gpt_activation_floats, the token ids and the last-position logits: what the GPT constructor
+//   allocates, which it checks); bf16 (the GPU trainer) gpu_activation_bytes (what GptCuda
+//   allocates: plan_gpu_activations, with fused attention's statistics and no [B, H, T, T]
+//   matrix); both with the schedule's slots and the recompute option.
 // LLaMA (RMSNorm, SwiGLU, GQA, RoPE, untied head; planning only): per layer
 //   parameters  2h (norms) + h*h (q) + 2*h*kv*hd (k, v) + h*h (o) + 3*h*f (gate, up, down);
 //               q, k, v, o, gate, up, down split over tp, norms replicated; embedding and head
@@ -25,8 +27,9 @@
 #include <map>
 #include <numeric>
 
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/parallel/schedule.hpp"
@@ -81,25 +84,19 @@ int act_slots_in_flight(const PlanLayout& l, int stage, int chunk) {
 
 namespace {
 
-int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
-
 GridShape shape_of(const PlanLayout& l) { return GridShape{l.tp, l.cp, l.dp, l.pp}; }
-
-int64_t flat_floats(const std::vector<ParamInfo>& t) {
-  return t.empty() ? 0 : static_cast<int64_t>(t.back().offset + round16(static_cast<int64_t>(t.back().numel)));
-}
 
 // Parameter elements of one LLaMA shard (flat layout: every tensor rounded up to 16 elements).
 int64_t llama_shard_params(const ModelConfig& c, const ModelShard& s) {
   const int64_t h = c.d_model, hd = c.head_dim(), t = s.tp_size, f = c.d_ff;
   const int64_t kv = std::max<int64_t>(1, c.n_kv_head / t);  // kv heads per rank (replicated when < tp)
   const int64_t q = c.n_head / t;
-  const int64_t layer = 2 * round16(h) + round16(q * hd * h) + 2 * round16(kv * hd * h) + round16(h * q * hd) +
-                        2 * round16(f / t * h) + round16(h * (f / t));
+  const int64_t layer = 2 * flat_padded(h) + flat_padded(q * hd * h) + 2 * flat_padded(kv * hd * h) +
+                        flat_padded(h * q * hd) + 2 * flat_padded(f / t * h) + flat_padded(h * (f / t));
   const int64_t vp = c.padded_vocab(s.tp_size) / t;
   int64_t n = (s.layer_end - s.layer_begin) * layer;
-  if (s.has_embedding) n += round16(vp * h);
-  if (s.has_head) n += round16(h) + round16(vp * h);
+  if (s.has_embedding) n += flat_padded(vp * h);
+  if (s.has_head) n += flat_padded(h) + flat_padded(vp * h);
   return n;
 }
 
@@ -193,7 +190,9 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
 
   // Parameters: one flat buffer per chunk.
   int64_t n = 0;
-  for (const auto& c : chunks) n += m.arch == Arch::gpt2 ? flat_floats(gpt_param_table(m, c.shard)) : llama_shard_params(m, c.shard);
+  for (const auto& c : chunks)
+    n += m.arch == Arch::gpt2 ? static_cast<int64_t>(flat_param_floats(gpt_param_table(m, c.shard)))
+                              : llama_shard_params(m, c.shard);
   r.local_params = n;
   const int64_t shard_n = zero_shard_elems(n, l.dp, r.coord.dp);
   const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;
@@ -210,18 +209,29 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   for (const auto& c : chunks) layer_slots += int64_t{c.shard.layer_end - c.shard.layer_begin} * c.slots;
   r.act_in_flight = chunks.front().slots;
   if (m.arch == Arch::gpt2) {
-    // What the GPT constructor allocates (gpt_activation_bytes, checked there); bf16 plans the
-    // same elements at 2 bytes.
-    for (const auto& c : chunks)
-      r.activations += gpt_activation_bytes(m, c.shard, static_cast<int>(B), {c.slots, l.recompute}) * e / 4;
     ModelShard one = r.shard, two = r.shard;  // one and two layers, no embedding or head
     one.layer_begin = two.layer_begin = 0;
     one.layer_end = 1, two.layer_end = 2;
     one.has_embedding = two.has_embedding = one.has_head = two.has_head = false;
-    if (m.n_layer >= 2)
-      r.act_per_layer = (gpt_activation_floats(m, two, static_cast<int>(B), {1, l.recompute}) -
-                         gpt_activation_floats(m, one, static_cast<int>(B), {1, l.recompute})) * e;
-    r.source = "gpt_param_table + gpt_activation_bytes (the model's allocation functions)";
+    const int mb = static_cast<int>(B);
+    if (fp32) {
+      // What the CPU GPT constructor allocates (gpt_activation_bytes, checked there).
+      for (const auto& c : chunks) r.activations += gpt_activation_bytes(m, c.shard, mb, {c.slots, l.recompute});
+      if (m.n_layer >= 2)
+        r.act_per_layer = (gpt_activation_floats(m, two, mb, {1, l.recompute}) -
+                           gpt_activation_floats(m, one, mb, {1, l.recompute})) * e;
+      r.source = "gpt_param_table + gpt_activation_bytes (the model's allocation functions)";
+    } else {
+      // What GptCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the fused
+      // attention's log-sum-exp and no [B, H, T, T] matrix).
+      const int64_t rows = gpu_logits_chunk_rows(m, mb);
+      auto bytes = [&](const ModelShard& sh, int slots) {
+        return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
+      };
+      for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots);
+      if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);
+      r.source = "gpt_param_table + plan_gpu_activations (the GPU model's allocation functions)";
+    }
   } else {
     ActElems a = llama_layer_acts(m, B, s, l.tp, l.sp, l.recompute);
     r.act_per_layer = a.e * e + a.f32 * 4;

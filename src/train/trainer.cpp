@@ -22,7 +22,7 @@
 #include "mpitron/parallel/pipeline.hpp"
 #include "mpitron/parallel/stage_model.hpp"
 #include "mpitron/train/param_dump.hpp"
-#include "mpitron/train/adamw.hpp"
+#include "mpitron/parallel/adamw.hpp"
 #include "mpitron/train/lr_schedule.hpp"
 #include "mpitron/train/metrics.hpp"
 #include "mpitron/train/peak_probe.hpp"

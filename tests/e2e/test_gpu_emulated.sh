@@ -13,6 +13,7 @@
 #     the same bound (one file format for both backends), the ZeRO-1 one too;
 #   - a tp 2 GPU checkpoint resumes on the CPU trainer at tp 1 (full logical tensors);
 #   - activation recompute on the GPU gives bit-identical losses with less activation memory;
+#   - `plan` of the same job (bf16) predicts rank 0's GPU activation bytes exactly;
 #   - the GPU trainer at tp 2 + SP follows the CPU run too, and so do the pipeline layouts: pp 2
 #     (1F1B; tied wte across stages), dp 2 x pp 2 with ZeRO-1 (its checkpoint resumed on the CPU
 #     at np 1), tp 2 + SP x pp 2 with recompute, and interleaved 1F1B (2 model chunks per rank,
@@ -76,6 +77,20 @@ grep -q "interleaved, 2 model chunks per rank" "$tmp/gpu_interleaved.log" || fai
 run cpu4_from_interleaved "$MPITRON" 1 --model.n_layer=4 --train.resume="$tmp/gpu_interleaved/ckpt/step_00000005.h5"
 act() { sed -n 's/^step  1\/10 .*act \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/$1.log"; }
 echo "GPU activations (peak, rank 0): $(act gpu) without recompute, $(act gpu_recompute) with"
+# The planner's bf16 activations are GptCuda's own layout (model/gpu_activations.hpp): `plan` of
+# the same job gives rank 0's tracked bytes exactly (the first stage row's activation column).
+plan_act() {
+  "$MPITRON" plan jobs/tiny.toml "${common[@]}" --train.backend=nccl --bytes "$@" |
+    awk '$1 == "0" && NF > 8 {printf "%.2f KiB", $(NF - 4 - 2 * ($NF == "heaviest")) / 1024}'
+}
+for r in "gpu --parallel.dp=2" "gpu_recompute --parallel.dp=2 --train.recompute=full" \
+  "gpu_tp2_sp --parallel.tp=2 --parallel.sp=true" "gpu_pp2 --parallel.pp=2"; do
+  set -- $r
+  name=$1
+  shift
+  [ "$(plan_act "$@")" = "$(act "$name")" ] || fail "plan's GPU activations $(plan_act "$@") != $name's $(act "$name")"
+done
+echo "ok    plan's GPU activations = the emulated GPU trainer's tracked bytes (dp 2, recompute, tp 2 + SP, pp 2)"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 t = sys.argv[1]

@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/cli/job_args.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/model/config.hpp"
 
 using namespace mpitron;

@@ -11,7 +11,7 @@
 #include "../../src/ops/cuda/attention.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
-#include "mpitron/ops/cuda/self_check.hpp"
+#include "../cuda/self_check.hpp"
 
 using namespace mpitron;
 namespace utf = boost::unit_test;

@@ -17,7 +17,7 @@ ModelConfig tiny() {
   ModelConfig c = model_preset("tiny");  // 2 blocks, d 64, vocab 256, seq 64
   return c;
 }
-size_t flat_size(const std::vector<ParamInfo>& t) { return t.back().offset + (t.back().numel + 15) / 16 * 16; }
+size_t flat_size(const std::vector<ParamInfo>& t) { return flat_param_floats(t); }
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(dp_buckets)

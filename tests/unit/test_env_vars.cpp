@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "../../src/cli/env_vars.hpp"
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/model/config.hpp"
 
 using namespace mpitron;

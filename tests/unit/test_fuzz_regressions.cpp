@@ -10,7 +10,8 @@
 #include <functional>
 #include <string>
 
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/cli/job_args.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/data/shard.hpp"

@@ -5,7 +5,8 @@
 #include <fstream>
 #include <functional>
 
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/cli/job_args.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/config.hpp"
 

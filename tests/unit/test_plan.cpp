@@ -10,10 +10,11 @@
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/ops/ops.hpp"
+#include "mpitron/parallel/adamw.hpp"
 #include "mpitron/plan/advisor.hpp"
 #include "mpitron/plan/ledger.hpp"
-#include "mpitron/train/adamw.hpp"
 
 using namespace mpitron;
 
@@ -121,6 +122,24 @@ BOOST_AUTO_TEST_CASE(pipeline_stages_and_tp) {
 // The ledger of mpitron's GPT-2 against the tracked allocator: build the model and the optimizer
 // for a rank's shard and compare the bytes they allocate (the trainer's check_ledger does this
 // at run time over MPI; here one process plays each rank).
+BOOST_AUTO_TEST_CASE(gpu_ledger_uses_the_gpu_models_activation_layout) {
+  // bf16 plans what GptCuda allocates (model/gpu_activations.hpp). Per block and micro-batch:
+  // bf16 ln1, qkv (3C), attention output, res2, ln2, fc and its GELU (4C each), res3 = 16 C per
+  // row; fp32 LayerNorm mean + rstd, twice = 16 B per row; the fused attention's log-sum-exp
+  // 4*B*H*T bytes; no [B, H, T, T] matrix. tiny (C 64, H 4, T 64), micro-batch 2: BT = 128 rows,
+  // every buffer a multiple of the 256-byte alignment.
+  PlanInput in = input("tiny", 1, 1);
+  in.precision = Precision::bf16;
+  in.layout.micro_batch = 2;
+  const RankLedger r = rank_ledger(in, 0);
+  const int64_t B = 2, T = 64, BT = B * T, C = 64, H = 4;
+  BOOST_TEST(r.act_per_layer == 2 * BT * 16 * C + 16 * BT + 4 * B * H * T);
+  BOOST_TEST(r.source.find("plan_gpu_activations") != std::string::npos);
+  // The whole model: the plan of one chunk with the trainer's slots and logits chunk.
+  BOOST_TEST(r.activations == gpu_activation_bytes(in.model, gpu_act_layout(in.model, r.shard, 2, 1, false,
+                                                                            gpu_logits_chunk_rows(in.model, 2))));
+}
+
 BOOST_AUTO_TEST_CASE(gpt2_ledger_matches_the_allocator) {
   auto ops = make_cpu_ops();
   struct Case {

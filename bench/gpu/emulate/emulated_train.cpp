@@ -9,7 +9,8 @@
 #include <exception>
 
 #include "mpitron/cli/commands.hpp"
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/cli/job_args.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/dist/fatal.hpp"
 #include "mpitron/dist/grid.hpp"

@@ -31,7 +31,7 @@ done
 # calls, so the archive's CUDA versions of those are never pulled in.
 g++ -o "$BUILD/bench/emulated_check" "$BUILD/obj/bench/gpu/emulate/emulated_check.o" \
   "$BUILD/obj/bench/gpu/emulate/fake_cuda.o" "$BUILD/obj/bench/gpu/training_check.o" \
-  "$BUILD/obj/src/model/cuda/gpt_cuda.o" "$BUILD/obj/src/model/cuda/gpt_cuda_state.o" "$BUILD/obj/src/train/adamw.o" "$BUILD/libmpitron.a" $libs
+  "$BUILD/obj/src/model/cuda/gpt_cuda.o" "$BUILD/obj/src/model/cuda/gpt_cuda_state.o" "$BUILD/obj/src/parallel/adamw.o" "$BUILD/libmpitron.a" $libs
 # The GPU trainer on the same emulation (tests/e2e/test_gpu_emulated.sh runs it under mpirun).
 g++ $flags -c bench/gpu/emulate/emulated_train.cpp -o "$BUILD/obj/bench/gpu/emulate/emulated_train.o"
 g++ -o "$BUILD/bench/emulated_train" "$BUILD/obj/bench/gpu/emulate/emulated_train.o" \

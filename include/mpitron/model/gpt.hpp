@@ -67,6 +67,16 @@ void init_gpt_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table
                      int tp_rank = 0);
 
 std::vector<ParamInfo> gpt_param_table(const ModelConfig& cfg, const ModelShard& shard);
+// A tensor of n elements takes flat_padded(n) floats of a flat buffer (the parameters, their
+// gradients, the CPU activation buffer): every tensor starts on a 16-float (64-byte) boundary.
+template <class I>
+constexpr I flat_padded(I n) {
+  return (n + 15) / 16 * 16;
+}
+// Floats of the flat buffer laid out by `table` (gpt_param_table): the last offset + its padding.
+inline size_t flat_param_floats(const std::vector<ParamInfo>& table) {
+  return table.empty() ? 0 : table.back().offset + flat_padded(table.back().numel);
+}
 // How many micro-batches' activations a model keeps at once, and how. A pipeline schedule keeps
 // several micro-batches in flight on a stage (PipelineSchedule::max_in_flight): each gets a slot.
 // recompute: per block keep only its input (and the stage output); backward recomputes the
@@ -84,7 +94,12 @@ int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& shard, i
 // The memory ledger (src/plan) predicts the activation category with this.
 int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
                              ActivationOptions act = {});
-// Rows of logits computed at once by the LM head / cross-entropy (bounds its memory).
+// Rows of logits per LM-head chunk for `rows` = B*T rows of a `vocab`-wide head: at most
+// `budget` elements of logits at a time (at least 64 rows), rows split evenly over the chunks.
+// Bigger chunks make the head GEMMs more efficient (fewer passes over the [vocab, d] gradient).
+// Worked example: 8192 rows, vocab 50304, budget 2^24 -> at most 333 rows -> 25 chunks of 328.
+int64_t logits_chunk_rows(int64_t rows, int64_t vocab, int64_t budget);
+// The CPU GPT's: logits_chunk_rows over padded_vocab() with a budget of 2^24 floats (64 MB).
 int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch);
 
 // FLOPs per token, forward + backward: 6*N_nonembedding + 6*V*d + 12*L*T*d (PERF-NOTES.md).

@@ -35,7 +35,7 @@
 #include "mpitron/parallel/comm_progress.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/zero3_params.hpp"
-#include "mpitron/train/adamw.hpp"
+#include "mpitron/parallel/adamw.hpp"
 
 namespace mpitron {
 

@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/dist/comm.hpp"

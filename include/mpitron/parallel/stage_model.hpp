@@ -17,9 +17,15 @@
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/parallel/data_parallel.hpp"
-#include "mpitron/train/param_dump.hpp"
 
 namespace mpitron {
+
+// One model chunk's flat parameter buffer, laid out as gpt_param_table(cfg, chunk shard) says,
+// with its size (under ZeRO-3 gathered first): what train/param_dump.hpp writes out.
+struct ChunkParams {
+  const float* data = nullptr;
+  size_t n = 0;
+};
 
 struct StageModelOptions {
   int micro_batch = 1;

@@ -4,7 +4,8 @@
 //
 // Exact by construction for mpitron's own GPT-2: parameter, gradient and optimizer bytes come
 // from gpt_param_table (the table the model allocates its flat buffers from) and the activation
-// bytes from gpt_activation_bytes (what the model allocates under Mem::activations, checked there).
+// bytes from what the model allocates under Mem::activations: gpt_activation_bytes for the CPU
+// GPT in fp32 (checked there), gpu_activation_bytes (model/gpu_activations.hpp) for GptCuda in bf16.
 // LLaMA presets (not trainable yet) use the architecture's formulas, stated in ledger.cpp.
 //
 // Worked example (the seed's): 7B parameters in bf16 mixed precision with Adam keep

@@ -17,7 +17,7 @@
 // chunks, stage tensors staged through host memory on ProcessGrid::pp_host(); the tied wte as
 // data_parallel.hpp. Not on GPU yet (clear error at start-up): context parallel, ZeRO 2-3. GPU builds only (MPITRON_CUDA=1).
 #pragma once
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/dist/launch.hpp"
 #include "mpitron/train/trainer.hpp"

@@ -11,16 +11,12 @@
 
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/parallel/stage_model.hpp"
 
 namespace mpitron {
 
 // chunk_params[c]: this rank's model chunk c's flat parameter buffer (one chunk unless the
-// pipeline is interleaved), laid out as gpt_param_table(cfg, chunk shard) says, with its size
-// (under ZeRO-3 the caller gathers it first).
-struct ChunkParams {
-  const float* data = nullptr;
-  size_t n = 0;
-};
+// pipeline is interleaved; StageModel::full_params gathers them under ZeRO-3).
 void dump_full_params(const std::string& path, const ModelConfig& cfg, const std::vector<int>& pp_layers,
                       int virtual_stages, ProcessGrid& grid, const std::vector<ChunkParams>& chunk_params);
 

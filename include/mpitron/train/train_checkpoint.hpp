@@ -5,7 +5,7 @@
 #pragma once
 #include <string>
 
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/model/gpt.hpp"

@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/model/config.hpp"
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <vector>
 
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/train/metrics.hpp"

@@ -5,7 +5,7 @@
 #pragma once
 #include <memory>
 
-#include "mpitron/cli/job_config.hpp"
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/dist/launch.hpp"
 

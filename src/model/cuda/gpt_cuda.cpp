@@ -32,86 +32,7 @@ namespace {
 
 using cuda::cuda_check;
 
-constexpr size_t kAlign = 256;  // every activation tensor starts on a 256-byte boundary
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// Rows of logits per LM-head chunk: the option, else up to 2^29 bf16 elements (1 GiB) at a time,
-// rows split evenly over the chunks (as gpt_logits_chunk_rows does on the CPU, with a GPU-sized
-// budget: fewer chunks mean fewer passes over the [Vp, C] wte gradient).
-int64_t chunk_rows_for(const ModelConfig& cfg, int B, const GptCudaOptions& o) {
-  const int64_t bt = int64_t{B} * cfg.seq_len;
-  if (o.logits_chunk_rows > 0) return std::min(o.logits_chunk_rows, bt);
-  constexpr int64_t kBudget = int64_t{1} << 29;
-  const int64_t max_rows = std::max<int64_t>(64, kBudget / cfg.padded_vocab());
-  const int64_t chunks = (bt + max_rows - 1) / max_rows;
-  return (bt + chunks - 1) / chunks;
-}
-
 }  // namespace
-
-size_t GptCuda::plan_activations(const ModelConfig& cfg, const Layout& lay, char* base, std::vector<Acts>& slots) {
-  size_t used = 0;
-  auto take = [&](size_t bytes) -> void* {
-    void* p = base ? base + used : nullptr;
-    used += align_up(bytes);
-    return p;
-  };
-  auto bf = [&](int64_t n) { return static_cast<bf16*>(take(static_cast<size_t>(n) * sizeof(bf16))); };
-  auto f32 = [&](int64_t n) { return static_cast<float*>(take(static_cast<size_t>(n) * sizeof(float))); };
-  auto i32 = [&](int64_t n) { return static_cast<int32_t*>(take(static_cast<size_t>(n) * sizeof(int32_t))); };
-  // Tensor parallel: this rank's heads (C/tp of qkv and the attention output), MLP columns (F/tp)
-  // and vocabulary rows (Vp/tp); the residual stream and LayerNorms stay whole (SP: this rank's R
-  // rows of it).
-  const int tp = lay.tp;
-  const int64_t BT = int64_t{lay.B} * cfg.seq_len, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
-                Vp = cfg.padded_vocab(tp) / tp, R = lay.sp ? BT / tp : BT;
-  const int64_t stats = int64_t{lay.B} * (cfg.n_head / tp) * cfg.seq_len;
-  slots.assign(static_cast<size_t>(lay.slots), Acts{});
-  // Per micro-batch in flight (pipeline parallel keeps several): what its backward reads.
-  for (Acts& a : slots) {
-    a.encoded = bf(R * C);  // the embedding output, or the stage input from the previous stage
-    // Recompute: one block's activations, shared by every block and refilled in backward, plus
-    // each block's output (block_in[l + 1], the next block's input); block_in[0] = encoded.
-    a.block_in.assign(1, a.encoded);
-    if (lay.recompute)
-      for (int l = 0; l < lay.n_layers; ++l) a.block_in.push_back(bf(R * C));
-    a.layers.resize(lay.recompute ? std::min(1, lay.n_layers) : static_cast<size_t>(lay.n_layers));
-    for (LayerAct& l : a.layers) {
-      l.ln1 = bf(R * C), l.ln1_mean = f32(R), l.ln1_rstd = f32(R);
-      l.qkv = bf(BT * 3 * Cl), l.atty = bf(BT * Cl), l.att_stats = f32(stats);
-      l.res2 = bf(R * C), l.ln2 = bf(R * C), l.ln2_mean = f32(R), l.ln2_rstd = f32(R);
-      l.fch = bf(BT * F), l.fch_gelu = bf(BT * F), l.res3 = bf(R * C);
-    }
-    if (lay.head) {
-      a.lnf = bf(R * C), a.lnf_mean = f32(R), a.lnf_rstd = f32(R), a.losses = f32(BT), a.lse = f32(BT);
-      a.dlnf = bf(R * C), a.dwte_head = f32(Vp * C);
-    }
-    a.tokens = i32(BT), a.targets = i32(BT);
-  }
-  // Shared by the micro-batches: scratch of one forward or backward at a time.
-  Acts& s = slots.front();
-  if (lay.head) s.logits = bf(lay.chunk_rows * Vp);
-  // proj_out and dC hold [BT, ...] column-parallel gradients too (dC: [BT, C/tp] of c_proj).
-  s.proj_out = bf(BT * C), s.dres = bf(R * C), s.dC = bf(BT * C), s.d4C = bf(BT * std::max(F, 3 * Cl));
-  if (tp > 1 && lay.head) s.ce = f32(4 * lay.chunk_rows);  // vocab-parallel CE: max, global max, sum exp, target logit
-  if (lay.sp) {  // all-gathered LayerNorm outputs, partial sums before a reduce-scatter, the gathered dres
-    s.gath = bf(BT * C), s.full = bf(BT * C), s.dres_full = bf(BT * C), s.ln_grad = f32(2 * C);
-  }
-  if (lay.stage_io) s.stage_f32 = f32(R * C);  // pipeline: a stage tensor in fp32 on its way to or from the host
-  for (Acts& a : slots) {
-    a.logits = s.logits, a.proj_out = s.proj_out, a.dres = s.dres, a.dC = s.dC, a.d4C = s.d4C, a.ce = s.ce;
-    a.gath = s.gath, a.full = s.full, a.dres_full = s.dres_full, a.ln_grad = s.ln_grad, a.stage_f32 = s.stage_f32;
-  }
-  return used;
-}
-
-int64_t GptCuda::activation_bytes(const ModelConfig& cfg, int max_micro_batch, GptCudaOptions options) {
-  std::vector<Acts> a;
-  Layout lay;
-  lay.B = max_micro_batch, lay.n_layers = cfg.n_layer, lay.recompute = options.recompute;
-  lay.chunk_rows = chunk_rows_for(cfg, max_micro_batch, options), lay.slots = std::max(1, options.slots);
-  return static_cast<int64_t>(plan_activations(cfg, lay, nullptr, a));
-}
 
 void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
   void* p = nullptr;
@@ -151,13 +72,13 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
   c_local_ = cfg.d_model / T, h_local_ = cfg.n_head / T, f_local_ = cfg.d_ff / T;
   check(cfg.vocab_size > int64_t{T - 1} * vp_, "GptCuda: vocabulary {} too small for tp {} (the last rank's {} padded "
         "rows would hold no real token)", cfg.vocab_size, T, vp_);
-  chunk_rows_ = chunk_rows_for(cfg, max_micro_batch, options);
+  chunk_rows_ = gpu_logits_chunk_rows(cfg, max_micro_batch, options.logits_chunk_rows);
   recompute_ = options.recompute;
   sp_ = shard.sequence_parallel && T > 1;
   check(!sp_ || cfg.seq_len % T == 0, "GptCuda: sequence parallel needs seq_len ({}) divisible by tp ({})", cfg.seq_len,
         T);
   params_ = gpt_param_table(cfg, shard);
-  n_flat_ = params_.empty() ? 0 : params_.back().offset + (params_.back().numel + 15) / 16 * 16;
+  n_flat_ = flat_param_floats(params_);
 
   auto at = [&](const std::string& name) {
     for (const auto& p : params_)
@@ -176,7 +97,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
                            at(h + "ln_2.weight"), at(h + "ln_2.bias"), at(h + "mlp.c_fc.weight"),
                            at(h + "mlp.c_fc.bias"), at(h + "mlp.c_proj.weight"), at(h + "mlp.c_proj.bias")});
   }
-  // AdamW segments, as train/adamw.cpp builds them: neighbours with the same decay flag merged,
+  // AdamW segments, as parallel/adamw.cpp builds them: neighbours with the same decay flag merged,
   // each parameter cut to the optimizer range (ZeRO-1 shard).
   optim_ = {options.optim_begin, options.optim_end ? options.optim_end : n_flat_};
   check(optim_.begin <= optim_.end && optim_.end <= n_flat_, "GptCuda: optimizer range [{}, {}) outside [0, {})",
@@ -198,13 +119,10 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
     m_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg"));
     v_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg_sq"));
     norm_ = static_cast<double*>(device_alloc(Mem::workspace, sizeof(double), "grad norm"));
-    Layout lay;
-    lay.tp = T, lay.sp = sp_, lay.B = max_micro_batch, lay.n_layers = n_local_, lay.head = shard.has_head;
-    lay.recompute = recompute_, lay.chunk_rows = chunk_rows_, lay.slots = options.slots;
-    lay.stage_io = !(shard.has_embedding && shard.has_head);
-    size_t act_bytes = plan_activations(cfg, lay, nullptr, slots_);
+    const GpuActLayout lay = gpu_act_layout(cfg, shard, max_micro_batch, options.slots, recompute_, chunk_rows_);
+    size_t act_bytes = plan_gpu_activations(cfg, lay, nullptr, slots_);
     char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
-    plan_activations(cfg, lay, act, slots_);
+    plan_gpu_activations(cfg, lay, act, slots_);
     a_ = slots_.front();
     slot_B_.assign(slots_.size(), 0);
     slot_pending_.assign(slots_.size(), false);

@@ -225,7 +225,7 @@ TrainResult run_training_gpu(const JobConfig& cfg, const LaunchInfo& launch, Pro
     GpuChunk& k = chunks[c];
     shards[c].sequence_parallel = cfg.parallel.sp;  // run_training has checked tp > 1
     const auto table = gpt_param_table(mc, shards[c]);
-    k.n_flat = table.back().offset + (table.back().numel + 15) / 16 * 16;  // gpt_param_table's padding
+    k.n_flat = flat_param_floats(table);
     k.shard = zero >= 1 ? zero_shard(k.n_flat, dp, grid.coord().dp) : FlatRange{0, k.n_flat};
     GptCudaOptions go;
     go.optim_begin = k.shard.begin;

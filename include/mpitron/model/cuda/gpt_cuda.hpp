@@ -2,19 +2,20 @@
 // weights, fp32 gradients and Adam moments; llm.c's precision plan, see cuda_ops.hpp).
 // GPU builds only (MPITRON_CUDA=1).
 //
-// Same architecture, same parameter table and flat layout as the CPU GPT with ModelShard{}
+// Same architecture, same parameter table and flat layout as the CPU GPT with the same ModelShard
 // (gpt_param_table: tied wte of padded_vocab rows, parameters on 16-float boundaries), so a flat
 // fp32 vector from GPT::param_data() loads 1:1 (load_params) and comes back the same way
-// (copy_params_to_host). Whole model on one device only: tensor / pipeline / sequence parallel
-// shards are rejected at construction.
+// (copy_params_to_host). A shard may be a tensor-parallel slice (with sequence parallel) and a
+// pipeline stage (its blocks, with or without the embedding and the head), as on the CPU.
 //
 // Device memory, planned once at construction (llm.c's layout, see gpt_cuda.cpp):
 //   params   fp32 master flat buffer + its bf16 copy (what the kernels read)       Mem::params
 //   grads    fp32 flat buffer, ACCUMULATED over micro-batches until zero_grad()   Mem::grads
 //   optim    fp32 AdamW moments m, v over the flat layout                         Mem::optim
-//   activations for micro-batch max_micro_batch x seq_len: bf16 tensors, fp32 LayerNorm stats,
-//            attention logsumexp stats, losses; one chunk of bf16 logits; backward scratch;
-//            the micro-batch's unscaled wte gradient from the head                 Mem::activations
+//   activations for micro-batch max_micro_batch x seq_len, per slot: bf16 tensors, fp32 LayerNorm
+//            stats, attention logsumexp stats, losses, the micro-batch's unscaled wte gradient
+//            from the head; shared: one chunk of bf16 logits, backward scratch      Mem::activations
+//            (the layout: model/gpu_activations.hpp, which the planner sizes with)
 // Every call is enqueued on ops.stream(); the host waits only where it needs a value: forward
 // (the loss), grad_sum_squares, copy_*_to_host (and load_params, which is not in the step).
 //
@@ -31,11 +32,12 @@
 #include "mpitron/model/config.hpp"
 #include "mpitron/dist/comm.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
 namespace mpitron {
 
-// torch.optim.AdamW hyper-parameters (the fields of AdamWOptions in train/adamw.hpp, which the
+// torch.optim.AdamW hyper-parameters (the fields of AdamWOptions in parallel/adamw.hpp, which the
 // model module does not depend on). Weight decay applies to parameters marked `decay` (2-D).
 struct CudaAdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
@@ -58,12 +60,13 @@ struct GptCudaOptions {
 
 class GptCuda {
  public:
-  // shard must be the whole model (ModelShard{}); max_micro_batch bounds forward()'s B. `ops`
-  // must outlive the model (its stream carries all the model's work, the destructor included).
-  // Tensor parallel (shard.tp_size > 1, Megatron's split as the CPU GPT: column-parallel c_attn /
-  // c_fc, row-parallel c_proj / mlp.c_proj, vocab-parallel embedding and cross-entropy), with
-  // sequence parallel when shard.sequence_parallel: `tp` is the TP group's Comm (NCCL; its
-  // operations are ordered after ops.stream()). No pp.
+  // max_micro_batch bounds forward()'s B. `ops` must outlive the model (its stream carries all
+  // the model's work, the destructor included). Tensor parallel (shard.tp_size > 1, Megatron's
+  // split as the CPU GPT: column-parallel c_attn / c_fc, row-parallel c_proj / mlp.c_proj,
+  // vocab-parallel embedding and cross-entropy), with sequence parallel when
+  // shard.sequence_parallel: `tp` is the TP group's Comm (NCCL; its operations are ordered after
+  // ops.stream()). Pipeline stage: shard.layer_begin/layer_end, has_embedding, has_head; stage
+  // tensors through set_stage_input / get_stage_output (options.slots micro-batches in flight).
   GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard = {},
           GptCudaOptions options = {}, Comm* tp = nullptr);
   ~GptCuda();
@@ -147,9 +150,6 @@ class GptCuda {
   int64_t device_bytes() const;
   int64_t device_bytes(Mem m) const;
   std::string memory_summary() const;
-  // Bytes of the activation buffer for micro-batch max_micro_batch (what the constructor
-  // allocates under Mem::activations), for a memory ledger.
-  static int64_t activation_bytes(const ModelConfig& cfg, int max_micro_batch, GptCudaOptions options = {});
 
  private:
   struct DeviceAlloc {  // one cudaMalloc counted under one category
@@ -164,38 +164,8 @@ class GptCuda {
     size_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;
     std::vector<LayerOffsets> layers;
   };
-  struct LayerAct {  // what backward needs of one block; bf16 unless fp32 stats
-    bf16 *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;  // fch: GELU input (the fc epilogue's aux)
-    float *ln1_mean, *ln1_rstd, *att_stats, *ln2_mean, *ln2_rstd;
-  };
-  struct Acts {
-    bf16* encoded = nullptr;  // embedding output = block 0's input [BT, C]
-    std::vector<LayerAct> layers;
-    bf16 *lnf = nullptr, *dlnf = nullptr, *logits = nullptr;  // logits: one chunk [chunk_rows, Vp]
-    float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr, *lse = nullptr;
-    float* dwte_head = nullptr;  // [Vp, C] this micro-batch's wte gradient from the head, unscaled
-    bf16* proj_out = nullptr;    // [BT, C] attention / MLP projection output, before its residual add
-    bf16 *dres = nullptr, *dC = nullptr, *d4C = nullptr;  // backward scratch: [BT,C] x2, [BT,F] (also dqkv)
-    int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
-    float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]
-    std::vector<bf16*> block_in;  // [0] = encoded; with recompute also every block's output
-    bf16 *gath = nullptr, *full = nullptr, *dres_full = nullptr;  // SP scratch, [BT, C] each
-    float* ln_grad = nullptr;                                     // SP: one LayerNorm's dweight | dbias
-    float* stage_f32 = nullptr;  // pipeline: [rows, C] fp32 staging of a stage tensor
-  };
-
-  // Lays the activations out from `base` (nullptr: only sizes them); returns the bytes used.
-  struct Layout {
-    int tp = 1;
-    bool sp = false;
-    int B = 1, n_layers = 0;
-    bool head = true, recompute = false, stage_io = false;
-    int64_t chunk_rows = 1;
-    int slots = 1;
-  };
-  // Lays the activations of every slot out from `base` (nullptr: only sizes them); the scratch
-  // buffers are shared by the slots. Returns the bytes used.
-  static size_t plan_activations(const ModelConfig& cfg, const Layout& lay, char* base, std::vector<Acts>& slots);
+  using LayerAct = GpuLayerActs;  // the activation layout: model/gpu_activations.hpp
+  using Acts = GpuActs;
   void upload_bf16(bf16* dst, const float* host, size_t n);
   void download_bf16(float* host, const bf16* src, size_t n);
   // Sequence parallel: this rank's rows of the residual stream; the all-gather of a [rows, C]

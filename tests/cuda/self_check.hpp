@@ -4,7 +4,8 @@
 //   rel_err = max |gpu - cpu| / max |cpu|  over the output tensor,
 // against a bound stated per op: bf16 outputs 1e-2 (a bf16 rounding is 2^-9 ~ 2e-3 relative),
 // fp32 outputs computed from the same bf16 inputs 1e-3, exact copies 0.
-// Used by tests/unit/test_cuda_ops.cpp (small sizes) and bench/gpu/gpu_check.cpp (GPT-2 sizes).
+// Used by tests/unit/test_cuda_ops.cpp (small sizes) and bench/gpu/gpu_check.cpp (GPT-2 sizes);
+// test code, so not in the library (the Makefile links it into those two in CUDA builds).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-#include "mpitron/train/adamw.hpp"
+#include "mpitron/parallel/adamw.hpp"
 
 #include <algorithm>
 

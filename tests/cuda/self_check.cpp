@@ -1,11 +1,11 @@
 // CudaOps against the CPU Ops (see self_check.hpp for the error measure and the bounds).
-#include "mpitron/ops/cuda/self_check.hpp"
+#include "self_check.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 
-#include "check.hpp"
+#include "../../src/ops/cuda/check.hpp"
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"

@@ -1,9 +1,10 @@
-// The job file: typed sections (DESIGN.md "Job files" and "Canonical job keys"). Only cli reads
-// files and the environment; every other module takes these structs (or narrower ones).
+// The job file: typed sections (DESIGN.md "Job files" and "Canonical job keys"). Only config
+// (this module: the job file) and cli (the command line, the environment) read outside input;
+// every other module takes these structs (or narrower ones).
 //
-// Every key is registered once in job_config.cpp with its default and a one-line help; the same
-// table drives TOML parsing, `--section.key=value` overrides, `train --dry-run`, docs/jobs.md
-// and the "unknown key" errors (which list the allowed keys).
+// Every key is registered once in src/config/job_config.cpp with its default and a one-line help;
+// the same table drives TOML parsing, `--section.key=value` overrides (cli/job_args.hpp),
+// `train --dry-run`, docs/jobs.md and the "unknown key" errors (which list the allowed keys).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -120,18 +121,9 @@ void set_job_key(JobConfig& cfg, const std::string& dotted_key, const std::strin
 // Parse a TOML job file into cfg (keys it sets override cfg's current values).
 void load_job_file(JobConfig& cfg, const std::string& path);
 
-// Apply "--section.key=value" / "--section.key value" arguments; returns the arguments that are
-// not job keys (so a subcommand can parse its own options from them).
-std::vector<std::string> apply_job_overrides(JobConfig& cfg, const std::vector<std::string>& args);
-
-// The usual command line of a command that takes a job: an optional job file first (any first
-// argument that is not an option), then `--section.key=value` overrides. Loads both into cfg and
-// returns the remaining arguments; *job_path (if given) receives the file name or "".
-std::vector<std::string> load_job_args(JobConfig& cfg, const std::vector<std::string>& args,
-                                       std::string* job_path = nullptr);
-
-// True when args hold --help or -h.
-bool wants_help(const std::vector<std::string>& args);
+// True when dotted_key is a registered key of type bool (a command-line `--key` without a value
+// means true for those).
+bool is_bool_job_key(const std::string& dotted_key);
 
 // The resolved config as TOML text (for --dry-run and for the checkpoint).
 std::string job_to_toml(const JobConfig& cfg);

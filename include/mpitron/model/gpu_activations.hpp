@@ -1,0 +1,70 @@
+// The GPU model's activation layout (GptCuda, model/cuda/gpt_cuda.hpp): which buffers one
+// micro-batch in flight keeps for backward and which scratch the slots share. CUDA-free, so the
+// planner (plan/ledger.cpp) sizes the GPU activations with the function the GPU model allocates
+// them with; the buffers are device memory (bf16 tensors, fp32 statistics).
+//
+// Per block and slot: ln1, qkv, the fused attention's output and its log-sum-exp statistics
+// [B, H/tp, T] (no [B, H, T, T] attention matrix: cuDNN's fused attention never forms one, and
+// the naive path's scores live in CudaOps' scratch), res2, ln2, fc (GELU input) and its GELU,
+// res3, plus the LayerNorms' mean and rstd.
+// Every buffer starts on a 256-byte boundary.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "mpitron/core/dtype.hpp"
+#include "mpitron/model/config.hpp"
+#include "mpitron/model/gpt.hpp"
+
+namespace mpitron {
+
+struct GpuLayerActs {  // what backward needs of one block; bf16 unless fp32 stats
+  bf16 *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;  // fch: GELU input (the fc epilogue's aux)
+  float *ln1_mean, *ln1_rstd, *att_stats, *ln2_mean, *ln2_rstd;
+};
+
+struct GpuActs {
+  bf16* encoded = nullptr;  // embedding output = block 0's input [BT, C]
+  std::vector<GpuLayerActs> layers;
+  bf16 *lnf = nullptr, *dlnf = nullptr, *logits = nullptr;  // logits: one chunk [chunk_rows, Vp]
+  float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr, *lse = nullptr;
+  float* dwte_head = nullptr;  // [Vp, C] this micro-batch's wte gradient from the head, unscaled
+  bf16* proj_out = nullptr;    // [BT, C] attention / MLP projection output, before its residual add
+  bf16 *dres = nullptr, *dC = nullptr, *d4C = nullptr;  // backward scratch: [BT,C] x2, [BT,F] (also dqkv)
+  int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
+  float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]
+  std::vector<bf16*> block_in;  // [0] = encoded; with recompute also every block's output
+  bf16 *gath = nullptr, *full = nullptr, *dres_full = nullptr;  // SP scratch, [BT, C] each
+  float* ln_grad = nullptr;                                     // SP: one LayerNorm's dweight | dbias
+  float* stage_f32 = nullptr;  // pipeline: [rows, C] fp32 staging of a stage tensor
+};
+
+struct GpuActLayout {
+  int tp = 1;
+  bool sp = false;
+  int B = 1, n_layers = 0;
+  bool head = true, recompute = false, stage_io = false;
+  int64_t chunk_rows = 1;
+  int slots = 1;
+};
+
+// The layout of one model chunk (shard) with micro-batch B, `slots` micro-batches in flight and
+// `chunk_rows` rows per LM-head chunk (gpu_logits_chunk_rows).
+GpuActLayout gpu_act_layout(const ModelConfig& cfg, const ModelShard& shard, int B, int slots, bool recompute,
+                            int64_t chunk_rows);
+
+// Rows of logits per LM-head chunk on the GPU: `option` when > 0 (at most B*T), else
+// logits_chunk_rows with a budget of 2^29 bf16 elements (1 GiB; a GPU-sized budget: fewer chunks
+// mean fewer passes over the [Vp, C] wte gradient).
+int64_t gpu_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, int64_t option = 0);
+
+// Lays the activations of every slot out from `base` (nullptr: only sizes them); the scratch
+// buffers are shared by the slots. Returns the bytes used: what GptCuda allocates under
+// Mem::activations.
+size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, char* base, std::vector<GpuActs>& slots);
+
+// plan_gpu_activations' bytes for one chunk (nothing laid out): the planner's GPU activations.
+int64_t gpu_activation_bytes(const ModelConfig& cfg, const GpuActLayout& lay);
+
+}  // namespace mpitron
