@@ -273,7 +273,7 @@ void GPT::ln_backward(float* dinp, float* dw, float* db, const float* dout, cons
   ops_.layernorm_backward(dinp, g, g + C, dout, inp, w, mean, rstd, rows, C);
   {
     TpCommTimer timer(tp_);
-    tp_.comm->all_reduce(g, static_cast<size_t>(2 * C), DType::f32, ReduceOp::sum);
+    sum_sequence_parallel_grads(*tp_.comm, g, static_cast<size_t>(2 * C));
   }
   ops_.add_inplace(dw, g, static_cast<size_t>(C));
   ops_.add_inplace(db, g + C, static_cast<size_t>(C));

@@ -20,29 +20,50 @@ TpCommTimer::~TpCommTimer() {
   if (acc_) *acc_ += now_s() - t0_;
 }
 
-void copy_to_tp_region_backward(Comm& tp, float* grad, size_t n) {
+template <class T>
+void copy_to_tp_region_backward(Comm& tp, T* grad, size_t n) {
+  if (tp.size() > 1) tp.all_reduce(grad, n, dtype_of<T>(), ReduceOp::sum);
+}
+
+template <class T>
+void reduce_from_tp_region_forward(Comm& tp, T* x, size_t n) {
+  if (tp.size() > 1) tp.all_reduce(x, n, dtype_of<T>(), ReduceOp::sum);
+}
+
+template <class T>
+void gather_from_sequence_forward(Comm& tp, const T* local, T* full, size_t local_n) {
+  tp.all_gather(local, full, local_n, dtype_of<T>());
+}
+
+template <class T>
+void gather_from_sequence_backward(Comm& tp, const T* dfull, T* dlocal, size_t local_n) {
+  tp.reduce_scatter(dfull, dlocal, local_n, dtype_of<T>(), ReduceOp::sum);
+}
+
+template <class T>
+void reduce_scatter_to_sequence_forward(Comm& tp, const T* full, T* local, size_t local_n) {
+  tp.reduce_scatter(full, local, local_n, dtype_of<T>(), ReduceOp::sum);
+}
+
+template <class T>
+void reduce_scatter_to_sequence_backward(Comm& tp, const T* dlocal, T* dfull, size_t local_n) {
+  tp.all_gather(dlocal, dfull, local_n, dtype_of<T>());
+}
+
+void sum_sequence_parallel_grads(Comm& tp, float* grad, size_t n) {
   if (tp.size() > 1) tp.all_reduce(grad, n, DType::f32, ReduceOp::sum);
 }
 
-void reduce_from_tp_region_forward(Comm& tp, float* x, size_t n) {
-  if (tp.size() > 1) tp.all_reduce(x, n, DType::f32, ReduceOp::sum);
-}
-
-void gather_from_sequence_forward(Comm& tp, const float* local, float* full, size_t local_n) {
-  tp.all_gather(local, full, local_n, DType::f32);
-}
-
-void gather_from_sequence_backward(Comm& tp, const float* dfull, float* dlocal, size_t local_n) {
-  tp.reduce_scatter(dfull, dlocal, local_n, DType::f32, ReduceOp::sum);
-}
-
-void reduce_scatter_to_sequence_forward(Comm& tp, const float* full, float* local, size_t local_n) {
-  tp.reduce_scatter(full, local, local_n, DType::f32, ReduceOp::sum);
-}
-
-void reduce_scatter_to_sequence_backward(Comm& tp, const float* dlocal, float* dfull, size_t local_n) {
-  tp.all_gather(dlocal, dfull, local_n, DType::f32);
-}
+#define MPITRON_TP_MAPPINGS(T)                                                               \
+  template void copy_to_tp_region_backward<T>(Comm&, T*, size_t);                             \
+  template void reduce_from_tp_region_forward<T>(Comm&, T*, size_t);                          \
+  template void gather_from_sequence_forward<T>(Comm&, const T*, T*, size_t);                 \
+  template void gather_from_sequence_backward<T>(Comm&, const T*, T*, size_t);                \
+  template void reduce_scatter_to_sequence_forward<T>(Comm&, const T*, T*, size_t);           \
+  template void reduce_scatter_to_sequence_backward<T>(Comm&, const T*, T*, size_t);
+MPITRON_TP_MAPPINGS(float)
+MPITRON_TP_MAPPINGS(bf16)
+#undef MPITRON_TP_MAPPINGS
 
 int64_t sequence_local_rows(const TpContext& tp, int64_t rows) {
   if (!tp.sp()) return rows;

@@ -4,11 +4,11 @@
 
 namespace mpitron {
 
-std::vector<RankMemory> gather_rank_memory(Comm& comm) {
+std::vector<RankMemory> gather_rank_memory(Comm& comm, const MemTracker& tracker) {
   // fp64 sums of one-hot rows: exact for byte counts below 2^53.
   const size_t k = 2 * kMemCategories + 1, n = static_cast<size_t>(comm.size());
   std::vector<double> v(n * k, 0.0);
-  MemStats s = MemTracker::host().stats();
+  MemStats s = tracker.stats();
   double* mine = v.data() + comm.rank() * k;
   for (size_t c = 0; c < kMemCategories; ++c) {
     mine[c] = static_cast<double>(s.live[c]);

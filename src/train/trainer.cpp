@@ -1,7 +1,6 @@
 #include "mpitron/train/trainer.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -14,23 +13,16 @@
 #include "mpitron/dist/activity.hpp"
 #include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/gpt.hpp"
-#include "mpitron/ops/ops.hpp"
-#include "mpitron/parallel/data_parallel.hpp"
 #include "mpitron/parallel/memory_report.hpp"
-#include "mpitron/parallel/partition.hpp"
 #include "mpitron/parallel/pipeline.hpp"
-#include "mpitron/parallel/stage_model.hpp"
-#include "mpitron/train/param_dump.hpp"
-#include "mpitron/parallel/adamw.hpp"
+#include "mpitron/plan/check.hpp"
 #include "mpitron/train/lr_schedule.hpp"
 #include "mpitron/train/metrics.hpp"
-#include "mpitron/train/peak_probe.hpp"
-#include "mpitron/train/gpu_trainer.hpp"
+#include "mpitron/train/param_dump.hpp"
+#include "mpitron/train/train_backend.hpp"
 #include "mpitron/train/train_checkpoint.hpp"
 #include "mpitron/train/train_data.hpp"
 #include "mpitron/train/train_loop.hpp"
-#include "mpitron/plan/check.hpp"
 
 namespace mpitron {
 namespace {
@@ -64,14 +56,11 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   const GridShape& gs = grid.shape();
   usage_check(gs.cp == 1, "context parallel training is not implemented yet (parallel.cp={})", gs.cp);
   usage_check(!cfg.parallel.sp || gs.tp > 1, "parallel.sp needs parallel.tp > 1 (got tp {})", gs.tp);
-  if (cfg.train.backend == "nccl") {  // ProcessGrid has already checked that every rank has a GPU
-#if MPITRON_CUDA
-    return run_training_gpu(cfg, launch, grid);
-#else
-    usage_fail("train.backend = \"nccl\" needs a CUDA build of mpitron (make CUDA=1)");
+  usage_check(cfg.train.backend == "cpu" || cfg.train.backend == "nccl", "train.backend=\"{}\" is not one of: cpu, nccl",
+              cfg.train.backend);
+#if !MPITRON_CUDA
+  usage_check(cfg.train.backend == "cpu", "train.backend = \"nccl\" needs a CUDA build of mpitron (make CUDA=1)");
 #endif
-  }
-  usage_check(cfg.train.backend == "cpu", "train.backend=\"{}\" is not one of: cpu, nccl", cfg.train.backend);
   usage_check(cfg.train.steps > 0, "train.steps must be > 0 (got {})", cfg.train.steps);
   usage_check(cfg.log.every > 0, "log.every must be > 0 (got {})", cfg.log.every);
   const bool rank0 = grid.rank() == 0;
@@ -79,7 +68,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   const BatchPlan bp = plan_batches(cfg, dp);
 
   TrainData data = open_train_data(cfg, bp, dp, dp_rank, rank0);
-  ModelConfig& mc = data.model;
+  const ModelConfig& mc = data.model;
   DataLoader& train_data = *data.train;
   ValidationLoader* val_data = data.val.get();
 
@@ -88,55 +77,38 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   usage_check(!cfg.parallel.sp || mc.seq_len % gs.tp == 0,
               "parallel.sp: model.seq_len ({}) must be divisible by parallel.tp ({})", mc.seq_len, gs.tp);
 
-  auto ops = make_cpu_ops();
-  // The schedule decides how many micro-batches' activations each model chunk keeps (pipeline.hpp);
-  // interleaved 1F1B gives this rank parallel.virtual_stages chunks (partition.hpp).
-  const PipelineSchedule schedule = pipeline_schedule_for_job(cfg.parallel, gs.pp, bp.accum);
-  std::vector<ModelShard> shards =
-      model_chunks_for(mc, gs, grid.coord(), cfg.parallel.pp_layers, schedule.virtual_stages);
-  StageModelOptions so;
-  so.micro_batch = bp.micro;
-  so.recompute = cfg.train.recompute == "full";
-  so.seed = cfg.train.seed;
-  for (size_t c = 0; c < shards.size(); ++c) {
-    shards[c].sequence_parallel = cfg.parallel.sp;
-    so.slots.push_back(schedule.max_in_flight(grid.coord().pp, static_cast<int>(c)));
-  }
-  // Gradient buckets over DP, ZeRO sharding, and the (sharded) AdamW, per chunk: data_parallel.hpp.
-  so.dp = {cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress),
-           AdamWOptions{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay}};
-  StageModel model(mc, shards, *ops, grid, so);
-  PipelineExecutor pipe(schedule, grid.pp(), model.chunks());
+  // The backend: this rank's model chunks with their data parallel and optimizer, as a pipeline
+  // (train_backend.hpp). The schedule decides how many micro-batches' activations each chunk keeps.
+  const TrainSetup setup{cfg, launch, grid, mc, bp, pipeline_schedule_for_job(cfg.parallel, gs.pp, bp.accum)};
+  std::unique_ptr<TrainBackend> backend;
+#if MPITRON_CUDA
+  if (cfg.train.backend == "nccl") backend = make_gpu_backend(setup);  // ProcessGrid has checked every rank has a GPU
+#endif
+  if (!backend) backend = make_cpu_backend(setup);
+  PipelineExecutor& pipe = backend->pipeline();
+  MemTracker& memory = backend->memory();
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   // Resume (train.resume) now; save in the loop (checkpoint.every, last step, preemption).
-  StageCheckpointState ckpt_state(model, mc, grid.coord());
-  TrainCheckpointer ckpt(cfg, grid, mc, ckpt_state, train_data);
+  TrainCheckpointer ckpt(cfg, grid, mc, backend->checkpoint_state(), train_data);
   const int start_step = ckpt.resume();
 
   const double flops_per_token = gpt_flops_per_token(mc);
   const int64_t tokens_per_step = int64_t{bp.global} * mc.seq_len;
-  const double peak = cfg.train.peak_flops > 0 ? cfg.train.peak_flops : measure_peak_flops(*ops);
+  const double peak = cfg.train.peak_flops > 0 ? cfg.train.peak_flops : backend->measured_peak_flops();
 
   MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/start_step > 0, start_step);
   if (rank0) {
-    std::printf(
-        "model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n"
-        "layout world %d = dp %d x tp %d x pp %d%s | global batch %d = micro %d x dp %d x accum %d "
-        "(%lld tokens/step) | %d threads/rank | peak %.1f GFLOP/s/rank%s\n"
-        "data %s: %lld samples per rank per epoch | run dir %s\n",
-        mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
-        model.num_params() / 1e6, launch.world, dp, gs.tp, gs.pp,
-        schedule.virtual_stages > 1 ? fmt::format(" (interleaved, {} model chunks per rank)", schedule.virtual_stages).c_str() : "",
-        bp.global, bp.micro, dp, bp.accum,
-        static_cast<long long>(tokens_per_step), omp_get_max_threads(), peak / 1e9,
-        cfg.train.peak_flops > 0 ? " (train.peak_flops)" : " (measured GEMM probe)", cfg.data.path.c_str(),
-        static_cast<long long>(train_data.samples_per_epoch()), cfg.run_dir().c_str());
-    std::printf("%s\n", model.describe().c_str());
+    std::printf("model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n%s\n"
+                "data %s: %lld samples per rank per epoch | run dir %s\n%s\n",
+                mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
+                backend->num_params() / 1e6, backend->layout_line(peak).c_str(), cfg.data.path.c_str(),
+                static_cast<long long>(train_data.samples_per_epoch()), cfg.run_dir().c_str(),
+                backend->describe().c_str());
     std::fflush(stdout);
   }
   // Every rank's tracked bytes by category, printed by rank 0 and recorded in metrics.jsonl.
   auto log_memory = [&](const char* when) {
-    auto all = gather_rank_memory(grid.world());
+    auto all = gather_rank_memory(grid.world(), memory);
     if (!rank0) return;
     for (const auto& m : all) {
       std::printf("memory %s %s\n", when, format_rank_memory(m, std::string(when) != "at start").c_str());
@@ -157,7 +129,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       cfg.train.check_ledger ? rank_ledger(plan_input_from_job(cfg, mc, launch.world), grid.rank()) : RankLedger{};
   auto check_ledger = [&](const char* when) {
     if (!cfg.train.check_ledger) return;
-    std::printf("%s\n", check_against_ledger(predicted, MemTracker::host().stats(), when).text.c_str());
+    std::printf("%s\n", check_against_ledger(predicted, memory.stats(), when).text.c_str());
     std::fflush(stdout);
   };
   check_ledger("at start");
@@ -172,7 +144,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   };
   run_eval(start_step);
 
-  double tp_comm_after_first = 0;  // seconds in TP collectives (GPT::tp_comm_seconds) after the first step
+  double tp_comm_after_first = 0;  // seconds in TP collectives (backend->tp_comm_seconds) after the first step
   for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
     auto t0 = Clock::now();
     set_activity_step(step);
@@ -180,25 +152,27 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     fault_point("step_begin");
     straggler.begin_step();
     ckpt.begin_step();
-    MemTracker::host().reset_peaks();
+    memory.reset_peaks();
     double counts[2] = {0, fetch_step_batches(train_data, batches)};  // [loss sum, target tokens]
     double data_ms = ms_since(t0);
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(counts[1], ReduceOp::sum) : counts[1];
 
     set_activity_phase("forward/backward");
     fault_point("forward");
-    model.begin_step(bp.accum);
+    backend->begin_step(bp.accum);
+    // The schedule's forwards and backwards (pp = 1: plain accumulation); backward launches the
+    // gradient buckets as their last unit finishes.
     const PipelineStepStats ps = pipe.run(batches, static_cast<float>(1.0 / n_tokens));
     counts[0] = ps.loss_sum;  // last stage; 0 elsewhere
     set_activity_phase("grad sync");
     fault_point("grad_sync");
-    model.finish_backward();  // gradient buckets were reducing during backward
+    backend->finish_backward();
     set_activity_phase("loss and grad norm");
     if (dp > 1) counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
     if (gs.pp > 1) counts[0] = grid.pp().all_reduce_scalar(counts[0], ReduceOp::sum);  // loss to every stage
     double loss = counts[0] / n_tokens;
     // TP: sharded parameters summed over the TP group, replicated ones counted once (TP rank 0).
-    double grad_sq = model.grad_sum_squares(grid.coord().tp);
+    double grad_sq = backend->grad_sum_squares();
     if (gs.pp > 1) grad_sq = grid.pp().all_reduce_scalar(grad_sq, ReduceOp::sum);
     if (gs.tp > 1) grad_sq = grid.tp().all_reduce_scalar(grad_sq, ReduceOp::sum);
     double grad_norm = std::sqrt(grad_sq);
@@ -209,27 +183,25 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       continue;
     if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip) {
       // torch.nn.utils.clip_grad_norm_'s rule.
-      model.scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));
+      backend->scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));
     }
     set_activity_phase("optimizer");
     fault_point("optimizer");
-    model.optimizer_step(lr);
+    backend->optimizer_step(lr);
     set_activity_phase("logging");
     double step_ms = ms_since(t0);
-    const CommTiming comm = model.take_timing();
+    const StepComm comm = backend->take_comm();
     if (step == 1) log_memory("step 1");
     if (step == 1) check_ledger("after step 1");
 
-    if (step == start_step + 1) tp_comm_after_first = model.tp_comm_seconds();  // the first step warms up
+    if (step == start_step + 1) tp_comm_after_first = backend->tp_comm_seconds();  // the first step warms up
     if (step == start_step + 1) result.first_loss = loss;  // this run's first step (after a resume too)
     result.last_loss = loss;
     result.steps_done = step;
     if (logger.due(step)) {
       StepStats extra;
       straggler.gather(step_ms, extra);  // collective: every rank, on the logged steps
-      if (rank0)
-        logger.log(step, loss, lr, grad_norm, step_ms, data_ms, comm.comm_ms, comm.overlap(), MemTracker::host().stats(),
-                   extra);
+      if (rank0) logger.log(step, loss, lr, grad_norm, step_ms, data_ms, comm.comm_ms, comm.overlap, memory.stats(), extra);
     }
     if (gs.pp > 1) {  // each stage's idle fraction in this step's schedule (bench/pp)
       const std::vector<double> idle = pipeline_idle_by_stage(ps, grid.pp());
@@ -244,16 +216,16 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       return result;
     }
   }
-  if (rank0 && gs.tp > 1 && result.steps_done > start_step + 1)
+  if (rank0 && gs.tp > 1 && result.steps_done > start_step + 1 && tp_comm_after_first >= 0)
     std::printf("tensor parallel: tp comm %.1f ms/step on rank 0 (steps %d..%d, TP collectives in forward and backward)\n",
-                1e3 * (model.tp_comm_seconds() - tp_comm_after_first) / (result.steps_done - start_step - 1),
+                1e3 * (backend->tp_comm_seconds() - tp_comm_after_first) / (result.steps_done - start_step - 1),
                 start_step + 2, result.steps_done);
   set_activity_step(-1);
   run_eval(cfg.train.steps);
   if (!cfg.train.dump_params.empty()) {
-    std::vector<Buffer<float>> gathered;  // ZeRO-3: the full parameters exist only for the dump
-    dump_full_params(cfg.train.dump_params, mc, cfg.parallel.pp_layers, schedule.virtual_stages, grid,
-                     model.full_params(gathered));
+    std::vector<Buffer<float>> gathered;  // ZeRO-3 and device memory: the full parameters exist on the host only for the dump
+    dump_full_params(cfg.train.dump_params, mc, cfg.parallel.pp_layers, setup.schedule.virtual_stages, grid,
+                     backend->full_params(gathered));
   }
   return result;
 }

@@ -1,4 +1,4 @@
-// The GPU trainer (train.backend = "nccl", src/train/cuda/gpu_trainer.cpp) on the CPU emulation
+// The GPU trainer (train.backend = "nccl", src/train/cuda/gpu_backend.cpp) on the CPU emulation
 // of CudaOps and of the CUDA runtime (fake_cuda.cpp): its loop (gradient buckets launched from
 // the backward hook, loss normalisation over the global batch, clipping, AdamW, evaluation,
 // metrics, checkpoints staged through host memory) runs without a GPU, so tests can compare it

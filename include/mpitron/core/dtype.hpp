@@ -18,6 +18,14 @@ struct bf16 {
   uint16_t bits = 0;
 };
 
+// The DType of an element type (float or bf16), for code typed by its buffers.
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<bf16>() { return DType::bf16; }
+
 inline bf16 to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mpitron/core/dtype.hpp"
 #include "mpitron/dist/comm.hpp"
 
 namespace mpitron {
@@ -55,23 +56,39 @@ class TpCommTimer {
   double t0_ = 0;
 };
 
-// f: identity forward; backward all-reduces the input gradient (in place, n floats).
-inline void copy_to_tp_region_forward(Comm&, const float*, size_t) {}
-void copy_to_tp_region_backward(Comm& tp, float* grad, size_t n);
+// Each mapping is typed by its buffers' element type, T = float (the CPU model, fp32 reductions)
+// or bf16 (GptCuda's activations); the definitions are instantiated for both.
+
+// f: identity forward; backward all-reduces the input gradient (in place, n elements).
+template <class T>
+inline void copy_to_tp_region_forward(Comm&, const T*, size_t) {}
+template <class T>
+void copy_to_tp_region_backward(Comm& tp, T* grad, size_t n);
 
 // g: forward all-reduces the partial outputs (in place); backward is the identity.
-void reduce_from_tp_region_forward(Comm& tp, float* x, size_t n);
-inline void reduce_from_tp_region_backward(Comm&, const float*, size_t) {}
+template <class T>
+void reduce_from_tp_region_forward(Comm& tp, T* x, size_t n);
+template <class T>
+inline void reduce_from_tp_region_backward(Comm&, const T*, size_t) {}
 
 // SP all-gather: full[size*local_n] <- every rank's local[local_n] in rank order;
 // backward: dlocal[local_n] <- this rank's rows of the sum of dfull over the group.
-void gather_from_sequence_forward(Comm& tp, const float* local, float* full, size_t local_n);
-void gather_from_sequence_backward(Comm& tp, const float* dfull, float* dlocal, size_t local_n);
+template <class T>
+void gather_from_sequence_forward(Comm& tp, const T* local, T* full, size_t local_n);
+template <class T>
+void gather_from_sequence_backward(Comm& tp, const T* dfull, T* dlocal, size_t local_n);
 
 // SP reduce-scatter: local[local_n] <- this rank's rows of the sum of full[size*local_n];
 // backward: dfull[size*local_n] <- all-gather of dlocal.
-void reduce_scatter_to_sequence_forward(Comm& tp, const float* full, float* local, size_t local_n);
-void reduce_scatter_to_sequence_backward(Comm& tp, const float* dlocal, float* dfull, size_t local_n);
+template <class T>
+void reduce_scatter_to_sequence_forward(Comm& tp, const T* full, T* local, size_t local_n);
+template <class T>
+void reduce_scatter_to_sequence_backward(Comm& tp, const T* dlocal, T* dfull, size_t local_n);
+
+// SP: the gradient of a parameter every TP rank holds whole (LayerNorm weight and bias) computed
+// from this rank's rows only, summed over the group in place (Megatron's all-reduce of the
+// sequence-parallel gradients), so every rank has the full gradient. fp32 only.
+void sum_sequence_parallel_grads(Comm& tp, float* grad, size_t n);
 
 // Rows of a [rows, ...] activation this rank holds under `tp` (rows/tp with SP, else rows).
 // Throws when SP is on and rows do not divide by tp.

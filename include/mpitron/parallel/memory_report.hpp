@@ -14,8 +14,9 @@ struct RankMemory {
   MemStats mem;
 };
 
-// Collective over `comm`: every rank contributes MemTracker::host().stats() and gets all ranks'.
-std::vector<RankMemory> gather_rank_memory(Comm& comm);
+// Collective over `comm`: every rank contributes tracker.stats() (the backend's: host or device
+// memory) and gets all ranks'.
+std::vector<RankMemory> gather_rank_memory(Comm& comm, const MemTracker& tracker);
 // "rank 1: params 1.2 MiB grads ... (peak ...)": live bytes per category and the total peak.
 std::string format_rank_memory(const RankMemory& m, bool with_peaks);
 

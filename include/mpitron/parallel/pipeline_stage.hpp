@@ -1,5 +1,5 @@
 // What the pipeline executor (pipeline.hpp) needs of one model chunk, whatever computes it: the
-// CPU GPT (GptStage below) or the GPU model (train/cuda/gpu_trainer.cpp, through host staging).
+// CPU GPT (GptStage below) or the GPU model (train/cuda/gpu_backend.cpp, through host staging).
 // Stage tensors travel as fp32 [rows, d_model] host arrays of stage_floats(B) elements (rows =
 // B * seq_len, this rank's share of them under sequence parallel).
 #pragma once

@@ -1,6 +1,6 @@
-// What every trainer (CPU: trainer.cpp; GPU: cuda/gpu_trainer.cpp) sets up the same way before
-// its first step: the batch arithmetic, the model config resolved against the data's tokenizer,
-// and this DP rank's training and validation loaders.
+// What the training loop (trainer.cpp) sets up before its first step, whatever the backend: the
+// batch arithmetic, the model config resolved against the data's tokenizer, and this DP rank's
+// training and validation loaders.
 #pragma once
 #include <memory>
 

@@ -1,7 +1,6 @@
-// Pieces of the training step that the CPU trainer (trainer.cpp) and the GPU trainer
-// (cuda/gpu_trainer.cpp) share, so both behave the same to users: fetching a step's
-// micro-batches, the non-finite policy, the per-step log line / metrics record, the validation
-// record.
+// Pieces of the training loop (trainer.cpp), kept apart to keep it short: fetching a step's
+// micro-batches, the non-finite policy, the straggler probe, the per-step log line / metrics
+// record, the validation record.
 #pragma once
 #include <vector>
 

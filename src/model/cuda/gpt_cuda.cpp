@@ -25,6 +25,7 @@
 #include "gpt_cuda_kernels.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
+#include "mpitron/model/tp_mappings.hpp"
 
 namespace mpitron {
 
@@ -204,17 +205,21 @@ void GptCuda::tp_sum(void* buf, size_t n, DType t, ReduceOp op) {
   if (shard_.tp_size > 1) tp_->all_reduce(buf, n, t, op);  // ordered after ops.stream() (set_compute_stream)
 }
 
+// The TP mappings (tp_mappings.hpp) on bf16 activations. gather_rows: the column-parallel input
+// under SP (f's forward; without SP the identity). reduce_rows: the row-parallel output (g's
+// forward) and, the same collective, the column-parallel input gradient (f's backward):
+// reduce-scatter to this rank's rows under SP, all-reduce without.
 const bf16* GptCuda::gather_rows(const bf16* local, int64_t BT, bf16* out) {
   if (!sp_) return local;
   if (!out) out = a_.gath;
-  tp_->all_gather(local, out, static_cast<size_t>(local_rows(BT) * cfg_.d_model), DType::bf16);
+  gather_from_sequence_forward(*tp_, local, out, static_cast<size_t>(local_rows(BT) * cfg_.d_model));
   return out;
 }
 
 void GptCuda::reduce_rows(bf16* partial, bf16* local, int64_t BT) {
   const int64_t C = cfg_.d_model;
-  if (sp_) tp_->reduce_scatter(partial, local, static_cast<size_t>(local_rows(BT) * C), DType::bf16, ReduceOp::sum);
-  else tp_sum(partial, static_cast<size_t>(BT * C), DType::bf16);  // partial is local itself
+  if (sp_) reduce_scatter_to_sequence_forward(*tp_, partial, local, static_cast<size_t>(local_rows(BT) * C));
+  else if (shard_.tp_size > 1) reduce_from_tp_region_forward(*tp_, partial, static_cast<size_t>(BT * C));  // partial is local itself
 }
 
 // LayerNorm backward; under SP this rank's rows give only part of the weight and bias gradients:
@@ -229,7 +234,7 @@ void GptCuda::ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, cons
   cuda_check(cudaMemsetAsync(a_.ln_grad, 0, static_cast<size_t>(2 * C) * sizeof(float), ops_.stream()),
              "cudaMemsetAsync(ln_grad)");
   ops_.layernorm_backward(dinp, a_.ln_grad, a_.ln_grad + C, dout, inp, W(w), mean, rstd, rows, C);
-  tp_sum(a_.ln_grad, static_cast<size_t>(2 * C), DType::f32);
+  sum_sequence_parallel_grads(*tp_, a_.ln_grad, static_cast<size_t>(2 * C));
   ops_.add_inplace(G(w), a_.ln_grad, static_cast<size_t>(C));
   ops_.add_inplace(G(b), a_.ln_grad + C, static_cast<size_t>(C));
 }

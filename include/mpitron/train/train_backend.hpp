@@ -1,0 +1,87 @@
+// What the one training loop (trainer.cpp: run_training) needs from a backend, and the
+// factories that build one. The loop owns everything users see the same on every backend: the
+// data, the step (fetch, forward/backward through the pipeline, gradient sync, loss and grad
+// norm over the grid, clipping, the optimizer), evaluation, the step line and metrics.jsonl,
+// the memory log and ledger check, checkpoints and preemption, the non-finite policy and
+// train.dump_params. A backend holds this rank's model chunks with their data parallel and
+// optimizer, as a pipeline:
+//   cpu   (cpu_backend.cpp)        the CPU GPT chunks of StageModel, DataParallel (ZeRO 0-3), AdamW
+//   nccl  (cuda/gpu_backend.cpp)   GptCuda chunks (bf16 compute, fp32 master weights), NCCL data
+//                                  parallel (ZeRO 0-1), the fused CUDA AdamW
+// The loop decides the order of the collectives, so both backends reduce the loss and the grad
+// norm the same way.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpitron/config/job_config.hpp"
+#include "mpitron/core/memory.hpp"
+#include "mpitron/dist/grid.hpp"
+#include "mpitron/dist/launch.hpp"
+#include "mpitron/model/config.hpp"
+#include "mpitron/parallel/pipeline.hpp"
+#include "mpitron/parallel/schedule.hpp"
+#include "mpitron/train/param_dump.hpp"
+#include "mpitron/train/train_checkpoint.hpp"
+#include "mpitron/train/train_data.hpp"
+
+namespace mpitron {
+
+// What a backend is built from: the job, this rank's place, the model resolved against the
+// data, the batch arithmetic and the pipeline schedule (its chunks come from model_chunks_for).
+struct TrainSetup {
+  const JobConfig& cfg;
+  const LaunchInfo& launch;
+  ProcessGrid& grid;
+  const ModelConfig& mc;
+  BatchPlan bp;
+  PipelineSchedule schedule;
+};
+
+// Communication time of one step, for the step line: comm_ms and the fraction of it that
+// backward hid (the GPU backend measures only the exposed wait, and claims no overlap).
+struct StepComm {
+  double comm_ms = 0, overlap = 0;
+};
+
+class TrainBackend {
+ public:
+  virtual ~TrainBackend() = default;
+
+  // Start-up: the layout line (after the model line) and the lines after the data line.
+  virtual std::string layout_line(double peak_flops) const = 0;
+  virtual std::string describe() const = 0;
+  virtual size_t num_params() const = 0;  // floats over this rank's chunks
+  // Peak FLOP/s of one rank for MFU when train.peak_flops is 0 (0: unknown).
+  virtual double measured_peak_flops() = 0;
+  // The tracker of the memory the model lives in (host or device).
+  virtual MemTracker& memory() = 0;
+
+  virtual PipelineExecutor& pipeline() = 0;
+  virtual CheckpointState& checkpoint_state() = 0;
+
+  // The step protocol, over every chunk of this rank.
+  virtual void begin_step(int micro_batches) = 0;
+  virtual void finish_backward() = 0;  // every gradient reduced (over DP, and over the tied embedding)
+  // Sum of squares of this rank's gradients over its DP group, every element once: TP-sharded
+  // parameters by every TP rank, replicated ones by TP rank 0 (tp_grad_norm.hpp), the tied wte
+  // by the first stage. The loop sums it over the pipeline and then over TP.
+  virtual double grad_sum_squares() = 0;
+  virtual void scale_grads(float s) = 0;
+  // AdamW at `lr` on this rank's shard, the updated parameters gathered where ZeRO needs them;
+  // the update is complete on return (the step time is read right after).
+  virtual void optimizer_step(double lr) = 0;
+  virtual StepComm take_comm() = 0;
+  // Seconds in TP collectives so far (the loop prints the per-step mean); < 0: not measured.
+  virtual double tp_comm_seconds() const { return -1; }
+  // Every chunk's full flat parameters in host memory (train.dump_params; collective under ZeRO-3).
+  virtual std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch) = 0;
+};
+
+std::unique_ptr<TrainBackend> make_cpu_backend(const TrainSetup& s);
+#if MPITRON_CUDA
+std::unique_ptr<TrainBackend> make_gpu_backend(const TrainSetup& s);
+#endif
+
+}  // namespace mpitron
