@@ -16,14 +16,19 @@ namespace {
 class CpuBackend final : public TrainBackend {
  public:
   explicit CpuBackend(const TrainSetup& s)
-      : cfg_(s.cfg), grid_(s.grid), bp_(s.bp), seq_len_(s.mc.seq_len), schedule_(s.schedule), ops_(make_cpu_ops()) {
+      : cfg_(s.cfg),
+        grid_(s.grid),
+        schedule_(s.schedule),
+        chunks_note_(chunks_note(s)),
+        batch_note_(batch_note(s)),
+        ops_(make_cpu_ops()) {
     const GridShape& gs = grid_.shape();
     // The schedule decides how many micro-batches' activations each model chunk keeps
     // (pipeline.hpp); interleaved 1F1B gives this rank parallel.virtual_stages chunks (partition.hpp).
     std::vector<ModelShard> shards = model_chunks_for(s.mc, gs, grid_.coord(), s.cfg.parallel.pp_layers,
                                                       schedule_.virtual_stages);
     StageModelOptions so;
-    so.micro_batch = bp_.micro;
+    so.micro_batch = s.bp.micro;
     so.recompute = s.cfg.train.recompute == "full";
     so.seed = s.cfg.train.seed;
     for (size_t c = 0; c < shards.size(); ++c) {
@@ -40,16 +45,9 @@ class CpuBackend final : public TrainBackend {
 
   std::string layout_line(double peak) const override {
     const GridShape& gs = grid_.shape();
-    return fmt::format(
-        "layout world {} = dp {} x tp {} x pp {}{} | global batch {} = micro {} x dp {} x accum {} ({} tokens/step) | "
-        "{} threads/rank | peak {:.1f} GFLOP/s/rank{}",
-        grid_.world().size(), gs.dp, gs.tp, gs.pp,
-        schedule_.virtual_stages > 1
-            ? fmt::format(" (interleaved, {} model chunks per rank)", schedule_.virtual_stages)
-            : "",
-        bp_.global, bp_.micro, gs.dp, bp_.accum, int64_t{bp_.global} * seq_len_,
-        omp_get_max_threads(), peak / 1e9,
-        cfg_.train.peak_flops > 0 ? " (train.peak_flops)" : " (measured GEMM probe)");
+    return fmt::format("layout world {} = dp {} x tp {} x pp {}{} | {} | {} threads/rank | peak {:.1f} GFLOP/s/rank{}",
+                       grid_.world().size(), gs.dp, gs.tp, gs.pp, chunks_note_, batch_note_, omp_get_max_threads(),
+                       peak / 1e9, cfg_.train.peak_flops > 0 ? " (train.peak_flops)" : " (measured GEMM probe)");
   }
   std::string describe() const override { return model_->describe(); }
   size_t num_params() const override { return model_->num_params(); }
@@ -75,9 +73,8 @@ class CpuBackend final : public TrainBackend {
  private:
   const JobConfig& cfg_;
   ProcessGrid& grid_;
-  BatchPlan bp_;
-  int seq_len_;
   PipelineSchedule schedule_;  // the executor keeps a reference
+  std::string chunks_note_, batch_note_;
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<PipelineExecutor> pipe_;

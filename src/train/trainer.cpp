@@ -52,6 +52,16 @@ double evaluate(PipelineExecutor& pipe, ValidationLoader& val, ProcessGrid& grid
 
 }  // namespace
 
+std::string chunks_note(const TrainSetup& s) {
+  const int v = s.schedule.virtual_stages;
+  return v > 1 ? fmt::format(" (interleaved, {} model chunks per rank)", v) : "";
+}
+
+std::string batch_note(const TrainSetup& s) {
+  return fmt::format("global batch {} = micro {} x dp {} x accum {} ({} tokens/step)", s.bp.global, s.bp.micro,
+                     s.grid.shape().dp, s.bp.accum, int64_t{s.bp.global} * s.mc.seq_len);
+}
+
 TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
   usage_check(gs.cp == 1, "context parallel training is not implemented yet (parallel.cp={})", gs.cp);

@@ -99,8 +99,9 @@ for p in "${patches[@]}"; do
   # "needs SAN=address,undefined" on the first line: a bug only a sanitizer sees (its plain build
   # reads allocator padding); built and tested in the scratch tree's build-san/ instead.
   san=$(head -n 1 "$p" | sed -n 's/.*needs SAN=\([a-z,]*\).*/\1/p')
-  mk=(CUDA=0 BUILD=$mbuild)
-  [ -z "$san" ] || mk=(SAN="$san" BUILD=build-san)
+  bdir=$mbuild
+  mk=(CUDA=0 BUILD=$bdir)
+  [ -z "$san" ] || { bdir=build-san; mk=(SAN="$san" BUILD=$bdir); }
   sync_tree
   t0=$SECONDS
   if ! (cd "$tree" && git apply "$root/$p") >"$log" 2>&1; then
@@ -115,7 +116,7 @@ for p in "${patches[@]}"; do
   fi
   if [ "$quick" = 1 ]; then  # the killer's run_tests.sh name: its first word ("e2e/test_dp_zero")
     filter=${killer%%[ ;,]*}
-    (cd "$tree" && MPITRON_TEST_FAILFAST=1 BUILD=${mk[1]#BUILD=} SAN=$san bash tests/run_tests.sh all "$filter") >>"$log" 2>&1
+    (cd "$tree" && MPITRON_TEST_FAILFAST=1 BUILD=$bdir SAN=$san bash tests/run_tests.sh all "$filter") >>"$log" 2>&1
   else
     (cd "$tree" && MPITRON_TEST_FAILFAST=1 make --no-print-directory "${mk[@]}" test) >>"$log" 2>&1
   fi

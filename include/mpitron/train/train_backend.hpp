@@ -79,6 +79,12 @@ class TrainBackend {
   virtual std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch) = 0;
 };
 
+// The parts of the start-up layout line every backend prints the same: " (interleaved, v model
+// chunks per rank)" when the schedule has several chunks per rank (else ""), and
+// "global batch G = micro m x dp d x accum a (N tokens/step)".
+std::string chunks_note(const TrainSetup& s);
+std::string batch_note(const TrainSetup& s);
+
 std::unique_ptr<TrainBackend> make_cpu_backend(const TrainSetup& s);
 #if MPITRON_CUDA
 std::unique_ptr<TrainBackend> make_gpu_backend(const TrainSetup& s);

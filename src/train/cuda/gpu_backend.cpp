@@ -18,7 +18,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -193,8 +192,15 @@ struct GpuChunk {
 class GpuBackend final : public TrainBackend {
  public:
   explicit GpuBackend(const TrainSetup& s)
-      : cfg_(s.cfg), launch_(s.launch), grid_(s.grid), mc_(s.mc), bp_(s.bp), schedule_(s.schedule),
-        zero_(s.cfg.parallel.zero) {
+      : cfg_(s.cfg),
+        launch_(s.launch),
+        grid_(s.grid),
+        mc_(s.mc),
+        schedule_(s.schedule),
+        chunks_note_(chunks_note(s)),
+        batch_note_(batch_note(s)),
+        zero_(s.cfg.parallel.zero),
+        adamw_{s.cfg.optim.beta1, s.cfg.optim.beta2, s.cfg.optim.eps, s.cfg.optim.weight_decay} {
     const JobConfig& cfg = s.cfg;
     const GridShape& gs = grid_.shape();
     usage_check(zero_ == 0 || zero_ == 1,
@@ -224,7 +230,7 @@ class GpuBackend final : public TrainBackend {
       go.optim_end = k.shard.end;
       go.recompute = cfg.train.recompute == "full";
       go.slots = schedule_.max_in_flight(grid_.coord().pp, static_cast<int>(c));
-      k.model = std::make_unique<GptCuda>(mc_, *ops_, bp_.micro, shards[c], go, gs.tp > 1 ? &grid_.tp() : nullptr);
+      k.model = std::make_unique<GptCuda>(mc_, *ops_, s.bp.micro, shards[c], go, gs.tp > 1 ? &grid_.tp() : nullptr);
       GptCuda& model = *k.model;
       check(model.num_params() == k.n_flat, "GPU trainer: flat layout of {} floats, expected {}", model.num_params(),
             k.n_flat);
@@ -257,18 +263,13 @@ class GpuBackend final : public TrainBackend {
 
   std::string layout_line(double peak) const override {
     const GridShape& gs = grid_.shape();
-    return fmt::format(
-        "layout world {} = dp {} x tp {}{} x pp {}{} (one {} per rank, bf16, attention {}) | global batch {} = micro {} x "
-        "dp {} x accum {} ({} tokens/step) | peak {:g} TFLOP/s/GPU{}",
-        launch_.world, gs.dp, gs.tp, cfg_.parallel.sp ? " + sp" : "", gs.pp,
-        schedule_.virtual_stages > 1
-            ? fmt::format(" (interleaved, {} model chunks per rank)", schedule_.virtual_stages)
-            : "",
-        gpu_, ops_->attention_kind(), bp_.global, bp_.micro, gs.dp, bp_.accum, int64_t{bp_.global} * mc_.seq_len,
-        peak / 1e12,
-        cfg_.train.peak_flops > 0 ? " (train.peak_flops)"
-        : peak > 0                ? " (datasheet dense bf16)"
-                                  : " (unknown GPU: set train.peak_flops for MFU)");
+    return fmt::format("layout world {} = dp {} x tp {}{} x pp {}{} (one {} per rank, bf16, attention {}) | {} | "
+                       "peak {:g} TFLOP/s/GPU{}",
+                       launch_.world, gs.dp, gs.tp, cfg_.parallel.sp ? " + sp" : "", gs.pp, chunks_note_, gpu_,
+                       ops_->attention_kind(), batch_note_, peak / 1e12,
+                       cfg_.train.peak_flops > 0 ? " (train.peak_flops)"
+                       : peak > 0                ? " (datasheet dense bf16)"
+                                                 : " (unknown GPU: set train.peak_flops for MFU)");
   }
   std::string describe() const override {
     size_t n_buckets = 0;
@@ -309,11 +310,10 @@ class GpuBackend final : public TrainBackend {
     for (auto& k : chunks_) k.model->scale_grads(s);
   }
   void optimizer_step(double lr) override {
-    const CudaAdamWOptions ao{cfg_.optim.beta1, cfg_.optim.beta2, cfg_.optim.eps, cfg_.optim.weight_decay};
     const int opt_step = state_->next_step();
     const int dp = grid_.shape().dp;
     for (auto& k : chunks_) {
-      k.model->adamw_step(static_cast<float>(lr), ao, opt_step);
+      k.model->adamw_step(static_cast<float>(lr), adamw_, opt_step);
       if (zero_ >= 1 && dp > 1) {  // everyone's updated shard of the master weights, in place, then the bf16 copy
         const std::vector<size_t> counts = shard_counts(0, k.n_flat, k.n_flat, dp);
         float* master = k.model->device_master_params();
@@ -343,9 +343,10 @@ class GpuBackend final : public TrainBackend {
   const LaunchInfo& launch_;
   ProcessGrid& grid_;
   ModelConfig mc_;
-  BatchPlan bp_;
   PipelineSchedule schedule_;  // the executor keeps a reference
+  std::string chunks_note_, batch_note_;
   int zero_;
+  CudaAdamWOptions adamw_;
   std::unique_ptr<CudaOps> ops_;
   std::vector<GpuChunk> chunks_;
   std::unique_ptr<PipelineExecutor> pipe_;
