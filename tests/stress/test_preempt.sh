@@ -33,6 +33,14 @@ faults=("usr1@eval,after=2" "term@ckpt_write,after=1" "usr1@forward,step=9,rank=
 
 # The ranks' pids of the job launched as pid $1 (timeout -> mpirun -> mpitron processes).
 rank_pids() { local c; for c in $(pgrep -P "$1"); do pgrep -P "$c" -x mpitron; done; }
+# Those of them that block SIGUSR1 (bit 9) and SIGTERM (bit 14) already: SigBlk in /proc/PID/status.
+ready_pids() {
+  local p m
+  for p in $(rank_pids "$1"); do
+    m=$(sed -n 's/^SigBlk:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null)
+    [ -n "$m" ] && [ $(( 0x$m & 0x4200 )) -eq $(( 0x4200 )) ] && echo "$p"
+  done
+}
 
 losses() { /usr/bin/python3 -c '
 import json, sys
@@ -68,7 +76,13 @@ for layout in "${layouts[@]}"; do
       extra_ms=$((RANDOM % 40))
       sig=$([ $((RANDOM % 2)) -eq 0 ] && echo USR1 || echo TERM)
       if [ $k -eq 0 ]; then
-        sleep "0.$((RANDOM % 10))"
+        # Start-up: wait until every rank process exists and has SIGUSR1/SIGTERM blocked (main()'s
+        # first act; mpirun forks the ranks after its own set-up, and a signal sent before that
+        # reaches nobody, or kills a process that has not reached main()), then up to 0.5 s (from
+        # there to step 1 takes 0.6-0.9 s here: MPI_Init, the grid, the loader, the model).
+        until [ "$(ready_pids $mp | wc -l)" -ge "$np" ] || ! kill -0 $mp 2>/dev/null; do sleep 0.005; done
+        extra_ms=$((RANDOM % 500))
+        sleep "$(printf '0.%03d' $extra_ms)"
       else
         # metrics.jsonl is flushed per record (the log goes through mpirun's forwarding, late).
         until grep -q "^{\"step\": $k, \"loss\"" "$run/metrics.jsonl" 2>/dev/null || ! kill -0 $mp 2>/dev/null; do
@@ -76,14 +90,17 @@ for layout in "${layouts[@]}"; do
         done
         sleep "0.0$((extra_ms / 10))$((extra_ms % 10))"
       fi
-      delay="step $k + ${extra_ms} ms"
+      delay=$([ $k -eq 0 ] && echo "start-up + ${extra_ms} ms" || echo "step $k + ${extra_ms} ms")
       pids=$(rank_pids $mp)
       if [ $((RANDOM % 2)) -eq 0 ]; then
         target=$pids; how="SIG$sig to every rank at $delay"
       else
         target=$(echo "$pids" | shuf -n 1 --random-source=<(yes $RANDOM)); how="SIG$sig to one rank at $delay"
       fi
-      [ -n "$target" ] && kill -s "$sig" $target 2>/dev/null
+      if [ -z "$target" ]; then  # the job ended before the moment came: a harness failure, said so
+        wait $mp; bad=$((bad + 1)); runs=$((runs + 1)); echo "FAIL $name trial $t ($how): no rank process left to signal"; continue
+      fi
+      kill -s "$sig" $target 2>/dev/null
     fi
     wait $mp
     rc=$?
