@@ -20,6 +20,7 @@
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/cuda/gpt_cuda.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/ops/cuda/cuda_flat_ops.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 #include "mpitron/parallel/adamw.hpp"
 
@@ -28,6 +29,25 @@ namespace mpitron::gpu_check {
 namespace {
 
 constexpr uint64_t kInitSeed = 1234, kDataSeed = 42;
+
+// The trainer's optimizer on one GPU (DataParallel at dp 1, zero 0): clip the gradients to
+// norm `clip`, AdamW (parallel/adamw.hpp) on the fp32 master weights over CudaFlatOps, then the
+// model's bf16 copy. Returns the norm before clipping.
+struct GpuOptimizer {
+  GpuOptimizer(CudaOps& ops, GptCuda& m)
+      : model(m), flat(make_cuda_flat_ops(ops)), adamw(AdamWOptions{}, *flat, m.params(), 0, m.num_params()) {}
+  double step(float lr, double clip) {
+    const size_t n = model.num_params();
+    const double norm = std::sqrt(flat->sum_squares(model.grad_data(), n));
+    if (norm > clip) flat->scale_inplace(model.grad_data(), static_cast<float>(clip / norm), n);
+    adamw.step(model.param_data(), model.grad_data(), lr);
+    model.params_changed();
+    return norm;
+  }
+  GptCuda& model;
+  std::unique_ptr<FlatOps> flat;
+  AdamW adamw;
+};
 
 struct MicroBatch {
   int B = 0;
@@ -155,7 +175,7 @@ Curve tiny_gpu_run(Ops& cpu, const ModelConfig& cfg, const std::vector<std::arra
         init.size());
   model.load_params(init.data(), init.size());
   *memory = model.memory_summary();
-  const CudaAdamWOptions ao;  // the same defaults as AdamWOptions
+  GpuOptimizer opt(*ops, model);
   const size_t n = model.num_params();
   Curve c;
   for (size_t s = 0; s < data.size(); ++s) {
@@ -170,9 +190,7 @@ Curve tiny_gpu_run(Ops& cpu, const ModelConfig& cfg, const std::vector<std::arra
       c.step1_grads.resize(n);
       model.copy_grads_to_host(c.step1_grads.data(), n);
     }
-    double norm = std::sqrt(model.grad_sum_squares());
-    if (norm > kClip) model.scale_grads(static_cast<float>(kClip / norm));
-    model.adamw_step(static_cast<float>(kTinyLr), ao, static_cast<int>(s) + 1);
+    const double norm = opt.step(static_cast<float>(kTinyLr), kClip);
     c.loss.push_back(sum / count);
     c.grad_norm.push_back(norm);
   }
@@ -333,17 +351,14 @@ void time_training_step(Report& rep, Ops& cpu, const std::string& preset, int B,
                               init_diff <= kInitLossBound ? "" : " **FAIL**");
     if (!(init_diff <= kInitLossBound)) ++rep.failures;
   }
-  const CudaAdamWOptions ao;
-  int step = 0;
+  GpuOptimizer opt(*ops, model);
   std::vector<double> losses, norms;
   auto train_step = [&] {
     model.zero_grad();
     int64_t count = 0;
     double sum = model.forward(inputs.data(), targets.data(), B, &count);
     model.backward(static_cast<float>(1.0 / count));
-    double norm = std::sqrt(model.grad_sum_squares());
-    if (norm > kClip) model.scale_grads(static_cast<float>(kClip / norm));
-    model.adamw_step(6e-4f, ao, ++step);
+    const double norm = opt.step(6e-4f, kClip);
     ops->synchronize();
     losses.push_back(sum / count);
     norms.push_back(norm);

@@ -58,8 +58,10 @@ constexpr const char* kPlanHelp =
     "  --micro-batch N     sequences per micro-batch (train.micro_batch; default 1 without a job)\n"
     "  --microbatches N    micro-batches per step and pipeline (default global/(micro*dp), or 4*pp)\n"
     "  --global-batch N    sequences per optimizer step (train.global_batch)\n"
-    "  --precision P       bf16 (mixed: 2+2+12 B/param) | fp32 (the CPU trainer: 4+4+8). Default bf16;\n"
-    "                      fp32 for a job file with train.backend = \"cpu\"\n\n"
+    "  --precision P       bf16 (mixed, as the ZeRO paper counts it: 2+2+12 B/param) | bf16-fp32grads\n"
+    "                      (mpitron's GPU trainer: bf16 copy 2 + fp32 master 4 + fp32 grads 4 + m,v 8)\n"
+    "                      | fp32 (the CPU trainer: 4+4+8). Default bf16; for a job file, what its\n"
+    "                      train.backend allocates (cpu: fp32, nccl: bf16-fp32grads)\n\n"
     "cost model (--advise, --explain):\n"
     "  --nvlink-gbs X      GB/s per GPU inside a node (default 900)\n"
     "  --ib-gbps X         Gbit/s per GPU across nodes (default 400)\n"
@@ -187,7 +189,7 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
   in.precision = !a.precision.empty()     ? parse_precision(a.precision)
                  : a.job_file.empty()     ? Precision::bf16
                  : job.train.backend == "cpu" ? Precision::fp32
-                                              : Precision::bf16;
+                                              : Precision::bf16_fp32_grads;
   in.cluster.gpus = gpus;
   in.cluster.gpus_per_node = a.gpus_per_node;
   in.cluster.gpu_mem_gb = a.gpu_mem;

@@ -166,12 +166,6 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   }
 }
 
-const ParamInfo* GPT::find_param(const std::string& name) const {
-  for (const auto& p : params_)
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
 GPT::Weights GPT::resolve(float* base) const {
   auto at = [&](const std::string& name) {
     const ParamInfo* p = find_param(name);

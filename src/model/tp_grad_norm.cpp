@@ -5,15 +5,15 @@
 namespace mpitron {
 
 double tp_local_grad_sum_squares(const std::vector<ParamInfo>& params, const float* g, size_t begin, size_t end,
-                                 Ops& ops, int tp_rank) {
+                                 FlatOps& ops, int tp_rank) {
   if (tp_rank == 0) return end > begin ? ops.sum_squares(g, end - begin) : 0.0;  // padding gradients are 0
-  double s = 0;
+  std::vector<std::pair<size_t, size_t>> ranges;  // one host wait on the GPU for all of them
   for (const auto& p : params) {
     if (p.split_dim < 0) continue;  // replicated: counted by TP rank 0
     size_t b = std::max(begin, p.offset), e = std::min(end, p.offset + p.numel);
-    if (b < e) s += ops.sum_squares(g + (b - begin), e - b);
+    if (b < e) ranges.emplace_back(b - begin, e - b);
   }
-  return s;
+  return ranges.empty() ? 0.0 : ops.sum_squares_ranges(g, ranges);
 }
 
 }  // namespace mpitron

@@ -54,6 +54,14 @@ void sum_sequence_parallel_grads(Comm& tp, float* grad, size_t n) {
   if (tp.size() > 1) tp.all_reduce(grad, n, DType::f32, ReduceOp::sum);
 }
 
+void vocab_parallel_max(Comm& tp, float* row_max, size_t rows) {
+  if (tp.size() > 1) tp.all_reduce(row_max, rows, DType::f32, ReduceOp::max);
+}
+
+void vocab_parallel_sums(Comm& tp, float* sumexp_and_target, size_t rows) {
+  if (tp.size() > 1) tp.all_reduce(sumexp_and_target, 2 * rows, DType::f32, ReduceOp::sum);
+}
+
 #define MPITRON_TP_MAPPINGS(T)                                                               \
   template void copy_to_tp_region_backward<T>(Comm&, T*, size_t);                             \
   template void reduce_from_tp_region_forward<T>(Comm&, T*, size_t);                          \

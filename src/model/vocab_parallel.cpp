@@ -82,7 +82,7 @@ void VocabParallelCrossEntropy::forward(float* losses, float* lse, const float* 
   std::copy(a_.begin(), a_.end(), lse);  // keep the local lse
   {
     TpCommTimer timer(tp_);
-    tp_.comm->all_reduce(mx.data(), static_cast<size_t>(rows), DType::f32, ReduceOp::max);
+    vocab_parallel_max(*tp_.comm, mx.data(), static_cast<size_t>(rows));
   }
   b_.assign(static_cast<size_t>(2 * rows), 0.f);
   for (int64_t r = 0; r < rows; ++r) {
@@ -91,7 +91,7 @@ void VocabParallelCrossEntropy::forward(float* losses, float* lse, const float* 
   }
   {
     TpCommTimer timer(tp_);
-    tp_.comm->all_reduce(b_.data(), static_cast<size_t>(2 * rows), DType::f32, ReduceOp::sum);
+    vocab_parallel_sums(*tp_.comm, b_.data(), static_cast<size_t>(rows));
   }
   for (int64_t r = 0; r < rows; ++r) {
     lse[r] = mx[r] + std::log(b_[r]);

@@ -4,8 +4,13 @@
 
 namespace mpitron {
 
-AdamW::AdamW(const AdamWOptions& opt, Ops& ops, const std::vector<ParamInfo>& params, size_t begin, size_t end)
-    : opt_(opt), ops_(ops), begin_(begin), end_(end), m_(Mem::optim, end - begin), v_(Mem::optim, end - begin) {
+AdamW::AdamW(const AdamWOptions& opt, FlatOps& ops, const std::vector<ParamInfo>& params, size_t begin, size_t end)
+    : opt_(opt),
+      ops_(ops),
+      begin_(begin),
+      end_(end),
+      m_(Mem::optim, end - begin, ops.allocator()),
+      v_(Mem::optim, end - begin, ops.allocator()) {
   // Intersect every parameter with [begin, end); merge neighbours with the same decay flag so a
   // step is a handful of long kernel calls.
   std::vector<Segment> segs;

@@ -11,9 +11,9 @@
 
 namespace mpitron {
 
-using Ev = GPT::UnitEvent;
+using Ev = ModelChunk::UnitEvent;
 
-DataParallel::DataParallel(GPT& model, Comm& dp, Ops& ops, const DataParallelOptions& opt)
+DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const DataParallelOptions& opt)
     : model_(model), dp_(dp), ops_(ops), opt_(opt), progress_(opt.progress) {
   usage_check(opt.zero >= 0 && opt.zero <= 3, "parallel.zero must be 0, 1, 2 or 3 (got {})", opt.zero);
   usage_check(opt.bucket_mb > 0, "parallel.bucket_mb must be > 0 (got {})", opt.bucket_mb);
@@ -37,10 +37,10 @@ DataParallel::DataParallel(GPT& model, Comm& dp, Ops& ops, const DataParallelOpt
     shard_table_.push_back(std::move(q));
   }
   if (opt.zero >= 2) {
-    grad_shard_ = Buffer<float>(Mem::grads, shard_.size());
+    grad_shard_ = Buffer<float>(Mem::grads, shard_.size(), ops.allocator());
     model.release_grad_buffer();
   }
-  if (opt.zero == 3) zero3_ = std::make_unique<ShardedParams>(model, dp, progress_);
+  if (opt.zero == 3) zero3_ = std::make_unique<ShardedParams>(model, dp, ops, progress_);
   optim_ = std::make_unique<AdamW>(opt.adamw, ops, shard_table_, 0, shard_.size());
   model.set_unit_hook([this](Ev ev, int unit) { on_event(ev, unit); });
 }
@@ -70,7 +70,7 @@ void DataParallel::begin_step(int micro_batches) {
   backwards_done_ = 0;
   progress_.take_timing();  // drop what ran between steps (ZeRO-3 gathers of an evaluation)
   if (opt_.zero >= 2) {
-    if (grad_shard_.size()) std::memset(grad_shard_.data(), 0, grad_shard_.bytes());
+    ops_.zero(grad_shard_.data(), grad_shard_.size());
   } else {
     model_.zero_grad();
   }
@@ -86,7 +86,7 @@ void DataParallel::on_event(Ev ev, int unit) {
     if (ev == Ev::pre_backward && opt_.zero >= 2 && buckets_[b].alloc_at == pos) alloc_bucket(b);
     if (ev == Ev::post_backward && buckets_[b].ready_at == pos && !buckets_[b].deferred) launch_bucket(b, last_backward);
   }
-  if (ev == Ev::post_backward && unit == GPT::kEmbeddingUnit) ++backwards_done_;  // the last event of a backward
+  if (ev == Ev::post_backward && unit == ModelChunk::kEmbeddingUnit) ++backwards_done_;  // the last event of a backward
 }
 
 // ZeRO-2/3: the bucket's gradients get memory of their own (zeroed) until its reduce-scatter is
@@ -95,7 +95,7 @@ void DataParallel::alloc_bucket(size_t b) {
   const GradBucket& bk = buckets_[b];
   if (bk.deferred && bucket_bufs_[b].size()) return;  // accumulating since the step's first backward
   if (bucket_in_flight_[b]) progress_.wait(bucket_ops_[b]);  // the previous micro-batch's
-  bucket_bufs_[b] = Buffer<float>(Mem::grads, bk.end - bk.begin);
+  bucket_bufs_[b] = Buffer<float>(Mem::grads, bk.end - bk.begin, ops_.allocator());
   for (size_t i : bk.params) model_.bind_grad(i, bucket_bufs_[b].data() + (model_.params()[i].offset - bk.begin));
 }
 
@@ -120,13 +120,13 @@ void DataParallel::launch_bucket(size_t b, bool last_backward) {
   }
   std::vector<size_t> counts = shard_counts(bk.begin, bk.end, n_, dp_.size());
   const size_t mine = counts[dp_.rank()];
-  auto tmp = std::make_shared<Buffer<float>>(Mem::comm, mine);
+  auto tmp = std::make_shared<Buffer<float>>(Mem::comm, mine, ops_.allocator());
   const float* send = opt_.zero == 1 ? model_.grad_data() + bk.begin : bucket_bufs_[b].data();
   Request r = dp_.ireduce_scatterv(send, tmp->data(), counts.data(), DType::f32, ReduceOp::sum);
   std::function<void()> done;
   if (opt_.zero == 1) {
     done = [this, tmp, lo, mine] {
-      if (mine) std::memcpy(model_.grad_data() + lo, tmp->data(), mine * sizeof(float));
+      ops_.copy(model_.grad_data() + lo, tmp->data(), mine);
       tmp->reset();
     };
   } else {  // accumulate over micro-batches, then the bucket's memory goes back
@@ -191,12 +191,24 @@ void DataParallel::optimizer_step(double lr) {
     float* p = model_.param_data();
     progress_.blocking([&] { dp_.all_gatherv(p + shard_.begin, p, counts.data(), DType::f32); });
   }
+  if (!zero3_) model_.params_changed();  // ZeRO-3 units are gathered (and converted) when used
 }
 
 const float* DataParallel::full_params(Buffer<float>& scratch) {
-  if (!zero3_) return model_.param_data();
+  if (!zero3_ && !ops_.allocator()) return model_.param_data();
   scratch = Buffer<float>(Mem::workspace, n_);
-  zero3_->gather_full(scratch.data());
+  if (!ops_.allocator()) {
+    zero3_->gather_full(scratch.data());
+    return scratch.data();
+  }
+  Buffer<float> gathered;  // on the device
+  const float* src = model_.param_data();
+  if (zero3_) {
+    gathered = Buffer<float>(Mem::workspace, n_, ops_.allocator());
+    zero3_->gather_full(gathered.data());
+    src = gathered.data();
+  }
+  ops_.to_host(scratch.data(), src, n_);
   return scratch.data();
 }
 

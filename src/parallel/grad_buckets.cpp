@@ -6,15 +6,9 @@
 
 namespace mpitron {
 
-int param_unit(const ParamInfo& p, const ModelShard& shard) {
-  if (p.layer >= 0) return p.layer - shard.layer_begin;
-  if (p.name.rfind("ln_f.", 0) == 0) return GPT::kHeadUnit;
-  return GPT::kEmbeddingUnit;  // wte, wpe
-}
-
 int backward_position(int unit, int n_local_layers) {
-  if (unit == GPT::kHeadUnit) return 0;
-  if (unit == GPT::kEmbeddingUnit) return n_local_layers + 1;
+  if (unit == ModelChunk::kHeadUnit) return 0;
+  if (unit == ModelChunk::kEmbeddingUnit) return n_local_layers + 1;
   return n_local_layers - unit;
 }
 

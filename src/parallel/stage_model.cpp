@@ -7,16 +7,10 @@
 
 namespace mpitron {
 
-StageModel::StageModel(const ModelConfig& mc, const std::vector<ModelShard>& chunks, Ops& ops, ProcessGrid& grid,
-                       const StageModelOptions& opt) {
-  check(!chunks.empty() && opt.slots.size() == chunks.size(), "StageModel: {} chunks, {} slot counts", chunks.size(),
-        opt.slots.size());
-  Comm* tp = grid.shape().tp > 1 ? &grid.tp() : nullptr;
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    models_.push_back(std::make_unique<GPT>(mc, chunks[c], ops, opt.micro_batch,
-                                            ActivationOptions{opt.slots[c], opt.recompute}, tp));
-    models_.back()->init_weights(opt.seed);
-  }
+StageModel::StageModel(std::vector<std::unique_ptr<ModelChunk>> chunks, FlatOps& ops, ProcessGrid& grid,
+                       const DataParallelOptions& dp)
+    : ops_(ops), models_(std::move(chunks)) {
+  check(!models_.empty(), "StageModel: no model chunks");
   // The tie: the first virtual stage's embedding and the last one's head (pp = 1: one chunk holds
   // both and nothing is tied across ranks).
   for (auto& m : models_) {
@@ -25,7 +19,7 @@ StageModel::StageModel(const ModelConfig& mc, const std::vector<ModelShard>& chu
     sync_tied_embedding(*m, grid);
   }
   for (auto& m : models_) {
-    DataParallelOptions o = opt.dp;
+    DataParallelOptions o = dp;
     const bool end = m->shard().has_embedding || m->shard().has_head;
     o.tied_group = end ? tied_embedding_group(*m, grid) : nullptr;
     o.tied_copy = o.tied_group && !m->shard().has_embedding;
@@ -35,12 +29,6 @@ StageModel::StageModel(const ModelConfig& mc, const std::vector<ModelShard>& chu
 
 StageModel::~StageModel() { ddps_.clear(); }  // before the models they hook into
 
-std::vector<GPT*> StageModel::chunks() {
-  std::vector<GPT*> v;
-  for (auto& m : models_) v.push_back(m.get());
-  return v;
-}
-
 size_t StageModel::num_params() const {
   size_t n = 0;
   for (const auto& m : models_) n += m->num_params();
@@ -49,7 +37,11 @@ size_t StageModel::num_params() const {
 
 double StageModel::tp_comm_seconds() const {
   double s = 0;
-  for (const auto& m : models_) s += m->tp_comm_seconds();
+  for (const auto& m : models_) {
+    const double t = m->tp_comm_seconds();
+    if (t < 0) return -1.0;  // not measured
+    s += t;
+  }
   return s;
 }
 

@@ -6,7 +6,7 @@ namespace mpitron {
 namespace {
 
 // The wte copy this rank keeps for the tie, or nullptr (middle stages, pp = 1).
-const ParamInfo* tied_wte(GPT& model, ProcessGrid& grid) {
+const ParamInfo* tied_wte(ModelChunk& model, ProcessGrid& grid) {
   if (grid.shape().pp == 1 || !(grid.is_first_stage() || grid.is_last_stage())) return nullptr;
   const ParamInfo* p = model.find_param("wte.weight");
   check(p != nullptr, "tied embedding: stage {} has no wte.weight", grid.coord().pp);
@@ -17,17 +17,19 @@ const ParamInfo* tied_wte(GPT& model, ProcessGrid& grid) {
 
 }  // namespace
 
-void sync_tied_embedding(GPT& model, ProcessGrid& grid) {
-  if (const ParamInfo* p = tied_wte(model, grid))
+void sync_tied_embedding(ModelChunk& model, ProcessGrid& grid) {
+  if (const ParamInfo* p = tied_wte(model, grid)) {
     grid.embedding().broadcast(model.param_data() + p->offset, p->numel, DType::f32, /*root=first stage*/ 0);
+    model.params_changed();
+  }
 }
 
-void all_reduce_tied_embedding_grad(GPT& model, ProcessGrid& grid) {
+void all_reduce_tied_embedding_grad(ModelChunk& model, ProcessGrid& grid) {
   if (const ParamInfo* p = tied_wte(model, grid))
     grid.embedding().all_reduce(model.grad_data() + p->offset, p->numel, DType::f32, ReduceOp::sum);
 }
 
-Comm* tied_embedding_group(GPT& model, ProcessGrid& grid) {
+Comm* tied_embedding_group(ModelChunk& model, ProcessGrid& grid) {
   return tied_wte(model, grid) ? &grid.embedding() : nullptr;
 }
 

@@ -7,14 +7,14 @@
 
 namespace mpitron {
 
-using Ev = GPT::UnitEvent;
+using Ev = ModelChunk::UnitEvent;
 
-ShardedParams::ShardedParams(GPT& model, Comm& dp, CommProgress& progress)
-    : model_(model), dp_(dp), progress_(progress), n_(model.num_params()) {
+ShardedParams::ShardedParams(ModelChunk& model, Comm& dp, FlatOps& ops, CommProgress& progress)
+    : model_(model), dp_(dp), ops_(ops), progress_(progress), n_(model.num_params()) {
   check(model.param_data() != nullptr, "ZeRO-3: the model's flat parameters were already released");
   range_ = zero_shard(n_, dp.size(), dp.rank());
-  shard_ = Buffer<float>(Mem::params, range_.size());
-  if (range_.size() > 0) std::memcpy(shard_.data(), model.param_data() + range_.begin, range_.size() * sizeof(float));
+  shard_ = Buffer<float>(Mem::params, range_.size(), ops.allocator());
+  ops.copy(shard_.data(), model.param_data() + range_.begin, range_.size());
   const ModelShard& ms = model.shard();
   n_layers_ = local_layers(model.config(), ms);
   units_.resize(2 + n_layers_);
@@ -22,7 +22,7 @@ ShardedParams::ShardedParams(GPT& model, Comm& dp, CommProgress& progress)
   // A unit's range runs to where the next parameter starts (its alignment padding included).
   for (size_t i = 0; i < table.size(); ++i) {
     int u = param_unit(table[i], ms);
-    Unit& un = units_[u == GPT::kEmbeddingUnit ? 0 : u == GPT::kHeadUnit ? 1 : 2 + u];
+    Unit& un = units_[u == ModelChunk::kEmbeddingUnit ? 0 : u == ModelChunk::kHeadUnit ? 1 : 2 + u];
     size_t end = i + 1 < table.size() ? table[i + 1].offset : n_;
     if (un.params.empty()) un.begin = table[i].offset;
     check(un.params.empty() || un.end == table[i].offset, "ZeRO-3: unit of {} is not contiguous", table[i].name);
@@ -33,7 +33,7 @@ ShardedParams::ShardedParams(GPT& model, Comm& dp, CommProgress& progress)
 }
 
 ShardedParams::Unit* ShardedParams::unit(int u) {
-  Unit* p = u == GPT::kEmbeddingUnit ? &units_[0] : u == GPT::kHeadUnit ? &units_[1] : &units_[2 + u];
+  Unit* p = u == ModelChunk::kEmbeddingUnit ? &units_[0] : u == ModelChunk::kHeadUnit ? &units_[1] : &units_[2 + u];
   return p->params.empty() ? nullptr : p;
 }
 
@@ -46,13 +46,13 @@ size_t ShardedParams::largest_unit_floats() const {
 void ShardedParams::start_gather(int u) {
   Unit* un = unit(u);
   if (!un || un->present || un->pending) return;
-  un->buf = Buffer<float>(Mem::params, un->end - un->begin);
+  un->buf = Buffer<float>(Mem::params, un->end - un->begin, ops_.allocator());
   for (size_t i : un->params) model_.bind_param(i, un->buf.data() + (model_.params()[i].offset - un->begin));
   std::vector<size_t> counts = shard_counts(un->begin, un->end, n_, dp_.size());
   size_t lo = std::max(un->begin, range_.begin);
   const float* send = counts[dp_.rank()] > 0 ? shard_.data() + (lo - range_.begin) : shard_.data();
   if (dp_.size() == 1) {
-    std::memcpy(un->buf.data(), send, (un->end - un->begin) * sizeof(float));
+    ops_.copy(un->buf.data(), send, un->end - un->begin);
     un->present = true;
     return;
   }
@@ -85,24 +85,24 @@ void ShardedParams::on_event(Ev ev, int u) {
   switch (ev) {
     case Ev::pre_forward:  // start this unit's gather (if not prefetched), then the next one's, then wait
       start_gather(u);
-      if (u == GPT::kEmbeddingUnit) start_gather(n_layers_ > 0 ? 0 : GPT::kHeadUnit);
-      if (block) start_gather(u < last ? u + 1 : GPT::kHeadUnit);
+      if (u == ModelChunk::kEmbeddingUnit) start_gather(n_layers_ > 0 ? 0 : ModelChunk::kHeadUnit);
+      if (block) start_gather(u < last ? u + 1 : ModelChunk::kHeadUnit);
       ensure(u);
       break;
     case Ev::post_forward:
-      if (u == GPT::kEmbeddingUnit) release(u);
+      if (u == ModelChunk::kEmbeddingUnit) release(u);
       if (block && !(grad && u == last)) release(u);
-      if (u == GPT::kHeadUnit && !grad) release(u);
+      if (u == ModelChunk::kHeadUnit && !grad) release(u);
       break;
     case Ev::pre_backward:
-      if (u == GPT::kEmbeddingUnit) break;  // the embedding's backward reads no weights
+      if (u == ModelChunk::kEmbeddingUnit) break;  // the embedding's backward reads no weights
       start_gather(u);
-      if (u == GPT::kHeadUnit && last >= 0) start_gather(last);
+      if (u == ModelChunk::kHeadUnit && last >= 0) start_gather(last);
       if (block && u > 0) start_gather(u - 1);
       ensure(u);
       break;
     case Ev::post_backward:
-      if (u != GPT::kEmbeddingUnit) release(u);
+      if (u != ModelChunk::kEmbeddingUnit) release(u);
       break;
   }
 }

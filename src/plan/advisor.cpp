@@ -245,7 +245,7 @@ std::string layout_job_toml(const PlanInput& in) {
   o += fmt::format("[parallel]\ndp = {}\ntp = {}\npp = {}\nzero = {}\nsp = {}\nschedule = \"{}\"\nmicrobatches = {}\n\n",
                    l.dp, l.tp, l.pp, l.zero, l.sp ? "true" : "false", l.schedule, l.microbatches);
   o += fmt::format("[train]\nbackend = \"{}\"\nmicro_batch = {}\nglobal_batch = {}\nrecompute = \"{}\"\n",
-                   in.precision == Precision::bf16 ? "nccl" : "cpu", l.micro_batch, in.global_batch(),
+                   in.precision != Precision::fp32 ? "nccl" : "cpu", l.micro_batch, in.global_batch(),
                    l.recompute ? "full" : "none");
   return o;
 }

@@ -39,14 +39,18 @@ namespace mpitron {
 Precision parse_precision(const std::string& s) {
   if (s == "fp32" || s == "f32") return Precision::fp32;
   if (s == "bf16") return Precision::bf16;
-  usage_fail("unknown precision '{}' (allowed: fp32, bf16)", s);
+  if (s == "bf16-fp32grads") return Precision::bf16_fp32_grads;
+  usage_fail("unknown precision '{}' (allowed: fp32, bf16, bf16-fp32grads)", s);
 }
 
-const char* precision_name(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
+const char* precision_name(Precision p) {
+  return p == Precision::fp32 ? "fp32" : p == Precision::bf16 ? "bf16" : "bf16-fp32grads";
+}
 
 int static_bytes_per_param(Precision p) {
   // fp32: weights 4 + gradients 4 + Adam m 4 + v 4. bf16: weights 2 + gradients 2 + fp32 master 4 + m 4 + v 4.
-  return p == Precision::fp32 ? 4 + 4 + 8 : 2 + 2 + 12;
+  // bf16_fp32_grads: weights 2 + fp32 master 4 + fp32 gradients 4 + m 4 + v 4.
+  return p == Precision::fp32 ? 4 + 4 + 8 : p == Precision::bf16 ? 2 + 2 + 12 : 2 + 4 + 4 + 8;
 }
 
 std::string fmt_gb(double bytes) {
@@ -196,9 +200,15 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   r.local_params = n;
   const int64_t shard_n = zero_shard_elems(n, l.dp, r.coord.dp);
   const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;
-  r.params = n_p * e;
-  r.grads = n_g * e;
-  r.optim_master = fp32 ? 0 : 4 * n_o;
+  if (in.precision == Precision::bf16_fp32_grads) {  // GptCuda + DataParallel: the master sits with the bf16 copy
+    // (ZeRO-3: only the fp32 shard between steps; a unit's bf16 copy lives while it is gathered)
+    r.params = n_p * (l.zero >= 3 ? 4 : 2 + 4);
+    r.grads = n_g * 4;
+  } else {
+    r.params = n_p * e;
+    r.grads = n_g * e;
+    r.optim_master = fp32 ? 0 : 4 * n_o;
+  }
   r.optim_moments = 8 * n_o;
 
   // Activations.
@@ -310,7 +320,7 @@ Ledger compute_ledger(const PlanInput& in) {
 PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, int world) {
   PlanInput in;
   in.model = model;
-  in.precision = job.train.backend == "nccl" ? Precision::bf16 : Precision::fp32;
+  in.precision = job.train.backend == "nccl" ? Precision::bf16_fp32_grads : Precision::fp32;
   PlanLayout& l = in.layout;
   l.tp = job.parallel.tp;
   l.pp = job.parallel.pp;
@@ -347,7 +357,9 @@ std::string format_ledger(const Ledger& led, bool exact_bytes) {
       "micro-batches ({}) | seq {} | {}\n",
       l.world(), l.dp, l.tp, l.pp, l.cp, l.zero, l.sp ? "on" : "off", l.recompute ? "full" : "none", l.micro_batch,
       l.microbatches, l.pp > 1 ? l.schedule : "accumulation", m.seq_len,
-      fp32 ? "fp32 (weights, grads, Adam m+v: 16 B/param)" : "bf16 mixed precision (2+2 + fp32 master 4 + m,v 8 = 16 B/param)");
+      fp32                                ? "fp32 (weights, grads, Adam m+v: 16 B/param)"
+      : in.precision == Precision::bf16 ? "bf16 mixed precision (2+2 + fp32 master 4 + m,v 8 = 16 B/param)"
+                                        : "bf16 + fp32 master and grads (mpitron's GPU trainer: 2+4 + 4 + m,v 8 = 18 B/param)");
   o += fmt::format("cluster {} GPUs, {} per node, {:.0f} GB each\n\n", in.cluster.gpus, in.cluster.gpus_per_node,
                    in.cluster.gpu_mem_gb);
   o += fmt::format("{:<6} {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage", "layers",

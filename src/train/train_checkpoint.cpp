@@ -46,22 +46,53 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, co
   std::signal(SIGXFSZ, SIG_IGN);
 }
 
+// Host memory (CPU): the shards point at the live buffers. Device memory (GPU): they point at
+// host copies, made here for a save and written back in loaded() after a load.
 std::vector<CheckpointShard> StageCheckpointState::shards() {
+  FlatOps& ops = model_.ops();
+  const bool device = ops.allocator() != nullptr;
+  host_.resize(model_.size());
   std::vector<CheckpointShard> out;
   for (int c = 0; c < model_.size(); ++c) {
-    GPT& model = model_.chunk(c);
+    ModelChunk& model = model_.chunk(c);
     DataParallel& ddp = model_.ddp(c);
     const int zero = ddp.zero();
     CheckpointShard s = checkpoint_shard_of(mc_, model.shard(), coord_, zero);
     const FlatRange r = ddp.shard();
-    if (zero >= 3) s.params = {ddp.shard_params(), r.begin, r.end, s.params.owner};
-    else s.params = {model.param_data(), 0, model.num_params(), s.params.owner};
     AdamW& opt = ddp.optimizer();
-    s.exp_avg = {opt.exp_avg(), r.begin, r.end, s.exp_avg.owner};
-    s.exp_avg_sq = {opt.exp_avg_sq(), r.begin, r.end, s.exp_avg_sq.owner};
+    float* p = zero >= 3 ? ddp.shard_params() : model.param_data();
+    const size_t np = zero >= 3 ? r.size() : model.num_params();
+    float *m = opt.exp_avg(), *v = opt.exp_avg_sq();
+    if (device) {
+      HostCopy& h = host_[c];
+      h.p.resize(np), h.m.resize(r.size()), h.v.resize(r.size());
+      ops.to_host(h.p.data(), p, np);
+      ops.to_host(h.m.data(), m, r.size());
+      ops.to_host(h.v.data(), v, r.size());
+      p = h.p.data(), m = h.m.data(), v = h.v.data();
+    }
+    if (zero >= 3) s.params = {p, r.begin, r.end, s.params.owner};
+    else s.params = {p, 0, np, s.params.owner};
+    s.exp_avg = {m, r.begin, r.end, s.exp_avg.owner};
+    s.exp_avg_sq = {v, r.begin, r.end, s.exp_avg_sq.owner};
     out.push_back(std::move(s));
   }
   return out;
+}
+
+void StageCheckpointState::loaded() {
+  FlatOps& ops = model_.ops();
+  for (int c = 0; c < model_.size(); ++c) {
+    ModelChunk& model = model_.chunk(c);
+    DataParallel& ddp = model_.ddp(c);
+    if (ops.allocator()) {  // the file was read into the host copies
+      const HostCopy& h = host_.at(c);
+      ops.from_host(ddp.zero() >= 3 ? ddp.shard_params() : model.param_data(), h.p.data(), h.p.size());
+      ops.from_host(ddp.optimizer().exp_avg(), h.m.data(), h.m.size());
+      ops.from_host(ddp.optimizer().exp_avg_sq(), h.v.data(), h.v.size());
+    }
+    if (ddp.zero() < 3) model.params_changed();
+  }
 }
 
 namespace {

@@ -62,6 +62,36 @@ std::string batch_note(const TrainSetup& s) {
                      s.grid.shape().dp, s.bp.accum, int64_t{s.bp.global} * s.mc.seq_len);
 }
 
+DataParallelOptions dp_options(const JobConfig& cfg) {
+  return {cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress),
+          AdamWOptions{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay}};
+}
+
+void StageBackend::build(const TrainSetup& s, std::vector<std::unique_ptr<ModelChunk>> chunks,
+                         std::vector<PipelineStage*> stages, FlatOps& ops, Comm& pp, const DataParallelOptions& dp) {
+  tp_rank_ = s.grid.coord().tp;
+  model_ = std::make_unique<StageModel>(std::move(chunks), ops, s.grid, dp);
+  schedule_ = std::make_unique<PipelineSchedule>(s.schedule);
+  pipe_ = std::make_unique<PipelineExecutor>(*schedule_, pp, std::move(stages));
+  ckpt_state_ = std::make_unique<StageCheckpointState>(*model_, s.mc, s.grid.coord());
+}
+
+void StageBackend::release_stage() {
+  ckpt_state_.reset();
+  pipe_.reset();
+  model_.reset();
+}
+
+void StageBackend::optimizer_step(double lr) {
+  model_->optimizer_step(lr);
+  model_->ops().synchronize();  // the update is complete on return: the loop reads the step time next
+}
+
+StepComm StageBackend::take_comm() {
+  const CommTiming t = model_->take_timing();
+  return {t.comm_ms, t.overlap()};
+}
+
 TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
   usage_check(gs.cp == 1, "context parallel training is not implemented yet (parallel.cp={})", gs.cp);

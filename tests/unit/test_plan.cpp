@@ -57,6 +57,17 @@ BOOST_AUTO_TEST_CASE(seed_worked_example_7b) {
   BOOST_TEST(r.optim_moments == 8 * r.local_params);
   BOOST_TEST(r.params + r.grads + r.optim() == 16 * r.local_params);
   BOOST_TEST(r.local_params - led.total_params < 16 * 1000);  // only the 16-element rounding per tensor
+  {  // What mpitron's GPU trainer allocates: bf16 copy + fp32 master (params), fp32 grads, m + v.
+    PlanInput g = in;
+    g.precision = Precision::bf16_fp32_grads;
+    const RankLedger q = compute_ledger(g).stages.at(0);
+    BOOST_TEST(static_bytes_per_param(Precision::bf16_fp32_grads) == 18);
+    BOOST_TEST(q.params == 6 * q.local_params);
+    BOOST_TEST(q.grads == 4 * q.local_params);
+    BOOST_TEST(q.optim_master == 0);
+    BOOST_TEST(q.params + q.grads + q.optim() == 18 * q.local_params);
+    BOOST_TEST(q.activations == r.activations);  // the same bf16 activations
+  }
   // Its activations at seq 2048, micro-batch 1: Korthikanti's s*b*h*(34 + 5*a*s/h) bytes per layer.
   BOOST_TEST(r.korthikanti_per_layer == 2048.0 * 4096 * (34 + 5.0 * 32 * 2048 / 4096));
   BOOST_TEST(r.korthikanti_per_layer == 956301312.0);

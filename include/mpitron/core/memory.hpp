@@ -51,12 +51,28 @@ class MemTracker {
 void* host_alloc(Mem m, size_t bytes);
 void host_free(Mem m, void* p, size_t bytes);
 
-// Owning, movable, typed host buffer counted under one category.
+// Memory of another device (a GPU), for the backend-neutral code of src/parallel (gradient
+// buckets, ZeRO shards, AdamW moments): zero-filled like host_alloc, counted under `m` in the
+// device's tracker. The GPU's allocator is stream-ordered on the compute stream
+// (ops/cuda/cuda_flat_ops.cpp), so a buffer freed after the kernels that read it were enqueued
+// is reused only after they ran.
+class DeviceAllocator {
+ public:
+  virtual ~DeviceAllocator() = default;
+  virtual void* alloc(Mem m, size_t bytes) = 0;
+  virtual void free(Mem m, void* p, size_t bytes) = 0;
+};
+
+// Owning, movable, typed buffer counted under one category: host memory, or the device memory of
+// `dev` when given.
 template <class T>
 class Buffer {
  public:
   Buffer() = default;
   Buffer(Mem m, size_t n) : mem_(m), n_(n), p_(static_cast<T*>(host_alloc(m, n * sizeof(T)))) {}
+  Buffer(Mem m, size_t n, DeviceAllocator* dev)
+      : mem_(m), n_(n), dev_(dev),
+        p_(static_cast<T*>(dev ? dev->alloc(m, n * sizeof(T)) : host_alloc(m, n * sizeof(T)))) {}
   ~Buffer() { reset(); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -69,7 +85,8 @@ class Buffer {
     return *this;
   }
   void reset() {
-    if (p_) host_free(mem_, p_, n_ * sizeof(T));
+    if (p_ && dev_) dev_->free(mem_, p_, n_ * sizeof(T));
+    else if (p_) host_free(mem_, p_, n_ * sizeof(T));
     p_ = nullptr;
     n_ = 0;
   }
@@ -89,10 +106,12 @@ class Buffer {
   void swap(Buffer& o) noexcept {
     std::swap(mem_, o.mem_);
     std::swap(n_, o.n_);
+    std::swap(dev_, o.dev_);
     std::swap(p_, o.p_);
   }
   Mem mem_ = Mem::workspace;
   size_t n_ = 0;
+  DeviceAllocator* dev_ = nullptr;
   T* p_ = nullptr;
 };
 

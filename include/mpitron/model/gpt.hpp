@@ -22,41 +22,11 @@
 
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/model_chunk.hpp"
 #include "mpitron/model/parallel_layers.hpp"
 #include "mpitron/ops/ops.hpp"
 
 namespace mpitron {
-
-struct ModelShard {
-  int tp_rank = 0, tp_size = 1;
-  int layer_begin = 0, layer_end = -1;  // -1: n_layer
-  bool has_embedding = true, has_head = true;
-  bool sequence_parallel = false;  // parallel.sp (only with tp_size > 1); last, so positional inits keep working
-};
-
-// The number of blocks the shard holds.
-inline int local_layers(const ModelConfig& cfg, const ModelShard& s) {
-  return (s.layer_end < 0 ? cfg.n_layer : s.layer_end) - s.layer_begin;
-}
-
-// One parameter tensor of this shard. Names follow Hugging Face GPT-2 ("wte.weight",
-// "h.3.attn.c_attn.weight", ...); linear weights are [out, in] as torch.nn.Linear.
-// Locating the shard in the full tensor: along split_dim the full extent is viewed as
-// split_parts equal parts (3 for the fused QKV weight/bias: q, k, v), each split evenly over
-// tp; this rank's slice of part p starts at p*full/split_parts + local_offset_in_full and has
-// local/split_parts entries. split_dim -1: replicated (local == full).
-struct ParamInfo {
-  std::string name;
-  std::vector<int64_t> full_shape;
-  std::vector<int64_t> local_shape;
-  int split_dim = -1;
-  int split_parts = 1;
-  int64_t local_offset_in_full = 0;
-  size_t offset = 0;  // into the flat buffer (floats)
-  size_t numel = 0;
-  bool decay = false;  // weight decay: 2-D weights only
-  int layer = -1;      // global layer index, -1 for embeddings / final LN
-};
 
 // Full-tensor flat index of local element `i` of `p` (row-major), for initialisation and
 // checkpoint hyperslabs.
@@ -105,7 +75,7 @@ int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch);
 // FLOPs per token, forward + backward: 6*N_nonembedding + 6*V*d + 12*L*T*d (PERF-NOTES.md).
 double gpt_flops_per_token(const ModelConfig& cfg);
 
-class GPT {
+class GPT final : public ModelChunk {
  public:
   // tp: the tensor-parallel group (its size and rank must match shard.tp_size/tp_rank);
   // nullptr without tensor parallelism.
@@ -113,37 +83,21 @@ class GPT {
       Comm* tp = nullptr);
 
   void init_weights(uint64_t seed);
-  const ModelConfig& config() const { return cfg_; }
-  const ModelShard& shard() const { return shard_; }
-  const std::vector<ParamInfo>& params() const { return params_; }
-  const ParamInfo* find_param(const std::string& name) const;  // nullptr when not on this shard
-  float* param_data() { return params_buf_.data(); }  // nullptr after release_param_buffer()
-  float* grad_data() { return grads_buf_.data(); }    // nullptr after release_grad_buffer()
-  size_t num_params() const { return n_flat_; }       // floats of the flat layout (with padding)
-  void zero_grad();
-  // Off: forward computes the loss only (evaluation); backward is then an error. Default on.
-  void set_grad_enabled(bool on) { grad_enabled_ = on; }
-  bool grad_enabled() const { return grad_enabled_; }
-
-  // Hooks for src/parallel (DDP gradient buckets, ZeRO). A unit is a group of parameters handled
-  // together: block l (local index 0..), kEmbeddingUnit (wte, wpe) or kHeadUnit (ln_f). Events:
-  //   forward:  pre(emb) [embedding] {pre(l) [block l] post(l)} ascending, pre(head) [head] post(head), post(emb)
-  //   backward: pre(head) [head] post(head), {pre(l) [block l] post(l)} descending, pre(emb) [embedding] post(emb)
-  // The tied wte belongs to the embedding unit, but the head writes its gradient first: it is
-  // final only at post_backward(emb), the last event of backward.
-  enum class UnitEvent { pre_forward, post_forward, pre_backward, post_backward };
-  static constexpr int kEmbeddingUnit = -1, kHeadUnit = -2;
-  using UnitHook = std::function<void(UnitEvent, int unit)>;
-  void set_unit_hook(UnitHook h) { hook_ = std::move(h); }
-  // Where parameter i (index into params()) is read from / its gradient accumulates into;
-  // default param_data() / grad_data() + params()[i].offset. ZeRO-3 points a unit's parameters
-  // into a gathered working buffer; ZeRO-2 points gradients into a bucket buffer.
-  void bind_param(size_t i, float* data) { *field(w_, i) = data; }
-  void bind_grad(size_t i, float* data) { *field(g_, i) = data; }
-  // Free the flat parameter / gradient buffer (the owner of a shard binds every unit before the
-  // model uses it). Tracked memory drops by 4 * num_params() bytes each.
-  void release_param_buffer();
-  void release_grad_buffer();
+  // ModelChunk (model_chunk.hpp says what each does).
+  const ModelConfig& config() const override { return cfg_; }
+  const ModelShard& shard() const override { return shard_; }
+  const std::vector<ParamInfo>& params() const override { return params_; }
+  float* param_data() override { return params_buf_.data(); }  // nullptr after release_param_buffer()
+  float* grad_data() override { return grads_buf_.data(); }    // nullptr after release_grad_buffer()
+  size_t num_params() const override { return n_flat_; }
+  void zero_grad() override;
+  void set_grad_enabled(bool on) override { grad_enabled_ = on; }
+  bool grad_enabled() const override { return grad_enabled_; }
+  void set_unit_hook(UnitHook h) override { hook_ = std::move(h); }
+  void bind_param(size_t i, float* data) override { *field(w_, i) = data; }
+  void bind_grad(size_t i, float* data) override { *field(g_, i) = data; }
+  void release_param_buffer() override;
+  void release_grad_buffer() override;
 
   // One micro-batch [B, T] (T = cfg.seq_len, B <= max_micro_batch; targets may hold -1 = ignore).
   // Returns the SUM of per-token losses over counted targets and sets *n_targets.
@@ -170,7 +124,7 @@ class GPT {
   // Rows of [B*T, C] stage activations this rank holds: B*T, or B*T/tp with sequence parallel.
   int64_t local_rows(int B) const { return sequence_local_rows(tp_, int64_t{B} * cfg_.seq_len); }
   // Seconds spent in tensor-parallel collectives since construction (the trainer reports it per step).
-  double tp_comm_seconds() const { return *tp_comm_s_; }
+  double tp_comm_seconds() const override { return *tp_comm_s_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }
 
  private:

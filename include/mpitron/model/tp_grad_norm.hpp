@@ -11,14 +11,14 @@
 #include <cstddef>
 #include <vector>
 
-#include "mpitron/model/gpt.hpp"
-#include "mpitron/ops/ops.hpp"
+#include "mpitron/model/model_chunk.hpp"
+#include "mpitron/ops/flat_ops.hpp"
 
 namespace mpitron {
 
 // This rank's share of the squared gradient norm over the flat range [begin, end) of the layout
 // `params` describes (a ZeRO shard, or everything); g points at flat element `begin`.
 double tp_local_grad_sum_squares(const std::vector<ParamInfo>& params, const float* g, size_t begin, size_t end,
-                                 Ops& ops, int tp_rank);
+                                 FlatOps& ops, int tp_rank);
 
 }  // namespace mpitron

@@ -90,6 +90,14 @@ void reduce_scatter_to_sequence_backward(Comm& tp, const T* dlocal, T* dfull, si
 // sequence-parallel gradients), so every rank has the full gradient. fp32 only.
 void sum_sequence_parallel_grads(Comm& tp, float* grad, size_t n);
 
+// Vocab-parallel cross-entropy (Megatron's): each rank holds a slice of the vocabulary's logits,
+// and a row's softmax statistics are combined over the group in two reductions, in place: the
+// rows' maxima (max), then [sum of exp(logit - global max) over the slice | the target's logit,
+// 0 on the ranks that do not own it] (2*rows floats, sum). Both models' cross-entropy (the CPU
+// GPT's VocabParallelCrossEntropy, GptCuda's head) combine their slices through these. fp32.
+void vocab_parallel_max(Comm& tp, float* row_max, size_t rows);
+void vocab_parallel_sums(Comm& tp, float* sumexp_and_target, size_t rows);
+
 // Rows of a [rows, ...] activation this rank holds under `tp` (rows/tp with SP, else rows).
 // Throws when SP is on and rows do not divide by tp.
 int64_t sequence_local_rows(const TpContext& tp, int64_t rows);

@@ -12,11 +12,14 @@
 #include <cstdint>
 #include <memory>
 
+#include "mpitron/ops/flat_ops.hpp"
+
 namespace mpitron {
 
-class Ops {
+// The flat-vector part (scale_inplace, axpy, adamw, sum_squares: flat_ops.hpp) is shared with
+// the GPU backend's training code.
+class Ops : public FlatOps {
  public:
-  virtual ~Ops() = default;
   virtual const char* name() const = 0;
 
   // ---- linear layers (GEMM) ----
@@ -60,8 +63,6 @@ class Ops {
   // ---- elementwise ----
   virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
   virtual void add_inplace(float* a, const float* b, size_t n) = 0;                         // a += b
-  virtual void scale_inplace(float* a, float s, size_t n) = 0;                              // a *= s
-  virtual void axpy(float* y, float a, const float* x, size_t n) = 0;                       // y += a * x
 
   // ---- fused softmax + cross-entropy over rows of logits [rows, Vp] ----
   // Columns >= V (padded vocab) never count. target < 0: row ignored (loss 0, gradient 0).
@@ -72,12 +73,6 @@ class Ops {
   // ignored rows <- 0.
   virtual void crossentropy_backward(float* logits_to_dlogits, const float* lse, const int32_t* targets,
                                      int64_t rows, int64_t Vp, int64_t V, float scale) = 0;
-
-  // ---- optimizer ----
-  // torch.optim.AdamW: p -= lr*wd*p; m,v moments; bias correction with `step` (1-based).
-  virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                     float eps, float weight_decay, int step) = 0;
-  virtual double sum_squares(const float* x, size_t n) = 0;  // for global grad-norm clipping
 };
 
 // oneDNN GEMMs + OpenMP/AVX-512 kernels, fp32.

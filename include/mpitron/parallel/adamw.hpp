@@ -1,13 +1,14 @@
 // AdamW over a contiguous range [begin, end) of the model's flat parameter buffer: the whole
-// buffer without ZeRO, this rank's shard with it. Moments are fp32 (Mem::optim). Weight decay
+// buffer without ZeRO, this rank's shard with it. Moments are fp32 (Mem::optim), on the device
+// of `ops` (host on CPU, GPU memory on GPU: the same class drives both backends). Weight decay
 // is decoupled and applies only to parameters the model marks `decay` (2-D weights).
 #pragma once
 #include <cstddef>
 #include <vector>
 
 #include "mpitron/core/memory.hpp"
-#include "mpitron/model/gpt.hpp"
-#include "mpitron/ops/ops.hpp"
+#include "mpitron/model/model_chunk.hpp"
+#include "mpitron/ops/flat_ops.hpp"
 
 namespace mpitron {
 
@@ -17,7 +18,7 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  AdamW(const AdamWOptions& opt, Ops& ops, const std::vector<ParamInfo>& params, size_t begin, size_t end);
+  AdamW(const AdamWOptions& opt, FlatOps& ops, const std::vector<ParamInfo>& params, size_t begin, size_t end);
 
   // One update of params[begin, end) from grads[begin, end) (both point at the FULL flat buffers).
   void step(float* params, const float* grads, double lr);
@@ -35,7 +36,7 @@ class AdamW {
     bool decay;
   };
   AdamWOptions opt_;
-  Ops& ops_;
+  FlatOps& ops_;
   size_t begin_, end_;
   std::vector<Segment> segments_;
   Buffer<float> m_, v_;

@@ -23,6 +23,13 @@
 // differently, so after a reduce-scatter their wte shards would not line up. (ZeRO-2/3 keep
 // that one bucket's gradients for the whole step.)
 //
+// Both backends run this class: the model is a ModelChunk (the CPU GPT or the GPU's GptCuda) and
+// every buffer here (bucket gradients, the gradient shard, AdamW moments, reduce-scatter
+// landing zones) lives on the device of `ops` (FlatOps::allocator). On the GPU the collectives
+// are NCCL's on the communicator's stream, ordered after the compute stream by event
+// (Comm::set_compute_stream); CommProgress sees them complete by that stream's events, and the
+// completion callbacks then enqueue their copies / additions on the compute stream.
+//
 // The reduction is a plain sum: the model's backward already scales by 1 / (target tokens in the
 // global batch), so the summed gradient is the single-rank gradient of the global batch.
 #pragma once
@@ -30,8 +37,8 @@
 #include <vector>
 
 #include "mpitron/dist/comm.hpp"
-#include "mpitron/model/gpt.hpp"
-#include "mpitron/ops/ops.hpp"
+#include "mpitron/model/model_chunk.hpp"
+#include "mpitron/ops/flat_ops.hpp"
 #include "mpitron/parallel/comm_progress.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/zero3_params.hpp"
@@ -54,7 +61,7 @@ class DataParallel {
  public:
   // Installs itself as the model's unit hook; under ZeRO-2/3 frees the model's flat gradient
   // buffer, under ZeRO-3 its flat parameter buffer (after taking this rank's shard).
-  DataParallel(GPT& model, Comm& dp, Ops& ops, const DataParallelOptions& opt);
+  DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const DataParallelOptions& opt);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -71,28 +78,29 @@ class DataParallel {
   void optimizer_step(double lr);      // AdamW on this rank's shard, then parameters all-gathered
   CommTiming take_timing() { return progress_.take_timing(); }
 
-  // Every parameter in the flat layout (ZeRO-3: gathered into `scratch`, a collective call).
+  // Every parameter in the flat layout, in host memory (ZeRO-3: gathered, a collective call; a
+  // device's: copied to `scratch`).
   const float* full_params(Buffer<float>& scratch);
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   FlatRange shard() const { return shard_; }
   // Checkpoints (train/train_checkpoint.cpp): this rank's AdamW (moments over shard()) and its
-  // parameter shard (ZeRO-3; otherwise model.param_data() + shard().begin).
+  // parameter shard (ZeRO-3; otherwise model.param_data() + shard().begin), on the device of ops.
   AdamW& optimizer() { return *optim_; }
   float* shard_params() { return param_shard(); }
   int zero() const { return opt_.zero; }
   std::string describe() const;  // one line for the start-up log
 
  private:
-  void on_event(GPT::UnitEvent ev, int unit);
+  void on_event(ModelChunk::UnitEvent ev, int unit);
   void alloc_bucket(size_t b);
   void launch_bucket(size_t b, bool last_backward);
   void reduce_deferred_buckets();
   float* grad_shard();
   float* param_shard();
 
-  GPT& model_;
+  ModelChunk& model_;
   Comm& dp_;
-  Ops& ops_;
+  FlatOps& ops_;
   DataParallelOptions opt_;
   int n_layers_ = 0;
   size_t n_ = 0;

@@ -11,7 +11,7 @@
 // backward is done), {h.0, wpe} (54,080; wpe is final only at the very end), {wte} (16,384).
 //
 // Backward positions: the head is 0, local block l is n_layers - l, the embedding n_layers + 1
-// (GPT's unit events, in the order backward emits them). A bucket may reduce once the last of
+// (ModelChunk's unit events, in the order backward emits them). A bucket may reduce once the last of
 // its units has finished (ready_at); under ZeRO-2/3 its memory is needed from the first event
 // that writes any of its gradients (alloc_at): the tied wte is written by the head first.
 //
@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/model_chunk.hpp"
 
 namespace mpitron {
 
@@ -34,8 +34,6 @@ struct GradBucket {
   bool deferred = false;  // the tied wte across stages: reduced after the step's backwards
 };
 
-// The unit (GPT::kEmbeddingUnit, kHeadUnit or local block index) that owns parameter p.
-int param_unit(const ParamInfo& p, const ModelShard& shard);
 int backward_position(int unit, int n_local_layers);
 
 std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t n_flat, size_t bucket_floats,

@@ -1,12 +1,13 @@
 // One pipeline rank's part of the model, ready to train: its model chunks (one, or v under the
-// interleaved schedule: partition.hpp), each a GPT with its own DataParallel (gradient buckets,
-// ZeRO shard, AdamW). The trainer talks to this instead of a GPT + DataParallel pair, so every
-// layout (pp = 1 included: one chunk) runs the same code.
+// interleaved schedule: partition.hpp), each a ModelChunk (the CPU GPT or the GPU's GptCuda)
+// with its own DataParallel (gradient buckets, ZeRO shard, AdamW). Both backends' trainers talk
+// to this instead of model + DataParallel pairs, so every layout (pp = 1 included: one chunk)
+// and both backends run the same code.
 //
-// Construction order matters and is fixed here: every chunk initialises its full-model slice
-// from the seed (counter-based init, so any layout gets the single-rank values), the tied wte
-// copy on the last stage is then synchronised from the first stage, and only then are the
-// DataParallel objects built (ZeRO-3 takes its parameter shard at that point).
+// Construction order matters and is fixed here: every chunk arrives initialised from the seed
+// (counter-based init, so any layout gets the single-rank values), the tied wte copy on the last
+// stage is then synchronised from the first stage, and only then are the DataParallel objects
+// built (ZeRO-3 takes its parameter shard at that point).
 //
 // Collective calls go chunk by chunk in chunk order on every rank, so all DP replicas issue the
 // same collectives in the same order.
@@ -16,35 +17,32 @@
 
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/model/model_chunk.hpp"
+#include "mpitron/ops/flat_ops.hpp"
 #include "mpitron/parallel/data_parallel.hpp"
 
 namespace mpitron {
 
-// One model chunk's flat parameter buffer, laid out as gpt_param_table(cfg, chunk shard) says,
-// with its size (under ZeRO-3 gathered first): what train/param_dump.hpp writes out.
+// One model chunk's flat parameter buffer in host memory, laid out as gpt_param_table(cfg, chunk
+// shard) says, with its size (under ZeRO-3 gathered first, on a GPU copied out): what
+// train/param_dump.hpp writes out.
 struct ChunkParams {
   const float* data = nullptr;
   size_t n = 0;
 };
 
-struct StageModelOptions {
-  int micro_batch = 1;
-  bool recompute = false;
-  uint64_t seed = 0;
-  std::vector<int> slots;  // activation slots per chunk (the schedule's max_in_flight)
-  DataParallelOptions dp;  // tied_group / tied_copy are filled in per chunk
-};
-
 class StageModel {
  public:
-  StageModel(const ModelConfig& mc, const std::vector<ModelShard>& chunks, Ops& ops, ProcessGrid& grid,
-             const StageModelOptions& opt);
+  // `chunks` in chunk order, initialised; `ops` works on their device. dp.tied_group /
+  // dp.tied_copy are filled in per chunk.
+  StageModel(std::vector<std::unique_ptr<ModelChunk>> chunks, FlatOps& ops, ProcessGrid& grid,
+             const DataParallelOptions& dp);
   ~StageModel();
 
   int size() const { return static_cast<int>(models_.size()); }
-  GPT& chunk(int c) { return *models_[c]; }
+  ModelChunk& chunk(int c) { return *models_[c]; }
   DataParallel& ddp(int c) { return *ddps_[c]; }
-  std::vector<GPT*> chunks();
+  FlatOps& ops() { return ops_; }
   size_t num_params() const;      // floats over all chunks (the tied copy included)
   double tp_comm_seconds() const;
 
@@ -59,11 +57,13 @@ class StageModel {
   void set_optimizer_steps(int n);
   std::string describe() const;
 
-  // Every chunk's full flat parameters (ZeRO-3: gathered into scratch; collective).
+  // Every chunk's full flat parameters in host memory (ZeRO-3: gathered; a device's: copied;
+  // into scratch; collective).
   std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch);
 
  private:
-  std::vector<std::unique_ptr<GPT>> models_;
+  FlatOps& ops_;
+  std::vector<std::unique_ptr<ModelChunk>> models_;
   std::vector<std::unique_ptr<DataParallel>> ddps_;
 };
 

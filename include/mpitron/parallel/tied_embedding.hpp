@@ -6,17 +6,16 @@
 // under ZeRO, whose shards cut the two stages' flat buffers differently. With pp = 1 (one stage holds both) every function here does nothing.
 #pragma once
 #include "mpitron/dist/grid.hpp"
-#include "mpitron/model/gpt.hpp"
-#include "mpitron/ops/ops.hpp"
+#include "mpitron/model/model_chunk.hpp"
 
 namespace mpitron {
 
-void sync_tied_embedding(GPT& model, ProcessGrid& grid);
-void all_reduce_tied_embedding_grad(GPT& model, ProcessGrid& grid);
+void sync_tied_embedding(ModelChunk& model, ProcessGrid& grid);
+void all_reduce_tied_embedding_grad(ModelChunk& model, ProcessGrid& grid);
 // The embedding group when this rank holds one end of the tie (first or last stage, pp > 1),
 // else nullptr. The trainer hands it to DataParallel, which sums the wte gradients over it
 // before the DP reduction (data_parallel.hpp); all_reduce_tied_embedding_grad is that sum for
 // callers without DataParallel.
-Comm* tied_embedding_group(GPT& model, ProcessGrid& grid);
+Comm* tied_embedding_group(ModelChunk& model, ProcessGrid& grid);
 
 }  // namespace mpitron

@@ -4,7 +4,7 @@
 //
 // How the full parameters really go away: the model is built as usual (initialisation is defined
 // on full tensors), this class copies its shard out of model.param_data() and calls
-// model.release_param_buffer(): the flat Mem::params buffer is freed and every weight pointer is
+// model.release_param_buffer() (GPT::release_param_buffer): the flat Mem::params buffer is freed and every weight pointer is
 // null until a unit is gathered and bound (GPT::bind_param) into its working buffer. So the
 // tracked params bytes are 4*S (the shard) between steps, and during a step 4*S plus the working
 // set: the embedding unit (wte, wpe: needed by the embedding and again by the tied LM head, so it
@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "mpitron/dist/comm.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/model_chunk.hpp"
+#include "mpitron/ops/flat_ops.hpp"
 #include "mpitron/parallel/comm_progress.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 
@@ -27,10 +28,10 @@ namespace mpitron {
 
 class ShardedParams {
  public:
-  ShardedParams(GPT& model, Comm& dp, CommProgress& progress);
+  ShardedParams(ModelChunk& model, Comm& dp, FlatOps& ops, CommProgress& progress);
   float* shard() { return shard_.data(); }
   FlatRange range() const { return range_; }
-  void on_event(GPT::UnitEvent ev, int unit);
+  void on_event(ModelChunk::UnitEvent ev, int unit);
   void gather_full(float* out);      // every parameter, flat layout (n floats), e.g. for a dump
   size_t largest_unit_floats() const;  // the biggest working buffer
 
@@ -47,8 +48,9 @@ class ShardedParams {
   void ensure(int u);
   void release(int u);
 
-  GPT& model_;
+  ModelChunk& model_;
   Comm& dp_;
+  FlatOps& ops_;
   CommProgress& progress_;
   size_t n_;
   FlatRange range_;

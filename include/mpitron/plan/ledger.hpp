@@ -27,11 +27,18 @@ namespace mpitron {
 struct JobConfig;
 
 // fp32: what the CPU trainer runs (fp32 weights, gradients, Adam m and v: 4+4+8 B/param).
-// bf16: mixed precision on GPUs (bf16 weights and gradients, fp32 master + m + v: 2+2+12).
-enum class Precision : uint8_t { fp32, bf16 };
-Precision parse_precision(const std::string& s);  // UsageError listing fp32, bf16
+// bf16: mixed precision on GPUs as the ZeRO paper counts it (bf16 weights and gradients, fp32
+//       master + m + v: 2+2+12), what Megatron-style trainers with bf16 gradients allocate.
+// bf16_fp32_grads: what mpitron's GPU trainer allocates (GptCuda: bf16 weight copy 2 + fp32
+//       master 4, both under params and never sharded below ZeRO-3, where only the fp32 master
+//       shard stays; fp32 gradients 4, sharded under ZeRO-2; AdamW m + v 8 over the ZeRO shard:
+//       18 B/param without ZeRO). The trainer's
+//       check_ledger uses it for train.backend = "nccl".
+enum class Precision : uint8_t { fp32, bf16, bf16_fp32_grads };
+Precision parse_precision(const std::string& s);  // UsageError listing fp32, bf16, bf16-fp32grads
 const char* precision_name(Precision p);
-// Static bytes per parameter without ZeRO: 16 in both precisions (the seed's number).
+// Static bytes per parameter without ZeRO: 16 for fp32 and bf16 (the seed's number), 18 for
+// bf16_fp32_grads.
 int static_bytes_per_param(Precision p);
 
 struct PlanLayout {

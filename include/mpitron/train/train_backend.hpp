@@ -4,10 +4,12 @@
 // norm over the grid, clipping, the optimizer), evaluation, the step line and metrics.jsonl,
 // the memory log and ledger check, checkpoints and preemption, the non-finite policy and
 // train.dump_params. A backend holds this rank's model chunks with their data parallel and
-// optimizer, as a pipeline:
-//   cpu   (cpu_backend.cpp)        the CPU GPT chunks of StageModel, DataParallel (ZeRO 0-3), AdamW
-//   nccl  (cuda/gpu_backend.cpp)   GptCuda chunks (bf16 compute, fp32 master weights), NCCL data
-//                                  parallel (ZeRO 0-1), the fused CUDA AdamW
+// optimizer, as a pipeline. Both are a StageBackend (below): the same StageModel (DataParallel
+// with ZeRO, AdamW), pipeline executor and checkpoint state over their own model chunks and flat
+// ops; what differs is only what is truly the device's:
+//   cpu   (cpu_backend.cpp)        CPU GPT chunks on Ops (host memory), a GEMM probe for the peak
+//   nccl  (cuda/gpu_backend.cpp)   GptCuda chunks (bf16 compute, fp32 master weights) on
+//                                  CudaFlatOps (device memory), NCCL, the datasheet peak
 // The loop decides the order of the collectives, so both backends reduce the loss and the grad
 // norm the same way.
 #pragma once
@@ -21,6 +23,7 @@
 #include "mpitron/dist/launch.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/parallel/pipeline.hpp"
+#include "mpitron/parallel/stage_model.hpp"
 #include "mpitron/parallel/schedule.hpp"
 #include "mpitron/train/param_dump.hpp"
 #include "mpitron/train/train_checkpoint.hpp"
@@ -78,6 +81,46 @@ class TrainBackend {
   // Every chunk's full flat parameters in host memory (train.dump_params; collective under ZeRO-3).
   virtual std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch) = 0;
 };
+
+// The step protocol over this rank's StageModel, shared by both backends. A backend's
+// constructor builds its ops and initialised chunks and hands them to build().
+class StageBackend : public TrainBackend {
+ public:
+  std::string describe() const override { return model_->describe(); }
+  size_t num_params() const override { return model_->num_params(); }
+  PipelineExecutor& pipeline() override { return *pipe_; }
+  CheckpointState& checkpoint_state() override { return *ckpt_state_; }
+  void begin_step(int micro_batches) override { model_->begin_step(micro_batches); }
+  void finish_backward() override { model_->finish_backward(); }  // buckets were reducing during backward
+  double grad_sum_squares() override { return model_->grad_sum_squares(tp_rank_); }
+  void scale_grads(float s) override { model_->scale_grads(s); }
+  void optimizer_step(double lr) override;
+  StepComm take_comm() override;
+  double tp_comm_seconds() const override { return model_->tp_comm_seconds(); }
+  std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch) override {
+    return model_->full_params(scratch);
+  }
+
+ protected:
+  // chunks: initialised, in chunk order; stages: the same chunks as pipeline stages; ops: the
+  // flat ops of their device; pp: the pipeline's Comm over host memory (the executor's messages).
+  void build(const TrainSetup& s, std::vector<std::unique_ptr<ModelChunk>> chunks, std::vector<PipelineStage*> stages,
+             FlatOps& ops, Comm& pp, const DataParallelOptions& dp);
+  StageModel& model() { return *model_; }
+  // The executor, checkpoint state and chunks go first: a backend's destructor calls this before
+  // its own members (the ops the chunks compute with, the stage adapters) are destroyed.
+  void release_stage();
+
+ private:
+  int tp_rank_ = 0;
+  std::unique_ptr<PipelineSchedule> schedule_;  // the executor keeps a reference
+  std::unique_ptr<StageModel> model_;
+  std::unique_ptr<PipelineExecutor> pipe_;
+  std::unique_ptr<StageCheckpointState> ckpt_state_;
+};
+
+// DataParallel's options from the job (parallel.zero, bucket_mb, dp_progress, optim.*).
+DataParallelOptions dp_options(const JobConfig& cfg);
 
 // The parts of the start-up layout line every backend prints the same: " (interleaved, v model
 // chunks per rank)" when the schedule has several chunks per rank (else ""), and

@@ -14,8 +14,8 @@
 
 namespace mpitron {
 
-// The model and optimizer state a checkpoint holds, whatever holds it: a StageModel's host
-// buffers on CPU (StageCheckpointState), device buffers staged through host memory on GPU.
+// The model and optimizer state a checkpoint holds, whatever holds it: a StageModel's buffers
+// (StageCheckpointState: host memory on CPU, device memory staged through host copies on GPU).
 class CheckpointState {
  public:
   virtual ~CheckpointState() = default;
@@ -33,12 +33,17 @@ class StageCheckpointState final : public CheckpointState {
   StageCheckpointState(StageModel& model, const ModelConfig& mc, const GridCoord& coord)
       : model_(model), mc_(mc), coord_(coord) {}
   std::vector<CheckpointShard> shards() override;
+  void loaded() override;
   int optimizer_steps() const override { return model_.optimizer_steps(); }
   void set_optimizer_steps(int n) override { model_.set_optimizer_steps(n); }
   int zero() const override { return model_.ddp(0).zero(); }
 
  private:
+  struct HostCopy {  // a device's state in host memory (empty on CPU)
+    std::vector<float> p, m, v;
+  };
   StageModel& model_;
+  std::vector<HostCopy> host_;
   ModelConfig mc_;
   GridCoord coord_;
 };

@@ -11,7 +11,7 @@
 // Gradients are fp32 and accumulate (+=) over micro-batches; the residual-stream gradient dres
 // is bf16 (llm.c's dresidual), LayerNorm backward adds into it.
 // This file: the activation layout, construction, forward and backward. The model's state
-// (memory accounting, host transfers, pipeline stage tensors, grad norm, AdamW) is in
+// (memory accounting, host transfers, pipeline stage tensors, gradient binding) is in
 // gpt_cuda_state.cpp.
 #include "mpitron/model/cuda/gpt_cuda.hpp"
 
@@ -98,28 +98,24 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
                            at(h + "ln_2.weight"), at(h + "ln_2.bias"), at(h + "mlp.c_fc.weight"),
                            at(h + "mlp.c_fc.bias"), at(h + "mlp.c_proj.weight"), at(h + "mlp.c_proj.bias")});
   }
-  // AdamW segments, as parallel/adamw.cpp builds them: neighbours with the same decay flag merged,
-  // each parameter cut to the optimizer range (ZeRO-1 shard).
-  optim_ = {options.optim_begin, options.optim_end ? options.optim_end : n_flat_};
-  check(optim_.begin <= optim_.end && optim_.end <= n_flat_, "GptCuda: optimizer range [{}, {}) outside [0, {})",
-        optim_.begin, optim_.end, n_flat_);
-  for (const auto& p : params_) {
-    const size_t lo = std::max(p.offset, optim_.begin), hi = std::min(p.offset + p.numel, optim_.end);
-    if (lo >= hi) continue;
-    if (!segments_.empty() && segments_.back().decay == p.decay && segments_.back().offset + segments_.back().n == lo)
-      segments_.back().n += hi - lo;
-    else
-      segments_.push_back({lo, hi - lo, p.decay});
-  }
-
   try {
     master_ = static_cast<float*>(device_alloc(Mem::params, n_flat_ * sizeof(float), "fp32 master parameters"));
     params_bf16_ = static_cast<bf16*>(device_alloc(Mem::params, n_flat_ * sizeof(bf16), "bf16 parameters"));
     grads_ = static_cast<float*>(device_alloc(Mem::grads, n_flat_ * sizeof(float), "gradients"));
-    const size_t no = std::max<size_t>(1, optim_.size());  // an empty shard still gets a valid pointer
-    m_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg"));
-    v_ = static_cast<float*>(device_alloc(Mem::optim, no * sizeof(float), "AdamW exp_avg_sq"));
-    norm_ = static_cast<double*>(device_alloc(Mem::workspace, sizeof(double), "grad norm"));
+    for (const auto& p : params_) {
+      grad_at_.push_back(grads_ + p.offset);
+      w_at_.push_back(params_bf16_ + p.offset);
+    }
+    master_at_.assign(params_.size(), nullptr);
+    units_.resize(2 + n_local_);
+    for (size_t i = 0; i < params_.size(); ++i) {  // a unit's range runs to the next parameter (padding included)
+      check(i == 0 || params_[i].offset > params_[i - 1].offset, "GptCuda: parameter table not in flat order");
+      UnitCopy& u = unit_copy(param_unit(params_[i], shard_));
+      if (u.params.empty()) u.begin = params_[i].offset;
+      check(u.params.empty() || u.end == params_[i].offset, "GptCuda: unit of {} is not contiguous", params_[i].name);
+      u.end = i + 1 < params_.size() ? params_[i + 1].offset : n_flat_;
+      u.params.push_back(i);
+    }
     const GpuActLayout lay = gpu_act_layout(cfg, shard, max_micro_batch, options.slots, recompute_, chunk_rows_);
     size_t act_bytes = plan_gpu_activations(cfg, lay, nullptr, slots_);
     char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
@@ -144,6 +140,12 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
 GptCuda::~GptCuda() { release(); }
 
 void GptCuda::release() {
+  for (UnitCopy& u : units_)  // ZeRO-3 working copies still held (an exception mid-step)
+    if (u.bf) {
+      cudaFreeAsync(u.bf, ops_.stream());
+      MemTracker::cuda().on_free(Mem::params, static_cast<int64_t>((u.end - u.begin) * sizeof(bf16)));
+      u.bf = nullptr;
+    }
   cudaStreamSynchronize(ops_.stream());
   for (const DeviceAlloc& d : allocs_) {
     cudaFree(d.p);
@@ -199,10 +201,6 @@ void GptCuda::layer_forward(int l, int B) {
   ops_.matmul_forward(partial, a.fch_gelu, W(p.fcp_w), bias_here ? W(p.fcp_b) : nullptr, BT, Fl, C);
   reduce_rows(partial, a_.proj_out, BT);
   if (recompute_) ops_.residual_forward(a_.block_in[l + 1], a.res2, a_.proj_out, static_cast<size_t>(Rl * C));
-}
-
-void GptCuda::tp_sum(void* buf, size_t n, DType t, ReduceOp op) {
-  if (shard_.tp_size > 1) tp_->all_reduce(buf, n, t, op);  // ordered after ops.stream() (set_compute_stream)
 }
 
 // The TP mappings (tp_mappings.hpp) on bf16 activations. gather_rows: the column-parallel input
@@ -275,9 +273,9 @@ void GptCuda::head_forward(int B) {
       ops_.crossentropy_partial(lmax, sum_tgt, sum_tgt + rows, a_.logits, a_.targets + r0, rows, vp_, Vr, vocab_begin_);
       cuda_check(cudaMemcpyAsync(gmax, lmax, static_cast<size_t>(rows) * sizeof(float), cudaMemcpyDeviceToDevice, s),
                  "cudaMemcpyAsync(max)");
-      tp_sum(gmax, static_cast<size_t>(rows), DType::f32, ReduceOp::max);
+      vocab_parallel_max(*tp_, gmax, static_cast<size_t>(rows));
       ops_.crossentropy_rescale(sum_tgt, lmax, gmax, rows);
-      tp_sum(sum_tgt, static_cast<size_t>(2 * rows), DType::f32);
+      vocab_parallel_sums(*tp_, sum_tgt, static_cast<size_t>(rows));
       ops_.crossentropy_combine(a_.losses + r0, a_.lse + r0, gmax, sum_tgt, sum_tgt + rows, a_.targets + r0, rows);
       if (grad)
         ops_.crossentropy_backward_shard(a_.logits, a_.lse + r0, a_.targets + r0, rows, vp_, Vr, 1.f, vocab_begin_);
@@ -332,17 +330,24 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   // Vocab-parallel embedding: tokens outside this rank's rows give 0, the TP sum adds the owner's
   // row; wpe (replicated) is added by one rank. A later pipeline stage starts from its stage
   // input (set_stage_input), already in encoded.
+  pre_event(UnitEvent::pre_forward, kEmbeddingUnit);
   if (shard_.has_embedding) {
     bf16* emb = sp_ ? a_.full : a_.encoded;  // SP: every row's partial sum, then this rank's rows
     ops_.embedding_forward(emb, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
                            vocab_begin_, vocab_begin_ + vp_);
     reduce_rows(emb, a_.encoded, BT);
   }
-  for (int l = 0; l < n_local_; ++l) layer_forward(l, B);
+  for (int l = 0; l < n_local_; ++l) {
+    pre_event(UnitEvent::pre_forward, l);
+    layer_forward(l, B);
+    emit(UnitEvent::post_forward, l);
+  }
   double loss = 0.0;
   if (n_targets) *n_targets = 0;
   if (shard_.has_head) {
+    pre_event(UnitEvent::pre_forward, kHeadUnit);
     head_forward(B);
+    emit(UnitEvent::post_forward, kHeadUnit);
     // The only host wait of the step: the losses (the head's last dW GEMM may still be running).
     cuda_check(cudaEventSynchronize(losses_ready_), "cudaEventSynchronize(losses)");
     for (int64_t i = 0; i < BT; ++i) loss += host_losses_[i];
@@ -351,6 +356,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
     const LayerAct& last = a_.layers.back();
     ops_.residual_forward(last.res3, last.res2, a_.proj_out, static_cast<size_t>(local_rows(BT) * C));
   }
+  emit(UnitEvent::post_forward, kEmbeddingUnit);
   slot_B_[slot] = B;
   slot_pending_[slot] = grad_enabled_;
   return loss;
@@ -397,23 +403,26 @@ void GptCuda::backward(float loss_scale, int slot) {
   const int64_t BT = int64_t{B} * T, Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();
   if (shard_.has_head) {
+    pre_event(UnitEvent::pre_backward, kHeadUnit);  // before the wte gradient is written (ZeRO-2 binds it here)
     // The head's gradients were computed unscaled during forward.
     cuda::scale_bf16(s, a_.dlnf, loss_scale, static_cast<size_t>(Rl * C));
     ops_.axpy(G(off_.wte), loss_scale, a_.dwte_head, static_cast<size_t>(vp_ * C));
     cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(Rl * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
     ln_backward(a_.dres, off_.lnf_w, off_.lnf_b, a_.dlnf, block_output(), a_.lnf_mean, a_.lnf_rstd, Rl);
-    emit(GPT::kHeadUnit);
+    emit(UnitEvent::post_backward, kHeadUnit);
   }  // else dres holds the next stage's gradient (set_stage_output_grad)
   for (int l = n_local_ - 1; l >= 0; --l) {
+    pre_event(UnitEvent::pre_backward, l);
     layer_backward(l, B);
-    emit(l);
+    emit(UnitEvent::post_backward, l);
   }
+  pre_event(UnitEvent::pre_backward, kEmbeddingUnit);
   if (shard_.has_embedding)
     ops_.embedding_backward(G(off_.wte), G(off_.wpe), gather_rows(a_.dres, BT, a_.dres_full), a_.tokens, B, T, C,
                             vocab_begin_, vocab_begin_ + vp_);
   // else dres holds this stage's input gradient (get_stage_input_grad)
   slot_pending_[slot] = false;
-  emit(GPT::kEmbeddingUnit);  // the last event of a backward (data parallel counts them)
+  emit(UnitEvent::post_backward, kEmbeddingUnit);  // the last event of a backward (data parallel counts them)
 }
 
 }  // namespace mpitron

@@ -1,9 +1,10 @@
-// GptCuda's state (gpt_cuda.hpp): device memory accounting, parameters, gradients and AdamW
-// moments to and from the host (checkpoints), pipeline stage tensors through host staging, the
-// gradient norm and the AdamW step. The compute is in gpt_cuda.cpp.
+// GptCuda's state (gpt_cuda.hpp): device memory accounting, parameters and gradients to and from
+// the host, the bf16 copy, gradient binding (ZeRO-2), pipeline stage tensors through host
+// staging. The compute is in gpt_cuda.cpp.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "../../ops/cuda/check.hpp"
@@ -30,16 +31,17 @@ int64_t GptCuda::device_bytes(Mem m) const {
 
 std::string GptCuda::memory_summary() const {
   std::string s;
-  for (Mem m : {Mem::params, Mem::grads, Mem::optim, Mem::activations})
+  for (Mem m : {Mem::params, Mem::grads, Mem::activations})
     s += fmt::format("{} {}, ", mem_name(m), format_bytes(device_bytes(m)));
   return s + fmt::format("total {}", format_bytes(device_bytes()));
 }
 
 void GptCuda::load_params(const float* host, size_t n) {
+  check(master_ != nullptr, "GptCuda::load_params: the master weights were released (ZeRO-3)");
   check(n == n_flat_, "GptCuda::load_params: {} floats given, the flat layout has {}", n, n_flat_);
   cuda_check(cudaMemcpyAsync(master_, host, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
              "cudaMemcpyAsync(load_params)");
-  refresh_bf16_params();
+  params_changed();
   ops_.synchronize();  // the host buffer may be reused at once
 }
 
@@ -50,6 +52,7 @@ void GptCuda::init_weights(uint64_t seed) {
 }
 
 void GptCuda::copy_params_to_host(float* host, size_t n) {
+  check(master_ != nullptr, "GptCuda::copy_params_to_host: the master weights were released (ZeRO-3)");
   check(n == n_flat_, "GptCuda::copy_params_to_host: room for {} floats, the flat layout has {}", n, n_flat_);
   cuda_check(cudaMemcpyAsync(host, master_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
              "cudaMemcpyAsync(copy_params_to_host)");
@@ -57,6 +60,7 @@ void GptCuda::copy_params_to_host(float* host, size_t n) {
 }
 
 void GptCuda::copy_grads_to_host(float* host, size_t n) {
+  check(grads_ != nullptr, "GptCuda::copy_grads_to_host: the gradient buffer was released (ZeRO-2)");
   check(n == n_flat_, "GptCuda::copy_grads_to_host: room for {} floats, the flat layout has {}", n, n_flat_);
   cuda_check(cudaMemcpyAsync(host, grads_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
              "cudaMemcpyAsync(copy_grads_to_host)");
@@ -64,35 +68,109 @@ void GptCuda::copy_grads_to_host(float* host, size_t n) {
 }
 
 void GptCuda::zero_grad() {
-  cuda_check(cudaMemsetAsync(grads_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(zero_grad)");
+  if (grads_)
+    cuda_check(cudaMemsetAsync(grads_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(zero_grad)");
 }
 
-void GptCuda::zero_optimizer_state() {
-  cuda_check(cudaMemsetAsync(m_, 0, optim_.size() * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg)");
-  cuda_check(cudaMemsetAsync(v_, 0, optim_.size() * sizeof(float), ops_.stream()), "cudaMemsetAsync(exp_avg_sq)");
+void GptCuda::params_changed() {
+  if (!sharded_params_) ops_.to_bf16(params_bf16_, master_, n_flat_);  // ZeRO-3: converted per unit when gathered
 }
 
-void GptCuda::copy_optimizer_state_to_host(float* m, float* v, size_t n) {
-  check(n == optim_.size(), "GptCuda::copy_optimizer_state_to_host: room for {} floats, the optimizer range has {}",
-        n, optim_.size());
-  cuda_check(cudaMemcpyAsync(m, m_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
-             "cudaMemcpyAsync(exp_avg to host)");
-  cuda_check(cudaMemcpyAsync(v, v_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
-             "cudaMemcpyAsync(exp_avg_sq to host)");
-  ops_.synchronize();
+size_t GptCuda::param_at(size_t offset) const {
+  // The last parameter starting at or before `offset`.
+  auto it = std::upper_bound(params_.begin(), params_.end(), offset,
+                             [](size_t o, const ParamInfo& p) { return o < p.offset; });
+  check(it != params_.begin(), "GptCuda: flat offset {} before the first parameter", offset);
+  return static_cast<size_t>(it - params_.begin()) - 1;
 }
 
-void GptCuda::load_optimizer_state(const float* m, const float* v, size_t n) {
-  check(n == optim_.size(), "GptCuda::load_optimizer_state: {} floats given, the optimizer range has {}", n,
-        optim_.size());
-  cuda_check(cudaMemcpyAsync(m_, m, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
-             "cudaMemcpyAsync(exp_avg to device)");
-  cuda_check(cudaMemcpyAsync(v_, v, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
-             "cudaMemcpyAsync(exp_avg_sq to device)");
-  ops_.synchronize();
+float* GptCuda::G(size_t offset) const {
+  const size_t i = param_at(offset);
+  check(grad_at_[i] != nullptr, "GptCuda: the gradient of {} is not bound (ZeRO-2 binds it before backward)",
+        params_[i].name);
+  return grad_at_[i] + (offset - params_[i].offset);
 }
 
-void GptCuda::refresh_bf16_params() { ops_.to_bf16(params_bf16_, master_, n_flat_); }
+const bf16* GptCuda::W(size_t offset) const {
+  const size_t i = param_at(offset);
+  check(w_at_[i] != nullptr, "GptCuda: the weights of {} are not gathered (ZeRO-3 gathers a unit before it runs)",
+        params_[i].name);
+  return w_at_[i] + (offset - params_[i].offset);
+}
+
+void GptCuda::bind_grad(size_t i, float* data) {
+  check(i < params_.size(), "GptCuda::bind_grad: parameter index {} out of range", i);
+  grad_at_[i] = data;
+}
+
+void GptCuda::release_grad_buffer() {
+  for (auto it = allocs_.begin(); it != allocs_.end(); ++it) {
+    if (it->p != grads_) continue;
+    cuda_check(cudaStreamSynchronize(ops_.stream()), "cudaStreamSynchronize(release_grad_buffer)");
+    cudaFree(it->p);
+    MemTracker::cuda().on_free(it->mem, static_cast<int64_t>(it->bytes));
+    allocs_.erase(it);
+    break;
+  }
+  grads_ = nullptr;
+  std::fill(grad_at_.begin(), grad_at_.end(), nullptr);
+}
+
+// ZeRO-3 (gpt_cuda.hpp): the master weights and their bf16 copy go; units come and go.
+void GptCuda::release_param_buffer() {
+  cuda_check(cudaStreamSynchronize(ops_.stream()), "cudaStreamSynchronize(release_param_buffer)");
+  for (auto it = allocs_.begin(); it != allocs_.end();) {
+    if (it->p == master_ || it->p == params_bf16_) {
+      cudaFree(it->p);
+      MemTracker::cuda().on_free(it->mem, static_cast<int64_t>(it->bytes));
+      it = allocs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  master_ = nullptr, params_bf16_ = nullptr;
+  std::fill(w_at_.begin(), w_at_.end(), nullptr);
+  sharded_params_ = true;
+}
+
+void GptCuda::bind_param(size_t i, float* data) {
+  check(sharded_params_, "GptCuda::bind_param: only under ZeRO-3 (after release_param_buffer)");
+  check(i < params_.size(), "GptCuda::bind_param: parameter index {} out of range", i);
+  master_at_[i] = data;
+  UnitCopy& u = unit_copy(param_unit(params_[i], shard_));
+  if (data) {
+    u.stale = true;  // converted after the unit's pre event, when the gather is complete
+    return;
+  }
+  w_at_[i] = nullptr;
+  for (size_t j : u.params)
+    if (master_at_[j]) return;
+  if (u.bf) {  // the whole unit is unbound: its working copy goes (after the kernels that read it)
+    cudaFreeAsync(u.bf, ops_.stream());
+    MemTracker::cuda().on_free(Mem::params, static_cast<int64_t>((u.end - u.begin) * sizeof(bf16)));
+    u.bf = nullptr;
+  }
+  u.stale = false;
+}
+
+void GptCuda::pre_event(UnitEvent e, int unit) {
+  emit(e, unit);  // ZeRO-3: DataParallel has the unit gathered when this returns
+  if (!sharded_params_) return;
+  UnitCopy& u = unit_copy(unit);
+  if (!u.stale || u.params.empty()) return;
+  const float* master = master_at_[u.params.front()];
+  check(master != nullptr, "GptCuda: unit {} was not gathered before it runs", unit);
+  const size_t n = u.end - u.begin;
+  if (!u.bf) {
+    void* p = nullptr;
+    cuda_check(cudaMallocAsync(&p, n * sizeof(bf16), ops_.stream()), "cudaMallocAsync(ZeRO-3 unit)");
+    MemTracker::cuda().on_alloc(Mem::params, static_cast<int64_t>(n * sizeof(bf16)));
+    u.bf = static_cast<bf16*>(p);
+  }
+  ops_.to_bf16(u.bf, master, n);  // the unit's fp32 buffer is contiguous, as its bf16 copy
+  for (size_t j : u.params) w_at_[j] = master_at_[j] ? u.bf + (params_[j].offset - u.begin) : nullptr;
+  u.stale = false;
+}
 
 // Pipeline stage tensors, fp32 on the host, bf16 [rows, C] here (rows: this rank's under SP).
 void GptCuda::upload_bf16(bf16* dst, const float* host, size_t n) {
@@ -125,36 +203,6 @@ void GptCuda::get_stage_input_grad(float* host, size_t n) { download_bf16(host, 
 
 size_t GptCuda::stage_floats(int B) const {
   return static_cast<size_t>(local_rows(int64_t{B} * cfg_.seq_len) * cfg_.d_model);
-}
-
-double GptCuda::grad_sum_squares(bool replicated_too, bool skip_tied_copy) {
-  const bool tied_copy = skip_tied_copy && shard_.has_head && !shard_.has_embedding;
-  if (replicated_too && !tied_copy) return ops_.sum_squares_host(grads_, n_flat_);
-  // Only the TP-sharded parameters (the replicated ones are counted by TP rank 0): the CPU rule
-  // of tp_grad_norm.hpp, accumulated on the device, one host wait. The last pipeline stage's wte
-  // copy is counted by the first stage.
-  bool first = true;
-  for (const auto& p : params_) {
-    if ((p.split_dim < 0 && !replicated_too) || (tied_copy && p.name == "wte.weight")) continue;
-    ops_.sum_squares(norm_, grads_ + p.offset, p.numel, !first);
-    first = false;
-  }
-  if (first) return 0.0;
-  double v = 0;
-  cuda_check(cudaMemcpyAsync(&v, norm_, sizeof(double), cudaMemcpyDeviceToHost, ops_.stream()), "cudaMemcpyAsync(norm)");
-  ops_.synchronize();
-  return v;
-}
-
-void GptCuda::scale_grads(float s) { ops_.scale_inplace(grads_, s, n_flat_); }
-
-void GptCuda::adamw_step(float lr, const CudaAdamWOptions& opt, int step) {
-  check(step >= 1, "GptCuda::adamw_step: step must be >= 1 (got {})", step);
-  for (const Segment& g : segments_)
-    ops_.adamw(master_ + g.offset, params_bf16_ + g.offset, grads_ + g.offset, m_ + (g.offset - optim_.begin),
-               v_ + (g.offset - optim_.begin), g.n, lr,
-               static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(opt.eps),
-               g.decay ? static_cast<float>(opt.weight_decay) : 0.f, step);
 }
 
 }  // namespace mpitron

@@ -11,17 +11,21 @@
 // Device memory, planned once at construction (llm.c's layout, see gpt_cuda.cpp):
 //   params   fp32 master flat buffer + its bf16 copy (what the kernels read)       Mem::params
 //   grads    fp32 flat buffer, ACCUMULATED over micro-batches until zero_grad()   Mem::grads
-//   optim    fp32 AdamW moments m, v over the flat layout                         Mem::optim
+//            (released under ZeRO-2: DataParallel binds each parameter's gradient into its
+//            bucket, bind_grad)
 //   activations for micro-batch max_micro_batch x seq_len, per slot: bf16 tensors, fp32 LayerNorm
 //            stats, attention logsumexp stats, losses, the micro-batch's unscaled wte gradient
 //            from the head; shared: one chunk of bf16 logits, backward scratch      Mem::activations
 //            (the layout: model/gpu_activations.hpp, which the planner sizes with)
 // Every call is enqueued on ops.stream(); the host waits only where it needs a value: forward
-// (the loss), grad_sum_squares, copy_*_to_host (and load_params, which is not in the step).
+// (the loss), copy_*_to_host (and load_params, which is not in the step).
 //
-// A training step, as the CPU trainer does it (loss_scale = 1 / targets counted in the batch):
-//   zero_grad(); for each micro-batch { forward(...); backward(loss_scale); }
-//   [clip: scale_grads(min(1, clip / sqrt(grad_sum_squares())))]; adamw_step(lr, opt, step);
+// A ModelChunk (model_chunk.hpp): data parallel, ZeRO 1-2, the gradient norm and AdamW are the
+// backend-neutral DataParallel and AdamW of src/parallel over CudaFlatOps (the AdamW moments live
+// there); after they write the master weights, params_changed() rewrites the bf16 copy.
+// A training step (loss_scale = 1 / targets counted in the batch):
+//   zero_grad(); for each micro-batch { forward(...); backward(loss_scale); }; then clipping and
+//   AdamW on param_data() / grad_data(), params_changed().
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,23 +37,15 @@
 #include "mpitron/dist/comm.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/gpu_activations.hpp"
+#include "mpitron/model/model_chunk.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
 namespace mpitron {
-
-// torch.optim.AdamW hyper-parameters (the fields of AdamWOptions in parallel/adamw.hpp, which the
-// model module does not depend on). Weight decay applies to parameters marked `decay` (2-D).
-struct CudaAdamWOptions {
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
-};
 
 struct GptCudaOptions {
   // Rows of logits computed at once by the LM head (bounds its bf16 [rows, padded_vocab]
   // buffer). 0: up to 2^29 elements (1 GiB), i.e. all of B*T = 8192 rows of GPT-2 at once.
   int64_t logits_chunk_rows = 0;
-  // The flat range [begin, end) whose AdamW state this rank holds and updates (ZeRO-1: this DP
-  // rank's shard, parallel/grad_buckets.hpp zero_shard). end = 0: the whole flat layout.
-  size_t optim_begin = 0, optim_end = 0;
   // train.recompute = "full": keep only each block's input and output (bf16 [B*T, C]) and one
   // block's activations, recomputed per block in backward (the CPU GPT's rule; +1 forward).
   bool recompute = false;
@@ -58,7 +54,7 @@ struct GptCudaOptions {
   int slots = 1;
 };
 
-class GptCuda {
+class GptCuda final : public ModelChunk {
  public:
   // max_micro_batch bounds forward()'s B. `ops` must outlive the model (its stream carries all
   // the model's work, the destructor included). Tensor parallel (shard.tp_size > 1, Megatron's
@@ -73,37 +69,36 @@ class GptCuda {
   GptCuda(const GptCuda&) = delete;
   GptCuda& operator=(const GptCuda&) = delete;
 
-  const ModelConfig& config() const { return cfg_; }
-  const std::vector<ParamInfo>& params() const { return params_; }
-  size_t num_params() const { return n_flat_; }  // floats of the flat layout, = GPT::num_params()
+  // ModelChunk (model_chunk.hpp). param_data() is the fp32 master copy.
+  const ModelConfig& config() const override { return cfg_; }
+  const ModelShard& shard() const override { return shard_; }
+  const std::vector<ParamInfo>& params() const override { return params_; }
+  size_t num_params() const override { return n_flat_; }  // = GPT::num_params()
+  float* param_data() override { return master_; }
+  float* grad_data() override { return grads_; }  // nullptr after release_grad_buffer()
+  void zero_grad() override;
+  void params_changed() override;  // the bf16 copy from the master weights
+  void set_grad_enabled(bool on) override { grad_enabled_ = on; }
+  bool grad_enabled() const override { return grad_enabled_; }
+  void set_unit_hook(UnitHook h) override { hook_ = std::move(h); }
+  void bind_grad(size_t i, float* data) override;
+  void release_grad_buffer() override;
+  // ZeRO-3: release_param_buffer frees the fp32 master and the bf16 copy; DataParallel then binds
+  // each unit's gathered fp32 weights before the unit's pre_forward / pre_backward event, and the
+  // model converts the unit to a bf16 working copy right after that event (when the gather is
+  // complete), freed once the unit's parameters are unbound again.
+  void bind_param(size_t i, float* data) override;
+  void release_param_buffer() override;
   int max_micro_batch() const { return max_B_; }
   int64_t logits_chunk_rows() const { return chunk_rows_; }
 
-  // Host fp32 flat parameters [num_params()] -> the fp32 master copy and its bf16 copy. The
-  // AdamW moments are left as they are (zero after construction; see zero_optimizer_state).
+  // Host fp32 flat parameters [num_params()] -> the fp32 master copy and its bf16 copy.
   void load_params(const float* host, size_t n);
   // GPT-2 initialisation, the same values as GPT::init_weights(seed) (init_gpt_params on the
   // host, then load_params).
   void init_weights(uint64_t seed);
   void copy_params_to_host(float* host, size_t n);  // the fp32 master copy; syncs
   void copy_grads_to_host(float* host, size_t n);   // syncs
-  void zero_grad();
-  void zero_optimizer_state();
-  // AdamW moments (exp_avg m, exp_avg_sq v) over optim_range(), for checkpoints: to the host
-  // (syncs) and back; n = optim_range().size().
-  void copy_optimizer_state_to_host(float* m, float* v, size_t n);
-  void load_optimizer_state(const float* m, const float* v, size_t n);
-  struct Range {
-    size_t begin = 0, end = 0;
-    size_t size() const { return end - begin; }
-  };
-  Range optim_range() const { return optim_; }
-  // Device buffers of the flat layout [num_params()], for collectives (gradient all-reduce over
-  // data parallel ranks, parameter broadcast) on ops.stream(). After writing the master copy
-  // directly, refresh_bf16_params() rewrites the bf16 copy the kernels read.
-  float* device_grads() { return grads_; }
-  float* device_master_params() { return master_; }
-  void refresh_bf16_params();
 
   // One micro-batch [B, T] of host token ids (T = cfg.seq_len, 1 <= B <= max_micro_batch).
   // targets are required (no generation path yet) and may hold -1 (ignored); every input must be
@@ -124,26 +119,10 @@ class GptCuda {
   void get_stage_output(int slot, float* host, size_t n);
   void set_stage_output_grad(const float* host, size_t n);
   void get_stage_input_grad(float* host, size_t n);
-  // Called by backward() right after a unit's gradient kernels are ENQUEUED (not finished):
-  // GPT::kHeadUnit (ln_f), block l (l = n_layer-1 .. 0), GPT::kEmbeddingUnit (wte, wpe; last).
-  // Data parallel launches a gradient bucket there on a communicator ordered after ops.stream()
-  // by event (Comm::set_compute_stream), so the reduction overlaps the rest of backward.
-  void set_backward_hook(std::function<void(int unit)> hook) { hook_ = std::move(hook); }
-  void set_grad_enabled(bool on) { grad_enabled_ = on; }
-  bool grad_enabled() const { return grad_enabled_; }
-
-  // Sum of squares of every gradient, in fp64 on the device (deterministic), then to the host:
-  // syncs. The global grad norm is its square root. Under TP: replicated_too = (tp_rank == 0),
-  // then summed over the TP group by the caller (each element counted once).
-  // skip_tied_copy: leave out the last pipeline stage's wte copy (the first stage counts it).
-  double grad_sum_squares(bool replicated_too = true, bool skip_tied_copy = false);
-  const ModelShard& shard() const { return shard_; }
-  void scale_grads(float s);  // grads *= s (clipping)
-  // One torch.optim.AdamW update of the parameters in optim_range() from the gradients (step is
-  // 1-based), fp32 master -> bf16 copy. Weight decay only where ParamInfo::decay. With a partial
-  // range (ZeRO-1) the caller then all-gathers device_master_params() over DP and calls
-  // refresh_bf16_params().
-  void adamw_step(float lr, const CudaAdamWOptions& opt, int step);
+  // Unit events (model_chunk.hpp) come when a unit's kernels are ENQUEUED (not finished): data
+  // parallel launches a gradient bucket at post_backward on a communicator ordered after
+  // ops.stream() by event (Comm::set_compute_stream), so the reduction overlaps the rest of
+  // backward.
 
   // Device bytes this model allocated, per category and in all (also counted by
   // MemTracker::cuda()); "params 1.2 GiB, grads ..., total ..." for logs.
@@ -176,23 +155,33 @@ class GptCuda {
   void reduce_rows(bf16* partial, bf16* local, int64_t BT);
   void ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
                    const float* rstd, int64_t rows);
-  void tp_sum(void* buf, size_t n, DType t, ReduceOp op = ReduceOp::sum);  // over the TP group (tp > 1)
   void* device_alloc(Mem m, size_t bytes, const char* what);
   void release();  // frees every device / pinned allocation (destructor, failed constructor)
-  const bf16* W(size_t offset) const { return params_bf16_ + offset; }
-  float* G(size_t offset) const { return grads_ + offset; }
+  const bf16* W(size_t offset) const;  // the bf16 weight of flat element `offset` (ZeRO-3: of a gathered unit)
+  size_t param_at(size_t offset) const;  // the index of the parameter holding flat element `offset`
+  // ZeRO-3: one unit's bf16 working copy, made from its bound fp32 weights after the unit's
+  // pre_forward / pre_backward event; freed when its parameters are unbound.
+  struct UnitCopy {
+    size_t begin = 0, end = 0;  // flat range (to the next unit's first parameter)
+    std::vector<size_t> params;
+    bf16* bf = nullptr;
+    bool stale = false;  // rebound since the last conversion
+  };
+  UnitCopy& unit_copy(int unit) { return units_[unit == kEmbeddingUnit ? 0 : unit == kHeadUnit ? 1 : 2 + unit]; }
+  void pre_event(UnitEvent e, int unit);  // emit, then (ZeRO-3) the unit's bf16 copy
+  float* G(size_t offset) const;  // the gradient of flat element `offset` (bind_grad may move it)
   const bf16* block_output() const;  // the final LayerNorm's input
   void layer_forward(int l, int B);
   void layer_backward(int l, int B);
   void head_forward(int B);
 
-  void emit(int unit) {
-    if (hook_) hook_(unit);
+  void emit(UnitEvent e, int unit) {
+    if (hook_) hook_(e, unit);
   }
 
   ModelConfig cfg_;
   CudaOps& ops_;
-  std::function<void(int)> hook_;
+  UnitHook hook_;
   int max_B_;
   ModelShard shard_;
   Comm* tp_ = nullptr;
@@ -203,20 +192,18 @@ class GptCuda {
   std::vector<int> slot_B_;
   std::vector<bool> slot_pending_;
   int64_t vocab_begin_ = 0, c_local_ = 0, h_local_ = 0, f_local_ = 0;
-  double* norm_ = nullptr;  // device fp64 accumulator for grad_sum_squares(false)
   std::vector<ParamInfo> params_;
   size_t n_flat_ = 0;
   Offsets off_;
   std::vector<DeviceAlloc> allocs_;
-  float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;  // m_, v_: over optim_
-  Range optim_;
+  float *master_ = nullptr, *grads_ = nullptr;
+  std::vector<float*> grad_at_;  // parameter i's gradient (grads_ + offset, or where bind_grad put it)
   bf16* params_bf16_ = nullptr;
+  std::vector<const bf16*> w_at_;  // parameter i's bf16 weights (params_bf16_ + offset, or a unit copy)
+  std::vector<float*> master_at_;  // ZeRO-3: parameter i's gathered fp32 weights (bind_param)
+  std::vector<UnitCopy> units_;    // [0] embedding, [1] head, [2 + l] block l
+  bool sharded_params_ = false;    // release_param_buffer() was called (ZeRO-3)
   Acts a_;  // the current slot's activations (a copy of slots_[s]'s pointers)
-  struct Segment {  // AdamW runs over maximal runs of parameters sharing the decay flag
-    size_t offset, n;
-    bool decay;
-  };
-  std::vector<Segment> segments_;
   int32_t* host_tokens_ = nullptr;  // pinned staging [2 * max BT]: inputs, then targets
   float* host_losses_ = nullptr;    // pinned [max BT]
   cudaEvent_t tokens_sent_ = nullptr, losses_ready_ = nullptr;

@@ -1,0 +1,107 @@
+// What the backend-neutral training code (src/parallel: DataParallel with its gradient buckets
+// and ZeRO 1-3, AdamW, the tied embedding, StageModel) needs of one model chunk: its parameter
+// table and fp32 flat parameter / gradient buffers, the unit events of its forward and backward,
+// and the rebinding ZeRO-2/3 do. The CPU GPT (gpt.hpp) and the GPU GptCuda (cuda/gpt_cuda.hpp)
+// implement it, so data parallel, ZeRO and the optimizer are written once for both backends.
+// It sits in model/ (not parallel/, which uses it) so that models do not depend on parallel/.
+//
+// A chunk is one rank's part of the model: a pipeline stage (or an interleaved virtual stage)
+// of a tensor-parallel slice (ModelShard). Its buffers are of the device its FlatOps works on.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mpitron/model/config.hpp"
+
+namespace mpitron {
+
+struct ModelShard {
+  int tp_rank = 0, tp_size = 1;
+  int layer_begin = 0, layer_end = -1;  // -1: n_layer
+  bool has_embedding = true, has_head = true;
+  bool sequence_parallel = false;  // parallel.sp (only with tp_size > 1); last, so positional inits keep working
+};
+
+// The number of blocks the shard holds.
+inline int local_layers(const ModelConfig& cfg, const ModelShard& s) {
+  return (s.layer_end < 0 ? cfg.n_layer : s.layer_end) - s.layer_begin;
+}
+
+// One parameter tensor of this shard. Names follow Hugging Face GPT-2 ("wte.weight",
+// "h.3.attn.c_attn.weight", ...); linear weights are [out, in] as torch.nn.Linear.
+// Locating the shard in the full tensor: along split_dim the full extent is viewed as
+// split_parts equal parts (3 for the fused QKV weight/bias: q, k, v), each split evenly over
+// tp; this rank's slice of part p starts at p*full/split_parts + local_offset_in_full and has
+// local/split_parts entries. split_dim -1: replicated (local == full).
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> full_shape;
+  std::vector<int64_t> local_shape;
+  int split_dim = -1;
+  int split_parts = 1;
+  int64_t local_offset_in_full = 0;
+  size_t offset = 0;  // into the flat buffer (floats)
+  size_t numel = 0;
+  bool decay = false;  // weight decay: 2-D weights only
+  int layer = -1;      // global layer index, -1 for embeddings / final LN
+};
+
+class ModelChunk {
+ public:
+  virtual ~ModelChunk() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const ModelShard& shard() const = 0;
+  virtual const std::vector<ParamInfo>& params() const = 0;
+  const ParamInfo* find_param(const std::string& name) const;  // nullptr when not on this shard
+  virtual size_t num_params() const = 0;  // floats of the flat layout (with padding)
+
+  // The fp32 flat buffers (the GPU's master weights): nullptr once released.
+  virtual float* param_data() = 0;
+  virtual float* grad_data() = 0;
+  virtual void zero_grad() = 0;
+  // After param_data() was written by someone else (the optimizer, a broadcast, a load): a backend
+  // that computes from a low-precision copy (the GPU's bf16 weights) refreshes it here.
+  virtual void params_changed() {}
+  // Off: forward computes the loss only (evaluation); backward is then an error. Default on.
+  virtual void set_grad_enabled(bool on) = 0;
+  virtual bool grad_enabled() const = 0;
+
+  // Hooks for src/parallel (DDP gradient buckets, ZeRO). A unit is a group of parameters handled
+  // together: block l (local index 0..), kEmbeddingUnit (wte, wpe) or kHeadUnit (ln_f). Events:
+  //   forward:  pre(emb) [embedding] {pre(l) [block l] post(l)} ascending, pre(head) [head] post(head), post(emb)
+  //   backward: pre(head) [head] post(head), {pre(l) [block l] post(l)} descending, pre(emb) [embedding] post(emb)
+  // The tied wte belongs to the embedding unit, but the head writes its gradient first: it is
+  // final only at post_backward(emb), the last event of backward. On the GPU an event comes when
+  // the unit's kernels are ENQUEUED; a collective started there is ordered after them by the
+  // communicator (Comm::set_compute_stream).
+  enum class UnitEvent { pre_forward, post_forward, pre_backward, post_backward };
+  static constexpr int kEmbeddingUnit = -1, kHeadUnit = -2;
+  using UnitHook = std::function<void(UnitEvent, int unit)>;
+  virtual void set_unit_hook(UnitHook h) = 0;
+  // Where parameter i (index into params()) is read from / its gradient accumulates into;
+  // default param_data() / grad_data() + params()[i].offset. ZeRO-3 points a unit's parameters
+  // into a gathered working buffer; ZeRO-2 points gradients into a bucket buffer.
+  virtual void bind_param(size_t i, float* data) = 0;
+  virtual void bind_grad(size_t i, float* data) = 0;
+  // Free the flat parameter / gradient buffer (the owner of a shard binds every unit before the
+  // model uses it). Tracked memory drops by 4 * num_params() bytes each.
+  virtual void release_param_buffer() = 0;
+  virtual void release_grad_buffer() = 0;
+
+  // Seconds spent in tensor-parallel collectives since construction, where the model times them
+  // (the CPU GPT); < 0: not measured (the GPU's run on the stream, untimed on the host).
+  virtual double tp_comm_seconds() const { return -1.0; }
+};
+
+// The unit (ModelChunk::kEmbeddingUnit, kHeadUnit or local block index) that owns parameter p.
+inline int param_unit(const ParamInfo& p, const ModelShard& shard) {
+  if (p.layer >= 0) return p.layer - shard.layer_begin;
+  if (p.name.rfind("ln_f.", 0) == 0) return ModelChunk::kHeadUnit;
+  return ModelChunk::kEmbeddingUnit;  // wte, wpe
+}
+
+}  // namespace mpitron
