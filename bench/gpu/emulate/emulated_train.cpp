@@ -1,7 +1,7 @@
 // The GPU trainer (train.backend = "nccl", src/train/cuda/gpu_backend.cpp) on the CPU emulation
-// of CudaOps and of the CUDA runtime (fake_cuda.cpp): its loop (gradient buckets launched from
-// the backward hook, loss normalisation over the global batch, clipping, AdamW, evaluation,
-// metrics, checkpoints staged through host memory) runs without a GPU, so tests can compare it
+// of CudaOps and of the CUDA runtime (fake_cuda.cpp): its loop (DataParallel's gradient buckets
+// and ZeRO 0-3 on the emulated device memory, loss normalisation over the global batch, clipping,
+// AdamW, evaluation, metrics, checkpoints staged through host memory) runs without a GPU, so tests can compare it
 // with the CPU trainer. NCCL is not emulated: the process groups are MPI communicators (the
 // emulated "device" memory is host memory), which the trainer only sees through Comm.
 //   mpirun -np N emulated_train JOB.toml [--section.key=value ...]    (as `mpitron train`)
