@@ -60,12 +60,28 @@ class TimedOps final : public Ops {
   void gelu_backward(float* di, const float* i, const float* d, size_t n) override {
     time("gelu", [&] { in_.gelu_backward(di, i, d, n); });
   }
-  void attention_forward(float* o, float* a, const float* q, int B, int T, int H, int hd) override {
-    time("attention_fwd", [&] { in_.attention_forward(o, a, q, B, T, H, hd); });
+  void attention_forward(float* o, float* a, const float* q, int B, int T, int H, int hd, int kv) override {
+    time("attention_fwd", [&] { in_.attention_forward(o, a, q, B, T, H, hd, kv); });
   }
-  void attention_backward(float* dq, const float* d, const float* q, const float* a, int B, int T, int H,
-                          int hd) override {
-    time("attention_bwd", [&] { in_.attention_backward(dq, d, q, a, B, T, H, hd); });
+  void attention_backward(float* dq, const float* d, const float* q, const float* a, int B, int T, int H, int hd,
+                          int kv) override {
+    time("attention_bwd", [&] { in_.attention_backward(dq, d, q, a, B, T, H, hd, kv); });
+  }
+  void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t R, int64_t C, float eps) override {
+    time("rmsnorm", [&] { in_.rmsnorm_forward(o, r, i, w, R, C, eps); });
+  }
+  void rmsnorm_backward(float* di, float* dw, const float* d, const float* i, const float* w, const float* r,
+                        int64_t R, int64_t C) override {
+    time("rmsnorm", [&] { in_.rmsnorm_backward(di, dw, d, i, w, r, R, C); });
+  }
+  void rope(float* x, int B, int T, int nh, int hd, int64_t stride, double theta, int pos0, bool inv) override {
+    time("rope", [&] { in_.rope(x, B, T, nh, hd, stride, theta, pos0, inv); });
+  }
+  void swiglu_forward(float* o, const float* gu, int64_t R, int64_t F) override {
+    time("swiglu", [&] { in_.swiglu_forward(o, gu, R, F); });
+  }
+  void swiglu_backward(float* dgu, const float* gu, const float* d, int64_t R, int64_t F) override {
+    time("swiglu", [&] { in_.swiglu_backward(dgu, gu, d, R, F); });
   }
   void embedding_forward(float* o, const int32_t* tk, const float* wte, const float* wpe, int B, int T, int C,
                          int64_t vb, int64_t ve) override {

@@ -3,10 +3,12 @@
 // max|numeric - analytic| / max|analytic| over the checked entries; tolerance 5e-3 (central
 // differences, eps 1e-2: fp32 rounding of the loss ~1e-5 relative / 2eps, truncation O(eps^2)).
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "grad_check.hpp"
+#include "mpitron/core/error.hpp"
 #include "mpitron/ops/ops.hpp"
 
 using namespace mpitron;
@@ -120,6 +122,131 @@ BOOST_AUTO_TEST_CASE(attention) {
     ops().attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, H, hd);
     BOOST_TEST(fd_rel_error(qkv.data(), qkv.size(), dqkv.data(), loss, 1e-2f, 60) < kTol);
   }
+}
+
+// Grouped-query attention (LLaMA): H query heads over KV key/value heads, qkv = [q | k | v].
+BOOST_AUTO_TEST_CASE(attention_gqa) {
+  for (int KV : {2, 1}) {  // groups of 2 and multi-query attention
+    const int B = 2, T = 50, H = 4, hd = 16, C = H * hd, C3 = (H + 2 * KV) * hd, g = H / KV;
+    auto qkv = randn(B * T * C3, 40 + KV), R = randn(B * T * C, 41);
+    std::vector<float> out(B * T * C), att(B * H * T * T), dqkv(qkv.size());
+    auto loss = [&] {
+      ops().attention_forward(out.data(), att.data(), qkv.data(), B, T, H, hd, KV);
+      return dot(out.data(), R.data(), out.size());
+    };
+    loss();
+    double err = 0;  // every (b, h) against a naive double reference
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int t = 0; t < T; ++t) {
+          const float* q = qkv.data() + (b * T + t) * C3 + h * hd;
+          std::vector<double> s(t + 1);
+          double mx = -1e30, z = 0;
+          for (int j = 0; j <= t; ++j) {
+            const float* k = qkv.data() + (b * T + j) * C3 + C + (h / g) * hd;
+            double d = 0;
+            for (int e = 0; e < hd; ++e) d += static_cast<double>(q[e]) * k[e];
+            mx = std::max(mx, s[j] = d / std::sqrt(hd));
+          }
+          for (int j = 0; j <= t; ++j) z += (s[j] = std::exp(s[j] - mx));
+          for (int e = 0; e < hd; ++e) {
+            double o = 0;
+            for (int j = 0; j <= t; ++j) o += s[j] / z * qkv[(b * T + j) * C3 + C + KV * hd + (h / g) * hd + e];
+            err = std::max(err, std::fabs(o - out[(b * T + t) * C + h * hd + e]));
+          }
+        }
+    BOOST_TEST(err < 1e-5);
+    ops().attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, H, hd, KV);
+    BOOST_TEST(fd_rel_error(qkv.data(), qkv.size(), dqkv.data(), loss, 1e-2f, 90) < kTol);
+  }
+  // KV = H is the GPT-2 kernel: the same outputs and gradients as kv_heads = 0.
+  const int B = 1, T = 20, H = 3, hd = 8, C = H * hd;
+  auto qkv = randn(B * T * 3 * C, 45), R = randn(B * T * C, 46);
+  std::vector<float> o1(B * T * C), o2(o1.size()), att(B * H * T * T), d1(qkv.size()), d2(qkv.size());
+  ops().attention_forward(o1.data(), att.data(), qkv.data(), B, T, H, hd);
+  ops().attention_backward(d1.data(), R.data(), qkv.data(), att.data(), B, T, H, hd);
+  ops().attention_forward(o2.data(), att.data(), qkv.data(), B, T, H, hd, H);
+  ops().attention_backward(d2.data(), R.data(), qkv.data(), att.data(), B, T, H, hd, H);
+  BOOST_TEST(o1 == o2);
+  BOOST_TEST(d1 == d2);
+  BOOST_CHECK_THROW(ops().attention_forward(o2.data(), att.data(), qkv.data(), B, T, H, hd, 2), Error);
+}
+
+BOOST_AUTO_TEST_CASE(rmsnorm) {
+  const int rows = 7, C = 40;
+  const float eps = 1e-6f;
+  auto x = randn(rows * C, 50), w = randn(C, 51), R = randn(rows * C, 52);
+  std::vector<float> out(rows * C), rstd(rows), dx(rows * C, 0.f), dw(C, 0.f);
+  auto loss = [&] {
+    ops().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, C, eps);
+    return dot(out.data(), R.data(), out.size());
+  };
+  loss();
+  double err = 0;
+  for (int r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int i = 0; i < C; ++i) ss += static_cast<double>(x[r * C + i]) * x[r * C + i];
+    const double rs = 1 / std::sqrt(ss / C + eps);
+    for (int i = 0; i < C; ++i) err = std::max(err, std::fabs(x[r * C + i] * rs * w[i] - out[r * C + i]));
+  }
+  BOOST_TEST(err < 1e-5);
+  ops().rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), rows, C);
+  BOOST_TEST(fd_rel_error(x.data(), x.size(), dx.data(), loss) < kTol);
+  BOOST_TEST(fd_rel_error(w.data(), w.size(), dw.data(), loss) < kTol);
+}
+
+BOOST_AUTO_TEST_CASE(rope) {
+  // Two of three heads rotated in rows of stride 3 hd (the q or k part of a fused qkv row).
+  const int B = 2, T = 9, nh = 2, hd = 8, stride = 3 * hd, pos0 = 5;
+  const double theta = 10000.0;
+  auto x0 = randn(B * T * stride, 60), R = randn(B * T * stride, 61);
+  std::vector<float> x = x0;
+  ops().rope(x.data(), B, T, nh, hd, stride, theta, pos0, false);
+  double err = 0;  // Meta's reference: pairs (2i, 2i+1) as complex numbers times exp(i pos theta^(-2i/hd))
+  for (int bt = 0; bt < B * T; ++bt)
+    for (int h = 0; h < 3; ++h)
+      for (int i = 0; i < hd / 2; ++i) {
+        const int at = bt * stride + h * hd + 2 * i;
+        const double a = (pos0 + bt % T) * std::pow(theta, -2.0 * i / hd), re = x0[at], im = x0[at + 1];
+        const double want_re = h < nh ? re * std::cos(a) - im * std::sin(a) : re;
+        const double want_im = h < nh ? re * std::sin(a) + im * std::cos(a) : im;
+        err = std::max({err, std::fabs(want_re - x[at]), std::fabs(want_im - x[at + 1])});
+      }
+  BOOST_TEST(err < 1e-5);
+  // The backward is the inverse rotation: applied to the output it gives the input back, and to
+  // R it is the gradient of <rope(x), R> (checked by finite differences).
+  ops().rope(x.data(), B, T, nh, hd, stride, theta, pos0, true);
+  double back = 0;
+  for (size_t i = 0; i < x.size(); ++i) back = std::max(back, static_cast<double>(std::fabs(x[i] - x0[i])));
+  BOOST_TEST(back < 1e-5);
+  std::vector<float> dx = R, y(x.size());
+  ops().rope(dx.data(), B, T, nh, hd, stride, theta, pos0, true);
+  auto loss = [&] {
+    y = x;
+    ops().rope(y.data(), B, T, nh, hd, stride, theta, pos0, false);
+    return dot(y.data(), R.data(), y.size());
+  };
+  BOOST_TEST(fd_rel_error(x.data(), x.size(), dx.data(), loss, 1e-2f, 80) < kTol);
+}
+
+BOOST_AUTO_TEST_CASE(swiglu) {
+  const int rows = 5, F = 37;
+  auto gu = randn(rows * 2 * F, 70, 2.f), R = randn(rows * F, 71);
+  std::vector<float> out(rows * F), dgu(gu.size());
+  auto loss = [&] {
+    ops().swiglu_forward(out.data(), gu.data(), rows, F);
+    return dot(out.data(), R.data(), out.size());
+  };
+  loss();
+  double err = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < F; ++i) {
+      const double g = gu[r * 2 * F + i], u = gu[r * 2 * F + F + i];
+      err = std::max(err, std::fabs(g / (1 + std::exp(-g)) * u - out[r * F + i]));
+    }
+  BOOST_TEST(err < 1e-5);
+  ops().swiglu_backward(dgu.data(), gu.data(), R.data(), rows, F);
+  BOOST_TEST(fd_rel_error(gu.data(), gu.size(), dgu.data(), loss, 1e-2f, 100) < kTol);
 }
 
 BOOST_AUTO_TEST_CASE(embedding) {

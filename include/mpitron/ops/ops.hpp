@@ -46,10 +46,31 @@ class Ops : public FlatOps {
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
 
   // ---- causal multi-head self-attention, softmax scale 1/sqrt(hd) ----
-  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd) = 0;
-  // dqkv[B,T,3C] = gradient (overwritten) from dout[B,T,C].
+  // kv_heads (0: H): grouped-query attention, qkv[B, T, (H + 2 kv_heads) hd] = [q | k | v], query
+  // head h attending with kv head h / (H / kv_heads); kv_heads = H is the [B, T, 3, H, hd] layout.
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd,
+                                 int kv_heads = 0) = 0;
+  // dqkv = gradient (overwritten) from dout[B,T,C].
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                                  int H, int hd) = 0;
+                                  int H, int hd, int kv_heads = 0) = 0;
+
+  // ---- the LLaMA block ----
+  // RMSNorm over C: out = inp * rstd * weight, rstd[rows] = (mean(inp^2) + eps)^-1/2.
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t rows,
+                               int64_t C, float eps) = 0;
+  // dinp += ...; dweight += ... (may be nullptr).
+  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                                const float* rstd, int64_t rows, int64_t C) = 0;
+  // Rotary position embeddings in place on the first n_heads heads of hd floats of every row of
+  // x[B*T, row_stride], at positions pos0 + t, frequencies theta^(-2i/hd) on the element pairs
+  // (2i, 2i+1) (Meta's reference pairing, not the rotate-half layout). inverse = the backward
+  // (rotation by minus the angle: dx from dy, in place).
+  virtual void rope(float* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
+                    bool inverse) = 0;
+  // SwiGLU: out[rows, F] = silu(gate) * up over gate_up[rows, 2F] = [gate | up]; the backward
+  // writes dgate_up[rows, 2F] (overwritten).
+  virtual void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) = 0;
+  virtual void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t rows, int64_t F) = 0;
 
   // ---- embeddings: out[b,t,:] = wte[tok - vocab_begin] + wpe[t] ----
   // wte holds rows [vocab_begin, vocab_end) of the (vocab-parallel) table; tokens outside

@@ -2,6 +2,9 @@
 // every product a register-blocked small GEMM (small_gemm.hpp) over blocks of query rows that
 // stop at the causal diagonal. P = softmax(Q K^T / sqrt(hd)) is kept for the backward:
 //   dP = dO V^T,  dS = P * (dP - rowsum(P * dP)),  dQ = s dS K,  dK = s dS^T Q,  dV = P^T dO.
+// Grouped-query attention: H query heads share KV key/value heads in groups of H / KV (query
+// head h reads kv head h / (H / KV)); the backward runs one task per (batch, kv head) and sums
+// its group's dK, dV in order (deterministic). KV = H is plain multi-head attention.
 #include <omp.h>
 
 #include <algorithm>
@@ -22,8 +25,10 @@ size_t attention_scratch_floats(int T, int hd, bool backward) {
   return static_cast<size_t>(hd) * t + (backward ? t * t : 0) + 16;
 }
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, float* scratch) {
-  const int64_t C = static_cast<int64_t>(H) * hd, C3 = 3 * C;
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, float* scratch,
+                       int KV) {
+  const int64_t C = static_cast<int64_t>(H) * hd, Ckv = static_cast<int64_t>(KV) * hd, C3 = C + 2 * Ckv;
+  const int group = H / KV;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const size_t per_thread = attention_scratch_floats(T, hd, false);
 #pragma omp parallel
@@ -32,9 +37,10 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * H; ++bh) {
       int b = bh / H, h = bh % H;
-      const float* q = qkv + static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h) * hd;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
+      const float* row = qkv + static_cast<int64_t>(b) * T * C3;
+      const float* q = row + static_cast<int64_t>(h) * hd;
+      const float* k = row + C + static_cast<int64_t>(h / group) * hd;
+      const float* v = row + C + Ckv + static_cast<int64_t>(h / group) * hd;
       float* P = att + static_cast<int64_t>(bh) * T * T;
       float* o = out + static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd;
       transpose(k, T, hd, C3, Kt, T);
@@ -57,8 +63,10 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int H,
-                        int hd, float* scratch) {
-  const int64_t C = static_cast<int64_t>(H) * hd, C3 = 3 * C, TT = static_cast<int64_t>(T) * T;
+                        int hd, float* scratch, int KV) {
+  const int64_t C = static_cast<int64_t>(H) * hd, Ckv = static_cast<int64_t>(KV) * hd, C3 = C + 2 * Ckv;
+  const int64_t TT = static_cast<int64_t>(T) * T;
+  const int group = H / KV;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const size_t per_thread = attention_scratch_floats(T, hd, true);
 #pragma omp parallel
@@ -66,35 +74,42 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     float* Vt = scratch + per_thread * omp_get_thread_num();
     float* dS = Vt + static_cast<int64_t>(hd) * T;
 #pragma omp for schedule(dynamic, 1)
-    for (int bh = 0; bh < B * H; ++bh) {
-      int b = bh / H, h = bh % H;
-      const int64_t qoff = static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h) * hd;
-      const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-      float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
-      const float* P = att + static_cast<int64_t>(bh) * TT;
-      const float* dO = dout + static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd;
+    for (int bk = 0; bk < B * KV; ++bk) {
+      const int b = bk / KV, kh = bk % KV;
+      const int64_t rowoff = static_cast<int64_t>(b) * T * C3;
+      const int64_t koff = rowoff + C + static_cast<int64_t>(kh) * hd, voff = koff + Ckv;
+      const float *k = qkv + koff, *v = qkv + voff;
+      float *dk = dqkv + koff, *dv = dqkv + voff;
       transpose(v, T, hd, C3, Vt, T);
-      for (int i0 = 0; i0 < T; i0 += kRowBlock) {
-        int mb = std::min(kRowBlock, T - i0), n = i0 + mb;
-        small_gemm(mb, n, hd, dO + i0 * C, C, Vt, T, dS + static_cast<int64_t>(i0) * T, T, 1.f, false);
-        for (int i = i0; i < n; ++i) {
-          float* d = dS + static_cast<int64_t>(i) * T;
-          const float* p = P + static_cast<int64_t>(i) * T;
-          float s = 0.f;
+      for (int g = 0; g < group; ++g) {  // the group's query heads, in order; dK, dV summed over them
+        const int h = kh * group + g, bh = b * H + h;
+        const int64_t qoff = rowoff + static_cast<int64_t>(h) * hd;
+        const float* q = qkv + qoff;
+        float* dq = dqkv + qoff;
+        const float* P = att + static_cast<int64_t>(bh) * TT;
+        const float* dO = dout + static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd;
+        for (int i0 = 0; i0 < T; i0 += kRowBlock) {
+          int mb = std::min(kRowBlock, T - i0), n = i0 + mb;
+          small_gemm(mb, n, hd, dO + i0 * C, C, Vt, T, dS + static_cast<int64_t>(i0) * T, T, 1.f, false);
+          for (int i = i0; i < n; ++i) {
+            float* d = dS + static_cast<int64_t>(i) * T;
+            const float* p = P + static_cast<int64_t>(i) * T;
+            float s = 0.f;
 #pragma omp simd reduction(+ : s)
-          for (int j = 0; j <= i; ++j) s += p[j] * d[j];
+            for (int j = 0; j <= i; ++j) s += p[j] * d[j];
 #pragma omp simd
-          for (int j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - s) * scale;
-          std::fill(d + i + 1, d + T, 0.f);
+            for (int j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - s) * scale;
+            std::fill(d + i + 1, d + T, 0.f);
+          }
+          small_gemm(mb, hd, n, dS + static_cast<int64_t>(i0) * T, T, k, C3, dq + i0 * C3, C3, 1.f, false);
         }
-        small_gemm(mb, hd, n, dS + static_cast<int64_t>(i0) * T, T, k, C3, dq + i0 * C3, C3, 1.f, false);
-      }
-      // dK = dS^T Q and dV = P^T dO read dS and P transposed (rows t >= j0 only: causal).
-      for (int j0 = 0; j0 < T; j0 += kRowBlock) {
-        int mb = std::min(kRowBlock, T - j0);
-        int64_t off = static_cast<int64_t>(j0) * T + j0;
-        small_gemm<true>(mb, hd, T - j0, dS + off, T, q + j0 * C3, C3, dk + j0 * C3, C3, 1.f, false);
-        small_gemm<true>(mb, hd, T - j0, P + off, T, dO + j0 * C, C, dv + j0 * C3, C3, 1.f, false);
+        // dK = dS^T Q and dV = P^T dO read dS and P transposed (rows t >= j0 only: causal).
+        for (int j0 = 0; j0 < T; j0 += kRowBlock) {
+          int mb = std::min(kRowBlock, T - j0);
+          int64_t off = static_cast<int64_t>(j0) * T + j0;
+          small_gemm<true>(mb, hd, T - j0, dS + off, T, q + j0 * C3, C3, dk + j0 * C3, C3, 1.f, g > 0);
+          small_gemm<true>(mb, hd, T - j0, P + off, T, dO + j0 * C, C, dv + j0 * C3, C3, 1.f, g > 0);
+        }
       }
     }
   }

@@ -7,6 +7,7 @@
 
 #include "gemm.hpp"
 #include "kernels.hpp"
+#include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/ops/ops.hpp"
 
@@ -20,6 +21,13 @@ void tune_malloc_once() {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
   });
+}
+
+// kv_heads 0 means H (multi-head); otherwise it must divide H.
+int kv_heads_of(int H, int kv_heads) {
+  const int kv = kv_heads == 0 ? H : kv_heads;
+  check(kv > 0 && H % kv == 0, "attention: {} kv heads do not divide {} query heads", kv, H);
+  return kv;
 }
 
 class CpuOps final : public Ops {
@@ -50,12 +58,34 @@ class CpuOps final : public Ops {
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
     cpu::gelu_backward(dinp, inp, dout, n);
   }
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd) override {
-    cpu::attention_forward(out, att, qkv, B, T, H, hd, scratch(cpu::attention_scratch_floats(T, hd, false)));
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd,
+                         int kv_heads) override {
+    cpu::attention_forward(out, att, qkv, B, T, H, hd, scratch(cpu::attention_scratch_floats(T, hd, false)),
+                           kv_heads_of(H, kv_heads));
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int H,
-                          int hd) override {
-    cpu::attention_backward(dqkv, dout, qkv, att, B, T, H, hd, scratch(cpu::attention_scratch_floats(T, hd, true)));
+                          int hd, int kv_heads) override {
+    cpu::attention_backward(dqkv, dout, qkv, att, B, T, H, hd, scratch(cpu::attention_scratch_floats(T, hd, true)),
+                            kv_heads_of(H, kv_heads));
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t rows, int64_t C,
+                       float eps) override {
+    cpu::rmsnorm_forward(out, rstd, inp, weight, rows, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int64_t rows, int64_t C) override {
+    cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, rows, C);
+  }
+  void rope(float* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
+            bool inverse) override {
+    check(hd % 2 == 0, "rope: head dim {} is odd", hd);
+    cpu::rope(x, B, T, n_heads, hd, row_stride, theta, pos0, inverse);
+  }
+  void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) override {
+    cpu::swiglu_forward(out, gate_up, rows, F);
+  }
+  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t rows, int64_t F) override {
+    cpu::swiglu_backward(dgate_up, gate_up, dout, rows, F);
   }
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
                          int64_t vocab_begin, int64_t vocab_end) override {
