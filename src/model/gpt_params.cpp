@@ -5,42 +5,9 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "param_table_builder.hpp"
 
 namespace mpitron {
-
-namespace {
-
-struct TableBuilder {
-  const ModelShard& shard;
-  std::vector<ParamInfo> out;
-  size_t offset = 0;
-
-  // split_dim -1: replicated. Parameters start on 16-float (64-byte) boundaries.
-  void add(std::string name, std::vector<int64_t> full, int split_dim, int parts, int layer) {
-    ParamInfo p;
-    p.name = std::move(name);
-    p.full_shape = full;
-    p.local_shape = full;
-    p.split_dim = shard.tp_size > 1 ? split_dim : -1;
-    p.split_parts = p.split_dim >= 0 ? parts : 1;
-    if (p.split_dim >= 0) {
-      int64_t f = full[p.split_dim];
-      check(f % (static_cast<int64_t>(parts) * shard.tp_size) == 0, "{}: dim {} ({}) not divisible by {}x{}",
-            p.name, p.split_dim, f, parts, shard.tp_size);
-      p.local_shape[p.split_dim] = f / shard.tp_size;
-      p.local_offset_in_full = shard.tp_rank * (f / parts / shard.tp_size);
-    }
-    p.numel = 1;
-    for (auto d : p.local_shape) p.numel *= static_cast<size_t>(d);
-    p.decay = full.size() == 2;
-    p.layer = layer;
-    p.offset = offset;
-    offset += flat_padded(p.numel);
-    out.push_back(std::move(p));
-  }
-};
-
-}  // namespace
 
 int64_t param_full_index(const ParamInfo& p, int64_t i, int /*tp_rank*/) {
   if (p.split_dim < 0) return i;
@@ -64,7 +31,7 @@ std::vector<ParamInfo> gpt_param_table(const ModelConfig& cfg, const ModelShard&
   const int64_t C = cfg.d_model, V = cfg.padded_vocab(shard.tp_size), T = cfg.seq_len, F = cfg.d_ff;
   int lb = shard.layer_begin, le = shard.layer_end < 0 ? cfg.n_layer : shard.layer_end;
   check(0 <= lb && lb <= le && le <= cfg.n_layer, "bad layer range [{}, {}) for {} layers", lb, le, cfg.n_layer);
-  TableBuilder t{shard, {}, 0};
+  ParamTableBuilder t{shard, {}, 0};
   // The tied LM head needs wte on the last stage too (a copy whose gradient the pipeline
   // layer all-reduces with the first stage's).
   if (shard.has_embedding || shard.has_head) t.add("wte.weight", {V, C}, 0, 1, -1);

@@ -7,10 +7,11 @@
 //   allocates, which it checks); bf16 (the GPU trainer) gpu_activation_bytes (what GptCuda
 //   allocates: plan_gpu_activations, with fused attention's statistics and no [B, H, T, T]
 //   matrix); both with the schedule's slots and the recompute option.
-// LLaMA (RMSNorm, SwiGLU, GQA, RoPE, untied head; planning only): per layer
-//   parameters  2h (norms) + h*h (q) + 2*h*kv*hd (k, v) + h*h (o) + 3*h*f (gate, up, down);
-//               q, k, v, o, gate, up, down split over tp, norms replicated; embedding and head
-//               each padded_vocab(tp)*h, vocab-parallel; final norm h.
+// LLaMA (RMSNorm, SwiGLU, GQA, RoPE, untied head; planning only):
+//   parameters  llama_param_table (model/param_tables.hpp, what the model will allocate);
+//               per layer 2h (norms) + h*h (q) + 2*h*kv*hd (k, v) + h*h (o) + 3*h*f (gate, up,
+//               down), q, k, v, o, gate, up, down split over tp (kv heads % tp == 0), norms
+//               replicated; embedding and head each padded_vocab(tp)*h, vocab-parallel.
 //   activations kept for backward per layer and micro-batch (e = element bytes, fp32 stats):
 //               input, norm1 out, residual 2, norm2 out: 4*b*s*h*e (/tp with sp); rstd x2: 2*b*s*4
 //               (/tp with sp); q, k, v after RoPE: b*s*(a + 2*kv)*hd*e/tp; fused attention output
@@ -30,6 +31,7 @@
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/gpu_activations.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/parallel/schedule.hpp"
@@ -90,19 +92,6 @@ namespace {
 
 GridShape shape_of(const PlanLayout& l) { return GridShape{l.tp, l.cp, l.dp, l.pp}; }
 
-// Parameter elements of one LLaMA shard (flat layout: every tensor rounded up to 16 elements).
-int64_t llama_shard_params(const ModelConfig& c, const ModelShard& s) {
-  const int64_t h = c.d_model, hd = c.head_dim(), t = s.tp_size, f = c.d_ff;
-  const int64_t kv = std::max<int64_t>(1, c.n_kv_head / t);  // kv heads per rank (replicated when < tp)
-  const int64_t q = c.n_head / t;
-  const int64_t layer = 2 * flat_padded(h) + flat_padded(q * hd * h) + 2 * flat_padded(kv * hd * h) +
-                        flat_padded(h * q * hd) + 2 * flat_padded(f / t * h) + flat_padded(h * (f / t));
-  const int64_t vp = c.padded_vocab(s.tp_size) / t;
-  int64_t n = (s.layer_end - s.layer_begin) * layer;
-  if (s.has_embedding) n += flat_padded(vp * h);
-  if (s.has_head) n += flat_padded(h) + flat_padded(vp * h);
-  return n;
-}
 
 // LLaMA activation elements of one layer, one micro-batch, split by element size (e: tensors at
 // the compute precision; f32: statistics). See the header comment.
@@ -111,7 +100,7 @@ struct ActElems {
 };
 ActElems llama_layer_acts(const ModelConfig& c, int64_t b, int64_t s, int tp, bool sp, bool recompute) {
   const int64_t h = c.d_model, hd = c.head_dim(), f = c.d_ff, sh = sp ? tp : 1;
-  const int64_t kv = std::max<int64_t>(1, c.n_kv_head / tp) * tp;
+  const int64_t kv = c.n_kv_head;  // validate_plan: divisible by tp
   if (recompute) return {b * s * h / sh, 0};
   ActElems a;
   a.e = 4 * b * s * h / sh + b * s * (c.n_head + 2 * kv) * hd / tp + b * s * h / tp + 3 * b * s * f / tp;
@@ -152,8 +141,8 @@ void validate_plan(const PlanInput& in) {
               l.tp, l.pp, l.dp, l.cp);
   usage_check(m.n_head % l.tp == 0, "tp ({}) must divide the number of attention heads ({} for {})", l.tp, m.n_head,
               m.name);
-  usage_check(m.n_kv_head % l.tp == 0 || l.tp % m.n_kv_head == 0,
-              "tp ({}) and the number of key/value heads ({} for {}) must divide one another", l.tp, m.n_kv_head, m.name);
+  usage_check(m.n_kv_head % l.tp == 0, "tp ({}) must divide the number of key/value heads ({} for {})", l.tp,
+              m.n_kv_head, m.name);
   usage_check(m.d_ff % l.tp == 0, "tp ({}) must divide d_ff ({})", l.tp, m.d_ff);
   usage_check(l.pp * l.virtual_stages <= m.n_layer, "pp ({}) x virtual stages ({}) exceeds the model's {} layers",
               l.pp, l.virtual_stages, m.n_layer);
@@ -194,9 +183,7 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
 
   // Parameters: one flat buffer per chunk.
   int64_t n = 0;
-  for (const auto& c : chunks)
-    n += m.arch == Arch::gpt2 ? static_cast<int64_t>(flat_param_floats(gpt_param_table(m, c.shard)))
-                              : llama_shard_params(m, c.shard);
+  for (const auto& c : chunks) n += static_cast<int64_t>(flat_param_floats(model_param_table(m, c.shard)));
   r.local_params = n;
   const int64_t shard_n = zero_shard_elems(n, l.dp, r.coord.dp);
   const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;
@@ -258,7 +245,7 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
       other += full.e * e + full.f32 * 4;  // one layer recomputed at a time
     }
     r.activations = layer_slots * r.act_per_layer + other;
-    r.source = "LLaMA formulas (ledger.cpp header)";
+    r.source = "llama_param_table + LLaMA activation formulas (ledger.cpp header)";
   }
   r.act_other = r.activations - layer_slots * r.act_per_layer;
   r.korthikanti_per_layer = korthikanti_layer_bytes(s, B, m.d_model, m.n_head, l.tp, l.sp, l.recompute);
@@ -292,19 +279,7 @@ Ledger compute_ledger(const PlanInput& in) {
     // Logical parameters: the whole model on one rank (no tied-head duplicate there).
     ModelShard all;  // the whole model on one rank
     all.layer_end = in.model.n_layer;
-    led.total_params = in.model.arch == Arch::gpt2 ? [&] {
-      int64_t t = 0;
-      for (const auto& p : gpt_param_table(in.model, all)) t += static_cast<int64_t>(p.numel);
-      return t;
-    }()
-                                                 : [&] {
-                                                     const int64_t h = in.model.d_model, hd = in.model.head_dim();
-                                                     const int64_t layer = 2 * h + 2 * h * in.model.n_head * hd +
-                                                                           2 * h * in.model.n_kv_head * hd +
-                                                                           3 * h * in.model.d_ff;
-                                                     return in.model.n_layer * layer + h +
-                                                            2 * int64_t{in.model.padded_vocab()} * h;
-                                                   }();
+    for (const auto& p : model_param_table(in.model, all)) led.total_params += static_cast<int64_t>(p.numel);
   }
   const GridShape shape = shape_of(in.layout);
   for (int st = 0; st < in.layout.pp; ++st) {

@@ -4,6 +4,7 @@
 // advisor's choices and the error messages for bad inputs.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "mpitron/core/error.hpp"
@@ -11,6 +12,7 @@
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/gpu_activations.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/ops/ops.hpp"
 #include "mpitron/parallel/adamw.hpp"
 #include "mpitron/plan/advisor.hpp"
@@ -76,6 +78,59 @@ BOOST_AUTO_TEST_CASE(seed_worked_example_7b) {
   // 34*s*b*h non-attention part's 3/4.
   BOOST_TEST(r.act_per_layer < r.korthikanti_per_layer);
   BOOST_TEST(r.act_per_layer > 0.75 * 34 * 2048 * 4096);
+}
+
+// The LLaMA parameter table (model/param_tables.hpp), which the ledger counts: the published
+// sizes, the TP split by whole heads, the tied variant.
+BOOST_AUTO_TEST_CASE(llama_param_table_sizes) {
+  auto total = [](const ModelConfig& c) {
+    ModelShard all;
+    int64_t n = 0;
+    for (const auto& p : llama_param_table(c, all)) n += static_cast<int64_t>(p.numel);
+    return n;
+  };
+  BOOST_TEST(total(model_preset("llama2-7b")) == 6738415616LL);   // Hugging Face's counts
+  BOOST_TEST(total(model_preset("llama3-8b")) == 8030261248LL);
+  BOOST_TEST(total(model_preset("llama3-70b")) == 70553706496LL);
+  // tp 4 of llama3-8b (32 query heads, 8 kv heads): every tensor's slices add up to the full
+  // tensor, q/k/v and gate/up adjacent in the flat buffer (one GEMM each).
+  ModelConfig c = model_preset("llama3-8b");
+  c.n_layer = 2;
+  ModelShard whole;
+  const auto full = llama_param_table(c, whole);
+  std::vector<size_t> sum(full.size(), 0);
+  for (int r = 0; r < 4; ++r) {
+    ModelShard s;
+    s.tp_rank = r, s.tp_size = 4;
+    const auto t = llama_param_table(c, s);
+    BOOST_REQUIRE(t.size() == full.size());
+    for (size_t i = 0; i < t.size(); ++i) sum[i] += t[i].numel;
+    for (size_t i = 0; i + 1 < t.size(); ++i) {
+      const bool fused = t[i].name.ends_with("q_proj.weight") || t[i].name.ends_with("k_proj.weight") ||
+                         t[i].name.ends_with("gate_proj.weight");
+      if (fused) BOOST_TEST(t[i + 1].offset == t[i].offset + t[i].numel);  // no padding between them
+    }
+  }
+  for (size_t i = 0; i < full.size(); ++i)  // the norms are replicated: every rank holds all of them
+    BOOST_TEST(sum[i] == (full[i].name.ends_with("norm.weight") ? 4 : 1) * full[i].numel, full[i].name);
+  ModelShard tp16;
+  tp16.tp_size = 16;  // 8 kv heads cannot be split 16 ways
+  BOOST_CHECK_THROW(llama_param_table(c, tp16), UsageError);
+  // Untied: lm_head on the last stage only; tied: the last stage holds embed_tokens instead.
+  ModelShard last;
+  last.has_embedding = false, last.layer_begin = 1;
+  auto names = [](const std::vector<ParamInfo>& t) {
+    std::vector<std::string> v;
+    for (const auto& p : t) v.push_back(p.name);
+    return v;
+  };
+  auto u = names(llama_param_table(c, last));
+  BOOST_TEST(u.back() == "lm_head.weight");
+  BOOST_TEST(std::count(u.begin(), u.end(), "embed_tokens.weight") == 0);
+  c.tied_embeddings = true;
+  auto t = names(llama_param_table(c, last));
+  BOOST_TEST(t.front() == "embed_tokens.weight");
+  BOOST_TEST(std::count(t.begin(), t.end(), "lm_head.weight") == 0);
 }
 
 BOOST_AUTO_TEST_CASE(korthikanti_variants) {

@@ -1,0 +1,44 @@
+// The LLaMA parameter table (param_tables.hpp).
+#include "mpitron/core/error.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
+#include "param_table_builder.hpp"
+
+namespace mpitron {
+
+std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShard& shard) {
+  const int64_t C = cfg.d_model, V = cfg.padded_vocab(shard.tp_size), F = cfg.d_ff, hd = cfg.head_dim();
+  const int64_t H = cfg.n_head, KV = cfg.n_kv_head, tp = shard.tp_size;
+  const int lb = shard.layer_begin, le = shard.layer_end < 0 ? cfg.n_layer : shard.layer_end;
+  check(0 <= lb && lb <= le && le <= cfg.n_layer, "bad layer range [{}, {}) for {} layers", lb, le, cfg.n_layer);
+  check(KV > 0 && H % KV == 0, "{}: {} key/value heads do not divide {} query heads", cfg.name, KV, H);
+  usage_check(H % tp == 0 && KV % tp == 0,
+              "tensor parallel {} must divide the query heads ({}) and the key/value heads ({}) of {}", tp, H, KV,
+              cfg.name);
+  ParamTableBuilder t{shard, {}, 0};
+  const bool tied = cfg.tied_embeddings;
+  if (shard.has_embedding || (tied && shard.has_head)) t.add("embed_tokens.weight", {V, C}, 0, 1, -1);
+  for (int l = lb; l < le; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    t.add(p + "input_layernorm.weight", {C}, -1, 1, l);
+    t.add(p + "self_attn.q_proj.weight", {H * hd, C}, 0, 1, l);
+    t.add(p + "self_attn.k_proj.weight", {KV * hd, C}, 0, 1, l);
+    t.add(p + "self_attn.v_proj.weight", {KV * hd, C}, 0, 1, l);
+    t.add(p + "self_attn.o_proj.weight", {C, H * hd}, 1, 1, l);
+    t.add(p + "post_attention_layernorm.weight", {C}, -1, 1, l);
+    t.add(p + "mlp.gate_proj.weight", {F, C}, 0, 1, l);
+    t.add(p + "mlp.up_proj.weight", {F, C}, 0, 1, l);
+    t.add(p + "mlp.down_proj.weight", {C, F}, 1, 1, l);
+  }
+  if (shard.has_head) {
+    t.add("norm.weight", {C}, -1, 1, -1);
+    if (!tied) t.add("lm_head.weight", {V, C}, 0, 1, -1);
+  }
+  return t.out;
+}
+
+std::vector<ParamInfo> model_param_table(const ModelConfig& cfg, const ModelShard& shard) {
+  return cfg.arch == Arch::llama ? llama_param_table(cfg, shard) : gpt_param_table(cfg, shard);
+}
+
+}  // namespace mpitron
