@@ -166,6 +166,10 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   }
 }
 
+// (Here, not in gpt_params.cpp: that file holds no GPT member, so the tools that link the
+// parameter table without the model, e.g. the fuzz targets, need no GPT type information.)
+void GPT::init_weights(uint64_t seed) { init_gpt_params(cfg_, params_, params_buf_.data(), seed, shard_.tp_rank); }
+
 GPT::Weights GPT::resolve(float* base) const {
   auto at = [&](const std::string& name) {
     const ParamInfo* p = find_param(name);

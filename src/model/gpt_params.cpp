@@ -97,6 +97,4 @@ void init_gpt_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table
   }
 }
 
-void GPT::init_weights(uint64_t seed) { init_gpt_params(cfg_, params_, params_buf_.data(), seed, shard_.tp_rank); }
-
 }  // namespace mpitron
