@@ -88,6 +88,8 @@ namespace mpitron {
 // file when it finds a problem, crashes or hangs (HDF5 has bugs on corrupted input). Takes
 // hdf5_mutex(). checkpoint_check_process.cpp.
 void check_checkpoint_structure_isolated(const std::string& path, bool has_optimizer);
+// exec_child: the child execs the mpitron binary (checkpoint.hpp: enable_checkpoint_check_exec).
+void check_checkpoint_structure_isolated(const std::string& path, bool has_optimizer, bool exec_child);
 
 // Collective over comm: rank 0 runs check_checkpoint_structure(path, &expect) alone and
 // broadcasts the verdict; every rank then returns, or throws the same CorruptCheckpoint /

@@ -192,4 +192,13 @@ std::vector<std::string> remove_stale_checkpoint_temps(const std::string& dir);
 // A file, or a folder holding `latest`, to the checkpoint file it means (symlinks resolved).
 std::string resolve_checkpoint_path(const std::string& path);
 
+// The metadata check of a checkpoint runs in a child process (checkpoint_check_process.cpp). By
+// default the child is a plain fork; a program that calls enable_checkpoint_check_exec() (the
+// mpitron binary) makes it exec itself as `mpitron __checkpoint-check FD HAS_OPTIMIZER PATH`,
+// a fresh process: a fork copies whatever locks other threads held (the data loader's, MPI's)
+// and ASan's allocator, which has no fork handler, then deadlocks the child on its first malloc.
+// checkpoint_check_main is that command (main() runs it before anything else); it exits.
+void enable_checkpoint_check_exec();
+[[noreturn]] void checkpoint_check_main(int argc, char** argv);
+
 }  // namespace mpitron
