@@ -140,12 +140,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
 GptCuda::~GptCuda() { release(); }
 
 void GptCuda::release() {
-  for (UnitCopy& u : units_)  // ZeRO-3 working copies still held (an exception mid-step)
-    if (u.bf) {
-      cudaFreeAsync(u.bf, ops_.stream());
-      MemTracker::cuda().on_free(Mem::params, static_cast<int64_t>((u.end - u.begin) * sizeof(bf16)));
-      u.bf = nullptr;
-    }
+  for (UnitCopy& u : units_) free_unit_copy(u);  // ZeRO-3 working copies still held (an exception mid-step)
   cudaStreamSynchronize(ops_.stream());
   for (const DeviceAlloc& d : allocs_) {
     cudaFree(d.p);

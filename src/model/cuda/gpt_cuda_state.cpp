@@ -103,31 +103,32 @@ void GptCuda::bind_grad(size_t i, float* data) {
   grad_at_[i] = data;
 }
 
+void GptCuda::device_free(void* p) {
+  auto it = std::find_if(allocs_.begin(), allocs_.end(), [p](const DeviceAlloc& d) { return d.p == p; });
+  if (it == allocs_.end()) return;
+  cuda_check(cudaStreamSynchronize(ops_.stream()), "cudaStreamSynchronize(device_free)");
+  cudaFree(it->p);
+  MemTracker::cuda().on_free(it->mem, static_cast<int64_t>(it->bytes));
+  allocs_.erase(it);
+}
+
+void GptCuda::free_unit_copy(UnitCopy& u) {
+  if (!u.bf) return;
+  cudaFreeAsync(u.bf, ops_.stream());
+  MemTracker::cuda().on_free(Mem::params, static_cast<int64_t>((u.end - u.begin) * sizeof(bf16)));
+  u.bf = nullptr;
+}
+
 void GptCuda::release_grad_buffer() {
-  for (auto it = allocs_.begin(); it != allocs_.end(); ++it) {
-    if (it->p != grads_) continue;
-    cuda_check(cudaStreamSynchronize(ops_.stream()), "cudaStreamSynchronize(release_grad_buffer)");
-    cudaFree(it->p);
-    MemTracker::cuda().on_free(it->mem, static_cast<int64_t>(it->bytes));
-    allocs_.erase(it);
-    break;
-  }
+  device_free(grads_);
   grads_ = nullptr;
   std::fill(grad_at_.begin(), grad_at_.end(), nullptr);
 }
 
 // ZeRO-3 (gpt_cuda.hpp): the master weights and their bf16 copy go; units come and go.
 void GptCuda::release_param_buffer() {
-  cuda_check(cudaStreamSynchronize(ops_.stream()), "cudaStreamSynchronize(release_param_buffer)");
-  for (auto it = allocs_.begin(); it != allocs_.end();) {
-    if (it->p == master_ || it->p == params_bf16_) {
-      cudaFree(it->p);
-      MemTracker::cuda().on_free(it->mem, static_cast<int64_t>(it->bytes));
-      it = allocs_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  device_free(master_);
+  device_free(params_bf16_);
   master_ = nullptr, params_bf16_ = nullptr;
   std::fill(w_at_.begin(), w_at_.end(), nullptr);
   sharded_params_ = true;
@@ -145,11 +146,7 @@ void GptCuda::bind_param(size_t i, float* data) {
   w_at_[i] = nullptr;
   for (size_t j : u.params)
     if (master_at_[j]) return;
-  if (u.bf) {  // the whole unit is unbound: its working copy goes (after the kernels that read it)
-    cudaFreeAsync(u.bf, ops_.stream());
-    MemTracker::cuda().on_free(Mem::params, static_cast<int64_t>((u.end - u.begin) * sizeof(bf16)));
-    u.bf = nullptr;
-  }
+  free_unit_copy(u);  // the whole unit is unbound: its working copy goes
   u.stale = false;
 }
 

@@ -156,6 +156,7 @@ class GptCuda final : public ModelChunk {
   void ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
                    const float* rstd, int64_t rows);
   void* device_alloc(Mem m, size_t bytes, const char* what);
+  void device_free(void* p);  // one allocation of device_alloc, after the stream has drained
   void release();  // frees every device / pinned allocation (destructor, failed constructor)
   const bf16* W(size_t offset) const;  // the bf16 weight of flat element `offset` (ZeRO-3: of a gathered unit)
   size_t param_at(size_t offset) const;  // the index of the parameter holding flat element `offset`
@@ -169,6 +170,7 @@ class GptCuda final : public ModelChunk {
   };
   UnitCopy& unit_copy(int unit) { return units_[unit == kEmbeddingUnit ? 0 : unit == kHeadUnit ? 1 : 2 + unit]; }
   void pre_event(UnitEvent e, int unit);  // emit, then (ZeRO-3) the unit's bf16 copy
+  void free_unit_copy(UnitCopy& u);       // stream-ordered (after the kernels that read it)
   float* G(size_t offset) const;  // the gradient of flat element `offset` (bind_grad may move it)
   const bf16* block_output() const;  // the final LayerNorm's input
   void layer_forward(int l, int B);
