@@ -1,5 +1,8 @@
 #include "mpitron/model/config.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -24,7 +27,8 @@ ModelConfig gpt2(const char* name, int layers, int heads, int d, int vocab = 502
   return c;
 }
 
-ModelConfig llama(const char* name, int layers, int heads, int kv_heads, int d, int ff, int vocab, int seq) {
+ModelConfig llama(const char* name, int layers, int heads, int kv_heads, int d, double ffn_multiplier, int multiple_of,
+                  int vocab, int seq, double rope_theta) {
   ModelConfig c;
   c.name = name;
   c.arch = Arch::llama;
@@ -32,10 +36,14 @@ ModelConfig llama(const char* name, int layers, int heads, int kv_heads, int d, 
   c.n_head = heads;
   c.n_kv_head = kv_heads;
   c.d_model = d;
-  c.d_ff = ff;
+  c.ffn_multiplier = ffn_multiplier;
+  c.multiple_of = multiple_of;
+  c.d_ff = llama_ffn_dim(d, ffn_multiplier, multiple_of);
   c.vocab_size = vocab;
   c.seq_len = seq;
   c.tied_embeddings = false;
+  c.norm_eps = 1e-5f;
+  c.rope_theta = rope_theta;
   return c;
 }
 
@@ -46,17 +54,28 @@ const std::vector<ModelConfig>& presets() {
       gpt2("gpt2-350m", 24, 16, 1024),
       gpt2("gpt2-774m", 36, 20, 1280),
       gpt2("gpt2-1.5b", 48, 25, 1600),
-      llama("llama2-7b", 32, 32, 32, 4096, 11008, 32000, 4096),
-      llama("llama2-13b", 40, 40, 40, 5120, 13824, 32000, 4096),
-      llama("llama2-70b", 80, 64, 8, 8192, 28672, 32000, 4096),
-      llama("llama3-8b", 32, 32, 8, 4096, 14336, 128256, 8192),
-      llama("llama3-70b", 80, 64, 8, 8192, 28672, 128256, 8192),
-      llama("llama3-405b", 126, 128, 8, 16384, 53248, 128256, 8192),
+      // For tests and CPU runs (byte-level vocabulary like tiny): d_ff 192 and 704.
+      llama("llama-tiny", 2, 4, 2, 64, 1.0, 32, 256, 64, 10000.0),
+      llama("llama-small", 4, 8, 2, 256, 1.0, 64, 256, 256, 10000.0),
+      // Meta's params.json: d_ff 11008, 13824, 28672, 14336, 28672, 53248.
+      llama("llama2-7b", 32, 32, 32, 4096, 1.0, 256, 32000, 4096, 10000.0),
+      llama("llama2-13b", 40, 40, 40, 5120, 1.0, 256, 32000, 4096, 10000.0),
+      llama("llama2-70b", 80, 64, 8, 8192, 1.3, 4096, 32000, 4096, 10000.0),
+      llama("llama3-8b", 32, 32, 8, 4096, 1.3, 1024, 128256, 8192, 500000.0),
+      llama("llama3-70b", 80, 64, 8, 8192, 1.3, 4096, 128256, 8192, 500000.0),
+      llama("llama3-405b", 126, 128, 8, 16384, 1.2, 4096, 128256, 8192, 500000.0),
   };
   return all;
 }
 
 }  // namespace
+
+int llama_ffn_dim(int d_model, double ffn_multiplier, int multiple_of) {
+  int64_t h = 2 * (4 * int64_t{d_model}) / 3;
+  if (ffn_multiplier != 1.0) h = static_cast<int64_t>(ffn_multiplier * static_cast<double>(h));
+  const int64_t m = std::max(multiple_of, 1);
+  return static_cast<int>((h + m - 1) / m * m);
+}
 
 std::vector<std::string> model_preset_names() {
   std::vector<std::string> names;
@@ -72,22 +91,64 @@ ModelConfig model_preset(const std::string& name) {
 
 ModelConfig resolve_model_config(const ModelSection& s) {
   ModelConfig c = model_preset(s.preset);
-  bool custom = false;
-  auto take = [&](int v, int& dst) {
-    if (v != 0) {
-      custom |= (v != dst);
-      dst = v;
-    }
+  const ModelConfig preset = c;
+  auto take = [](auto v, auto& dst) {
+    if (v != 0) dst = v;
   };
   take(s.n_layer, c.n_layer);
   take(s.n_head, c.n_head);
   take(s.d_model, c.d_model);
   take(s.vocab_size, c.vocab_size);
   take(s.seq_len, c.seq_len);
+  if (s.arch != "auto") {
+    const Arch want = s.arch == "llama" ? Arch::llama : Arch::gpt2;
+    if (want != c.arch) {  // the other family's block on this preset's sizes
+      c.arch = want;
+      c.n_kv_head = c.n_head;
+      c.tied_embeddings = want == Arch::gpt2;
+      c.ffn_multiplier = 1.0;
+      c.multiple_of = want == Arch::llama ? 32 : 1;
+    }
+  }
   if (c.arch == Arch::gpt2) {
+    auto only_llama = [](bool set, const char* key) {
+      usage_check(!set, "model.{} applies to LLaMA models only (model.arch = \"llama\" or a llama preset); GPT-2 has "
+                        "LayerNorm, learned positions, MHA and a 4*d_model MLP",
+                  key);
+    };
+    only_llama(s.n_kv_head != 0 && s.n_kv_head != c.n_head, "n_kv_head");
+    only_llama(s.d_ff != 0 && s.d_ff != 4 * c.d_model, "d_ff");
+    only_llama(s.ffn_multiplier != 0, "ffn_multiplier");
+    only_llama(s.multiple_of != 0, "multiple_of");
+    only_llama(s.norm_eps != 0, "norm_eps");
+    only_llama(s.rope_theta != 0, "rope_theta");
     c.n_kv_head = c.n_head;
     c.d_ff = 4 * c.d_model;
+  } else {
+    take(s.n_kv_head, c.n_kv_head);
+    take(s.ffn_multiplier, c.ffn_multiplier);
+    take(s.multiple_of, c.multiple_of);
+    usage_check(c.multiple_of > 0, "model.multiple_of must be > 0 (got {})", c.multiple_of);
+    usage_check(c.ffn_multiplier > 0, "model.ffn_multiplier must be > 0 (got {})", c.ffn_multiplier);
+    if (s.d_ff != 0) c.d_ff = s.d_ff;
+    else if (c.d_model != preset.d_model || s.ffn_multiplier != 0 || s.multiple_of != 0 || c.arch != preset.arch)
+      c.d_ff = llama_ffn_dim(c.d_model, c.ffn_multiplier, c.multiple_of);
+    take(s.norm_eps, c.norm_eps);
+    take(s.rope_theta, c.rope_theta);
+    usage_check(c.d_ff > 0, "model.d_ff must be > 0 (got {})", c.d_ff);
+    usage_check(c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0,
+                "model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves n_head / n_kv_head "
+                "query heads (n_kv_head = n_head is MHA, 1 is MQA)",
+                c.n_kv_head, c.n_head);
+    usage_check(c.norm_eps > 0, "model.norm_eps must be > 0 (got {})", c.norm_eps);
+    usage_check(c.rope_theta > 1, "model.rope_theta must be > 1 (got {})", c.rope_theta);
   }
+  if (s.tie_embeddings != "auto") c.tied_embeddings = s.tie_embeddings == "true";
+  const bool custom = c.n_layer != preset.n_layer || c.n_head != preset.n_head || c.n_kv_head != preset.n_kv_head ||
+                      c.d_model != preset.d_model || c.d_ff != preset.d_ff || c.vocab_size != preset.vocab_size ||
+                      c.seq_len != preset.seq_len || c.arch != preset.arch ||
+                      c.tied_embeddings != preset.tied_embeddings || c.norm_eps != preset.norm_eps ||
+                      c.rope_theta != preset.rope_theta;
   if (custom) c.name = s.preset + "+custom";
   usage_check(c.n_layer > 0, "model.n_layer must be > 0 (got {})", c.n_layer);
   usage_check(c.n_head > 0, "model.n_head must be > 0 (got {})", c.n_head);
@@ -96,6 +157,13 @@ ModelConfig resolve_model_config(const ModelSection& s) {
   usage_check(c.seq_len > 0, "model.seq_len must be > 0 (got {})", c.seq_len);
   usage_check(c.d_model % c.n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", c.d_model,
               c.n_head);
+  if (c.arch == Arch::llama) {
+    usage_check(c.head_dim() % 2 == 0, "model.d_model / model.n_head = {} must be even: RoPE rotates pairs",
+                c.head_dim());
+    // q, k, v (and gate, up) sit back to back in the flat buffer and run as one GEMM, which needs
+    // every tensor's size to be a multiple of the 16-float alignment: d_model % 16 == 0 does it.
+    usage_check(c.d_model % 16 == 0, "model.d_model ({}) must be a multiple of 16 for a llama model", c.d_model);
+  }
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/param_tables.hpp"
 
 namespace mpitron {
 
@@ -15,13 +16,15 @@ namespace {
 // The activation layout, walked once to size the buffer and once to hand out pointers.
 // `take(n)` returns the next n floats (64-byte aligned). Per slot (one micro-batch in flight):
 // the stage input, per block 13 buffers (recompute: only res3, the block output), and on the
-// head shard lnf, its mean/rstd, losses, lse, dlnf and the micro-batch's wte gradient. Shared:
-// the recompute scratch block, one chunk of logits, and the backward scratch.
+// head shard lnf, its mean/rstd, losses, lse, dlnf and the micro-batch's head gradient. Shared:
+// the recompute scratch block, one chunk of logits, and the backward scratch. LLaMA's RMSNorm
+// has no mean (0 floats), its fused QKV is (H + 2 KV) hd wide and its fc (gate|up) 2F.
 struct ActPtrs {
   std::vector<std::vector<float*>> slot;  // [slot][input, 13 per layer (or 1), head 7]
-  std::vector<float*> shared;             // [logits, dres, dC, d3C, d4C, 13 recompute scratch]
+  std::vector<float*> shared;  // [logits, dres, dC, d3C, d4C, dmlp, 12 recompute scratch, xg, dfull]
 };
 constexpr int kLayerBufs = 13;
+constexpr int kScratch = 6;  // index of the first recompute scratch buffer in ActPtrs::shared
 
 // Tensor parallel: the attention width, heads and MLP width are per rank (C/tp, H/tp, F/tp), Vp
 // is this rank's vocab slice; with sequence parallel the LayerNorm/residual buffers hold Rl =
@@ -32,9 +35,11 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
   const int tp = s.tp_size;
   const bool sp = s.sequence_parallel && tp > 1;
   const int64_t BT = static_cast<int64_t>(B) * cfg.seq_len, Rl = sp ? BT / tp : BT, C = cfg.d_model;
-  const int64_t Cl = C / tp, F = cfg.d_ff / tp;
+  const bool llama = cfg.arch == Arch::llama;
+  const int64_t hd = cfg.head_dim(), Cl = cfg.n_head / tp * hd, F = cfg.d_ff / tp;
+  const int64_t Q = (cfg.n_head + 2 * (llama ? cfg.n_kv_head : cfg.n_head)) / tp * hd, Fc = llama ? 2 * F : F, mean = llama ? 0 : Rl;
   const int64_t att = static_cast<int64_t>(B) * (cfg.n_head / tp) * cfg.seq_len * cfg.seq_len;
-  const int64_t layer_sizes[kLayerBufs] = {Rl * C, Rl, Rl, BT * 3 * Cl, att, BT * Cl, Rl * C, Rl * C, Rl, Rl, BT * F, BT * F, Rl * C};
+  const int64_t layer_sizes[kLayerBufs] = {Rl * C, mean, Rl, BT * Q, att, BT * Cl, Rl * C, Rl * C, mean, Rl, BT * Fc, BT * F, Rl * C};
   out.slot.assign(ao.slots, {});
   for (auto& p : out.slot) {
     p.push_back(take(Rl * C));  // input: embedding output or previous stage's output
@@ -43,12 +48,13 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
       else
         for (int64_t n : layer_sizes) p.push_back(take(n));
     }
-    if (s.has_head)  // lnf, lnf_mean, lnf_rstd, losses, lse, dlnf, this micro-batch's wte gradient (unscaled)
-      for (int64_t n : {Rl * C, Rl, Rl, BT, BT, (sp ? Rl : BT) * C, Vp * C}) p.push_back(take(n));
+    if (s.has_head)  // lnf, lnf_mean, lnf_rstd, losses, lse, dlnf, this micro-batch's head gradient (unscaled)
+      for (int64_t n : {Rl * C, mean, Rl, BT, BT, (sp ? Rl : BT) * C, Vp * C}) p.push_back(take(n));
   }
   out.shared.clear();
   out.shared.push_back(s.has_head ? take(chunk_rows * Vp) : nullptr);  // logits (one chunk of rows)
-  for (int64_t n : {Rl * C, BT * C, BT * 3 * Cl, BT * F}) out.shared.push_back(take(n));  // dres, dC, d3C, d4C
+  for (int64_t n : {Rl * C, BT * C, BT * Q, BT * Fc, llama ? BT * F : 0})  // dres, dC, d3C, d4C, dmlp
+    out.shared.push_back(take(n));
   if (ao.recompute && local_layers(cfg, s) > 0)
     for (int i = 0; i < kLayerBufs - 1; ++i) out.shared.push_back(take(layer_sizes[i]));
   for (int i = 0; i < 2; ++i) out.shared.push_back(sp ? take(BT * C) : nullptr);  // xg, dfull (last two)
@@ -88,41 +94,46 @@ int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B,
 GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act,
          Comm* tp)
     : cfg_(cfg), shard_(shard), ops_(ops), max_B_(max_micro_batch), act_opts_(act) {
-  check(cfg.arch == Arch::gpt2, "GPT: model '{}' is not a GPT-2 architecture", cfg.name);
+  if (!llama()) cfg_.n_kv_head = cfg_.n_head;  // GPT-2 is multi-head attention, whatever a hand-made config says
   const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
   check(shard.tp_size == tp_size && shard.tp_rank == tp_rank,
         "GPT: the shard says tp rank {} of {}, the TP group rank {} of {}", shard.tp_rank, shard.tp_size, tp_rank,
         tp_size);
-  check(cfg.n_head % tp_size == 0, "GPT: n_head ({}) must be divisible by tp ({}): heads are split over TP ranks",
-        cfg.n_head, tp_size);
+  usage_check(cfg.n_head % tp_size == 0 && cfg_.n_kv_head % tp_size == 0 && cfg.d_ff % tp_size == 0,
+              "tensor parallel {} must divide the query heads ({}), the key/value heads ({}) and the MLP width ({}) "
+              "of {}: whole heads are split over TP ranks",
+              tp_size, cfg.n_head, cfg_.n_kv_head, cfg.d_ff, cfg.name);
   shard_.sequence_parallel = shard.sequence_parallel && tp_size > 1;
   check(!shard_.sequence_parallel || cfg.seq_len % tp_size == 0,
         "GPT: sequence parallel needs seq_len ({}) divisible by tp ({})", cfg.seq_len, tp_size);
   tp_ = TpContext{tp, shard_.sequence_parallel, tp_comm_s_.get()};
   check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
   check(act.slots > 0, "GPT: activation slots must be > 0 (got {})", act.slots);
-  check(cfg.d_model % cfg.n_head == 0 && cfg.d_ff == 4 * cfg.d_model, "GPT: bad config d_model {} n_head {} d_ff {}",
-        cfg.d_model, cfg.n_head, cfg.d_ff);
+  check(cfg.d_model % cfg.n_head == 0 && cfg_.n_kv_head > 0 && cfg.n_head % cfg_.n_kv_head == 0 &&
+            (llama() ? cfg.head_dim() % 2 == 0 : cfg.d_ff == 4 * cfg.d_model),
+        "GPT: bad config d_model {} n_head {} n_kv_head {} d_ff {}", cfg.d_model, cfg.n_head, cfg_.n_kv_head, cfg.d_ff);
   n_local_layers_ = local_layers(cfg, shard);
   vp_ = cfg.padded_vocab(tp_size) / tp_size;
-  c_local_ = cfg.d_model / tp_size, h_local_ = cfg.n_head / tp_size, f_local_ = cfg.d_ff / tp_size;
-  qkv_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, 3 * cfg.d_model);
-  proj_ = std::make_unique<RowParallelLinear>(ops, tp_, cfg.d_model, cfg.d_model);
-  fc_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, cfg.d_ff);
+  const int64_t hd = cfg.head_dim();
+  h_local_ = cfg.n_head / tp_size, kv_local_ = cfg.n_kv_head / tp_size, c_local_ = h_local_ * hd;
+  f_local_ = cfg.d_ff / tp_size;
+  qkv_local_ = h_local_ * hd + 2 * kv_local_ * hd, fc_local_ = (llama() ? 2 : 1) * f_local_;
+  qkv_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, qkv_local_ * tp_size);
+  proj_ = std::make_unique<RowParallelLinear>(ops, tp_, c_local_ * tp_size, cfg.d_model);
+  fc_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, fc_local_ * tp_size);
   fcp_ = std::make_unique<RowParallelLinear>(ops, tp_, cfg.d_ff, cfg.d_model);
   emb_ = std::make_unique<VocabParallelEmbedding>(ops, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
   ce_ = std::make_unique<VocabParallelCrossEntropy>(ops, tp_, cfg.padded_vocab(tp_size), cfg.vocab_size);
   if (tp_.sp()) ln_grad_ = Buffer<float>(Mem::workspace, 2 * static_cast<size_t>(cfg.d_model));
   chunk_rows_ = gpt_logits_chunk_rows(cfg, max_micro_batch);
-  params_ = gpt_param_table(cfg, shard);
+  params_ = model_param_table(cfg, shard_);
   const size_t n = flat_param_floats(params_);
   n_flat_ = n;
   params_buf_ = Buffer<float>(Mem::params, n);
   grads_buf_ = Buffer<float>(Mem::grads, n);
+  fields_ = field_refs();
   w_ = resolve(params_buf_.data());
   g_ = resolve(grads_buf_.data());
-  for (size_t i = 0; i < params_.size(); ++i)  // field() must follow the table's order
-    check(*field(w_, i) == params_buf_.data() + params_[i].offset, "GPT: field order differs at {}", params_[i].name);
 
   act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard_, max_micro_batch, act));
   const int64_t BT = static_cast<int64_t>(max_micro_batch) * cfg.seq_len;
@@ -142,6 +153,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
                    p);
   act_.logits = p.shared[0];
   act_.dres = p.shared[1], act_.dC = p.shared[2], act_.d3C = p.shared[3], act_.d4C = p.shared[4];
+  act_.dmlp = p.shared[5];
   act_.xg = p.shared[p.shared.size() - 2], act_.dfull = p.shared.back();
   for (int k = 0; k < act.slots; ++k) {
     SlotActs sa;
@@ -149,7 +161,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
     sa.input = *q++;
     for (int l = 0; l < n_local_layers_; ++l) {
       if (act.recompute) {  // scratch for all but res3
-        float** r = &p.shared[5];
+        float** r = &p.shared[kScratch];
         sa.layers.push_back({r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], *q++});
       } else {
         sa.layers.push_back({q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11], q[12]});
@@ -168,44 +180,72 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
 
 // (Here, not in gpt_params.cpp: that file holds no GPT member, so the tools that link the
 // parameter table without the model, e.g. the fuzz targets, need no GPT type information.)
-void GPT::init_weights(uint64_t seed) { init_gpt_params(cfg_, params_, params_buf_.data(), seed, shard_.tp_rank); }
+void GPT::init_weights(uint64_t seed) { init_model_params(cfg_, params_, params_buf_.data(), seed, shard_.tp_rank); }
+
+// Table name -> Weights member, for both architectures (model_param_table's names).
+std::vector<GPT::FieldRef> GPT::field_refs() const {
+  static const std::pair<const char*, float* LayerW::*> kBlock[] = {
+      {"ln_1.weight", &LayerW::ln1_w},
+      {"ln_1.bias", &LayerW::ln1_b},
+      {"attn.c_attn.weight", &LayerW::qkv_w},
+      {"attn.c_attn.bias", &LayerW::qkv_b},
+      {"attn.c_proj.weight", &LayerW::proj_w},
+      {"attn.c_proj.bias", &LayerW::proj_b},
+      {"ln_2.weight", &LayerW::ln2_w},
+      {"ln_2.bias", &LayerW::ln2_b},
+      {"mlp.c_fc.weight", &LayerW::fc_w},
+      {"mlp.c_fc.bias", &LayerW::fc_b},
+      {"mlp.c_proj.weight", &LayerW::fcp_w},
+      {"mlp.c_proj.bias", &LayerW::fcp_b},
+      {"input_layernorm.weight", &LayerW::ln1_w},
+      {"self_attn.q_proj.weight", &LayerW::qkv_w},
+      {"self_attn.k_proj.weight", &LayerW::k_w},
+      {"self_attn.v_proj.weight", &LayerW::v_w},
+      {"self_attn.o_proj.weight", &LayerW::proj_w},
+      {"post_attention_layernorm.weight", &LayerW::ln2_w},
+      {"mlp.gate_proj.weight", &LayerW::fc_w},
+      {"mlp.up_proj.weight", &LayerW::up_w},
+      {"mlp.down_proj.weight", &LayerW::fcp_w},
+  };
+  static const std::pair<const char*, float* Weights::*> kGlobal[] = {
+      {"wte.weight", &Weights::wte},   {"embed_tokens.weight", &Weights::wte}, {"wpe.weight", &Weights::wpe},
+      {"ln_f.weight", &Weights::lnf_w}, {"ln_f.bias", &Weights::lnf_b},         {"norm.weight", &Weights::lnf_w},
+      {"lm_head.weight", &Weights::lm_head},
+  };
+  std::vector<FieldRef> out;
+  for (const ParamInfo& p : params_) {
+    FieldRef f;
+    if (p.layer >= 0) {
+      f.local_layer = p.layer - shard_.layer_begin;
+      const std::string rest = p.name.substr(p.name.find('.', p.name.find('.') + 1) + 1);  // "h.3.ln_1.weight" -> "ln_1.weight"
+      for (const auto& [name, m] : kBlock)
+        if (rest == name) f.block = m;
+      check(f.block != nullptr && f.local_layer >= 0 && f.local_layer < n_local_layers_, "GPT: no field for {}",
+            p.name);
+    } else {
+      for (const auto& [name, m] : kGlobal)
+        if (p.name == name) f.global = m;
+      check(f.global != nullptr, "GPT: no field for {}", p.name);
+    }
+    out.push_back(f);
+  }
+  return out;
+}
 
 GPT::Weights GPT::resolve(float* base) const {
-  auto at = [&](const std::string& name) {
-    const ParamInfo* p = find_param(name);
-    check(p != nullptr, "GPT: parameter {} missing from the table", name);
-    return base + p->offset;
-  };
   Weights w;
-  if (shard_.has_embedding || shard_.has_head) w.wte = at("wte.weight");
-  if (shard_.has_embedding) w.wpe = at("wpe.weight");
-  if (shard_.has_head) w.lnf_w = at("ln_f.weight"), w.lnf_b = at("ln_f.bias");
-  for (int l = shard_.layer_begin; l < shard_.layer_begin + n_local_layers_; ++l) {
-    std::string h = "h." + std::to_string(l) + ".";
-    w.layers.push_back({at(h + "ln_1.weight"), at(h + "ln_1.bias"), at(h + "attn.c_attn.weight"),
-                        at(h + "attn.c_attn.bias"), at(h + "attn.c_proj.weight"), at(h + "attn.c_proj.bias"),
-                        at(h + "ln_2.weight"), at(h + "ln_2.bias"), at(h + "mlp.c_fc.weight"), at(h + "mlp.c_fc.bias"),
-                        at(h + "mlp.c_proj.weight"), at(h + "mlp.c_proj.bias")});
+  w.layers.resize(n_local_layers_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const FieldRef& f = fields_[i];
+    (f.block ? w.layers[f.local_layer].*f.block : w.*f.global) = base + params_[i].offset;
   }
   return w;
 }
 
 float** GPT::field(Weights& w, size_t i) {
-  // Table order (gpt_param_table): [wte] [wpe], 12 per block in LayerW's order, [ln_f w, b].
-  static constexpr float* LayerW::*kBlock[12] = {&LayerW::ln1_w,  &LayerW::ln1_b,  &LayerW::qkv_w, &LayerW::qkv_b,
-                                                 &LayerW::proj_w, &LayerW::proj_b, &LayerW::ln2_w, &LayerW::ln2_b,
-                                                 &LayerW::fc_w,   &LayerW::fc_b,   &LayerW::fcp_w, &LayerW::fcp_b};
-  check(i < params_.size(), "GPT: parameter index {} out of range", i);
-  if (shard_.has_embedding || shard_.has_head) {
-    if (i == 0) return &w.wte;
-    --i;
-  }
-  if (shard_.has_embedding) {
-    if (i == 0) return &w.wpe;
-    --i;
-  }
-  if (i < 12 * w.layers.size()) return &(w.layers[i / 12].*kBlock[i % 12]);
-  return i == 12 * w.layers.size() ? &w.lnf_w : &w.lnf_b;
+  check(i < fields_.size(), "GPT: parameter index {} out of range", i);
+  const FieldRef& f = fields_[i];
+  return f.block ? &(w.layers[f.local_layer].*f.block) : &(w.*f.global);
 }
 
 void GPT::release_param_buffer() {
@@ -232,24 +272,41 @@ struct PostEvent {
 };
 }  // namespace
 
-// One block's forward from its input `res`. full = false stops after the GELU: what backward
-// needs when it recomputes a block (the block output is stored, res3 is not needed).
+// One block's forward from its input `res`. full = false stops after the MLP activation: what
+// backward needs when it recomputes a block (the block output is stored, res3 is not needed).
 // Tensor parallel: QKV and fc are column-parallel (this rank's heads / MLP columns), proj and
-// fcp row-parallel; LayerNorm and residual work on this rank's rows (all of them without SP).
+// fcp row-parallel; the norms and residual work on this rank's rows (all of them without SP).
+// LLaMA: the fused projection gives [q | k | v] for this rank's H/tp query and KV/tp kv heads,
+// RoPE rotates q and k in place (positions t of the full rows), and fc gives [gate | up].
 void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full) {
   const int T = cfg_.seq_len, C = cfg_.d_model, hd = cfg_.head_dim();
   const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B);
-  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, Rl, C);
+  if (llama())  // q|k|v and gate|up run as one GEMM each: the table puts them back to back
+    check(w.k_w == w.qkv_w + h_local_ * hd * C && w.v_w == w.k_w + kv_local_ * hd * C &&
+              w.up_w == w.fc_w + f_local_ * C,
+          "GPT: a block's q/k/v or gate/up weights are not contiguous");
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, Rl);
   qkv_->forward(a.qkv, a.ln1, act_.xg, w.qkv_w, w.qkv_b, BT);
-  ops_.attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(h_local_), hd);
+  if (llama()) {
+    ops_.rope(a.qkv, B, T, static_cast<int>(h_local_), hd, qkv_local_, cfg_.rope_theta, 0, false);
+    ops_.rope(a.qkv + c_local_, B, T, static_cast<int>(kv_local_), hd, qkv_local_, cfg_.rope_theta, 0, false);
+  }
+  ops_.attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(h_local_), hd, static_cast<int>(kv_local_));
   proj_->forward(a.res2, a.atty, w.proj_w, w.proj_b, BT, act_.dfull);
   ops_.add_inplace(a.res2, res, Rl * C);
-  ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, Rl, C);
+  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, Rl);
   fc_->forward(a.fch, a.ln2, act_.xg, w.fc_w, w.fc_b, BT);
-  ops_.gelu_forward(a.fch_gelu, a.fch, BT * f_local_);
+  if (llama()) ops_.swiglu_forward(a.fch_gelu, a.fch, BT, f_local_);
+  else ops_.gelu_forward(a.fch_gelu, a.fch, BT * f_local_);
   if (!full) return;
   fcp_->forward(a.res3, a.fch_gelu, w.fcp_w, w.fcp_b, BT, act_.dfull);
   ops_.add_inplace(a.res3, a.res2, Rl * C);
+}
+
+void GPT::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t rows) {
+  if (llama()) ops_.rmsnorm_forward(out, rstd, inp, w, rows, cfg_.d_model, cfg_.norm_eps);
+  else ops_.layernorm_forward(out, mean, rstd, inp, w, b, rows, cfg_.d_model);
 }
 
 const float* GPT::gather_rows(const float* local, int64_t rows) {
@@ -261,20 +318,24 @@ const float* GPT::gather_rows(const float* local, int64_t rows) {
 
 void GPT::ln_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                       const float* mean, const float* rstd, int64_t rows) {
-  const int64_t C = cfg_.d_model;
+  const int64_t C = cfg_.d_model, nw = llama() ? C : 2 * C;  // weight (and bias) gradient floats
+  auto run = [&](float* gw, float* gb) {
+    if (llama()) ops_.rmsnorm_backward(dinp, gw, dout, inp, w, rstd, rows, C);
+    else ops_.layernorm_backward(dinp, gw, gb, dout, inp, w, mean, rstd, rows, C);
+  };
   if (!tp_.sp()) {
-    ops_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+    run(dw, db);
     return;
   }
   float* g = ln_grad_.data();
-  std::memset(g, 0, ln_grad_.bytes());
-  ops_.layernorm_backward(dinp, g, g + C, dout, inp, w, mean, rstd, rows, C);
+  std::memset(g, 0, nw * sizeof(float));
+  run(g, g + C);
   {
     TpCommTimer timer(tp_);
-    sum_sequence_parallel_grads(*tp_.comm, g, static_cast<size_t>(2 * C));
+    sum_sequence_parallel_grads(*tp_.comm, g, static_cast<size_t>(nw));
   }
   ops_.add_inplace(dw, g, static_cast<size_t>(C));
-  ops_.add_inplace(db, g + C, static_cast<size_t>(C));
+  if (!llama()) ops_.add_inplace(db, g + C, static_cast<size_t>(C));
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
@@ -313,12 +374,12 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   emit(UnitEvent::pre_forward, kHeadUnit);
   PostEvent post_head{[this] { emit(UnitEvent::post_forward, kHeadUnit); }};
   const int64_t Rl = local_rows(B);
-  ops_.layernorm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, res, w_.lnf_w, w_.lnf_b, Rl, C);
+  norm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, res, w_.lnf_w, w_.lnf_b, Rl);
   check(targets || !tp_.sp(), "GPT::forward: generation (no targets) is not available with sequence parallel");
   if (!targets) {  // generation: logits (this rank's vocab columns) of the last position of every sequence
     for (int b = 0; b < B; ++b)
       ops_.matmul_forward(last_logits_.data() + b * vp_, sa.lnf + (static_cast<int64_t>(b) * T + T - 1) * C,
-                          w_.wte, nullptr, 1, C, vp_);
+                          w_.head(), nullptr, 1, C, vp_);
     return 0.0;
   }
   int64_t count = 0;
@@ -339,11 +400,11 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   float* dlnf = tp_.sp() ? act_.dC : sa.dlnf;  // [BT, C] partial sums under SP
   for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
     int64_t rows = std::min(chunk_rows_, BT - r0);
-    ops_.matmul_forward(act_.logits, lnf + r0 * C, w_.wte, nullptr, rows, C, vp_);
+    ops_.matmul_forward(act_.logits, lnf + r0 * C, w_.head(), nullptr, rows, C, vp_);
     ce_->forward(sa.losses + r0, sa.lse + r0, act_.logits, tgts + r0, rows);
     if (!grad_enabled_) continue;
     ce_->backward(act_.logits, sa.lse + r0, tgts + r0, rows, 1.f);
-    ops_.matmul_backward(dlnf + r0 * C, sa.dwte_head, nullptr, act_.logits, lnf + r0 * C, w_.wte, rows, C, vp_);
+    ops_.matmul_backward(dlnf + r0 * C, sa.dwte_head, nullptr, act_.logits, lnf + r0 * C, w_.head(), rows, C, vp_);
   }
   if (grad_enabled_ && tp_.active()) {
     TpCommTimer timer(tp_);
@@ -361,7 +422,7 @@ void GPT::compute_logits(int64_t row_begin, int64_t rows, float* out) {
   check(shard_.has_head && sa.B > 0 && row_begin >= 0 && row_begin + rows <= int64_t{sa.B} * cfg_.seq_len,
         "GPT::compute_logits: rows [{}, {}) not in the last forward", row_begin, row_begin + rows);
   check(!tp_.sp(), "GPT::compute_logits is not available with sequence parallel");
-  ops_.matmul_forward(out, sa.lnf + row_begin * cfg_.d_model, w_.wte, nullptr, rows, cfg_.d_model, vp_);
+  ops_.matmul_forward(out, sa.lnf + row_begin * cfg_.d_model, w_.head(), nullptr, rows, cfg_.d_model, vp_);
 }
 
 void GPT::backward(float loss_scale, int slot) {
@@ -371,6 +432,7 @@ void GPT::backward(float loss_scale, int slot) {
   const int B = sa.B, T = cfg_.seq_len, C = cfg_.d_model, hd = cfg_.head_dim();
   const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B), Cl = c_local_;
   check(B > 0, "GPT::backward without a forward");
+  const int H = static_cast<int>(h_local_), KV = static_cast<int>(kv_local_);
   const int32_t* toks = sa.tokens;
   float* dres = act_.dres;
   if (shard_.has_head) {
@@ -378,7 +440,7 @@ void GPT::backward(float loss_scale, int slot) {
     emit(UnitEvent::pre_backward, kHeadUnit);
     std::memset(dres, 0, Rl * C * sizeof(float));
     ops_.scale_inplace(sa.dlnf, loss_scale, Rl * C);
-    ops_.axpy(g_.wte, loss_scale, sa.dwte_head, static_cast<size_t>(vp_) * C);
+    ops_.axpy(g_.head(), loss_scale, sa.dwte_head, static_cast<size_t>(vp_) * C);
     ln_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, Rl);
     emit(UnitEvent::post_backward, kHeadUnit);
   }
@@ -390,17 +452,26 @@ void GPT::backward(float loss_scale, int slot) {
     if (act_opts_.recompute) layer_forward(w, a, res_in, B, false);  // the block's activations again
     // Under SP the column-parallel layers' inputs (ln2, ln1) are all-gathered again (Megatron
     // keeps only this rank's rows), and dres holds this rank's rows.
-    fcp_->backward(act_.d4C, g.fcp_w, g.fcp_b, dres, act_.dfull, a.fch_gelu, w.fcp_w, BT);
-    ops_.gelu_backward(act_.d4C, a.fch, act_.d4C, BT * f_local_);
+    if (llama()) {  // down_proj's input gradient, then SwiGLU's into [dgate | dup]
+      fcp_->backward(act_.dmlp, g.fcp_w, nullptr, dres, act_.dfull, a.fch_gelu, w.fcp_w, BT);
+      ops_.swiglu_backward(act_.d4C, a.fch, act_.dmlp, BT, f_local_);
+    } else {
+      fcp_->backward(act_.d4C, g.fcp_w, g.fcp_b, dres, act_.dfull, a.fch_gelu, w.fcp_w, BT);
+      ops_.gelu_backward(act_.d4C, a.fch, act_.d4C, BT * f_local_);
+    }
     fc_->backward(act_.dC, g.fc_w, g.fc_b, act_.d4C, gather_rows(a.ln2, BT), w.fc_w, BT, act_.dfull);
     ln_backward(dres, g.ln2_w, g.ln2_b, act_.dC, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Rl);
     proj_->backward(act_.dC, g.proj_w, g.proj_b, dres, act_.dfull, a.atty, w.proj_w, BT);
-    ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, static_cast<int>(h_local_), hd);
+    ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, H, hd, KV);
+    if (llama()) {  // through the rotation: dq, dk rotated back (the qkv activation holds rotated q, k)
+      ops_.rope(act_.d3C, B, T, H, hd, qkv_local_, cfg_.rope_theta, 0, true);
+      ops_.rope(act_.d3C + Cl, B, T, KV, hd, qkv_local_, cfg_.rope_theta, 0, true);
+    }
     qkv_->backward(act_.dC, g.qkv_w, g.qkv_b, act_.d3C, gather_rows(a.ln1, BT), w.qkv_w, BT, act_.dfull);
     // The key bias adds q.b_k to every score of a softmax row, so its gradient is exactly zero;
     // computed, it is pure rounding noise that Adam would amplify into lr-sized steps (and into
     // differences between parallel layouts). Keep it exactly zero. Layout [q | k | v], C/tp each.
-    std::fill(g.qkv_b + Cl, g.qkv_b + 2 * Cl, 0.0f);
+    if (g.qkv_b) std::fill(g.qkv_b + Cl, g.qkv_b + 2 * Cl, 0.0f);
     ln_backward(dres, g.ln1_w, g.ln1_b, act_.dC, res_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, Rl);
     emit(UnitEvent::post_backward, l);
   }

@@ -60,23 +60,32 @@ std::vector<ParamInfo> gpt_param_table(const ModelConfig& cfg, const ModelShard&
 
 double gpt_flops_per_token(const ModelConfig& cfg) {
   double C = cfg.d_model, L = cfg.n_layer, T = cfg.seq_len, V = cfg.padded_vocab(), F = cfg.d_ff;
-  double per_layer = 3 * C * C + 3 * C + C * C + C + 2 * C * F + F + C + 4 * C;  // incl. biases, LN
+  double per_layer;
+  if (cfg.arch == Arch::llama) {
+    const double qkv = (cfg.n_head + 2.0 * cfg.n_kv_head) * cfg.head_dim();
+    per_layer = qkv * C + C * cfg.n_head * cfg.head_dim() + 3 * C * F + 2 * C;  // no biases, RMSNorm weights
+  } else {
+    per_layer = 3 * C * C + 3 * C + C * C + C + 2 * C * F + F + C + 4 * C;  // incl. biases, LN
+  }
   double n_nonembed = L * per_layer + 2 * C;
   return 6 * n_nonembed + 6 * V * C + 12 * L * T * C;
 }
 
-// GPT-2 initialisation on the full logical tensor: normal(0, 0.02), the residual projections
-// (attn.c_proj, mlp.c_proj weights) scaled by 1/sqrt(2*n_layer); biases 0; LN weight 1, bias 0;
-// wte rows >= vocab_size (padding) 0. Element i of a tensor draws normal_at(seed,
-// stable_hash(name), full flat index), so any shard computes exactly its own elements.
-void init_gpt_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table, float* base, uint64_t seed,
-                     int tp_rank) {
+// Initialisation on the full logical tensor: normal(0, 0.02), the residual projections (GPT-2
+// attn.c_proj and mlp.c_proj, LLaMA o_proj and down_proj weights) scaled by 1/sqrt(2*n_layer)
+// (GPT-2's rule; torchtitan's LLaMA uses the same depth scaling); biases 0; norm weights 1, bias
+// 0; rows of the vocabulary tensors (wte / embed_tokens, lm_head) >= vocab_size (padding) 0.
+// Element i of a tensor draws normal_at(seed, stable_hash(name), full flat index), so any shard
+// computes exactly its own elements.
+void init_model_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table, float* base, uint64_t seed,
+                       int tp_rank) {
   const double std0 = 0.02, std_res = 0.02 / std::sqrt(2.0 * cfg.n_layer);
   for (const auto& p : table) {
     float* dst = base + p.offset;
     auto ends_with = [&](std::string_view s) { return p.name.size() >= s.size() && p.name.ends_with(s); };
-    bool is_ln = p.name.find("ln_") != std::string::npos;
-    if (is_ln) {
+    bool is_norm = p.name.find("ln_") != std::string::npos || p.name.find("norm.") != std::string::npos ||
+                   p.name.find("layernorm.") != std::string::npos;
+    if (is_norm) {
       float v = ends_with(".weight") ? 1.f : 0.f;
       for (size_t i = 0; i < p.numel; ++i) dst[i] = v;
       continue;
@@ -85,14 +94,16 @@ void init_gpt_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table
       for (size_t i = 0; i < p.numel; ++i) dst[i] = 0.f;
       continue;
     }
-    double sd = (ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight")) ? std_res : std0;
+    bool residual = ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight") || ends_with("o_proj.weight") ||
+                    ends_with("down_proj.weight");
+    double sd = residual ? std_res : std0;
     uint64_t stream = stable_hash(p.name);
-    bool is_wte = p.name == "wte.weight";
+    bool vocab_rows = is_vocab_rows(p.name);
     int64_t C = p.full_shape.back();
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < p.numel; ++i) {
       int64_t f = param_full_index(p, static_cast<int64_t>(i), tp_rank);
-      dst[i] = (is_wte && f / C >= cfg.vocab_size) ? 0.f : static_cast<float>(sd * normal_at(seed, stream, f));
+      dst[i] = (vocab_rows && f / C >= cfg.vocab_size) ? 0.f : static_cast<float>(sd * normal_at(seed, stream, f));
     }
   }
 }

@@ -31,12 +31,12 @@ std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, 
   };
   for (size_t i : order) {
     const ParamInfo& p = params[i];
-    const bool deferred = tied_across_stages && p.name == "wte.weight";
+    const bool deferred = tied_across_stages && is_token_embedding(p.name);
     if (deferred) close();  // wte alone (it is the last parameter walked: offset 0)
     int unit = param_unit(p, shard);
     int ready = backward_position(unit, n_local_layers);
     // The tied wte: the head (position 0) writes its gradient before the embedding does.
-    int first = (p.name == "wte.weight" && shard.has_head) ? 0 : ready;
+    int first = (is_token_embedding(p.name) && shard.has_head) ? 0 : ready;
     if (cur.params.empty()) cur.alloc_at = first, cur.ready_at = ready;
     cur.alloc_at = std::min(cur.alloc_at, first);
     cur.ready_at = std::max(cur.ready_at, ready);

@@ -5,11 +5,15 @@
 namespace mpitron {
 namespace {
 
-// The wte copy this rank keeps for the tie, or nullptr (middle stages, pp = 1).
+// The token embedding copy this rank keeps for the tie, or nullptr (middle stages, pp = 1, or an
+// untied LM head).
 const ParamInfo* tied_wte(ModelChunk& model, ProcessGrid& grid) {
-  if (grid.shape().pp == 1 || !(grid.is_first_stage() || grid.is_last_stage())) return nullptr;
-  const ParamInfo* p = model.find_param("wte.weight");
-  check(p != nullptr, "tied embedding: stage {} has no wte.weight", grid.coord().pp);
+  if (!model.config().tied_embeddings || grid.shape().pp == 1 || !(grid.is_first_stage() || grid.is_last_stage()))
+    return nullptr;
+  const ParamInfo* p = nullptr;
+  for (const auto& q : model.params())
+    if (is_token_embedding(q.name)) p = &q;
+  check(p != nullptr, "tied embedding: stage {} has no token embedding", grid.coord().pp);
   check(grid.embedding().size() == 2, "tied embedding: embedding group of {} ranks (expected 2)",
         grid.embedding().size());
   return p;

@@ -15,6 +15,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/dist/fault_inject.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/train/checkpoint.hpp"
 #include "checkpoint_format.hpp"
@@ -31,7 +32,7 @@ CheckpointShard checkpoint_shard_for(const ModelConfig& cfg, const GridShape& sh
 CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& shard, const GridCoord& coord, int zero) {
   CheckpointShard s;
   s.shard = shard;
-  s.table = gpt_param_table(cfg, s.shard);
+  s.table = model_param_table(cfg, s.shard);
   // One copy of each model shard per (tp, pp) coordinate: dp 0 / cp 0 writes it, unless ZeRO
   // splits it over DP (then every DP rank writes its own range).
   s.params.owner = coord.cp == 0 && (zero >= 3 || coord.dp == 0);
@@ -65,6 +66,9 @@ void check_model_compatible(const ModelConfig& have, const ModelConfig& want, co
   if (have.seq_len != want.seq_len) differ("model.seq_len", have.seq_len, want.seq_len);
   if (have.tied_embeddings != want.tied_embeddings)
     differ("model.tied_embeddings", have.tied_embeddings, want.tied_embeddings);
+  if (have.arch == Arch::llama && (have.norm_eps != want.norm_eps || have.rope_theta != want.rope_theta))
+    usage_fail("checkpoint '{}' holds a different model: norm_eps {} rope_theta {} there, {} and {} in this job", path,
+               have.norm_eps, have.rope_theta, want.norm_eps, want.rope_theta);
 }
 
 CheckpointManager::CheckpointManager(std::string dir, int keep, MPI_Comm comm)

@@ -13,6 +13,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/train/checkpoint.hpp"
 
 namespace mpitron::ckpt_format {
@@ -28,12 +29,13 @@ inline constexpr Kind kKinds[] = {{"model", &CheckpointShard::params},
 inline bool is_optimizer(const Kind& k) { return k.range != &CheckpointShard::params; }
 
 // The full model's tensor names in file order, with their full shapes.
-inline std::vector<ParamInfo> full_table(const ModelConfig& cfg) { return gpt_param_table(cfg, ModelShard{}); }
+inline std::vector<ParamInfo> full_table(const ModelConfig& cfg) { return model_param_table(cfg, ModelShard{}); }
 
-// Rows the file stores: wte keeps only the real vocabulary (its padding depends on tp).
+// Rows the file stores: wte (embed_tokens, lm_head) keeps only the real vocabulary (its padding
+// depends on tp).
 inline std::vector<hsize_t> file_dims(const ParamInfo& p, const ModelConfig& cfg) {
   std::vector<hsize_t> d(p.full_shape.begin(), p.full_shape.end());
-  if (p.name == "wte.weight") d[0] = static_cast<hsize_t>(cfg.vocab_size);
+  if (is_vocab_rows(p.name)) d[0] = static_cast<hsize_t>(cfg.vocab_size);
   return d;
 }
 

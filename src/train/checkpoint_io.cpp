@@ -198,7 +198,7 @@ Selection select(const ParamInfo& p, const CkptRange& r, int64_t file_rows) {
 bool owns(const CheckpointShard& s, const CkptRange& r, const ParamInfo& p) {
   if (!r.owner) return false;
   if (p.split_dim < 0 && s.shard.tp_rank != 0) return false;              // TP replicas
-  if (p.name == "wte.weight" && !s.shard.has_embedding) return false;      // the tied copy on the last stage
+  if (is_token_embedding(p.name) && !s.shard.has_embedding) return false;  // the tied copy on the last stage
   return true;
 }
 
@@ -393,7 +393,7 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
       check_h5(H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, sel.data ? sel.data : &dummy) >= 0,
                "{}: cannot read dataset '{}'", path, dname);
       // Padded vocabulary rows (not in the file) are zero, as init_weights makes them.
-      if (p && sel.data && full.name == "wte.weight") {
+      if (p && sel.data && is_vocab_rows(full.name)) {
         int64_t lo = static_cast<int64_t>(std::max(range.begin, p->offset) - p->offset);
         int64_t hi = static_cast<int64_t>(std::min(range.end, p->offset + p->numel)) - static_cast<int64_t>(p->offset);
         for (const auto& b : blocks_for(*p, INT64_MAX, lo, hi))

@@ -39,7 +39,10 @@ json meta_to_json(const CheckpointMeta& m) {
                 {"d_ff", c.d_ff},
                 {"vocab_size", c.vocab_size},
                 {"seq_len", c.seq_len},
-                {"tied_embeddings", c.tied_embeddings}}},
+                {"tied_embeddings", c.tied_embeddings},
+                {"norm_eps", c.norm_eps},
+                {"rope_theta", c.rope_theta},
+                {"rope_pairing", c.arch == Arch::llama ? kRopePairing : "none"}}},
               {"layout", {{"tp", m.layout.tp}, {"cp", m.layout.cp}, {"dp", m.layout.dp}, {"pp", m.layout.pp}}},
               {"zero", m.zero},
               {"pp_layers", m.pp_layers},
@@ -70,6 +73,8 @@ CheckpointMeta meta_from_json(const json& j) {
   m.model.vocab_size = c.at("vocab_size");
   m.model.seq_len = c.at("seq_len");
   m.model.tied_embeddings = c.at("tied_embeddings");
+  if (c.contains("norm_eps")) m.model.norm_eps = c.at("norm_eps");  // absent before LLaMA
+  if (c.contains("rope_theta")) m.model.rope_theta = c.at("rope_theta");
   const json& l = j.at("layout");
   m.layout = GridShape{l.at("tp"), l.at("cp"), l.at("dp"), l.at("pp")};
   m.zero = j.at("zero");
@@ -220,6 +225,13 @@ CheckpointMeta read_meta(hid_t f, const std::string& path) {
                 "checkpoint '{}': config d_model {}, n_head {}, n_kv_head {} do not divide (corrupted file?)", path,
                 c.d_model, c.n_head, c.n_kv_head);
     c.tied_embeddings = read_attr_i64(g, "tied_embeddings", path) != 0;
+    if (c.arch == Arch::llama) {
+      c.norm_eps = static_cast<float>(read_attr_f64(g, "norm_eps", path));
+      c.rope_theta = read_attr_f64(g, "rope_theta", path);
+      const std::string pairing = read_attr_str(g, "rope_pairing", path);
+      usage_check(pairing == kRopePairing, "checkpoint '{}': config/rope_pairing '{}' (this build rotates '{}' pairs)",
+                  path, pairing, kRopePairing);
+    }
     m.job_toml = read_text(g, "job_toml", path);
   }
   {
@@ -279,6 +291,11 @@ void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl) {
     h5::write_attr_i64(g, "padded_vocab_tp1", c.padded_vocab(1));
     h5::write_attr_i64(g, "seq_len", c.seq_len);
     h5::write_attr_i64(g, "tied_embeddings", c.tied_embeddings ? 1 : 0);
+    if (c.arch == Arch::llama) {  // see kRopePairing (config.hpp): what an exporter needs to map q/k
+      write_attr_f64(g, "norm_eps", c.norm_eps);
+      write_attr_f64(g, "rope_theta", c.rope_theta);
+      h5::write_attr_str(g, "rope_pairing", kRopePairing);
+    }
     write_text(g, "job_toml", m.job_toml, writer, dxpl);
   }
   {

@@ -8,6 +8,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/partition.hpp"
 
 namespace mpitron {
@@ -33,7 +34,7 @@ struct FullTensors {
       if (dst.empty()) {
         dst.assign(full, 0.f);
         std::vector<hsize_t> dims(p.full_shape.begin(), p.full_shape.end());
-        if (p.name == "wte.weight") dims[0] = static_cast<hsize_t>(cfg.vocab_size);
+        if (is_vocab_rows(p.name)) dims[0] = static_cast<hsize_t>(cfg.vocab_size);
         shape[p.name] = dims;
       }
       for (size_t i = 0; i < p.numel; ++i) dst[param_full_index(p, static_cast<int64_t>(i), tp_rank)] = values[p.offset + i];
@@ -70,7 +71,7 @@ void dump_full_params(const std::string& path, const ModelConfig& cfg, const std
   const int kTag = 7301;
   auto tables = [&](const GridCoord& c) {
     std::vector<std::vector<ParamInfo>> t;
-    for (const ModelShard& s : model_chunks_for(cfg, gs, c, pp_layers, virtual_stages)) t.push_back(gpt_param_table(cfg, s));
+    for (const ModelShard& s : model_chunks_for(cfg, gs, c, pp_layers, virtual_stages)) t.push_back(model_param_table(cfg, s));
     return t;
   };
   if (grid.rank() != 0) {

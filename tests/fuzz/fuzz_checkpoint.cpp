@@ -19,6 +19,7 @@
 
 #include "fuzz_common.hpp"
 #include "mpitron/data/tokenizer.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/train/checkpoint.hpp"
 
 using namespace mpitron;
@@ -136,7 +137,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!meta.tokenizer_json.empty()) Tokenizer::from_json(meta.tokenizer_json, path + ": tokenizer_json");
         // As generate does, but three tensors (2-D first, one in the middle, 1-D last), not all:
         // every read_checkpoint_tensor opens the file again, and they share one code path.
-        std::vector<ParamInfo> table = gpt_param_table(meta.model, ModelShard{});
+        std::vector<ParamInfo> table = model_param_table(meta.model, ModelShard{});
         for (size_t i : {size_t{0}, table.size() / 2, table.size() - 1}) {
           std::vector<int64_t> shape;
           std::vector<float> v = read_checkpoint_tensor(path, "model/" + table[i].name, &shape);

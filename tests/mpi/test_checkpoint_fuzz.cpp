@@ -13,6 +13,7 @@
 #include <string>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/train/checkpoint.hpp"
 
 using namespace mpitron;
@@ -80,7 +81,7 @@ void all_readers_reject(const std::string& path, const std::string& what) {
   };
   BOOST_TEST(named_error([&] {
                CheckpointMeta m = read_checkpoint_meta(path);
-               for (const auto& p : gpt_param_table(m.model, ModelShard{}))
+               for (const auto& p : model_param_table(m.model, ModelShard{}))
                  read_checkpoint_tensor(path, "model/" + p.name, nullptr);
              }),
              what << ": read_checkpoint_meta / read_checkpoint_tensor");

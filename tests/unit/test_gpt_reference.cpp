@@ -1,6 +1,7 @@
-// mpitron's GPT against the independent PyTorch reference (tests/reference/gpt_reference.py,
-// float64, fixture tests/reference/fixtures/gpt_tiny.h5): logits, loss, every gradient, and the
-// parameters after 3 AdamW steps. Norm per tensor: max|mpitron - torch| / max|torch|, which must
+// mpitron's model against the independent PyTorch references (float64): GPT-2
+// (tests/reference/gpt_reference.py, fixture fixtures/gpt_tiny.h5) and LLaMA with grouped-query
+// attention, RoPE and SwiGLU (llama_reference.py, fixtures/llama_tiny.h5): logits, loss, every
+// gradient, and the parameters after 3 AdamW steps. Norm per tensor: max|mpitron - torch| / max|torch|, which must
 // be <= 1e-5 (fp32 kernels against a float64 reference). The fixture's AdamW uses eps 1e-5:
 // see gpt_reference.py for why (gradients within fp32 rounding of zero, e.g. the key bias).
 #include <hdf5.h>
@@ -15,8 +16,6 @@
 using namespace mpitron;
 
 namespace {
-
-const char* kFixture = "tests/reference/fixtures/gpt_tiny.h5";
 
 struct H5 {
   hid_t f;
@@ -55,20 +54,29 @@ double rel_err(const float* a, const std::vector<float>& b) {
   return e / m;
 }
 
-}  // namespace
-
-BOOST_AUTO_TEST_SUITE(gpt_reference)
-
-BOOST_AUTO_TEST_CASE(matches_pytorch) {
-  H5 h5(kFixture);
-  BOOST_REQUIRE_MESSAGE(h5.f >= 0, "cannot open " << kFixture << " (run from the repository root)");
-  ModelConfig cfg = model_preset("tiny");
+// The fixture's model config over a preset of its architecture.
+ModelConfig fixture_config(H5& h5, const char* preset) {
+  ModelConfig cfg = model_preset(preset);
   cfg.vocab_size = static_cast<int>(h5.attr("vocab_size"));
   cfg.n_layer = static_cast<int>(h5.attr("n_layer"));
   cfg.n_head = cfg.n_kv_head = static_cast<int>(h5.attr("n_head"));
   cfg.d_model = static_cast<int>(h5.attr("d_model"));
   cfg.d_ff = 4 * cfg.d_model;
   cfg.seq_len = static_cast<int>(h5.attr("seq_len"));
+  if (cfg.arch == Arch::llama) {
+    cfg.n_kv_head = static_cast<int>(h5.attr("n_kv_head"));
+    cfg.d_ff = static_cast<int>(h5.attr("d_ff"));
+    cfg.norm_eps = static_cast<float>(h5.attr("norm_eps"));
+    cfg.rope_theta = h5.attr("rope_theta");
+    cfg.tied_embeddings = h5.attr("tie_embeddings") != 0;
+  }
+  return cfg;
+}
+
+void check_against_fixture(const char* fixture, const char* preset) {
+  H5 h5(fixture);
+  BOOST_REQUIRE_MESSAGE(h5.f >= 0, "cannot open " << fixture << " (run from the repository root)");
+  const ModelConfig cfg = fixture_config(h5, preset);
   const int B = static_cast<int>(h5.attr("batch")), T = cfg.seq_len;
   const int64_t Vp = cfg.padded_vocab();
   const double tol = 1e-5;
@@ -125,6 +133,17 @@ BOOST_AUTO_TEST_CASE(matches_pytorch) {
     BOOST_TEST(e <= tol, "param after AdamW " << p.name << " rel err " << e);
   }
   BOOST_TEST_MESSAGE("worst parameter rel err after " << steps << " AdamW steps " << worst);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gpt_reference)
+
+BOOST_AUTO_TEST_CASE(matches_pytorch) { check_against_fixture("tests/reference/fixtures/gpt_tiny.h5", "tiny"); }
+
+// LLaMA: 4 query heads on 2 kv heads, d 32, d_ff 96, untied head, RoPE with Meta's pairing.
+BOOST_AUTO_TEST_CASE(llama_matches_pytorch) {
+  check_against_fixture("tests/reference/fixtures/llama_tiny.h5", "llama-tiny");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

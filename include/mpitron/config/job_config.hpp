@@ -26,6 +26,15 @@ struct ModelSection {
   int d_model = 0;
   int vocab_size = 0;
   int seq_len = 0;
+  // The architecture and its LLaMA-only keys ("auto" / 0: from the preset).
+  std::string arch = "auto";            // auto | gpt2 | llama
+  int n_kv_head = 0;                    // grouped-query attention: key/value heads
+  int d_ff = 0;                         // MLP width (else LLaMA's rule from the two below)
+  double ffn_multiplier = 0;            // LLaMA hidden-size rule
+  int multiple_of = 0;
+  double norm_eps = 0;                  // RMSNorm epsilon
+  double rope_theta = 0;                // RoPE base
+  std::string tie_embeddings = "auto";  // auto (gpt2 tied, llama untied) | true | false
   std::string attention = "cudnn";  // CUDA backend only: "cudnn" | "naive"
 };
 

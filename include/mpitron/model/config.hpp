@@ -23,6 +23,13 @@ struct ModelConfig {
   int vocab_size = 0;  // real vocabulary; the model pads it (padded_vocab)
   int seq_len = 0;
   bool tied_embeddings = true;
+  // LLaMA only (GPT-2: LayerNorm eps 1e-5, learned positions).
+  float norm_eps = 1e-5f;       // RMSNorm epsilon
+  double rope_theta = 10000.0;  // RoPE base: 10000 (LLaMA 2), 500000 (LLaMA 3)
+  // LLaMA's hidden-size rule, kept to re-derive d_ff when d_model changes: 4d -> 2/3 of it ->
+  // times ffn_multiplier -> rounded up to a multiple of multiple_of (llama_ffn_dim).
+  double ffn_multiplier = 1.0;
+  int multiple_of = 1;
 
   int head_dim() const { return d_model / n_head; }
   // Vocabulary padded to a multiple of 64*tp, so every TP shard is a multiple of 64.
@@ -32,8 +39,17 @@ struct ModelConfig {
   }
 };
 
-// Named presets: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b (and, for planning,
-// llama2-7b/13b/70b, llama3-8b/70b/405b). Throws UsageError listing them for an unknown name.
+// RoPE pairing convention of the LLaMA model (ops.hpp: Ops::rope), written to checkpoints so an
+// exporter can map it: "interleaved" = Meta's reference, elements (2i, 2i+1) of a head rotate
+// together (Hugging Face's rotate-half layout pairs (i, i + hd/2): permute q/k rows to convert).
+inline constexpr const char* kRopePairing = "interleaved";
+
+// LLaMA's MLP width: h = int(2 * 4d / 3), h = int(ffn_multiplier * h) when != 1, rounded up to a
+// multiple of multiple_of (Meta's FeedForward: 4096 -> 11008 with 256; LLaMA 3 8B 1.3, 1024 -> 14336).
+int llama_ffn_dim(int d_model, double ffn_multiplier, int multiple_of);
+
+// Named presets: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama-tiny, llama-small and
+// the real LLaMA shapes llama2-7b/13b/70b, llama3-8b/70b/405b. Throws UsageError listing them.
 ModelConfig model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 

@@ -1,17 +1,23 @@
-// GPT-2 on one shard: token + learned position embeddings, pre-LN blocks (causal MHA with fused
-// QKV, GELU MLP of width 4d), final LN, LM head tied to wte, cross-entropy. Hand-written
-// backward. All parameters live in ONE flat fp32 buffer (Mem::params), gradients in another
-// (Mem::grads), activations in a third planned up front from (config, shard, max micro-batch)
-// (Mem::activations); the sizes come from gpt_param_table / gpt_activation_floats, which the
-// memory ledger can call too.
+// The decoder-only transformer on one shard, GPT-2 or LLaMA (ModelConfig::arch; like
+// Megatron-core's GPTModel, one class for the family, the block's parts switched by the config):
+//   gpt2:  token + learned position embeddings, pre-LN blocks (LayerNorm with biases, causal MHA
+//          with fused QKV, GELU MLP of width 4d), final LN, LM head tied to wte.
+//   llama: token embeddings, pre-norm blocks (RMSNorm, fused q|k|v projection with rotary
+//          position embeddings on q and k, grouped-query attention, SwiGLU MLP with a fused
+//          gate|up projection), final RMSNorm, untied LM head (or tied, tie_embeddings); no biases.
+// Cross-entropy on top, hand-written backward. All parameters live in ONE flat fp32 buffer
+// (Mem::params), gradients in another (Mem::grads), activations in a third planned up front from
+// (config, shard, max micro-batch) (Mem::activations); the sizes come from model_param_table /
+// gpt_activation_floats, which the memory ledger calls too.
 //
 // The shard descriptor says which part of the full model this rank holds: pipeline stages
 // (layer_begin/layer_end, has_embedding/has_head) and the tensor-parallel shard (tp_rank/tp_size,
-// Megatron-style, see parallel_layers.hpp): QKV and fc column-parallel (heads split over TP),
-// attention and MLP output projections row-parallel, wte vocab-parallel (embedding, tied LM head
-// and cross-entropy; the logits are never gathered). The parameter table gives local shapes and
-// where each shard sits in the full tensor. With sequence_parallel the activations outside the
-// linears (LayerNorm, residual) hold rows/tp of the micro-batch's B*T rows.
+// Megatron-style, see parallel_layers.hpp): QKV and fc column-parallel (whole query and kv heads
+// split over TP), attention and MLP output projections row-parallel, the token embedding and LM
+// head vocab-parallel (embedding, head and cross-entropy; the logits are never gathered). The
+// parameter table gives local shapes and where each shard sits in the full tensor. With
+// sequence_parallel the activations outside the linears (norms, residual) hold rows/tp of the
+// micro-batch's B*T rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -31,9 +37,9 @@ namespace mpitron {
 // Full-tensor flat index of local element `i` of `p` (row-major), for initialisation and
 // checkpoint hyperslabs.
 int64_t param_full_index(const ParamInfo& p, int64_t i, int tp_rank);
-// GPT-2 initialisation of the flat buffer `base` laid out as `table` (gpt_param_table): what
+// The initialisation of the flat buffer `base` laid out as `table` (model_param_table): what
 // GPT::init_weights does, for callers without a GPT (the GPU model loads it from the host).
-void init_gpt_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table, float* base, uint64_t seed,
+void init_model_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table, float* base, uint64_t seed,
                      int tp_rank = 0);
 
 std::vector<ParamInfo> gpt_param_table(const ModelConfig& cfg, const ModelShard& shard);
@@ -72,7 +78,8 @@ int64_t logits_chunk_rows(int64_t rows, int64_t vocab, int64_t budget);
 // The CPU GPT's: logits_chunk_rows over padded_vocab() with a budget of 2^24 floats (64 MB).
 int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch);
 
-// FLOPs per token, forward + backward: 6*N_nonembedding + 6*V*d + 12*L*T*d (PERF-NOTES.md).
+// FLOPs per token, forward + backward: 6*N_nonembedding + 6*V*d + 12*L*T*d (PERF-NOTES.md), for
+// either architecture (LLaMA: N counts the (H + 2 KV) hd x d attention input and the 3 d x F MLP).
 double gpt_flops_per_token(const ModelConfig& cfg);
 
 class GPT final : public ModelChunk {
@@ -128,12 +135,24 @@ class GPT final : public ModelChunk {
   int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }
 
  private:
-  struct LayerW {  // pointers into the params (or grads) buffer for one block
-    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcp_w, *fcp_b;
+  // Pointers into the params (or grads) buffer for one block. LLaMA: ln1/ln2 are the RMSNorms
+  // (no biases: every *_b is nullptr), qkv_w is q_proj with k_w, v_w right behind it (one GEMM),
+  // fc_w is gate_proj with up_w behind it, proj_w o_proj, fcp_w down_proj.
+  struct LayerW {
+    float *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr,
+          *proj_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr, *fcp_w = nullptr,
+          *fcp_b = nullptr, *k_w = nullptr, *v_w = nullptr, *up_w = nullptr;
   };
   struct Weights {
-    float *wte = nullptr, *wpe = nullptr, *lnf_w = nullptr, *lnf_b = nullptr;
+    float *wte = nullptr, *wpe = nullptr, *lnf_w = nullptr, *lnf_b = nullptr, *lm_head = nullptr;
     std::vector<LayerW> layers;
+    float* head() const { return lm_head ? lm_head : wte; }  // tied: the LM head reads wte
+  };
+  // Where parameter i of the table lives in a Weights: a block's member or a global one.
+  struct FieldRef {
+    int local_layer = -1;
+    float* LayerW::*block = nullptr;
+    float* Weights::*global = nullptr;
   };
   struct LayerAct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
@@ -150,17 +169,23 @@ class GPT final : public ModelChunk {
   struct Acts {  // shared by all slots
     float *logits = nullptr;
     float *dres = nullptr, *dC = nullptr, *d3C = nullptr, *d4C = nullptr;
+    float* dmlp = nullptr;  // LLaMA: [B*T, F/tp], the gradient at the SwiGLU output
     float *xg = nullptr, *dfull = nullptr;  // sequence parallel: gathered [B*T, C] input / full-rows scratch
   };
+  std::vector<FieldRef> field_refs() const;  // from the table's names
   Weights resolve(float* base) const;
   float** field(Weights& w, size_t i);  // the pointer parameter i reads from, in w
+  bool llama() const { return cfg_.arch == Arch::llama; }
+  // LayerNorm (GPT-2) or RMSNorm (LLaMA; mean and b unused) over this rank's rows.
+  void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                    int64_t rows);
   void emit(UnitEvent e, int unit) {
     if (hook_) hook_(e, unit);
   }
   void layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full);
   // Sequence parallel: all-gather `local` rows into act_.xg (returns it); else `local` itself.
   const float* gather_rows(const float* local, int64_t rows);
-  // LayerNorm backward whose weight/bias gradients are all-reduced over TP under sequence
+  // The norm's backward, its weight (and bias) gradients all-reduced over TP under sequence
   // parallel (each rank saw only its rows).
   void ln_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                    const float* mean, const float* rstd, int64_t rows);
@@ -173,6 +198,7 @@ class GPT final : public ModelChunk {
   int64_t vp_;  // rows of wte on this rank: the padded vocab / tp
   int64_t chunk_rows_;
   std::vector<ParamInfo> params_;
+  std::vector<FieldRef> fields_;  // per params_ entry
   Buffer<float> params_buf_, grads_buf_, act_buf_, last_logits_;
   Buffer<int32_t> tok_buf_;  // inputs + targets of the last forward
   Weights w_, g_;
@@ -186,7 +212,9 @@ class GPT final : public ModelChunk {
   // Tensor parallel (inactive without TP: every layer is then its plain self).
   std::unique_ptr<double> tp_comm_s_ = std::make_unique<double>(0.0);
   TpContext tp_;
-  int64_t c_local_ = 0, h_local_ = 0, f_local_ = 0;  // attention width, heads, MLP width per rank
+  // Per rank: attention width (query heads x hd), query heads, kv heads, MLP width (F/tp), the
+  // fused QKV output width ((H + 2 KV) hd / tp) and the fc output width (F/tp, LLaMA 2F/tp).
+  int64_t c_local_ = 0, h_local_ = 0, kv_local_ = 0, f_local_ = 0, qkv_local_ = 0, fc_local_ = 0;
   std::unique_ptr<ColumnParallelLinear> qkv_, fc_;
   std::unique_ptr<RowParallelLinear> proj_, fcp_;
   std::unique_ptr<VocabParallelEmbedding> emb_;

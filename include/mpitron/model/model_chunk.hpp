@@ -31,7 +31,8 @@ inline int local_layers(const ModelConfig& cfg, const ModelShard& s) {
 }
 
 // One parameter tensor of this shard. Names follow Hugging Face GPT-2 ("wte.weight",
-// "h.3.attn.c_attn.weight", ...); linear weights are [out, in] as torch.nn.Linear.
+// "h.3.attn.c_attn.weight", ...) or LLaMA ("embed_tokens.weight", "layers.3.self_attn.q_proj.weight",
+// ..., param_tables.hpp); linear weights are [out, in] as torch.nn.Linear.
 // Locating the shard in the full tensor: along split_dim the full extent is viewed as
 // split_parts equal parts (3 for the fused QKV weight/bias: q, k, v), each split evenly over
 // tp; this rank's slice of part p starts at p*full/split_parts + local_offset_in_full and has
@@ -97,11 +98,21 @@ class ModelChunk {
   virtual double tp_comm_seconds() const { return -1.0; }
 };
 
+// The token embedding (GPT-2 wte, LLaMA embed_tokens): the tensor a tied LM head reads, which
+// the last pipeline stage then holds a copy of.
+inline bool is_token_embedding(const std::string& name) {
+  return name == "wte.weight" || name == "embed_tokens.weight";
+}
+// Tensors with one row per (padded) vocabulary entry: the token embedding and the untied LM head.
+// Checkpoints store their real rows only; the padding rows are zero.
+inline bool is_vocab_rows(const std::string& name) { return is_token_embedding(name) || name == "lm_head.weight"; }
+
 // The unit (ModelChunk::kEmbeddingUnit, kHeadUnit or local block index) that owns parameter p.
 inline int param_unit(const ParamInfo& p, const ModelShard& shard) {
   if (p.layer >= 0) return p.layer - shard.layer_begin;
-  if (p.name.rfind("ln_f.", 0) == 0) return ModelChunk::kHeadUnit;
-  return ModelChunk::kEmbeddingUnit;  // wte, wpe
+  if (p.name.rfind("ln_f.", 0) == 0 || p.name == "norm.weight" || p.name == "lm_head.weight")
+    return ModelChunk::kHeadUnit;
+  return ModelChunk::kEmbeddingUnit;  // wte / embed_tokens, wpe
 }
 
 }  // namespace mpitron

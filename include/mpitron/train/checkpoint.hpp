@@ -62,7 +62,7 @@ struct CkptRange {
 
 struct CheckpointShard {
   ModelShard shard;
-  std::vector<ParamInfo> table;  // gpt_param_table(cfg, shard)
+  std::vector<ParamInfo> table;  // model_param_table(cfg, shard)
   CkptRange params, exp_avg, exp_avg_sq;
   bool has_optimizer = true;  // false: parameters only (generate, param tests)
 };

@@ -52,7 +52,10 @@ void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
 GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard,
                  GptCudaOptions options, Comm* tp)
     : cfg_(cfg), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
-  check(cfg.arch == Arch::gpt2, "GptCuda: model '{}' is not a GPT-2 architecture", cfg.name);
+  usage_check(cfg.arch == Arch::gpt2,
+              "model {} is a LLaMA: the CUDA backend (train.backend = \"nccl\") trains GPT-2 only so far; train it "
+              "on the CPU backend (train.backend = \"mpi\")",
+              cfg.name);
   check(shard.tp_size >= 1 && shard.tp_rank >= 0 && shard.tp_rank < shard.tp_size &&
             (shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank)),
         "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,

@@ -47,7 +47,7 @@ void GptCuda::load_params(const float* host, size_t n) {
 
 void GptCuda::init_weights(uint64_t seed) {
   std::vector<float> host(n_flat_, 0.f);  // the padding between parameters stays 0, as in GPT
-  init_gpt_params(cfg_, params_, host.data(), seed, shard_.tp_rank);
+  init_model_params(cfg_, params_, host.data(), seed, shard_.tp_rank);
   load_params(host.data(), host.size());
 }
 

@@ -94,7 +94,7 @@ class GptCuda final : public ModelChunk {
 
   // Host fp32 flat parameters [num_params()] -> the fp32 master copy and its bf16 copy.
   void load_params(const float* host, size_t n);
-  // GPT-2 initialisation, the same values as GPT::init_weights(seed) (init_gpt_params on the
+  // GPT-2 initialisation, the same values as GPT::init_weights(seed) (init_model_params on the
   // host, then load_params).
   void init_weights(uint64_t seed);
   void copy_params_to_host(float* host, size_t n);  // the fp32 master copy; syncs
