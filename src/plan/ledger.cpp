@@ -1,14 +1,15 @@
 // The memory ledger (plan/ledger.hpp).
 //
-// GPT-2 (mpitron's own model): the numbers come from the functions the model allocates with:
-//   parameters / gradients: the flat buffer of gpt_param_table (each tensor rounded up to 16 floats)
-//   activations: fp32 (the CPU trainer) gpt_activation_bytes (the planned buffer of
-//   gpt_activation_floats, the token ids and the last-position logits: what the GPT constructor
-//   allocates, which it checks); bf16 (the GPU trainer) gpu_activation_bytes (what GptCuda
-//   allocates: plan_gpu_activations, with fused attention's statistics and no [B, H, T, T]
-//   matrix); both with the schedule's slots and the recompute option.
-// LLaMA (RMSNorm, SwiGLU, GQA, RoPE, untied head; planning only):
-//   parameters  llama_param_table (model/param_tables.hpp, what the model will allocate);
+// The numbers come from the functions the model allocates with:
+//   parameters / gradients: the flat buffer of model_param_table (each tensor rounded up to 16
+//   floats), GPT-2 or LLaMA.
+//   activations: fp32 (the CPU trainer, either architecture) gpt_activation_bytes (the planned
+//   buffer of gpt_activation_floats, the token ids and the last-position logits: what the model's
+//   constructor allocates, which it checks); bf16 (the GPU trainer, GPT-2) gpu_activation_bytes
+//   (what GptCuda allocates: plan_gpu_activations, with fused attention's statistics and no
+//   [B, H, T, T] matrix); both with the schedule's slots and the recompute option.
+// LLaMA on the GPU (bf16; GptCuda does not run LLaMA yet) is planned from formulas:
+//   parameters  llama_param_table (model/param_tables.hpp, what the model allocates);
 //               per layer 2h (norms) + h*h (q) + 2*h*kv*hd (k, v) + h*h (o) + 3*h*f (gate, up,
 //               down), q, k, v, o, gate, up, down split over tp (kv heads % tp == 0), norms
 //               replicated; embedding and head each padded_vocab(tp)*h, vocab-parallel.
@@ -205,30 +206,28 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   int64_t layer_slots = 0;  // sum over chunks of layers x micro-batches in flight
   for (const auto& c : chunks) layer_slots += int64_t{c.shard.layer_end - c.shard.layer_begin} * c.slots;
   r.act_in_flight = chunks.front().slots;
-  if (m.arch == Arch::gpt2) {
-    ModelShard one = r.shard, two = r.shard;  // one and two layers, no embedding or head
-    one.layer_begin = two.layer_begin = 0;
-    one.layer_end = 1, two.layer_end = 2;
-    one.has_embedding = two.has_embedding = one.has_head = two.has_head = false;
-    const int mb = static_cast<int>(B);
-    if (fp32) {
-      // What the CPU GPT constructor allocates (gpt_activation_bytes, checked there).
-      for (const auto& c : chunks) r.activations += gpt_activation_bytes(m, c.shard, mb, {c.slots, l.recompute});
-      if (m.n_layer >= 2)
-        r.act_per_layer = (gpt_activation_floats(m, two, mb, {1, l.recompute}) -
-                           gpt_activation_floats(m, one, mb, {1, l.recompute})) * e;
-      r.source = "gpt_param_table + gpt_activation_bytes (the model's allocation functions)";
-    } else {
-      // What GptCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the fused
-      // attention's log-sum-exp and no [B, H, T, T] matrix).
-      const int64_t rows = gpu_logits_chunk_rows(m, mb);
-      auto bytes = [&](const ModelShard& sh, int slots) {
-        return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
-      };
-      for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots);
-      if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);
-      r.source = "gpt_param_table + plan_gpu_activations (the GPU model's allocation functions)";
-    }
+  ModelShard one = r.shard, two = r.shard;  // one and two layers, no embedding or head
+  one.layer_begin = two.layer_begin = 0;
+  one.layer_end = 1, two.layer_end = 2;
+  one.has_embedding = two.has_embedding = one.has_head = two.has_head = false;
+  const int mb = static_cast<int>(B);
+  if (fp32) {
+    // What the CPU model's constructor allocates (gpt_activation_bytes, checked there), GPT-2 or LLaMA.
+    for (const auto& c : chunks) r.activations += gpt_activation_bytes(m, c.shard, mb, {c.slots, l.recompute});
+    if (m.n_layer >= 2)
+      r.act_per_layer = (gpt_activation_floats(m, two, mb, {1, l.recompute}) -
+                         gpt_activation_floats(m, one, mb, {1, l.recompute})) * e;
+    r.source = "model_param_table + gpt_activation_bytes (the model's allocation functions)";
+  } else if (m.arch == Arch::gpt2) {
+    // What GptCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the fused
+    // attention's log-sum-exp and no [B, H, T, T] matrix).
+    const int64_t rows = gpu_logits_chunk_rows(m, mb);
+    auto bytes = [&](const ModelShard& sh, int slots) {
+      return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
+    };
+    for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots);
+    if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);
+    r.source = "model_param_table + plan_gpu_activations (the GPU model's allocation functions)";
   } else {
     ActElems a = llama_layer_acts(m, B, s, l.tp, l.sp, l.recompute);
     r.act_per_layer = a.e * e + a.f32 * 4;
@@ -245,7 +244,7 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
       other += full.e * e + full.f32 * 4;  // one layer recomputed at a time
     }
     r.activations = layer_slots * r.act_per_layer + other;
-    r.source = "llama_param_table + LLaMA activation formulas (ledger.cpp header)";
+    r.source = "llama_param_table + LLaMA activation formulas for the GPU (ledger.cpp header)";
   }
   r.act_other = r.activations - layer_slots * r.act_per_layer;
   r.korthikanti_per_layer = korthikanti_layer_bytes(s, B, m.d_model, m.n_head, l.tp, l.sp, l.recompute);

@@ -17,7 +17,7 @@ layout() {  # name np extra...
   local name=$1 np=$2
   shift 2
   local log="$tmp/$name.log"
-  if ! timeout 120 $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
+  if ! timeout 120 $MPIRUN -np "$np" "$MPITRON" train "${JOB:-jobs/tiny.toml}" "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
       >"$log" 2>&1; then
     if grep -q "not implemented yet" "$log"; then
       echo "SKIP  $name:$(grep -o '[^:]*not implemented yet[^;]*' "$log" | head -n 1)"
@@ -55,6 +55,18 @@ layout tp2-sp 2 --parallel.tp=2 --parallel.sp=true
 layout tp2-pp2 4 --parallel.tp=2 --parallel.pp=2 --train.global_batch=8
 layout tp2-dp2-zero1 4 --parallel.tp=2 --parallel.dp=2 --parallel.zero=1
 layout tp2-sp-recompute 2 --parallel.tp=2 --parallel.sp=true --train.recompute=full
+# LLaMA (GQA 4/2 heads, SwiGLU, untied head): the same functions size its buffers.
+JOB=jobs/llama-tiny.toml
+layout llama-np1 1
+layout llama-dp2-zero1 2 --parallel.zero=1
+layout llama-dp2-zero2 2 --parallel.zero=2
+layout llama-dp2-zero3 2 --parallel.zero=3 --train.global_batch=8
+layout llama-recompute 1 --train.recompute=full
+layout llama-pp2 2 --parallel.pp=2 --train.global_batch=8
+layout llama-pp2-interleaved 2 --parallel.pp=2 --parallel.schedule=interleaved --parallel.virtual_stages=2 --train.global_batch=8
+layout llama-tp2-sp 2 --parallel.tp=2 --parallel.sp=true
+layout llama-tp2-sp-recompute 2 --parallel.tp=2 --parallel.sp=true --train.recompute=full
+JOB=jobs/tiny.toml
 [ "$checked" -ge 3 ] || fail "only $checked layouts checked"
 
 # `plan` on the same job prints the bytes the trainer tracked (same functions, no MPI).
