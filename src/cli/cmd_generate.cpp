@@ -1,8 +1,12 @@
 // `mpitron generate CKPT --prompt "text" [--max-tokens 200 --temperature 0.8 --top-k 50 --seed 1]`
-// Samples text from a checkpoint on one rank (CPU), with the tokenizer stored in it. The model
-// sees a window of its seq_len tokens (the most recent ones); each new token re-runs the forward
-// over the window (no KV cache: fine for the model sizes a CPU samples from).
+// Samples text from a checkpoint on one rank (CPU), with the tokenizer stored in it, GPT-2 or
+// LLaMA. The context holds at most seq_len tokens; a new token runs through the model once,
+// reading the earlier positions' keys and values from a KV cache (GPT::decode). When the context
+// is full it restarts from its latest seq_len/2 tokens (re-encoded at positions 0..). With
+// --no-kv-cache every token re-runs the whole context's forward instead (same context rule): the
+// reference the cache is tested against (same greedy tokens).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -21,13 +25,16 @@ namespace {
 
 const char* kHelp =
     "usage: mpitron generate CHECKPOINT --prompt TEXT [--max-tokens 200] [--temperature 0.8]\n"
-    "                        [--top-k 50] [--seed 1]\n\n"
+    "                        [--top-k 50] [--seed 1] [--no-kv-cache]\n\n"
     "Samples a continuation of TEXT from a checkpoint (a step_*.h5 file, a ckpt folder or its\n"
     "`latest`, or a run folder) on one process, with the tokenizer stored in the checkpoint.\n"
     "  --max-tokens N     tokens to generate (stops early at the end-of-text token)\n"
     "  --temperature T    softmax temperature; 0 = greedy (argmax)\n"
     "  --top-k K          sample among the K most likely tokens (0 = all)\n"
-    "  --seed S           sampling seed (the same seed and checkpoint give the same text)\n";
+    "  --seed S           sampling seed (the same seed and checkpoint give the same text)\n"
+    "  --no-kv-cache      recompute the whole context for every token (slow; for checking)\n\n"
+    "The context holds at most the model's seq_len tokens; when full it restarts from the latest\n"
+    "seq_len/2 tokens. Progress: tokens/s on stderr at the end.\n";
 
 // Next token from logits[0, vocab): temperature, top-k, then one counter-based uniform draw.
 int32_t sample(const float* logits, int vocab, double temperature, int top_k, uint64_t seed, uint64_t index) {
@@ -53,7 +60,7 @@ int cmd_generate(const Args& args) {
   int max_tokens = 200, top_k = 50;
   double temperature = 0.8;
   uint64_t seed = 1;
-  bool have_prompt = false;
+  bool have_prompt = false, kv_cache = true;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::string {
@@ -83,8 +90,13 @@ int cmd_generate(const Args& args) {
       top_k = static_cast<int>(number(value()));
     } else if (a == "--seed") {
       seed = static_cast<uint64_t>(number(value()));
+    } else if (a == "--no-kv-cache") {
+      kv_cache = false;
     } else if (a.rfind("--", 0) == 0) {
-      usage_fail("generate: unknown option '{}' (allowed: --prompt, --max-tokens, --temperature, --top-k, --seed)", a);
+      usage_fail(
+          "generate: unknown option '{}' (allowed: --prompt, --max-tokens, --temperature, --top-k, --seed, "
+          "--no-kv-cache)",
+          a);
     } else {
       usage_check(ckpt.empty(), "generate: one checkpoint only (got '{}' and '{}')", ckpt, a);
       ckpt = a;
@@ -117,25 +129,45 @@ int cmd_generate(const Args& args) {
   std::vector<int32_t> ids = tok.encode(prompt);
   if (ids.empty()) ids.push_back(tok.eot());  // an empty prompt starts a new document
   const int T = cfg.seq_len, V = std::min(cfg.vocab_size, tok.vocab_size()), Vp = cfg.padded_vocab(1);
-  std::vector<int32_t> window(T);
   std::vector<float> logits(Vp);
+  // The context: ids[start, end). The cache holds its keys and values at positions 0 .. len-1.
+  size_t start = ids.size() > static_cast<size_t>(T) ? ids.size() - T : 0;
+  auto context_logits = [&](size_t first_new) {  // logits after ids.back(); first_new: not yet cached
+    const int len = static_cast<int>(ids.size() - start);
+    if (kv_cache) {
+      model.decode(ids.data() + first_new, static_cast<int>(ids.size() - first_new), static_cast<int>(first_new - start),
+                   logits.data());
+    } else {
+      std::vector<int32_t> window(ids.begin() + start, ids.end());
+      window.resize(T, tok.eot());  // after the last position: ignored (causal)
+      int64_t unused = 0;
+      model.forward(window.data(), nullptr, 1, &unused);
+      model.compute_logits(len - 1, 1, logits.data());
+    }
+  };
   std::printf("%s", prompt.c_str());
   std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  context_logits(start);
+  int produced = 0;
   for (int n = 0; n < max_tokens; ++n) {
-    int len = std::min<int>(T, static_cast<int>(ids.size()));
-    std::copy(ids.end() - len, ids.end(), window.begin());
-    std::fill(window.begin() + len, window.end(), tok.eot());  // after the last position: ignored (causal)
-    int64_t unused = 0;
-    model.forward(window.data(), nullptr, 1, &unused);
-    model.compute_logits(len - 1, 1, logits.data());
     int32_t next = sample(logits.data(), V, temperature, top_k, seed, static_cast<uint64_t>(n));
     if (next == tok.eot()) break;
     ids.push_back(next);
+    ++produced;
     std::printf("%s", tok.decode_one(next).c_str());
     std::fflush(stdout);
+    if (n + 1 == max_tokens) break;
+    size_t first_new = ids.size() - 1;
+    if (ids.size() - start > static_cast<size_t>(T)) start = first_new = ids.size() - T / 2;  // restart the context
+    context_logits(first_new);
   }
   std::printf("\n");
+  const double s_total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "generate: %d tokens in %.2f s (%.1f tokens/s, %s)\n", produced, s_total,
+               produced / std::max(s_total, 1e-9), kv_cache ? "KV cache" : "no KV cache");
   return 0;
+
 }
 
 }  // namespace mpitron

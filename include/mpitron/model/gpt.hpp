@@ -124,6 +124,12 @@ class GPT final : public ModelChunk {
   // Logits of rows [row_begin, row_begin + rows) of the last forward's [B*T] positions
   // (head shard only) into out[rows, local_vocab]; for evaluation, generation and tests.
   void compute_logits(int64_t row_begin, int64_t rows, float* out);
+  // Generation with a KV cache (one sequence, the whole model on one rank, no TP): runs tokens
+  // [n] at positions pos .. pos+n-1, appending their keys and values to the cache (whose first
+  // pos rows must hold the earlier positions: decode from pos 0 first), and writes the logits of
+  // the last of them to logits[padded_vocab]. pos + n <= seq_len. The same arithmetic as
+  // forward() but attention, which reads the cached keys (decode_attention).
+  void decode(const int32_t* tokens, int n, int pos, float* logits);
   float* stage_input(int slot = 0) { return slots_[slot].input; }               // [B, T, C]
   const float* stage_output(int slot = 0) const { return slots_[slot].output; } // [B, T, C]
   float* stage_output_grad() { return act_.dres; }                  // [B, T, C]
@@ -219,7 +225,9 @@ class GPT final : public ModelChunk {
   std::unique_ptr<RowParallelLinear> proj_, fcp_;
   std::unique_ptr<VocabParallelEmbedding> emb_;
   std::unique_ptr<VocabParallelCrossEntropy> ce_;
-  Buffer<float> ln_grad_;  // [2C]: one LayerNorm's weight+bias gradient before the SP all-reduce
+  Buffer<float> ln_grad_;  // [2C]: one norm's weight (+bias) gradient before the SP all-reduce
+  struct DecodeState;      // gpt_decode.cpp: the KV cache and one step's scratch, made on first decode()
+  std::shared_ptr<DecodeState> decode_;
 };
 
 }  // namespace mpitron

@@ -1,0 +1,99 @@
+// GPT::decode: generation with a KV cache (gpt.hpp). Per block the keys and values of every
+// position so far stay in the cache ([seq_len, KV*hd] each, after RoPE for LLaMA), so a new token
+// costs one row through each GEMM plus attention over the cached rows, instead of the whole
+// window's forward again.
+#include <cmath>
+#include <cstring>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/model/gpt.hpp"
+
+namespace mpitron {
+
+struct GPT::DecodeState {
+  std::vector<Buffer<float>> k, v;  // per local block: [T, KV*hd]
+  Buffer<float> x, x2, h, mean, rstd, qkv, y, fc, act, scores;
+};
+
+void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
+  const int T = cfg_.seq_len, C = cfg_.d_model, hd = cfg_.head_dim();
+  check(shard_.has_embedding && shard_.has_head && shard_.tp_size == 1,
+        "GPT::decode needs the whole model on one rank (no pipeline or tensor parallelism)");
+  check(n > 0 && pos >= 0 && pos + n <= T, "GPT::decode: positions [{}, {}) outside the context of {}", pos, pos + n, T);
+  const int64_t H = h_local_, KV = kv_local_, Q = qkv_local_, kvw = KV * hd;
+  if (!decode_) {
+    auto d = std::make_shared<DecodeState>();
+    for (int l = 0; l < n_local_layers_; ++l) {
+      d->k.emplace_back(Mem::activations, static_cast<size_t>(T) * kvw);
+      d->v.emplace_back(Mem::activations, static_cast<size_t>(T) * kvw);
+    }
+    auto rows = [&](int64_t w) { return Buffer<float>(Mem::activations, static_cast<size_t>(T) * w); };
+    d->x = rows(C), d->x2 = rows(C), d->h = rows(C), d->mean = rows(1), d->rstd = rows(1), d->qkv = rows(Q);
+    d->y = rows(c_local_), d->fc = rows(fc_local_), d->act = rows(f_local_), d->scores = rows(1);
+    decode_ = std::move(d);
+  }
+  DecodeState& d = *decode_;
+  for (int i = 0; i < n; ++i)
+    check(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "GPT::decode: token {} outside [0, {})", tokens[i],
+          cfg_.vocab_size);
+  // Position pos + t: wpe's row pos + t (GPT-2); RoPE's angle (LLaMA, pos0 = pos).
+  ops_.embedding_forward(d.x.data(), tokens, w_.wte, w_.wpe ? w_.wpe + static_cast<int64_t>(pos) * C : nullptr, 1, n,
+                         C, 0, vp_);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int l = 0; l < n_local_layers_; ++l) {
+    const LayerW& w = w_.layers[l];
+    norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x.data(), w.ln1_w, w.ln1_b, n);
+    ops_.matmul_forward(d.qkv.data(), d.h.data(), w.qkv_w, w.qkv_b, n, C, Q);
+    if (llama()) {
+      ops_.rope(d.qkv.data(), 1, n, static_cast<int>(H), hd, Q, cfg_.rope_theta, pos, false);
+      ops_.rope(d.qkv.data() + c_local_, 1, n, static_cast<int>(KV), hd, Q, cfg_.rope_theta, pos, false);
+    }
+    float *K = d.k[l].data(), *V = d.v[l].data();
+    for (int t = 0; t < n; ++t) {
+      const float* row = d.qkv.data() + static_cast<int64_t>(t) * Q;
+      std::memcpy(K + (pos + t) * kvw, row + c_local_, kvw * sizeof(float));
+      std::memcpy(V + (pos + t) * kvw, row + c_local_ + kvw, kvw * sizeof(float));
+    }
+    // Causal attention of the n new queries over the cached keys 0 .. pos + t (query head h reads
+    // kv head h / (H / KV)), softmax in double as a reference would, output [n, H*hd].
+    const int64_t group = H / KV;
+    for (int t = 0; t < n; ++t) {
+      const int len = pos + t + 1;
+      for (int64_t h = 0; h < H; ++h) {
+        const float* q = d.qkv.data() + static_cast<int64_t>(t) * Q + h * hd;
+        const int64_t kh = h / group;
+        float* sc = d.scores.data();
+        float mx = -INFINITY;
+        for (int j = 0; j < len; ++j) {
+          const float* k = K + j * kvw + kh * hd;
+          float s = 0;
+          for (int e = 0; e < hd; ++e) s += q[e] * k[e];
+          sc[j] = s * scale;
+          mx = std::max(mx, sc[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j < len; ++j) sum += sc[j] = std::exp(sc[j] - mx);
+        float* y = d.y.data() + static_cast<int64_t>(t) * c_local_ + h * hd;
+        std::fill(y, y + hd, 0.f);
+        for (int j = 0; j < len; ++j) {
+          const float p = static_cast<float>(sc[j] / sum);
+          const float* v = V + j * kvw + kh * hd;
+          for (int e = 0; e < hd; ++e) y[e] += p * v[e];
+        }
+      }
+    }
+    ops_.matmul_forward(d.x2.data(), d.y.data(), w.proj_w, w.proj_b, n, c_local_, C);
+    ops_.add_inplace(d.x2.data(), d.x.data(), static_cast<size_t>(n) * C);
+    norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x2.data(), w.ln2_w, w.ln2_b, n);
+    ops_.matmul_forward(d.fc.data(), d.h.data(), w.fc_w, w.fc_b, n, C, fc_local_);
+    if (llama()) ops_.swiglu_forward(d.act.data(), d.fc.data(), n, f_local_);
+    else ops_.gelu_forward(d.act.data(), d.fc.data(), static_cast<size_t>(n) * f_local_);
+    ops_.matmul_forward(d.x.data(), d.act.data(), w.fcp_w, w.fcp_b, n, f_local_, C);
+    ops_.add_inplace(d.x.data(), d.x2.data(), static_cast<size_t>(n) * C);
+  }
+  const float* last = d.x.data() + static_cast<int64_t>(n - 1) * C;
+  norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), last, w_.lnf_w, w_.lnf_b, 1);
+  ops_.matmul_forward(logits, d.h.data(), w_.head(), nullptr, 1, C, vp_);
+}
+
+}  // namespace mpitron
