@@ -139,4 +139,7 @@ g1=$("$MPITRON" generate "$tmp/ref1" --prompt "The " --max-tokens 20 --seed 3)
 g2=$("$MPITRON" generate "$tmp/ref1/ckpt/latest" --prompt "The " --max-tokens 20 --seed 3)
 [ "$g1" = "$g2" ] && [ ${#g1} -gt 4 ] || fail "generate: '$g1' vs '$g2'"
 echo "generate: $g1"
+g3=$("$MPITRON" generate "$tmp/ref1" --prompt "The " --max-tokens 100 --seed 3 --no-kv-cache 2>/dev/null)
+g4=$("$MPITRON" generate "$tmp/ref1" --prompt "The " --max-tokens 100 --seed 3 2>/dev/null)
+[ "$g3" = "$g4" ] || fail "generate with the KV cache '$g4' differs from the full recompute '$g3'"
 echo "ok"

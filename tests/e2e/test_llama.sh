@@ -4,6 +4,7 @@
 # llama-tiny with 4 layers (4 query heads on 2 kv heads, SwiGLU, untied head): dp2 with ZeRO 0-3,
 # tp2 (query and kv heads split), tp2 + sp, pp2 with gpipe / 1f1b / interleaved, full recompute,
 # and dp2 x tp2 x pp2 with ZeRO-1 at np=8, whose checkpoint resumes at np=1 and under tp2 + sp.
+# Generation with the KV cache matches the full recompute.
 # Errors: kv heads not divisible by tp; a GPT-2-only key on a llama model and the reverse.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -64,6 +65,18 @@ assert worst < 1e-5, f"resume at np={sys.argv[3]} differs: {worst:.3g}"
 print(f"resume of the 3D llama checkpoint at np={sys.argv[3]}: steps 5-8 max rel diff {worst:.2e}")
 PY
 done
+
+# Generation: the KV cache gives the same text as recomputing the context for every token, past
+# the 64-token context too (it restarts from the latest 32 tokens), sampled and greedy.
+for opts in "--seed 5" "--temperature 0"; do
+  # shellcheck disable=SC2086
+  a=$("$MPITRON" generate "$tmp/ref" --prompt "The cat " --max-tokens 150 $opts 2>/dev/null)
+  # shellcheck disable=SC2086
+  b=$("$MPITRON" generate "$tmp/ref" --prompt "The cat " --max-tokens 150 $opts --no-kv-cache 2>/dev/null)
+  [ "$a" = "$b" ] || fail "generate $opts: KV cache '$a' vs no cache '$b'"
+done
+[ ${#a} -gt 100 ] || fail "greedy generation stopped early: '$a'"  # (sampling may draw end-of-text)
+echo "generate (llama, KV cache = no cache, 150 tokens): ${a:0:60}..."
 
 # Clear errors, before any training.
 expect_error() {  # pattern np extra...
