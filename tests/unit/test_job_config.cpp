@@ -90,4 +90,53 @@ BOOST_AUTO_TEST_CASE(model_presets) {
   BOOST_TEST(message_has([&] { resolve_model_config(s); }, "tiny, gpt2-124m"));
 }
 
+// LLaMA: Meta's hidden-size rule gives the published MLP widths, the keys override a preset,
+// switching the architecture re-derives the LLaMA parts, and GPT-2-only / LLaMA-only mistakes
+// are named.
+BOOST_AUTO_TEST_CASE(llama_config) {
+  BOOST_TEST(llama_ffn_dim(4096, 1.0, 256) == 11008);    // LLaMA 2 7B
+  BOOST_TEST(llama_ffn_dim(5120, 1.0, 256) == 13824);    // LLaMA 2 13B
+  BOOST_TEST(llama_ffn_dim(8192, 1.3, 4096) == 28672);   // LLaMA 2 70B, LLaMA 3 70B
+  BOOST_TEST(llama_ffn_dim(4096, 1.3, 1024) == 14336);   // LLaMA 3 8B
+  BOOST_TEST(llama_ffn_dim(16384, 1.2, 4096) == 53248);  // LLaMA 3 405B
+  for (const char* name : {"llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b"}) {
+    ModelConfig p = model_preset(name);
+    BOOST_TEST(p.d_ff == llama_ffn_dim(p.d_model, p.ffn_multiplier, p.multiple_of), name);
+  }
+  BOOST_TEST(model_preset("llama3-8b").rope_theta == 500000.0);
+  BOOST_TEST(model_preset("llama2-7b").rope_theta == 10000.0);
+
+  ModelSection s;
+  s.preset = "llama-tiny";
+  auto m = resolve_model_config(s);
+  BOOST_TEST((m.arch == Arch::llama && m.n_kv_head == 2 && m.d_ff == 192 && !m.tied_embeddings));
+  BOOST_TEST(m.name == "llama-tiny");
+  s.d_model = 128;  // d_ff follows the rule: 2/3 * 512 = 341 -> 352 (multiple of 32)
+  s.n_kv_head = 1;
+  s.tie_embeddings = "true";
+  s.rope_theta = 500000;
+  m = resolve_model_config(s);
+  BOOST_TEST((m.d_ff == 352 && m.n_kv_head == 1 && m.tied_embeddings && m.rope_theta == 500000.0));
+  BOOST_TEST(m.name == "llama-tiny+custom");
+  s.d_ff = 300;
+  BOOST_TEST(resolve_model_config(s).d_ff == 300);
+  s.n_kv_head = 3;
+  BOOST_TEST(message_has([&] { resolve_model_config(s); }, "model.n_kv_head (3) must divide model.n_head (4)"));
+
+  ModelSection g;  // tiny (GPT-2) as a LLaMA block: MHA, LLaMA's MLP rule, untied
+  g.arch = "llama";
+  m = resolve_model_config(g);
+  BOOST_TEST((m.arch == Arch::llama && m.n_kv_head == 4 && m.d_ff == 192 && !m.tied_embeddings));
+  ModelSection bad;
+  bad.rope_theta = 500000;
+  BOOST_TEST(message_has([&] { resolve_model_config(bad); }, "model.rope_theta applies to LLaMA models only"));
+  bad.rope_theta = 0;
+  bad.n_kv_head = 2;
+  BOOST_TEST(message_has([&] { resolve_model_config(bad); }, "model.n_kv_head applies to LLaMA models only"));
+  ModelSection odd;
+  odd.preset = "llama-tiny";
+  odd.d_model = 72;  // 4 heads of 18: even, but 72 % 16 != 0
+  BOOST_TEST(message_has([&] { resolve_model_config(odd); }, "multiple of 16"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
