@@ -450,6 +450,10 @@ void GPT::backward(float loss_scale, int slot) {
     const float* res_in = l > 0 ? sa.layers[l - 1].res3 : sa.input;
     emit(UnitEvent::pre_backward, l);  // before reading w: ZeRO-3 gathers the block here
     if (act_opts_.recompute) layer_forward(w, a, res_in, B, false);  // the block's activations again
+    if (llama())  // the fused q|k|v and gate|up gradients are single ranges too (gradient buckets keep them so)
+      check(g.k_w == g.qkv_w + h_local_ * hd * C && g.v_w == g.k_w + kv_local_ * hd * C &&
+                g.up_w == g.fc_w + f_local_ * C,
+            "GPT: a block's q/k/v or gate/up gradients are not contiguous");
     // Under SP the column-parallel layers' inputs (ln2, ln1) are all-gathered again (Megatron
     // keeps only this rank's rows), and dres holds this rank's rows.
     if (llama()) {  // down_proj's input gradient, then SwiGLU's into [dgate | dup]

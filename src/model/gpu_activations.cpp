@@ -43,9 +43,14 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   // Tensor parallel: this rank's heads (C/tp of qkv and the attention output), MLP columns (F/tp)
   // and vocabulary rows (Vp/tp); the residual stream and LayerNorms stay whole (SP: this rank's R
   // rows of it).
+  // LLaMA: RMSNorm keeps no mean (0 bytes), q|k|v is (H + 2 KV) hd / tp wide, fc holds
+  // [gate | up] (2F/tp) and fch_gelu the SwiGLU output (F/tp); dmlp is the gradient at that output.
   const int tp = lay.tp;
+  const bool llama = cfg.arch == Arch::llama;
   const int64_t BT = int64_t{lay.B} * cfg.seq_len, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
                 Vp = cfg.padded_vocab(tp) / tp, R = lay.sp ? BT / tp : BT;
+  const int64_t Q = (cfg.n_head + 2 * (llama ? cfg.n_kv_head : cfg.n_head)) / tp * cfg.head_dim();
+  const int64_t Fc = llama ? 2 * F : F, Rm = llama ? 0 : R;
   const int64_t stats = int64_t{lay.B} * (cfg.n_head / tp) * cfg.seq_len;
   slots.assign(static_cast<size_t>(lay.slots), GpuActs{});
   // Per micro-batch in flight (pipeline parallel keeps several): what its backward reads.
@@ -58,13 +63,13 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
       for (int l = 0; l < lay.n_layers; ++l) a.block_in.push_back(bf(R * C));
     a.layers.resize(lay.recompute ? std::min(1, lay.n_layers) : static_cast<size_t>(lay.n_layers));
     for (GpuLayerActs& l : a.layers) {
-      l.ln1 = bf(R * C), l.ln1_mean = f32(R), l.ln1_rstd = f32(R);
-      l.qkv = bf(BT * 3 * Cl), l.atty = bf(BT * Cl), l.att_stats = f32(stats);
-      l.res2 = bf(R * C), l.ln2 = bf(R * C), l.ln2_mean = f32(R), l.ln2_rstd = f32(R);
-      l.fch = bf(BT * F), l.fch_gelu = bf(BT * F), l.res3 = bf(R * C);
+      l.ln1 = bf(R * C), l.ln1_mean = f32(Rm), l.ln1_rstd = f32(R);
+      l.qkv = bf(BT * Q), l.atty = bf(BT * Cl), l.att_stats = f32(stats);
+      l.res2 = bf(R * C), l.ln2 = bf(R * C), l.ln2_mean = f32(Rm), l.ln2_rstd = f32(R);
+      l.fch = bf(BT * Fc), l.fch_gelu = bf(BT * F), l.res3 = bf(R * C);
     }
     if (lay.head) {
-      a.lnf = bf(R * C), a.lnf_mean = f32(R), a.lnf_rstd = f32(R), a.losses = f32(BT), a.lse = f32(BT);
+      a.lnf = bf(R * C), a.lnf_mean = f32(Rm), a.lnf_rstd = f32(R), a.losses = f32(BT), a.lse = f32(BT);
       a.dlnf = bf(R * C), a.dwte_head = f32(Vp * C);
     }
     a.tokens = i32(BT), a.targets = i32(BT);
@@ -73,7 +78,8 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   GpuActs& s = slots.front();
   if (lay.head) s.logits = bf(lay.chunk_rows * Vp);
   // proj_out and dC hold [BT, ...] column-parallel gradients too (dC: [BT, C/tp] of c_proj).
-  s.proj_out = bf(BT * C), s.dres = bf(R * C), s.dC = bf(BT * C), s.d4C = bf(BT * std::max(F, 3 * Cl));
+  s.proj_out = bf(BT * C), s.dres = bf(R * C), s.dC = bf(BT * C), s.d4C = bf(BT * std::max(Fc, Q));
+  if (llama) s.dmlp = bf(BT * F);
   if (tp > 1 && lay.head) s.ce = f32(4 * lay.chunk_rows);  // vocab-parallel CE: max, global max, sum exp, target logit
   if (lay.sp) {  // all-gathered LayerNorm outputs, partial sums before a reduce-scatter, the gathered dres
     s.gath = bf(BT * C), s.full = bf(BT * C), s.dres_full = bf(BT * C), s.ln_grad = f32(2 * C);
@@ -81,6 +87,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   if (lay.stage_io) s.stage_f32 = f32(R * C);  // pipeline: a stage tensor in fp32 on its way to or from the host
   for (GpuActs& a : slots) {
     a.logits = s.logits, a.proj_out = s.proj_out, a.dres = s.dres, a.dC = s.dC, a.d4C = s.d4C, a.ce = s.ce;
+    a.dmlp = s.dmlp;
     a.gath = s.gath, a.full = s.full, a.dres_full = s.dres_full, a.ln_grad = s.ln_grad, a.stage_f32 = s.stage_f32;
   }
   return used;

@@ -42,7 +42,9 @@ std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, 
     cur.ready_at = std::max(cur.ready_at, ready);
     cur.params.push_back(i);
     cur.deferred = deferred;
-    if (deferred || hi - p.offset >= bucket_floats) close();  // the open bucket spans [p.offset, hi)
+    // The open bucket spans [p.offset, hi). Never between tensors a model fuses into one GEMM
+    // (LLaMA's q|k|v, gate|up): their gradients must stay one contiguous range.
+    if (deferred || (hi - p.offset >= bucket_floats && !fused_with_previous(p.name))) close();
   }
   close();
   return out;

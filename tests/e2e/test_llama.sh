@@ -30,6 +30,8 @@ golden() {  # name np extra...
 run ref 1
 grep -q "model llama-tiny+custom" "$tmp/ref.log" || grep -q "llama" "$tmp/ref.log" || fail "not a llama run: $(head "$tmp/ref.log")"
 for z in 0 1 2 3; do golden "dp2_zero$z" 2 --parallel.dp=2 --parallel.zero=$z; done
+# Buckets smaller than any tensor: q|k|v and gate|up must still share one (their GEMMs are fused).
+golden dp2_zero2_tiny_buckets 2 --parallel.dp=2 --parallel.zero=2 --parallel.bucket_mb=0.001
 golden tp2 2 --parallel.tp=2
 golden tp2_sp 2 --parallel.tp=2 --parallel.sp=true
 for s in gpipe 1f1b; do golden "pp2_$s" 2 --parallel.pp=2 --parallel.schedule=$s; done

@@ -8,6 +8,7 @@
 
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 
 using namespace mpitron;
@@ -44,6 +45,27 @@ BOOST_AUTO_TEST_CASE(buckets_tile_the_flat_layout_in_reverse) {
     if (cap == 1) BOOST_TEST(b.size() == table.size());  // smaller than any tensor: one each
     if (cap == (size_t{1} << 30)) BOOST_TEST(b.size() == 1u);
   }
+}
+
+// LLaMA's q|k|v and gate|up run as one GEMM each, so their gradients must be one range: with a
+// cap smaller than any tensor every other tensor gets a bucket of its own, and k, v stay with q,
+// up with gate.
+BOOST_AUTO_TEST_CASE(llama_fused_tensors_share_a_bucket) {
+  ModelShard s;
+  auto table = model_param_table(model_preset("llama-tiny"), s);
+  auto b = plan_grad_buckets(table, flat_size(table), 1, s, 2);
+  for (const auto& bk : b) {
+    std::string names;
+    for (size_t i : bk.params) names += table[i].name + " ";
+    const bool has_q = names.find("q_proj") != std::string::npos, has_gate = names.find("gate_proj") != std::string::npos;
+    if (names.find("k_proj") != std::string::npos || names.find("v_proj") != std::string::npos)
+      BOOST_TEST((has_q && bk.params.size() == 3u), names);
+    else if (names.find("up_proj") != std::string::npos)
+      BOOST_TEST((has_gate && bk.params.size() == 2u), names);
+    else
+      BOOST_TEST(bk.params.size() == 1u, names);
+  }
+  BOOST_TEST(b.size() == table.size() - 3 * 2u);  // 2 blocks: k, v and up join their neighbours
 }
 
 BOOST_AUTO_TEST_CASE(worked_example_of_the_header) {

@@ -6,7 +6,8 @@
 // Per block and slot: ln1, qkv, the fused attention's output and its log-sum-exp statistics
 // [B, H/tp, T] (no [B, H, T, T] attention matrix: cuDNN's fused attention never forms one, and
 // the naive path's scores live in CudaOps' scratch), res2, ln2, fc (GELU input) and its GELU,
-// res3, plus the LayerNorms' mean and rstd.
+// res3, plus the LayerNorms' mean and rstd. LLaMA (cfg.arch): RMSNorm's rstd only, a (H + 2 KV) hd
+// wide q|k|v (after RoPE), fc = [gate | up] and the SwiGLU output in fch_gelu.
 // Every buffer starts on a 256-byte boundary.
 #pragma once
 #include <cstddef>
@@ -32,6 +33,7 @@ struct GpuActs {
   float* dwte_head = nullptr;  // [Vp, C] this micro-batch's wte gradient from the head, unscaled
   bf16* proj_out = nullptr;    // [BT, C] attention / MLP projection output, before its residual add
   bf16 *dres = nullptr, *dC = nullptr, *d4C = nullptr;  // backward scratch: [BT,C] x2, [BT,F] (also dqkv)
+  bf16* dmlp = nullptr;  // LLaMA: [BT, F/tp] the gradient at the SwiGLU output (d4C then holds d gate|up)
   int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
   float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]
   std::vector<bf16*> block_in;  // [0] = encoded; with recompute also every block's output

@@ -107,6 +107,14 @@ inline bool is_token_embedding(const std::string& name) {
 // Checkpoints store their real rows only; the padding rows are zero.
 inline bool is_vocab_rows(const std::string& name) { return is_token_embedding(name) || name == "lm_head.weight"; }
 
+// Tensors the model reads as one with the tensor before them in the flat layout (one GEMM over
+// LLaMA's q|k|v and gate|up weights): whoever binds parameters into other memory (gradient
+// buckets) must keep such a tensor adjacent to its predecessor.
+inline bool fused_with_previous(const std::string& name) {
+  return name.ends_with("self_attn.k_proj.weight") || name.ends_with("self_attn.v_proj.weight") ||
+         name.ends_with("mlp.up_proj.weight");
+}
+
 // The unit (ModelChunk::kEmbeddingUnit, kHeadUnit or local block index) that owns parameter p.
 inline int param_unit(const ParamInfo& p, const ModelShard& shard) {
   if (p.layer >= 0) return p.layer - shard.layer_begin;
