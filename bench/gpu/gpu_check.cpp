@@ -1,9 +1,12 @@
 // gpu_check: the device check of the CUDA backend (run by bench/gpu_check.sh).
 //   1. every CudaOps kernel against the CPU backend on random inputs (tests/cuda/self_check.hpp:
 //      relative error and a bound per op), with both attention paths, at a small and a GPT-2-like
-//      shape;
-//   2. cuDNN attention against the naive path at the gpt2-124m / gpt2-350m attention shapes;
-//   3. kernel timings at gpt2-124m shapes (B 8, T 1024) and the cuBLASLt bf16 GEMM rate
+//      shape; the LLaMA kernels (RMSNorm, RoPE, SwiGLU) and grouped-query attention (GPT-2-like:
+//      H 12, KV 4, hd 64) included;
+//   2. cuDNN attention against the naive path at the gpt2-124m / gpt2-350m attention shapes and
+//      grouped-query H 12 / KV 4 (the cuDNN graphs also for LLaMA-3 8B's H 32 / KV 8 / hd 128);
+//   3. kernel timings at gpt2-124m shapes (B 8, T 1024; the LLaMA kernels at the same C 768,
+//      F 2048, KV 4) and the cuBLASLt bf16 GEMM rate
 //      (8192^3) against the H200's 989 TFLOP/s dense bf16 datasheet peak;
 //   4. training (training_check.cpp): the tiny model 20 AdamW steps on GptCuda (both attention
 //      paths, and a padded vocabulary) against the CPU GPT from the same initial parameters
@@ -118,14 +121,14 @@ void correctness_section(Report& rep, Ops& cpu) {
     SelfCheckShape shape;
     const char* attention;
   };
-  SelfCheckShape small;  // B2 T64 C128 H4 V1000
+  SelfCheckShape small;  // B2 T64 C128 H4 (KV 2) V1000
   SelfCheckShape gpt;
-  gpt.B = 4, gpt.T = 256, gpt.C = 768, gpt.H = 12, gpt.V = 50257, gpt.Vp = 50304;
+  gpt.B = 4, gpt.T = 256, gpt.C = 768, gpt.H = 12, gpt.KV = 4, gpt.V = 50257, gpt.Vp = 50304;
   // The naive cases first: a fault in a cuDNN kernel would be sticky for the rest of the process.
   for (const Case& c : {Case{"small", small, "naive"}, Case{"gpt2", gpt, "naive"}, Case{"small", small, "cudnn"},
                         Case{"gpt2", gpt, "cudnn"}}) {
-    rep.line("### shape {} (B {} T {} C {} H {} V {} Vp {}), attention {}\n", c.name, c.shape.B, c.shape.T, c.shape.C,
-             c.shape.H, c.shape.V, c.shape.Vp, c.attention);
+    rep.line("### shape {} (B {} T {} C {} H {} KV {} V {} Vp {}), attention {}\n", c.name, c.shape.B, c.shape.T,
+             c.shape.C, c.shape.H, c.shape.KV, c.shape.V, c.shape.Vp, c.attention);
     try {
       CudaOpsOptions o;
       o.attention = c.attention;
@@ -157,24 +160,30 @@ void attention_paths_section(Report& rep) {
     ++rep.failures;
     rep.line("- cudnnCreate failed: {}", cudnnGetErrorString(st));
   } else {
-    for (auto [B, T, H, hd] : {std::array{8, 1024, 12, 64}, std::array{8, 1024, 16, 64}, std::array{2, 64, 4, 32}}) {
+    // B, T, H, hd, KV: gpt2-124m, gpt2-350m, a small one; grouped-query H12/KV4, LLaMA-3 8B's
+    // H32/KV8/hd128 and a small multi-query one.
+    for (auto [B, T, H, hd, KV] : {std::array{8, 1024, 12, 64, 12}, std::array{8, 1024, 16, 64, 16},
+                                   std::array{2, 64, 4, 32, 4}, std::array{8, 1024, 12, 64, 4},
+                                   std::array{2, 1024, 32, 128, 8}, std::array{2, 64, 4, 32, 1}}) {
       try {
-        rep.line("- B{} T{} H{} hd{}: {}", B, T, H, hd, cuda::cudnn_attention_dry_build(h, B, T, H, hd));
+        rep.line("- B{} T{} H{} KV{} hd{}: {}", B, T, H, KV, hd, cuda::cudnn_attention_dry_build(h, B, T, H, hd, KV));
       } catch (const std::exception& e) {
         ++rep.failures;
-        rep.line("- B{} T{} H{} hd{}: **ERROR** {}", B, T, H, hd, e.what());
+        rep.line("- B{} T{} H{} KV{} hd{}: **ERROR** {}", B, T, H, KV, hd, e.what());
       }
     }
     cudnnDestroy(h);
   }
   rep.line("");
   rep.line("## cuDNN attention against the naive path (GPU vs GPU)\n");
-  for (auto [name, B, T, H, hd] : {std::tuple{"gpt2-124m", 8, 1024, 12, 64}, std::tuple{"gpt2-350m", 8, 1024, 16, 64}}) {
+  for (auto [name, B, T, H, hd, KV] : {std::tuple{"gpt2-124m", 8, 1024, 12, 64, 0},
+                                       std::tuple{"gpt2-350m", 8, 1024, 16, 64, 0},
+                                       std::tuple{"gqa H12 KV4", 8, 1024, 12, 64, 4}}) {
     try {
       CudaOpsOptions n;
       n.attention = "naive";
       auto a = make_cuda_ops(), b = make_cuda_ops(n);
-      for (const OpCheck& k : check_attention_paths(*a, *b, B, T, H, hd, 7)) {
+      for (const OpCheck& k : check_attention_paths(*a, *b, B, T, H, hd, 7, KV)) {
         rep.line("- {} B{} T{} H{} hd{}: {} rel err {:.2e} (bound {:.0e}) {}", name, B, T, H, hd, k.op, k.rel_err,
                  k.bound, k.pass() ? "ok" : "**FAIL**");
         if (!k.pass()) ++rep.failures;
@@ -272,6 +281,30 @@ double timing_section(Report& rep) {
     row("gelu bwd (4C)",
         timed(g, 20, [&] { g.gelu_backward(pre.as<bf16>(), x.as<bf16>(), pre.as<bf16>(), M * 4 * C); }), 0,
         12 * act);
+    // The LLaMA block's kernels at the same C: RMSNorm, RoPE on a grouped-query qkv (H 12, KV 4),
+    // SwiGLU at Meta's hidden size for C 768 (F 2048).
+    const int KVg = 4, F = 2048;
+    const int64_t Wg = static_cast<int64_t>(H + 2 * KVg) * hd;
+    row("rmsnorm fwd", timed(g, 20, [&] {
+          g.rmsnorm_forward(o.as<bf16>(), rstd.as<float>(), a.as<bf16>(), lw.as<bf16>(), M, C, 1e-5f);
+        }),
+        0, 2 * act);
+    row("rmsnorm bwd", timed(g, 20, [&] {
+          g.rmsnorm_backward(r.as<bf16>(), gw.as<float>(), o.as<bf16>(), a.as<bf16>(), lw.as<bf16>(), rstd.as<float>(),
+                             M, C);
+        }),
+        0, 4 * act);
+    Buf qkv_g(M * Wg * 2), dqkv_g(M * Wg * 2), gu(M * 2 * F * 2), dgu(M * 2 * F * 2), sw(M * F * 2);
+    row("rope q + k (H 12, KV 4)", timed(g, 20, [&] {
+          g.rope(qkv_g.as<bf16>(), B, T, H, hd, Wg, 5e5, 0, false);
+          g.rope(qkv_g.as<bf16>() + static_cast<int64_t>(H) * hd, B, T, KVg, hd, Wg, 5e5, 0, false);
+        }),
+        0, 2.0 * M * (H + KVg) * hd * 2);
+    row("swiglu fwd (F 2048)", timed(g, 20, [&] { g.swiglu_forward(sw.as<bf16>(), gu.as<bf16>(), M, F); }), 0,
+        3.0 * M * F * 2);
+    row("swiglu bwd (F 2048)",
+        timed(g, 20, [&] { g.swiglu_backward(dgu.as<bf16>(), gu.as<bf16>(), sw.as<bf16>(), M, F); }), 0,
+        5.0 * M * F * 2);
     std::vector<int32_t> tok(M);
     std::mt19937 rng(1);
     for (auto& t : tok) t = static_cast<int32_t>(rng() % V);
@@ -317,20 +350,26 @@ double timing_section(Report& rep) {
     // Attention: causal FLOPs = 2 matmuls * 2 * B H T^2 hd / 2 forward, 2.5x that backward.
     Buf qkv(M * 3 * C * 2), dqkv(M * 3 * C * 2), st(static_cast<size_t>(B) * H * T * 4);
     double af = 2.0 * 2.0 * B * H * static_cast<double>(T) * T * hd / 2;
+    // Plain (KV 0 = H) and grouped-query (KV 4, on the GQA qkv above): the same FLOPs.
     for (CudaOps* k : {naive.get(), &g}) {
-      try {
-        row(fmt::format("attention fwd [{}]", k->attention_kind()), timed(*k, 20, [&] {
-              k->attention_forward(o.as<bf16>(), st.as<float>(), qkv.as<bf16>(), B, T, H, hd);
-            }),
-            af, 0);
-        row(fmt::format("attention bwd [{}]", k->attention_kind()), timed(*k, 20, [&] {
-              k->attention_backward(dqkv.as<bf16>(), o.as<bf16>(), qkv.as<bf16>(), o.as<bf16>(), st.as<float>(), B, T,
-                                    H, hd);
-            }),
-            2.5 * af, 0);
-      } catch (const std::exception& e) {
-        ++rep.failures;
-        rep.line("| attention [{}] | **ERROR** {} | |", k->attention_kind(), e.what());
+      for (int kv : {0, KVg}) {
+        const std::string what = fmt::format("[{}]{}", k->attention_kind(), kv ? fmt::format(" gqa KV{}", kv) : "");
+        const Buf& in = kv ? qkv_g : qkv;
+        const Buf& din = kv ? dqkv_g : dqkv;
+        try {
+          row("attention fwd " + what, timed(*k, 20, [&] {
+                k->attention_forward(o.as<bf16>(), st.as<float>(), in.as<bf16>(), B, T, H, hd, kv);
+              }),
+              af, 0);
+          row("attention bwd " + what, timed(*k, 20, [&] {
+                k->attention_backward(din.as<bf16>(), o.as<bf16>(), in.as<bf16>(), o.as<bf16>(), st.as<float>(), B, T,
+                                      H, hd, kv);
+              }),
+              2.5 * af, 0);
+        } catch (const std::exception& e) {
+          ++rep.failures;
+          rep.line("| attention {} | **ERROR** {} | |", what, e.what());
+        }
       }
     }
     rep.line("");

@@ -239,19 +239,21 @@ void check_gelu_elementwise(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Che
   c.add("to_f32", down(*dz, n), zr, 0.0);
 }
 
-// fp64 logsumexp of the scaled causal scores: the reference for the saved statistics.
-Vec attention_stats_ref(const Vec& qkv, int B, int T, int H, int hd) {
-  const int64_t C = static_cast<int64_t>(H) * hd;
+// fp64 logsumexp of the scaled causal scores: the reference for the saved statistics. qkv rows
+// [q H hd | k KV hd | v KV hd].
+Vec attention_stats_ref(const Vec& qkv, int B, int T, int H, int hd, int KV) {
+  const int64_t C = static_cast<int64_t>(H) * hd, W = C + 2 * static_cast<int64_t>(KV) * hd;
+  const int group = H / KV;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   Vec st(static_cast<size_t>(B) * H * T);
   std::vector<double> row(T);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h)
       for (int i = 0; i < T; ++i) {
-        const float* q = &qkv[(static_cast<int64_t>(b) * T + i) * 3 * C + h * hd];
+        const float* q = &qkv[(static_cast<int64_t>(b) * T + i) * W + h * hd];
         double mx = -INFINITY;
         for (int j = 0; j <= i; ++j) {
-          const float* k = &qkv[(static_cast<int64_t>(b) * T + j) * 3 * C + C + h * hd];
+          const float* k = &qkv[(static_cast<int64_t>(b) * T + j) * W + C + (h / group) * hd];
           double d = 0;
           for (int e = 0; e < hd; ++e) d += static_cast<double>(q[e]) * k[e];
           row[j] = d * scale;
@@ -264,27 +266,133 @@ Vec attention_stats_ref(const Vec& qkv, int B, int T, int H, int hd) {
   return st;
 }
 
-void check_attention(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+// KV = H: plain multi-head attention (through the default kv_heads, as GPT-2 calls it); KV < H:
+// grouped-query attention (dk, dv summed over each group).
+void check_attention_kv(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c, int KV) {
+  check(KV > 0 && s.H % KV == 0, "self-check shape: KV = {} must divide H = {}", KV, s.H);
   const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H;
-  const int64_t C = s.C, n3 = static_cast<int64_t>(B) * T * 3 * C, n = static_cast<int64_t>(B) * T * C;
+  const int kv_arg = KV == H ? 0 : KV;
+  const int64_t C = s.C, W = C + 2 * static_cast<int64_t>(KV) * hd;
+  const int64_t n3 = static_cast<int64_t>(B) * T * W, n = static_cast<int64_t>(B) * T * C;
   Vec qkv = rnd(n3, s.seed, 31), dout = rnd(n, s.seed, 32);
   round_bf16(qkv), round_bf16(dout);
   auto dqkv_in = up_bf16(qkv), ddout = up_bf16(dout);
   Dev out(n * 2), stats(static_cast<size_t>(B) * H * T * 4), dqkv(n3 * 2);
-  const std::string tag = "attention[" + gpu.attention_kind() + "]";
-  gpu.attention_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), B, T, H, hd);
+  const std::string tag =
+      "attention[" + gpu.attention_kind() + "]" + (KV == H ? "" : " gqa KV" + std::to_string(KV));
+  gpu.attention_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), B, T, H, hd, kv_arg);
   c.sync();
   Vec rout(n), att(static_cast<size_t>(B) * H * T * T);
-  cpu.attention_forward(rout.data(), att.data(), qkv.data(), B, T, H, hd);
+  cpu.attention_forward(rout.data(), att.data(), qkv.data(), B, T, H, hd, kv_arg);
   c.add(tag + "_forward.out", down_bf16(out, n), rout, kBf16Out);
-  c.add(tag + "_forward.stats", down(stats, static_cast<size_t>(B) * H * T), attention_stats_ref(qkv, B, T, H, hd),
-        kF32Out);
+  c.add(tag + "_forward.stats", down(stats, static_cast<size_t>(B) * H * T),
+        attention_stats_ref(qkv, B, T, H, hd, KV), kF32Out);
   gpu.attention_backward(dqkv.as<bf16>(), ddout->as<bf16>(), dqkv_in->as<bf16>(), out.as<bf16>(), stats.as<float>(),
-                         B, T, H, hd);
+                         B, T, H, hd, kv_arg);
   c.sync();
   Vec rd(n3);
-  cpu.attention_backward(rd.data(), dout.data(), qkv.data(), att.data(), B, T, H, hd);
+  cpu.attention_backward(rd.data(), dout.data(), qkv.data(), att.data(), B, T, H, hd, kv_arg);
   c.add(tag + "_backward.dqkv", down_bf16(dqkv, n3), rd, kBf16Out);
+}
+
+void check_attention(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  check_attention_kv(gpu, cpu, s, c, s.H);
+}
+void check_attention_gqa(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  if (s.KV > 0) check_attention_kv(gpu, cpu, s, c, s.KV);
+}
+
+void check_rmsnorm(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int64_t R = static_cast<int64_t>(s.B) * s.T, C = s.C, n = R * C;
+  const float eps = 1e-5f;
+  Vec x = rnd(n, s.seed, 81, 1.f, 0.3f), w = rnd(C, s.seed, 82, 0.1f, 1.f);
+  round_bf16(x), round_bf16(w);
+  auto dx = up_bf16(x), dw = up_bf16(w);
+  Dev out(n * 2), rstd(R * 4);
+  gpu.rmsnorm_forward(out.as<bf16>(), rstd.as<float>(), dx->as<bf16>(), dw->as<bf16>(), R, C, eps);
+  c.sync();
+  Vec rout(n), rrstd(R);
+  cpu.rmsnorm_forward(rout.data(), rrstd.data(), x.data(), w.data(), R, C, eps);
+  c.add("rmsnorm_forward.out", down_bf16(out, n), rout, kBf16Out);
+  c.add("rmsnorm_forward.rstd", down(rstd, R), rrstd, kF32Out);
+
+  // Backward from the CPU statistics; dinp and dweight accumulate onto random starts.
+  Vec dout = rnd(n, s.seed, 83), dinp0 = rnd(n, s.seed, 84), dw0 = rnd(C, s.seed, 85);
+  round_bf16(dout), round_bf16(dinp0);
+  auto ddout = up_bf16(dout), ddinp = up_bf16(dinp0), ddw = up(dw0), drstd = up(rrstd);
+  gpu.rmsnorm_backward(ddinp->as<bf16>(), ddw->as<float>(), ddout->as<bf16>(), dx->as<bf16>(), dw->as<bf16>(),
+                       drstd->as<float>(), R, C);
+  c.sync();
+  Vec rdinp = dinp0, rdw = dw0;
+  cpu.rmsnorm_backward(rdinp.data(), rdw.data(), dout.data(), x.data(), w.data(), rrstd.data(), R, C);
+  c.add("rmsnorm_backward.dinp(+=)", down_bf16(*ddinp, n), rdinp, kBf16Out);
+  c.add("rmsnorm_backward.dweight(+=)", down(*ddw, C), rdw, kF32Out);
+  // Without dweight (the kernel then keeps no partial sums).
+  auto ddinp2 = up_bf16(dinp0);
+  gpu.rmsnorm_backward(ddinp2->as<bf16>(), nullptr, ddout->as<bf16>(), dx->as<bf16>(), dw->as<bf16>(),
+                       drstd->as<float>(), R, C);
+  c.sync();
+  c.add("rmsnorm_backward(no dweight).dinp(+=)", down_bf16(*ddinp2, n), rdinp, kBf16Out);
+}
+
+// RoPE on a grouped-query qkv buffer: the H query heads at positions 0.., theta 1e4, and the KV key
+// heads at positions 8000.. (large angles), theta 5e5; then the inverse of each from the GPU's own
+// output. The v columns must come through bit for bit.
+void check_rope(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H, KV = s.KV > 0 ? s.KV : s.H;
+  const int64_t C = s.C, W = C + 2 * static_cast<int64_t>(KV) * hd, n = static_cast<int64_t>(B) * T * W;
+  struct Part {
+    int64_t off;
+    int heads, pos0;
+    double theta;
+  };
+  const Part parts[2] = {{0, H, 0, 1e4}, {C, KV, 8000, 5e5}};
+  Vec x = rnd(n, s.seed, 91);
+  round_bf16(x);
+  auto dx = up_bf16(x);
+  Vec ref = x;
+  for (const Part& p : parts) {
+    gpu.rope(dx->as<bf16>() + p.off, B, T, p.heads, hd, W, p.theta, p.pos0, false);
+    cpu.rope(ref.data() + p.off, B, T, p.heads, hd, W, p.theta, p.pos0, false);
+  }
+  c.sync();
+  Vec got = down_bf16(*dx, n);
+  c.add("rope.qk", got, ref, kBf16Out);
+  Vec got_v, x_v;
+  for (int64_t r = 0; r < static_cast<int64_t>(B) * T; ++r)
+    for (int64_t j = C + static_cast<int64_t>(KV) * hd; j < W; ++j) {
+      got_v.push_back(got[r * W + j]);
+      x_v.push_back(x[r * W + j]);
+    }
+  c.add("rope.v_untouched", got_v, x_v, 0.0);
+  Vec back = got;  // the inverse, measured on the GPU's forward output
+  for (const Part& p : parts) {
+    gpu.rope(dx->as<bf16>() + p.off, B, T, p.heads, hd, W, p.theta, p.pos0, true);
+    cpu.rope(back.data() + p.off, B, T, p.heads, hd, W, p.theta, p.pos0, true);
+  }
+  c.sync();
+  c.add("rope(inverse).qk", down_bf16(*dx, n), back, kBf16Out);
+}
+
+// SwiGLU at F = 3C/2 (16-byte packs) and F + 3 (odd: the scalar path).
+void check_swiglu(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int64_t R = static_cast<int64_t>(s.B) * s.T;
+  for (int64_t F : {int64_t{s.C} * 3 / 2, int64_t{s.C} * 3 / 2 + 3}) {
+    const std::string tag = "swiglu(F " + std::to_string(F) + ")";
+    Vec gu = rnd(R * 2 * F, s.seed, 101, 2.f), dout = rnd(R * F, s.seed, 102);
+    round_bf16(gu), round_bf16(dout);
+    auto dgu = up_bf16(gu), ddout = up_bf16(dout);
+    Dev out(R * F * 2), dgrad(R * 2 * F * 2);
+    gpu.swiglu_forward(out.as<bf16>(), dgu->as<bf16>(), R, F);
+    c.sync();
+    Vec rout(R * F), rgrad(R * 2 * F);
+    cpu.swiglu_forward(rout.data(), gu.data(), R, F);
+    c.add(tag + "_forward", down_bf16(out, R * F), rout, kBf16Out);
+    gpu.swiglu_backward(dgrad.as<bf16>(), dgu->as<bf16>(), ddout->as<bf16>(), R, F);
+    c.sync();
+    cpu.swiglu_backward(rgrad.data(), gu.data(), dout.data(), R, F);
+    c.add(tag + "_backward.dgate_up", down_bf16(dgrad, R * 2 * F), rgrad, kBf16Out);
+  }
 }
 
 void check_embedding(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
@@ -424,14 +532,23 @@ void check_optimizer(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c
 }  // namespace
 
 std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const SelfCheckShape& shape) {
-  check(shape.C % shape.H == 0 && shape.C % 8 == 0 && shape.Vp >= shape.V && shape.Vp % 8 == 0,
-        "self-check shape: C must be a multiple of 8 and of H, Vp >= V and a multiple of 8");
+  check(shape.C % shape.H == 0 && shape.C % 8 == 0 && shape.Vp >= shape.V && shape.Vp % 8 == 0 &&
+            (shape.KV == 0 || shape.H % shape.KV == 0),
+        "self-check shape: C must be a multiple of 8 and of H, Vp >= V and a multiple of 8, KV divide H");
   std::vector<OpCheck> out;
   Checker c(gpu, out);
   using Family = void (*)(CudaOps&, Ops&, const SelfCheckShape&, Checker&);
   const std::pair<const char*, Family> families[] = {
-      {"matmul", check_matmul},       {"layernorm", check_layernorm},   {"gelu+elementwise", check_gelu_elementwise},
-      {"attention", check_attention}, {"embedding", check_embedding}, {"crossentropy", check_crossentropy},
+      {"matmul", check_matmul},
+      {"layernorm", check_layernorm},
+      {"gelu+elementwise", check_gelu_elementwise},
+      {"attention", check_attention},
+      {"attention gqa", check_attention_gqa},
+      {"rmsnorm", check_rmsnorm},
+      {"rope", check_rope},
+      {"swiglu", check_swiglu},
+      {"embedding", check_embedding},
+      {"crossentropy", check_crossentropy},
       {"adamw+sum_squares", check_optimizer}};
   for (auto [name, run] : families) {
     try {
@@ -444,8 +561,17 @@ std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const Se
   return out;
 }
 
-std::vector<OpCheck> check_attention_paths(CudaOps& a, CudaOps& b, int B, int T, int H, int hd, uint64_t seed) {
-  const int64_t C = static_cast<int64_t>(H) * hd, n3 = static_cast<int64_t>(B) * T * 3 * C,
+std::vector<OpCheck> check_attention_against_cpu(CudaOps& gpu, Ops& cpu, const SelfCheckShape& shape, int KV) {
+  std::vector<OpCheck> out;
+  Checker c(gpu, out);
+  check_attention_kv(gpu, cpu, shape, c, KV);
+  return out;
+}
+
+std::vector<OpCheck> check_attention_paths(CudaOps& a, CudaOps& b, int B, int T, int H, int hd, uint64_t seed,
+                                           int KV) {
+  const int kv = KV == 0 ? H : KV;
+  const int64_t C = static_cast<int64_t>(H) * hd, n3 = static_cast<int64_t>(B) * T * (C + 2 * int64_t{kv} * hd),
                 n = static_cast<int64_t>(B) * T * C, ns = static_cast<int64_t>(B) * H * T;
   Vec qkv = rnd(n3, seed, 71), dout = rnd(n, seed, 72);
   auto dq = up_bf16(round_bf16(qkv)), dd = up_bf16(round_bf16(dout));
@@ -453,13 +579,14 @@ std::vector<OpCheck> check_attention_paths(CudaOps& a, CudaOps& b, int B, int T,
   CudaOps* ops[2] = {&a, &b};
   for (int k = 0; k < 2; ++k) {
     Dev out(n * 2), st(ns * 4), dqkv(n3 * 2);
-    ops[k]->attention_forward(out.as<bf16>(), st.as<float>(), dq->as<bf16>(), B, T, H, hd);
+    ops[k]->attention_forward(out.as<bf16>(), st.as<float>(), dq->as<bf16>(), B, T, H, hd, KV);
     ops[k]->attention_backward(dqkv.as<bf16>(), dd->as<bf16>(), dq->as<bf16>(), out.as<bf16>(), st.as<float>(), B, T,
-                               H, hd);
+                               H, hd, KV);
     ops[k]->synchronize();
     res[k][0] = down_bf16(out, n), res[k][1] = down(st, ns), res[k][2] = down_bf16(dqkv, n3);
   }
-  std::string tag = "attention " + a.attention_kind() + " vs " + b.attention_kind();
+  std::string tag = "attention " + a.attention_kind() + " vs " + b.attention_kind() +
+                    (kv == H ? "" : " gqa KV" + std::to_string(kv));
   return {{tag + ".out", rel_err(res[0][0], res[1][0]), kBf16Out, ""},
           {tag + ".stats", rel_err(res[0][1], res[1][1]), kF32Out, ""},
           {tag + ".dqkv", rel_err(res[0][2], res[1][2]), 2 * kBf16Out, ""}};

@@ -26,6 +26,7 @@ struct OpCheck {
 
 struct SelfCheckShape {
   int B = 2, T = 64, C = 128, H = 4;  // attention: hd = C / H
+  int KV = 2;                         // the grouped-query attention case: KV kv heads (0: not run)
   int V = 1000, Vp = 1024;            // cross-entropy / embedding vocabulary (real, padded)
   uint64_t seed = 1234;
 };
@@ -35,7 +36,11 @@ struct SelfCheckShape {
 // and the other families still run.
 std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const SelfCheckShape& shape);
 
-// The two GPU attention paths against each other (out, stats, dqkv) at one shape.
-std::vector<OpCheck> check_attention_paths(CudaOps& a, CudaOps& b, int B, int T, int H, int hd, uint64_t seed);
+// Attention alone (out, stats, dqkv) with KV kv heads (KV = H: through the default kv_heads).
+std::vector<OpCheck> check_attention_against_cpu(CudaOps& gpu, Ops& cpu, const SelfCheckShape& shape, int KV);
+
+// The two GPU attention paths against each other (out, stats, dqkv) at one shape (KV kv heads, 0: H).
+std::vector<OpCheck> check_attention_paths(CudaOps& a, CudaOps& b, int B, int T, int H, int hd, uint64_t seed,
+                                           int KV = 0);
 
 }  // namespace mpitron

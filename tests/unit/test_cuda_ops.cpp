@@ -61,13 +61,21 @@ BOOST_AUTO_TEST_CASE(no_gpu_is_a_clear_error) {
 }
 
 BOOST_AUTO_TEST_CASE(cudnn_attention_graphs_finalise) {
-  // GPT-2 124M's attention shape and a small one. With a GPU, heuristics + plans as well.
+  // GPT-2 124M's attention shape and a small one (KV = H, kv_heads 0), then grouped-query ones:
+  // H12/KV4, LLaMA-3 8B's H32/KV8/hd128, multi-query KV1. Grouped-query backward graphs have two
+  // more operations (the reductions summing dK, dV over each group). With a GPU, heuristics +
+  // plans as well.
   cudnnHandle_t h = nullptr;
   if (no_gpu_reason().empty()) BOOST_REQUIRE(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS);
-  for (auto [B, T, H, hd] : {std::array{2, 64, 4, 32}, std::array{8, 1024, 12, 64}}) {
-    std::string what = cuda::cudnn_attention_dry_build(h, B, T, H, hd);
+  for (auto [B, T, H, hd, KV] : {std::array{2, 64, 4, 32, 0}, std::array{8, 1024, 12, 64, 0},
+                                 std::array{2, 64, 4, 32, 2}, std::array{8, 1024, 12, 64, 4},
+                                 std::array{2, 1024, 32, 128, 8}, std::array{2, 64, 4, 32, 1}}) {
+    std::string what = cuda::cudnn_attention_dry_build(h, B, T, H, hd, KV);
     BOOST_TEST(what.find("operation graphs finalised") != std::string::npos, what);
+    const bool gqa = KV != 0 && KV != H;
+    BOOST_TEST(what.find(gqa ? "backward 24 ops" : "backward 22 ops") != std::string::npos, what);
   }
+  BOOST_CHECK_THROW(cuda::cudnn_attention_dry_build(h, 2, 64, 4, 32, 3), Error);  // 3 kv heads do not divide 4
   if (h) cudnnDestroy(h);
 }
 
@@ -92,6 +100,27 @@ BOOST_AUTO_TEST_CASE(cudnn_and_naive_attention_agree, *utf::precondition(NeedsGp
   n.attention = "naive";
   auto a = make_cuda_ops(), b = make_cuda_ops(n);
   expect_all_pass(check_attention_paths(*a, *b, 2, 256, 4, 64, 99));
+}
+
+// Grouped-query attention (H 12, KV 4, hd 64) on both paths; the kernels_match_cpu cases above
+// also run the LLaMA kernels and a KV = H / 2 attention against the CPU (SelfCheckShape::KV).
+BOOST_AUTO_TEST_CASE(cudnn_and_naive_gqa_attention_agree, *utf::precondition(NeedsGpu())) {
+  CudaOpsOptions n;
+  n.attention = "naive";
+  auto a = make_cuda_ops(), b = make_cuda_ops(n);
+  expect_all_pass(check_attention_paths(*a, *b, 2, 256, 12, 64, 99, 4));
+}
+
+BOOST_AUTO_TEST_CASE(gqa_attention_matches_cpu, *utf::precondition(NeedsGpu())) {
+  auto cpu = make_cpu_ops();
+  for (const char* kind : {"naive", "cudnn"}) {
+    CudaOpsOptions o;
+    o.attention = kind;
+    auto gpu = make_cuda_ops(o);
+    SelfCheckShape s;
+    s.T = 128, s.C = 768, s.H = 12;  // hd 64
+    expect_all_pass(check_attention_against_cpu(*gpu, *cpu, s, 4));
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

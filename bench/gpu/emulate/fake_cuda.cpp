@@ -118,24 +118,29 @@ class FakeCudaOps final : public CudaOps {
     cpu_->gelu_backward(d.data(), x.data(), d.data(), n);
     down(dinp, d.data(), n);
   }
-  void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd) override {
+  // qkv rows [q H hd | k KV hd | v KV hd] (KV = kv heads, 0: H), Ops' grouped-query layout.
+  static int kv_of(int H, int kv) { return kv == 0 ? H : kv; }
+  static int64_t row_width(int H, int hd, int kv) { return int64_t{H + 2 * kv_of(H, kv)} * hd; }
+  void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
+                         int kv) override {
     const int64_t C = int64_t{H} * hd, BT = int64_t{B} * T;
-    Vec q = up(qkv, BT * 3 * C), o(BT * C), att(int64_t{B} * H * T * T);
-    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd);
+    Vec q = up(qkv, BT * row_width(H, hd, kv)), o(BT * C), att(int64_t{B} * H * T * T);
+    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd, kv);
     down(out, o.data(), o.size());
-    lse(q, B, T, H, hd, stats);
+    lse(q, B, T, H, hd, kv, stats);
   }
   // logsumexp of the scaled causal scores, [B, H, T]
-  static void lse(const Vec& q, int B, int T, int H, int hd, float* st) {
-    const int64_t C = int64_t{H} * hd;
+  static void lse(const Vec& q, int B, int T, int H, int hd, int kv, float* st) {
+    const int64_t C = int64_t{H} * hd, W = row_width(H, hd, kv);
+    const int group = H / kv_of(H, kv);
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < H; ++h)
         for (int t = 0; t < T; ++t) {
-          const float* qt = &q[(int64_t{b} * T + t) * 3 * C + h * hd];
+          const float* qt = &q[(int64_t{b} * T + t) * W + h * hd];
           double m = -1e300, s = 0;
           std::vector<double> sc(t + 1);
           for (int u = 0; u <= t; ++u) {
-            const float* ku = &q[(int64_t{b} * T + u) * 3 * C + C + h * hd];
+            const float* ku = &q[(int64_t{b} * T + u) * W + C + (h / group) * hd];
             double d = 0;
             for (int i = 0; i < hd; ++i) d += double(qt[i]) * ku[i];
             sc[u] = d / std::sqrt(double(hd));
@@ -146,18 +151,51 @@ class FakeCudaOps final : public CudaOps {
         }
   }
   void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats, int B,
-                          int T, int H, int hd) override {
-    const int64_t C = int64_t{H} * hd, BT = int64_t{B} * T;
-    Vec q = up(qkv, BT * 3 * C), o(BT * C), att(int64_t{B} * H * T * T), d = up(dout, BT * C), dq(BT * 3 * C);
-    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd);
+                          int T, int H, int hd, int kv) override {
+    const int64_t C = int64_t{H} * hd, BT = int64_t{B} * T, W = row_width(H, hd, kv);
+    Vec q = up(qkv, BT * W), o(BT * C), att(int64_t{B} * H * T * T), d = up(dout, BT * C), dq(BT * W);
+    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd, kv);
     // the caller must hand back this forward's out and stats
     Vec st(int64_t{B} * H * T);
-    lse(q, B, T, H, hd, st.data());
+    lse(q, B, T, H, hd, kv, st.data());
     for (size_t i = 0; i < st.size(); ++i) check(std::fabs(st[i] - stats[i]) < 1e-4, "fake: stats differ at {}", i);
     for (int64_t i = 0; i < BT * C; ++i)
       check(std::fabs(mpitron::to_f32(out[i]) - o[i]) <= 1e-2 * (1 + std::fabs(o[i])), "fake: out differs at {}", i);
-    cpu_->attention_backward(dq.data(), d.data(), q.data(), att.data(), B, T, H, hd);
+    cpu_->attention_backward(dq.data(), d.data(), q.data(), att.data(), B, T, H, hd, kv);
     down(dqkv, dq.data(), dq.size());
+  }
+  void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int64_t rows, int64_t C,
+                       float eps) override {
+    Vec x = up(inp, rows * C), W = up(w, C), y(rows * C);
+    cpu_->rmsnorm_forward(y.data(), rstd, x.data(), W.data(), rows, C, eps);
+    down(out, y.data(), y.size());
+  }
+  void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd,
+                        int64_t rows, int64_t C) override {
+    Vec t = up(dinp, rows * C), d = up(dout, rows * C), x = up(inp, rows * C), W = up(w, C);
+    cpu_->rmsnorm_backward(t.data(), dw, d.data(), x.data(), W.data(), rstd, rows, C);
+    down(dinp, t.data(), t.size());
+  }
+  // x spans B*T rows of row_stride, the last one only up to its heads (x may be a slice of qkv);
+  // bf16 -> fp32 -> bf16 is exact for the elements rope leaves alone.
+  void rope(bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
+            bool inverse) override {
+    const int64_t rows = int64_t{B} * T;
+    if (rows == 0) return;
+    const int64_t n = (rows - 1) * row_stride + int64_t{n_heads} * hd;
+    Vec v = up(x, n);
+    cpu_->rope(v.data(), B, T, n_heads, hd, row_stride, theta, pos0, inverse);
+    down(x, v.data(), n);
+  }
+  void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) override {
+    Vec g = up(gate_up, rows * 2 * F), y(rows * F);
+    cpu_->swiglu_forward(y.data(), g.data(), rows, F);
+    down(out, y.data(), y.size());
+  }
+  void swiglu_backward(bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F) override {
+    Vec g = up(gate_up, rows * 2 * F), d = up(dout, rows * F), dg(rows * 2 * F);
+    cpu_->swiglu_backward(dg.data(), g.data(), d.data(), rows, F);
+    down(dgate_up, dg.data(), dg.size());
   }
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
                          int64_t vb, int64_t ve) override {

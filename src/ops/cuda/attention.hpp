@@ -3,6 +3,8 @@
 //   - NaiveAttention (attention_naive.cu): permute to [B,H,T,hd], cuBLAS strided-batched GEMMs
 //     (bf16 in, fp32 accumulate) and a causal softmax kernel; recomputes P in the backward.
 // Both save only stats[B,H,T] = logsumexp of the scaled, masked scores row (fp32).
+// KV (>= 1, dividing H; CudaOps resolves Ops' 0) kv heads: qkv rows [q H hd | k KV hd | v KV hd],
+// query head h reading kv head h / (H / KV); the backward sums each group's dk, dv.
 #pragma once
 #include <cublas_v2.h>
 #include <cudnn_graph.h>
@@ -17,18 +19,19 @@ namespace mpitron::cuda {
 class Attention {
  public:
   virtual ~Attention() = default;
-  virtual void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd) = 0;
+  virtual void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
+                       int KV) = 0;
   virtual void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                        const float* stats, int B, int T, int H, int hd) = 0;
+                        const float* stats, int B, int T, int H, int hd, int KV) = 0;
 };
 
 std::unique_ptr<Attention> make_naive_attention(cublasHandle_t cublas, Scratch& scratch);
 std::unique_ptr<Attention> make_cudnn_attention(cudnnHandle_t cudnn, Scratch& scratch);
 
-// Builds and finalises the forward and backward cuDNN graphs for one shape. With handle == nullptr
-// it stops after the operation graph (heuristics and plans need a device or a device-property
-// descriptor); returns a one-line summary of what was finalised. Throws Error naming the
-// descriptor that failed. For tests and gpu_check.
-std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H, int hd);
+// Builds and finalises the forward and backward cuDNN graphs for one shape (KV kv heads, 0: H).
+// With handle == nullptr it stops after the operation graph (heuristics and plans need a device
+// or a device-property descriptor); returns a one-line summary of what was finalised. Throws
+// Error naming the descriptor that failed. For tests and gpu_check.
+std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H, int hd, int KV = 0);
 
 }  // namespace mpitron::cuda

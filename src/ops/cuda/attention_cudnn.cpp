@@ -2,11 +2,11 @@
 // dedicated SDPA node has no causal mask, so the graphs are the composite ones that cuDNN's fused
 // attention engines recognise (cudnn-frontend builds the same shape of graph):
 //
-// forward (one graph, 14 ops; K given transposed through its strides, [B,H,hd,T]):
+// forward (one graph, 14 ops; K given transposed through its strides, [B,KV,hd,T]):
 //   S = Q K^T (matmul) -> S *= scale -> row = gen_index(S, axis 2), col = gen_index(S, axis 3)
 //   -> mask = row >= col -> S = select(mask, S, lowest) -> M = max_j S -> E = exp(S - M)
 //   -> Z = sum_j E -> stats = M + log Z (output) -> P = E / Z (bf16) -> O = P V (output)
-// backward (one graph, 22 ops; inputs Q, K^T, V^T, O, dO, stats):
+// backward (one graph, 22 ops, 24 with KV < H; inputs Q, K^T, V^T, O, dO, stats):
 //   D = (sum_d dO * O) * 1 -> S = scale Q K^T, causal select -> P = exp(S - stats)
 //   -> dV = P^T dO (P^T: reshape, bf16) -> dS = ((dO V^T) * 1 - D) * P * scale
 //   -> dK = dS^T Q (dS^T: reshape, bf16) -> dQ = dS K (K: reshape of K^T)
@@ -14,9 +14,19 @@
 // graph has the shape cuDNN's fused-attention engines match (bmm2's A operand in the I/O type,
 // the transposes as reshapes, INT32 index generation, BOOLEAN compare), as cudnn-frontend does.
 //
-// Q/K/V/O/dO/dQ/dK/dV are strided views of the fused layouts: qkv[B,T,3,H,hd] gives Q dims
-// [B,H,T,hd] with strides [3CT, hd, 3C, 1]; out[B,T,H,hd] gives [CT, hd, C, 1]. Graph, plan and
-// workspace size are built once per (B,T,H,hd) and cached; a call only binds pointers.
+// Q/K/V/O/dO/dQ/dK/dV are strided views of the fused layouts: qkv rows [q H hd | k KV hd | v KV hd]
+// (W = (H + 2 KV) hd wide; KV = H is GPT-2's [B,T,3,H,hd]) give Q dims [B,H,T,hd] with strides
+// [WT, hd, W, 1] and K, V dims [B,KV,T,hd] with the same strides; out[B,T,H,hd] gives [CT, hd, C, 1].
+// Graph, plan and workspace size are built once per (B,T,H,hd,KV) and cached; a call only binds
+// pointers.
+//
+// Grouped-query attention (KV < H), as cudnn-frontend's composite SDPA graphs express it: K^T and V
+// (V^T) simply have KV heads while Q, S, P, O have H (the matmuls broadcast kv head h / (H / KV) to
+// query head h); in the backward, dK and dV are computed per query head into virtual bf16
+// [B,H,T,hd] tensors and summed over each group by an ADD reduction into the [B,KV,T,hd] outputs
+// ("b (hk g) s d -> b hk s d"). cuDNN's fused attention engines need hd a multiple of 8 and at most
+// 128 (256 on Hopper with recent cuDNN 9) and H a multiple of KV; otherwise no plan is found and
+// the error says so.
 #include <cudnn.h>
 
 #include <cmath>
@@ -249,23 +259,38 @@ class GraphBuilder {
 
 // The two graphs of one shape.
 struct Shape {
-  int B, T, H, hd;
+  int B, T, H, hd, KV;
   int64_t C() const { return static_cast<int64_t>(H) * hd; }
+  int64_t Ckv() const { return static_cast<int64_t>(KV) * hd; }
+  int64_t W() const { return C() + 2 * Ckv(); }  // a qkv row
   Dims bhtd() const { return {B, H, T, hd}; }
+  Dims kv_td() const { return {B, KV, T, hd}; }  // K, V, dK, dV
+  Dims kv_dt() const { return {B, KV, hd, T}; }  // the transposed K^T, V^T views
   Dims bhtt() const { return {B, H, T, T}; }
   Dims bht1() const { return {B, H, T, 1}; }
   // A [B,H,T,hd] view of rows of width W (qkv: 3C, out: C).
   Dims strides(int64_t W) const { return {T * W, hd, W, 1}; }
-  Dims strides_t(int64_t W) const { return {T * W, hd, 1, W}; }  // the [B,H,hd,T] transposed view
-  Dims dims_t() const { return {B, H, hd, T}; }
+  Dims strides_t(int64_t W) const { return {T * W, hd, 1, W}; }  // the [B,heads,hd,T] transposed view
   Dims stats_strides() const { return {static_cast<int64_t>(H) * T, T, 1, 1}; }
 };
 
+// dst = a b where dst is a [B,KV,T,hd] gradient: direct when KV = H; otherwise the product per
+// query head into a virtual bf16 [B,H,T,hd] and an ADD reduction over each group of H / KV heads.
+void matmul_kv_grad(GraphBuilder& g, const Shape& sh, const Desc& a, const Desc& b, const Desc& dst) {
+  if (sh.KV == sh.H) {
+    g.matmul(a, b, dst);
+    return;
+  }
+  Desc& full = g.virt(sh.bhtd(), CUDNN_DATA_BFLOAT16);
+  g.matmul(a, b, full);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, dst);
+}
+
 void build_forward(GraphBuilder& g, const Shape& sh) {
-  const int64_t C3 = 3 * sh.C(), C = sh.C();
-  Desc& q = g.tensor(kQ, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
-  Desc& kt = g.tensor(kKt, sh.dims_t(), sh.strides_t(C3), CUDNN_DATA_BFLOAT16, false);
-  Desc& v = g.tensor(kV, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
+  const int64_t W = sh.W(), C = sh.C();
+  Desc& q = g.tensor(kQ, sh.bhtd(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
+  Desc& kt = g.tensor(kKt, sh.kv_dt(), sh.strides_t(W), CUDNN_DATA_BFLOAT16, false);
+  Desc& v = g.tensor(kV, sh.kv_td(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
   Desc& o = g.tensor(kO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
   Desc& stats = g.tensor(kStats, sh.bht1(), sh.stats_strides(), CUDNN_DATA_FLOAT, false);
   Desc& scale = g.scalar(kScale);
@@ -291,16 +316,16 @@ void build_forward(GraphBuilder& g, const Shape& sh) {
 }
 
 void build_backward(GraphBuilder& g, const Shape& sh) {
-  const int64_t C3 = 3 * sh.C(), C = sh.C();
-  Desc& q = g.tensor(kQ, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
-  Desc& kt = g.tensor(kKt, sh.dims_t(), sh.strides_t(C3), CUDNN_DATA_BFLOAT16, false);
-  Desc& vt = g.tensor(kVt, sh.dims_t(), sh.strides_t(C3), CUDNN_DATA_BFLOAT16, false);
+  const int64_t W = sh.W(), C = sh.C();
+  Desc& q = g.tensor(kQ, sh.bhtd(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
+  Desc& kt = g.tensor(kKt, sh.kv_dt(), sh.strides_t(W), CUDNN_DATA_BFLOAT16, false);
+  Desc& vt = g.tensor(kVt, sh.kv_dt(), sh.strides_t(W), CUDNN_DATA_BFLOAT16, false);
   Desc& o = g.tensor(kO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
   Desc& dout = g.tensor(kDO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
   Desc& stats = g.tensor(kStats, sh.bht1(), sh.stats_strides(), CUDNN_DATA_FLOAT, false);
-  Desc& dq = g.tensor(kDQ, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
-  Desc& dk = g.tensor(kDK, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
-  Desc& dv = g.tensor(kDV, sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, false);
+  Desc& dq = g.tensor(kDQ, sh.bhtd(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
+  Desc& dk = g.tensor(kDK, sh.kv_td(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
+  Desc& dv = g.tensor(kDV, sh.kv_td(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
   Desc& scale = g.scalar(kScale);
   Desc& one = g.scalar(kOne);
   const Dims tt = sh.bhtt();
@@ -325,7 +350,7 @@ void build_backward(GraphBuilder& g, const Shape& sh) {
   // dV = P^T dO
   Desc& pt = g.tensor(g.next_uid(), tt, tt_t, CUDNN_DATA_BFLOAT16, true);
   g.reshape(p, pt);
-  g.matmul(pt, dout, dv);
+  matmul_kv_grad(g, sh, pt, dout, dv);
   // dS = ((dO V^T) * 1 - D) * P * scale
   Desc& dp = g.virt(tt);
   g.matmul(dout, vt, dp);
@@ -340,9 +365,9 @@ void build_backward(GraphBuilder& g, const Shape& sh) {
   // dK = dS^T Q
   Desc& dst = g.tensor(g.next_uid(), tt, tt_t, CUDNN_DATA_BFLOAT16, true);
   g.reshape(ds, dst);
-  g.matmul(dst, q, dk);
-  // dQ = dS K, K = the [B,H,T,hd] reshape of the K^T input
-  Desc& k = g.tensor(g.next_uid(), sh.bhtd(), sh.strides(C3), CUDNN_DATA_BFLOAT16, true);
+  matmul_kv_grad(g, sh, dst, q, dk);
+  // dQ = dS K, K = the [B,KV,T,hd] reshape of the K^T input
+  Desc& k = g.tensor(g.next_uid(), sh.kv_td(), sh.strides(W), CUDNN_DATA_BFLOAT16, true);
   g.reshape(kt, k);
   g.matmul(ds, k, dq);
 }
@@ -379,37 +404,38 @@ class CudnnAttention final : public Attention {
  public:
   CudnnAttention(cudnnHandle_t h, Scratch& scratch) : h_(h), scratch_(scratch) {}
 
-  void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd) override {
-    Shape sh{B, T, H, hd};
+  void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
+               int KV) override {
+    Shape sh{B, T, H, hd, KV};
     Plan& p = plan(fwd_, sh, true);
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
     float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
     char* base = reinterpret_cast<char*>(const_cast<bf16*>(qkv));
-    const int64_t C2 = 2 * sh.C();  // bytes of C bf16 elements
+    const int64_t k_off = 2 * sh.C(), v_off = 2 * (sh.C() + sh.Ckv());  // bytes to the k and v slices
     execute(h_, p, scratch_, {kQ, kKt, kV, kO, kStats, kScale, kLowest},
-            {base, base + C2, base + 2 * C2, out, stats, &scale, &lowest}, "forward");
+            {base, base + k_off, base + v_off, out, stats, &scale, &lowest}, "forward");
   }
 
   void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats,
-                int B, int T, int H, int hd) override {
-    Shape sh{B, T, H, hd};
+                int B, int T, int H, int hd, int KV) override {
+    Shape sh{B, T, H, hd, KV};
     Plan& p = plan(bwd_, sh, false);
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
     float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
     char* base = reinterpret_cast<char*>(const_cast<bf16*>(qkv));
     char* dbase = reinterpret_cast<char*>(dqkv);
-    const int64_t C2 = 2 * sh.C();
+    const int64_t k_off = 2 * sh.C(), v_off = 2 * (sh.C() + sh.Ckv());
     float one = 1.f;
     execute(h_, p, scratch_, {kQ, kKt, kVt, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kLowest, kOne},
-            {base, base + C2, base + 2 * C2, const_cast<bf16*>(out), const_cast<bf16*>(dout),
-             const_cast<float*>(stats), dbase, dbase + C2, dbase + 2 * C2, &scale, &lowest, &one},
+            {base, base + k_off, base + v_off, const_cast<bf16*>(out), const_cast<bf16*>(dout),
+             const_cast<float*>(stats), dbase, dbase + k_off, dbase + v_off, &scale, &lowest, &one},
             "backward");
   }
 
  private:
-  using Key = std::tuple<int, int, int, int>;
+  using Key = std::tuple<int, int, int, int, int>;
   Plan& plan(std::map<Key, std::unique_ptr<Plan>>& cache, const Shape& sh, bool fwd) {
-    Key key{sh.B, sh.T, sh.H, sh.hd};
+    Key key{sh.B, sh.T, sh.H, sh.hd, sh.KV};
     auto it = cache.find(key);
     if (it != cache.end()) return *it->second;
     auto p = std::make_unique<Plan>();
@@ -432,8 +458,10 @@ std::unique_ptr<Attention> make_cudnn_attention(cudnnHandle_t cudnn, Scratch& sc
   return std::make_unique<CudnnAttention>(cudnn, scratch);
 }
 
-std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H, int hd) {
-  Shape sh{B, T, H, hd};
+std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H, int hd, int KV) {
+  if (KV == 0) KV = H;
+  check(KV > 0 && H % KV == 0, "attention: {} kv heads do not divide {} query heads", KV, H);
+  Shape sh{B, T, H, hd, KV};
   Plan f, b;
   build_forward(f.graph, sh);
   build_backward(b.graph, sh);

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "check.hpp"
@@ -24,6 +25,14 @@ struct alignas(16) F4 {
 };
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Row kernels reading 16-byte packs: C a multiple of 8 and every (non-null) pointer 16-byte aligned.
+inline void require_packable(int64_t C, const char* what, std::initializer_list<const void*> ptrs) {
+  if (C % 8 != 0)
+    throw_error(std::string(what) + ": C = " + std::to_string(C) + " must be a multiple of 8 (16-byte bf16 packs)");
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) throw_error(std::string(what) + ": a pointer is not 16-byte aligned");
+}
 
 // Grid size for a grid-stride loop over `work` items with `threads` per block.
 inline unsigned grid_for(size_t work, unsigned threads) {

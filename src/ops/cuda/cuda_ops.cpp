@@ -44,6 +44,13 @@ class DeviceScratch final : public Scratch {
   size_t cap_ = 0;
 };
 
+// Ops' convention: 0 kv heads = H (plain multi-head attention); otherwise KV must divide H.
+int kv_heads_of(int H, int kv_heads) {
+  const int kv = kv_heads == 0 ? H : kv_heads;
+  check(kv > 0 && H % kv == 0, "attention: {} kv heads do not divide {} query heads", kv, H);
+  return kv;
+}
+
 class CudaOpsImpl final : public CudaOps {
  public:
   explicit CudaOpsImpl(const CudaOpsOptions& o) : attention_kind_(o.attention) {
@@ -149,12 +156,32 @@ class CudaOpsImpl final : public CudaOps {
     cuda::gelu_backward(stream_, dinp, inp, dout, n);
   }
 
-  void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd) override {
-    attention_->forward(stream_, out, stats, qkv, B, T, H, hd);
+  void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
+                         int kv_heads) override {
+    attention_->forward(stream_, out, stats, qkv, B, T, H, hd, kv_heads_of(H, kv_heads));
   }
   void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats, int B,
-                          int T, int H, int hd) override {
-    attention_->backward(stream_, dqkv, dout, qkv, out, stats, B, T, H, hd);
+                          int T, int H, int hd, int kv_heads) override {
+    attention_->backward(stream_, dqkv, dout, qkv, out, stats, B, T, H, hd, kv_heads_of(H, kv_heads));
+  }
+
+  void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t rows, int64_t C,
+                       float eps) override {
+    cuda::rmsnorm_forward(stream_, out, rstd, inp, weight, rows, C, eps);
+  }
+  void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp, const bf16* weight,
+                        const float* rstd, int64_t rows, int64_t C) override {
+    cuda::rmsnorm_backward(stream_, *scratch_, dinp, dweight, dout, inp, weight, rstd, rows, C);
+  }
+  void rope(bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
+            bool inverse) override {
+    cuda::rope(stream_, x, B, T, n_heads, hd, row_stride, theta, pos0, inverse);
+  }
+  void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) override {
+    cuda::swiglu_forward(stream_, out, gate_up, rows, F);
+  }
+  void swiglu_backward(bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F) override {
+    cuda::swiglu_backward(stream_, dgate_up, gate_up, dout, rows, F);
   }
 
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,

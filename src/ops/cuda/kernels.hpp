@@ -42,6 +42,17 @@ void layernorm_backward(cudaStream_t s, Scratch& scratch, bf16* dinp, float* dwe
                         const bf16* inp, const bf16* weight, const float* mean, const float* rstd, int64_t rows,
                         int64_t C);
 
+// llama.cu: the LLaMA block, same semantics as Ops' rmsnorm / rope / swiglu (src/ops/cpu/llama.cpp).
+// rmsnorm_backward: dinp += (bf16), dweight += (fp32; may be nullptr), as layernorm_backward. C % 8 == 0.
+void rmsnorm_forward(cudaStream_t s, bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t rows,
+                     int64_t C, float eps);
+void rmsnorm_backward(cudaStream_t s, Scratch& scratch, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
+                      const bf16* weight, const float* rstd, int64_t rows, int64_t C);
+void rope(cudaStream_t s, bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
+          bool inverse);
+void swiglu_forward(cudaStream_t s, bf16* out, const bf16* gate_up, int64_t rows, int64_t F);
+void swiglu_backward(cudaStream_t s, bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F);
+
 // crossentropy.cu
 void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const bf16* logits, const int32_t* targets,
                           int64_t rows, int64_t Vp, int64_t V);

@@ -137,13 +137,6 @@ __global__ void ln_bwd_finish_kernel(float* dweight, float* dbias, const float* 
   if (dbias) dbias[c] += sb;
 }
 
-void require_packable(int64_t C, const char* what, std::initializer_list<const void*> ptrs) {
-  if (C % 8 != 0)
-    throw_error(std::string(what) + ": C = " + std::to_string(C) + " must be a multiple of 8 (16-byte bf16 packs)");
-  for (const void* p : ptrs)
-    if (p && !aligned16(p)) throw_error(std::string(what) + ": a pointer is not 16-byte aligned");
-}
-
 }  // namespace
 
 void layernorm_forward(cudaStream_t s, bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a,

@@ -25,6 +25,10 @@
 //                                   scaled, masked scores (the [B,H,T,T] probabilities are never kept).
 //   attention_backward(.., att)   attention_backward(dqkv, dout, qkv, out, stats): needs the forward
 //                                   output too (rowsum(dO * O) term of the softmax backward).
+//                                   Both take Ops' kv_heads (grouped-query attention).
+//   rmsnorm_forward/backward      same (bf16 in/out, f32 rstd); backward as layernorm_backward:
+//                                   bf16 dinp +=, f32 dweight +=.
+//   rope, swiglu_forward/backward same, bf16 (rope's angles in double, as Ops).
 //   embedding_forward/backward    same; wte/wpe bf16, dwte/dwpe f32 +=, deterministic (sorted tokens).
 //   residual_forward              residual_forward (bf16); add_inplace/scale_inplace/axpy on f32 grads.
 //   crossentropy_forward/backward same (bf16 logits, f32 losses/lse); backward overwrites the bf16
@@ -84,10 +88,32 @@ class CudaOps {
   virtual void gelu_forward(bf16* out, const bf16* inp, size_t n) = 0;
   virtual void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n) = 0;  // may alias
 
-  // ---- causal attention on qkv[B,T,3,H,hd]; out[B,T,H,hd]; stats[B,H,T] ----
-  virtual void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd) = 0;
+  // ---- causal attention on qkv[B,T,(H + 2 KV) hd] = [q H hd | k KV hd | v KV hd]; out[B,T,H,hd];
+  // stats[B,H,T] ----
+  // kv_heads = KV (0: H, plain multi-head attention on GPT-2's [B,T,3,H,hd]): grouped-query
+  // attention, query head h attending with kv head h / (H / KV); KV must divide H. The backward
+  // overwrites dqkv, its dk and dv summed over each group's query heads.
+  virtual void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
+                                 int kv_heads = 0) = 0;
   virtual void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                                  const float* stats, int B, int T, int H, int hd) = 0;
+                                  const float* stats, int B, int T, int H, int hd, int kv_heads = 0) = 0;
+
+  // ---- the LLaMA block (Ops' rmsnorm / rope / swiglu) ----
+  // RMSNorm over C (a multiple of 8): out = inp * rstd * weight, rstd[rows] f32 = (mean(inp^2) + eps)^-1/2.
+  virtual void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t rows, int64_t C,
+                               float eps) = 0;
+  // As layernorm_backward: dinp[rows,C] += (bf16), dweight[C] += (f32; may be nullptr); C <= 8192.
+  virtual void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp, const bf16* weight,
+                                const float* rstd, int64_t rows, int64_t C) = 0;
+  // Rotary position embeddings in place on the first n_heads heads of hd (even) of every row of
+  // x[B*T, row_stride], positions pos0 + t, Meta's pairs (2i, 2i+1) rotated by (pos0 + t) theta^(-2i/hd);
+  // inverse = rotation by minus the angle (the backward, dx from dy in place).
+  virtual void rope(bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
+                    bool inverse) = 0;
+  // SwiGLU: out[rows,F] = silu(gate) * up over gate_up[rows,2F] = [gate | up]; the backward
+  // overwrites dgate_up[rows,2F] (it may alias gate_up).
+  virtual void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) = 0;
+  virtual void swiglu_backward(bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F) = 0;
 
   // ---- embeddings ----
   virtual void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T,
