@@ -20,6 +20,7 @@
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/cuda/gpt_cuda.hpp"
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/ops/cuda/cuda_flat_ops.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 #include "mpitron/parallel/adamw.hpp"
@@ -96,6 +97,7 @@ std::vector<std::pair<std::string, double>> rel_err_by_kind(const std::vector<Pa
   for (const ParamInfo& p : params) {
     std::string kind = p.name;
     if (kind.starts_with("h.")) kind = "h.*" + kind.substr(kind.find('.', 2));
+    if (kind.starts_with("layers.")) kind = "layers.*" + kind.substr(kind.find('.', 7));
     if (!acc.count(kind)) order.push_back(kind);
     auto& [diff, mag] = acc[kind];
     for (size_t i = p.offset; i < p.offset + p.numel; ++i) {
@@ -291,7 +293,7 @@ void tiny_training(Report& rep, Ops& cpu, const ModelConfig& cfg, const std::str
     rep.line("  device memory: {}", r.memory);
     std::string grads;
     int grad_fail = 0;
-    for (auto& [kind, e] : rel_err_by_kind(gpt_param_table(cfg, ModelShard{}), r.c.step1_grads.data(),
+    for (auto& [kind, e] : rel_err_by_kind(model_param_table(cfg, ModelShard{}), r.c.step1_grads.data(),
                                            ref.step1_grads.data())) {
       grads += fmt::format("{} {:.1e}{}, ", kind, e, e <= kGradBound ? "" : " **FAIL**");
       grad_fail += !(e <= kGradBound);
@@ -406,6 +408,8 @@ void tiny_training_check(Report& rep, Ops& cpu) {
     padded.vocab_size = 250;
     padded.name = "tiny+v250";
     tiny_training(rep, cpu, padded, "preset tiny with vocab_size 250", {"cudnn"});
+    // LLaMA: RMSNorm, RoPE, grouped-query attention (4 query heads on 2 kv heads), SwiGLU, untied head.
+    tiny_training(rep, cpu, model_preset("llama-tiny"), "preset llama-tiny", {"naive", "cudnn"});
   } catch (const std::exception& e) {
     ++rep.failures;
     rep.line("\n**ERROR** in the tiny training comparison: {}\n", e.what());
@@ -418,7 +422,7 @@ void training_section(Report& rep, Ops& cpu, double gemm_tflops, bool tiny, bool
     tiny_training_check(rep, cpu);
   }
   if (!steps) return;
-  rep.line("### Training step timings (T 1024, one batch of random tokens repeated, attention cudnn)\n");
+  rep.line("### Training step timings (the preset's T: 1024 GPT-2, 2048 llama-1b; one batch of random tokens repeated, attention cudnn)\n");
   rep.line("One step = zero_grad + forward + backward (one micro-batch) + grad norm and clip + AdamW (fp32 master ->");
   rep.line("bf16 copy), wall time, median of 5 after 2 warm-up steps. FLOPs/step = B*T * gpt_flops_per_token");
   rep.line("(6 N_nonembedding + 6 V d + 12 L T d). MFU against the {:.0f} TFLOP/s dense bf16 datasheet peak and", kPeakTflops);
@@ -428,7 +432,8 @@ void training_section(Report& rep, Ops& cpu, double gemm_tflops, bool tiny, bool
   rep.line("difference bounded by {:.0e} (bf16 forward only, no training drift: O(1e-3) expected).\n", kInitLossBound);
   rep.line("| model | micro-batch | initial loss CPU / GPU (rel diff) | ms/step | tokens/s | TFLOP/s | MFU (peak) | MFU (GEMM rate) | loss (first -> last of 7 steps) | model device memory |");
   rep.line("|---|---|---|---|---|---|---|---|---|---|");
-  for (auto [preset, B] : {std::pair<const char*, int>{"gpt2-124m", 8}, std::pair<const char*, int>{"gpt2-350m", 8}}) {
+  for (auto [preset, B] : {std::pair<const char*, int>{"gpt2-124m", 8}, std::pair<const char*, int>{"gpt2-350m", 8},
+                           std::pair<const char*, int>{"llama-1b", 4}}) {
     try {
       time_training_step(rep, cpu, preset, B, gemm_tflops);
     } catch (const std::exception& e) {

@@ -260,7 +260,7 @@ const std::vector<Key>& registry() {
       make_key("job.name", "run name; also names the default run directory", &C::job, &JobSection::name),
       make_key("job.run_dir", "where metrics, logs and checkpoints go (default runs/<job.name>)", &C::job,
                &JobSection::run_dir),
-      make_key("model.preset", "tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | llama-tiny | llama-small | llama2-7b/13b/70b | llama3-8b/70b/405b",
+      make_key("model.preset", "tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | llama-tiny | llama-small | llama-1b | llama2-7b/13b/70b | llama3-8b/70b/405b",
                &C::model, &ModelSection::preset),
       make_key("model.n_layer", "transformer blocks (0: from the preset)", &C::model, &ModelSection::n_layer),
       make_key("model.n_head", "attention heads (0: from the preset)", &C::model, &ModelSection::n_head),

@@ -57,6 +57,9 @@ const std::vector<ModelConfig>& presets() {
       // For tests and CPU runs (byte-level vocabulary like tiny): d_ff 192 and 704.
       llama("llama-tiny", 2, 4, 2, 64, 1.0, 32, 256, 64, 10000.0),
       llama("llama-small", 4, 8, 2, 256, 1.0, 64, 256, 256, 10000.0),
+      // A ~1B LLaMA for GPU benchmarks (TinyLlama-1.1B's shape: 22 layers, d 2048, 32 query heads on
+      // 4 kv heads, d_ff 5632, vocab 32000): 1.10B parameters.
+      llama("llama-1b", 22, 32, 4, 2048, 1.0, 256, 32000, 2048, 10000.0),
       // Meta's params.json: d_ff 11008, 13824, 28672, 14336, 28672, 53248.
       llama("llama2-7b", 32, 32, 32, 4096, 1.0, 256, 32000, 4096, 10000.0),
       llama("llama2-13b", 40, 40, 40, 5120, 1.0, 256, 32000, 4096, 10000.0),

@@ -115,7 +115,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   n_local_layers_ = local_layers(cfg, shard);
   vp_ = cfg.padded_vocab(tp_size) / tp_size;
   const int64_t hd = cfg.head_dim();
-  h_local_ = cfg.n_head / tp_size, kv_local_ = cfg.n_kv_head / tp_size, c_local_ = h_local_ * hd;
+  h_local_ = cfg.n_head / tp_size, kv_local_ = cfg_.n_kv_head / tp_size, c_local_ = h_local_ * hd;
   f_local_ = cfg.d_ff / tp_size;
   qkv_local_ = h_local_ * hd + 2 * kv_local_ * hd, fc_local_ = (llama() ? 2 : 1) * f_local_;
   qkv_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, qkv_local_ * tp_size);

@@ -5,21 +5,9 @@
 //   floats), GPT-2 or LLaMA.
 //   activations: fp32 (the CPU trainer, either architecture) gpt_activation_bytes (the planned
 //   buffer of gpt_activation_floats, the token ids and the last-position logits: what the model's
-//   constructor allocates, which it checks); bf16 (the GPU trainer, GPT-2) gpu_activation_bytes
+//   constructor allocates, which it checks); bf16 (the GPU trainer) gpu_activation_bytes
 //   (what GptCuda allocates: plan_gpu_activations, with fused attention's statistics and no
 //   [B, H, T, T] matrix); both with the schedule's slots and the recompute option.
-// LLaMA on the GPU (bf16; GptCuda does not run LLaMA yet) is planned from formulas:
-//   parameters  llama_param_table (model/param_tables.hpp, what the model allocates);
-//               per layer 2h (norms) + h*h (q) + 2*h*kv*hd (k, v) + h*h (o) + 3*h*f (gate, up,
-//               down), q, k, v, o, gate, up, down split over tp (kv heads % tp == 0), norms
-//               replicated; embedding and head each padded_vocab(tp)*h, vocab-parallel.
-//   activations kept for backward per layer and micro-batch (e = element bytes, fp32 stats):
-//               input, norm1 out, residual 2, norm2 out: 4*b*s*h*e (/tp with sp); rstd x2: 2*b*s*4
-//               (/tp with sp); q, k, v after RoPE: b*s*(a + 2*kv)*hd*e/tp; fused attention output
-//               b*s*h*e/tp and its log-sum-exp b*a*s*4/tp (no s*s softmax: cuDNN / flash);
-//               SwiGLU gate, up and their product: 3*b*s*f*e/tp.
-//   with full recompute a layer keeps only its input (b*s*h*e, /tp with sp) and one layer's
-//   set is scratch for the recomputed forward.
 #include "mpitron/plan/ledger.hpp"
 
 #include <fmt/format.h>
@@ -93,21 +81,6 @@ namespace {
 
 GridShape shape_of(const PlanLayout& l) { return GridShape{l.tp, l.cp, l.dp, l.pp}; }
 
-
-// LLaMA activation elements of one layer, one micro-batch, split by element size (e: tensors at
-// the compute precision; f32: statistics). See the header comment.
-struct ActElems {
-  int64_t e = 0, f32 = 0;
-};
-ActElems llama_layer_acts(const ModelConfig& c, int64_t b, int64_t s, int tp, bool sp, bool recompute) {
-  const int64_t h = c.d_model, hd = c.head_dim(), f = c.d_ff, sh = sp ? tp : 1;
-  const int64_t kv = c.n_kv_head;  // validate_plan: divisible by tp
-  if (recompute) return {b * s * h / sh, 0};
-  ActElems a;
-  a.e = 4 * b * s * h / sh + b * s * (c.n_head + 2 * kv) * hd / tp + b * s * h / tp + 3 * b * s * f / tp;
-  a.f32 = 2 * b * s / sh + int64_t{b} * c.n_head * s / tp;
-  return a;
-}
 
 struct Chunk {
   ModelShard shard;
@@ -218,9 +191,9 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
       r.act_per_layer = (gpt_activation_floats(m, two, mb, {1, l.recompute}) -
                          gpt_activation_floats(m, one, mb, {1, l.recompute})) * e;
     r.source = "model_param_table + gpt_activation_bytes (the model's allocation functions)";
-  } else if (m.arch == Arch::gpt2) {
+  } else {
     // What GptCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the fused
-    // attention's log-sum-exp and no [B, H, T, T] matrix).
+    // attention's log-sum-exp and no [B, H, T, T] matrix), GPT-2 or LLaMA.
     const int64_t rows = gpu_logits_chunk_rows(m, mb);
     auto bytes = [&](const ModelShard& sh, int slots) {
       return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
@@ -228,23 +201,6 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
     for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots);
     if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);
     r.source = "model_param_table + plan_gpu_activations (the GPU model's allocation functions)";
-  } else {
-    ActElems a = llama_layer_acts(m, B, s, l.tp, l.sp, l.recompute);
-    r.act_per_layer = a.e * e + a.f32 * 4;
-    const int64_t sh = l.sp ? l.tp : 1, h = m.d_model;
-    int64_t other = 0;
-    for (const auto& c : chunks) {
-      if (c.shard.has_embedding) other += B * s * h / sh * e;  // embedding output
-      if (c.shard.has_head)  // final norm out + rstd, fp32 logits of the vocab shard (one micro-batch)
-        other += B * s * h / sh * e + B * s / sh * 4 + B * s * (m.padded_vocab(l.tp) / l.tp) * 4;
-    }
-    other += (2 * B * s * h / sh + B * s * m.d_ff / l.tp) * e;  // backward scratch: residual grads, MLP grad
-    if (l.recompute && layers > 0) {
-      ActElems full = llama_layer_acts(m, B, s, l.tp, l.sp, false);
-      other += full.e * e + full.f32 * 4;  // one layer recomputed at a time
-    }
-    r.activations = layer_slots * r.act_per_layer + other;
-    r.source = "llama_param_table + LLaMA activation formulas for the GPU (ledger.cpp header)";
   }
   r.act_other = r.activations - layer_slots * r.act_per_layer;
   r.korthikanti_per_layer = korthikanti_layer_bytes(s, B, m.d_model, m.n_head, l.tp, l.sp, l.recompute);

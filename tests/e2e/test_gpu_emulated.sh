@@ -54,7 +54,7 @@ common=(--data.path="$tmp/data" --model.n_layer=2 --train.steps=10 --train.micro
 run() {
   local name=$1 bin=$2 np=$3
   shift 3
-  local argv=(jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" "$@")
+  local argv=("${JOB:-jobs/tiny.toml}" "${common[@]}" --job.run_dir="$tmp/$name" "$@")
   [ "$bin" = "$MPITRON" ] && argv=(train "${argv[@]}")
   timeout -k 5 120 $MPIRUN -np "$np" "$bin" "${argv[@]}" >"$tmp/$name.log" 2>&1 || { tail -30 "$tmp/$name.log"; fail "$name"; }
 }
@@ -116,7 +116,7 @@ echo "GPU activations (peak, rank 0): $(act gpu) without recompute, $(act gpu_re
 # The planner's bf16 activations are GptCuda's own layout (model/gpu_activations.hpp): `plan` of
 # the same job gives rank 0's tracked bytes exactly (the first stage row's activation column).
 plan_act() {
-  "$MPITRON" plan jobs/tiny.toml "${common[@]}" --train.backend=nccl --bytes "$@" |
+  "$MPITRON" plan "${JOB:-jobs/tiny.toml}" "${common[@]}" --train.backend=nccl --bytes "$@" |
     awk '$1 == "0" && NF > 8 {printf "%.2f KiB", $(NF - 4 - 2 * ($NF == "heaviest")) / 1024}'
 }
 for r in "gpu --parallel.dp=2" "gpu_recompute --parallel.dp=2 --train.recompute=full" \
@@ -196,6 +196,43 @@ print(f"GPU tp2 + sp x pp2 train.dump_params vs CPU np1: {n} tensors, all togeth
 assert whole < 1e-2 and worst[0] < 1e-1
 PY
 [ "$(act gpu_recompute)" != "$(act gpu)" ] || fail "recompute did not change the activation memory"
+
+# LLaMA on the GPU trainer (RMSNorm, RoPE, GQA 4/2 heads, SwiGLU, untied head): against the CPU
+# run, with ZeRO-1, tp2 + sp, dp2 x pp2 with ZeRO-3, the ledger EXACT, plan's activations equal to
+# the tracked ones, and its checkpoint resumed on the CPU trainer.
+JOB=jobs/llama-tiny.toml
+run llama_cpu "$MPITRON" 1
+run llama_gpu "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --checkpoint.every=5 --train.check_ledger=true
+run llama_gpu_tp2_sp "$EMU" 2 --parallel.tp=2 --parallel.sp=true --train.check_ledger=true
+run llama_gpu_dp2_pp2_zero3 "$EMU" 4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=3 --train.check_ledger=true
+run llama_cpu_from_gpu "$MPITRON" 1 --train.resume="$tmp/llama_gpu/ckpt/step_00000005.h5"
+for r in "llama_gpu 2" "llama_gpu_tp2_sp 2" "llama_gpu_dp2_pp2_zero3 4"; do
+  set -- $r
+  ok=$(grep -c "ledger OK" "$tmp/$1.log" || true)
+  [ "$ok" -eq $((2 * $2)) ] && ! grep -q "MISMATCH\|OFF BY" "$tmp/$1.log" ||
+    { grep "ledger rank" "$tmp/$1.log" >&2; fail "$1: $ok of $((2 * $2)) GPU ledger checks OK"; }
+done
+[ "$(plan_act --parallel.tp=2 --parallel.sp=true)" = "$(act llama_gpu_tp2_sp)" ] ||
+  fail "plan's llama GPU activations $(plan_act --parallel.tp=2 --parallel.sp=true) != $(act llama_gpu_tp2_sp)"
+JOB=jobs/tiny.toml
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+def losses(n):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{t}/{n}/metrics.jsonl")) if r.get("loss") is not None}
+cpu = losses("llama_cpu")
+def rel(n, ref=cpu, steps=None):
+    g = losses(n)
+    return max(abs(g[s] - ref[s]) / ref[s] for s in (steps or sorted(ref)))
+z1, sp, p3 = rel("llama_gpu"), rel("llama_gpu_tp2_sp"), rel("llama_gpu_dp2_pp2_zero3")
+c = rel("llama_cpu_from_gpu", losses("llama_gpu"), range(6, 11))
+print(f"LLaMA on the emulated GPU vs CPU np1: dp2 ZeRO-1 {z1:.2e}, tp2 + sp {sp:.2e}, dp2 x pp2 ZeRO-3 {p3:.2e}; "
+      f"its checkpoint on the CPU trainer: steps 6-10 within {c:.2e} (bound 2e-3)")
+assert max(z1, sp, p3, c) < 2e-3
+g = losses("llama_gpu")
+assert g[10] < g[1] - 0.5, "LLaMA on the GPU trainer did not learn"
+PY
+echo "ok    LLaMA on the emulated GPU trainer: ledger EXACT, plan = tracked activations"
 
 expect_error() {  # pattern extra...
   local pattern=$1

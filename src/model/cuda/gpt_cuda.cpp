@@ -10,6 +10,8 @@
 //     backward() scales them by loss_scale, which is only known then.
 // Gradients are fp32 and accumulate (+=) over micro-batches; the residual-stream gradient dres
 // is bf16 (llm.c's dresidual), LayerNorm backward adds into it.
+// LLaMA (cfg.arch): RMSNorm (the residual add unfused), RoPE on q and k after the fused q|k|v
+// GEMM, grouped-query attention, SwiGLU after the fused gate|up GEMM, no biases, lm_head.
 // This file: the activation layout, construction, forward and backward. The model's state
 // (memory accounting, host transfers, pipeline stage tensors, gradient binding) is in
 // gpt_cuda_state.cpp.
@@ -25,6 +27,7 @@
 #include "gpt_cuda_kernels.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/model/tp_mappings.hpp"
 
 namespace mpitron {
@@ -52,28 +55,30 @@ void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
 GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard,
                  GptCudaOptions options, Comm* tp)
     : cfg_(cfg), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
-  usage_check(cfg.arch == Arch::gpt2,
-              "model {} is a LLaMA: the CUDA backend (train.backend = \"nccl\") trains GPT-2 only so far; train it "
-              "on the CPU backend (train.backend = \"mpi\")",
-              cfg.name);
   check(shard.tp_size >= 1 && shard.tp_rank >= 0 && shard.tp_rank < shard.tp_size &&
             (shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank)),
         "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
         shard.tp_size);
-  check(cfg.n_head % shard.tp_size == 0, "GptCuda: tp {} must divide n_head {}", shard.tp_size, cfg.n_head);
+  if (!llama()) cfg_.n_kv_head = cfg_.n_head;  // GPT-2: multi-head attention
+  usage_check(cfg.n_head % shard.tp_size == 0 && cfg_.n_kv_head % shard.tp_size == 0 && cfg.d_ff % shard.tp_size == 0,
+              "tensor parallel {} must divide the query heads ({}), the key/value heads ({}) and the MLP width ({}) "
+              "of {}",
+              shard.tp_size, cfg.n_head, cfg_.n_kv_head, cfg.d_ff, cfg.name);
   if (tp_) tp_->set_compute_stream(ops.stream());
   layer_begin_ = shard.layer_begin;
   n_local_ = local_layers(cfg, shard);
   check(layer_begin_ >= 0 && n_local_ >= 0 && layer_begin_ + n_local_ <= cfg.n_layer,
         "GptCuda: layers [{}, {}) outside the model's {}", layer_begin_, layer_begin_ + n_local_, cfg.n_layer);
   check(max_micro_batch > 0 && options.slots >= 1, "GptCuda: max_micro_batch and slots must be > 0");
-  check(cfg.d_model % cfg.n_head == 0 && cfg.d_ff == 4 * cfg.d_model && cfg.d_model % 8 == 0,
-        "GptCuda: bad config d_model {} n_head {} d_ff {} (d_ff = 4 d_model, d_model a multiple of 8 and of n_head)",
+  check(cfg.d_model % cfg.n_head == 0 && (llama() || cfg.d_ff == 4 * cfg.d_model) && cfg.d_model % 8 == 0,
+        "GptCuda: bad config d_model {} n_head {} d_ff {} (GPT-2: d_ff = 4 d_model; d_model a multiple of 8 and of "
+        "n_head)",
         cfg.d_model, cfg.n_head, cfg.d_ff);
   const int T = shard.tp_size;
   vp_ = cfg.padded_vocab(T) / T;
   vocab_begin_ = int64_t{shard.tp_rank} * vp_;
   c_local_ = cfg.d_model / T, h_local_ = cfg.n_head / T, f_local_ = cfg.d_ff / T;
+  kv_local_ = cfg_.n_kv_head / T, qkv_local_ = (h_local_ + 2 * kv_local_) * cfg.head_dim();
   check(cfg.vocab_size > int64_t{T - 1} * vp_, "GptCuda: vocabulary {} too small for tp {} (the last rank's {} padded "
         "rows would hold no real token)", cfg.vocab_size, T, vp_);
   chunk_rows_ = gpu_logits_chunk_rows(cfg, max_micro_batch, options.logits_chunk_rows);
@@ -81,7 +86,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
   sp_ = shard.sequence_parallel && T > 1;
   check(!sp_ || cfg.seq_len % T == 0, "GptCuda: sequence parallel needs seq_len ({}) divisible by tp ({})", cfg.seq_len,
         T);
-  params_ = gpt_param_table(cfg, shard);
+  params_ = model_param_table(cfg_, shard);
   n_flat_ = flat_param_floats(params_);
 
   auto at = [&](const std::string& name) {
@@ -89,17 +94,38 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
       if (p.name == name) return p.offset;
     fail("GptCuda: parameter {} missing from the table", name);
   };
-  // A pipeline stage holds its blocks; wte on the first (embedding) and last (tied LM head)
-  // stages, wpe on the first, ln_f on the last.
-  if (shard.has_embedding || shard.has_head) off_.wte = at("wte.weight");
-  if (shard.has_embedding) off_.wpe = at("wpe.weight");
-  if (shard.has_head) off_.lnf_w = at("ln_f.weight"), off_.lnf_b = at("ln_f.bias");
+  // A pipeline stage holds its blocks; the token embedding on the first stage (and on the last
+  // for a tied LM head), wpe on the first (GPT-2), the final norm and an untied lm_head on the last.
+  const bool tied = cfg.tied_embeddings;
+  const std::string emb = llama() ? "embed_tokens.weight" : "wte.weight";
+  if (shard.has_embedding || (tied && shard.has_head)) off_.wte = at(emb);
+  if (shard.has_embedding && !llama()) off_.wpe = at("wpe.weight");
+  if (shard.has_head) {
+    off_.lnf_w = at(llama() ? "norm.weight" : "ln_f.weight");
+    if (!llama()) off_.lnf_b = at("ln_f.bias");
+    off_.head = tied ? off_.wte : at("lm_head.weight");
+  }
   for (int l = layer_begin_; l < layer_begin_ + n_local_; ++l) {
-    std::string h = "h." + std::to_string(l) + ".";
-    off_.layers.push_back({at(h + "ln_1.weight"), at(h + "ln_1.bias"), at(h + "attn.c_attn.weight"),
-                           at(h + "attn.c_attn.bias"), at(h + "attn.c_proj.weight"), at(h + "attn.c_proj.bias"),
-                           at(h + "ln_2.weight"), at(h + "ln_2.bias"), at(h + "mlp.c_fc.weight"),
-                           at(h + "mlp.c_fc.bias"), at(h + "mlp.c_proj.weight"), at(h + "mlp.c_proj.bias")});
+    if (!llama()) {
+      std::string h = "h." + std::to_string(l) + ".";
+      off_.layers.push_back({at(h + "ln_1.weight"), at(h + "ln_1.bias"), at(h + "attn.c_attn.weight"),
+                             at(h + "attn.c_attn.bias"), at(h + "attn.c_proj.weight"), at(h + "attn.c_proj.bias"),
+                             at(h + "ln_2.weight"), at(h + "ln_2.bias"), at(h + "mlp.c_fc.weight"),
+                             at(h + "mlp.c_fc.bias"), at(h + "mlp.c_proj.weight"), at(h + "mlp.c_proj.bias")});
+      continue;
+    }
+    const std::string h = "layers." + std::to_string(l) + ".";
+    const size_t q = at(h + "self_attn.q_proj.weight"), gate = at(h + "mlp.gate_proj.weight");
+    const size_t C = cfg.d_model, hd = cfg.head_dim();
+    // One GEMM each over q|k|v and gate|up: the table keeps them adjacent (ZeRO-3 unit copies and
+    // gradient buckets keep them so too).
+    check(at(h + "self_attn.k_proj.weight") == q + h_local_ * hd * C &&
+              at(h + "self_attn.v_proj.weight") == q + (h_local_ + kv_local_) * hd * C &&
+              at(h + "mlp.up_proj.weight") == gate + f_local_ * C,
+          "GptCuda: block {}'s q/k/v or gate/up weights are not adjacent", l);
+    off_.layers.push_back({at(h + "input_layernorm.weight"), kNone, q, kNone, at(h + "self_attn.o_proj.weight"), kNone,
+                           at(h + "post_attention_layernorm.weight"), kNone, gate, kNone,
+                           at(h + "mlp.down_proj.weight"), kNone});
   }
   try {
     master_ = static_cast<float*>(device_alloc(Mem::params, n_flat_ * sizeof(float), "fp32 master parameters"));
@@ -182,20 +208,28 @@ void GptCuda::layer_forward(int l, int B) {
   const bf16* res_in;
   if (recompute_ || l == 0) {
     res_in = recompute_ ? a_.block_in[l] : a_.encoded;
-    ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, W(p.ln1_w), W(p.ln1_b), Rl, C);
+    norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w, p.ln1_b, Rl);
   } else {
     const LayerAct& prev = a_.layers[l - 1];
     res_in = prev.res3;
-    ops_.residual_layernorm_forward(prev.res3, a.ln1, a.ln1_mean, a.ln1_rstd, prev.res2, a_.proj_out, W(p.ln1_w),
-                                    W(p.ln1_b), Rl, C);
+    residual_norm_forward(prev.res3, a.ln1, a.ln1_mean, a.ln1_rstd, prev.res2, a_.proj_out, p.ln1_w, p.ln1_b, Rl);
   }
-  ops_.matmul_forward(a.qkv, gather_rows(a.ln1, BT), W(p.qkv_w), W(p.qkv_b), BT, C, 3 * Cl);
-  ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, Hl, hd);
+  const int KVl = static_cast<int>(kv_local_);
+  ops_.matmul_forward(a.qkv, gather_rows(a.ln1, BT), W(p.qkv_w), W(p.qkv_b), BT, C, qkv_local_);
+  if (llama()) {  // rotary positions on this rank's query and kv heads (t of the full rows)
+    ops_.rope(a.qkv, B, T, Hl, hd, qkv_local_, cfg_.rope_theta, 0, false);
+    ops_.rope(a.qkv + Cl, B, T, KVl, hd, qkv_local_, cfg_.rope_theta, 0, false);
+  }
+  ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, Hl, hd, KVl);
   ops_.matmul_forward(partial, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : nullptr, BT, Cl, C);
   reduce_rows(partial, a_.proj_out, BT);
-  ops_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, a_.proj_out, W(p.ln2_w), W(p.ln2_b),
-                                  Rl, C);
-  ops_.matmul_forward(a.fch_gelu, gather_rows(a.ln2, BT), W(p.fc_w), W(p.fc_b), BT, C, Fl, a.fch);  // fch = pre-GELU
+  residual_norm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, a_.proj_out, p.ln2_w, p.ln2_b, Rl);
+  if (llama()) {  // fch = [gate | up], fch_gelu = silu(gate) * up
+    ops_.matmul_forward(a.fch, gather_rows(a.ln2, BT), W(p.fc_w), nullptr, BT, C, 2 * Fl);
+    ops_.swiglu_forward(a.fch_gelu, a.fch, BT, Fl);
+  } else {
+    ops_.matmul_forward(a.fch_gelu, gather_rows(a.ln2, BT), W(p.fc_w), W(p.fc_b), BT, C, Fl, a.fch);  // fch = pre-GELU
+  }
   ops_.matmul_forward(partial, a.fch_gelu, W(p.fcp_w), bias_here ? W(p.fcp_b) : nullptr, BT, Fl, C);
   reduce_rows(partial, a_.proj_out, BT);
   if (recompute_) ops_.residual_forward(a_.block_in[l + 1], a.res2, a_.proj_out, static_cast<size_t>(Rl * C));
@@ -222,17 +256,36 @@ void GptCuda::reduce_rows(bf16* partial, bf16* local, int64_t BT) {
 // they are summed over the TP group before they join the gradients (Megatron's rule).
 void GptCuda::ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
                           const float* rstd, int64_t rows) {
-  const int64_t C = cfg_.d_model;
+  const int64_t C = cfg_.d_model, nw = llama() ? C : 2 * C;  // weight (+ bias) gradient floats
+  auto run = [&](float* gw, float* gb) {
+    if (llama()) ops_.rmsnorm_backward(dinp, gw, dout, inp, W(w), rstd, rows, C);
+    else ops_.layernorm_backward(dinp, gw, gb, dout, inp, W(w), mean, rstd, rows, C);
+  };
   if (!sp_) {
-    ops_.layernorm_backward(dinp, G(w), G(b), dout, inp, W(w), mean, rstd, rows, C);
+    run(G(w), G(b));
     return;
   }
-  cuda_check(cudaMemsetAsync(a_.ln_grad, 0, static_cast<size_t>(2 * C) * sizeof(float), ops_.stream()),
+  cuda_check(cudaMemsetAsync(a_.ln_grad, 0, static_cast<size_t>(nw) * sizeof(float), ops_.stream()),
              "cudaMemsetAsync(ln_grad)");
-  ops_.layernorm_backward(dinp, a_.ln_grad, a_.ln_grad + C, dout, inp, W(w), mean, rstd, rows, C);
-  sum_sequence_parallel_grads(*tp_, a_.ln_grad, static_cast<size_t>(2 * C));
+  run(a_.ln_grad, a_.ln_grad + C);
+  sum_sequence_parallel_grads(*tp_, a_.ln_grad, static_cast<size_t>(nw));
   ops_.add_inplace(G(w), a_.ln_grad, static_cast<size_t>(C));
-  ops_.add_inplace(G(b), a_.ln_grad + C, static_cast<size_t>(C));
+  if (!llama()) ops_.add_inplace(G(b), a_.ln_grad + C, static_cast<size_t>(C));
+}
+
+void GptCuda::norm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, size_t w, size_t b, int64_t rows) {
+  if (llama()) ops_.rmsnorm_forward(out, rstd, inp, W(w), rows, cfg_.d_model, cfg_.norm_eps);
+  else ops_.layernorm_forward(out, mean, rstd, inp, W(w), W(b), rows, cfg_.d_model);
+}
+
+void GptCuda::residual_norm_forward(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
+                                    size_t w, size_t bias, int64_t rows) {
+  if (!llama()) {
+    ops_.residual_layernorm_forward(residual, out, mean, rstd, a, b, W(w), W(bias), rows, cfg_.d_model);
+    return;
+  }
+  ops_.residual_forward(residual, a, b, static_cast<size_t>(rows * cfg_.d_model));
+  ops_.rmsnorm_forward(out, rstd, residual, W(w), rows, cfg_.d_model, cfg_.norm_eps);
 }
 
 // Final LayerNorm (with the last block's residual add), then the LM head and loss in chunks of
@@ -249,10 +302,10 @@ void GptCuda::head_forward(int B) {
   cudaStream_t s = ops_.stream();
   if (n_local_ > 0 && !recompute_) {
     const LayerAct& last = a_.layers.back();
-    ops_.residual_layernorm_forward(last.res3, a_.lnf, a_.lnf_mean, a_.lnf_rstd, last.res2, a_.proj_out,
-                                    W(off_.lnf_w), W(off_.lnf_b), Rl, C);
+    residual_norm_forward(last.res3, a_.lnf, a_.lnf_mean, a_.lnf_rstd, last.res2, a_.proj_out, off_.lnf_w,
+                          off_.lnf_b, Rl);
   } else {
-    ops_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, block_output(), W(off_.lnf_w), W(off_.lnf_b), Rl, C);
+    norm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, block_output(), off_.lnf_w, off_.lnf_b, Rl);
   }
   // Under SP the head reads every row: lnf all-gathered; dlnf's partial sums [BT, C] go to `full`
   // and are reduce-scattered to this rank's rows at the end.
@@ -265,7 +318,7 @@ void GptCuda::head_forward(int B) {
   for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
     const int64_t rows = std::min(chunk_rows_, BT - r0);
     const bf16* lnf = lnf_all + r0 * C;
-    ops_.matmul_forward(a_.logits, lnf, W(off_.wte), nullptr, rows, C, vp_);
+    ops_.matmul_forward(a_.logits, lnf, W(off_.head), nullptr, rows, C, vp_);
     if (vp) {  // Megatron's vocab-parallel cross-entropy
       float *lmax = a_.ce, *gmax = a_.ce + rows, *sum_tgt = a_.ce + 2 * rows;  // sum_tgt: [sumexp | target logit]
       ops_.crossentropy_partial(lmax, sum_tgt, sum_tgt + rows, a_.logits, a_.targets + r0, rows, vp_, Vr, vocab_begin_);
@@ -289,7 +342,7 @@ void GptCuda::head_forward(int B) {
       cuda_check(cudaEventRecord(losses_ready_, s), "cudaEventRecord(losses)");
     }
     if (grad)
-      ops_.matmul_backward(dlnf_all + r0 * C, a_.dwte_head, nullptr, a_.logits, lnf, W(off_.wte), rows, C, vp_);
+      ops_.matmul_backward(dlnf_all + r0 * C, a_.dwte_head, nullptr, a_.logits, lnf, W(off_.head), rows, C, vp_);
   }
   if (grad) reduce_rows(dlnf_all, a_.dlnf, BT);  // each rank's vocab slice's part
 }
@@ -374,22 +427,37 @@ void GptCuda::layer_backward(int l, int B) {
   bf16 *dres = a_.dres, *dC = a_.dC, *d4C = a_.d4C;
   bf16* dC_partial = sp_ ? a_.full : dC;
   // MLP: c_proj backward with dinp * gelu'(fch) fused (= d fch), then c_fc, then ln_2 (adds into dres).
-  ops_.matmul_backward(d4C, G(p.fcp_w), G(p.fcp_b), gather_rows(dres, BT, a_.dres_full), a.fch_gelu, W(p.fcp_w), BT,
-                       Fl, C, false, a.fch);
-  ops_.matmul_backward(dC_partial, G(p.fc_w), G(p.fc_b), d4C, gather_rows(a.ln2, BT), W(p.fc_w), BT, C, Fl);
+  // LLaMA: down_proj's dinp (the SwiGLU output's gradient), SwiGLU's backward into d [gate | up].
+  if (llama()) {
+    ops_.matmul_backward(a_.dmlp, G(p.fcp_w), nullptr, gather_rows(dres, BT, a_.dres_full), a.fch_gelu, W(p.fcp_w),
+                         BT, Fl, C);
+    ops_.swiglu_backward(d4C, a.fch, a_.dmlp, BT, Fl);
+  } else {
+    ops_.matmul_backward(d4C, G(p.fcp_w), G(p.fcp_b), gather_rows(dres, BT, a_.dres_full), a.fch_gelu, W(p.fcp_w), BT,
+                         Fl, C, false, a.fch);
+  }
+  ops_.matmul_backward(dC_partial, G(p.fc_w), G(p.fc_b), d4C, gather_rows(a.ln2, BT), W(p.fc_w), BT, C,
+                       (llama() ? 2 : 1) * Fl);
   reduce_rows(dC_partial, dC, BT);
   ln_backward(dres, p.ln2_w, p.ln2_b, dC, a.res2, a.ln2_mean, a.ln2_rstd, Rl);
   // Attention: c_proj, attention (d qkv into d4C), c_attn, ln_1 (adds into dres).
   ops_.matmul_backward(dC, G(p.proj_w), G(p.proj_b), gather_rows(dres, BT, a_.dres_full), a.atty, W(p.proj_w), BT, Cl,
                        C);
-  ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, Hl, hd);
-  ops_.matmul_backward(dC_partial, G(p.qkv_w), G(p.qkv_b), d4C, gather_rows(a.ln1, BT), W(p.qkv_w), BT, C, 3 * Cl);
+  const int KVl = static_cast<int>(kv_local_);
+  ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, Hl, hd, KVl);
+  if (llama()) {  // through the rotation: dq, dk rotated back
+    ops_.rope(d4C, B, T, Hl, hd, qkv_local_, cfg_.rope_theta, 0, true);
+    ops_.rope(d4C + Cl, B, T, KVl, hd, qkv_local_, cfg_.rope_theta, 0, true);
+  }
+  ops_.matmul_backward(dC_partial, G(p.qkv_w), G(p.qkv_b), d4C, gather_rows(a.ln1, BT), W(p.qkv_w), BT, C,
+                       qkv_local_);
   reduce_rows(dC_partial, dC, BT);
   // The key bias's gradient is exactly zero (q.b_k shifts a whole softmax row); computed, it is
   // rounding noise Adam would amplify. Kept exactly zero, as the CPU GPT does. Layout [q | k | v],
   // C/tp each.
-  cuda_check(cudaMemsetAsync(G(p.qkv_b) + Cl, 0, static_cast<size_t>(Cl) * sizeof(float), ops_.stream()),
-             "cudaMemsetAsync(key bias gradient)");
+  if (!llama())
+    cuda_check(cudaMemsetAsync(G(p.qkv_b) + Cl, 0, static_cast<size_t>(Cl) * sizeof(float), ops_.stream()),
+               "cudaMemsetAsync(key bias gradient)");
   ln_backward(dres, p.ln1_w, p.ln1_b, dC, res_in, a.ln1_mean, a.ln1_rstd, Rl);
 }
 
@@ -404,7 +472,7 @@ void GptCuda::backward(float loss_scale, int slot) {
     pre_event(UnitEvent::pre_backward, kHeadUnit);  // before the wte gradient is written (ZeRO-2 binds it here)
     // The head's gradients were computed unscaled during forward.
     cuda::scale_bf16(s, a_.dlnf, loss_scale, static_cast<size_t>(Rl * C));
-    ops_.axpy(G(off_.wte), loss_scale, a_.dwte_head, static_cast<size_t>(vp_ * C));
+    ops_.axpy(G(off_.head), loss_scale, a_.dwte_head, static_cast<size_t>(vp_ * C));
     cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(Rl * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
     ln_backward(a_.dres, off_.lnf_w, off_.lnf_b, a_.dlnf, block_output(), a_.lnf_mean, a_.lnf_rstd, Rl);
     emit(UnitEvent::post_backward, kHeadUnit);

@@ -85,6 +85,7 @@ size_t GptCuda::param_at(size_t offset) const {
 }
 
 float* GptCuda::G(size_t offset) const {
+  if (offset == kNone) return nullptr;
   const size_t i = param_at(offset);
   check(grad_at_[i] != nullptr, "GptCuda: the gradient of {} is not bound (ZeRO-2 binds it before backward)",
         params_[i].name);
@@ -92,6 +93,7 @@ float* GptCuda::G(size_t offset) const {
 }
 
 const bf16* GptCuda::W(size_t offset) const {
+  if (offset == kNone) return nullptr;
   const size_t i = param_at(offset);
   check(w_at_[i] != nullptr, "GptCuda: the weights of {} are not gathered (ZeRO-3 gathers a unit before it runs)",
         params_[i].name);

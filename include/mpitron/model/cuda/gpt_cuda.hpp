@@ -1,9 +1,10 @@
-// GptCuda: the GPT-2 model of gpt.hpp on one GPU, through CudaOps (bf16 compute, fp32 master
-// weights, fp32 gradients and Adam moments; llm.c's precision plan, see cuda_ops.hpp).
-// GPU builds only (MPITRON_CUDA=1).
+// GptCuda: the model of gpt.hpp (GPT-2 or LLaMA, cfg.arch) on one GPU, through CudaOps (bf16
+// compute, fp32 master weights, fp32 gradients and Adam moments; llm.c's precision plan, see
+// cuda_ops.hpp). GPU builds only (MPITRON_CUDA=1).
 //
 // Same architecture, same parameter table and flat layout as the CPU GPT with the same ModelShard
-// (gpt_param_table: tied wte of padded_vocab rows, parameters on 16-float boundaries), so a flat
+// (model_param_table: parameters on 16-float boundaries, LLaMA's q|k|v and gate|up adjacent for
+// one GEMM each), so a flat
 // fp32 vector from GPT::param_data() loads 1:1 (load_params) and comes back the same way
 // (copy_params_to_host). A shard may be a tensor-parallel slice (with sequence parallel) and a
 // pipeline stage (its blocks, with or without the embedding and the head), as on the CPU.
@@ -136,11 +137,15 @@ class GptCuda final : public ModelChunk {
     size_t bytes = 0;
     Mem mem = Mem::workspace;
   };
-  struct LayerOffsets {  // flat offsets (elements) of one block's parameters, the table's order
+  // Flat offsets (elements) of one block's parameters; kNone for a tensor the architecture lacks
+  // (LLaMA's biases), which W() and G() map to nullptr. LLaMA: ln1/ln2 are the RMSNorms, qkv_w is
+  // q_proj (k, v right behind it), fc_w gate_proj (up behind it), proj_w o_proj, fcp_w down_proj.
+  static constexpr size_t kNone = SIZE_MAX;
+  struct LayerOffsets {
     size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcp_w, fcp_b;
   };
   struct Offsets {
-    size_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;
+    size_t wte = kNone, wpe = kNone, lnf_w = kNone, lnf_b = kNone, head = kNone;  // head: lm_head or the tied wte
     std::vector<LayerOffsets> layers;
   };
   using LayerAct = GpuLayerActs;  // the activation layout: model/gpu_activations.hpp
@@ -155,6 +160,12 @@ class GptCuda final : public ModelChunk {
   void reduce_rows(bf16* partial, bf16* local, int64_t BT);
   void ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
                    const float* rstd, int64_t rows);
+  bool llama() const { return cfg_.arch == Arch::llama; }
+  // LayerNorm (GPT-2) or RMSNorm (LLaMA) of this rank's rows, and the same after the residual add
+  // residual = a + b (one fused kernel for LayerNorm).
+  void norm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, size_t w, size_t b, int64_t rows);
+  void residual_norm_forward(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
+                             size_t w, size_t bias, int64_t rows);
   void* device_alloc(Mem m, size_t bytes, const char* what);
   void device_free(void* p);  // one allocation of device_alloc, after the stream has drained
   void release();  // frees every device / pinned allocation (destructor, failed constructor)
@@ -194,6 +205,7 @@ class GptCuda final : public ModelChunk {
   std::vector<int> slot_B_;
   std::vector<bool> slot_pending_;
   int64_t vocab_begin_ = 0, c_local_ = 0, h_local_ = 0, f_local_ = 0;
+  int64_t kv_local_ = 0, qkv_local_ = 0;  // kv heads and the fused q|k|v width per rank
   std::vector<ParamInfo> params_;
   size_t n_flat_ = 0;
   Offsets off_;
