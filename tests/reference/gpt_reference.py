@@ -18,6 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fixture_io import write_fixture
+
 CFG = dict(vocab_size=100, n_layer=2, n_head=4, d_model=32, seq_len=32, batch=2)
 OPT = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-5, weight_decay=0.1, steps=3)
 # eps 1e-5 (not torch's 1e-8): AdamW's m/sqrt(v) is ill-conditioned where a gradient is within fp32
@@ -113,22 +115,8 @@ def main():
         (loss_sum(forward(p, c, inputs), targets, V) / n).backward()
         opt.step()
 
-    f32 = lambda t: t.detach().numpy().astype(np.float32)
-    with h5py.File(args.out, "w") as f:
-        for k, v in {**c, **OPT}.items():
-            f.attrs[k] = v
-        f.attrs["n_targets"] = n
-        f.attrs["loss_sum"] = float(ls)
-        f.attrs["generator"] = f"tests/reference/gpt_reference.py, torch {torch.__version__}, float64"
-        f["inputs"] = inputs.numpy().astype(np.int32)
-        f["targets"] = targets.numpy().astype(np.int32)
-        f.create_dataset("logits", data=f32(logits), compression="gzip")
-        for k in p:
-            f.create_dataset("params/" + k, data=f32(init[k]), compression="gzip")
-            f.create_dataset("grads/" + k, data=f32(grads[k]), compression="gzip")
-            f.create_dataset("params_after/" + k, data=f32(p[k]), compression="gzip")
-    print(f"wrote {args.out}: loss_sum {float(ls):.6f} over {n} targets")
-
+    write_fixture(args.out, {**c, **OPT}, f"tests/reference/gpt_reference.py, torch {torch.__version__}, float64",
+                  inputs, targets, logits, init, grads, p, n, ls)
 
 if __name__ == "__main__":
     main()

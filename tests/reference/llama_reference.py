@@ -22,6 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fixture_io import write_fixture
+
 CFG = dict(vocab_size=100, n_layer=2, n_head=4, n_kv_head=2, d_model=32, d_ff=96, seq_len=32, batch=2,
            norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=0)
 OPT = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-5, weight_decay=0.1, steps=3)
@@ -209,23 +211,10 @@ def main():
         (loss_sum(forward(p, c, inputs), targets, V) / n).backward()
         opt.step()
 
-    f32 = lambda t: t.detach().numpy().astype(np.float32)
-    with h5py.File(args.out, "w") as f:
-        for k, v in {**c, **OPT}.items():
-            f.attrs[k] = v
-        f.attrs["rope_pairing"] = "interleaved"  # Meta's (x[2i], x[2i+1]); HF checkpoints use half-split
-        f.attrs["n_targets"] = n
-        f.attrs["loss_sum"] = float(ls)
-        f.attrs["generator"] = f"tests/reference/llama_reference.py, torch {torch.__version__}, float64"
-        f["inputs"] = inputs.numpy().astype(np.int32)
-        f["targets"] = targets.numpy().astype(np.int32)
-        f.create_dataset("logits", data=f32(logits), compression="gzip")
-        for k in p:
-            f.create_dataset("params/" + k, data=f32(init[k]), compression="gzip")
-            f.create_dataset("grads/" + k, data=f32(grads[k]), compression="gzip")
-            f.create_dataset("params_after/" + k, data=f32(p[k]), compression="gzip")
-    print(f"wrote {args.out}: loss_sum {float(ls):.6f} over {n} targets")
-
+    # rope_pairing: Meta's (x[2i], x[2i+1]); Hugging Face checkpoints use the half-split layout.
+    attrs = {**c, **OPT, "rope_pairing": "interleaved", }
+    write_fixture(args.out, attrs, f"tests/reference/llama_reference.py, torch {torch.__version__}, float64", inputs,
+                  targets, logits, init, grads, p, n, ls)
 
 if __name__ == "__main__":
     main()
