@@ -34,11 +34,14 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
                       ActivationOptions ao, Take&& take, ActPtrs& out) {
   const int tp = s.tp_size;
   const bool sp = s.sequence_parallel && tp > 1;
-  const int64_t BT = static_cast<int64_t>(B) * cfg.seq_len, Rl = sp ? BT / tp : BT, C = cfg.d_model;
+  // Context parallel: every buffer holds this rank's seq_len / cp positions of each sequence.
+  const int64_t BT = static_cast<int64_t>(B) * local_seq_len(cfg, s), Rl = sp ? BT / tp : BT, C = cfg.d_model;
   const bool llama = cfg.arch == Arch::llama;
   const int64_t hd = cfg.head_dim(), Cl = cfg.n_head / tp * hd, F = cfg.d_ff / tp;
   const int64_t Q = (cfg.n_head + 2 * (llama ? cfg.n_kv_head : cfg.n_head)) / tp * hd, Fc = llama ? 2 * F : F, mean = llama ? 0 : Rl;
-  const int64_t att = static_cast<int64_t>(B) * (cfg.n_head / tp) * cfg.seq_len * cfg.seq_len;
+  // The attention probabilities [B, H, T, T]; under cp the ring's log-sum-exp [B, H, Tl] instead.
+  const int64_t Tl = local_seq_len(cfg, s), att = s.cp_size > 1 ? int64_t{B} * (cfg.n_head / tp) * Tl
+                                                                 : int64_t{B} * (cfg.n_head / tp) * Tl * Tl;
   const int64_t layer_sizes[kLayerBufs] = {Rl * C, mean, Rl, BT * Q, att, BT * Cl, Rl * C, Rl * C, mean, Rl, BT * Fc, BT * F, Rl * C};
   out.slot.assign(ao.slots, {});
   for (auto& p : out.slot) {
@@ -57,6 +60,11 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
     out.shared.push_back(take(n));
   if (ao.recompute && local_layers(cfg, s) > 0)
     for (int i = 0; i < kLayerBufs - 1; ++i) out.shared.push_back(take(layer_sizes[i]));
+  const int64_t ring = s.cp_size > 1 && local_layers(cfg, s) > 0
+                           ? RingAttention::buffer_floats(B, static_cast<int>(Tl), cfg.n_head / tp,
+                                                          (llama ? cfg.n_kv_head : cfg.n_head) / tp, static_cast<int>(hd))
+                           : 0;
+  out.shared.push_back(ring ? take(ring) : nullptr);  // the ring attention's blocks in flight (third last)
   for (int i = 0; i < 2; ++i) out.shared.push_back(sp ? take(BT * C) : nullptr);  // xg, dfull (last two)
 }
 
@@ -86,13 +94,13 @@ int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B
 }
 
 int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B, ActivationOptions ao) {
-  const int64_t BT = static_cast<int64_t>(B) * cfg.seq_len;
+  const int64_t BT = static_cast<int64_t>(B) * local_seq_len(cfg, s);
   const int64_t last_logits = s.has_head ? int64_t{B} * (cfg.padded_vocab(s.tp_size) / s.tp_size) : 0;
   return 4 * (gpt_activation_floats(cfg, s, B, ao) + last_logits) + 4 * 2 * BT * ao.slots;
 }
 
 GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act,
-         Comm* tp)
+         Comm* tp, Comm* cp)
     : cfg_(cfg), shard_(shard), ops_(ops), max_B_(max_micro_batch), act_opts_(act) {
   if (!llama()) cfg_.n_kv_head = cfg_.n_head;  // GPT-2 is multi-head attention, whatever a hand-made config says
   const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
@@ -104,8 +112,13 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
               "of {}: whole heads are split over TP ranks",
               tp_size, cfg.n_head, cfg_.n_kv_head, cfg.d_ff, cfg.name);
   shard_.sequence_parallel = shard.sequence_parallel && tp_size > 1;
-  check(!shard_.sequence_parallel || cfg.seq_len % tp_size == 0,
-        "GPT: sequence parallel needs seq_len ({}) divisible by tp ({})", cfg.seq_len, tp_size);
+  check(!shard_.sequence_parallel || local_seq_len(cfg, shard) % tp_size == 0,
+        "GPT: sequence parallel needs seq_len / cp ({}) divisible by tp ({})", local_seq_len(cfg, shard), tp_size);
+  check((shard.cp_size == 1) == (cp == nullptr) && (!cp || (cp->size() == shard.cp_size && cp->rank() == shard.cp_rank)),
+        "GPT: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank, shard.cp_size);
+  usage_check(cfg.seq_len % (2 * shard.cp_size) == 0,
+              "context parallel {} needs model.seq_len ({}) divisible by 2 x cp = {} (each rank holds two chunks)",
+              shard.cp_size, cfg.seq_len, 2 * shard.cp_size);
   tp_ = TpContext{tp, shard_.sequence_parallel, tp_comm_s_.get()};
   check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
   check(act.slots > 0, "GPT: activation slots must be > 0 (got {})", act.slots);
@@ -136,7 +149,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   g_ = resolve(grads_buf_.data());
 
   act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard_, max_micro_batch, act));
-  const int64_t BT = static_cast<int64_t>(max_micro_batch) * cfg.seq_len;
+  const int64_t BT = static_cast<int64_t>(max_micro_batch) * local_seq_len(cfg, shard_);
   tok_buf_ = Buffer<int32_t>(Mem::activations, 2 * BT * act.slots);
   last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * vp_ : 0);
   check(static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes() + last_logits_.bytes()) ==
@@ -155,6 +168,13 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   act_.dres = p.shared[1], act_.dC = p.shared[2], act_.d3C = p.shared[3], act_.d4C = p.shared[4];
   act_.dmlp = p.shared[5];
   act_.xg = p.shared[p.shared.size() - 2], act_.dfull = p.shared.back();
+  if (cp && n_local_layers_ > 0)
+    ring_ = std::make_unique<RingAttention>(*cp, max_micro_batch, local_seq_len(cfg, shard_), cfg.seq_len,
+                                            static_cast<int>(h_local_), static_cast<int>(kv_local_), cfg.head_dim(),
+                                            p.shared[p.shared.size() - 3]);
+  for (int t = 0; t < local_seq_len(cfg, shard_); ++t)
+    positions_.push_back(cp_global_position(t, shard_.cp_rank, shard_.cp_size, cfg.seq_len));
+  if (tp_.sp() && cp && shard_.has_embedding && !llama()) wpe_grad_ = Buffer<float>(Mem::workspace, size_t(cfg.seq_len) * cfg.d_model);
   for (int k = 0; k < act.slots; ++k) {
     SlotActs sa;
     float** q = p.slot[k].data();
@@ -279,7 +299,7 @@ struct PostEvent {
 // LLaMA: the fused projection gives [q | k | v] for this rank's H/tp query and KV/tp kv heads,
 // RoPE rotates q and k in place (positions t of the full rows), and fc gives [gate | up].
 void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, hd = cfg_.head_dim();
+  const int T = local_seq_len(cfg_, shard_), C = cfg_.d_model, hd = cfg_.head_dim();
   const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B);
   if (llama())  // q|k|v and gate|up run as one GEMM each: the table puts them back to back
     check(w.k_w == w.qkv_w + h_local_ * hd * C && w.v_w == w.k_w + kv_local_ * hd * C &&
@@ -287,11 +307,9 @@ void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, in
           "GPT: a block's q/k/v or gate/up weights are not contiguous");
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, Rl);
   qkv_->forward(a.qkv, a.ln1, act_.xg, w.qkv_w, w.qkv_b, BT);
-  if (llama()) {
-    ops_.rope(a.qkv, B, T, static_cast<int>(h_local_), hd, qkv_local_, cfg_.rope_theta, 0, false);
-    ops_.rope(a.qkv + c_local_, B, T, static_cast<int>(kv_local_), hd, qkv_local_, cfg_.rope_theta, 0, false);
-  }
-  ops_.attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(h_local_), hd, static_cast<int>(kv_local_));
+  if (llama()) rope(a.qkv, B, false);
+  if (ring_) ring_->forward(a.atty, a.att, a.qkv, B);
+  else ops_.attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(h_local_), hd, static_cast<int>(kv_local_));
   proj_->forward(a.res2, a.atty, w.proj_w, w.proj_b, BT, act_.dfull);
   ops_.add_inplace(a.res2, res, Rl * C);
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, Rl);
@@ -342,7 +360,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   check(B > 0 && B <= max_B_, "GPT::forward: micro-batch {} outside [1, {}]", B, max_B_);
   check(slot >= 0 && slot < act_opts_.slots, "GPT::forward: activation slot {} outside [0, {})", slot,
         act_opts_.slots);
-  const int T = cfg_.seq_len, C = cfg_.d_model;
+  const int T = local_seq_len(cfg_, shard_), C = cfg_.d_model;
   const int64_t BT = static_cast<int64_t>(B) * T;
   SlotActs& sa = slots_[slot];
   last_slot_ = slot;
@@ -355,12 +373,15 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   PostEvent post_emb{[this] { emit(UnitEvent::post_forward, kEmbeddingUnit); }};
   if (shard_.has_embedding) {
     check(inputs != nullptr, "GPT::forward: the first stage needs input tokens");
-    for (int64_t i = 0; i < BT; ++i) {
-      check(inputs[i] >= 0 && inputs[i] < cfg_.vocab_size, "GPT::forward: input token {} at {} outside [0, {})",
-            inputs[i], i, cfg_.vocab_size);
-      toks[i] = inputs[i];
+    for (int64_t i = 0; i < BT; ++i) {  // context parallel: this rank's positions of each sequence
+      const int32_t tok = inputs[full_index(i)];
+      check(tok >= 0 && tok < cfg_.vocab_size, "GPT::forward: input token {} at {} outside [0, {})", tok,
+            full_index(i), cfg_.vocab_size);
+      toks[i] = tok;
     }
-    emb_->forward(sa.input, toks, w_.wte, w_.wpe, B, T, act_.dfull);
+    // Under cp the positions are not 0..T-1: wpe's rows are added by global position instead.
+    emb_->forward(sa.input, toks, w_.wte, ring_ || shard_.cp_size > 1 ? nullptr : w_.wpe, B, T, act_.dfull);
+    if (shard_.cp_size > 1 && w_.wpe) add_position_embedding(sa.input, B);
   }
   const float* res = sa.input;
   for (int l = 0; l < n_local_layers_; ++l) {
@@ -375,7 +396,8 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   PostEvent post_head{[this] { emit(UnitEvent::post_forward, kHeadUnit); }};
   const int64_t Rl = local_rows(B);
   norm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, res, w_.lnf_w, w_.lnf_b, Rl);
-  check(targets || !tp_.sp(), "GPT::forward: generation (no targets) is not available with sequence parallel");
+  check(targets || (!tp_.sp() && shard_.cp_size == 1),
+        "GPT::forward: generation (no targets) is not available with sequence or context parallel");
   if (!targets) {  // generation: logits (this rank's vocab columns) of the last position of every sequence
     for (int b = 0; b < B; ++b)
       ops_.matmul_forward(last_logits_.data() + b * vp_, sa.lnf + (static_cast<int64_t>(b) * T + T - 1) * C,
@@ -384,10 +406,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   }
   int64_t count = 0;
   for (int64_t i = 0; i < BT; ++i) {
-    check(targets[i] < cfg_.vocab_size, "GPT::forward: target {} at {} >= vocab size {}", targets[i], i,
-          cfg_.vocab_size);
-    tgts[i] = targets[i];
-    count += targets[i] >= 0;
+    const int32_t tgt = targets[full_index(i)];
+    check(tgt < cfg_.vocab_size, "GPT::forward: target {} at {} >= vocab size {}", tgt, full_index(i), cfg_.vocab_size);
+    tgts[i] = tgt;
+    count += tgt >= 0;
   }
   // LM head + loss in chunks of rows. With gradients enabled the head's backward runs here too,
   // unscaled (loss_scale is only known at backward(); the gradient is linear in it): each
@@ -421,7 +443,7 @@ void GPT::compute_logits(int64_t row_begin, int64_t rows, float* out) {
   const SlotActs& sa = slots_[last_slot_];
   check(shard_.has_head && sa.B > 0 && row_begin >= 0 && row_begin + rows <= int64_t{sa.B} * cfg_.seq_len,
         "GPT::compute_logits: rows [{}, {}) not in the last forward", row_begin, row_begin + rows);
-  check(!tp_.sp(), "GPT::compute_logits is not available with sequence parallel");
+  check(!tp_.sp() && shard_.cp_size == 1, "GPT::compute_logits is not available with sequence or context parallel");
   ops_.matmul_forward(out, sa.lnf + row_begin * cfg_.d_model, w_.head(), nullptr, rows, cfg_.d_model, vp_);
 }
 
@@ -429,7 +451,7 @@ void GPT::backward(float loss_scale, int slot) {
   check(slot >= 0 && slot < act_opts_.slots, "GPT::backward: activation slot {} outside [0, {})", slot,
         act_opts_.slots);
   SlotActs& sa = slots_[slot];
-  const int B = sa.B, T = cfg_.seq_len, C = cfg_.d_model, hd = cfg_.head_dim();
+  const int B = sa.B, T = local_seq_len(cfg_, shard_), C = cfg_.d_model, hd = cfg_.head_dim();
   const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B), Cl = c_local_;
   check(B > 0, "GPT::backward without a forward");
   const int H = static_cast<int>(h_local_), KV = static_cast<int>(kv_local_);
@@ -466,11 +488,9 @@ void GPT::backward(float loss_scale, int slot) {
     fc_->backward(act_.dC, g.fc_w, g.fc_b, act_.d4C, gather_rows(a.ln2, BT), w.fc_w, BT, act_.dfull);
     ln_backward(dres, g.ln2_w, g.ln2_b, act_.dC, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Rl);
     proj_->backward(act_.dC, g.proj_w, g.proj_b, dres, act_.dfull, a.atty, w.proj_w, BT);
-    ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, H, hd, KV);
-    if (llama()) {  // through the rotation: dq, dk rotated back (the qkv activation holds rotated q, k)
-      ops_.rope(act_.d3C, B, T, H, hd, qkv_local_, cfg_.rope_theta, 0, true);
-      ops_.rope(act_.d3C + Cl, B, T, KV, hd, qkv_local_, cfg_.rope_theta, 0, true);
-    }
+    if (ring_) ring_->backward(act_.d3C, act_.dC, a.qkv, a.atty, a.att, B);
+    else ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, H, hd, KV);
+    if (llama()) rope(act_.d3C, B, true);  // through the rotation: dq, dk rotated back
     qkv_->backward(act_.dC, g.qkv_w, g.qkv_b, act_.d3C, gather_rows(a.ln1, BT), w.qkv_w, BT, act_.dfull);
     // The key bias adds q.b_k to every score of a softmax row, so its gradient is exactly zero;
     // computed, it is pure rounding noise that Adam would amplify into lr-sized steps (and into
@@ -480,8 +500,57 @@ void GPT::backward(float loss_scale, int slot) {
     emit(UnitEvent::post_backward, l);
   }
   emit(UnitEvent::pre_backward, kEmbeddingUnit);
-  if (shard_.has_embedding) emb_->backward(g_.wte, g_.wpe, dres, act_.dfull, toks, B, T);
+  if (shard_.has_embedding) {
+    emb_->backward(g_.wte, shard_.cp_size > 1 ? nullptr : g_.wpe, dres, act_.dfull, toks, B, T);
+    if (shard_.cp_size > 1 && g_.wpe) position_embedding_backward(dres, B);
+  }
   emit(UnitEvent::post_backward, kEmbeddingUnit);
+}
+
+// Context parallel: local row i (of B x seq_len / cp) is token positions_[i % Tl] of sequence
+// i / Tl in the trainer's full [B, seq_len] arrays.
+int64_t GPT::full_index(int64_t i) const {
+  if (shard_.cp_size == 1) return i;
+  const int64_t Tl = static_cast<int64_t>(positions_.size());
+  return i / Tl * cfg_.seq_len + positions_[i % Tl];
+}
+
+// RoPE at each local row's global position: per sequence and chunk (positions are consecutive
+// within a chunk), or the whole batch at once without cp. inverse: the backward.
+void GPT::rope(float* qkv, int B, bool inverse) {
+  const int hd = cfg_.head_dim(), H = static_cast<int>(h_local_), KV = static_cast<int>(kv_local_);
+  const int Tl = static_cast<int>(positions_.size()), chunk = shard_.cp_size > 1 ? Tl / 2 : Tl;
+  for (int b = 0; b < (shard_.cp_size > 1 ? B : 1); ++b)
+    for (int c = 0; c < Tl / chunk; ++c) {
+      float* x = qkv + (int64_t{b} * Tl + int64_t{c} * chunk) * qkv_local_;
+      const int nb = shard_.cp_size > 1 ? 1 : B, pos0 = positions_[c * chunk];
+      ops_.rope(x, nb, chunk, H, hd, qkv_local_, cfg_.rope_theta, pos0, inverse);
+      ops_.rope(x + c_local_, nb, chunk, KV, hd, qkv_local_, cfg_.rope_theta, pos0, inverse);
+    }
+}
+
+// GPT-2 under cp: wpe's row of each local row's global position, added after the (vocab-parallel)
+// token embedding; under SP to this rank's rows of the B x Tl rows.
+void GPT::add_position_embedding(float* x, int B) {
+  const int64_t C = cfg_.d_model, Tl = static_cast<int64_t>(positions_.size()), Rl = local_rows(B);
+  const int64_t first = tp_.sp() ? int64_t{shard_.tp_rank} * Rl : 0;
+  for (int64_t r = 0; r < Rl; ++r)
+    ops_.add_inplace(x + r * C, w_.wpe + int64_t{positions_[(first + r) % Tl]} * C, static_cast<size_t>(C));
+}
+
+void GPT::position_embedding_backward(const float* dres, int B) {
+  const int64_t C = cfg_.d_model, Tl = static_cast<int64_t>(positions_.size()), Rl = local_rows(B);
+  const int64_t first = tp_.sp() ? int64_t{shard_.tp_rank} * Rl : 0;
+  float* dst = tp_.sp() ? wpe_grad_.data() : g_.wpe;  // SP: this rank's rows' part, summed over TP below
+  if (tp_.sp()) std::memset(dst, 0, wpe_grad_.bytes());
+  for (int64_t r = 0; r < Rl; ++r)
+    ops_.add_inplace(dst + int64_t{positions_[(first + r) % Tl]} * C, dres + r * C, static_cast<size_t>(C));
+  if (!tp_.sp()) return;
+  {
+    TpCommTimer timer(tp_);
+    sum_sequence_parallel_grads(*tp_.comm, dst, wpe_grad_.size());
+  }
+  ops_.add_inplace(g_.wpe, dst, wpe_grad_.size());
 }
 
 }  // namespace mpitron

@@ -17,7 +17,7 @@ struct GPT::DecodeState {
 
 void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
   const int T = cfg_.seq_len, C = cfg_.d_model, hd = cfg_.head_dim();
-  check(shard_.has_embedding && shard_.has_head && shard_.tp_size == 1,
+  check(shard_.has_embedding && shard_.has_head && shard_.tp_size == 1 && shard_.cp_size == 1,
         "GPT::decode needs the whole model on one rank (no pipeline or tensor parallelism)");
   check(n > 0 && pos >= 0 && pos + n <= T, "GPT::decode: positions [{}, {}) outside the context of {}", pos, pos + n, T);
   const int64_t H = h_local_, KV = kv_local_, Q = qkv_local_, kvw = KV * hd;

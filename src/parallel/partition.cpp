@@ -21,6 +21,8 @@ ModelShard virtual_stage_shard(const ModelConfig& cfg, const GridShape& shape, c
   ModelShard s;
   s.tp_rank = coord.tp;
   s.tp_size = shape.tp;
+  s.cp_rank = coord.cp;
+  s.cp_size = shape.cp;
   const std::vector<int> layers = pipeline_stage_layers(L, nv, pp_layers);  // schedule.hpp: the same rule for `plan`
   s.layer_begin = std::accumulate(layers.begin(), layers.begin() + vs, 0);
   s.layer_end = s.layer_begin + layers[vs];

@@ -23,7 +23,9 @@ StageModel::StageModel(std::vector<std::unique_ptr<ModelChunk>> chunks, FlatOps&
     const bool end = m->shard().has_embedding || m->shard().has_head;
     o.tied_group = end ? tied_embedding_group(*m, grid) : nullptr;
     o.tied_copy = o.tied_group && !m->shard().has_embedding;
-    ddps_.push_back(std::make_unique<DataParallel>(*m, grid.dp(), ops, o));
+    // Over DP and CP together (Megatron's rule: the cp ranks of a replica hold the same parameters,
+    // each with its tokens' gradient); ZeRO shards over that group too. cp = 1: the DP group.
+    ddps_.push_back(std::make_unique<DataParallel>(*m, grid.dp_cp(), ops, o));
   }
 }
 

@@ -159,7 +159,8 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   int64_t n = 0;
   for (const auto& c : chunks) n += static_cast<int64_t>(flat_param_floats(model_param_table(m, c.shard)));
   r.local_params = n;
-  const int64_t shard_n = zero_shard_elems(n, l.dp, r.coord.dp);
+  // ZeRO shards over DP x CP (the trainer's gradient group; its rank order: dp major, cp minor).
+  const int64_t shard_n = zero_shard_elems(n, l.dp * l.cp, r.coord.dp * l.cp + r.coord.cp);
   const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;
   if (in.precision == Precision::bf16_fp32_grads) {  // GptCuda + DataParallel: the master sits with the bf16 copy
     // (ZeRO-3: only the fp32 shard between steps; a unit's bf16 copy lives while it is gathered)

@@ -34,9 +34,10 @@ CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& sh
   s.shard = shard;
   s.table = model_param_table(cfg, s.shard);
   // One copy of each model shard per (tp, pp) coordinate: dp 0 / cp 0 writes it, unless ZeRO
-  // splits it over DP (then every DP rank writes its own range).
-  s.params.owner = coord.cp == 0 && (zero >= 3 || coord.dp == 0);
-  s.exp_avg.owner = s.exp_avg_sq.owner = coord.cp == 0 && (zero >= 1 || coord.dp == 0);
+  // splits it over DP x CP (then every rank of that group writes its own range).
+  const bool first = coord.dp == 0 && coord.cp == 0;
+  s.params.owner = zero >= 3 || first;
+  s.exp_avg.owner = s.exp_avg_sq.owner = zero >= 1 || first;
   return s;
 }
 

@@ -26,11 +26,12 @@ class CpuBackend final : public StageBackend {
     std::vector<std::unique_ptr<ModelChunk>> chunks;
     std::vector<PipelineStage*> stages;
     Comm* tp = gs.tp > 1 ? &grid_.tp() : nullptr;
+    Comm* cp = gs.cp > 1 ? &grid_.cp() : nullptr;  // context parallel: ring attention over it
     for (size_t c = 0; c < shards.size(); ++c) {
       shards[c].sequence_parallel = s.cfg.parallel.sp;
       const ActivationOptions act{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
                                   s.cfg.train.recompute == "full"};
-      auto g = std::make_unique<GPT>(s.mc, shards[c], *ops_, s.bp.micro, act, tp);
+      auto g = std::make_unique<GPT>(s.mc, shards[c], *ops_, s.bp.micro, act, tp, cp);
       g->init_weights(s.cfg.train.seed);
       stage_adapters_.push_back(std::make_unique<GptStage>(*g));
       stages.push_back(stage_adapters_.back().get());
@@ -43,8 +44,9 @@ class CpuBackend final : public StageBackend {
 
   std::string layout_line(double peak) const override {
     const GridShape& gs = grid_.shape();
-    return fmt::format("layout world {} = dp {} x tp {} x pp {}{} | {} | {} threads/rank | peak {:.1f} GFLOP/s/rank{}",
-                       grid_.world().size(), gs.dp, gs.tp, gs.pp, chunks_note_, batch_note_, omp_get_max_threads(),
+    return fmt::format("layout world {} = dp {}{} x tp {} x pp {}{} | {} | {} threads/rank | peak {:.1f} GFLOP/s/rank{}",
+                       grid_.world().size(), gs.dp, gs.cp > 1 ? fmt::format(" x cp {}", gs.cp) : "", gs.tp, gs.pp,
+                       chunks_note_, batch_note_, omp_get_max_threads(),
                        peak / 1e9, cfg_.train.peak_flops > 0 ? " (train.peak_flops)" : " (measured GEMM probe)");
   }
   double measured_peak_flops() override { return measure_peak_flops(*ops_); }

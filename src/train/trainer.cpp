@@ -45,7 +45,7 @@ double evaluate(PipelineExecutor& pipe, ValidationLoader& val, ProcessGrid& grid
     v[0] += pipe.forward_only(b, &n);
     v[1] += static_cast<double>(n);
   }
-  grid.dp().all_reduce_host_f64(v, 2, ReduceOp::sum);
+  grid.dp_cp().all_reduce_host_f64(v, 2, ReduceOp::sum);  // cp: each rank's share of the tokens
   if (grid.shape().pp > 1) grid.pp().all_reduce_host_f64(v, 2, ReduceOp::sum);
   return v[0] / std::max(1.0, v[1]);
 }
@@ -94,7 +94,8 @@ StepComm StageBackend::take_comm() {
 
 TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
-  usage_check(gs.cp == 1, "context parallel training is not implemented yet (parallel.cp={})", gs.cp);
+  usage_check(gs.cp == 1 || cfg.train.backend == "cpu",
+              "context parallel (parallel.cp = {}) runs on the CPU backend only so far (train.backend = \"cpu\")", gs.cp);
   usage_check(!cfg.parallel.sp || gs.tp > 1, "parallel.sp needs parallel.tp > 1 (got tp {})", gs.tp);
   usage_check(cfg.train.backend == "cpu" || cfg.train.backend == "nccl", "train.backend=\"{}\" is not one of: cpu, nccl",
               cfg.train.backend);
@@ -114,8 +115,13 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
 
   usage_check(mc.n_head % gs.tp == 0, "model.n_head ({}) must be divisible by parallel.tp ({}): attention heads are "
               "split over the TP ranks", mc.n_head, gs.tp);
-  usage_check(!cfg.parallel.sp || mc.seq_len % gs.tp == 0,
-              "parallel.sp: model.seq_len ({}) must be divisible by parallel.tp ({})", mc.seq_len, gs.tp);
+  usage_check(mc.seq_len % (2 * gs.cp) == 0,
+              "parallel.cp = {}: model.seq_len ({}) must be divisible by 2 x cp = {} (each cp rank holds two chunks of "
+              "every sequence, for causal load balance)",
+              gs.cp, mc.seq_len, 2 * gs.cp);
+  usage_check(!cfg.parallel.sp || (mc.seq_len / gs.cp) % gs.tp == 0,
+              "parallel.sp: model.seq_len / parallel.cp ({}) must be divisible by parallel.tp ({})", mc.seq_len / gs.cp,
+              gs.tp);
 
   // The backend: this rank's model chunks with their data parallel and optimizer, as a pipeline
   // (train_backend.hpp). The schedule decides how many micro-batches' activations each chunk keeps.
@@ -208,7 +214,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     fault_point("grad_sync");
     backend->finish_backward();
     set_activity_phase("loss and grad norm");
-    if (dp > 1) counts[0] = grid.dp().all_reduce_scalar(counts[0], ReduceOp::sum);
+    // The loss over DP and CP (each cp rank holds a share of every sequence's tokens).
+    if (dp * gs.cp > 1) counts[0] = grid.dp_cp().all_reduce_scalar(counts[0], ReduceOp::sum);
     if (gs.pp > 1) counts[0] = grid.pp().all_reduce_scalar(counts[0], ReduceOp::sum);  // loss to every stage
     double loss = counts[0] / n_tokens;
     // TP: sharded parameters summed over the TP group, replicated ones counted once (TP rank 0).

@@ -30,6 +30,7 @@
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/model/parallel_layers.hpp"
+#include "mpitron/model/ring_attention.hpp"
 #include "mpitron/ops/ops.hpp"
 
 namespace mpitron {
@@ -86,8 +87,11 @@ class GPT final : public ModelChunk {
  public:
   // tp: the tensor-parallel group (its size and rank must match shard.tp_size/tp_rank);
   // nullptr without tensor parallelism.
+  // cp: the context-parallel group (shard.cp_size > 1; nullptr without): each rank holds
+  // seq_len / cp positions of every sequence (ModelShard), attention runs over the ring
+  // (ring_attention.hpp), forward() still takes the full [B, seq_len] token arrays.
   GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act = {},
-      Comm* tp = nullptr);
+      Comm* tp = nullptr, Comm* cp = nullptr);
 
   void init_weights(uint64_t seed);
   // ModelChunk (model_chunk.hpp says what each does).
@@ -135,7 +139,9 @@ class GPT final : public ModelChunk {
   float* stage_output_grad() { return act_.dres; }                  // [B, T, C]
   const float* stage_input_grad() const { return act_.dres; }       // [B, T, C], after backward
   // Rows of [B*T, C] stage activations this rank holds: B*T, or B*T/tp with sequence parallel.
-  int64_t local_rows(int B) const { return sequence_local_rows(tp_, int64_t{B} * cfg_.seq_len); }
+  int64_t local_rows(int B) const { return sequence_local_rows(tp_, int64_t{B} * local_seq_len(cfg_, shard_)); }
+  // Seconds blocked on the context-parallel ring (not hidden behind attention compute).
+  double cp_wait_seconds() const { return ring_ ? ring_->comm_wait_seconds() : 0.0; }
   // Seconds spent in tensor-parallel collectives since construction (the trainer reports it per step).
   double tp_comm_seconds() const override { return *tp_comm_s_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }
@@ -182,6 +188,10 @@ class GPT final : public ModelChunk {
   Weights resolve(float* base) const;
   float** field(Weights& w, size_t i);  // the pointer parameter i reads from, in w
   bool llama() const { return cfg_.arch == Arch::llama; }
+  int64_t full_index(int64_t local_row) const;  // cp: local row -> index in the full [B, seq_len]
+  void rope(float* qkv, int B, bool inverse);   // RoPE at the rows' global positions
+  void add_position_embedding(float* x, int B);  // GPT-2 under cp: wpe by global position
+  void position_embedding_backward(const float* dres, int B);
   // LayerNorm (GPT-2) or RMSNorm (LLaMA; mean and b unused) over this rank's rows.
   void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                     int64_t rows);
@@ -227,6 +237,9 @@ class GPT final : public ModelChunk {
   std::unique_ptr<VocabParallelCrossEntropy> ce_;
   Buffer<float> ln_grad_;  // [2C]: one norm's weight (+bias) gradient before the SP all-reduce
   struct DecodeState;      // gpt_decode.cpp: the KV cache and one step's scratch, made on first decode()
+  std::unique_ptr<RingAttention> ring_;  // context parallel (cp > 1)
+  std::vector<int> positions_;           // global position of each local position (0..T-1 without cp)
+  Buffer<float> wpe_grad_;               // cp + SP: this rank's rows' wpe gradient before the TP sum
   std::shared_ptr<DecodeState> decode_;
 };
 

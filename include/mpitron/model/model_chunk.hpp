@@ -23,7 +23,19 @@ struct ModelShard {
   int layer_begin = 0, layer_end = -1;  // -1: n_layer
   bool has_embedding = true, has_head = true;
   bool sequence_parallel = false;  // parallel.sp (only with tp_size > 1); last, so positional inits keep working
+  // Context parallel (parallel.cp): every sequence split over cp_size ranks in 2 cp_size chunks,
+  // this rank holding chunks cp_rank and 2 cp_size - 1 - cp_rank (causal load balance).
+  int cp_rank = 0, cp_size = 1;
 };
+
+// Positions (tokens) of a sequence a shard holds: seq_len / cp_size.
+inline int local_seq_len(const ModelConfig& cfg, const ModelShard& s) { return cfg.seq_len / s.cp_size; }
+// The global position of local position t of cp rank `r` of `cp` (seq_len T): chunk r, then
+// chunk 2 cp - 1 - r, each T / (2 cp) long.
+inline int cp_global_position(int t, int r, int cp, int T) {
+  const int chunk = T / (2 * cp);
+  return t < chunk ? r * chunk + t : (2 * cp - 1 - r) * chunk + (t - chunk);
+}
 
 // The number of blocks the shard holds.
 inline int local_layers(const ModelConfig& cfg, const ModelShard& s) {

@@ -1,0 +1,197 @@
+// RingAttention (ring_attention.hpp): context-parallel causal attention, CPU fp32.
+#include "mpitron/model/ring_attention.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/model/model_chunk.hpp"
+
+namespace mpitron {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+float dot(const float* a, const float* b, int n) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int e = 0; e < n; ++e) s += a[e] * b[e];
+  return s;
+}
+
+}  // namespace
+
+RingAttention::RingAttention(Comm& cp, int max_B, int Tl, int T, int H, int KV, int hd, float* workspace)
+    : cp_(cp), Tl_(Tl), T_(T), H_(H), KV_(KV), hd_(hd), row_(int64_t{H + 2 * KV} * hd) {
+  const int C = cp.size();
+  check(C >= 1 && T % (2 * C) == 0 && Tl * C == T, "RingAttention: seq_len {} is not 2 x cp ({}) chunks of {} rows",
+        T, C, Tl);
+  check(KV > 0 && H % KV == 0, "RingAttention: {} kv heads do not divide {} query heads", KV, H);
+  const int64_t blk = int64_t{max_B} * Tl * 2 * KV * hd, stats = int64_t{max_B} * H * Tl;
+  kv_[0] = workspace, kv_[1] = kv_[0] + blk, dkv_[0] = kv_[1] + blk, dkv_[1] = dkv_[0] + blk;
+  m_ = dkv_[1] + blk, l_ = m_ + stats, dsum_ = l_ + stats;
+  for (int t = 0; t < Tl; ++t) qpos_.push_back(global_pos(cp.rank(), t));
+}
+
+int RingAttention::global_pos(int rank, int t) const { return cp_global_position(t, rank, cp_.size(), T_); }
+
+void RingAttention::forward(float* out, float* lse, const float* qkv, int B) {
+  const int C = cp_.size(), r = cp_.rank(), Tl = Tl_, H = H_, hd = hd_, group = H_ / KV_;
+  const int64_t kvw = int64_t{KV_} * hd, blk_row = 2 * kvw, n_blk = int64_t{B} * Tl * blk_row;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // This rank's k|v block, packed [B, Tl, k | v].
+  for (int64_t i = 0; i < int64_t{B} * Tl; ++i)
+    std::memcpy(kv_[0] + i * blk_row, qkv + i * row_ + int64_t{H} * hd, blk_row * sizeof(float));
+  std::fill(m_, m_ + int64_t{B} * H * Tl, -INFINITY);
+  std::fill(l_, l_ + int64_t{B} * H * Tl, 0.f);
+  std::fill(out, out + int64_t{B} * Tl * H * hd, 0.f);
+  const int next = (r + 1) % C, prev = (r + C - 1) % C;
+  for (int s = 0; s < C; ++s) {
+    float *cur = kv_[s % 2], *nxt = kv_[(s + 1) % 2];
+    Request rq, sq;
+    if (s + 1 < C) {  // the next block travels while this one is computed
+      rq = cp_.irecv(nxt, static_cast<size_t>(n_blk), DType::f32, prev, 0);
+      sq = cp_.isend(cur, static_cast<size_t>(n_blk), DType::f32, next, 0);
+    }
+    const int src = (r + C - s) % C;
+    std::vector<int> kpos(Tl);
+    for (int t = 0; t < Tl; ++t) kpos[t] = global_pos(src, t);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) {
+        const float* kb = cur + int64_t{b} * Tl * blk_row + int64_t{h / group} * hd;
+        const float* vb = kb + kvw;
+        std::vector<float> sc(Tl);
+        for (int i = 0; i < Tl; ++i) {
+          const float* q = qkv + (int64_t{b} * Tl + i) * row_ + int64_t{h} * hd;
+          float mx = -INFINITY;
+          int n = 0;
+          for (int j = 0; j < Tl; ++j) {
+            if (kpos[j] > qpos_[i]) {
+              sc[j] = -INFINITY;
+              continue;
+            }
+            sc[j] = dot(q, kb + j * blk_row, hd) * scale;
+            mx = std::max(mx, sc[j]);
+            ++n;
+          }
+          if (n == 0) continue;  // every key of this block lies after the query
+          const int64_t st = (int64_t{b} * H + h) * Tl + i;
+          const float m_new = std::max(m_[st], mx), corr = std::exp(m_[st] - m_new);
+          float* o = out + (int64_t{b} * Tl + i) * H * hd + int64_t{h} * hd;
+          float sum = l_[st] * corr;
+          for (int e = 0; e < hd; ++e) o[e] *= corr;
+          for (int j = 0; j < Tl; ++j) {
+            if (sc[j] == -INFINITY) continue;
+            const float p = std::exp(sc[j] - m_new);
+            sum += p;
+            const float* v = vb + j * blk_row;
+            for (int e = 0; e < hd; ++e) o[e] += p * v[e];
+          }
+          m_[st] = m_new, l_[st] = sum;
+        }
+      }
+    if (s + 1 < C) {
+      const double t0 = now_s();
+      rq->wait();
+      sq->wait();
+      wait_s_ += now_s() - t0;
+    }
+  }
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < Tl; ++i) {
+        const int64_t st = (int64_t{b} * H + h) * Tl + i;
+        float* o = out + (int64_t{b} * Tl + i) * H * hd + int64_t{h} * hd;
+        const float inv = 1.f / l_[st];  // l > 0: a query always sees itself
+        for (int e = 0; e < hd; ++e) o[e] *= inv;
+        lse[st] = m_[st] + std::log(l_[st]);
+      }
+}
+
+void RingAttention::backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             int B) {
+  const int C = cp_.size(), r = cp_.rank(), Tl = Tl_, H = H_, hd = hd_, KV = KV_, group = H_ / KV_;
+  const int64_t kvw = int64_t{KV} * hd, blk_row = 2 * kvw, n_blk = int64_t{B} * Tl * blk_row;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < Tl; ++i) {
+        const int64_t row = (int64_t{b} * Tl + i) * H * hd + int64_t{h} * hd;
+        dsum_[(int64_t{b} * H + h) * Tl + i] = dot(dout + row, out + row, hd);
+      }
+  for (int64_t i = 0; i < int64_t{B} * Tl; ++i) {
+    std::memcpy(kv_[0] + i * blk_row, qkv + i * row_ + int64_t{H} * hd, blk_row * sizeof(float));
+    std::fill(dqkv + i * row_, dqkv + i * row_ + int64_t{H} * hd, 0.f);  // dq accumulates locally
+  }
+  std::fill(dkv_[0], dkv_[0] + n_blk, 0.f);
+  const int next = (r + 1) % C, prev = (r + C - 1) % C;
+  auto wait = [&](Request& q) {
+    const double t0 = now_s();
+    q->wait();
+    wait_s_ += now_s() - t0;
+  };
+  for (int s = 0; s < C; ++s) {
+    float *cur = kv_[s % 2], *nxt = kv_[(s + 1) % 2], *dcur = dkv_[s % 2], *dnxt = dkv_[(s + 1) % 2];
+    Request rq, sq;
+    if (s + 1 < C) {  // k|v do not change: the next block travels during this step's compute
+      rq = cp_.irecv(nxt, static_cast<size_t>(n_blk), DType::f32, prev, 1);
+      sq = cp_.isend(cur, static_cast<size_t>(n_blk), DType::f32, next, 1);
+    }
+    const int src = (r + C - s) % C;
+    std::vector<int> kpos(Tl);
+    for (int t = 0; t < Tl; ++t) kpos[t] = global_pos(src, t);
+    // One task per (sequence, kv head): its group's query heads in order, dk, dv its own.
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int kh = 0; kh < KV; ++kh) {
+        const float* kb = cur + int64_t{b} * Tl * blk_row + int64_t{kh} * hd;
+        const float* vb = kb + kvw;
+        float* dkb = dcur + int64_t{b} * Tl * blk_row + int64_t{kh} * hd;
+        float* dvb = dkb + kvw;
+        for (int g = 0; g < group; ++g) {
+          const int h = kh * group + g;
+          for (int i = 0; i < Tl; ++i) {
+            const int64_t st = (int64_t{b} * H + h) * Tl + i;
+            const float* q = qkv + (int64_t{b} * Tl + i) * row_ + int64_t{h} * hd;
+            float* dq = dqkv + (int64_t{b} * Tl + i) * row_ + int64_t{h} * hd;
+            const float* d_o = dout + (int64_t{b} * Tl + i) * H * hd + int64_t{h} * hd;
+            for (int j = 0; j < Tl; ++j) {
+              if (kpos[j] > qpos_[i]) continue;
+              const float* k = kb + j * blk_row;
+              const float* v = vb + j * blk_row;
+              const float p = std::exp(dot(q, k, hd) * scale - lse[st]);
+              const float ds = p * (dot(d_o, v, hd) - dsum_[st]) * scale;
+              float* dk = dkb + j * blk_row;
+              float* dv = dvb + j * blk_row;
+              for (int e = 0; e < hd; ++e) {
+                dv[e] += p * d_o[e];
+                dk[e] += ds * q[e];
+                dq[e] += ds * k[e];
+              }
+            }
+          }
+        }
+      }
+    // dk|dv of this block go on with it (after the compute); the last hop takes them home.
+    Request drq = cp_.irecv(dnxt, static_cast<size_t>(n_blk), DType::f32, prev, 2);
+    Request dsq = cp_.isend(dcur, static_cast<size_t>(n_blk), DType::f32, next, 2);
+    if (s + 1 < C) {
+      wait(rq);
+      wait(sq);
+    }
+    wait(drq);
+    wait(dsq);
+  }
+  // After cp steps and the final hop, dkv_[C % 2] holds this rank's own block's dk|dv.
+  const float* mine = dkv_[C % 2];
+  for (int64_t i = 0; i < int64_t{B} * Tl; ++i)
+    std::memcpy(dqkv + i * row_ + int64_t{H} * hd, mine + i * blk_row, blk_row * sizeof(float));
+}
+
+}  // namespace mpitron
