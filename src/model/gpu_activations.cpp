@@ -16,6 +16,7 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 GpuActLayout gpu_act_layout(const ModelConfig& cfg, const ModelShard& shard, int B, int slots, bool recompute,
                             int64_t chunk_rows) {
   GpuActLayout lay;
+  lay.cp = shard.cp_size;
   lay.tp = shard.tp_size, lay.sp = shard.sequence_parallel && shard.tp_size > 1, lay.B = B;
   lay.n_layers = local_layers(cfg, shard), lay.head = shard.has_head;
   lay.recompute = recompute, lay.chunk_rows = chunk_rows, lay.slots = std::max(1, slots);
@@ -47,11 +48,13 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   // [gate | up] (2F/tp) and fch_gelu the SwiGLU output (F/tp); dmlp is the gradient at that output.
   const int tp = lay.tp;
   const bool llama = cfg.arch == Arch::llama;
-  const int64_t BT = int64_t{lay.B} * cfg.seq_len, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
+  // Context parallel (planning only: GptCuda does not run cp yet): this rank's seq_len / cp positions.
+  const int64_t Tl = cfg.seq_len / lay.cp;
+  const int64_t BT = int64_t{lay.B} * Tl, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
                 Vp = cfg.padded_vocab(tp) / tp, R = lay.sp ? BT / tp : BT;
   const int64_t Q = (cfg.n_head + 2 * (llama ? cfg.n_kv_head : cfg.n_head)) / tp * cfg.head_dim();
   const int64_t Fc = llama ? 2 * F : F, Rm = llama ? 0 : R;
-  const int64_t stats = int64_t{lay.B} * (cfg.n_head / tp) * cfg.seq_len;
+  const int64_t stats = int64_t{lay.B} * (cfg.n_head / tp) * Tl;
   slots.assign(static_cast<size_t>(lay.slots), GpuActs{});
   // Per micro-batch in flight (pipeline parallel keeps several): what its backward reads.
   for (GpuActs& a : slots) {

@@ -47,6 +47,16 @@ double StageModel::tp_comm_seconds() const {
   return s;
 }
 
+double StageModel::cp_wait_seconds() const {
+  double s = 0;
+  for (const auto& m : models_) {
+    const double t = m->cp_wait_seconds();
+    if (t < 0) return -1.0;
+    s += t;
+  }
+  return s;
+}
+
 void StageModel::begin_step(int micro_batches) {
   for (auto& d : ddps_) d->begin_step(micro_batches);
 }

@@ -38,17 +38,18 @@ std::vector<int> divisors(int n) {
 }
 
 int complexity(const PlanLayout& l) {
-  return 100 * ((l.tp > 1) + (l.pp > 1)) + 10 * l.zero + 2 * l.recompute + l.sp;
+  return 100 * ((l.tp > 1) + (l.pp > 1) + (l.cp > 1)) + 10 * l.zero + 2 * l.recompute + l.sp;
 }
 
 bool fits(const Ledger& l, const ClusterSpec& c) {
   return static_cast<double>(l.stages[l.heaviest].total()) <= (1.0 - c.headroom) * c.gpu_mem_gb * 1e9;
 }
 
-PlanInput with_layout(const PlanInput& base, int dp, int tp, int pp, int zero, bool sp, bool rc, int micro, int global) {
+PlanInput with_layout(const PlanInput& base, int dp, int tp, int pp, int zero, bool sp, bool rc, int micro, int global,
+                      int cp = 1) {
   PlanInput in = base;
   PlanLayout& l = in.layout;
-  l.dp = dp, l.tp = tp, l.pp = pp, l.cp = 1, l.zero = zero, l.sp = sp, l.recompute = rc;
+  l.dp = dp, l.tp = tp, l.pp = pp, l.cp = cp, l.zero = zero, l.sp = sp, l.recompute = rc;
   l.micro_batch = micro;
   l.microbatches = std::max(1, global / (micro * dp));
   l.schedule = pp > 1 ? "1f1b" : base.layout.schedule;
@@ -58,8 +59,9 @@ PlanInput with_layout(const PlanInput& base, int dp, int tp, int pp, int zero, b
 }
 
 std::string layout_name(const PlanLayout& l) {
-  return fmt::format("dp {} x tp {} x pp {}, zero {}, sp {}, recompute {}, micro-batch {} x {}", l.dp, l.tp, l.pp,
-                     l.zero, l.sp ? "on" : "off", l.recompute ? "full" : "none", l.micro_batch, l.microbatches);
+  return fmt::format("dp {}{} x tp {} x pp {}, zero {}, sp {}, recompute {}, micro-batch {} x {}", l.dp,
+                     l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "", l.tp, l.pp, l.zero, l.sp ? "on" : "off",
+                     l.recompute ? "full" : "none", l.micro_batch, l.microbatches);
 }
 
 }  // namespace
@@ -88,6 +90,19 @@ StepEstimate estimate_step(const PlanInput& in, const Ledger& led) {
     // compute: only the part that exceeds it is exposed.
     const double t = est.dp_bytes / ((in_node(c, l.tp * l.cp, l.dp) ? c.nvlink_gbs : ib_gbs(c)) * 1e9);
     est.dp_s = std::max(0.0, t - est.compute_s * (1.0 - est.bubble) * 2.0 / 3.0);
+  }
+  if (l.cp > 1) {
+    // The ring (ring_attention.hpp), per layer and micro-batch: forward passes cp - 1 k|v blocks
+    // of micro x seq/cp x 2 KV/tp x hd, backward the k|v again plus cp hops of dk|dv. It overlaps
+    // the attention compute (12 T d FLOPs per token per layer, fwd + bwd): only what exceeds it
+    // is exposed.
+    const double kv = static_cast<double>(l.micro_batch) * (m.seq_len / l.cp) * 2.0 * (m.n_kv_head / l.tp) *
+                      m.head_dim() * e;
+    est.cp_bytes = layers * l.microbatches * kv * (2.0 * (l.cp - 1) + l.cp);
+    const double attn_s = static_cast<double>(l.microbatches) * l.micro_batch * (m.seq_len / l.cp) * 12.0 *
+                          m.seq_len * m.d_model / l.tp * layers / rate * (l.recompute ? 4.0 / 3.0 : 1.0);
+    const double t = est.cp_bytes / ((in_node(c, l.tp, l.cp) ? c.nvlink_gbs : ib_gbs(c)) * 1e9);
+    est.cp_s = std::max(0.0, t - attn_s);
   }
   if (l.pp > 1) {
     est.pp_bytes = 2.0 * l.microbatches * bsh / (l.sp ? l.tp : 1);
@@ -160,17 +175,20 @@ Advice advise(const PlanInput& base) {
   // The search.
   for (int tp : divisors(std::min(gpus, c.gpus_per_node))) {
     if (m.n_head % tp || m.d_ff % tp || (m.n_kv_head % tp && tp % m.n_kv_head)) continue;
-    for (int pp : divisors(gpus / tp)) {
+    for (int pp : divisors(gpus / tp))
+    // Context parallel for long sequences (>= 8192 tokens): cp up to 8, seq_len in 2 cp chunks.
+    for (int cp : divisors(gpus / tp / pp)) {
+      if (cp > 1 && (m.seq_len < 8192 || cp > 8 || m.seq_len % (2 * cp))) continue;
       if (pp > m.n_layer) continue;
-      const int dp = gpus / tp / pp;
+      const int dp = gpus / tp / pp / cp;
       if (G % dp) continue;
       for (int micro : {1, 2, 4, 8}) {
         if ((G / dp) % micro) continue;
         if (pp > 1 && G / dp / micro < pp) continue;
-        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+        for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero)
           for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
             for (int rc = 0; rc <= 1; ++rc) {
-              PlanInput in = with_layout(base, dp, tp, pp, zero, sp, rc, micro, G);
+              PlanInput in = with_layout(base, dp, tp, pp, zero, sp, rc, micro, G, cp);
               ++a.considered;
               Candidate cand;
               if (!try_ledger(in, &cand.ledger) || !fits(cand.ledger, c)) continue;
@@ -208,13 +226,13 @@ std::string format_advice(const Advice& a, int top) {
       "DP overlaps backward, TP and PP do not)\n",
       a.considered, a.ranked.size(), 100 * b.cluster.headroom, b.global_batch(), b.model.seq_len, b.cluster.peak_tflops, 100 * b.cluster.mfu,
       b.cluster.nvlink_gbs, b.cluster.ib_gbps);
-  o += fmt::format("{:>3}  {:<70} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>10}\n", "#", "layout", "step s", "compute",
-                   "tp", "dp", "pp", "bubble", "peak mem");
+  o += fmt::format("{:>3}  {:<70} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>10}\n", "#", "layout", "step s",
+                   "compute", "tp", "cp", "dp", "pp", "bubble", "peak mem");
   for (int i = 0; i < std::min<int>(top, static_cast<int>(a.ranked.size())); ++i) {
     const Candidate& c = a.ranked[i];
-    o += fmt::format("{:>3}  {:<70} {:>9.3f} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>6.1f}% {:>10}\n", i + 1,
-                     layout_name(c.in.layout), c.est.total_s(), c.est.compute_s, c.est.tp_s, c.est.dp_s, c.est.pp_s,
-                     100 * c.est.bubble, fmt_gb(static_cast<double>(c.peak_bytes)));
+    o += fmt::format("{:>3}  {:<70} {:>9.3f} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>6.1f}% {:>10}\n", i + 1,
+                     layout_name(c.in.layout), c.est.total_s(), c.est.compute_s, c.est.tp_s, c.est.cp_s, c.est.dp_s,
+                     c.est.pp_s, 100 * c.est.bubble, fmt_gb(static_cast<double>(c.peak_bytes)));
   }
   const Candidate& best = a.ranked.front();
   const PlanLayout& l = best.in.layout;
@@ -223,8 +241,14 @@ std::string format_advice(const Advice& a, int top) {
                             best.in.cluster.gpu_mem_gb));
   if (l.tp > 1) why.push_back(fmt::format("tp {} stays inside a node (NVLink)", l.tp));
   if (l.pp > 1) why.push_back(fmt::format("pp {} splits the layers (bubble {:.1f}%)", l.pp, 100 * best.est.bubble));
-  if (l.zero > 0) why.push_back(fmt::format("ZeRO-{} shards {} over dp {}", l.zero,
-                                            l.zero == 1 ? "optimizer state" : l.zero == 2 ? "optimizer state + gradients" : "all model state", l.dp));
+  if (l.cp > 1)
+    why.push_back(fmt::format("cp {} splits each {}-token sequence (activations / {}; ring traffic {} per step, "
+                              "{:.3f} s exposed)",
+                              l.cp, best.in.model.seq_len, l.cp, fmt_gb(best.est.cp_bytes), best.est.cp_s));
+  if (l.zero > 0)
+    why.push_back(fmt::format("ZeRO-{} shards {} over dp {}", l.zero,
+                              l.zero == 1 ? "optimizer state" : l.zero == 2 ? "optimizer state + gradients" : "all model state",
+                              l.cp > 1 ? fmt::format("{} x cp {}", l.dp, l.cp) : fmt::format("{}", l.dp)));
   if (l.recompute) why.push_back("full recompute trades 1/3 more compute for activation memory");
   if (l.tp == 1 && l.pp == 1 && l.zero == 0) why.push_back("plain DDP: the least communication");
   o += "\nchosen: " + layout_name(l) + "\n  why: ";
@@ -242,8 +266,8 @@ std::string layout_job_toml(const PlanInput& in) {
   o += fmt::format("name = \"{}-{}gpu\"\n\n[model]\npreset = \"{}\"\nn_layer = {}\nn_head = {}\nd_model = {}\n", preset,
                    l.world(), preset, in.model.n_layer, in.model.n_head, in.model.d_model);
   o += fmt::format("vocab_size = {}\nseq_len = {}\n\n", in.model.vocab_size, in.model.seq_len);
-  o += fmt::format("[parallel]\ndp = {}\ntp = {}\npp = {}\nzero = {}\nsp = {}\nschedule = \"{}\"\nmicrobatches = {}\n\n",
-                   l.dp, l.tp, l.pp, l.zero, l.sp ? "true" : "false", l.schedule, l.microbatches);
+  o += fmt::format("[parallel]\ndp = {}\ntp = {}\npp = {}\ncp = {}\nzero = {}\nsp = {}\nschedule = \"{}\"\nmicrobatches = {}\n\n",
+                   l.dp, l.tp, l.pp, l.cp, l.zero, l.sp ? "true" : "false", l.schedule, l.microbatches);
   o += fmt::format("[train]\nbackend = \"{}\"\nmicro_batch = {}\nglobal_batch = {}\nrecompute = \"{}\"\n",
                    in.precision != Precision::fp32 ? "nccl" : "cpu", l.micro_batch, in.global_batch(),
                    l.recompute ? "full" : "none");

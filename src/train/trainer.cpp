@@ -191,6 +191,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   run_eval(start_step);
 
   double tp_comm_after_first = 0;  // seconds in TP collectives (backend->tp_comm_seconds) after the first step
+  double cp_wait_after_first = 0, cp_wait_prev = std::max(0.0, backend->cp_wait_seconds());
   for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
     auto t0 = Clock::now();
     set_activity_step(step);
@@ -242,6 +243,11 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     if (step == 1) check_ledger("after step 1");
 
     if (step == start_step + 1) tp_comm_after_first = backend->tp_comm_seconds();  // the first step warms up
+    if (const double w = backend->cp_wait_seconds(); w >= 0) {  // the ring's exposed wait this step (bench/cp)
+      if (step == start_step + 1) cp_wait_after_first = w;
+      if (rank0) metrics.write({{"step", int64_t{step}}, {"cp_wait_ms", 1e3 * (w - cp_wait_prev)}});
+      cp_wait_prev = w;
+    }
     if (step == start_step + 1) result.first_loss = loss;  // this run's first step (after a resume too)
     result.last_loss = loss;
     result.steps_done = step;
@@ -266,6 +272,11 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   if (rank0 && gs.tp > 1 && result.steps_done > start_step + 1 && tp_comm_after_first >= 0)
     std::printf("tensor parallel: tp comm %.1f ms/step on rank 0 (steps %d..%d, TP collectives in forward and backward)\n",
                 1e3 * (backend->tp_comm_seconds() - tp_comm_after_first) / (result.steps_done - start_step - 1),
+                start_step + 2, result.steps_done);
+  if (rank0 && gs.cp > 1 && result.steps_done > start_step + 1 && backend->cp_wait_seconds() >= 0)
+    std::printf("context parallel: ring wait %.1f ms/step on rank 0 (steps %d..%d; k|v transfers not hidden behind "
+                "attention)\n",
+                1e3 * (backend->cp_wait_seconds() - cp_wait_after_first) / (result.steps_done - start_step - 1),
                 start_step + 2, result.steps_done);
   set_activity_step(-1);
   run_eval(cfg.train.steps);

@@ -66,6 +66,10 @@ layout llama-pp2 2 --parallel.pp=2 --train.global_batch=8
 layout llama-pp2-interleaved 2 --parallel.pp=2 --parallel.schedule=interleaved --parallel.virtual_stages=2 --train.global_batch=8
 layout llama-tp2-sp 2 --parallel.tp=2 --parallel.sp=true
 layout llama-tp2-sp-recompute 2 --parallel.tp=2 --parallel.sp=true --train.recompute=full
+# Context parallel: each rank's seq_len / cp positions and the ring's blocks in flight.
+layout llama-cp2 2 --parallel.cp=2
+layout llama-cp2-dp2-zero2 4 --parallel.cp=2 --parallel.dp=2 --parallel.zero=2
+layout llama-cp2-tp2-sp 4 --parallel.cp=2 --parallel.tp=2 --parallel.sp=true
 JOB=jobs/tiny.toml
 [ "$checked" -ge 3 ] || fail "only $checked layouts checked"
 

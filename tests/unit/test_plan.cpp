@@ -281,6 +281,32 @@ BOOST_AUTO_TEST_CASE(tp_stays_inside_an_8_gpu_node_for_70b) {
   BOOST_TEST(explain_strategies(in).find("all-reduce") != std::string::npos);
 }
 
+// Context parallel: per-rank activations fall ~1/cp at a fixed sequence (the model's own sizes:
+// fp32 = the CPU model, bf16 = the GPU layout), the ring's traffic is counted, and for a 32k-token
+// LLaMA-3 8B on 16 GPUs the advisor splits the sequence.
+BOOST_AUTO_TEST_CASE(context_parallel_activations_and_advice) {
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    PlanInput one = input("llama-tiny", 1, 1), four = input("llama-tiny", 4, 1);
+    one.model.seq_len = four.model.seq_len = 1024;
+    one.precision = four.precision = p;
+    four.layout.cp = 4;
+    const auto a1 = compute_ledger(one).stages.at(0).activations, a4 = compute_ledger(four).stages.at(0).activations;
+    BOOST_TEST_MESSAGE("activations cp 1 " << a1 << " B, cp 4 " << a4 << " B");
+    BOOST_TEST(a4 < a1 / 3);
+  }
+  PlanInput in = input("llama3-8b", 16, 16);
+  in.model.seq_len = 32768;
+  in.cluster.gpus_per_node = 8;
+  Advice a = advise(in);
+  const Candidate& best = a.ranked.front();
+  BOOST_TEST(best.in.layout.cp > 1);
+  BOOST_TEST(best.est.cp_bytes > 0);
+  BOOST_TEST(layout_job_toml(best.in).find("cp = " + std::to_string(best.in.layout.cp)) != std::string::npos);
+  PlanInput short_seq = input("llama3-8b", 16, 16);
+  short_seq.model.seq_len = 4096;  // short sequences never get cp
+  for (const auto& c : advise(short_seq).ranked) BOOST_TEST(c.in.layout.cp == 1);
+}
+
 BOOST_AUTO_TEST_CASE(bad_inputs_give_clear_errors) {
   try {
     model_preset("llama9-1t");

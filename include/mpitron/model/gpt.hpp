@@ -141,7 +141,7 @@ class GPT final : public ModelChunk {
   // Rows of [B*T, C] stage activations this rank holds: B*T, or B*T/tp with sequence parallel.
   int64_t local_rows(int B) const { return sequence_local_rows(tp_, int64_t{B} * local_seq_len(cfg_, shard_)); }
   // Seconds blocked on the context-parallel ring (not hidden behind attention compute).
-  double cp_wait_seconds() const { return ring_ ? ring_->comm_wait_seconds() : 0.0; }
+  double cp_wait_seconds() const override { return ring_ ? ring_->comm_wait_seconds() : -1.0; }
   // Seconds spent in tensor-parallel collectives since construction (the trainer reports it per step).
   double tp_comm_seconds() const override { return *tp_comm_s_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }

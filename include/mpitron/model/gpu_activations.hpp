@@ -43,7 +43,7 @@ struct GpuActs {
 };
 
 struct GpuActLayout {
-  int tp = 1;
+  int tp = 1, cp = 1;
   bool sp = false;
   int B = 1, n_layers = 0;
   bool head = true, recompute = false, stage_io = false;

@@ -108,6 +108,9 @@ class ModelChunk {
   // Seconds spent in tensor-parallel collectives since construction, where the model times them
   // (the CPU GPT); < 0: not measured (the GPU's run on the stream, untimed on the host).
   virtual double tp_comm_seconds() const { return -1.0; }
+  // Seconds blocked on the context-parallel ring since construction (its transfers not hidden
+  // behind attention compute); < 0: not measured or no context parallel.
+  virtual double cp_wait_seconds() const { return -1.0; }
 };
 
 // The token embedding (GPT-2 wte, LLaMA embed_tokens): the tensor a tied LM head reads, which

@@ -45,6 +45,7 @@ class StageModel {
   FlatOps& ops() { return ops_; }
   size_t num_params() const;      // floats over all chunks (the tied copy included)
   double tp_comm_seconds() const;
+  double cp_wait_seconds() const;  // the chunks' ModelChunk::cp_wait_seconds; < 0 if any is unmeasured
 
   // DataParallel's step protocol, over every chunk.
   void begin_step(int micro_batches);

@@ -25,9 +25,9 @@
 namespace mpitron {
 
 struct StepEstimate {
-  double compute_s = 0, tp_s = 0, dp_s = 0, pp_s = 0, bubble = 0;
-  double total_s() const { return compute_s + tp_s + dp_s + pp_s; }
-  double tp_bytes = 0, dp_bytes = 0, pp_bytes = 0;  // per rank per step
+  double compute_s = 0, tp_s = 0, cp_s = 0, dp_s = 0, pp_s = 0, bubble = 0;
+  double total_s() const { return compute_s + tp_s + cp_s + dp_s + pp_s; }
+  double tp_bytes = 0, cp_bytes = 0, dp_bytes = 0, pp_bytes = 0;  // per rank per step
 };
 StepEstimate estimate_step(const PlanInput& in, const Ledger& led);
 

@@ -78,6 +78,7 @@ class TrainBackend {
   virtual StepComm take_comm() = 0;
   // Seconds in TP collectives so far (the loop prints the per-step mean); < 0: not measured.
   virtual double tp_comm_seconds() const { return -1; }
+  virtual double cp_wait_seconds() const { return -1; }  // < 0: no context parallel or not measured
   // Every chunk's full flat parameters in host memory (train.dump_params; collective under ZeRO-3).
   virtual std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch) = 0;
 };
@@ -97,6 +98,7 @@ class StageBackend : public TrainBackend {
   void optimizer_step(double lr) override;
   StepComm take_comm() override;
   double tp_comm_seconds() const override { return model_->tp_comm_seconds(); }
+  double cp_wait_seconds() const override { return model_->cp_wait_seconds(); }
   std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch) override {
     return model_->full_params(scratch);
   }
