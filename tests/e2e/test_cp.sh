@@ -3,8 +3,8 @@
 # chunks, attention over the ring (ring_attention.hpp). DESIGN.md's golden rule against the
 # single-rank run (losses, grad norms, lr at every step and every parameter within 1e-5,
 # tests/e2e/compare_runs.py) for GPT-2 and LLaMA: cp 2 and 4 alone, cp x dp with ZeRO 1-3, cp x tp
-# (+ sp), cp x pp, and cp2 x tp2 x pp2 at np=8; a cp checkpoint resumed under another layout and a
-# plain checkpoint resumed under cp; errors (seq_len not divisible by 2 cp, the GPU backend).
+# (+ sp), cp x pp, cp with full recompute, and cp2 x tp2 x pp2 at np=8; a cp2 x dp2 ZeRO-1
+# checkpoint resumed at np 1 and a cp2 checkpoint under cp 4; seq_len not divisible by 2 cp.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prep_fortunes "$tmp/data" 200000 fortunes computers
@@ -38,14 +38,14 @@ for arch in gpt2 llama; do
   golden $job ${arch}_ref ${arch}_cp4 4 --parallel.cp=4
   golden $job ${arch}_ref ${arch}_cp2_tp2_sp 4 --parallel.cp=2 --parallel.tp=2 --parallel.sp=true
   golden $job ${arch}_ref ${arch}_cp2_pp2 4 --parallel.cp=2 --parallel.pp=2
+  golden $job ${arch}_ref ${arch}_cp2_recompute 2 --parallel.cp=2 --train.recompute=full
 done
 for z in 1 2 3; do golden jobs/llama-tiny.toml llama_ref llama_cp2_dp2_zero$z 4 --parallel.cp=2 --parallel.dp=2 --parallel.zero=$z; done
 golden jobs/tiny.toml gpt2_ref gpt2_cp2_dp2_zero1 4 --parallel.cp=2 --parallel.dp=2 --parallel.zero=1 --checkpoint.every=3
 golden jobs/tiny.toml gpt2_ref gpt2_cp2_tp2_pp2 8 --parallel.cp=2 --parallel.tp=2 --parallel.pp=2
 golden jobs/llama-tiny.toml llama_ref llama_cp2_tp2_pp2 8 --parallel.cp=2 --parallel.tp=2 --parallel.pp=2 --parallel.zero=1 --parallel.dp=1
 
-# Resume across layouts: the cp2 x dp2 ZeRO-1 checkpoint at np=1, and the single-rank run's
-# step-3 checkpoint... under cp 2 (from the cp2 run's own checkpoint under cp 4 as well).
+# Resume across layouts: the cp2 x dp2 ZeRO-1 checkpoint at np=1, the cp2 checkpoint under cp 4.
 resume() {  # job from_ckpt name np extra...
   local job=$1 ckpt=$2 name=$3
   shift 3
