@@ -50,7 +50,7 @@ done
 
 # Part 2: the memory cap. Virtual memory, not resident: OpenMPI and the OpenMP runtime map a few
 # hundred MB before any tensor, so the cap is set well above that baseline.
-cap_kb=${CP_BENCH_CAP_KB:-3145728}  # 3 GiB per process
+cap_kb=${CP_BENCH_CAP_KB:-2097152}  # 2 GiB per process
 {
   echo
   echo "## Seq 8192 under \`ulimit -v $((cap_kb / 1024)) MiB\` per process (2 layers, one sequence)"

@@ -67,6 +67,16 @@ class TimedOps final : public Ops {
                           int kv) override {
     time("attention_bwd", [&] { in_.attention_backward(dq, d, q, a, B, T, H, hd, kv); });
   }
+  void attention_block_forward(float* o, float* m, float* l, const float* q, int64_t qs, const float* kv, int B, int Tq,
+                               int Tk, int H, int KV, int hd, const int* qp, const int* kp) override {
+    time("attention_block_fwd", [&] { in_.attention_block_forward(o, m, l, q, qs, kv, B, Tq, Tk, H, KV, hd, qp, kp); });
+  }
+  void attention_block_backward(float* dq, int64_t dqs, float* dkv, const float* q, int64_t qs, const float* kv,
+                                const float* d, const float* lse, const float* ds, int B, int Tq, int Tk, int H, int KV,
+                                int hd, const int* qp, const int* kp) override {
+    time("attention_block_bwd",
+         [&] { in_.attention_block_backward(dq, dqs, dkv, q, qs, kv, d, lse, ds, B, Tq, Tk, H, KV, hd, qp, kp); });
+  }
   void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t R, int64_t C, float eps) override {
     time("rmsnorm", [&] { in_.rmsnorm_forward(o, r, i, w, R, C, eps); });
   }

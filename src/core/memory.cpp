@@ -1,5 +1,7 @@
 #include "mpitron/core/memory.hpp"
 
+#include "mpitron/core/error.hpp"
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -74,7 +76,15 @@ void* host_alloc(Mem m, size_t bytes) {
   if (bytes == 0) return nullptr;
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw std::bad_alloc();
+  if (!p) {  // name what did not fit, and what this process holds already (the ledger's categories)
+    const MemStats st = MemTracker::host().stats();
+    int64_t live = 0;
+    for (int64_t v : st.live) live += v;
+    fail("out of host memory: cannot allocate {} for {} (this process holds {} already, {} of it {}); "
+         "`mpitron plan` predicts the bytes per rank: shard further (ZeRO, tp, pp, cp) or lower the micro-batch or seq_len",
+         format_bytes(static_cast<int64_t>(bytes)), mem_name(m), format_bytes(live),
+         format_bytes(st.live[static_cast<size_t>(m)]), mem_name(m));
+  }
   std::memset(p, 0, rounded);
 #if defined(__SANITIZE_ADDRESS__)
   // aligned_alloc wants a multiple of the alignment, so ASan would see `rounded` bytes as the

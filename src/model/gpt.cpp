@@ -169,7 +169,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   act_.dmlp = p.shared[5];
   act_.xg = p.shared[p.shared.size() - 2], act_.dfull = p.shared.back();
   if (cp && n_local_layers_ > 0)
-    ring_ = std::make_unique<RingAttention>(*cp, max_micro_batch, local_seq_len(cfg, shard_), cfg.seq_len,
+    ring_ = std::make_unique<RingAttention>(ops, *cp, max_micro_batch, local_seq_len(cfg, shard_), cfg.seq_len,
                                             static_cast<int>(h_local_), static_cast<int>(kv_local_), cfg.head_dim(),
                                             p.shared[p.shared.size() - 3]);
   for (int t = 0; t < local_seq_len(cfg, shard_); ++t)

@@ -26,8 +26,8 @@ float dot(const float* a, const float* b, int n) {
 
 }  // namespace
 
-RingAttention::RingAttention(Comm& cp, int max_B, int Tl, int T, int H, int KV, int hd, float* workspace)
-    : cp_(cp), Tl_(Tl), T_(T), H_(H), KV_(KV), hd_(hd), row_(int64_t{H + 2 * KV} * hd) {
+RingAttention::RingAttention(Ops& ops, Comm& cp, int max_B, int Tl, int T, int H, int KV, int hd, float* workspace)
+    : ops_(ops), cp_(cp), Tl_(Tl), T_(T), H_(H), KV_(KV), hd_(hd), row_(int64_t{H + 2 * KV} * hd) {
   const int C = cp.size();
   check(C >= 1 && T % (2 * C) == 0 && Tl * C == T, "RingAttention: seq_len {} is not 2 x cp ({}) chunks of {} rows",
         T, C, Tl);
@@ -41,16 +41,16 @@ RingAttention::RingAttention(Comm& cp, int max_B, int Tl, int T, int H, int KV, 
 int RingAttention::global_pos(int rank, int t) const { return cp_global_position(t, rank, cp_.size(), T_); }
 
 void RingAttention::forward(float* out, float* lse, const float* qkv, int B) {
-  const int C = cp_.size(), r = cp_.rank(), Tl = Tl_, H = H_, hd = hd_, group = H_ / KV_;
-  const int64_t kvw = int64_t{KV_} * hd, blk_row = 2 * kvw, n_blk = int64_t{B} * Tl * blk_row;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int C = cp_.size(), r = cp_.rank(), Tl = Tl_, H = H_, hd = hd_;
+  const int64_t blk_row = 2 * int64_t{KV_} * hd, n_blk = int64_t{B} * Tl * blk_row, stats = int64_t{B} * H * Tl;
   // This rank's k|v block, packed [B, Tl, k | v].
   for (int64_t i = 0; i < int64_t{B} * Tl; ++i)
     std::memcpy(kv_[0] + i * blk_row, qkv + i * row_ + int64_t{H} * hd, blk_row * sizeof(float));
-  std::fill(m_, m_ + int64_t{B} * H * Tl, -INFINITY);
-  std::fill(l_, l_ + int64_t{B} * H * Tl, 0.f);
+  std::fill(m_, m_ + stats, -INFINITY);
+  std::fill(l_, l_ + stats, 0.f);
   std::fill(out, out + int64_t{B} * Tl * H * hd, 0.f);
   const int next = (r + 1) % C, prev = (r + C - 1) % C;
+  std::vector<int> kpos(Tl);
   for (int s = 0; s < C; ++s) {
     float *cur = kv_[s % 2], *nxt = kv_[(s + 1) % 2];
     Request rq, sq;
@@ -59,43 +59,8 @@ void RingAttention::forward(float* out, float* lse, const float* qkv, int B) {
       sq = cp_.isend(cur, static_cast<size_t>(n_blk), DType::f32, next, 0);
     }
     const int src = (r + C - s) % C;
-    std::vector<int> kpos(Tl);
     for (int t = 0; t < Tl; ++t) kpos[t] = global_pos(src, t);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < H; ++h) {
-        const float* kb = cur + int64_t{b} * Tl * blk_row + int64_t{h / group} * hd;
-        const float* vb = kb + kvw;
-        std::vector<float> sc(Tl);
-        for (int i = 0; i < Tl; ++i) {
-          const float* q = qkv + (int64_t{b} * Tl + i) * row_ + int64_t{h} * hd;
-          float mx = -INFINITY;
-          int n = 0;
-          for (int j = 0; j < Tl; ++j) {
-            if (kpos[j] > qpos_[i]) {
-              sc[j] = -INFINITY;
-              continue;
-            }
-            sc[j] = dot(q, kb + j * blk_row, hd) * scale;
-            mx = std::max(mx, sc[j]);
-            ++n;
-          }
-          if (n == 0) continue;  // every key of this block lies after the query
-          const int64_t st = (int64_t{b} * H + h) * Tl + i;
-          const float m_new = std::max(m_[st], mx), corr = std::exp(m_[st] - m_new);
-          float* o = out + (int64_t{b} * Tl + i) * H * hd + int64_t{h} * hd;
-          float sum = l_[st] * corr;
-          for (int e = 0; e < hd; ++e) o[e] *= corr;
-          for (int j = 0; j < Tl; ++j) {
-            if (sc[j] == -INFINITY) continue;
-            const float p = std::exp(sc[j] - m_new);
-            sum += p;
-            const float* v = vb + j * blk_row;
-            for (int e = 0; e < hd; ++e) o[e] += p * v[e];
-          }
-          m_[st] = m_new, l_[st] = sum;
-        }
-      }
+    ops_.attention_block_forward(out, m_, l_, qkv, row_, cur, B, Tl, Tl, H, KV_, hd, qpos_.data(), kpos.data());
     if (s + 1 < C) {
       const double t0 = now_s();
       rq->wait();
@@ -103,22 +68,19 @@ void RingAttention::forward(float* out, float* lse, const float* qkv, int B) {
       wait_s_ += now_s() - t0;
     }
   }
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < H; ++h)
-      for (int i = 0; i < Tl; ++i) {
-        const int64_t st = (int64_t{b} * H + h) * Tl + i;
-        float* o = out + (int64_t{b} * Tl + i) * H * hd + int64_t{h} * hd;
-        const float inv = 1.f / l_[st];  // l > 0: a query always sees itself
-        for (int e = 0; e < hd; ++e) o[e] *= inv;
-        lse[st] = m_[st] + std::log(l_[st]);
-      }
+  for (int64_t st = 0; st < stats; ++st) {  // st = (b H + h) Tl + i
+    const int64_t b = st / (int64_t{H} * Tl), h = st / Tl % H, i = st % Tl;
+    float* o = out + (b * Tl + i) * H * hd + h * hd;
+    const float inv = 1.f / l_[st];  // l > 0: a query always sees itself
+    for (int e = 0; e < hd; ++e) o[e] *= inv;
+    lse[st] = m_[st] + std::log(l_[st]);
+  }
 }
 
 void RingAttention::backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                              int B) {
-  const int C = cp_.size(), r = cp_.rank(), Tl = Tl_, H = H_, hd = hd_, KV = KV_, group = H_ / KV_;
-  const int64_t kvw = int64_t{KV} * hd, blk_row = 2 * kvw, n_blk = int64_t{B} * Tl * blk_row;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int C = cp_.size(), r = cp_.rank(), Tl = Tl_, H = H_, hd = hd_;
+  const int64_t blk_row = 2 * int64_t{KV_} * hd, n_blk = int64_t{B} * Tl * blk_row;
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h)
       for (int i = 0; i < Tl; ++i) {
@@ -136,6 +98,7 @@ void RingAttention::backward(float* dqkv, const float* dout, const float* qkv, c
     q->wait();
     wait_s_ += now_s() - t0;
   };
+  std::vector<int> kpos(Tl);
   for (int s = 0; s < C; ++s) {
     float *cur = kv_[s % 2], *nxt = kv_[(s + 1) % 2], *dcur = dkv_[s % 2], *dnxt = dkv_[(s + 1) % 2];
     Request rq, sq;
@@ -144,40 +107,9 @@ void RingAttention::backward(float* dqkv, const float* dout, const float* qkv, c
       sq = cp_.isend(cur, static_cast<size_t>(n_blk), DType::f32, next, 1);
     }
     const int src = (r + C - s) % C;
-    std::vector<int> kpos(Tl);
     for (int t = 0; t < Tl; ++t) kpos[t] = global_pos(src, t);
-    // One task per (sequence, kv head): its group's query heads in order, dk, dv its own.
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b)
-      for (int kh = 0; kh < KV; ++kh) {
-        const float* kb = cur + int64_t{b} * Tl * blk_row + int64_t{kh} * hd;
-        const float* vb = kb + kvw;
-        float* dkb = dcur + int64_t{b} * Tl * blk_row + int64_t{kh} * hd;
-        float* dvb = dkb + kvw;
-        for (int g = 0; g < group; ++g) {
-          const int h = kh * group + g;
-          for (int i = 0; i < Tl; ++i) {
-            const int64_t st = (int64_t{b} * H + h) * Tl + i;
-            const float* q = qkv + (int64_t{b} * Tl + i) * row_ + int64_t{h} * hd;
-            float* dq = dqkv + (int64_t{b} * Tl + i) * row_ + int64_t{h} * hd;
-            const float* d_o = dout + (int64_t{b} * Tl + i) * H * hd + int64_t{h} * hd;
-            for (int j = 0; j < Tl; ++j) {
-              if (kpos[j] > qpos_[i]) continue;
-              const float* k = kb + j * blk_row;
-              const float* v = vb + j * blk_row;
-              const float p = std::exp(dot(q, k, hd) * scale - lse[st]);
-              const float ds = p * (dot(d_o, v, hd) - dsum_[st]) * scale;
-              float* dk = dkb + j * blk_row;
-              float* dv = dvb + j * blk_row;
-              for (int e = 0; e < hd; ++e) {
-                dv[e] += p * d_o[e];
-                dk[e] += ds * q[e];
-                dq[e] += ds * k[e];
-              }
-            }
-          }
-        }
-      }
+    ops_.attention_block_backward(dqkv, row_, dcur, qkv, row_, cur, dout, lse, dsum_, B, Tl, Tl, H, KV_, hd,
+                                  qpos_.data(), kpos.data());
     // dk|dv of this block go on with it (after the compute); the last hop takes them home.
     Request drq = cp_.irecv(dnxt, static_cast<size_t>(n_blk), DType::f32, prev, 2);
     Request dsq = cp_.isend(dcur, static_cast<size_t>(n_blk), DType::f32, next, 2);

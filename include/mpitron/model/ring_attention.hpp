@@ -1,5 +1,6 @@
 // Context-parallel causal attention over a ring (Liu et al. 2023, "Ring Attention"; Megatron /
-// Transformer Engine's load-balanced layout), CPU, fp32.
+// Transformer Engine's load-balanced layout), CPU, fp32; each step's block is one
+// Ops::attention_block_forward / _backward (small GEMMs that skip the causally masked half).
 //
 // Every rank of the cp group holds Tl = T / cp positions of each sequence: chunks r and
 // 2 cp - 1 - r of T / (2 cp) tokens (cp_global_position), so each rank does the same causal work.
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "mpitron/dist/comm.hpp"
+#include "mpitron/ops/ops.hpp"
 
 namespace mpitron {
 
@@ -29,7 +31,8 @@ class RingAttention {
   // B <= max_B sequences of Tl local rows; qkv rows [q H hd | k KV hd | v KV hd]; T the full
   // sequence length. cp: the context-parallel group (2 cp divides T). workspace:
   // buffer_floats(max_B, ...) floats the model plans with its activations (Mem::activations).
-  RingAttention(Comm& cp, int max_B, int Tl, int T, int H, int KV, int hd, float* workspace);
+  // ops: the per-block compute (Ops::attention_block_forward / _backward).
+  RingAttention(Ops& ops, Comm& cp, int max_B, int Tl, int T, int H, int KV, int hd, float* workspace);
   // out[B*Tl, H*hd] (overwritten), lse[B, H, Tl] (kept for backward).
   void forward(float* out, float* lse, const float* qkv, int B);
   // dqkv[B*Tl, (H + 2 KV) hd] overwritten from dout and the forward's out, lse.
@@ -43,6 +46,7 @@ class RingAttention {
 
  private:
   int global_pos(int rank, int t) const;
+  Ops& ops_;
   Comm& cp_;
   int Tl_, T_, H_, KV_, hd_;
   int64_t row_;  // (H + 2 KV) hd

@@ -24,6 +24,13 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 size_t attention_scratch_floats(int T, int hd, bool backward);
 // qkv[B, T, (H + 2 KV) hd] = [q: H heads | k: KV heads | v: KV heads]; query head h reads kv
 // head h / (H / KV) (grouped-query attention; KV = H is GPT-2's [3, H, hd]).
+// One key/value block of blockwise (ring) attention (attention_block.cpp; Ops::attention_block_*).
+size_t attention_block_scratch_floats(int Tk, int hd);
+void attention_block_forward(float* o, float* m, float* l, const float* q, int64_t q_stride, const float* kv, int B,
+                             int Tq, int Tk, int H, int KV, int hd, const int* qpos, const int* kpos, float* scratch);
+void attention_block_backward(float* dq, int64_t dq_stride, float* dkv, const float* q, int64_t q_stride,
+                              const float* kv, const float* dout, const float* lse, const float* dsum, int B, int Tq,
+                              int Tk, int H, int KV, int hd, const int* qpos, const int* kpos, float* scratch);
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, float* scratch,
                        int KV);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int H,
