@@ -25,11 +25,14 @@ namespace {
 
 constexpr int kRows = 48;  // query rows per block (a multiple of the 6-row micro-tile)
 
-// The two halves of a key block: [begin, begin + n) of columns whose positions are <= last.
+// The two halves of a key block: [begin, begin + n) of columns whose positions are <= the last
+// position of query rows [i0, i0 + rows). Returns whether any column is visible.
 struct Seg {
   int begin, n;
 };
-void visible_segments(const int* kpos, int Tk, int last, Seg out[2]) {
+bool visible_segments(const int* qpos, int i0, int rows, const int* kpos, int Tk, Seg out[2]) {
+  int last = qpos[i0];
+  for (int i = i0; i < i0 + rows; ++i) last = std::max(last, qpos[i]);
   const int half = Tk / 2;
   for (int s = 0; s < 2; ++s) {
     const int b = s * half, e = s == 0 ? half : Tk;
@@ -37,6 +40,7 @@ void visible_segments(const int* kpos, int Tk, int last, Seg out[2]) {
     while (b + n < e && kpos[b + n] <= last) ++n;  // positions increase inside a half
     out[s] = {b, n};
   }
+  return out[0].n + out[1].n > 0;
 }
 
 }  // namespace
@@ -63,11 +67,8 @@ void attention_block_forward(float* o, float* m, float* l, const float* q, int64
       transpose(k, Tk, hd, kv_row, Kt, Tk);
       for (int i0 = 0; i0 < Tq; i0 += kRows) {
         const int rows = std::min(kRows, Tq - i0);
-        int last = qpos[i0];
-        for (int i = i0; i < i0 + rows; ++i) last = std::max(last, qpos[i]);
         Seg seg[2];
-        visible_segments(kpos, Tk, last, seg);
-        if (seg[0].n + seg[1].n == 0) continue;
+        if (!visible_segments(qpos, i0, rows, kpos, Tk, seg)) continue;
         const float* qi = q + (int64_t{b} * Tq + i0) * q_stride + int64_t{h} * hd;
         for (const Seg& g : seg)
           if (g.n) small_gemm(rows, g.n, hd, qi, q_stride, Kt + g.begin, Tk, S + g.begin, Tk, scale, false);
@@ -132,11 +133,8 @@ void attention_block_backward(float* dq, int64_t dq_stride, float* dkv, const fl
         const int h = kh * group + g;
         for (int i0 = 0; i0 < Tq; i0 += kRows) {
           const int rows = std::min(kRows, Tq - i0);
-          int last = qpos[i0];
-          for (int i = i0; i < i0 + rows; ++i) last = std::max(last, qpos[i]);
           Seg seg[2];
-          visible_segments(kpos, Tk, last, seg);
-          if (seg[0].n + seg[1].n == 0) continue;
+          if (!visible_segments(qpos, i0, rows, kpos, Tk, seg)) continue;
           const float* qi = q + (int64_t{b} * Tq + i0) * q_stride + int64_t{h} * hd;
           const float* doi = dout + (int64_t{b} * Tq + i0) * o_row + int64_t{h} * hd;
           for (const Seg& sg : seg)
