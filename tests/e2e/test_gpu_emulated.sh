@@ -242,5 +242,5 @@ expect_error() {  # pattern extra...
   fi
   grep -q "$pattern" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no '$pattern' for: $*"; }
 }
-expect_error "context parallel training is not implemented yet" --parallel.cp=2
+expect_error "context parallel (parallel.cp = 2) runs on the CPU backend only" --parallel.cp=2
 echo ok
