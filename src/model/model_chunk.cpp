@@ -8,4 +8,10 @@ const ParamInfo* ModelChunk::find_param(const std::string& name) const {
   return nullptr;
 }
 
+const ParamInfo* ModelChunk::find_token_embedding() const {
+  for (const auto& p : params())
+    if (is_token_embedding(p.name)) return &p;
+  return nullptr;
+}
+
 }  // namespace mpitron

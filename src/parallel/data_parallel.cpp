@@ -169,9 +169,7 @@ double DataParallel::grad_sum_squares(int tp_rank) {
                                                            ops_, tp_rank)
                                : 0.0;
   if (opt_.tied_copy) {  // wte is TP-sharded, so every TP rank counted its part of it above
-    const ParamInfo* p = nullptr;
-    for (const auto& q : model_.params())
-      if (is_token_embedding(q.name)) p = &q;
+    const ParamInfo* p = model_.find_token_embedding();
     size_t lo = std::max(shard_.begin, p->offset), hi = std::min(shard_.end, p->offset + p->numel);
     if (hi > lo) local -= ops_.sum_squares(grad_shard() + (lo - shard_.begin), hi - lo);
   }

@@ -10,9 +10,7 @@ namespace {
 const ParamInfo* tied_wte(ModelChunk& model, ProcessGrid& grid) {
   if (!model.config().tied_embeddings || grid.shape().pp == 1 || !(grid.is_first_stage() || grid.is_last_stage()))
     return nullptr;
-  const ParamInfo* p = nullptr;
-  for (const auto& q : model.params())
-    if (is_token_embedding(q.name)) p = &q;
+  const ParamInfo* p = model.find_token_embedding();
   check(p != nullptr, "tied embedding: stage {} has no token embedding", grid.coord().pp);
   check(grid.embedding().size() == 2, "tied embedding: embedding group of {} ranks (expected 2)",
         grid.embedding().size());

@@ -70,6 +70,7 @@ class ModelChunk {
   virtual const ModelShard& shard() const = 0;
   virtual const std::vector<ParamInfo>& params() const = 0;
   const ParamInfo* find_param(const std::string& name) const;  // nullptr when not on this shard
+  const ParamInfo* find_token_embedding() const;               // wte / embed_tokens, or nullptr
   virtual size_t num_params() const = 0;  // floats of the flat layout (with padding)
 
   // The fp32 flat buffers (the GPU's master weights): nullptr once released.
