@@ -301,10 +301,7 @@ struct PostEvent {
 void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full) {
   const int T = local_seq_len(cfg_, shard_), C = cfg_.d_model, hd = cfg_.head_dim();
   const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B);
-  if (llama())  // q|k|v and gate|up run as one GEMM each: the table puts them back to back
-    check(w.k_w == w.qkv_w + h_local_ * hd * C && w.v_w == w.k_w + kv_local_ * hd * C &&
-              w.up_w == w.fc_w + f_local_ * C,
-          "GPT: a block's q/k/v or gate/up weights are not contiguous");
+  check_fused(w, "weights");
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, Rl);
   qkv_->forward(a.qkv, a.ln1, act_.xg, w.qkv_w, w.qkv_b, BT);
   if (llama()) rope(a.qkv, B, false);
@@ -319,6 +316,15 @@ void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, in
   if (!full) return;
   fcp_->forward(a.res3, a.fch_gelu, w.fcp_w, w.fcp_b, BT, act_.dfull);
   ops_.add_inplace(a.res3, a.res2, Rl * C);
+}
+
+// LLaMA runs q|k|v and gate|up as one GEMM each: the table puts them back to back, and whoever
+// rebinds them (ZeRO-3 units, gradient buckets) must keep them so.
+void GPT::check_fused(const LayerW& x, const char* what) const {
+  if (!llama()) return;
+  const int64_t C = cfg_.d_model, hd = cfg_.head_dim();
+  check(x.k_w == x.qkv_w + h_local_ * hd * C && x.v_w == x.k_w + kv_local_ * hd * C && x.up_w == x.fc_w + f_local_ * C,
+        "GPT: a block's q/k/v or gate/up {} are not contiguous", what);
 }
 
 void GPT::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
@@ -374,13 +380,14 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   if (shard_.has_embedding) {
     check(inputs != nullptr, "GPT::forward: the first stage needs input tokens");
     for (int64_t i = 0; i < BT; ++i) {  // context parallel: this rank's positions of each sequence
-      const int32_t tok = inputs[full_index(i)];
-      check(tok >= 0 && tok < cfg_.vocab_size, "GPT::forward: input token {} at {} outside [0, {})", tok,
-            full_index(i), cfg_.vocab_size);
+      const int64_t at = full_index(i);
+      const int32_t tok = inputs[at];
+      check(tok >= 0 && tok < cfg_.vocab_size, "GPT::forward: input token {} at {} outside [0, {})", tok, at,
+            cfg_.vocab_size);
       toks[i] = tok;
     }
     // Under cp the positions are not 0..T-1: wpe's rows are added by global position instead.
-    emb_->forward(sa.input, toks, w_.wte, ring_ || shard_.cp_size > 1 ? nullptr : w_.wpe, B, T, act_.dfull);
+    emb_->forward(sa.input, toks, w_.wte, shard_.cp_size > 1 ? nullptr : w_.wpe, B, T, act_.dfull);
     if (shard_.cp_size > 1 && w_.wpe) add_position_embedding(sa.input, B);
   }
   const float* res = sa.input;
@@ -406,8 +413,9 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   }
   int64_t count = 0;
   for (int64_t i = 0; i < BT; ++i) {
-    const int32_t tgt = targets[full_index(i)];
-    check(tgt < cfg_.vocab_size, "GPT::forward: target {} at {} >= vocab size {}", tgt, full_index(i), cfg_.vocab_size);
+    const int64_t at = full_index(i);
+    const int32_t tgt = targets[at];
+    check(tgt < cfg_.vocab_size, "GPT::forward: target {} at {} >= vocab size {}", tgt, at, cfg_.vocab_size);
     tgts[i] = tgt;
     count += tgt >= 0;
   }
@@ -472,10 +480,7 @@ void GPT::backward(float loss_scale, int slot) {
     const float* res_in = l > 0 ? sa.layers[l - 1].res3 : sa.input;
     emit(UnitEvent::pre_backward, l);  // before reading w: ZeRO-3 gathers the block here
     if (act_opts_.recompute) layer_forward(w, a, res_in, B, false);  // the block's activations again
-    if (llama())  // the fused q|k|v and gate|up gradients are single ranges too (gradient buckets keep them so)
-      check(g.k_w == g.qkv_w + h_local_ * hd * C && g.v_w == g.k_w + kv_local_ * hd * C &&
-                g.up_w == g.fc_w + f_local_ * C,
-            "GPT: a block's q/k/v or gate/up gradients are not contiguous");
+    check_fused(g, "gradients");  // gradient buckets keep the fused ranges whole (fused_with_previous)
     // Under SP the column-parallel layers' inputs (ln2, ln1) are all-gathered again (Megatron
     // keeps only this rank's rows), and dres holds this rank's rows.
     if (llama()) {  // down_proj's input gradient, then SwiGLU's into [dgate | dup]

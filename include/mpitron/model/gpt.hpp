@@ -188,6 +188,7 @@ class GPT final : public ModelChunk {
   Weights resolve(float* base) const;
   float** field(Weights& w, size_t i);  // the pointer parameter i reads from, in w
   bool llama() const { return cfg_.arch == Arch::llama; }
+  void check_fused(const LayerW& x, const char* what) const;  // LLaMA's fused tensors are contiguous
   int64_t full_index(int64_t local_row) const;  // cp: local row -> index in the full [B, seq_len]
   void rope(float* qkv, int B, bool inverse);   // RoPE at the rows' global positions
   void add_position_embedding(float* x, int B);  // GPT-2 under cp: wpe by global position
