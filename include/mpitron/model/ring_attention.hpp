@@ -19,6 +19,7 @@
 // its group's dk, dv in order (deterministic).
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "mpitron/dist/comm.hpp"
@@ -45,14 +46,16 @@ class RingAttention {
   double comm_wait_seconds() const { return wait_s_; }  // time blocked on the ring (not overlapped)
 
  private:
-  int global_pos(int rank, int t) const;
+  void pack_own_block(const float* qkv, int B);  // into kv_[0]
+  std::pair<Request, Request> pass_on(const float* send, float* recv, size_t n, int tag);
+  void wait(std::pair<Request, Request>& hop);  // timed: the ring's exposed wait
   Ops& ops_;
   Comm& cp_;
-  int Tl_, T_, H_, KV_, hd_;
+  int Tl_, H_, KV_, hd_;
   int64_t row_;  // (H + 2 KV) hd
   float *kv_[2], *dkv_[2];  // k|v and dk|dv blocks in flight, [B, Tl, 2 KV hd] each
   float *m_, *l_, *dsum_;   // per (b, h, t): running max, sum; D = rowsum(dout * out)
-  std::vector<int> qpos_;   // global positions of the local rows
+  std::vector<std::vector<int>> pos_;  // per cp rank: the global positions of its rows
   double wait_s_ = 0;
 };
 
