@@ -54,10 +54,17 @@ run_one() {  # name timeout cmd...
   # Sanitizer option values end at ':', ',' or a space: the folder name keeps none of them.
   local sandir="$PWD/$logdir/san/${name//[^A-Za-z0-9_.=-]/_}"
   if [ -n "$SAN" ]; then
-    rm -rf "$sandir" && mkdir -p "$sandir"
+    rm -rf "$sandir" "$sandir.contained" && mkdir -p "$sandir"
     san_options "$sandir"
   fi
   timeout --kill-after=10 $((limit * time_scale)) "$@" >"$log" 2>&1 || rc=$?
+  if [ -n "$SAN" ]; then  # contained HDF5 faults (env.sh) are kept aside and named, not counted
+    for f in "$sandir"/*; do
+      [ -f "$f" ] && san_contained_hdf5_fault "$f" || continue
+      mkdir -p "$sandir.contained" && mv "$f" "$sandir.contained/"
+      printf '\n==== contained (libhdf5 in the checkpoint check child, not a finding): %s\n' "$sandir.contained/${f##*/}" >>"$log"
+    done
+  fi
   if [ -n "$SAN" ] && [ -n "$(ls -A "$sandir")" ]; then
     reports=$(ls "$sandir" | tr '\n' ' ')
     for f in "$sandir"/*; do printf '\n==== sanitizer report %s\n' "$f"; cat "$f"; done >>"$log"

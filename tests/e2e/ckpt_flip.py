@@ -2,7 +2,7 @@
 """Flipped bits in mpitron checkpoints, for tests/e2e/test_checkpoint_disk.sh (h5py finds where).
 
 usage:
-  ckpt_flip.py flip FILE data|header|text|superblock|gheap   flip one bit there, in place
+  ckpt_flip.py flip FILE data|header|text|superblock|gheap|gheapsize   flip one bit there, in place
   ckpt_flip.py sweep FILE N SEED                       N copies of FILE with one random bit flipped
         (half of them outside tensor data, where HDF5's metadata lives): `mpitron inspect --verify`
         must reject each one naming the file (exit 2), or -- a bit nothing reads -- report the
@@ -16,6 +16,8 @@ Where `flip` hits:
   superblock  the superblock's end-of-file address          -> HDF5's superblock checksum
   gheap       the size of the first string in the global heap (no checksum; HDF5 1.10.8 loops
               forever on it)                               -> the checking child process's time limit
+  gheapsize   the same size made 8 GiB larger (HDF5 memcpys past its 4 KiB block and crashes; found
+              by the random sweep)                         -> the child's crash, "HDF5 crashed"
 """
 import os
 import random
@@ -46,14 +48,16 @@ def where(path, what):
             return h5py.h5o.get_info(f[DS].id).addr + 20
         if what == "text":
             return f["config/job_toml"].id.get_offset() + 3
-        if what == "gheap":
+        if what in ("gheap", "gheapsize"):
             pass  # below: h5py does not say where the global heap is
         elif what == "superblock":
             return 8 + 4 + 8 + 8  # v2: signature, version + sizes + flags, base, extension address, then EOF
-    if what == "gheap":
+    if what in ("gheap", "gheapsize"):
         at = open(path, "rb").read().find(b"GCOL")  # the global heap collection's signature
         assert at >= 0, "no global heap"
-        return at + 25  # the first object's size (after 16 bytes of collection header, 8 of object header)
+        # The first object's 8-byte little-endian size (after 16 bytes of collection header, 8 of
+        # object header): its byte 1 (gheap), or its byte 4 (gheapsize: bit 1 there is 2^33).
+        return at + (25 if what == "gheap" else 28)
     sys.exit(f"unknown place '{what}'")
 
 
@@ -110,7 +114,8 @@ def sweep(path, n, seed):
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "flip":
         pos = where(sys.argv[2], sys.argv[3])
-        bit = 0 if sys.argv[3] == "gheap" else 4  # gheap: 0x12 -> 0x112 bytes, inside the collection
+        # gheap: 0x12 -> 0x112 bytes, inside the collection; gheapsize: + 8 GiB
+        bit = {"gheap": 0, "gheapsize": 1}.get(sys.argv[3], 4)
         flip_at(sys.argv[2], pos, bit)
         print(f"flipped bit {bit} of byte {pos} ({sys.argv[3]}) of {sys.argv[2]}")
     elif len(sys.argv) == 5 and sys.argv[1] == "sweep":

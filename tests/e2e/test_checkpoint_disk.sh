@@ -122,11 +122,13 @@ cmp -s "$tmp/allbad/metrics.jsonl" "$tmp/allbad.metrics" || fail "all corrupt: m
 say "random bit flips: inspect --verify rejects each one naming the file, or it is in a byte nothing reads"
 export MPITRON_CKPT_CHECK_TIMEOUT_S=3  # a flip that hangs HDF5 is reported after 3 s
 /usr/bin/python3 tests/e2e/ckpt_flip.py sweep "$tmp/ref/ckpt/step_00000004.h5" 120 "${FLIP_SEED:-$RANDOM}"
-for where in data header text superblock gheap; do
+for where in data header text superblock gheap gheapsize; do
   cp "$tmp/ref/ckpt/step_00000004.h5" "$tmp/one.h5"
   /usr/bin/python3 tests/e2e/ckpt_flip.py flip "$tmp/one.h5" $where >/dev/null
   if timeout 60 "$MPITRON" inspect --verify "$tmp/one.h5" >"$tmp/one.log" 2>&1; then fail "a flipped bit in the $where verifies"; fi
   grep -q "$tmp/one.h5" "$tmp/one.log" || fail "$where: the error does not name the file: $(cat "$tmp/one.log")"
+  [ $where != gheapsize ] || grep -q "HDF5 crashed reading its metadata" "$tmp/one.log" ||
+    fail "gheapsize: not HDF5's crash, contained in the checking child: $(cat "$tmp/one.log")"
   echo "  $where: $(tail -1 "$tmp/one.log" | sed "s|$tmp/||")"
 done
 unset MPITRON_CKPT_CHECK_TIMEOUT_S

@@ -28,3 +28,17 @@ san_options() {  # DIR (absolute)
   export LSAN_OPTIONS=suppressions=$san_dir/lsan.supp:print_suppressions=0
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$san_dir/ubsan.supp:log_path=$dir/ubsan:log_exe_name=1
 }
+
+# The one report that is not a finding: HDF5 faulting inside the checkpoint check's child process
+# (src/train/checkpoint_check_process.cpp), which exists to contain exactly that. A random bit
+# flip in a checkpoint's global heap (no checksum) can make libhdf5 memcpy gigabytes out of a 4 KiB
+# block; the child dies, the parent reports the file as corrupted (the test checks that). A report
+# is "contained" only when (1) the process is that child (its stack holds checkpoint_check_main,
+# the exec'd child, or check_checkpoint_structure_isolated, a forked one) and (2) the first frame
+# outside the sanitizer runtime and libc is in libhdf5: a fault in our own code there, or in HDF5
+# anywhere else, still fails the test.
+san_contained_hdf5_fault() {  # REPORT
+  grep -q 'checkpoint_check_main\|check_checkpoint_structure_isolated' "$1" || return 1
+  awk '/^ *#[0-9]+ / && !/libsanitizer|libasan|libubsan|__interceptor_|sanitizer_common|libc\.so/ {print; exit}' "$1" |
+    grep -q 'libhdf5'
+}
