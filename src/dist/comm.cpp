@@ -49,6 +49,36 @@ std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm comm, const
 #endif
 }
 
+namespace {
+
+// Both halves of an exchange as one request.
+class PairRequest final : public CommRequest {
+ public:
+  PairRequest(Request a, Request b) : a_(std::move(a)), b_(std::move(b)) {}
+  void wait() override {
+    if (a_) a_->wait();
+    if (b_) b_->wait();
+  }
+  bool test() override {
+    const bool a = !a_ || a_->test();  // both tested: each drives its own progress
+    const bool b = !b_ || b_->test();
+    return a && b;
+  }
+  CommOpTag tag() const override { return a_ ? a_->tag() : b_ ? b_->tag() : CommOpTag{}; }
+
+ private:
+  Request a_, b_;
+};
+
+}  // namespace
+
+Request Comm::isendrecv(const void* sendbuf, size_t send_count, int dst, void* recvbuf, size_t recv_count, int src,
+                        DType t, int tag) {
+  Request r = src >= 0 ? irecv(recvbuf, recv_count, t, src, tag) : nullptr;
+  Request s = dst >= 0 ? isend(sendbuf, send_count, t, dst, tag) : nullptr;
+  return std::make_unique<PairRequest>(std::move(r), std::move(s));
+}
+
 double Comm::all_reduce_scalar(double v, ReduceOp op) {
   all_reduce_host_f64(&v, 1, op);
   return v;

@@ -61,7 +61,7 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
   if (ao.recompute && local_layers(cfg, s) > 0)
     for (int i = 0; i < kLayerBufs - 1; ++i) out.shared.push_back(take(layer_sizes[i]));
   const int64_t ring = s.cp_size > 1 && local_layers(cfg, s) > 0
-                           ? RingAttention::buffer_floats(B, static_cast<int>(Tl), cfg.n_head / tp,
+                           ? CpuRingBlocks::buffer_floats(B, static_cast<int>(Tl), cfg.n_head / tp,
                                                           (llama ? cfg.n_kv_head : cfg.n_head) / tp, static_cast<int>(hd))
                            : 0;
   out.shared.push_back(ring ? take(ring) : nullptr);  // the ring attention's blocks in flight (third last)
@@ -168,10 +168,13 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   act_.dres = p.shared[1], act_.dC = p.shared[2], act_.d3C = p.shared[3], act_.d4C = p.shared[4];
   act_.dmlp = p.shared[5];
   act_.xg = p.shared[p.shared.size() - 2], act_.dfull = p.shared.back();
-  if (cp && n_local_layers_ > 0)
-    ring_ = std::make_unique<RingAttention>(ops, *cp, max_micro_batch, local_seq_len(cfg, shard_), cfg.seq_len,
-                                            static_cast<int>(h_local_), static_cast<int>(kv_local_), cfg.head_dim(),
-                                            p.shared[p.shared.size() - 3]);
+  if (cp && n_local_layers_ > 0) {
+    ring_blocks_ = std::make_unique<CpuRingBlocks>(ops, cp->rank(), cp->size(), max_micro_batch,
+                                                   local_seq_len(cfg, shard_), cfg.seq_len, static_cast<int>(h_local_),
+                                                   static_cast<int>(kv_local_), cfg.head_dim(),
+                                                   p.shared[p.shared.size() - 3]);
+    ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, local_seq_len(cfg, shard_), 2 * kv_local_ * cfg.head_dim());
+  }
   for (int t = 0; t < local_seq_len(cfg, shard_); ++t)
     positions_.push_back(cp_global_position(t, shard_.cp_rank, shard_.cp_size, cfg.seq_len));
   if (tp_.sp() && cp && shard_.has_embedding && !llama()) wpe_grad_ = Buffer<float>(Mem::workspace, size_t(cfg.seq_len) * cfg.d_model);

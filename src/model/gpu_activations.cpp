@@ -24,8 +24,8 @@ GpuActLayout gpu_act_layout(const ModelConfig& cfg, const ModelShard& shard, int
   return lay;
 }
 
-int64_t gpu_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, int64_t option) {
-  const int64_t bt = int64_t{max_micro_batch} * cfg.seq_len;
+int64_t gpu_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, int64_t option, int cp) {
+  const int64_t bt = int64_t{max_micro_batch} * (cfg.seq_len / std::max(1, cp));
   if (option > 0) return std::min(option, bt);
   constexpr int64_t kBudget = int64_t{1} << 29;  // bf16 elements: 1 GiB
   return logits_chunk_rows(bt, cfg.padded_vocab(), kBudget);
@@ -48,7 +48,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   // [gate | up] (2F/tp) and fch_gelu the SwiGLU output (F/tp); dmlp is the gradient at that output.
   const int tp = lay.tp;
   const bool llama = cfg.arch == Arch::llama;
-  // Context parallel (planning only: GptCuda does not run cp yet): this rank's seq_len / cp positions.
+  // Context parallel: this rank's seq_len / cp positions of every sequence.
   const int64_t Tl = cfg.seq_len / lay.cp;
   const int64_t BT = int64_t{lay.B} * Tl, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
                 Vp = cfg.padded_vocab(tp) / tp, R = lay.sp ? BT / tp : BT;
@@ -88,7 +88,17 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
     s.gath = bf(BT * C), s.full = bf(BT * C), s.dres_full = bf(BT * C), s.ln_grad = f32(2 * C);
   }
   if (lay.stage_io) s.stage_f32 = f32(R * C);  // pipeline: a stage tensor in fp32 on its way to or from the host
+  if (lay.cp > 1) {  // the ring's blocks in flight and accumulators (model/cuda/ring_blocks_cuda.hpp)
+    GpuRingBufs& r = s.ring;
+    r.positions = i32(cfg.seq_len);
+    if (lay.n_layers > 0) {
+      const int64_t blk = BT * 2 * ((llama ? cfg.n_kv_head : cfg.n_head) / tp) * cfg.head_dim();
+      r.kv[0] = bf(blk), r.kv[1] = bf(blk), r.dkv[0] = f32(blk), r.dkv[1] = f32(blk);
+      r.acc = f32(BT * Cl), r.m = f32(stats), r.l = f32(stats), r.dsum = f32(stats);
+    }
+  }
   for (GpuActs& a : slots) {
+    a.ring = s.ring;
     a.logits = s.logits, a.proj_out = s.proj_out, a.dres = s.dres, a.dC = s.dC, a.d4C = s.d4C, a.ce = s.ce;
     a.dmlp = s.dmlp;
     a.gath = s.gath, a.full = s.full, a.dres_full = s.dres_full, a.ln_grad = s.ln_grad, a.stage_f32 = s.stage_f32;

@@ -1,4 +1,4 @@
-// RingAttention (ring_attention.hpp): context-parallel causal attention, CPU fp32.
+// RingAttention (ring_attention.hpp): the ring, and the CPU backend's blocks (fp32).
 #include "mpitron/model/ring_attention.hpp"
 
 #include <algorithm>
@@ -11,6 +11,58 @@
 
 namespace mpitron {
 
+RingAttention::RingAttention(Comm& cp, RingBlocks& blocks, int Tl, int64_t kv_row)
+    : cp_(cp), blocks_(blocks), Tl_(Tl), kv_row_(kv_row) {}
+
+// One hop of the ring: `send` to the next rank, `recv` from the previous one, posted now as one
+// exchange.
+Request RingAttention::pass_on(const void* send, void* recv, size_t n, DType t, int tag) {
+  const int C = cp_.size(), r = cp_.rank();
+  return cp_.isendrecv(send, n, (r + 1) % C, recv, n, (r + C - 1) % C, t, tag);
+}
+
+void RingAttention::wait(Request& hop) {
+  const auto t0 = std::chrono::steady_clock::now();
+  hop->wait();
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void RingAttention::forward(void* out, float* lse, const void* qkv, int B) {
+  const int C = cp_.size(), r = cp_.rank();
+  const size_t n_blk = static_cast<size_t>(int64_t{B} * Tl_ * kv_row_);
+  blocks_.forward_begin(out, qkv, B);
+  for (int s = 0; s < C; ++s) {
+    const void* cur = blocks_.kv(s % 2);
+    Request hop;
+    if (s + 1 < C) hop = pass_on(cur, blocks_.kv((s + 1) % 2), n_blk, blocks_.kv_type(), 0);  // overlaps the compute
+    blocks_.forward_block(cur, (r + C - s) % C, B);
+    if (hop) wait(hop);
+  }
+  blocks_.forward_end(out, lse, B);
+}
+
+void RingAttention::backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                             int B) {
+  const int C = cp_.size(), r = cp_.rank();
+  const size_t n_blk = static_cast<size_t>(int64_t{B} * Tl_ * kv_row_);
+  blocks_.backward_begin(dqkv, qkv, dout, out, lse, B);
+  for (int s = 0; s < C; ++s) {
+    const void* cur = blocks_.kv(s % 2);
+    void* dcur = blocks_.dkv(s % 2);
+    Request hop;
+    if (s + 1 < C) hop = pass_on(cur, blocks_.kv((s + 1) % 2), n_blk, blocks_.kv_type(), 1);  // k|v do not change
+    blocks_.backward_block(cur, dcur, (r + C - s) % C, B);
+    // dk|dv of this block go on with it (after the compute); the last hop takes them home.
+    Request dhop = pass_on(dcur, blocks_.dkv((s + 1) % 2), n_blk, blocks_.dkv_type(), 2);
+    if (hop) wait(hop);
+    wait(dhop);
+  }
+  // After cp steps and the final hop, dkv(C % 2) holds this rank's own block's dk|dv.
+  blocks_.backward_end(dqkv, blocks_.dkv(C % 2), B);
+}
+
+// ---- CpuRingBlocks ----
+
 namespace {
 
 float dot(const float* a, const float* b, int n) {
@@ -22,9 +74,10 @@ float dot(const float* a, const float* b, int n) {
 
 }  // namespace
 
-RingAttention::RingAttention(Ops& ops, Comm& cp, int max_B, int Tl, int T, int H, int KV, int hd, float* workspace)
-    : ops_(ops), cp_(cp), Tl_(Tl), H_(H), KV_(KV), hd_(hd), row_(int64_t{H + 2 * KV} * hd) {
-  const int C = cp.size();
+CpuRingBlocks::CpuRingBlocks(Ops& ops, int cp_rank, int cp_size, int max_B, int Tl, int T, int H, int KV, int hd,
+                             float* workspace)
+    : ops_(ops), r_(cp_rank), Tl_(Tl), H_(H), KV_(KV), hd_(hd), row_(int64_t{H + 2 * KV} * hd) {
+  const int C = cp_size;
   check(C >= 1 && T % (2 * C) == 0 && Tl * C == T, "RingAttention: seq_len {} is not 2 x cp ({}) chunks of {} rows",
         T, C, Tl);
   check(KV > 0 && H % KV == 0, "RingAttention: {} kv heads do not divide {} query heads", KV, H);
@@ -37,83 +90,67 @@ RingAttention::RingAttention(Ops& ops, Comm& cp, int max_B, int Tl, int T, int H
 }
 
 // This rank's k|v block, packed [B, Tl, k | v] from the qkv rows.
-void RingAttention::pack_own_block(const float* qkv, int B) {
+void CpuRingBlocks::pack_own_block(const float* qkv, int B) {
   const int64_t blk_row = 2 * int64_t{KV_} * hd_;
   for (int64_t i = 0; i < int64_t{B} * Tl_; ++i)
     std::memcpy(kv_[0] + i * blk_row, qkv + i * row_ + int64_t{H_} * hd_, blk_row * sizeof(float));
 }
 
-// One hop of the ring: `send` to the next rank, `recv` from the previous one, posted now.
-std::pair<Request, Request> RingAttention::pass_on(const float* send, float* recv, size_t n, int tag) {
-  const int C = cp_.size(), r = cp_.rank();
-  Request rq = cp_.irecv(recv, n, DType::f32, (r + C - 1) % C, tag);
-  Request sq = cp_.isend(send, n, DType::f32, (r + 1) % C, tag);
-  return {std::move(rq), std::move(sq)};
-}
-
-void RingAttention::wait(std::pair<Request, Request>& hop) {
-  const auto t0 = std::chrono::steady_clock::now();
-  hop.first->wait();
-  hop.second->wait();
-  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void RingAttention::forward(float* out, float* lse, const float* qkv, int B) {
-  const int C = cp_.size(), r = cp_.rank(), Tl = Tl_, H = H_, hd = hd_;
-  const int64_t n_blk = int64_t{B} * Tl * 2 * KV_ * hd, stats = int64_t{B} * H * Tl;
-  pack_own_block(qkv, B);
+void CpuRingBlocks::forward_begin(void* out, const void* qkv, int B) {
+  q_ = static_cast<const float*>(qkv), o_ = static_cast<float*>(out);
+  pack_own_block(q_, B);
+  const int64_t stats = int64_t{B} * H_ * Tl_;
   std::fill(m_, m_ + stats, -INFINITY);
   std::fill(l_, l_ + stats, 0.f);
-  std::fill(out, out + int64_t{B} * Tl * H * hd, 0.f);
-  for (int s = 0; s < C; ++s) {
-    const float* cur = kv_[s % 2];
-    std::pair<Request, Request> hop;
-    if (s + 1 < C) hop = pass_on(cur, kv_[(s + 1) % 2], static_cast<size_t>(n_blk), 0);  // overlaps the compute
-    const int src = (r + C - s) % C;
-    ops_.attention_block_forward(out, m_, l_, qkv, row_, cur, B, Tl, Tl, H, KV_, hd, pos_[r].data(),
-                                 pos_[src].data());
-    if (s + 1 < C) wait(hop);
-  }
+  std::fill(o_, o_ + int64_t{B} * Tl_ * H_ * hd_, 0.f);  // the output accumulates in place
+}
+
+void CpuRingBlocks::forward_block(const void* kv, int src, int B) {
+  ops_.attention_block_forward(o_, m_, l_, q_, row_, static_cast<const float*>(kv), B, Tl_, Tl_, H_, KV_, hd_,
+                               pos_[r_].data(), pos_[src].data());
+}
+
+void CpuRingBlocks::forward_end(void*, float* lse, int B) {  // out is o_, accumulated in place
+  const int Tl = Tl_, H = H_, hd = hd_;
+  const int64_t stats = int64_t{B} * H * Tl;
   for (int64_t st = 0; st < stats; ++st) {  // st = (b H + h) Tl + i
     const int64_t b = st / (int64_t{H} * Tl), h = st / Tl % H, i = st % Tl;
-    float* o = out + (b * Tl + i) * H * hd + h * hd;
+    float* o = o_ + (b * Tl + i) * H * hd + h * hd;
     const float inv = 1.f / l_[st];  // l > 0: a query always sees itself
     for (int e = 0; e < hd; ++e) o[e] *= inv;
     lse[st] = m_[st] + std::log(l_[st]);
   }
 }
 
-void RingAttention::backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                             int B) {
-  const int C = cp_.size(), r = cp_.rank(), Tl = Tl_, H = H_, hd = hd_;
-  const int64_t blk_row = 2 * int64_t{KV_} * hd, n_blk = int64_t{B} * Tl * blk_row;
+void CpuRingBlocks::backward_begin(void* dqkv, const void* qkv, const void* dout, const void* out, const float* lse,
+                                   int B) {
+  const int Tl = Tl_, H = H_, hd = hd_;
+  q_ = static_cast<const float*>(qkv), dout_ = static_cast<const float*>(dout), lse_ = lse;
+  dq_ = static_cast<float*>(dqkv);
+  const float* o = static_cast<const float*>(out);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h)
       for (int i = 0; i < Tl; ++i) {
         const int64_t row = (int64_t{b} * Tl + i) * H * hd + int64_t{h} * hd;
-        dsum_[(int64_t{b} * H + h) * Tl + i] = dot(dout + row, out + row, hd);
+        dsum_[(int64_t{b} * H + h) * Tl + i] = dot(dout_ + row, o + row, hd);
       }
-  pack_own_block(qkv, B);
+  pack_own_block(q_, B);
   for (int64_t i = 0; i < int64_t{B} * Tl; ++i)
-    std::fill(dqkv + i * row_, dqkv + i * row_ + int64_t{H} * hd, 0.f);  // dq accumulates locally
-  std::fill(dkv_[0], dkv_[0] + n_blk, 0.f);
-  for (int s = 0; s < C; ++s) {
-    const float* cur = kv_[s % 2];
-    float* dcur = dkv_[s % 2];
-    std::pair<Request, Request> hop;
-    if (s + 1 < C) hop = pass_on(cur, kv_[(s + 1) % 2], static_cast<size_t>(n_blk), 1);  // k|v do not change
-    const int src = (r + C - s) % C;
-    ops_.attention_block_backward(dqkv, row_, dcur, qkv, row_, cur, dout, lse, dsum_, B, Tl, Tl, H, KV_, hd,
-                                  pos_[r].data(), pos_[src].data());
-    // dk|dv of this block go on with it (after the compute); the last hop takes them home.
-    std::pair<Request, Request> dhop = pass_on(dcur, dkv_[(s + 1) % 2], static_cast<size_t>(n_blk), 2);
-    if (s + 1 < C) wait(hop);
-    wait(dhop);
-  }
-  // After cp steps and the final hop, dkv_[C % 2] holds this rank's own block's dk|dv.
-  const float* mine = dkv_[C % 2];
-  for (int64_t i = 0; i < int64_t{B} * Tl; ++i)
-    std::memcpy(dqkv + i * row_ + int64_t{H} * hd, mine + i * blk_row, blk_row * sizeof(float));
+    std::fill(dq_ + i * row_, dq_ + i * row_ + int64_t{H} * hd, 0.f);  // dq accumulates in place
+  std::fill(dkv_[0], dkv_[0] + int64_t{B} * Tl * 2 * KV_ * hd, 0.f);
+}
+
+void CpuRingBlocks::backward_block(const void* kv, void* dkv, int src, int B) {
+  ops_.attention_block_backward(dq_, row_, static_cast<float*>(dkv), q_, row_, static_cast<const float*>(kv), dout_,
+                                lse_, dsum_, B, Tl_, Tl_, H_, KV_, hd_, pos_[r_].data(), pos_[src].data());
+}
+
+void CpuRingBlocks::backward_end(void* dqkv, const void* dkv_home, int B) {
+  const int64_t blk_row = 2 * int64_t{KV_} * hd_;
+  float* d = static_cast<float*>(dqkv);
+  const float* mine = static_cast<const float*>(dkv_home);
+  for (int64_t i = 0; i < int64_t{B} * Tl_; ++i)
+    std::memcpy(d + i * row_ + int64_t{H_} * hd_, mine + i * blk_row, blk_row * sizeof(float));
 }
 
 }  // namespace mpitron

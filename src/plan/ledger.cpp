@@ -195,7 +195,7 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   } else {
     // What GptCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the fused
     // attention's log-sum-exp and no [B, H, T, T] matrix), GPT-2 or LLaMA.
-    const int64_t rows = gpu_logits_chunk_rows(m, mb);
+    const int64_t rows = gpu_logits_chunk_rows(m, mb, 0, l.cp);
     auto bytes = [&](const ModelShard& sh, int slots) {
       return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
     };

@@ -94,8 +94,6 @@ StepComm StageBackend::take_comm() {
 
 TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
-  usage_check(gs.cp == 1 || cfg.train.backend == "cpu",
-              "context parallel (parallel.cp = {}) runs on the CPU backend only so far (train.backend = \"cpu\")", gs.cp);
   usage_check(!cfg.parallel.sp || gs.tp > 1, "parallel.sp needs parallel.tp > 1 (got tp {})", gs.tp);
   usage_check(cfg.train.backend == "cpu" || cfg.train.backend == "nccl", "train.backend=\"{}\" is not one of: cpu, nccl",
               cfg.train.backend);

@@ -9,6 +9,7 @@
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
+#include "mpitron/model/model_chunk.hpp"
 
 namespace mpitron {
 namespace {
@@ -302,6 +303,82 @@ void check_attention_gqa(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checke
   if (s.KV > 0) check_attention_kv(gpu, cpu, s, c, s.KV);
 }
 
+// Ring attention's block kernels (context parallel) as rank 0 of a cp 2 ring runs them: its
+// queries (chunks 0 and 3 of T) over its own k|v block, then rank 1's (chunks 1 and 2); forward,
+// finish, D, backward of both blocks and the final dqkv, against the CPU's block kernels on the
+// same bf16 inputs. Grouped-query when the shape has KV.
+void check_attention_block(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H, KV = s.KV > 0 ? s.KV : s.H, Tl = T / 2;
+  check(T % 4 == 0, "self-check shape: T = {} must split into 4 chunks", T);
+  const int64_t W = static_cast<int64_t>(H + 2 * KV) * hd, kvw = 2 * static_cast<int64_t>(KV) * hd;
+  const int64_t rows = static_cast<int64_t>(B) * Tl, no = rows * H * hd, nkv = rows * kvw, ns = int64_t{B} * H * Tl;
+  Vec qkv = rnd(rows * W, s.seed, 41), other = rnd(nkv, s.seed, 42), dout = rnd(no, s.seed, 43);
+  round_bf16(qkv), round_bf16(other), round_bf16(dout);
+  Vec own(nkv);  // rank 0's own k|v block, packed from its qkv rows
+  for (int64_t i = 0; i < rows; ++i)
+    std::copy(qkv.begin() + i * W + int64_t{H} * hd, qkv.begin() + (i + 1) * W, own.begin() + i * kvw);
+  std::vector<int32_t> pos(2 * static_cast<size_t>(Tl));  // [rank 0 | rank 1]
+  for (int r = 0; r < 2; ++r)
+    for (int t = 0; t < Tl; ++t) pos[static_cast<size_t>(r) * Tl + t] = cp_global_position(t, r, 2, T);
+  auto d_qkv = up_bf16(qkv), d_own = up_bf16(own), d_other = up_bf16(other), d_dout = up_bf16(dout), d_pos = up(pos);
+  const int32_t *p0 = d_pos->as<int32_t>(), *p1 = p0 + Tl;
+  Dev acc(no * 4), m(ns * 4), l(ns * 4), out(no * 2), lse(ns * 4), dsum(ns * 4), dkv0(nkv * 4), dkv1(nkv * 4),
+      dqkv(rows * W * 2);
+  const std::string tag = "attention_block" + std::string(KV < H ? " gqa KV" + std::to_string(KV) : "");
+  gpu.attention_block_forward(acc.as<float>(), m.as<float>(), l.as<float>(), d_qkv->as<bf16>(), W, d_own->as<bf16>(),
+                              B, Tl, Tl, H, KV, hd, p0, p0, true);
+  gpu.attention_block_forward(acc.as<float>(), m.as<float>(), l.as<float>(), d_qkv->as<bf16>(), W,
+                              d_other->as<bf16>(), B, Tl, Tl, H, KV, hd, p0, p1, false);
+  gpu.attention_block_finish(out.as<bf16>(), lse.as<float>(), acc.as<float>(), m.as<float>(), l.as<float>(), B, Tl, H,
+                             hd);
+  c.sync();
+  Vec ro(no, 0.f), rm(ns, -INFINITY), rl(ns, 0.f), rlse(ns);
+  cpu.attention_block_forward(ro.data(), rm.data(), rl.data(), qkv.data(), W, own.data(), B, Tl, Tl, H, KV, hd,
+                              pos.data(), pos.data());
+  cpu.attention_block_forward(ro.data(), rm.data(), rl.data(), qkv.data(), W, other.data(), B, Tl, Tl, H, KV, hd,
+                              pos.data(), pos.data() + Tl);
+  for (int64_t st = 0; st < ns; ++st) {
+    const int64_t b = st / (int64_t{H} * Tl), h = st / Tl % H, i = st % Tl;
+    for (int e = 0; e < hd; ++e) ro[((b * Tl + i) * H + h) * hd + e] /= rl[st];
+    rlse[st] = rm[st] + std::log(rl[st]);
+  }
+  c.add(tag + "_forward.out", down_bf16(out, no), ro, kBf16Out);
+  c.add(tag + "_forward.lse", down(lse, ns), rlse, kF32Out);
+  // The backward from the GPU's own out (bf16) and lse, as the ring does.
+  Vec gout = down_bf16(out, no), glse = down(lse, ns), rdsum(ns);
+  for (int64_t st = 0; st < ns; ++st) {
+    const int64_t b = st / (int64_t{H} * Tl), h = st / Tl % H, i = st % Tl, at = ((b * Tl + i) * H + h) * hd;
+    double d = 0;
+    for (int e = 0; e < hd; ++e) d += double(dout[at + e]) * gout[at + e];
+    rdsum[st] = static_cast<float>(d);
+  }
+  gpu.attention_block_dsum(dsum.as<float>(), d_dout->as<bf16>(), out.as<bf16>(), B, Tl, H, hd);
+  cuda_check(cudaMemset(acc.ptr(), 0, no * 4), "cudaMemset");
+  cuda_check(cudaMemset(dkv0.ptr(), 0, nkv * 4), "cudaMemset");
+  cuda_check(cudaMemset(dkv1.ptr(), 0, nkv * 4), "cudaMemset");
+  gpu.attention_block_backward(acc.as<float>(), dkv0.as<float>(), d_qkv->as<bf16>(), W, d_own->as<bf16>(),
+                               d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p0);
+  gpu.attention_block_backward(acc.as<float>(), dkv1.as<float>(), d_qkv->as<bf16>(), W, d_other->as<bf16>(),
+                               d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p1);
+  gpu.attention_block_grads(dqkv.as<bf16>(), acc.as<float>(), dkv0.as<float>(), rows, H, KV, hd);
+  c.sync();
+  c.add(tag + "_dsum", down(dsum, ns), rdsum, kF32Out);
+  Vec rdq(no, 0.f), rdkv0(nkv, 0.f), rdkv1(nkv, 0.f);
+  cpu.attention_block_backward(rdq.data(), int64_t{H} * hd, rdkv0.data(), qkv.data(), W, own.data(), dout.data(),
+                               glse.data(), rdsum.data(), B, Tl, Tl, H, KV, hd, pos.data(), pos.data());
+  cpu.attention_block_backward(rdq.data(), int64_t{H} * hd, rdkv1.data(), qkv.data(), W, other.data(), dout.data(),
+                               glse.data(), rdsum.data(), B, Tl, Tl, H, KV, hd, pos.data(), pos.data() + Tl);
+  c.add(tag + "_backward.dq", down(acc, no), rdq, kF32Out);
+  c.add(tag + "_backward.dkv(own)", down(dkv0, nkv), rdkv0, kF32Out);
+  c.add(tag + "_backward.dkv(other)", down(dkv1, nkv), rdkv1, kF32Out);
+  Vec rdqkv(rows * W);
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy(rdq.begin() + i * H * hd, rdq.begin() + (i + 1) * H * hd, rdqkv.begin() + i * W);
+    std::copy(rdkv0.begin() + i * kvw, rdkv0.begin() + (i + 1) * kvw, rdqkv.begin() + i * W + int64_t{H} * hd);
+  }
+  c.add(tag + "_grads.dqkv", down_bf16(dqkv, rows * W), rdqkv, kBf16Out);
+}
+
 void check_rmsnorm(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   const int64_t R = static_cast<int64_t>(s.B) * s.T, C = s.C, n = R * C;
   const float eps = 1e-5f;
@@ -544,6 +621,7 @@ std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const Se
       {"gelu+elementwise", check_gelu_elementwise},
       {"attention", check_attention},
       {"attention gqa", check_attention_gqa},
+      {"attention block (ring)", check_attention_block},
       {"rmsnorm", check_rmsnorm},
       {"rope", check_rope},
       {"swiglu", check_swiglu},

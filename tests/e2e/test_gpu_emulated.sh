@@ -27,7 +27,10 @@
 #     (units gathered, converted to bf16 and freed per use); the ZeRO-3 checkpoint resumes on CPU;
 #   - ZeRO-2 frees the GPU model's flat gradient buffer: rank 0's tracked gradient bytes at dp 2
 #     are below ZeRO-1's; ZeRO-3 its parameters: params bytes below ZeRO-2's;
-#   - what the GPU trainer does not run yet (context parallel) is refused with a clear message.
+#   - context parallel (ring attention on CudaRingBlocks): cp 2, dp 2 x cp 2 ZeRO-1, cp 2 x tp 2 +
+#     SP and LLaMA cp 2 follow the CPU run, the ledger is EXACT with the ring's buffers, plan's
+#     activations equal the tracked ones, and a cp 2 checkpoint resumes on the CPU trainer;
+#   - a seq_len that cp cannot split is refused with a clear message.
 # Skipped (one line) when $MPITRON is not a CUDA build (`mpitron version` lists the backends).
 # The real kernels: bench/gpu_check.sh.
 set -euo pipefail
@@ -242,5 +245,45 @@ expect_error() {  # pattern extra...
   fi
   grep -q "$pattern" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no '$pattern' for: $*"; }
 }
-expect_error "context parallel (parallel.cp = 2) runs on the CPU backend only" --parallel.cp=2
+expect_error "model.seq_len (62) must be divisible by 2 x cp = 4" --parallel.cp=2 --model.seq_len=62
+
+# Context parallel on the GPU trainer (GptCuda + CudaRingBlocks: k|v blocks in bf16 around the
+# ring, fp32 accumulators; wpe and RoPE at global positions; gradients over dp_cp): against the
+# CPU single-rank runs, with ZeRO-1 over dp x cp, with tp 2 + SP, for LLaMA (RoPE per chunk, GQA);
+# the ledger EXACT with the ring's buffers; plan's activations = the tracked ones; its checkpoint
+# resumed on the CPU trainer at np 1.
+run gpu_cp2 "$EMU" 2 --parallel.cp=2 --checkpoint.every=5 --train.check_ledger=true
+grep -q "dp 1 x cp 2 x tp 1" "$tmp/gpu_cp2.log" || { head "$tmp/gpu_cp2.log"; fail "gpu_cp2: not cp 2"; }
+grep -q "context parallel: ring wait" "$tmp/gpu_cp2.log" || fail "gpu_cp2: no ring wait line"
+run cpu_from_cp2 "$MPITRON" 1 --train.resume="$tmp/gpu_cp2/ckpt/step_00000005.h5"
+run gpu_dp2_cp2_zero1 "$EMU" 4 --parallel.dp=2 --parallel.cp=2 --parallel.zero=1 --train.check_ledger=true
+run gpu_cp2_tp2_sp "$EMU" 4 --parallel.cp=2 --parallel.tp=2 --parallel.sp=true --train.check_ledger=true
+JOB=jobs/llama-tiny.toml run llama_gpu_cp2 "$EMU" 2 --parallel.cp=2 --train.check_ledger=true
+for r in "gpu_cp2 2" "gpu_dp2_cp2_zero1 4" "gpu_cp2_tp2_sp 4" "llama_gpu_cp2 2"; do
+  set -- $r
+  ok=$(grep -c "ledger OK" "$tmp/$1.log" || true)
+  [ "$ok" -eq $((2 * $2)) ] && ! grep -q "MISMATCH\|OFF BY" "$tmp/$1.log" ||
+    { grep "ledger rank" "$tmp/$1.log" >&2; fail "$1: $ok of $((2 * $2)) GPU ledger checks OK"; }
+done
+[ "$(plan_act --parallel.cp=2)" = "$(act gpu_cp2)" ] || fail "plan's cp 2 GPU activations $(plan_act --parallel.cp=2) != $(act gpu_cp2)"
+echo "GPU activations (peak, rank 0): $(act gpu) at cp 1 (dp 2), $(act gpu_cp2) at cp 2; plan agrees"
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+def losses(n):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{t}/{n}/metrics.jsonl")) if r.get("loss") is not None}
+def vals(n):
+    return {r["step"]: r["val_loss"] for r in map(json.loads, open(f"{t}/{n}/metrics.jsonl")) if "val_loss" in r}
+def rel(a, b, steps=None):
+    steps = steps or sorted(b)
+    assert all(s in a for s in steps), f"steps {sorted(a)}"
+    return max(abs(a[s] - b[s]) / b[s] for s in steps)
+cpu, lcpu = losses("cpu"), losses("llama_cpu")
+c1, c2, c3 = rel(losses("gpu_cp2"), cpu), rel(losses("gpu_dp2_cp2_zero1"), cpu), rel(losses("gpu_cp2_tp2_sp"), cpu)
+cl, cv = rel(losses("llama_gpu_cp2"), lcpu), rel(vals("gpu_cp2"), vals("cpu"))
+cc = rel(losses("cpu_from_cp2"), losses("gpu_cp2"), range(6, 11))
+print(f"GPU context parallel vs CPU np1: cp2 {c1:.2e} (val {cv:.2e}), dp2 x cp2 ZeRO-1 {c2:.2e}, cp2 x tp2 + sp "
+      f"{c3:.2e}, LLaMA cp2 {cl:.2e}; the cp2 checkpoint on CPU np1: steps 6-10 within {cc:.2e} (bound 2e-3)")
+assert max(c1, c2, c3, cl, cv, cc) < 2e-3
+PY
 echo ok

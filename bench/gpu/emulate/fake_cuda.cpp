@@ -35,6 +35,12 @@ cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n); }
 cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { std::memset(p, v, n); return cudaSuccess; }
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) { std::memcpy(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemcpy2DAsync(void* d, size_t dpitch, const void* s, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind, cudaStream_t) {
+  for (size_t r = 0; r < height; ++r)
+    std::memcpy(static_cast<char*>(d) + r * dpitch, static_cast<const char*>(s) + r * spitch, width);
+  return cudaSuccess;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = reinterpret_cast<cudaEvent_t>(new int(0)); return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { *reinterpret_cast<int*>(e) = 1; return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
@@ -197,16 +203,67 @@ class FakeCudaOps final : public CudaOps {
     cpu_->swiglu_backward(dg.data(), g.data(), d.data(), rows, F);
     down(dgate_up, dg.data(), dg.size());
   }
+  // positions: wpe's rows gathered into a [T, C] table for the CPU op, its gradient scattered back.
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
-                         int64_t vb, int64_t ve) override {
-    Vec e = up(wte, (ve - vb) * C), p = wpe ? up(wpe, int64_t{T} * C) : Vec(), y(int64_t{B} * T * C);
+                         int64_t vb, int64_t ve, const int32_t* pos) override {
+    Vec e = up(wte, (ve - vb) * C), p, y(int64_t{B} * T * C);
+    for (int t = 0; wpe && t < T; ++t) {
+      Vec row = up(wpe + int64_t{pos ? pos[t] : t} * C, C);
+      p.insert(p.end(), row.begin(), row.end());
+    }
     cpu_->embedding_forward(y.data(), tokens, e.data(), wpe ? p.data() : nullptr, B, T, C, vb, ve);
     down(out, y.data(), y.size());
   }
   void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T, int C,
-                          int64_t vb, int64_t ve) override {
-    Vec d = up(dout, int64_t{B} * T * C);
-    cpu_->embedding_backward(dwte, dwpe, d.data(), tokens, B, T, C, vb, ve);
+                          int64_t vb, int64_t ve, const int32_t* pos) override {
+    Vec d = up(dout, int64_t{B} * T * C), dp(dwpe ? int64_t{T} * C : 0, 0.f);
+    cpu_->embedding_backward(dwte, dwpe ? dp.data() : nullptr, d.data(), tokens, B, T, C, vb, ve);
+    for (int t = 0; dwpe && t < T; ++t)
+      for (int c = 0; c < C; ++c) dwpe[int64_t{pos ? pos[t] : t} * C + c] += dp[int64_t{t} * C + c];
+  }
+  // Ring attention's blocks: the CPU block ops on fp32 copies (q keeps its row stride).
+  void attention_block_forward(float* o, float* m, float* l, const bf16* q, int64_t q_stride, const bf16* kv, int B,
+                               int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos,
+                               bool first) override {
+    const int64_t stats = int64_t{B} * H * Tq;
+    if (first) {
+      std::fill(m, m + stats, -INFINITY);
+      std::fill(l, l + stats, 0.f);
+      std::fill(o, o + int64_t{B} * Tq * H * hd, 0.f);
+    }
+    Vec qf = up(q, (int64_t{B} * Tq - 1) * q_stride + int64_t{H} * hd), k = up(kv, int64_t{B} * Tk * 2 * KV * hd);
+    cpu_->attention_block_forward(o, m, l, qf.data(), q_stride, k.data(), B, Tq, Tk, H, KV, hd, qpos, kpos);
+  }
+  void attention_block_finish(bf16* out, float* lse, const float* o, const float* m, const float* l, int B, int T,
+                              int H, int hd) override {
+    for (int64_t i = 0; i < int64_t{B} * T * H * hd; ++i) {
+      const int64_t bt = i / (int64_t{H} * hd), h = i / hd % H, st = (bt / T * H + h) * T + bt % T;
+      out[i] = mpitron::to_bf16(o[i] / l[st]);
+      if (i % hd == 0) lse[st] = m[st] + std::log(l[st]);
+    }
+  }
+  void attention_block_dsum(float* dsum, const bf16* dout, const bf16* out, int B, int T, int H, int hd) override {
+    for (int64_t st = 0; st < int64_t{B} * H * T; ++st) {
+      const int64_t b = st / (int64_t{H} * T), h = st / T % H, t = st % T, at = ((b * T + t) * H + h) * hd;
+      float s = 0.f;
+      for (int e = 0; e < hd; ++e) s += mpitron::to_f32(dout[at + e]) * mpitron::to_f32(out[at + e]);
+      dsum[st] = s;
+    }
+  }
+  void attention_block_backward(float* dq, float* dkv, const bf16* q, int64_t q_stride, const bf16* kv,
+                                const bf16* dout, const float* lse, const float* dsum, int B, int Tq, int Tk, int H,
+                                int KV, int hd, const int32_t* qpos, const int32_t* kpos) override {
+    Vec qf = up(q, (int64_t{B} * Tq - 1) * q_stride + int64_t{H} * hd), k = up(kv, int64_t{B} * Tk * 2 * KV * hd),
+        d = up(dout, int64_t{B} * Tq * H * hd);
+    cpu_->attention_block_backward(dq, int64_t{H} * hd, dkv, qf.data(), q_stride, k.data(), d.data(), lse, dsum, B, Tq,
+                                   Tk, H, KV, hd, qpos, kpos);
+  }
+  void attention_block_grads(bf16* dqkv, const float* dq, const float* dkv, int64_t rows, int H, int KV,
+                             int hd) override {
+    const int64_t qw = int64_t{H} * hd, kvw = 2 * int64_t{KV} * hd;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < qw + kvw; ++c)
+        dqkv[r * (qw + kvw) + c] = mpitron::to_bf16(c < qw ? dq[r * qw + c] : dkv[r * kvw + c - qw]);
   }
   void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) override {
     for (size_t i = 0; i < n; ++i) out[i] = mpitron::to_bf16(mpitron::to_f32(a[i]) + mpitron::to_f32(b[i]));

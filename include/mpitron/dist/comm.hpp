@@ -74,6 +74,11 @@ class Comm {
   // order the ranks call it in (pass peer < 0 to skip that half).
   virtual void sendrecv(const void* sendbuf, size_t send_count, int dst, void* recvbuf, size_t recv_count,
                         int src, DType t, int tag = 0) = 0;
+  // Non-blocking form (a ring's hop: context parallel). The default posts irecv and isend and
+  // waits for both; NCCL issues the pair as one group (a separately issued ncclSend blocks the
+  // stream until its peer's ncclRecv is enqueued, so every rank sending first would deadlock).
+  virtual Request isendrecv(const void* sendbuf, size_t send_count, int dst, void* recvbuf, size_t recv_count,
+                            int src, DType t, int tag = 0);
 
   virtual void barrier() = 0;
 

@@ -238,7 +238,8 @@ class GPT final : public ModelChunk {
   std::unique_ptr<VocabParallelCrossEntropy> ce_;
   Buffer<float> ln_grad_;  // [2C]: one norm's weight (+bias) gradient before the SP all-reduce
   struct DecodeState;      // gpt_decode.cpp: the KV cache and one step's scratch, made on first decode()
-  std::unique_ptr<RingAttention> ring_;  // context parallel (cp > 1)
+  std::unique_ptr<CpuRingBlocks> ring_blocks_;  // context parallel (cp > 1): the blocks, the ring
+  std::unique_ptr<RingAttention> ring_;
   std::vector<int> positions_;           // global position of each local position (0..T-1 without cp)
   Buffer<float> wpe_grad_;               // cp + SP: this rank's rows' wpe gradient before the TP sum
   std::shared_ptr<DecodeState> decode_;

@@ -25,6 +25,16 @@ struct GpuLayerActs {  // what backward needs of one block; bf16 unless fp32 sta
   float *ln1_mean, *ln1_rstd, *att_stats, *ln2_mean, *ln2_rstd;
 };
 
+// Context parallel (cp > 1): the ring attention's buffers (model/cuda/ring_blocks_cuda.hpp),
+// shared by the slots, and every cp rank's global positions (for the ring's masks, wpe and RoPE).
+struct GpuRingBufs {
+  bf16* kv[2] = {nullptr, nullptr};    // k|v blocks in flight [B, Tl, 2 KV/tp hd]
+  float* dkv[2] = {nullptr, nullptr};  // dk|dv blocks in flight, the same shape, fp32
+  float* acc = nullptr;                // forward's unnormalised output / backward's dq [B*Tl, H/tp hd]
+  float *m = nullptr, *l = nullptr, *dsum = nullptr;  // [B, H/tp, Tl] each
+  int32_t* positions = nullptr;        // [cp, Tl]: rank r's global positions at r * Tl
+};
+
 struct GpuActs {
   bf16* encoded = nullptr;  // embedding output = block 0's input [BT, C]
   std::vector<GpuLayerActs> layers;
@@ -40,6 +50,7 @@ struct GpuActs {
   bf16 *gath = nullptr, *full = nullptr, *dres_full = nullptr;  // SP scratch, [BT, C] each
   float* ln_grad = nullptr;                                     // SP: one LayerNorm's dweight | dbias
   float* stage_f32 = nullptr;  // pipeline: [rows, C] fp32 staging of a stage tensor
+  GpuRingBufs ring;            // context parallel (positions whenever cp > 1; the rest with blocks here)
 };
 
 struct GpuActLayout {
@@ -58,8 +69,8 @@ GpuActLayout gpu_act_layout(const ModelConfig& cfg, const ModelShard& shard, int
 
 // Rows of logits per LM-head chunk on the GPU: `option` when > 0 (at most B*T), else
 // logits_chunk_rows with a budget of 2^29 bf16 elements (1 GiB; a GPU-sized budget: fewer chunks
-// mean fewer passes over the [Vp, C] wte gradient).
-int64_t gpu_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, int64_t option = 0);
+// mean fewer passes over the [Vp, C] wte gradient). T = seq_len / cp: a rank's rows.
+int64_t gpu_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, int64_t option = 0, int cp = 1);
 
 // Lays the activations of every slot out from `base` (nullptr: only sizes them); the scratch
 // buffers are shared by the slots. Returns the bytes used: what GptCuda allocates under

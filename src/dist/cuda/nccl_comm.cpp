@@ -206,6 +206,15 @@ class NcclComm final : public Comm {
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
     sync("sendrecv (ncclSend + ncclRecv group)");
   }
+  Request isendrecv(const void* sendbuf, size_t send_count, int dst, void* recvbuf, size_t recv_count, int src,
+                    DType t, int) override {
+    cudaStream_t s = ordered();
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    if (dst >= 0) nccl_check(ncclSend(sendbuf, send_count, nccl_type(t), dst, nccl_, s), "ncclSend");
+    if (src >= 0) nccl_check(ncclRecv(recvbuf, recv_count, nccl_type(t), src, nccl_, s), "ncclRecv");
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    return std::make_unique<NcclRequest>(*this, stream_, "ncclSend + ncclRecv group");
+  }
   void all_reduce_host_f64(double* v, size_t count, ReduceOp op) override {
     void* d = nullptr;
     cuda_check(cudaMalloc(&d, count * sizeof(double) + 1), "cudaMalloc");

@@ -25,6 +25,7 @@
 
 #include "../../ops/cuda/check.hpp"
 #include "gpt_cuda_kernels.hpp"
+#include "ring_blocks_cuda.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/param_tables.hpp"
@@ -53,7 +54,7 @@ void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
 }
 
 GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard,
-                 GptCudaOptions options, Comm* tp)
+                 GptCudaOptions options, Comm* tp, Comm* cp)
     : cfg_(cfg), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
   check(shard.tp_size >= 1 && shard.tp_rank >= 0 && shard.tp_rank < shard.tp_size &&
             (shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank)),
@@ -65,6 +66,12 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
               "of {}",
               shard.tp_size, cfg.n_head, cfg_.n_kv_head, cfg.d_ff, cfg.name);
   if (tp_) tp_->set_compute_stream(ops.stream());
+  check((shard.cp_size == 1) == (cp == nullptr) && (!cp || (cp->size() == shard.cp_size && cp->rank() == shard.cp_rank)),
+        "GptCuda: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank, shard.cp_size);
+  usage_check(cfg.seq_len % (2 * shard.cp_size) == 0,
+              "context parallel {} needs model.seq_len ({}) divisible by 2 x cp = {} (each rank holds two chunks)",
+              shard.cp_size, cfg.seq_len, 2 * shard.cp_size);
+  if (cp) cp->set_compute_stream(ops.stream());
   layer_begin_ = shard.layer_begin;
   n_local_ = local_layers(cfg, shard);
   check(layer_begin_ >= 0 && n_local_ >= 0 && layer_begin_ + n_local_ <= cfg.n_layer,
@@ -81,11 +88,11 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
   kv_local_ = cfg_.n_kv_head / T, qkv_local_ = (h_local_ + 2 * kv_local_) * cfg.head_dim();
   check(cfg.vocab_size > int64_t{T - 1} * vp_, "GptCuda: vocabulary {} too small for tp {} (the last rank's {} padded "
         "rows would hold no real token)", cfg.vocab_size, T, vp_);
-  chunk_rows_ = gpu_logits_chunk_rows(cfg, max_micro_batch, options.logits_chunk_rows);
+  chunk_rows_ = gpu_logits_chunk_rows(cfg, max_micro_batch, options.logits_chunk_rows, shard.cp_size);
   recompute_ = options.recompute;
   sp_ = shard.sequence_parallel && T > 1;
-  check(!sp_ || cfg.seq_len % T == 0, "GptCuda: sequence parallel needs seq_len ({}) divisible by tp ({})", cfg.seq_len,
-        T);
+  check(!sp_ || seq_local() % T == 0, "GptCuda: sequence parallel needs seq_len / cp ({}) divisible by tp ({})",
+        seq_local(), T);
   params_ = model_param_table(cfg_, shard);
   n_flat_ = flat_param_floats(params_);
 
@@ -150,16 +157,29 @@ GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, cons
     char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
     plan_gpu_activations(cfg, lay, act, slots_);
     a_ = slots_.front();
+    if (shard.cp_size > 1) {  // every cp rank's positions (the ring's masks), this rank's for wpe and RoPE
+      for (int r = 0; r < shard.cp_size; ++r)
+        for (int t = 0; t < seq_local(); ++t) positions_.push_back(cp_global_position(t, r, shard.cp_size, cfg.seq_len));
+      cuda_check(cudaMemcpyAsync(a_.ring.positions, positions_.data(), positions_.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, ops_.stream()),
+                 "cudaMemcpyAsync(cp positions)");
+      if (n_local_ > 0) {
+        ring_blocks_ = std::make_unique<CudaRingBlocks>(ops_, a_.ring, shard.cp_rank, seq_local(),
+                                                        static_cast<int>(h_local_), static_cast<int>(kv_local_),
+                                                        cfg.head_dim());
+        ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, seq_local(), 2 * kv_local_ * cfg.head_dim());
+      }
+    }
     slot_B_.assign(slots_.size(), 0);
     slot_pending_.assign(slots_.size(), false);
-    const size_t bt = static_cast<size_t>(max_micro_batch) * cfg.seq_len;
+    const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
     cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 2 * bt * sizeof(int32_t)),
                "cudaMallocHost(token staging)");
     cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_losses_), bt * sizeof(float)),
                "cudaMallocHost(losses)");
     cuda_check(cudaEventCreateWithFlags(&tokens_sent_, cudaEventDisableTiming), "cudaEventCreate");
     cuda_check(cudaEventCreateWithFlags(&losses_ready_, cudaEventDisableTiming), "cudaEventCreate");
-    ops_.synchronize();  // the zero fills are done
+    ops_.synchronize();  // the zero fills and the positions' upload are done
   } catch (...) {
     release();  // a throwing constructor runs no destructor
     throw;
@@ -199,7 +219,7 @@ const bf16* GptCuda::block_output() const {
 // LayerNorm outputs are all-gathered before the column-parallel GEMMs and the row-parallel
 // outputs reduce-scattered back to rows.
 void GptCuda::layer_forward(int l, int B) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
+  const int T = seq_local(), C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
   const int64_t BT = int64_t{B} * T, Rl = local_rows(BT), Cl = c_local_, Fl = f_local_;
   const bool bias_here = shard_.tp_rank == 0;  // row-parallel biases: added once, before the TP sum
   const LayerOffsets& p = off_.layers[l];
@@ -217,10 +237,11 @@ void GptCuda::layer_forward(int l, int B) {
   const int KVl = static_cast<int>(kv_local_);
   ops_.matmul_forward(a.qkv, gather_rows(a.ln1, BT), W(p.qkv_w), W(p.qkv_b), BT, C, qkv_local_);
   if (llama()) {  // rotary positions on this rank's query and kv heads (t of the full rows)
-    ops_.rope(a.qkv, B, T, Hl, hd, qkv_local_, cfg_.rope_theta, 0, false);
-    ops_.rope(a.qkv + Cl, B, T, KVl, hd, qkv_local_, cfg_.rope_theta, 0, false);
+    rope(a.qkv, B, Hl, false);
+    rope(a.qkv + Cl, B, KVl, false);
   }
-  ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, Hl, hd, KVl);
+  if (ring_) ring_->forward(a.atty, a.att_stats, a.qkv, B);  // context parallel: k|v around the cp ring
+  else ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, Hl, hd, KVl);
   ops_.matmul_forward(partial, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : nullptr, BT, Cl, C);
   reduce_rows(partial, a_.proj_out, BT);
   residual_norm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, a_.proj_out, p.ln2_w, p.ln2_b, Rl);
@@ -293,7 +314,7 @@ void GptCuda::residual_norm_forward(bf16* residual, bf16* out, float* mean, floa
 // the micro-batch's wte gradient at once. The losses go to the host as soon as the last chunk's
 // are written. CPU: the head part of GPT::forward.
 void GptCuda::head_forward(int B) {
-  const int64_t BT = int64_t{B} * cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size;
+  const int64_t BT = int64_t{B} * seq_local(), C = cfg_.d_model, V = cfg_.vocab_size;
   // Vocab-parallel under TP: this rank's logits columns are global [vocab_begin_, + vp_), the
   // real ones (< V) counted by Vr; the softmax statistics are combined over the TP group.
   const int64_t Vr = std::clamp<int64_t>(V - vocab_begin_, 0, vp_);
@@ -352,7 +373,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   check(slot >= 0 && slot < static_cast<int>(slots_.size()), "GptCuda::forward: slot {} outside [0, {})", slot,
         slots_.size());
   check(inputs != nullptr && targets != nullptr, "GptCuda::forward needs input and target tokens");
-  const int T = cfg_.seq_len, C = cfg_.d_model;
+  const int T = seq_local(), C = cfg_.d_model;  // this rank's positions of each sequence
   const int64_t BT = int64_t{B} * T, max_bt = int64_t{max_B_} * T;
   cudaStream_t s = ops_.stream();
   a_ = slots_[slot];
@@ -361,15 +382,15 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   // The previous forward's uploads must have left the staging buffer before it is refilled.
   cuda_check(cudaEventSynchronize(tokens_sent_), "cudaEventSynchronize(tokens)");
   int64_t count = 0;
-  for (int64_t i = 0; i < BT; ++i) {
-    check(inputs[i] >= 0 && inputs[i] < cfg_.vocab_size, "GptCuda::forward: input token {} at {} outside [0, {})",
-          inputs[i], i, cfg_.vocab_size);
-    check(targets[i] < cfg_.vocab_size, "GptCuda::forward: target {} at {} >= vocab size {}", targets[i], i,
+  for (int64_t i = 0; i < BT; ++i) {  // this rank's rows (all of them without cp) into the staging buffer
+    const int64_t at = full_index(i);
+    check(inputs[at] >= 0 && inputs[at] < cfg_.vocab_size, "GptCuda::forward: input token {} at {} outside [0, {})",
+          inputs[at], at, cfg_.vocab_size);
+    check(targets[at] < cfg_.vocab_size, "GptCuda::forward: target {} at {} >= vocab size {}", targets[at], at,
           cfg_.vocab_size);
-    count += targets[i] >= 0;
+    count += targets[at] >= 0;
+    host_tokens_[i] = inputs[at], host_tokens_[max_bt + i] = targets[at];
   }
-  std::memcpy(host_tokens_, inputs, static_cast<size_t>(BT) * sizeof(int32_t));
-  std::memcpy(host_tokens_ + max_bt, targets, static_cast<size_t>(BT) * sizeof(int32_t));
   cuda_check(cudaMemcpyAsync(a_.tokens, host_tokens_, static_cast<size_t>(BT) * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s),
              "cudaMemcpyAsync(tokens)");
@@ -385,7 +406,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   if (shard_.has_embedding) {
     bf16* emb = sp_ ? a_.full : a_.encoded;  // SP: every row's partial sum, then this rank's rows
     ops_.embedding_forward(emb, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
-                           vocab_begin_, vocab_begin_ + vp_);
+                           vocab_begin_, vocab_begin_ + vp_, cp_positions());
     reduce_rows(emb, a_.encoded, BT);
   }
   for (int l = 0; l < n_local_; ++l) {
@@ -418,7 +439,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
 // column-parallel layers' input gradients are partial sums over the group; under SP the
 // row-parallel layers read the all-gathered dres and the LayerNorm inputs are gathered again.
 void GptCuda::layer_backward(int l, int B) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
+  const int T = seq_local(), C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
   const int64_t BT = int64_t{B} * T, Rl = local_rows(BT), Cl = c_local_, Fl = f_local_;
   const LayerOffsets& p = off_.layers[l];
   if (recompute_) layer_forward(l, B);  // the block's activations again, into the shared set
@@ -444,10 +465,11 @@ void GptCuda::layer_backward(int l, int B) {
   ops_.matmul_backward(dC, G(p.proj_w), G(p.proj_b), gather_rows(dres, BT, a_.dres_full), a.atty, W(p.proj_w), BT, Cl,
                        C);
   const int KVl = static_cast<int>(kv_local_);
-  ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, Hl, hd, KVl);
+  if (ring_) ring_->backward(d4C, dC, a.qkv, a.atty, a.att_stats, B);
+  else ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, Hl, hd, KVl);
   if (llama()) {  // through the rotation: dq, dk rotated back
-    ops_.rope(d4C, B, T, Hl, hd, qkv_local_, cfg_.rope_theta, 0, true);
-    ops_.rope(d4C + Cl, B, T, KVl, hd, qkv_local_, cfg_.rope_theta, 0, true);
+    rope(d4C, B, Hl, true);
+    rope(d4C + Cl, B, KVl, true);
   }
   ops_.matmul_backward(dC_partial, G(p.qkv_w), G(p.qkv_b), d4C, gather_rows(a.ln1, BT), W(p.qkv_w), BT, C,
                        qkv_local_);
@@ -465,7 +487,7 @@ void GptCuda::backward(float loss_scale, int slot) {
   check(slot >= 0 && slot < static_cast<int>(slots_.size()) && slot_B_[slot] > 0 && slot_pending_[slot],
         "GptCuda::backward needs its own forward in slot {}, with gradients enabled (one backward per forward)", slot);
   a_ = slots_[slot];
-  const int B = slot_B_[slot], T = cfg_.seq_len, C = cfg_.d_model;
+  const int B = slot_B_[slot], T = seq_local(), C = cfg_.d_model;
   const int64_t BT = int64_t{B} * T, Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();
   if (shard_.has_head) {
@@ -485,10 +507,33 @@ void GptCuda::backward(float loss_scale, int slot) {
   pre_event(UnitEvent::pre_backward, kEmbeddingUnit);
   if (shard_.has_embedding)
     ops_.embedding_backward(G(off_.wte), G(off_.wpe), gather_rows(a_.dres, BT, a_.dres_full), a_.tokens, B, T, C,
-                            vocab_begin_, vocab_begin_ + vp_);
+                            vocab_begin_, vocab_begin_ + vp_, cp_positions());
   // else dres holds this stage's input gradient (get_stage_input_grad)
   slot_pending_[slot] = false;
   emit(UnitEvent::post_backward, kEmbeddingUnit);  // the last event of a backward (data parallel counts them)
+}
+
+// Context parallel: local row i (of B x seq_len / cp) is token positions_[rank's i % Tl] of
+// sequence i / Tl in the trainer's full [B, seq_len] arrays.
+int64_t GptCuda::full_index(int64_t i) const {
+  if (shard_.cp_size == 1) return i;
+  const int64_t Tl = seq_local();
+  return i / Tl * cfg_.seq_len + positions_[shard_.cp_rank * Tl + i % Tl];
+}
+
+// RoPE at global positions: each of a rank's two chunks is position-contiguous, so one call per
+// sequence and chunk (the whole batch at once without cp).
+void GptCuda::rope(bf16* x, int B, int n_heads, bool inverse) {
+  const int Tl = seq_local(), hd = cfg_.head_dim();
+  if (shard_.cp_size == 1) {
+    ops_.rope(x, B, Tl, n_heads, hd, qkv_local_, cfg_.rope_theta, 0, inverse);
+    return;
+  }
+  const int chunk = Tl / 2;
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < 2; ++c)
+      ops_.rope(x + (int64_t{b} * Tl + int64_t{c} * chunk) * qkv_local_, 1, chunk, n_heads, hd, qkv_local_,
+                cfg_.rope_theta, positions_[shard_.cp_rank * Tl + c * chunk], inverse);
 }
 
 }  // namespace mpitron

@@ -173,7 +173,7 @@ void GptCuda::pre_event(UnitEvent e, int unit) {
 
 // Pipeline stage tensors, fp32 on the host, bf16 [rows, C] here (rows: this rank's under SP).
 void GptCuda::upload_bf16(bf16* dst, const float* host, size_t n) {
-  check(a_.stage_f32 && n <= static_cast<size_t>(local_rows(int64_t{max_B_} * cfg_.seq_len) * cfg_.d_model),
+  check(a_.stage_f32 && n <= static_cast<size_t>(local_rows(int64_t{max_B_} * seq_local()) * cfg_.d_model),
         "GptCuda: stage tensor of {} floats does not fit this stage", n);
   cuda_check(cudaMemcpyAsync(a_.stage_f32, host, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
              "cudaMemcpyAsync(stage tensor to device)");
@@ -201,7 +201,7 @@ void GptCuda::set_stage_output_grad(const float* host, size_t n) { upload_bf16(a
 void GptCuda::get_stage_input_grad(float* host, size_t n) { download_bf16(host, a_.dres, n); }
 
 size_t GptCuda::stage_floats(int B) const {
-  return static_cast<size_t>(local_rows(int64_t{B} * cfg_.seq_len) * cfg_.d_model);
+  return static_cast<size_t>(local_rows(int64_t{B} * seq_local()) * cfg_.d_model);
 }
 
 }  // namespace mpitron

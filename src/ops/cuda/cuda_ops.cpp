@@ -165,6 +165,29 @@ class CudaOpsImpl final : public CudaOps {
     attention_->backward(stream_, dqkv, dout, qkv, out, stats, B, T, H, hd, kv_heads_of(H, kv_heads));
   }
 
+  void attention_block_forward(float* o, float* m, float* l, const bf16* q, int64_t q_stride, const bf16* kv, int B,
+                               int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos,
+                               bool first) override {
+    cuda::attention_block_forward(stream_, o, m, l, q, q_stride, kv, B, Tq, Tk, H, KV, hd, qpos, kpos, first);
+  }
+  void attention_block_finish(bf16* out, float* lse, const float* o, const float* m, const float* l, int B, int T,
+                              int H, int hd) override {
+    cuda::attention_block_finish(stream_, out, lse, o, m, l, B, T, H, hd);
+  }
+  void attention_block_dsum(float* dsum, const bf16* dout, const bf16* out, int B, int T, int H, int hd) override {
+    cuda::attention_block_dsum(stream_, dsum, dout, out, B, T, H, hd);
+  }
+  void attention_block_backward(float* dq, float* dkv, const bf16* q, int64_t q_stride, const bf16* kv,
+                                const bf16* dout, const float* lse, const float* dsum, int B, int Tq, int Tk, int H,
+                                int KV, int hd, const int32_t* qpos, const int32_t* kpos) override {
+    cuda::attention_block_backward(stream_, dq, dkv, q, q_stride, kv, dout, lse, dsum, B, Tq, Tk, H, KV, hd, qpos,
+                                   kpos);
+  }
+  void attention_block_grads(bf16* dqkv, const float* dq, const float* dkv, int64_t rows, int H, int KV,
+                             int hd) override {
+    cuda::attention_block_grads(stream_, dqkv, dq, dkv, rows, H, KV, hd);
+  }
+
   void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t rows, int64_t C,
                        float eps) override {
     cuda::rmsnorm_forward(stream_, out, rstd, inp, weight, rows, C, eps);
@@ -185,12 +208,13 @@ class CudaOpsImpl final : public CudaOps {
   }
 
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
-                         int64_t vocab_begin, int64_t vocab_end) override {
-    cuda::embedding_forward(stream_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
+                         int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) override {
+    cuda::embedding_forward(stream_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end, positions);
   }
   void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T, int C,
-                          int64_t vocab_begin, int64_t vocab_end) override {
-    cuda::embedding_backward(stream_, *scratch_, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
+                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) override {
+    cuda::embedding_backward(stream_, *scratch_, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end,
+                             positions);
   }
 
   void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) override {

@@ -1,8 +1,9 @@
-// Token + position embedding. Forward: out[bt, :] = wte[tok - vocab_begin] + wpe[t] (tokens outside
+// Token + position embedding. Forward: out[bt, :] = wte[tok - vocab_begin] + wpe[pos(t)] (tokens outside
 // this shard's [vocab_begin, vocab_end) contribute 0). Backward, deterministic without float
 // atomics: the (token, position) pairs are radix-sorted by token (stable, so positions stay in
 // order), then one block per run of equal tokens sums its dout rows in position order into dwte.
-// dwpe: one thread per (t, column) sums over b in order.
+// dwpe: one thread per (t, column) sums over b in order. pos(t) = positions[t] (context parallel:
+// a rank's rows are global positions of two chunks) or t; distinct t have distinct rows.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common.cuh"
@@ -11,7 +12,7 @@ namespace mpitron::cuda {
 namespace {
 
 __global__ void emb_fwd_kernel(bf* out, const int32_t* tokens, const bf* wte, const bf* wpe, int64_t BT, int T, int C,
-                               int64_t vocab_begin, int64_t vocab_end) {
+                               int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) {
   int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one per 8 channels
   int64_t packs = C / 8;
   if (idx >= BT * packs) return;
@@ -24,7 +25,8 @@ __global__ void emb_fwd_kernel(bf* out, const int32_t* tokens, const bf* wte, co
     for (int k = 0; k < 8; ++k) acc[k] += __bfloat162float(e.v[k]);
   }
   if (wpe) {
-    Bf8 p = *reinterpret_cast<const Bf8*>(wpe + (bt % T) * C + c);
+    const int64_t t = bt % T, row = positions ? positions[t] : t;
+    Bf8 p = *reinterpret_cast<const Bf8*>(wpe + row * C + c);
 #pragma unroll
     for (int k = 0; k < 8; ++k) acc[k] += __bfloat162float(p.v[k]);
   }
@@ -55,18 +57,19 @@ __global__ void emb_bwd_wte_kernel(float* dwte, const bf* dout, const int32_t* k
   }
 }
 
-__global__ void emb_bwd_wpe_kernel(float* dwpe, const bf* dout, int B, int T, int C) {
+__global__ void emb_bwd_wpe_kernel(float* dwpe, const bf* dout, int B, int T, int C, const int32_t* positions) {
   int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(T) * C) return;
   float acc = 0.f;
   for (int b = 0; b < B; ++b) acc += __bfloat162float(dout[static_cast<int64_t>(b) * T * C + idx]);
-  dwpe[idx] += acc;
+  const int64_t t = idx / C, row = positions ? positions[t] : t;
+  dwpe[row * C + idx % C] += acc;
 }
 
 }  // namespace
 
 void embedding_forward(cudaStream_t s, bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
-                       int T, int C, int64_t vocab_begin, int64_t vocab_end) {
+                       int T, int C, int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) {
   if (C % 8 != 0 || !aligned16(out) || !aligned16(wte) || (wpe && !aligned16(wpe)))
     throw_error("embedding_forward: C = " + std::to_string(C) +
                 " must be a multiple of 8 and out/wte/wpe 16-byte aligned");
@@ -74,12 +77,13 @@ void embedding_forward(cudaStream_t s, bf16* out, const int32_t* tokens, const b
   if (work == 0) return;
   emb_fwd_kernel<<<static_cast<unsigned>((work + 255) / 256), 256, 0, s>>>(
       as_bf(out), tokens, as_bf(wte), wpe ? as_bf(wpe) : nullptr, static_cast<int64_t>(B) * T, T, C, vocab_begin,
-      vocab_end);
+      vocab_end, positions);
   launch_check("emb_fwd_kernel");
 }
 
 void embedding_backward(cudaStream_t s, Scratch& scratch, float* dwte, float* dwpe, const bf16* dout,
-                        const int32_t* tokens, int B, int T, int C, int64_t vocab_begin, int64_t vocab_end) {
+                        const int32_t* tokens, int B, int T, int C, int64_t vocab_begin, int64_t vocab_end,
+                        const int32_t* positions) {
   const int64_t BT = static_cast<int64_t>(B) * T;
   if (BT == 0) return;
   if (BT > 0x7fffffff) throw_error("embedding_backward: B*T too large for one launch");
@@ -107,7 +111,7 @@ void embedding_backward(cudaStream_t s, Scratch& scratch, float* dwte, float* dw
   }
   if (dwpe) {
     int64_t work = static_cast<int64_t>(T) * C;
-    emb_bwd_wpe_kernel<<<static_cast<unsigned>((work + 255) / 256), 256, 0, s>>>(dwpe, as_bf(dout), B, T, C);
+    emb_bwd_wpe_kernel<<<static_cast<unsigned>((work + 255) / 256), 256, 0, s>>>(dwpe, as_bf(dout), B, T, C, positions);
     launch_check("emb_bwd_wpe_kernel");
   }
 }

@@ -53,6 +53,19 @@ void rope(cudaStream_t s, bf16* x, int B, int T, int n_heads, int hd, int64_t ro
 void swiglu_forward(cudaStream_t s, bf16* out, const bf16* gate_up, int64_t rows, int64_t F);
 void swiglu_backward(cudaStream_t s, bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F);
 
+// attention_block.cu: one key/value block of ring attention (CudaOps::attention_block_*).
+void attention_block_forward(cudaStream_t s, float* o, float* m, float* l, const bf16* q, int64_t q_stride,
+                             const bf16* kv, int B, int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos,
+                             const int32_t* kpos, bool first);
+void attention_block_finish(cudaStream_t s, bf16* out, float* lse, const float* o, const float* m, const float* l,
+                            int B, int T, int H, int hd);
+void attention_block_dsum(cudaStream_t s, float* dsum, const bf16* dout, const bf16* out, int B, int T, int H, int hd);
+void attention_block_backward(cudaStream_t s, float* dq, float* dkv, const bf16* q, int64_t q_stride, const bf16* kv,
+                              const bf16* dout, const float* lse, const float* dsum, int B, int Tq, int Tk, int H,
+                              int KV, int hd, const int32_t* qpos, const int32_t* kpos);
+void attention_block_grads(cudaStream_t s, bf16* dqkv, const float* dq, const float* dkv, int64_t rows, int H, int KV,
+                           int hd);
+
 // crossentropy.cu
 void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const bf16* logits, const int32_t* targets,
                           int64_t rows, int64_t Vp, int64_t V);
@@ -68,10 +81,12 @@ void crossentropy_combine(cudaStream_t s, float* losses, float* lse, const float
                           const float* target_logit, const int32_t* targets, int64_t rows);
 
 // embedding.cu
+// positions: wpe's row of local position t (device [T]; nullptr: t itself).
 void embedding_forward(cudaStream_t s, bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
-                       int T, int C, int64_t vocab_begin, int64_t vocab_end);
+                       int T, int C, int64_t vocab_begin, int64_t vocab_end, const int32_t* positions);
 void embedding_backward(cudaStream_t s, Scratch& scratch, float* dwte, float* dwpe, const bf16* dout,
-                        const int32_t* tokens, int B, int T, int C, int64_t vocab_begin, int64_t vocab_end);
+                        const int32_t* tokens, int B, int T, int C, int64_t vocab_begin, int64_t vocab_end,
+                        const int32_t* positions);
 
 // adamw.cu
 void adamw(cudaStream_t s, float* p, bf16* p_bf16, const float* g, float* m, float* v, size_t n, float lr, float beta1,

@@ -71,8 +71,10 @@ class GpuBackend final : public StageBackend {
     oo.device = launch_.device;
     ops_ = make_cuda_ops(oo);
     flat_ = make_cuda_flat_ops(*ops_);
-    // The DP and embedding-group collectives read what the compute stream wrote: ordered after it.
+    // The DP (DataParallel's gradient group is dp_cp: DP and CP together) and embedding-group
+    // collectives read what the compute stream wrote: ordered after it. (GptCuda orders tp and cp.)
     grid_.dp().set_compute_stream(ops_->stream());
+    grid_.dp_cp().set_compute_stream(ops_->stream());
     if (gs.pp > 1) grid_.embedding().set_compute_stream(ops_->stream());
     // This rank's pipeline stage(s) and tensor-parallel slice (partition.hpp: one chunk, or
     // parallel.virtual_stages under interleaved 1F1B), each initialised to the CPU model's values.
@@ -85,7 +87,8 @@ class GpuBackend final : public StageBackend {
       GptCudaOptions go;
       go.recompute = cfg.train.recompute == "full";
       go.slots = s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c));
-      auto m = std::make_unique<GptCuda>(s.mc, *ops_, s.bp.micro, shards[c], go, gs.tp > 1 ? &grid_.tp() : nullptr);
+      auto m = std::make_unique<GptCuda>(s.mc, *ops_, s.bp.micro, shards[c], go, gs.tp > 1 ? &grid_.tp() : nullptr,
+                                         gs.cp > 1 ? &grid_.cp() : nullptr);
       m->init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
       stage_adapters_.push_back(std::make_unique<GptCudaStage>(*m));
       stages.push_back(stage_adapters_.back().get());
@@ -105,9 +108,10 @@ class GpuBackend final : public StageBackend {
 
   std::string layout_line(double peak) const override {
     const GridShape& gs = grid_.shape();
-    return fmt::format("layout world {} = dp {} x tp {}{} x pp {}{} (one {} per rank, bf16, attention {}) | {} | "
+    return fmt::format("layout world {} = dp {}{} x tp {}{} x pp {}{} (one {} per rank, bf16, attention {}) | {} | "
                        "peak {:g} TFLOP/s/GPU{}",
-                       launch_.world, gs.dp, gs.tp, cfg_.parallel.sp ? " + sp" : "", gs.pp, chunks_note_, gpu_,
+                       launch_.world, gs.dp, gs.cp > 1 ? fmt::format(" x cp {}", gs.cp) : "", gs.tp,
+                       cfg_.parallel.sp ? " + sp" : "", gs.pp, chunks_note_, gpu_,
                        ops_->attention_kind(), batch_note_, peak / 1e12,
                        cfg_.train.peak_flops > 0 ? " (train.peak_flops)"
                        : peak > 0                ? " (datasheet dense bf16)"

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/model_chunk.hpp"
+#include "mpitron/model/ring_attention.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
 namespace mpitron {
@@ -64,8 +66,12 @@ class GptCuda final : public ModelChunk {
   // shard.sequence_parallel: `tp` is the TP group's Comm (NCCL; its operations are ordered after
   // ops.stream()). Pipeline stage: shard.layer_begin/layer_end, has_embedding, has_head; stage
   // tensors through set_stage_input / get_stage_output (options.slots micro-batches in flight).
+  // Context parallel (shard.cp_size > 1, `cp` its group's Comm, ordered after ops.stream()): as
+  // the CPU GPT, each rank holds seq_len / cp positions of every sequence (two load-balanced
+  // chunks), attention runs over the ring (ring_attention.hpp, CudaRingBlocks), wpe and RoPE use
+  // global positions; forward() still takes the full [B, seq_len] token arrays.
   GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard = {},
-          GptCudaOptions options = {}, Comm* tp = nullptr);
+          GptCudaOptions options = {}, Comm* tp = nullptr, Comm* cp = nullptr);
   ~GptCuda();
   GptCuda(const GptCuda&) = delete;
   GptCuda& operator=(const GptCuda&) = delete;
@@ -90,6 +96,7 @@ class GptCuda final : public ModelChunk {
   // complete), freed once the unit's parameters are unbound again.
   void bind_param(size_t i, float* data) override;
   void release_param_buffer() override;
+  double cp_wait_seconds() const override { return ring_ ? ring_->comm_wait_seconds() : -1.0; }
   int max_micro_batch() const { return max_B_; }
   int64_t logits_chunk_rows() const { return chunk_rows_; }
 
@@ -156,6 +163,17 @@ class GptCuda final : public ModelChunk {
   // tensor (into out, default gath; without SP the input itself); the reduction of a row-parallel
   // output's partial sums (SP: reduce-scatter into local; else summed in place, local = partial).
   int64_t local_rows(int64_t BT) const { return sp_ ? BT / shard_.tp_size : BT; }
+  // Positions of each sequence this rank holds (seq_len / cp), and where local row i of the
+  // micro-batch is in the trainer's full [B, seq_len] arrays.
+  int seq_local() const { return local_seq_len(cfg_, shard_); }
+  int64_t full_index(int64_t i) const;
+  // RoPE on the first n_heads heads of x's rows (row stride qkv_local_) at their global
+  // positions: one call for the whole batch, or per sequence and chunk under cp.
+  void rope(bf16* x, int B, int n_heads, bool inverse);
+  // wpe's rows for this rank's positions (device), nullptr without cp (positions 0..T-1).
+  const int32_t* cp_positions() const {
+    return shard_.cp_size > 1 ? a_.ring.positions + int64_t{shard_.cp_rank} * seq_local() : nullptr;
+  }
   const bf16* gather_rows(const bf16* local, int64_t BT, bf16* out = nullptr);
   void reduce_rows(bf16* partial, bf16* local, int64_t BT);
   void ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
@@ -222,6 +240,9 @@ class GptCuda final : public ModelChunk {
   float* host_losses_ = nullptr;    // pinned [max BT]
   cudaEvent_t tokens_sent_ = nullptr, losses_ready_ = nullptr;
   bool grad_enabled_ = true;
+  std::vector<int32_t> positions_;  // cp > 1: every cp rank's global positions [cp, Tl] (host copy)
+  std::unique_ptr<RingBlocks> ring_blocks_;  // context parallel: the GPU blocks, the ring
+  std::unique_ptr<RingAttention> ring_;
 };
 
 }  // namespace mpitron

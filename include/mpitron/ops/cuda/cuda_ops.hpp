@@ -98,6 +98,29 @@ class CudaOps {
   virtual void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                                   const float* stats, int B, int T, int H, int hd, int kv_heads = 0) = 0;
 
+  // ---- one key/value block of ring attention (context parallel; Ops::attention_block_*) ----
+  // Queries: Tq rows per sequence of q (bf16, H heads of hd, row stride q_stride); the block
+  // kv[B, Tk, 2 KV hd] (bf16) = [k | v]; key j visible to query i when kpos[j] <= qpos[i] (device
+  // int32 arrays). Forward: online softmax into fp32 running max m, sum l [B, H, Tq] and the
+  // unnormalised output o[B*Tq, H hd]; first = the first block (m, l, o start at -inf, 0, 0 and
+  // are not read). hd <= 256.
+  virtual void attention_block_forward(float* o, float* m, float* l, const bf16* q, int64_t q_stride, const bf16* kv,
+                                       int B, int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos,
+                                       const int32_t* kpos, bool first) = 0;
+  // After the last block: out[B*T, H hd] (bf16) = o / l, lse[B, H, T] = m + log l.
+  virtual void attention_block_finish(bf16* out, float* lse, const float* o, const float* m, const float* l, int B,
+                                      int T, int H, int hd) = 0;
+  // D[B, H, T] = rowsum(dout * out), the backward's softmax term.
+  virtual void attention_block_dsum(float* dsum, const bf16* dout, const bf16* out, int B, int T, int H, int hd) = 0;
+  // Backward of one block from the final lse and D: dq[B*Tq, H hd] += and dkv[B, Tk, 2 KV hd] +=
+  // (fp32, deterministic).
+  virtual void attention_block_backward(float* dq, float* dkv, const bf16* q, int64_t q_stride, const bf16* kv,
+                                        const bf16* dout, const float* lse, const float* dsum, int B, int Tq, int Tk,
+                                        int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos) = 0;
+  // dqkv[rows, (H + 2 KV) hd] (bf16) = [dq[rows, H hd] | dkv[rows, 2 KV hd]].
+  virtual void attention_block_grads(bf16* dqkv, const float* dq, const float* dkv, int64_t rows, int H, int KV,
+                                     int hd) = 0;
+
   // ---- the LLaMA block (Ops' rmsnorm / rope / swiglu) ----
   // RMSNorm over C (a multiple of 8): out = inp * rstd * weight, rstd[rows] f32 = (mean(inp^2) + eps)^-1/2.
   virtual void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t rows, int64_t C,
@@ -116,10 +139,13 @@ class CudaOps {
   virtual void swiglu_backward(bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F) = 0;
 
   // ---- embeddings ----
+  // positions (device [T]; nullptr: 0..T-1): wpe's row for local position t (context parallel).
   virtual void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T,
-                                 int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+                                 int C, int64_t vocab_begin, int64_t vocab_end,
+                                 const int32_t* positions = nullptr) = 0;
   virtual void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T,
-                                  int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+                                  int C, int64_t vocab_begin, int64_t vocab_end,
+                                  const int32_t* positions = nullptr) = 0;
 
   // ---- elementwise ----
   virtual void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) = 0;

@@ -1,0 +1,57 @@
+// CudaRingBlocks (ring_blocks_cuda.hpp).
+#include "ring_blocks_cuda.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include "../../ops/cuda/check.hpp"
+
+namespace mpitron {
+
+using cuda::cuda_check;
+
+void CudaRingBlocks::pack_own_block(const bf16* qkv, int B) {
+  const size_t blk_row = 2 * static_cast<size_t>(KV_) * hd_ * sizeof(bf16);
+  cuda_check(cudaMemcpy2DAsync(b_.kv[0], blk_row, qkv + int64_t{H_} * hd_, static_cast<size_t>(row_) * sizeof(bf16),
+                               blk_row, static_cast<size_t>(B) * Tl_, cudaMemcpyDeviceToDevice, ops_.stream()),
+             "cudaMemcpy2DAsync(ring: own k|v block)");
+}
+
+void CudaRingBlocks::forward_begin(void*, const void* qkv, int B) {
+  q_ = static_cast<const bf16*>(qkv);
+  pack_own_block(q_, B);
+  first_ = true;  // the first block starts the accumulators (no fill)
+}
+
+void CudaRingBlocks::forward_block(const void* kv, int src, int B) {
+  ops_.attention_block_forward(b_.acc, b_.m, b_.l, q_, row_, static_cast<const bf16*>(kv), B, Tl_, Tl_, H_, KV_, hd_,
+                               pos(r_), pos(src), first_);
+  first_ = false;
+}
+
+void CudaRingBlocks::forward_end(void* out, float* lse, int B) {
+  ops_.attention_block_finish(static_cast<bf16*>(out), lse, b_.acc, b_.m, b_.l, B, Tl_, H_, hd_);
+}
+
+void CudaRingBlocks::backward_begin(void*, const void* qkv, const void* dout, const void* out, const float* lse,
+                                    int B) {
+  q_ = static_cast<const bf16*>(qkv), dout_ = static_cast<const bf16*>(dout), lse_ = lse;
+  ops_.attention_block_dsum(b_.dsum, dout_, static_cast<const bf16*>(out), B, Tl_, H_, hd_);
+  pack_own_block(q_, B);
+  const int64_t rows = int64_t{B} * Tl_;
+  cuda_check(cudaMemsetAsync(b_.acc, 0, static_cast<size_t>(rows * H_ * hd_) * sizeof(float), ops_.stream()),
+             "cudaMemsetAsync(ring: dq)");
+  cuda_check(cudaMemsetAsync(b_.dkv[0], 0, static_cast<size_t>(rows * 2 * KV_ * hd_) * sizeof(float), ops_.stream()),
+             "cudaMemsetAsync(ring: dk|dv)");
+}
+
+void CudaRingBlocks::backward_block(const void* kv, void* dkv, int src, int B) {
+  ops_.attention_block_backward(b_.acc, static_cast<float*>(dkv), q_, row_, static_cast<const bf16*>(kv), dout_, lse_,
+                                b_.dsum, B, Tl_, Tl_, H_, KV_, hd_, pos(r_), pos(src));
+}
+
+void CudaRingBlocks::backward_end(void* dqkv, const void* dkv_home, int B) {
+  ops_.attention_block_grads(static_cast<bf16*>(dqkv), b_.acc, static_cast<const float*>(dkv_home), int64_t{B} * Tl_,
+                             H_, KV_, hd_);
+}
+
+}  // namespace mpitron
