@@ -4,8 +4,9 @@
 # tensors). Checks:
 #   - gpu_check's training comparison (GptCuda vs the CPU GPT, 20 AdamW steps; cudnn and naive
 #     attention paths, padded vocab) passes on the emulation;
-#   - GptCuda's tensor-parallel gradients (tp 1 and 2, with SP, with SP + recompute) match the
-#     full CPU GPT's per tensor within 2e-2 relative L2 (emulated_tp_grads);
+#   - GptCuda's tensor-parallel gradients (tp 1 and 2, with SP, with SP + recompute; GPT-2 and
+#     LLaMA) and context-parallel ones (cp 2: GPT-2, LLaMA, LLaMA + recompute; summed over the cp
+#     group) match the full CPU GPT's per tensor within 2e-2 relative L2 (emulated_tp_grads);
 #   - the GPU trainer (train.backend = "nccl") at dp 2 (ZeRO 0, 1, 2 and 3: the CPU trainer's
 #     DataParallel, on device memory) and at dp 2 x tp 2 follows
 #     the CPU trainer's single-rank run: losses within 2e-3 relative for 10 steps (bf16

@@ -6,6 +6,11 @@
 // tests/mpi/test_tp_gpt does for the CPU model. bf16 activations: relative L2 per tensor
 // <= 2e-2. Catches what the loss curves cannot: e.g. an SP LayerNorm gradient left unsummed
 // over the TP group (Adam hides the factor 1/tp), run with tp, tp + sp, tp + sp + recompute.
+// Context parallel (np 2: the group as a cp group instead, GPT-2 and LLaMA): each rank's GptCuda
+// holds half of every sequence's positions; its gradients and loss are summed over the cp group
+// and compared with the full model's the same way. Catches a wrong block mask or position that
+// moves the loss curves by less than their bf16 bound (e.g. every k|v block masked with the
+// rank's own key positions: loss curves within 1.1e-3, gradients off by far more).
 //   mpirun -np 2 emulated_tp_grads        (exit 0: every tensor within the bound)
 #include <mpi.h>
 
@@ -31,20 +36,23 @@ std::vector<int32_t> tokens(int n, int vocab, uint64_t seed) {
   return t;
 }
 
-int compare(MpiComm& tp, bool sp, bool recompute) {
-  ModelConfig c = model_preset("tiny");
-  c.n_layer = 2, c.n_head = 4, c.d_model = 64, c.d_ff = 256, c.vocab_size = 100, c.seq_len = 16;  // vocab 100: padded 128 per rank at tp 2, not a multiple
+// cp: the group is a context-parallel group (tp 1); else a tensor-parallel one.
+int compare(MpiComm& tp, bool sp, bool recompute, bool cp = false, bool llama = false) {
+  ModelConfig c = model_preset(llama ? "llama-tiny" : "tiny");
+  c.n_layer = 2, c.vocab_size = 100, c.seq_len = 16;  // vocab 100: padded 128 per rank at tp 2, not a multiple
+  if (!llama) c.n_head = 4, c.d_model = 64, c.d_ff = 256;
   const int B = 2, n = B * c.seq_len;
   auto cpu = make_cpu_ops();
   GPT full(c, ModelShard{}, *cpu, B);
   full.init_weights(7);
   full.zero_grad();
   auto ops = make_cuda_ops();
-  ModelShard s{tp.rank(), tp.size()};
+  ModelShard s{cp ? 0 : tp.rank(), cp ? 1 : tp.size()};
   s.sequence_parallel = sp;
+  if (cp) s.cp_rank = tp.rank(), s.cp_size = tp.size();
   GptCudaOptions o;
   o.recompute = recompute;
-  GptCuda part(c, *ops, B, s, o, tp.size() > 1 ? &tp : nullptr);
+  GptCuda part(c, *ops, B, s, o, !cp && tp.size() > 1 ? &tp : nullptr, cp ? &tp : nullptr);
   part.init_weights(7);
   part.zero_grad();
   double lf = 0, lp = 0;
@@ -58,6 +66,11 @@ int compare(MpiComm& tp, bool sp, bool recompute) {
   }
   std::vector<float> g(part.num_params());
   part.copy_grads_to_host(g.data(), g.size());
+  if (cp) {  // each cp rank's share of the tokens: the sums over the group are the model's
+    tp.all_reduce(g.data(), g.size(), DType::f32, ReduceOp::sum);
+    tp.all_reduce_host_f64(&lp, 1, ReduceOp::sum);
+  }
+  const int tp_rank = cp ? 0 : tp.rank();
   int failures = 0;
   double worst = 0;
   const char* worst_name = "";
@@ -65,8 +78,9 @@ int compare(MpiComm& tp, bool sp, bool recompute) {
     const ParamInfo* q = full.find_param(p.name);
     double num = 0, den = 1e-30;
     for (size_t i = 0; i < p.numel; ++i) {
-      const int64_t f = param_full_index(p, static_cast<int64_t>(i), tp.rank());
-      const bool padding = p.name == "wte.weight" && f / c.d_model >= c.vocab_size;
+      const int64_t f = param_full_index(p, static_cast<int64_t>(i), tp_rank);
+      const bool padding = (p.name == "wte.weight" || p.name == "embed_tokens.weight" || p.name == "lm_head.weight") &&
+                           f / c.d_model >= c.vocab_size;
       const double b = padding ? 0.0 : full.grad_data()[q->offset + f], a = g[p.offset + i];
       num += (a - b) * (a - b), den += b * b;
     }
@@ -74,8 +88,8 @@ int compare(MpiComm& tp, bool sp, bool recompute) {
     if (rel > worst) worst = rel, worst_name = p.name.c_str();
     if (rel > 2e-2) {
       ++failures;
-      std::printf("rank %d: tp %d sp %d recompute %d: %s gradient relative L2 %.3g > 2e-2\n", tp.rank(), tp.size(), sp,
-                  recompute, p.name.c_str(), rel);
+      std::printf("rank %d: %s %s %d sp %d recompute %d: %s gradient relative L2 %.3g > 2e-2\n", tp.rank(),
+                  c.name.c_str(), cp ? "cp" : "tp", tp.size(), sp, recompute, p.name.c_str(), rel);
     }
   }
   const double lrel = std::abs(lf - lp) / std::abs(lf);
@@ -84,8 +98,9 @@ int compare(MpiComm& tp, bool sp, bool recompute) {
     std::printf("rank %d: loss %.6f vs %.6f\n", tp.rank(), lp, lf);
   }
   if (tp.rank() == 0)
-    std::printf("GptCuda tp %d sp %d recompute %d vs the full CPU GPT: loss rel %.2e, worst gradient %s %.2e (bound 2e-2)\n",
-                tp.size(), sp, recompute, lrel, worst_name, worst);
+    std::printf("GptCuda %s %s %d sp %d recompute %d vs the full CPU GPT: loss rel %.2e, worst gradient %s %.2e (bound "
+                "2e-2)\n",
+                llama ? "llama" : "gpt2", cp ? "cp" : "tp", tp.size(), sp, recompute, lrel, worst_name, worst);
   return failures;
 }
 
@@ -99,9 +114,13 @@ int main(int argc, char** argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     MpiComm tp(dup, "tp");
     failures += compare(tp, false, false);
+    failures += compare(tp, false, false, false, true);  // LLaMA (the bf16 baseline of its cp runs at np 1)
     if (tp.size() > 1) {
       failures += compare(tp, true, false);
       failures += compare(tp, true, true);
+      failures += compare(tp, false, false, true);         // cp
+      failures += compare(tp, false, false, true, true);   // cp, LLaMA (RoPE per chunk, GQA)
+      failures += compare(tp, false, true, true, true);    // cp + recompute
     }
   } catch (const std::exception& e) {
     std::printf("emulated_tp_grads: %s\n", e.what());
