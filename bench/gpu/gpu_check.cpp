@@ -1,12 +1,12 @@
 // gpu_check: the device check of the CUDA backend (run by bench/gpu_check.sh).
 //   1. every CudaOps kernel against the CPU backend on random inputs (tests/cuda/self_check.hpp:
 //      relative error and a bound per op), with both attention paths, at a small and a GPT-2-like
-//      shape; the LLaMA kernels (RMSNorm, RoPE, SwiGLU) and grouped-query attention (GPT-2-like:
-//      H 12, KV 4, hd 64) included;
+//      shape; the LLaMA kernels (RMSNorm, RoPE, SwiGLU), grouped-query attention (GPT-2-like:
+//      H 12, KV 4, hd 64) and context parallel's ring-attention block kernels included;
 //   2. cuDNN attention against the naive path at the gpt2-124m / gpt2-350m attention shapes and
 //      grouped-query H 12 / KV 4 (the cuDNN graphs also for LLaMA-3 8B's H 32 / KV 8 / hd 128);
 //   3. kernel timings at gpt2-124m shapes (B 8, T 1024; the LLaMA kernels at the same C 768,
-//      F 2048, KV 4) and the cuBLASLt bf16 GEMM rate
+//      F 2048, KV 4; the ring's block kernels on the same causal work) and the cuBLASLt bf16 GEMM rate
 //      (8192^3) against the H200's 989 TFLOP/s dense bf16 datasheet peak;
 //   4. training (training_check.cpp): the tiny model 20 AdamW steps on GptCuda (both attention
 //      paths, and a padded vocabulary) against the CPU GPT from the same initial parameters
@@ -371,6 +371,30 @@ double timing_section(Report& rep) {
           rep.line("| attention {} | **ERROR** {} | |", what, e.what());
         }
       }
+    }
+    // Context parallel's block kernels (ring attention, CUDA cores) on the same causal work: one
+    // block holding the whole sequence (positions 0..T-1), to set them against the fused kernels.
+    try {
+      std::vector<int32_t> pos(T);
+      for (int t = 0; t < T; ++t) pos[t] = t;
+      Buf dpos(static_cast<size_t>(T) * 4), kvb(M * 2 * C * 2), acc(M * C * 4), mm(static_cast<size_t>(B) * H * T * 4),
+          ll(static_cast<size_t>(B) * H * T * 4), dkv(M * 2 * C * 4), ds(static_cast<size_t>(B) * H * T * 4);
+      cuda_ok(cudaMemcpy(dpos.p, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy(positions)");
+      cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      row("attention block fwd (ring, cp)", timed(g, 5, [&] {
+            g.attention_block_forward(acc.as<float>(), mm.as<float>(), ll.as<float>(), qkv.as<bf16>(), 3 * C,
+                                      kvb.as<bf16>(), B, T, T, H, H, hd, dpos.as<int32_t>(), dpos.as<int32_t>(), true);
+          }),
+          af, 0);
+      row("attention block bwd (ring, cp)", timed(g, 5, [&] {
+            g.attention_block_backward(acc.as<float>(), dkv.as<float>(), qkv.as<bf16>(), 3 * C, kvb.as<bf16>(),
+                                       o.as<bf16>(), st.as<float>(), ds.as<float>(), B, T, T, H, H, hd,
+                                       dpos.as<int32_t>(), dpos.as<int32_t>());
+          }),
+          2.5 * af, 0);
+    } catch (const std::exception& e) {
+      ++rep.failures;
+      rep.line("| attention block (ring) | **ERROR** {} | |", e.what());
     }
     rep.line("");
   } catch (const std::exception& e) {
