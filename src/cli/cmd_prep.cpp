@@ -13,17 +13,23 @@ namespace {
 
 constexpr const char* kHelp = R"(usage: mpitron prep --input PATTERN... --out DIR [options]
 
-Tokenizes text files into HDF5 shards DIR/train_00000.h5 ... and DIR/val_00000.h5
-(a 1-D /tokens dataset, /doc_offsets, and the attributes vocab_size, eot, tokenizer,
-num_tokens, source; see docs/data.md). Every document ends with the end-of-text id.
+Tokenizes text or JSON Lines files into HDF5 shards DIR/train_00000.h5 ... and
+DIR/val_00000.h5 (a 1-D /tokens dataset, /doc_offsets, and the attributes vocab_size, eot,
+tokenizer, num_tokens, source; see docs/data.md). Every document ends with the end-of-text id.
 
-  --input PATTERN...     text files or quoted glob patterns ('corpus/*.txt'); several allowed
+  --input PATTERN...     files or quoted glob patterns ('corpus/*.txt', 'web/*.jsonl.zst'); several
+                         allowed; .gz (gzip) and .zst (Zstandard) files are decompressed
   --out DIR              output folder (created; its old train_/val_ shards are replaced)
   --tokenizer T          'byte' (default) or a JSON file from `mpitron tokenizer train`
   --shard-tokens N       tokens per shard, e.g. 50M (default 50M)
   --val-fraction F       fraction of documents for val_*.h5, spread evenly (default 0.005; 0 = none)
-  --doc-separator LINE   a line equal to LINE separates documents (fortune files: %);
+  --doc-separator LINE   text: a line equal to LINE separates documents (fortune files: %);
                          default: each file is one document
+  --format F             auto (default: .jsonl / .ndjson files, compressed or not, are JSONL;
+                         the rest text), text or jsonl
+  --jsonl-field NAME     JSONL: the string field with a document's text (default text)
+  --on-bad-line M        JSONL: error (default: stop at the first line that is not a JSON object
+                         with that string field, naming file and line) or skip (count, report)
   --workers N            tokenizer threads (default 1)
   --quiet                no progress output
   -h, --help             this text
@@ -98,6 +104,14 @@ int cmd_prep(const Args& args) {
       opt.workers = int_count(value(i), "--workers");
     } else if (a == "--doc-separator") {
       opt.doc_separator = value(i);
+    } else if (a == "--format") {
+      opt.format = value(i);
+    } else if (a == "--jsonl-field") {
+      opt.jsonl_field = value(i);
+    } else if (a == "--on-bad-line") {
+      const std::string& m = value(i);
+      usage_check(m == "error" || m == "skip", "--on-bad-line must be error or skip (got '{}')", m);
+      opt.skip_bad_lines = m == "skip";
     } else if (a == "--check") {
       check = value(i);
     } else if (a == "--seq-len") {
@@ -115,6 +129,11 @@ int cmd_prep(const Args& args) {
               static_cast<long long>(r.documents), r.bytes / 1e6, static_cast<long long>(r.train_tokens),
               static_cast<long long>(r.val_tokens), r.shards.size(), r.shards.size() == 1 ? "" : "s", opt.out.c_str(),
               r.seconds, r.seconds > 0 ? r.bytes / 1e6 / r.seconds : 0.0);
+  if (r.bad_lines > 0) {
+    std::fprintf(stderr, "prep: warning: skipped %lld bad JSONL line%s (--on-bad-line skip); the first:\n",
+                 static_cast<long long>(r.bad_lines), r.bad_lines == 1 ? "" : "s");
+    for (const auto& b : r.first_bad_lines) std::fprintf(stderr, "  %s\n", b.c_str());
+  }
   return 0;
 }
 

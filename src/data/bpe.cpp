@@ -20,19 +20,42 @@ Tokenizer Tokenizer::bpe(std::vector<std::pair<int32_t, int32_t>> merges) {
   return t;
 }
 
+Tokenizer Tokenizer::bpe(std::vector<std::pair<int32_t, int32_t>> merges, const std::array<int32_t, 256>& byte_ids,
+                         std::string pretokenizer) {
+  check(pretokenizer == "mpitron-v1" || pretokenizer == "gpt2", "unknown pretokenizer '{}' (this build has mpitron-v1, gpt2)",
+        pretokenizer);
+  Tokenizer t;
+  t.type_ = "bpe";
+  t.pretok_ = std::move(pretokenizer);
+  t.merges_ = std::move(merges);
+  t.byte_ids_ = byte_ids;
+  t.build_tables();
+  return t;
+}
+
 void Tokenizer::build_tables() {
   rank_.clear();
   rank_.reserve(merges_.size() * 2);
   bytes_of_.assign(vocab_size(), std::string());
-  for (int b = 0; b < 256; ++b) bytes_of_[b] = std::string(1, static_cast<char>(b));
+  // Every id below 256 names exactly one byte (a permutation; the identity by default).
+  std::array<bool, 256> seen{};
+  identity_bytes_ = true;
+  for (int b = 0; b < 256; ++b) {
+    const int32_t id = byte_ids_[b];
+    check(id >= 0 && id < 256 && !seen[id], "byte_ids must be a permutation of 0..255 (byte {} -> id {})", b, id);
+    seen[id] = true;
+    identity_bytes_ = identity_bytes_ && id == b;
+    bytes_of_[id] = std::string(1, static_cast<char>(b));
+  }
   for (size_t i = 0; i < merges_.size(); ++i) {
     auto [a, b] = merges_[i];
     int32_t id = 256 + static_cast<int32_t>(i);
     check(a >= 0 && b >= 0 && a < id && b < id, "BPE merge {} = [{}, {}] refers to an id that is not defined before it",
           i, a, b);
     check(rank_.emplace(key(a, b), static_cast<int32_t>(i)).second, "BPE merge {} = [{}, {}] is a duplicate", i, a, b);
-    // Merges never cross a pre-tokenized chunk, so no real token is longer than kMaxChunk bytes;
-    // without this limit 40 merges [[256, 256], [257, 257], ...] would ask for 2^40 bytes.
+    // Merges never cross a pre-tokenized chunk (mpitron-v1: at most kMaxChunk bytes); without a
+    // limit 40 merges [[256, 256], [257, 257], ...] would ask for 2^40 bytes. GPT-2's longest
+    // token is 128 bytes (its regex chunks are not cut, so encoding may still meet longer runs).
     size_t len = bytes_of_[a].size() + bytes_of_[b].size();
     check(len <= kMaxChunk, "BPE merge {} = [{}, {}] makes a token of {} bytes (tokens are at most {} bytes)", i, a,
           b, len, kMaxChunk);
@@ -43,7 +66,7 @@ void Tokenizer::build_tables() {
 void Tokenizer::encode_chunk(std::string_view chunk, std::vector<int32_t>& out) const {
   thread_local std::vector<int32_t> ids;
   ids.assign(chunk.size(), 0);
-  for (size_t i = 0; i < chunk.size(); ++i) ids[i] = static_cast<unsigned char>(chunk[i]);
+  for (size_t i = 0; i < chunk.size(); ++i) ids[i] = byte_ids_[static_cast<unsigned char>(chunk[i])];
   while (ids.size() > 1) {
     int32_t best = std::numeric_limits<int32_t>::max();
     for (size_t i = 0; i + 1 < ids.size(); ++i) {
@@ -70,12 +93,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeCache* cache
   std::vector<int32_t> out;
   if (merges_.empty()) {
     out.resize(text.size());
-    for (size_t i = 0; i < text.size(); ++i) out[i] = static_cast<unsigned char>(text[i]);
+    for (size_t i = 0; i < text.size(); ++i) out[i] = byte_ids_[static_cast<unsigned char>(text[i])];
     return out;
   }
   out.reserve(text.size() / 2 + 16);
   thread_local std::vector<std::string_view> chunks;
-  pretokenize(text, chunks);
+  if (pretok_ == "gpt2") pretokenize_gpt2(text, chunks);
+  else pretokenize(text, chunks);
   for (std::string_view c : chunks) {
     if (!cache) {
       encode_chunk(c, out);

@@ -1,5 +1,6 @@
-// `mpitron prep`: text files -> tokenized HDF5 shards. Inputs are checked before anything is
-// written; shards are written as .tmp and renamed only when every one is complete.
+// `mpitron prep`: text or JSON Lines files (plain, gzip, zstd) -> tokenized HDF5 shards. Inputs
+// are checked before anything is written; shards are written as .tmp and renamed only when
+// every one is complete (a bad JSONL line that stops prep leaves the old shards as they were).
 #include "mpitron/data/prep.hpp"
 
 #include <fmt/format.h>
@@ -11,28 +12,19 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/shard.hpp"
+#include "mpitron/data/text_input.hpp"
 #include "mpitron/data/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 
 namespace mpitron {
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  usage_check(static_cast<bool>(in), "cannot read input file '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Consecutive shards of one split: train_00000.h5, train_00001.h5, ...
 class ShardSeries {
@@ -195,6 +187,9 @@ PrepResult run_prep(const PrepOptions& opt) {
   usage_check(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction must be in [0, 1) (got {})", opt.val_fraction);
   usage_check(opt.shard_tokens >= 1, "--shard-tokens must be >= 1");
   usage_check(opt.workers >= 1 && opt.workers <= 256, "--workers must be in [1, 256] (got {})", opt.workers);
+  usage_check(opt.format == "auto" || opt.format == "text" || opt.format == "jsonl",
+              "--format must be auto, text or jsonl (got '{}')", opt.format);
+  usage_check(!opt.jsonl_field.empty(), "--jsonl-field must not be empty");
   std::vector<std::string> files = expand_inputs(opt.inputs);
   Tokenizer tok = Tokenizer::load(opt.tokenizer);
   std::error_code ec;
@@ -208,10 +203,13 @@ PrepResult run_prep(const PrepOptions& opt) {
   ShardSeries train(opt.out, "train", tok, opt.shard_tokens), val(opt.out, "val", tok, opt.shard_tokens);
   std::vector<EncodeCache> caches(opt.workers);
   Progress progress(opt.progress, total_bytes);
-  int64_t doc_index = 0;
+  int64_t doc_index = 0, done_bytes = 0;  // done_bytes: of the input files as stored (the progress)
+  BadLines bad;
   for (size_t fi = 0; fi < files.size(); ++fi) {
-    std::string text = read_file(files[fi]);
-    std::vector<std::string> docs = split_documents(text, opt.doc_separator);
+    std::string text = read_input_file(files[fi]);
+    const bool jsonl = opt.format == "jsonl" || (opt.format == "auto" && input_format_of(files[fi]) == "jsonl");
+    std::vector<std::string> docs = jsonl ? jsonl_documents(text, files[fi], opt.jsonl_field, opt.skip_bad_lines, &bad)
+                                          : split_documents(text, opt.doc_separator);
     std::vector<std::vector<int32_t>> ids(docs.size());
     int nw = std::min<int>(opt.workers, static_cast<int>(docs.size()));
     if (nw <= 1) {
@@ -234,11 +232,14 @@ PrepResult run_prep(const PrepOptions& opt) {
     }
     res.bytes += static_cast<int64_t>(text.size());
     res.documents += static_cast<int64_t>(docs.size());
-    progress.update(res.bytes, static_cast<int>(fi + 1), static_cast<int>(files.size()), train.total() + val.total(),
+    done_bytes += static_cast<int64_t>(fs::file_size(files[fi]));
+    progress.update(done_bytes, static_cast<int>(fi + 1), static_cast<int>(files.size()), train.total() + val.total(),
                     fi + 1 == files.size());
   }
-  usage_check(train.total() > 0, "the inputs hold no text for the train split (only '{}' separator lines?)",
-              opt.doc_separator);
+  res.bad_lines = bad.count, res.first_bad_lines = bad.first;
+  usage_check(train.total() > 0, "the inputs hold no text for the train split ({})",
+              bad.count > 0 ? fmt::format("{} bad JSONL lines skipped, first: {}", bad.count, bad.first.front())
+                            : fmt::format("only '{}' separator lines or empty documents?", opt.doc_separator));
   train.close_all();
   val.close_all();
   // Every shard is complete: replace the folder's old shards, then rename the new ones in.

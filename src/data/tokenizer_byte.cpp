@@ -17,7 +17,10 @@ Cls cls(unsigned char c) {
 
 }  // namespace
 
-Tokenizer::Tokenizer() { build_tables(); }
+Tokenizer::Tokenizer() {
+  for (int b = 0; b < 256; ++b) byte_ids_[b] = b;
+  build_tables();
+}
 
 Tokenizer Tokenizer::byte() { return Tokenizer(); }
 

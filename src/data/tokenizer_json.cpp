@@ -62,7 +62,18 @@ Tokenizer Tokenizer::from_json(std::string_view text, std::string_view where) {
       t = Tokenizer::byte();
     } else if (type == "bpe") {
       std::string pre = string_field(j, "pretokenizer", where);
-      usage_check(pre == "mpitron-v1", "{}: unknown pretokenizer '{}' (this build has mpitron-v1)", where, pre);
+      usage_check(pre == "mpitron-v1" || pre == "gpt2", "{}: unknown pretokenizer '{}' (this build has mpitron-v1, gpt2)",
+                  where, pre);
+      std::array<int32_t, 256> byte_ids{};
+      for (int b = 0; b < 256; ++b) byte_ids[b] = b;
+      if (j.contains("byte_ids")) {
+        usage_check(j["byte_ids"].is_array() && j["byte_ids"].size() == 256, "{}: \"byte_ids\" must list 256 ids", where);
+        for (int b = 0; b < 256; ++b) {
+          int64_t v = -1;
+          usage_check(int_value(j["byte_ids"][b], 0, 255, &v), "{}: byte_ids[{}] is not an id in [0, 255]", where, b);
+          byte_ids[b] = static_cast<int32_t>(v);
+        }
+      }
       usage_check(j.contains("merges") && j["merges"].is_array(), "{}: a bpe tokenizer needs a \"merges\" list", where);
       std::vector<std::pair<int32_t, int32_t>> merges;
       merges.reserve(j["merges"].size());
@@ -73,7 +84,7 @@ Tokenizer Tokenizer::from_json(std::string_view text, std::string_view where) {
         merges.emplace_back(static_cast<int32_t>(a), static_cast<int32_t>(b));
       }
       try {
-        t = Tokenizer::bpe(std::move(merges));
+        t = Tokenizer::bpe(std::move(merges), byte_ids, pre);
       } catch (const Error& e) {
         usage_fail("{}: {}", where, e.what());
       }
@@ -97,8 +108,12 @@ Tokenizer Tokenizer::from_json(std::string_view text, std::string_view where) {
 
 Tokenizer Tokenizer::load(const std::string& spec) {
   if (spec.empty() || spec == "byte") return Tokenizer::byte();
+  if (spec.rfind("gpt2:", 0) == 0) return gpt2_files(spec.substr(5));
+  if (spec.rfind("hf:", 0) == 0) return hf_json(spec.substr(3));
   std::ifstream in(spec, std::ios::binary);
-  usage_check(static_cast<bool>(in), "cannot open tokenizer file '{}' (use 'byte' or a JSON file from `mpitron tokenizer train`)",
+  usage_check(static_cast<bool>(in),
+              "cannot open tokenizer file '{}' (use 'byte', gpt2:DIR with encoder.json + vocab.bpe, hf:tokenizer.json, "
+              "or a JSON file from `mpitron tokenizer train`)",
               spec);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -109,7 +124,13 @@ std::string Tokenizer::to_json(bool pretty) const {
   std::string s = fmt::format(R"({{"format": "mpitron-tokenizer", "version": 1, "type": "{}", "vocab_size": {}, "eot": {})",
                               type_, vocab_size(), eot());
   if (type_ == "bpe") {
-    s += R"(, "pretokenizer": "mpitron-v1", "merges": [)";
+    s += fmt::format(R"(, "pretokenizer": "{}")", pretok_);
+    if (!identity_bytes_) {
+      s += R"(, "byte_ids": [)";
+      for (int b = 0; b < 256; ++b) s += fmt::format("{}{}", b ? "," : "", byte_ids_[b]);
+      s += "]";
+    }
+    s += R"(, "merges": [)";
     for (size_t i = 0; i < merges_.size(); ++i) {
       if (i) s += ",";
       if (pretty) s += "\n  ";

@@ -131,4 +131,56 @@ BOOST_AUTO_TEST_CASE(json_round_trip_and_errors) {
   }
 }
 
+// GPT-2's pre-tokenizer on bytes: the chunks always concatenate back to the input, invalid
+// UTF-8 included (each run of bytes no branch matches is a chunk of its own), and a GPT-2-style
+// tokenizer (a byte-id permutation, the gpt2 pre-tokenizer) round-trips any byte string and its
+// JSON. The ids themselves are checked against js-tiktoken in tests/e2e/test_tokenizer_gpt2.sh.
+BOOST_AUTO_TEST_CASE(gpt2_pretokenizer_and_permuted_bytes) {
+  std::vector<std::string_view> chunks;
+  pretokenize_gpt2("Hello world's  2024!!\n\n", chunks);
+  std::vector<std::string> got(chunks.begin(), chunks.end());
+  BOOST_TEST((got == std::vector<std::string>{"Hello", " world", "'s", " ", " 2024", "!!", "\n\n"}));
+  pretokenize_gpt2("a\xff\xfe b\xc3", chunks);  // invalid bytes, a truncated sequence at the end
+  got.assign(chunks.begin(), chunks.end());
+  BOOST_TEST((got == std::vector<std::string>{"a", "\xff\xfe", " b", "\xc3"}));
+  pretokenize_gpt2("", chunks);
+  BOOST_TEST(chunks.empty());
+  std::mt19937 g(5);
+  for (int i = 0; i < 200; ++i) {
+    std::string s = random_bytes(g, g() % 400), cat;
+    pretokenize_gpt2(s, chunks);
+    for (auto c : chunks) {
+      BOOST_REQUIRE(!c.empty());
+      cat += c;
+    }
+    BOOST_REQUIRE(cat == s);
+  }
+  std::array<int32_t, 256> perm{};
+  for (int b = 0; b < 256; ++b) perm[b] = (b * 7 + 3) % 256;  // a permutation (7 is odd)
+  BpeTrainOptions o;
+  o.vocab_size = 600;
+  Tokenizer base = train_bpe({fortune_text()}, o);
+  // The same merges over permuted byte ids: merge [a, b] renames its byte operands.
+  auto merges = base.merges();
+  for (auto& [a, b] : merges) {
+    if (a < 256) a = perm[a];
+    if (b < 256) b = perm[b];
+  }
+  Tokenizer t = Tokenizer::bpe(merges, perm, "gpt2");
+  BOOST_TEST(t.pretokenizer() == "gpt2");
+  BOOST_TEST((Tokenizer::from_json(t.to_json()) == t));
+  BOOST_TEST(!(Tokenizer::from_json(t.to_json()) == base));
+  for (int i = 0; i < 50; ++i) {
+    std::string s = random_bytes(g, g() % 2000);
+    BOOST_REQUIRE(t.decode(t.encode(s)) == s);
+  }
+  const std::string text = "Grüße, 世界! \t tabs\r\n  and   spaces 😀\n";
+  BOOST_TEST(t.decode(t.encode(text)) == text);
+  BOOST_TEST(t.encode("A")[0] == perm['A']);
+  std::array<int32_t, 256> dup = perm;
+  dup[1] = dup[0];
+  BOOST_CHECK_THROW(Tokenizer::bpe(merges, dup, "gpt2"), Error);
+  BOOST_CHECK_THROW(Tokenizer::bpe(merges, perm, "sentencepiece"), Error);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,15 +1,22 @@
-// Tokenizers: byte-level (the zero-setup default) and byte-level BPE trained on the user's corpus.
+// Tokenizers: byte-level (the zero-setup default), byte-level BPE trained on the user's corpus,
+// and GPT-2's byte-level BPE (read from OpenAI's encoder.json + vocab.bpe or from a Hugging Face
+// tokenizer.json).
 //
-// Both map bytes, not characters, so decode(encode(x)) == x for any byte string (invalid UTF-8
-// included). Ids: 0..255 are the bytes; 256.. are BPE merges in the order they were learned;
-// the end-of-text id (eot) is the last id, vocab_size - 1. The byte tokenizer is the BPE one
-// with no merges: vocab_size 257, eot 256.
+// All map bytes, not characters, so decode(encode(x)) == x for any byte string (invalid UTF-8
+// included). Ids: byte_ids()[b] is the id of byte b (0..255 in byte order for mpitron's own
+// tokenizers, GPT-2's permutation for GPT-2); 256.. are BPE merges in rank order; the
+// end-of-text id (eot) is the last id, vocab_size - 1 (GPT-2: 50256 = <|endoftext|>). The byte
+// tokenizer is the BPE one with no merges: vocab_size 257, eot 256.
+// Pre-tokenizers: "mpitron-v1" (pretokenize below) or "gpt2" (GPT-2's regex, pretokenize_gpt2).
 //
 // JSON (docs/data.md has the full description):
 //   {"format": "mpitron-tokenizer", "version": 1, "type": "bpe", "vocab_size": 8192,
 //    "eot": 8191, "pretokenizer": "mpitron-v1", "merges": [[32, 116], [104, 101], ...]}
-// merges[i] = [left, right] creates id 256 + i.
+// merges[i] = [left, right] creates id 256 + i. GPT-2 adds "byte_ids": [256 ids] and
+// "pretokenizer": "gpt2": the whole tokenizer (~600 KB) in every shard and checkpoint, so data
+// and models decode without the original files.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -27,9 +34,17 @@ class Tokenizer {
   Tokenizer();  // the byte tokenizer
   static Tokenizer byte();
   static Tokenizer bpe(std::vector<std::pair<int32_t, int32_t>> merges);
+  // A byte-level BPE with a byte-id permutation and a pre-tokenizer ("mpitron-v1" | "gpt2").
+  static Tokenizer bpe(std::vector<std::pair<int32_t, int32_t>> merges, const std::array<int32_t, 256>& byte_ids,
+                       std::string pretokenizer);
+  // GPT-2's tokenizer from OpenAI's files: DIR/encoder.json and DIR/vocab.bpe.
+  static Tokenizer gpt2_files(const std::string& dir);
+  // A Hugging Face tokenizer.json of BPE type with the byte-level pre-tokenizer (GPT-2's layout:
+  // the 256 byte tokens first, merge i making id 256 + i, end-of-text last).
+  static Tokenizer hf_json(const std::string& path);
   // Parses the JSON above; `where` names the source (file, shard) in error messages.
   static Tokenizer from_json(std::string_view json, std::string_view where = "tokenizer JSON");
-  // "byte" or a path to a tokenizer JSON file.
+  // "byte", "gpt2:DIR", "hf:FILE" or a path to an mpitron tokenizer JSON file.
   static Tokenizer load(const std::string& spec);
 
   std::vector<int32_t> encode(std::string_view text, EncodeCache* cache = nullptr) const;
@@ -39,16 +54,23 @@ class Tokenizer {
   int eot() const { return vocab_size() - 1; }
   const std::string& type() const { return type_; }  // "byte" | "bpe"
   const std::vector<std::pair<int32_t, int32_t>>& merges() const { return merges_; }
+  const std::array<int32_t, 256>& byte_ids() const { return byte_ids_; }
+  const std::string& pretokenizer() const { return pretok_; }  // "mpitron-v1" | "gpt2"
   // Compact canonical JSON (stored in every shard). pretty: one merge per line (for files).
   std::string to_json(bool pretty = false) const;
-  bool operator==(const Tokenizer& o) const { return type_ == o.type_ && merges_ == o.merges_; }
+  bool operator==(const Tokenizer& o) const {
+    return type_ == o.type_ && merges_ == o.merges_ && byte_ids_ == o.byte_ids_ && pretok_ == o.pretok_;
+  }
 
  private:
   void build_tables();
   void encode_chunk(std::string_view chunk, std::vector<int32_t>& out) const;
 
   std::string type_ = "byte";
+  std::string pretok_ = "mpitron-v1";
   std::vector<std::pair<int32_t, int32_t>> merges_;
+  std::array<int32_t, 256> byte_ids_{};          // byte -> id
+  bool identity_bytes_ = true;                   // byte_ids_[b] == b
   std::unordered_map<uint64_t, int32_t> rank_;  // (left << 32 | right) -> merge index
   std::vector<std::string> bytes_of_;           // id -> bytes (eot -> "")
 };
@@ -60,6 +82,13 @@ class Tokenizer {
 // kMaxChunk bytes are cut. The chunks concatenate back to the input exactly.
 constexpr size_t kMaxChunk = 128;
 void pretokenize(std::string_view text, std::vector<std::string_view>& chunks);
+
+// GPT-2's pre-tokenizer (tiktoken's r50k_base pattern, with JavaScript's \s as js-tiktoken and
+// OpenAI's gpt-3-encoder run it):
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// through PCRE2 (UTF, Unicode properties). Bytes that are not valid UTF-8 match nothing: each run
+// of them becomes a chunk of its own (encoded as bytes). Chunks concatenate back to the input.
+void pretokenize_gpt2(std::string_view text, std::vector<std::string_view>& chunks);
 
 struct BpeTrainOptions {
   int vocab_size = 8192;   // including the 256 bytes and eot

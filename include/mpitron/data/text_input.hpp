@@ -1,0 +1,32 @@
+// Reading prep's inputs: plain, gzip (.gz) or Zstandard (.zst) files, as text or as JSON Lines
+// (one document per line, its text in one string field: the layout of most public pre-training
+// sets). docs/data.md, "Prep".
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpitron {
+
+// The whole file, decompressed by its extension (.gz: zlib, several members allowed; .zst:
+// libzstd, several frames allowed). UsageError naming the file and the cause on a corrupt or
+// truncated stream.
+std::string read_input_file(const std::string& path);
+
+// "jsonl" when the name (without .gz / .zst) ends in .jsonl or .ndjson, else "text".
+std::string input_format_of(const std::string& path);
+
+// Bad lines of JSONL inputs: how many, and the first few with their place and cause.
+struct BadLines {
+  int64_t count = 0;
+  std::vector<std::string> first;  // "FILE:LINE: why", at most kKept
+  static constexpr size_t kKept = 5;
+};
+
+// One document per non-blank line: the string `field` of the line's JSON object. A line that is
+// not JSON, not an object, lacks the field or holds something other than a string is bad: with
+// skip_bad, counted in *bad and skipped; otherwise a UsageError "FILE:LINE: why".
+std::vector<std::string> jsonl_documents(const std::string& text, const std::string& path, const std::string& field,
+                                         bool skip_bad, BadLines* bad);
+
+}  // namespace mpitron
