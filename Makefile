@@ -31,7 +31,7 @@ HDF5_LIBS := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
 CPPFLAGS := -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -DMPITRON_CUDA=$(CUDA_ON)
 # -Wno-stringop-overflow: g++ 12 false positive inside fmt 9's fill_t (fmt issue #2708-style), not our code.
 CXXFLAGS := -std=c++20 -O3 $(ARCH) -fopenmp -g1 -Wall -Wextra -Wno-stringop-overflow -MMD -MP
-LDLIBS := -ldnnl -lfmt -lpthread -lpcre2-8 -lz -lzstd $(HDF5_LIBS) $(MPI_LIBS)
+LDLIBS := -ldnnl -lfmt -lpthread -lpcre2-8 -lz -lzstd -lsentencepiece $(HDF5_LIBS) $(MPI_LIBS)
 LDFLAGS := -fopenmp
 SAN_OBJ :=
 ifneq ($(SAN),)

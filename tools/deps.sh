@@ -14,7 +14,7 @@ PKGS=(
   g++ make pkg-config
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libdnnl-dev libboost-test-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
-  zlib1g-dev libzstd-dev libpcre2-dev zstd
+  zlib1g-dev libzstd-dev libpcre2-dev zstd libsentencepiece-dev sentencepiece python3-sentencepiece nodejs
   fortunes fortunes-min
   python3 python3-numpy python3-h5py python3-matplotlib
 )

@@ -4,6 +4,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
+#include "sentencepiece_model.hpp"
 
 namespace mpitron {
 namespace {
@@ -90,6 +91,7 @@ void Tokenizer::encode_chunk(std::string_view chunk, std::vector<int32_t>& out) 
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeCache* cache) const {
+  if (sp_) return sp_encode(*sp_, text);
   std::vector<int32_t> out;
   if (merges_.empty()) {
     out.resize(text.size());

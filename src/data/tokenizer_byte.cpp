@@ -2,6 +2,7 @@
 // BPE training and encoding share.
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
+#include "sentencepiece_model.hpp"
 
 namespace mpitron {
 namespace {
@@ -26,10 +27,15 @@ Tokenizer Tokenizer::byte() { return Tokenizer(); }
 
 std::string Tokenizer::decode_one(int32_t id) const {
   check(id >= 0 && id < vocab_size(), "token id {} out of range [0, {})", id, vocab_size());
+  if (sp_) return sp_decode(*sp_, {id});
   return bytes_of_[id];
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  if (sp_) {
+    for (int32_t id : ids) check(id >= 0 && id < vocab_size(), "token id {} out of range [0, {})", id, vocab_size());
+    return sp_decode(*sp_, ids);
+  }
   std::string out;
   out.reserve(ids.size() * 2);
   for (int32_t id : ids) {

@@ -7,6 +7,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
+#include "sentencepiece_model.hpp"
 
 namespace mpitron {
 
@@ -88,17 +89,22 @@ Tokenizer Tokenizer::from_json(std::string_view text, std::string_view where) {
       } catch (const Error& e) {
         usage_fail("{}: {}", where, e.what());
       }
+    } else if (type == "sentencepiece") {
+      std::string model;
+      usage_check(j.contains("model") && j["model"].is_string() && base64_decode(j["model"].get<std::string>(), &model),
+                  "{}: a sentencepiece tokenizer needs \"model\": the .model file in base64", where);
+      t = Tokenizer::sentencepiece(model, where);
     } else {
-      usage_fail("{}: unknown tokenizer type '{}' (allowed: byte, bpe)", where, type);
+      usage_fail("{}: unknown tokenizer type '{}' (allowed: byte, bpe, sentencepiece)", where, type);
     }
     if (j.contains("vocab_size")) {
       int64_t v = int_field(j, "vocab_size", where);
-      usage_check(v == t.vocab_size(), "{}: vocab_size {} disagrees with the {} merges (expected {})", where, v,
-                  t.merges().size(), t.vocab_size());
+      usage_check(v == t.vocab_size(), "{}: vocab_size {} disagrees with the tokenizer's {}", where, v,
+                  t.vocab_size());
     }
     if (j.contains("eot")) {
       int64_t e = int_field(j, "eot", where);
-      usage_check(e == t.eot(), "{}: eot {} must be the last id {}", where, e, t.eot());
+      usage_check(e == t.eot(), "{}: eot {} is not the tokenizer's end-of-text id {}", where, e, t.eot());
     }
     return t;
   } catch (const json::exception& e) {
@@ -110,10 +116,11 @@ Tokenizer Tokenizer::load(const std::string& spec) {
   if (spec.empty() || spec == "byte") return Tokenizer::byte();
   if (spec.rfind("gpt2:", 0) == 0) return gpt2_files(spec.substr(5));
   if (spec.rfind("hf:", 0) == 0) return hf_json(spec.substr(3));
+  if (spec.rfind("sp:", 0) == 0) return sentencepiece_file(spec.substr(3));
   std::ifstream in(spec, std::ios::binary);
   usage_check(static_cast<bool>(in),
               "cannot open tokenizer file '{}' (use 'byte', gpt2:DIR with encoder.json + vocab.bpe, hf:tokenizer.json, "
-              "or a JSON file from `mpitron tokenizer train`)",
+              "sp:FILE.model, or a JSON file from `mpitron tokenizer train`)",
               spec);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -123,6 +130,7 @@ Tokenizer Tokenizer::load(const std::string& spec) {
 std::string Tokenizer::to_json(bool pretty) const {
   std::string s = fmt::format(R"({{"format": "mpitron-tokenizer", "version": 1, "type": "{}", "vocab_size": {}, "eot": {})",
                               type_, vocab_size(), eot());
+  if (sp_) s += fmt::format(R"(, "model": "{}")", base64_encode(sp_model_bytes(*sp_)));
   if (type_ == "bpe") {
     s += fmt::format(R"(, "pretokenizer": "{}")", pretok_);
     if (!identity_bytes_) {

@@ -45,7 +45,7 @@ $(FUZZ_LIB): $(FUZZ_LIB_OBJ)
 
 .SECONDARY: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o)
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB)
-	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ -lfmt -lpcre2-8 -lz -lzstd $(HDF5_LIBS) $(MPI_LIBS)
+	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ -lfmt -lpcre2-8 -lz -lzstd -lsentencepiece $(HDF5_LIBS) $(MPI_LIBS)
 
 .PHONY: deps-stress test-stress test-fuzz fuzz-build fuzz-seeds $(FUZZ_TARGETS:%=fuzz-%)
 # clang-14 + libclang-rt-14-dev (libFuzzer, clang's ASan/UBSan): not part of the lean `make deps`.

@@ -9,15 +9,20 @@
 // tokenizer is the BPE one with no merges: vocab_size 257, eot 256.
 // Pre-tokenizers: "mpitron-v1" (pretokenize below) or "gpt2" (GPT-2's regex, pretokenize_gpt2).
 //
+// SentencePiece models (LLaMA-2 and its family; BPE or unigram, byte fallback or not) run through
+// libsentencepiece: ids, vocabulary and end-of-text (its eos id) are the model's own.
+//
 // JSON (docs/data.md has the full description):
 //   {"format": "mpitron-tokenizer", "version": 1, "type": "bpe", "vocab_size": 8192,
 //    "eot": 8191, "pretokenizer": "mpitron-v1", "merges": [[32, 116], [104, 101], ...]}
 // merges[i] = [left, right] creates id 256 + i. GPT-2 adds "byte_ids": [256 ids] and
 // "pretokenizer": "gpt2": the whole tokenizer (~600 KB) in every shard and checkpoint, so data
-// and models decode without the original files.
+// and models decode without the original files. SentencePiece: {"type": "sentencepiece",
+// "vocab_size": N, "eot": EOS, "model": BASE64 of the .model file} (self-contained too).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -25,6 +30,8 @@
 #include <vector>
 
 namespace mpitron {
+
+struct SentencePieceModel;  // tokenizer_sp.cpp
 
 // Memo of chunk -> ids for one thread (BPE encoding is the cost of prep; words repeat).
 using EncodeCache = std::unordered_map<std::string, std::vector<int32_t>>;
@@ -42,25 +49,26 @@ class Tokenizer {
   // A Hugging Face tokenizer.json of BPE type with the byte-level pre-tokenizer (GPT-2's layout:
   // the 256 byte tokens first, merge i making id 256 + i, end-of-text last).
   static Tokenizer hf_json(const std::string& path);
+  // A SentencePiece model file (spm_train's NAME.model), or its bytes.
+  static Tokenizer sentencepiece_file(const std::string& path);
+  static Tokenizer sentencepiece(const std::string& model_bytes, std::string_view where);
   // Parses the JSON above; `where` names the source (file, shard) in error messages.
   static Tokenizer from_json(std::string_view json, std::string_view where = "tokenizer JSON");
-  // "byte", "gpt2:DIR", "hf:FILE" or a path to an mpitron tokenizer JSON file.
+  // "byte", "gpt2:DIR", "hf:FILE", "sp:FILE.model" or a path to an mpitron tokenizer JSON file.
   static Tokenizer load(const std::string& spec);
 
   std::vector<int32_t> encode(std::string_view text, EncodeCache* cache = nullptr) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // eot decodes to nothing
   std::string decode_one(int32_t id) const;
-  int vocab_size() const { return 257 + static_cast<int>(merges_.size()); }
-  int eot() const { return vocab_size() - 1; }
-  const std::string& type() const { return type_; }  // "byte" | "bpe"
+  int vocab_size() const;
+  int eot() const;
+  const std::string& type() const { return type_; }  // "byte" | "bpe" | "sentencepiece"
   const std::vector<std::pair<int32_t, int32_t>>& merges() const { return merges_; }
   const std::array<int32_t, 256>& byte_ids() const { return byte_ids_; }
   const std::string& pretokenizer() const { return pretok_; }  // "mpitron-v1" | "gpt2"
   // Compact canonical JSON (stored in every shard). pretty: one merge per line (for files).
   std::string to_json(bool pretty = false) const;
-  bool operator==(const Tokenizer& o) const {
-    return type_ == o.type_ && merges_ == o.merges_ && byte_ids_ == o.byte_ids_ && pretok_ == o.pretok_;
-  }
+  bool operator==(const Tokenizer& o) const;
 
  private:
   void build_tables();
@@ -73,6 +81,7 @@ class Tokenizer {
   bool identity_bytes_ = true;                   // byte_ids_[b] == b
   std::unordered_map<uint64_t, int32_t> rank_;  // (left << 32 | right) -> merge index
   std::vector<std::string> bytes_of_;           // id -> bytes (eot -> "")
+  std::shared_ptr<const SentencePieceModel> sp_;  // type "sentencepiece"
 };
 
 // Pre-tokenization shared by training and encoding: splits text into chunks that BPE merges
