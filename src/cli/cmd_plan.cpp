@@ -170,9 +170,9 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
   if (a.global) job.train.global_batch = a.global;
   ModelConfig mc = resolve_model_config(job.model);
   // As the trainer does: without model.vocab_size the data's tokenizer decides the vocabulary.
-  if (!a.job_file.empty() && a.model.empty() && job.model.vocab_size == 0 &&
-      !list_shards(job.data.path, "train").empty())
-    mc.vocab_size = TokenDataset(job.data.path, "train").vocab_size();
+  const std::string& data_dir = job.data.paths.empty() ? job.data.path : job.data.paths.front().path;  // a blend: one tokenizer
+  if (!a.job_file.empty() && a.model.empty() && job.model.vocab_size == 0 && !list_shards(data_dir, "train").empty())
+    mc.vocab_size = TokenDataset(data_dir, "train").vocab_size();
 
   const int mp = job.parallel.tp * job.parallel.pp * job.parallel.cp;
   int gpus = a.gpus;

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 #include <fstream>
 #include <functional>
@@ -254,6 +255,74 @@ Key make_key(std::string name, std::string help, S JobConfig::*sec, T S::*field,
   return k;
 }
 
+// data.paths: a blend of corpora. The value's text is TOML (a job file's array, rendered by
+// toml_value_text, or a command-line value) and is parsed as such.
+Key blend_key() {
+  Key k;
+  k.name = "data.paths";
+  k.type = "blend";
+  k.help = "several corpora sampled by weight, replacing data.path: [{ path = \"data/web\", weight = 0.7 }, "
+           "{ path = \"data/code\", weight = 0.3 }] or Megatron's flat [0.7, \"data/web\", 0.3, \"data/code\"] "
+           "(weights normalised; every corpus must have the same tokenizer)";
+  k.set = [](JobConfig& c, const std::string& text) {
+    const std::string doc = "v = " + trim(text);
+    toml::table t;
+    try {
+      check_toml_text(doc, "data.paths");
+      t = toml::parse(doc, std::string("data.paths"));
+    } catch (const std::exception&) {
+      usage_fail("bad value for 'data.paths': '{}' is not a TOML array", text);
+    }
+    const toml::array* a = t["v"].as_array();
+    usage_check(a != nullptr, "bad value for 'data.paths': '{}' is not an array", text);
+    std::vector<DataBlendEntry> out;
+    auto weight_of = [&](const toml::node& n) {
+      if (auto f = n.as_floating_point()) return f->get();
+      if (auto i = n.as_integer()) return static_cast<double>(i->get());
+      (void)n;
+      usage_fail("bad value for 'data.paths': a weight is not a number");
+    };
+    const bool flat = !a->empty() && !(*a)[0].is_table();
+    if (flat) {  // [w, "path", w, "path", ...]
+      usage_check(a->size() % 2 == 0, "bad value for 'data.paths': the flat form needs weight, path pairs (got {} items)",
+                  a->size());
+      for (size_t i = 0; i < a->size(); i += 2) {
+        const auto* p = (*a)[i + 1].as_string();
+        usage_check(p != nullptr, "bad value for 'data.paths': item {} must be a path string", i + 1);
+        out.push_back({p->get(), weight_of((*a)[i])});
+      }
+    } else {
+      for (const auto& e : *a) {
+        const toml::table* et = e.as_table();
+        usage_check(et != nullptr, "bad value for 'data.paths': every entry must be {{ path = \"...\", weight = W }}");
+        for (const auto& [key, v] : *et)
+          usage_check(key.str() == "path" || key.str() == "weight",
+                      "bad value for 'data.paths': unknown field '{}' (allowed: path, weight)", key.str());
+        const auto* p = (*et)["path"].as_string();
+        usage_check(p != nullptr, "bad value for 'data.paths': an entry has no path string");
+        out.push_back({p->get(), (*et)["weight"] ? weight_of(*(*et)["weight"].node()) : 1.0});
+      }
+    }
+    for (const auto& e : out) {
+      check_text("data.paths", e.path);
+      usage_check(!e.path.empty(), "bad value for 'data.paths': an empty path");
+      usage_check(std::isfinite(e.weight) && e.weight > 0, "bad value for 'data.paths': weight {} of '{}' must be > 0",
+                  e.weight, e.path);
+    }
+    c.data.paths = std::move(out);
+  };
+  k.get = [](const JobConfig& c) {
+    std::vector<std::string> items;
+    for (const auto& e : c.data.paths) {
+      std::string w = fmt::format("{}", e.weight);
+      if (w.find_first_of(".eEn") == std::string::npos) w += ".0";
+      items.push_back(fmt::format("{{ path = {}, weight = {} }}", quote(e.path), w));
+    }
+    return fmt::format("[{}]", fmt::join(items, ", "));
+  };
+  return k;
+}
+
 const std::vector<Key>& registry() {
   using C = JobConfig;
   static const std::vector<Key> keys = {
@@ -302,6 +371,7 @@ const std::vector<Key>& registry() {
       make_key("parallel.dp_progress", "who progresses DP collectives during compute: thread | poll | none",
                &C::parallel, &ParallelSection::dp_progress, {"thread", "poll", "none"}),
       make_key("data.path", "folder with train_*.h5 / val_*.h5 shards (mpitron prep)", &C::data, &DataSection::path),
+      blend_key(),
       make_key("data.seed", "sampler shuffle seed", &C::data, &DataSection::seed),
       make_key("data.prefetch", "batches the loader thread keeps ready", &C::data, &DataSection::prefetch),
       make_key("data.drop_last", "drop the tail that does not fill every DP rank (else pad)", &C::data,
@@ -383,6 +453,11 @@ std::string toml_value_text(const toml::node& n, const std::string& key, const s
     std::vector<std::string> items;
     for (const auto& e : *a) items.push_back(toml_value_text(e, key, path));
     return "[" + fmt::format("{}", fmt::join(items, ",")) + "]";
+  }
+  if (auto t = n.as_table()) {  // an inline table inside an array (data.paths)
+    std::vector<std::string> items;
+    for (const auto& [k, v] : *t) items.push_back(toml_key(std::string(k.str())) + " = " + toml_value_text(v, key, path));
+    return "{ " + fmt::format("{}", fmt::join(items, ", ")) + " }";
   }
   usage_fail("{}: key '{}' has an unsupported TOML type", path, key);
 }

@@ -4,6 +4,7 @@
 #include "mpitron/data/loader.hpp"
 
 
+#include <fmt/format.h>
 #include <pthread.h>
 
 #include <condition_variable>
@@ -11,43 +12,90 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/blend.hpp"
 #include "mpitron/data/sampler.hpp"
 #include "mpitron/data/shard.hpp"
 
 namespace mpitron {
 
-void fill_batch(const TokenDataset& ds, int seq_len, const std::vector<int64_t>& samples, Batch& b) {
-  const size_t T = static_cast<size_t>(seq_len);
-  b.batch = static_cast<int>(samples.size());
-  b.seq_len = seq_len;
-  b.inputs.resize(samples.size() * T);
-  b.targets.resize(samples.size() * T);
-  std::vector<int32_t> win(T + 1);
-  for (size_t i = 0; i < samples.size(); ++i) {
-    ds.read(samples[i] * static_cast<int64_t>(seq_len), static_cast<int64_t>(T + 1), win.data());
-    std::copy(win.begin(), win.end() - 1, b.inputs.begin() + i * T);
-    std::copy(win.begin() + 1, win.end(), b.targets.begin() + i * T);
+// One corpus, or a blend of several (blend.hpp): what both loaders read samples from.
+class Corpora {
+ public:
+  explicit Corpora(const LoaderOptions& opt) : seq_len_(opt.seq_len) {
+    usage_check(opt.seq_len >= 1, "seq_len must be >= 1 (got {})", opt.seq_len);
+    usage_check(opt.micro_batch >= 1, "micro_batch must be >= 1 (got {})", opt.micro_batch);
+    std::vector<std::pair<std::string, double>> list = opt.blend;
+    if (list.empty()) list.push_back({opt.dir, 1.0});
+    std::vector<int64_t> n;
+    std::vector<double> w;
+    for (const auto& [dir, weight] : list) {
+      auto ds = std::make_unique<TokenDataset>(dir, opt.split);
+      usage_check(ds->num_tokens() >= static_cast<int64_t>(opt.seq_len) + 1,
+                  "seq_len {} is larger than the data: {} holds fewer tokens than one sample of seq_len + 1 = {}",
+                  opt.seq_len, ds->describe(), opt.seq_len + 1);
+      if (!ds_.empty()) {
+        const TokenDataset& a = *ds_.front();
+        usage_check(a.vocab_size() == ds->vocab_size() && a.eot() == ds->eot() && a.tokenizer_json() == ds->tokenizer_json(),
+                    "data.paths: {} and {} were made with different tokenizers (vocab {} / eot {} vs vocab {} / eot {}): "
+                    "every corpus of a blend must use the same one",
+                    a.describe(), ds->describe(), a.vocab_size(), a.eot(), ds->vocab_size(), ds->eot());
+      }
+      n.push_back(ds->num_samples(opt.seq_len));
+      w.push_back(weight);
+      names_.push_back(dir);
+      ds_.push_back(std::move(ds));
+    }
+    if (!opt.blend.empty()) blend_ = std::make_unique<BlendIndex>(n, w, opt.seed);
   }
-}
+  int64_t num_samples() const { return blend_ ? blend_->size() : ds_.front()->num_samples(seq_len_); }
+  const TokenDataset& first() const { return *ds_.front(); }
+  int64_t num_tokens() const {
+    int64_t t = 0;
+    for (const auto& d : ds_) t += d->num_tokens();
+    return t;
+  }
+  std::string describe() const {
+    if (!blend_) return ds_.front()->describe();
+    std::string s = fmt::format("blend of {} corpora, {} samples per epoch:", ds_.size(), blend_->size());
+    for (int k = 0; k < blend_->corpora(); ++k) {
+      const int64_t n = ds_[k]->num_samples(seq_len_), d = blend_->draws(k);
+      s += fmt::format("{} {} weight {:.3f} -> {:.3f} ({} draws from its {} samples: {:.2f} passes)", k ? "," : "", names_[k],
+                       blend_->weight(k), static_cast<double>(d) / static_cast<double>(blend_->size()), d, n,
+                       static_cast<double>(d) / static_cast<double>(n));
+    }
+    return s;
+  }
+  // Fills b with the windows of the given positions of `epoch` (seq_len + 1 tokens each).
+  void fill(const std::vector<int64_t>& positions, uint64_t epoch, Batch& b) const {
+    const size_t T = static_cast<size_t>(seq_len_);
+    b.batch = static_cast<int>(positions.size());
+    b.seq_len = seq_len_;
+    b.inputs.resize(positions.size() * T);
+    b.targets.resize(positions.size() * T);
+    std::vector<int32_t> win(T + 1);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      int k = 0;
+      int64_t s = positions[i];
+      if (blend_) std::tie(k, s) = blend_->sample(s, epoch);
+      ds_[k]->read(s * static_cast<int64_t>(seq_len_), static_cast<int64_t>(T + 1), win.data());
+      std::copy(win.begin(), win.end() - 1, b.inputs.begin() + i * T);
+      std::copy(win.begin() + 1, win.end(), b.targets.begin() + i * T);
+    }
+  }
 
-namespace {
-
-// Checks shared by both loaders: the data holds at least one sample of seq_len + 1 tokens.
-void check_fits(const TokenDataset& ds, const LoaderOptions& opt) {
-  usage_check(opt.seq_len >= 1, "seq_len must be >= 1 (got {})", opt.seq_len);
-  usage_check(opt.micro_batch >= 1, "micro_batch must be >= 1 (got {})", opt.micro_batch);
-  usage_check(ds.num_tokens() >= static_cast<int64_t>(opt.seq_len) + 1,
-              "seq_len {} is larger than the data: {} holds fewer tokens than one sample of seq_len + 1 = {}", opt.seq_len,
-              ds.describe(), opt.seq_len + 1);
-}
-
-}  // namespace
+ private:
+  int seq_len_;
+  std::vector<std::unique_ptr<TokenDataset>> ds_;
+  std::vector<std::string> names_;
+  std::unique_ptr<BlendIndex> blend_;
+};
 
 struct DataLoader::Impl {
   LoaderOptions opt;
-  std::unique_ptr<TokenDataset> ds;
+  std::unique_ptr<Corpora> data;
   std::unique_ptr<DistributedSampler> sampler;  // producer side only
   int64_t batches_per_epoch = 0;
 
@@ -76,7 +124,7 @@ struct DataLoader::Impl {
     if (sampler->epoch() != cursor.epoch) sampler->set_epoch(cursor.epoch);
     std::vector<int64_t> samples(opt.micro_batch);
     for (int j = 0; j < opt.micro_batch; ++j) samples[j] = (*sampler)[static_cast<int64_t>(cursor.position) + j];
-    fill_batch(*ds, opt.seq_len, samples, b);
+    data->fill(samples, cursor.epoch, b);
     cursor.position += opt.micro_batch;
   }
 
@@ -127,17 +175,16 @@ DataLoader::DataLoader(const LoaderOptions& opt) : impl_(std::make_unique<Impl>(
   m.opt = opt;
   usage_check(opt.dp_size >= 1 && opt.dp_rank >= 0 && opt.dp_rank < opt.dp_size, "data loader: dp_rank {} not in [0, {})",
               opt.dp_rank, opt.dp_size);
-  m.ds = std::make_unique<TokenDataset>(opt.dir, opt.split);
-  check_fits(*m.ds, opt);
-  int64_t n = m.ds->num_samples(opt.seq_len);
+  m.data = std::make_unique<Corpora>(opt);
+  int64_t n = m.data->num_samples();
   usage_check(n >= opt.dp_size || !opt.drop_last,
               "{} gives {} samples of seq_len {}: fewer than the {} data-parallel ranks (use less DP or more data)",
-              m.ds->describe(), n, opt.seq_len, opt.dp_size);
+              m.data->describe(), n, opt.seq_len, opt.dp_size);
   m.sampler = std::make_unique<DistributedSampler>(n, opt.dp_size, opt.dp_rank, opt.shuffle, opt.seed, opt.drop_last);
   m.batches_per_epoch = m.sampler->num_samples() / opt.micro_batch;
   usage_check(m.batches_per_epoch >= 1,
               "{} gives each of {} data-parallel ranks {} samples of seq_len {} per epoch: fewer than one micro-batch of {}",
-              m.ds->describe(), opt.dp_size, m.sampler->num_samples(), opt.seq_len, opt.micro_batch);
+              m.data->describe(), opt.dp_size, m.sampler->num_samples(), opt.seq_len, opt.micro_batch);
   m.start();
 }
 
@@ -175,20 +222,20 @@ void DataLoader::restore(const SamplerState& s) {
 
 int64_t DataLoader::samples_per_epoch() const { return impl_->sampler->num_samples(); }
 int64_t DataLoader::batches_per_epoch() const { return impl_->batches_per_epoch; }
-int64_t DataLoader::num_tokens() const { return impl_->ds->num_tokens(); }
-int DataLoader::vocab_size() const { return impl_->ds->vocab_size(); }
-int DataLoader::eot() const { return impl_->ds->eot(); }
-const std::string& DataLoader::tokenizer_json() const { return impl_->ds->tokenizer_json(); }
+int64_t DataLoader::num_tokens() const { return impl_->data->num_tokens(); }
+int DataLoader::vocab_size() const { return impl_->data->first().vocab_size(); }
+int DataLoader::eot() const { return impl_->data->first().eot(); }
+const std::string& DataLoader::tokenizer_json() const { return impl_->data->first().tokenizer_json(); }
+std::string DataLoader::describe() const { return impl_->data->describe(); }
 
 // ---- validation ----
 
 ValidationLoader::ValidationLoader(const LoaderOptions& opt, int64_t max_batches) : opt_(opt) {
-  ds_ = std::make_unique<TokenDataset>(opt.dir, opt.split);
-  check_fits(*ds_, opt);
+  data_ = std::make_unique<Corpora>(opt);
   int64_t per_round = static_cast<int64_t>(opt.micro_batch) * opt.dp_size;
-  num_batches_ = ds_->num_samples(opt.seq_len) / per_round;
+  num_batches_ = data_->num_samples() / per_round;
   usage_check(num_batches_ >= 1, "{} gives {} samples of seq_len {}: fewer than one micro-batch of {} on each of {} DP ranks",
-              ds_->describe(), ds_->num_samples(opt.seq_len), opt.seq_len, opt.micro_batch, opt.dp_size);
+              data_->describe(), data_->num_samples(), opt.seq_len, opt.micro_batch, opt.dp_size);
   if (max_batches > 0 && max_batches < num_batches_) num_batches_ = max_batches;
 }
 
@@ -199,14 +246,14 @@ bool ValidationLoader::next(Batch& b) {
   std::vector<int64_t> samples(opt_.micro_batch);
   int64_t first = (next_ * opt_.dp_size + opt_.dp_rank) * opt_.micro_batch;
   for (int j = 0; j < opt_.micro_batch; ++j) samples[j] = first + j;
-  fill_batch(*ds_, opt_.seq_len, samples, b);
+  data_->fill(samples, 0, b);  // validation: the blend's first epoch, unshuffled
   ++next_;
   return true;
 }
 
 void ValidationLoader::reset() { next_ = 0; }
 int64_t ValidationLoader::num_batches() const { return num_batches_; }
-int ValidationLoader::vocab_size() const { return ds_->vocab_size(); }
-int ValidationLoader::eot() const { return ds_->eot(); }
+int ValidationLoader::vocab_size() const { return data_->first().vocab_size(); }
+int ValidationLoader::eot() const { return data_->first().eot(); }
 
 }  // namespace mpitron

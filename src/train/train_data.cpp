@@ -1,5 +1,8 @@
 #include "mpitron/train/train_data.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cstdio>
 
 #include "mpitron/core/error.hpp"
@@ -27,6 +30,8 @@ TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int
   d.model = resolve_model_config(cfg.model);
   LoaderOptions lo;
   lo.dir = cfg.data.path;
+  for (const auto& e : cfg.data.paths) lo.blend.push_back({e.path, e.weight});  // data.paths replaces data.path
+  const std::string where = cfg.data.paths.empty() ? cfg.data.path : "data.paths";
   lo.split = "train";
   lo.seq_len = d.model.seq_len;
   lo.micro_batch = bp.micro;
@@ -43,15 +48,26 @@ TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int
   } else {
     usage_check(d.model.vocab_size >= d.train->vocab_size(),
                 "model.vocab_size ({}) is smaller than the data's vocabulary ({}, from {})", d.model.vocab_size,
-                d.train->vocab_size(), cfg.data.path);
+                d.train->vocab_size(), where);
   }
-  if (cfg.eval.batches > 0 && !list_shards(cfg.data.path, "val").empty()) {
-    LoaderOptions vo = lo;
-    vo.split = "val";
-    vo.shuffle = false;
+  // Validation: the val split, or the blend of the corpora's val splits with their weights
+  // (those without one are left out, and named).
+  LoaderOptions vo = lo;
+  vo.split = "val";
+  vo.shuffle = false;
+  vo.blend.clear();
+  std::vector<std::string> no_val;
+  for (const auto& e : cfg.data.paths) {
+    if (list_shards(e.path, "val").empty()) no_val.push_back(e.path);
+    else vo.blend.push_back({e.path, e.weight});
+  }
+  const bool have_val = cfg.data.paths.empty() ? !list_shards(cfg.data.path, "val").empty() : !vo.blend.empty();
+  if (cfg.eval.batches > 0 && have_val) {
     d.val = std::make_unique<ValidationLoader>(vo, int64_t{cfg.eval.batches} * bp.accum);
+    if (print_notes && !no_val.empty())
+      std::printf("note: no val_*.h5 in %s: validation blends the other corpora\n", fmt::format("{}", fmt::join(no_val, ", ")).c_str());
   } else if (print_notes && cfg.eval.batches > 0) {
-    std::printf("note: no val_*.h5 in %s: validation loss is not computed\n", cfg.data.path.c_str());
+    std::printf("note: no val_*.h5 in %s: validation loss is not computed\n", where.c_str());
   }
   return d;
 }

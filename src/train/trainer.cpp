@@ -145,7 +145,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     std::printf("model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n%s\n"
                 "data %s: %lld samples per rank per epoch | run dir %s\n%s\n",
                 mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
-                backend->num_params() / 1e6, backend->layout_line(peak).c_str(), cfg.data.path.c_str(),
+                backend->num_params() / 1e6, backend->layout_line(peak).c_str(), train_data.describe().c_str(),
                 static_cast<long long>(train_data.samples_per_epoch()), cfg.run_dir().c_str(),
                 backend->describe().c_str());
     std::fflush(stdout);

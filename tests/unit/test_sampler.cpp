@@ -2,10 +2,13 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/blend.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/data/sampler.hpp"
 #include "mpitron/data/shard.hpp"
@@ -190,6 +193,52 @@ BOOST_AUTO_TEST_CASE(validation_loader_is_fixed_and_spread_over_ranks) {
   BOOST_TEST(starts.size() == 20u);  // 2 ranks x 5 batches x 2 samples, all different
   BOOST_TEST(*starts.begin() == 0);
   BOOST_TEST(*starts.rbegin() == 19 * 32);
+}
+
+// A blend's index (blend.hpp): every prefix of an epoch within one draw of the weights, each
+// corpus's draws per epoch = round(w N), and inside one pass over a corpus every sample exactly
+// once (a permutation), different passes differently ordered; the same seed, the same index.
+BOOST_AUTO_TEST_CASE(blend_index_mix_and_passes) {
+  const std::vector<int64_t> n = {357, 1478, 20};
+  const std::vector<double> w = {0.7, 0.25, 0.05};
+  BlendIndex b(n, w, 11), again(n, w, 11);
+  const int64_t N = 357 + 1478 + 20;
+  BOOST_TEST(b.size() == N);
+  std::vector<int64_t> drawn(3, 0);
+  double worst = 0;
+  for (int64_t p = 0; p < N; ++p) {
+    auto [k, s] = b.sample(p, 0);
+    BOOST_REQUIRE(k >= 0 && k < 3);
+    BOOST_REQUIRE(s >= 0 && s < n[k]);
+    BOOST_REQUIRE((again.sample(p, 0) == std::pair<int, int64_t>{k, s}));
+    ++drawn[k];
+    for (int c = 0; c < 3; ++c) worst = std::max(worst, std::abs(drawn[c] - w[c] * static_cast<double>(p + 1)));
+  }
+  BOOST_TEST(worst <= 1.0);
+  for (int c = 0; c < 3; ++c) {
+    BOOST_TEST(drawn[c] == b.draws(c));
+    BOOST_TEST(std::abs(static_cast<double>(drawn[c]) - w[c] * N) <= 1.0);
+  }
+  // Corpus 0 (draws 1299 per epoch > its 357 samples): walk its draws over two epochs in order;
+  // each consecutive block of 357 is one pass, a permutation; the passes differ.
+  std::vector<int64_t> seq;
+  for (uint64_t e = 0; e < 2; ++e)
+    for (int64_t p = 0; p < N; ++p)
+      if (auto [k, s] = b.sample(p, e); k == 0) seq.push_back(s);
+  BOOST_REQUIRE(seq.size() >= 3 * 357);
+  std::vector<std::vector<int64_t>> passes;
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<int64_t> one(seq.begin() + pass * 357, seq.begin() + (pass + 1) * 357);
+    std::vector<int64_t> sorted = one;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < 357; ++i) BOOST_REQUIRE(sorted[i] == i);
+    passes.push_back(one);
+  }
+  BOOST_TEST((passes[0] != passes[1]));
+  BlendIndex other(n, w, 12);
+  int differ = 0;
+  for (int64_t p = 0; p < N; ++p) differ += other.sample(p, 0) != b.sample(p, 0);
+  BOOST_TEST(differ > 0);  // another seed, other samples (the same mix)
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -53,8 +53,19 @@ struct ParallelSection {
   std::string dp_progress = "thread";  // thread | poll | none: who drives non-blocking DP collectives
 };
 
+// One corpus of a blend: a prep output folder and its weight (normalised over the blend).
+struct DataBlendEntry {
+  std::string path;
+  double weight = 1.0;
+  bool operator==(const DataBlendEntry&) const = default;
+};
+
 struct DataSection {
   std::string path = "data/demo";
+  // Several corpora sampled by weight (replaces path when not empty): TOML
+  // [{ path = "data/web", weight = 0.7 }, { path = "data/code", weight = 0.3 }] or Megatron's
+  // flat [0.7, "data/web", 0.3, "data/code"].
+  std::vector<DataBlendEntry> paths;
   uint64_t seed = 1234;
   int prefetch = 4;  // batches kept ready by the loader thread
   bool drop_last = true;

@@ -9,12 +9,17 @@
 // ValidationLoader: fixed, unshuffled batches over <val>_*.h5, spread over DP ranks: batch k of
 // rank r holds samples (k*dp + r)*micro_batch + j, j < micro_batch.
 //
+// Blends (LoaderOptions::blend, data.paths): several corpora, each a prep folder, sampled by
+// weight through a BlendIndex (blend.hpp) over their samples; validation blends their val
+// splits the same way, unshuffled.
+//
 // Both throw UsageError naming the folder/file for bad input (no shards, not HDF5, no /tokens,
-// disagreeing shards, seq_len larger than the data) and Error for tokens >= vocab_size.
+// disagreeing shards or tokenizers, seq_len larger than the data) and Error for tokens >= vocab_size.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mpitron {
@@ -31,7 +36,8 @@ struct Batch {
 };
 
 struct LoaderOptions {
-  std::string dir;
+  std::string dir;  // one corpus, or (blend not empty) ignored
+  std::vector<std::pair<std::string, double>> blend;  // corpora and weights (data.paths)
   std::string split = "train";
   int seq_len = 0;
   int micro_batch = 1;
@@ -57,20 +63,27 @@ class DataLoader {
   void restore(const SamplerState& s);
   int64_t samples_per_epoch() const;  // per rank
   int64_t batches_per_epoch() const;  // per rank: samples_per_epoch() / micro_batch
-  int64_t num_tokens() const;         // in the split's shards
+  int64_t num_tokens() const;         // in the split's shards (all corpora)
   int vocab_size() const;
   int eot() const;
   const std::string& tokenizer_json() const;
+  // One line on the data: the folder and its samples, or the blend's realised mix per epoch
+  // ("data/web 0.700 (7000 of 10000 samples, 1.40 passes), ...").
+  std::string describe() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
+class Corpora;  // one corpus or a blend (loader.cpp)
+
 class ValidationLoader {
  public:
   // max_batches <= 0: every full batch the data allows (per rank).
   explicit ValidationLoader(const LoaderOptions& opt, int64_t max_batches = 0);
+  ValidationLoader(const ValidationLoader&) = delete;
+  ValidationLoader& operator=(const ValidationLoader&) = delete;
   ~ValidationLoader();
   bool next(Batch& b);  // false after the last batch (until reset())
   void reset();
@@ -79,12 +92,9 @@ class ValidationLoader {
   int eot() const;
 
  private:
-  std::unique_ptr<TokenDataset> ds_;
+  std::unique_ptr<Corpora> data_;
   LoaderOptions opt_;
   int64_t num_batches_ = 0, next_ = 0;
 };
-
-// Fills b with micro_batch windows starting at the given sample indices (shared by both loaders).
-void fill_batch(const TokenDataset& ds, int seq_len, const std::vector<int64_t>& samples, Batch& b);
 
 }  // namespace mpitron
