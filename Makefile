@@ -165,8 +165,9 @@ data: deps-check $(BUILD)/mpitron
 $(BUILD)/bench/bench_data: $(BUILD)/obj/bench/data/bench_data.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-bench-data: $(BUILD)/bench/bench_data
+bench-data: $(BUILD)/bench/bench_data $(BUILD)/mpitron
 	$(BUILD)/bench/bench_data bench/results/data.md
+	BUILD=$(BUILD) bash bench/data/gpt2.sh bench/results/data.md
 bench: bench-data
 
 # Comm layer overhead: `bench-comm --op all_reduce` next to a plain MPI_Allreduce loop at np=2

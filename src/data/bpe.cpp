@@ -107,7 +107,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeCache* cache
       encode_chunk(c, out);
       continue;
     }
-    auto it = cache->find(std::string(c));
+    auto it = cache->find(c);
     if (it == cache->end()) {
       std::vector<int32_t> ids;
       encode_chunk(c, ids);

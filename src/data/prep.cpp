@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <set>
+#include <exception>
 #include <thread>
 
 #include "mpitron/core/error.hpp"
@@ -208,30 +209,61 @@ PrepResult run_prep(const PrepOptions& opt) {
   for (size_t fi = 0; fi < files.size(); ++fi) {
     std::string text = read_input_file(files[fi]);
     const bool jsonl = opt.format == "jsonl" || (opt.format == "auto" && input_format_of(files[fi]) == "jsonl");
-    std::vector<std::string> docs = jsonl ? jsonl_documents(text, files[fi], opt.jsonl_field, opt.skip_bad_lines, &bad)
-                                          : split_documents(text, opt.doc_separator);
-    std::vector<std::vector<int32_t>> ids(docs.size());
-    int nw = std::min<int>(opt.workers, static_cast<int>(docs.size()));
+    // Work items: a JSONL line (parsed by the workers too: with one big file, the parse is a
+    // large share of prep) or a text document.
+    std::vector<JsonlLine> lines;
+    std::vector<std::string> docs;
+    if (jsonl) lines = jsonl_lines(text);
+    else docs = split_documents(text, opt.doc_separator);
+    const size_t n = jsonl ? lines.size() : docs.size();
+    std::vector<std::vector<int32_t>> ids(n);
+    std::vector<std::string> why(jsonl ? n : 0);  // a bad line's cause
+    std::vector<char> empty(n, 0);                 // a JSONL document with no text (dropped)
+    auto work = [&](size_t d, EncodeCache& cache) {
+      if (!jsonl) {
+        ids[d] = tok.encode(docs[d], &cache);
+        return;
+      }
+      std::string doc;
+      if (!jsonl_document(lines[d].text, opt.jsonl_field, &doc, &why[d])) return;
+      empty[d] = doc.empty();
+      ids[d] = tok.encode(doc, &cache);
+    };
+    const int nw = std::min<int>(opt.workers, static_cast<int>(n));
     if (nw <= 1) {
-      for (size_t d = 0; d < docs.size(); ++d) ids[d] = tok.encode(docs[d], &caches[0]);
+      for (size_t d = 0; d < n; ++d) work(d, caches[0]);
     } else {
       std::vector<std::thread> pool;
+      std::vector<std::exception_ptr> errors(nw);
       for (int w = 0; w < nw; ++w)
         pool.emplace_back([&, w] {
-          for (size_t d = w; d < docs.size(); d += nw) ids[d] = tok.encode(docs[d], &caches[w]);
+          try {
+            for (size_t d = w; d < n; d += nw) work(d, caches[w]);
+          } catch (...) {
+            errors[w] = std::current_exception();
+          }
         });
       for (auto& t : pool) t.join();
+      for (auto& e : errors)
+        if (e) std::rethrow_exception(e);
     }
-    for (size_t d = 0; d < docs.size(); ++d, ++doc_index) {
+    int64_t file_docs = 0;
+    for (size_t d = 0; d < n; ++d) {
+      if (jsonl && !why[d].empty()) {  // in line order: the first bad line is the one reported
+        bad_jsonl_line(files[fi], lines[d].number, why[d], opt.skip_bad_lines, &bad);
+        continue;
+      }
+      if (empty[d]) continue;
       ids[d].push_back(tok.eot());
       // Validation documents are spread evenly: doc k (k >= 1) goes to val when k * f crosses
       // an integer, so the second document is the first val one and then every ~1/f-th.
       bool is_val = doc_index >= 1 && opt.val_fraction > 0 &&
                     std::ceil(doc_index * opt.val_fraction) > std::ceil((doc_index - 1) * opt.val_fraction);
       (is_val ? val : train).add_document(ids[d], files[fi]);
+      ++doc_index, ++file_docs;
     }
     res.bytes += static_cast<int64_t>(text.size());
-    res.documents += static_cast<int64_t>(docs.size());
+    res.documents += file_docs;
     done_bytes += static_cast<int64_t>(fs::file_size(files[fi]));
     progress.update(done_bytes, static_cast<int>(fi + 1), static_cast<int>(files.size()), train.total() + val.total(),
                     fi + 1 == files.size());

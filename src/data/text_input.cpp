@@ -105,39 +105,43 @@ std::string input_format_of(const std::string& path) {
   return ends_with(p, ".jsonl") || ends_with(p, ".ndjson") ? "jsonl" : "text";
 }
 
-std::vector<std::string> jsonl_documents(const std::string& text, const std::string& path, const std::string& field,
-                                         bool skip_bad, BadLines* bad) {
-  std::vector<std::string> docs;
+std::vector<JsonlLine> jsonl_lines(std::string_view text) {
+  std::vector<JsonlLine> out;
   size_t at = 0;
-  int64_t line_no = 0;
+  int64_t number = 0;
   while (at < text.size()) {
     size_t e = text.find('\n', at);
-    if (e == std::string::npos) e = text.size();
-    std::string_view line(text.data() + at, e - at);
+    if (e == std::string_view::npos) e = text.size();
+    std::string_view line = text.substr(at, e - at);
     at = e + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank
-    std::string why;
-    nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
-    if (j.is_discarded()) {
-      why = "not valid JSON";
-    } else if (!j.is_object()) {
-      why = fmt::format("a JSON {}, not an object", json_type(j));
-    } else if (auto it = j.find(field); it == j.end()) {
-      why = fmt::format("no \"{}\" field", field);
-    } else if (!it->is_string()) {
-      why = fmt::format("\"{}\" is a {}, not a string", field, json_type(*it));
-    } else {
-      std::string doc = it->get<std::string>();
-      if (!doc.empty()) docs.push_back(std::move(doc));
-      continue;
-    }
-    const std::string msg = fmt::format("{}:{}: {}", path, line_no, why);
-    usage_check(skip_bad, "{} (--on-bad-line skip counts and skips such lines)", msg);
-    ++bad->count;
-    if (bad->first.size() < BadLines::kKept) bad->first.push_back(msg);
+    ++number;
+    if (line.find_first_not_of(" \t\r") != std::string_view::npos) out.push_back({line, number});
   }
-  return docs;
+  return out;
+}
+
+bool jsonl_document(std::string_view line, const std::string& field, std::string* doc, std::string* why) {
+  nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+  if (j.is_discarded()) {
+    *why = "not valid JSON";
+  } else if (!j.is_object()) {
+    *why = fmt::format("a JSON {}, not an object", json_type(j));
+  } else if (auto it = j.find(field); it == j.end()) {
+    *why = fmt::format("no \"{}\" field", field);
+  } else if (!it->is_string()) {
+    *why = fmt::format("\"{}\" is a {}, not a string", field, json_type(*it));
+  } else {
+    *doc = it->get<std::string>();
+    return true;
+  }
+  return false;
+}
+
+void bad_jsonl_line(const std::string& path, int64_t number, const std::string& why, bool skip_bad, BadLines* bad) {
+  const std::string msg = fmt::format("{}:{}: {}", path, number, why);
+  usage_check(skip_bad, "{} (--on-bad-line skip counts and skips such lines)", msg);
+  ++bad->count;
+  if (bad->first.size() < BadLines::kKept) bad->first.push_back(msg);
 }
 
 }  // namespace mpitron

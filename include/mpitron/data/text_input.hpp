@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mpitron {
@@ -23,10 +24,18 @@ struct BadLines {
   static constexpr size_t kKept = 5;
 };
 
-// One document per non-blank line: the string `field` of the line's JSON object. A line that is
-// not JSON, not an object, lacks the field or holds something other than a string is bad: with
-// skip_bad, counted in *bad and skipped; otherwise a UsageError "FILE:LINE: why".
-std::vector<std::string> jsonl_documents(const std::string& text, const std::string& path, const std::string& field,
-                                         bool skip_bad, BadLines* bad);
+// The non-blank lines of a JSONL text and their 1-based line numbers.
+struct JsonlLine {
+  std::string_view text;
+  int64_t number;
+};
+std::vector<JsonlLine> jsonl_lines(std::string_view text);
+
+// A line's document: the string `field` of its JSON object. A line that is not JSON, not an
+// object, lacks the field or holds something other than a string is bad: false, and *why says so.
+bool jsonl_document(std::string_view line, const std::string& field, std::string* doc, std::string* why);
+
+// Records bad line `number` of `path` (skip_bad) or throws its UsageError.
+void bad_jsonl_line(const std::string& path, int64_t number, const std::string& why, bool skip_bad, BadLines* bad);
 
 }  // namespace mpitron

@@ -22,6 +22,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -33,8 +34,13 @@ namespace mpitron {
 
 struct SentencePieceModel;  // tokenizer_sp.cpp
 
-// Memo of chunk -> ids for one thread (BPE encoding is the cost of prep; words repeat).
-using EncodeCache = std::unordered_map<std::string, std::vector<int32_t>>;
+// Memo of chunk -> ids for one thread (BPE encoding is the cost of prep; words repeat). Looked
+// up by string_view (a transparent hash): a hit allocates nothing.
+struct ChunkHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+using EncodeCache = std::unordered_map<std::string, std::vector<int32_t>, ChunkHash, std::equal_to<>>;
 
 class Tokenizer {
  public:
