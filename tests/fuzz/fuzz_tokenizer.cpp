@@ -5,7 +5,9 @@
 // every byte value, and to_json -> from_json gives the same tokenizer back.
 //
 // Seeds: MPITRON_FUZZ_WRITE_SEEDS=DIR fuzz_tokenizer writes the JSON of the byte tokenizer and of
-// small BPE tokenizers made by train_bpe (compact, and pretty as `tokenizer train` writes files).
+// small BPE tokenizers made by train_bpe (compact, and pretty as `tokenizer train` writes files),
+// and one in GPT-2's form (byte-id permutation, the gpt2 pre-tokenizer).
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,6 +37,15 @@ void write_seeds(const std::string& dir) {
   Tokenizer bpe = train_bpe({sample_text() + "the then there these those"}, bo);
   put("bpe.json", bpe.to_json());
   put("bpe_pretty.json", bpe.to_json(true));
+  // GPT-2's form: a byte-id permutation and the gpt2 pre-tokenizer (PCRE2 on arbitrary bytes).
+  std::array<int32_t, 256> perm{};
+  for (int b = 0; b < 256; ++b) perm[b] = (b * 7 + 3) % 256;
+  auto merges = bpe.merges();
+  for (auto& [a, c] : merges) {
+    if (a < 256) a = perm[a];
+    if (c < 256) c = perm[c];
+  }
+  put("gpt2_style.json", Tokenizer::bpe(merges, perm, "gpt2").to_json());
 }
 
 }  // namespace
