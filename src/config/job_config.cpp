@@ -384,7 +384,7 @@ const std::vector<Key>& registry() {
       make_key("train.recompute", "activation recompute", &C::train, &TrainSection::recompute, {"none", "full"}),
       make_key("train.backend", "compute + communication backend", &C::train, &TrainSection::backend,
                {"cpu", "nccl"}),
-      make_key("train.peak_flops", "peak FLOP/s per rank for MFU (0: measured GEMM probe at start-up)", &C::train,
+      make_key("train.peak_flops", "peak FLOP/s per rank for MFU (0: the hardware peak of this rank's cores, or the start-up GEMM probe where faster; GPU: datasheet)", &C::train,
                &TrainSection::peak_flops),
       make_key("train.threads", "OpenMP threads per rank (0: cores per node / ranks per node)", &C::train,
                &TrainSection::threads),

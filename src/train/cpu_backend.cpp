@@ -42,14 +42,25 @@ class CpuBackend final : public StageBackend {
   }
   ~CpuBackend() override { release_stage(); }
 
-  std::string layout_line(double peak) const override {
+  std::string layout_line(const PeakFlops& peak) const override {
     const GridShape& gs = grid_.shape();
-    return fmt::format("layout world {} = dp {}{} x tp {} x pp {}{} | {} | {} threads/rank | peak {:.1f} GFLOP/s/rank{}",
+    return fmt::format("layout world {} = dp {}{} x tp {} x pp {}{} | {} | {} threads/rank | peak {:.1f} GFLOP/s/rank ({})",
                        grid_.world().size(), gs.dp, gs.cp > 1 ? fmt::format(" x cp {}", gs.cp) : "", gs.tp, gs.pp,
-                       chunks_note_, batch_note_, omp_get_max_threads(),
-                       peak / 1e9, cfg_.train.peak_flops > 0 ? " (train.peak_flops)" : " (measured GEMM probe)");
+                       chunks_note_, batch_note_, omp_get_max_threads(), peak.peak / 1e9, peak.how);
   }
-  double measured_peak_flops() override { return measure_peak_flops(*ops_); }
+  // The hardware peak of this rank's cores, or the GEMM probe where it runs faster (turbo above
+  // the clock the estimate knows): MFU never reads above 100% (peak_probe.hpp).
+  PeakFlops peak_flops() override {
+    const CpuPeak hw = cpu_hardware_peak(omp_get_max_threads());
+    PeakFlops p;
+    p.probe = measure_peak_flops(*ops_);
+    p.peak = std::max(hw.flops, p.probe);
+    p.how = hw.flops > 0 ? fmt::format("{} cores x {:.2f} GHz x {} FLOP/cycle, {}", hw.cores, hw.ghz, hw.flop_per_cycle, hw.isa)
+                         : std::string("clock unknown");
+    if (p.probe > hw.flops) p.how += fmt::format("; the GEMM probe is faster: the peak");
+    else p.how += fmt::format("; GEMM probe {:.1f}", p.probe / 1e9);
+    return p;
+  }
   MemTracker& memory() override { return MemTracker::host(); }
 
  private:

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "mpitron/core/memory.hpp"
 
@@ -25,6 +28,50 @@ double measure_peak_flops(Ops& ops) {
     if (rep >= 4 && std::chrono::duration<double>(t1 - start).count() > 0.3) break;
   }
   return 2.0 * M * K * N / best;
+}
+
+}  // namespace mpitron
+
+namespace mpitron {
+
+CpuPeak cpu_hardware_peak(int threads) {
+  CpuPeak p;
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags, vendor;
+  int family = 0, siblings = 1, cores_per_pkg = 1;
+  double mhz = 0;
+  auto value = [](const std::string& l) {
+    const size_t c = l.find(':');
+    return c == std::string::npos ? std::string() : l.substr(c + 1 + (c + 1 < l.size() && l[c + 1] == ' '));
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0 && flags.empty()) flags = " " + value(line) + " ";
+    else if (line.rfind("vendor_id", 0) == 0) vendor = value(line);
+    else if (line.rfind("cpu family", 0) == 0) family = std::atoi(value(line).c_str());
+    else if (line.rfind("siblings", 0) == 0) siblings = std::max(1, std::atoi(value(line).c_str()));
+    else if (line.rfind("cpu cores", 0) == 0) cores_per_pkg = std::max(1, std::atoi(value(line).c_str()));
+    else if (line.rfind("cpu MHz", 0) == 0) mhz = std::max(mhz, std::atof(value(line).c_str()));
+  }
+  std::ifstream f("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
+  double khz = 0;
+  if (f >> khz && khz > 0) mhz = khz / 1e3;
+  auto has = [&](const char* flag) { return flags.find(std::string(" ") + flag + " ") != std::string::npos; };
+  if (has("avx512f")) {
+    const bool amd = vendor == "AuthenticAMD";
+    p.flop_per_cycle = amd && family < 26 ? 32 : 64;
+    p.isa = amd && family < 26 ? "AVX-512 on 256-bit pipes" : "AVX-512, 2 FMA units";
+  } else if (has("avx2") && has("fma")) {
+    p.flop_per_cycle = 32, p.isa = "AVX2+FMA";
+  } else if (has("avx")) {
+    p.flop_per_cycle = 16, p.isa = "AVX";
+  } else {
+    p.flop_per_cycle = 8, p.isa = "SSE";
+  }
+  const int smt = std::max(1, siblings / cores_per_pkg);
+  p.cores = std::max(1, threads / smt);
+  p.ghz = mhz / 1e3;
+  p.flops = p.ghz > 0 ? p.cores * p.ghz * 1e9 * p.flop_per_cycle : 0;
+  return p;
 }
 
 }  // namespace mpitron

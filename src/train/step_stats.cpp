@@ -19,9 +19,10 @@ std::string format_step_line(const StepStats& s) {
                           s.median_busy_ms > 0 ? 100.0 * (s.slowest_busy_ms / s.median_busy_ms - 1.0) : 0.0);
   return fmt::format(
       "step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.1f} ms | {} tok/s | {:.1f} GFLOP/s/rank | "
-      "MFU {:.1f}% | comm {:.1f} ms ({:.0f}% overlapped) | mem params {} grads {} optim {} act {} peak {}",
+      "MFU {:.1f}%{} | comm {:.1f} ms ({:.0f}% overlapped) | mem params {} grads {} optim {} act {} peak {}",
       s.step, std::to_string(s.total_steps).size(), s.total_steps, s.loss, s.lr, s.grad_norm, s.step_ms,
-      human_rate(s.tokens_per_s), s.gflops_per_rank, 100.0 * s.mfu, s.comm_ms, 100.0 * s.overlap, format_bytes(s.mem.of(Mem::params)),
+      human_rate(s.tokens_per_s), s.gflops_per_rank, 100.0 * s.mfu,
+      s.probe_frac > 0 ? fmt::format(" ({:.0f}% of GEMM probe)", 100.0 * s.probe_frac) : std::string(), s.comm_ms, 100.0 * s.overlap, format_bytes(s.mem.of(Mem::params)),
       format_bytes(s.mem.of(Mem::grads)), format_bytes(s.mem.of(Mem::optim)),
       format_bytes(s.mem.peak_of(Mem::activations)), format_bytes(s.mem.total_peak)) + slowest;
 }
@@ -36,6 +37,7 @@ void write_step_metrics(MetricsWriter& w, const StepStats& s) {
       {"tokens_per_s", s.tokens_per_s},
       {"gflops_per_rank", s.gflops_per_rank},
       {"mfu", s.mfu},
+      {"probe_frac", s.probe_frac},
       {"data_wait_ms", s.data_wait_ms},
       {"comm_ms", s.comm_ms},
       {"overlap", s.overlap},

@@ -56,6 +56,7 @@ void StepLogger::log(int step, double loss, double lr, double grad_norm, double 
   s.tokens_per_s = tokens_ / (step_ms / 1e3);
   s.gflops_per_rank = flops_ * tokens_ / world_ / (step_ms / 1e3) / 1e9;
   s.mfu = peak_ > 0 ? s.gflops_per_rank * 1e9 / peak_ : 0;
+  s.probe_frac = probe_ > 0 ? s.gflops_per_rank * 1e9 / probe_ : 0;
   s.data_wait_ms = data_ms;
   s.comm_ms = comm_ms;
   s.overlap = overlap;
@@ -63,9 +64,9 @@ void StepLogger::log(int step, double loss, double lr, double grad_norm, double 
   std::printf("%s\n", format_step_line(s).c_str());
   if (s.mfu > 1.0 && !warned_mfu_) {
     warned_mfu_ = true;
-    std::printf("note: MFU above 100%%: the peak it is measured against (%.1f GFLOP/s/rank%s) is too low; "
-                "set train.peak_flops to this machine's GEMM rate for a fixed reference\n",
-                peak_ / 1e9, cfg_.train.peak_flops > 0 ? ", train.peak_flops" : ", the GEMM probe at start-up, on a busy machine");
+    std::printf("note: MFU above 100%%: the peak it is measured against (%.1f GFLOP/s/rank, train.peak_flops) is "
+                "below what the machine does; leave train.peak_flops at 0 for the hardware peak\n",
+                peak_ / 1e9);
   }
   std::fflush(stdout);
   write_step_metrics(metrics_, s);

@@ -138,7 +138,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
 
   const double flops_per_token = gpt_flops_per_token(mc);
   const int64_t tokens_per_step = int64_t{bp.global} * mc.seq_len;
-  const double peak = cfg.train.peak_flops > 0 ? cfg.train.peak_flops : backend->measured_peak_flops();
+  PeakFlops peak = cfg.train.peak_flops > 0 ? PeakFlops{cfg.train.peak_flops, 0, "train.peak_flops"} : backend->peak_flops();
 
   MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/start_step > 0, start_step);
   if (rank0) {
@@ -181,7 +181,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   TrainResult result;
   std::vector<Batch> batches(bp.accum);
 
-  StepLogger logger(cfg, metrics, tokens_per_step, flops_per_token, launch.world, peak);
+  StepLogger logger(cfg, metrics, tokens_per_step, flops_per_token, launch.world, peak.peak, peak.probe);
   StragglerProbe straggler(grid.world());
   auto run_eval = [&](int step) {
     if (val_data) logger.log_val(step, evaluate(pipe, *val_data, grid), result, rank0);

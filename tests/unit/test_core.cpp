@@ -5,6 +5,7 @@
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/core/rng.hpp"
+#include "mpitron/train/peak_probe.hpp"
 
 using namespace mpitron;
 
@@ -54,6 +55,18 @@ BOOST_AUTO_TEST_CASE(counter_rng_is_pure_and_normal) {
   }
   BOOST_TEST(std::fabs(sum / n) < 0.01);
   BOOST_TEST(std::fabs(sq / n - 1.0) < 0.02);
+}
+
+// The hardware peak MFU is measured against (peak_probe.hpp): read from /proc/cpuinfo, cores x
+// clock x FLOP per cycle, and SMT siblings do not count as cores.
+BOOST_AUTO_TEST_CASE(cpu_hardware_peak_from_cpuinfo) {
+  const CpuPeak p = cpu_hardware_peak(2);
+  BOOST_TEST(p.cores >= 1);
+  BOOST_TEST(p.cores <= 2);
+  BOOST_TEST((p.flop_per_cycle == 8 || p.flop_per_cycle == 16 || p.flop_per_cycle == 32 || p.flop_per_cycle == 64));
+  BOOST_TEST(!p.isa.empty());
+  if (p.ghz > 0) BOOST_TEST(p.flops == p.cores * p.ghz * 1e9 * p.flop_per_cycle);
+  BOOST_TEST(cpu_hardware_peak(4).cores >= p.cores);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -13,7 +13,8 @@ struct StepStats {
   double step_ms = 0;
   double tokens_per_s = 0;
   double gflops_per_rank = 0;  // achieved model FLOP/s per rank / 1e9
-  double mfu = 0;              // achieved / peak per rank
+  double mfu = 0;              // achieved / hardware peak per rank (peak_probe.hpp)
+  double probe_frac = 0;       // achieved / the start-up GEMM probe (0: no probe)
   double data_wait_ms = 0;     // time next() blocked on the loader
   double comm_ms = 0;          // DP communication in flight (gradient buckets, ZeRO gathers)
   double overlap = 1;          // fraction of comm_ms hidden behind compute (1 - exposed / comm)

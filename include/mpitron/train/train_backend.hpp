@@ -48,16 +48,23 @@ struct StepComm {
   double comm_ms = 0, overlap = 0;
 };
 
+// What MFU is measured against, per rank: `peak` (0: unknown), how it was found, and a GEMM
+// probe to report beside it (0: none).
+struct PeakFlops {
+  double peak = 0, probe = 0;
+  std::string how;
+};
+
 class TrainBackend {
  public:
   virtual ~TrainBackend() = default;
 
   // Start-up: the layout line (after the model line) and the lines after the data line.
-  virtual std::string layout_line(double peak_flops) const = 0;
+  virtual std::string layout_line(const PeakFlops& peak) const = 0;
   virtual std::string describe() const = 0;
   virtual size_t num_params() const = 0;  // floats over this rank's chunks
-  // Peak FLOP/s of one rank for MFU when train.peak_flops is 0 (0: unknown).
-  virtual double measured_peak_flops() = 0;
+  // Peak FLOP/s of one rank for MFU when train.peak_flops is 0 (peak_probe.hpp).
+  virtual PeakFlops peak_flops() = 0;
   // The tracker of the memory the model lives in (host or device).
   virtual MemTracker& memory() = 0;
 

@@ -43,9 +43,12 @@ class StragglerProbe {
 // Rank 0's step line and metrics.jsonl record, every log.every steps (and the first and last).
 class StepLogger {
  public:
+  // peak_flops: MFU's reference (0: unknown); probe_flops: a GEMM probe (0: none), reported as
+  // "% of GEMM probe" beside it.
   StepLogger(const JobConfig& cfg, MetricsWriter& metrics, int64_t tokens_per_step, double flops_per_token,
-             int world, double peak_flops)
-      : cfg_(cfg), metrics_(metrics), tokens_(tokens_per_step), flops_(flops_per_token), world_(world), peak_(peak_flops) {}
+             int world, double peak_flops, double probe_flops = 0)
+      : cfg_(cfg), metrics_(metrics), tokens_(tokens_per_step), flops_(flops_per_token), world_(world), peak_(peak_flops),
+        probe_(probe_flops) {}
   bool due(int step) const { return step % cfg_.log.every == 0 || step == cfg_.train.steps || step == 1; }
   // Rates from step_ms; MFU 0 when the peak is unknown (0).
   // `s` carries what the caller measured beyond the arguments (the straggler report).
@@ -60,7 +63,7 @@ class StepLogger {
   int64_t tokens_;
   double flops_;
   int world_;
-  double peak_;
+  double peak_, probe_;
   bool warned_mfu_ = false;
 };
 

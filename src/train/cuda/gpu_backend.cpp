@@ -106,18 +106,17 @@ class GpuBackend final : public StageBackend {
   }
   ~GpuBackend() override { release_stage(); }
 
-  std::string layout_line(double peak) const override {
+  std::string layout_line(const PeakFlops& pf) const override {
+    const double peak = pf.peak;
     const GridShape& gs = grid_.shape();
     return fmt::format("layout world {} = dp {}{} x tp {}{} x pp {}{} (one {} per rank, bf16, attention {}) | {} | "
                        "peak {:g} TFLOP/s/GPU{}",
                        launch_.world, gs.dp, gs.cp > 1 ? fmt::format(" x cp {}", gs.cp) : "", gs.tp,
                        cfg_.parallel.sp ? " + sp" : "", gs.pp, chunks_note_, gpu_,
                        ops_->attention_kind(), batch_note_, peak / 1e12,
-                       cfg_.train.peak_flops > 0 ? " (train.peak_flops)"
-                       : peak > 0                ? " (datasheet dense bf16)"
-                                                 : " (unknown GPU: set train.peak_flops for MFU)");
+                       peak > 0 ? " (" + pf.how + ")" : " (unknown GPU: set train.peak_flops for MFU)");
   }
-  double measured_peak_flops() override { return datasheet_bf16_peak(gpu_); }
+  PeakFlops peak_flops() override { return {datasheet_bf16_peak(gpu_), 0, "datasheet dense bf16"}; }
   MemTracker& memory() override { return MemTracker::cuda(); }
 
  private:
