@@ -367,7 +367,7 @@ const std::vector<Key>& registry() {
                &ParallelSection::virtual_stages),
       make_key("parallel.pp_layers", "blocks per pipeline stage, e.g. [3, 5] (empty: balanced; interleaved: one entry per virtual stage, pp x virtual_stages)", &C::parallel,
                &ParallelSection::pp_layers),
-      make_key("parallel.bucket_mb", "DP gradient bucket size in MiB", &C::parallel, &ParallelSection::bucket_mb),
+      make_key("parallel.bucket_mb", "DP gradient bucket cap in MiB (0: a quarter of the model, at most 25 MiB)", &C::parallel, &ParallelSection::bucket_mb),
       make_key("parallel.dp_progress", "who progresses DP collectives during compute: thread | poll | none",
                &C::parallel, &ParallelSection::dp_progress, {"thread", "poll", "none"}),
       make_key("data.path", "folder with train_*.h5 / val_*.h5 shards (mpitron prep)", &C::data, &DataSection::path),

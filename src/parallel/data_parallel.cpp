@@ -16,14 +16,14 @@ using Ev = ModelChunk::UnitEvent;
 DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const DataParallelOptions& opt)
     : model_(model), dp_(dp), ops_(ops), opt_(opt), progress_(opt.progress) {
   usage_check(opt.zero >= 0 && opt.zero <= 3, "parallel.zero must be 0, 1, 2 or 3 (got {})", opt.zero);
-  usage_check(opt.bucket_mb > 0, "parallel.bucket_mb must be > 0 (got {})", opt.bucket_mb);
+  usage_check(opt.bucket_mb >= 0, "parallel.bucket_mb must be >= 0 (0: automatic; got {})", opt.bucket_mb);
   const ModelShard& ms = model.shard();
   n_layers_ = local_layers(model.config(), ms);
   n_ = model.num_params();
   shard_ = opt.zero == 0 ? FlatRange{0, n_} : zero_shard(n_, dp.size(), dp.rank());
-  size_t bucket_floats = std::max<size_t>(1, static_cast<size_t>(opt.bucket_mb * (1 << 20) / sizeof(float)));
+  bucket_floats_ = grad_bucket_floats(opt.bucket_mb, n_);
   check(!opt.tied_copy || opt.tied_group, "DataParallel: tied_copy without a tied_group");
-  buckets_ = plan_grad_buckets(model.params(), n_, bucket_floats, ms, n_layers_, opt.tied_group != nullptr);
+  buckets_ = plan_grad_buckets(model.params(), n_, bucket_floats_, ms, n_layers_, opt.tied_group != nullptr);
   bucket_bufs_.resize(buckets_.size());
   bucket_ops_.assign(buckets_.size(), 0);
   bucket_in_flight_.assign(buckets_.size(), false);
@@ -51,9 +51,10 @@ std::string DataParallel::describe() const {
   size_t biggest = 0;
   for (const auto& b : buckets_) biggest = std::max(biggest, b.end - b.begin);
   std::string s = fmt::format(
-      "data parallel: dp {} zero {} | {} gradient bucket(s) (cap {} MiB, largest {:.2f} MiB) | progress {} | "
+      "data parallel: dp {} zero {} | {} gradient bucket(s) (cap {:.3g} MiB{}, largest {:.2f} MiB) | progress {} | "
       "flat params {} floats, this rank's shard [{}, {})",
-      dp_.size(), opt_.zero, buckets_.size(), opt_.bucket_mb, biggest * 4.0 / (1 << 20),
+      dp_.size(), opt_.zero, buckets_.size(), bucket_floats_ * 4.0 / (1 << 20),
+      opt_.bucket_mb > 0 ? "" : ": auto, a quarter of the model up to 25", biggest * 4.0 / (1 << 20),
       progress_mode_name(opt_.progress), n_, shard_.begin, shard_.end);
   if (zero3_) s += fmt::format(" | largest gathered unit {} floats", zero3_->largest_unit_floats());
   return s;

@@ -65,4 +65,10 @@ std::vector<size_t> shard_counts(size_t begin, size_t end, size_t n, int size) {
   return c;
 }
 
+size_t grad_bucket_floats(double bucket_mb, size_t n_flat) {
+  if (bucket_mb > 0) return std::max<size_t>(1, static_cast<size_t>(bucket_mb * (1 << 20) / sizeof(float)));
+  const size_t max_floats = (size_t{25} << 20) / sizeof(float);
+  return std::max<size_t>(1, std::min(max_floats, (n_flat + 3) / 4));
+}
+
 }  // namespace mpitron

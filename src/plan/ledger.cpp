@@ -22,6 +22,7 @@
 #include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
+#include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/parallel/schedule.hpp"
 
@@ -218,7 +219,7 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
     // GPU plan: two DDP buckets in flight (dp > 1, ZeRO < 3); ZeRO-3 gathers the next unit while
     // the current one runs (2 layers of bf16 weights); pipeline send + receive of one micro-batch
     // in each direction; a fixed allowance for cuBLASLt / cuDNN workspaces.
-    const int64_t bucket = static_cast<int64_t>(l.bucket_mb * (1 << 20));
+    const int64_t bucket = static_cast<int64_t>(grad_bucket_floats(l.bucket_mb, static_cast<size_t>(n)) * 4);  // fp32 gradients
     if (l.dp > 1 && l.zero < 3) r.comm += 2 * bucket;
     if (l.zero >= 3 && layers > 0) r.comm += 2 * (n / std::max(1, layers)) * e;
     if (l.pp > 1) r.comm += 4 * B * s * m.d_model / (l.sp ? l.tp : 1) * e;

@@ -83,6 +83,21 @@ BOOST_AUTO_TEST_CASE(worked_example_of_the_header) {
 
 // Pipeline stages with the tie: wte gets a deferred bucket of its own on the first stage (below
 // wpe) and on the last (below the blocks), whatever the cap; nothing else is deferred.
+// parallel.bucket_mb = 0 (the default): a quarter of the chunk, at most 25 MiB: the tiny model
+// gets four buckets (one 25 MiB bucket used to hold it all, and its only all-reduce started after
+// backward), a large model PyTorch's 25 MiB; an explicit cap is taken as given.
+BOOST_AUTO_TEST_CASE(automatic_bucket_cap) {
+  ModelShard s;
+  auto table = gpt_param_table(tiny(), s);
+  const size_t n = flat_param_floats(table);
+  BOOST_TEST(grad_bucket_floats(0, n) == (n + 3) / 4);
+  BOOST_TEST(plan_grad_buckets(table, n, grad_bucket_floats(0, n), s, 2).size() >= 4u);
+  BOOST_TEST(plan_grad_buckets(table, n, grad_bucket_floats(25, n), s, 2).size() == 1u);
+  BOOST_TEST(grad_bucket_floats(0, size_t{1} << 30) == (size_t{25} << 20) / 4);
+  BOOST_TEST(grad_bucket_floats(1, 10) == (size_t{1} << 20) / 4);
+  BOOST_TEST(grad_bucket_floats(0, 1) == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(tied_wte_across_stages_is_a_deferred_bucket_of_its_own) {
   ModelConfig c = tiny();
   ModelShard first, last;

@@ -49,7 +49,7 @@ struct ParallelSection {
   int microbatches = 0;           // 0: global_batch / (micro_batch*dp)
   int virtual_stages = 1;
   std::vector<int> pp_layers;  // empty: balanced
-  double bucket_mb = 25.0;
+  double bucket_mb = 0;  // 0: automatic (grad_bucket_floats)
   std::string dp_progress = "thread";  // thread | poll | none: who drives non-blocking DP collectives
 };
 

@@ -48,7 +48,7 @@ namespace mpitron {
 
 struct DataParallelOptions {
   int zero = 0;
-  double bucket_mb = 25.0;
+  double bucket_mb = 0;  // 0: automatic (grad_bucket_floats)
   ProgressMode progress = ProgressMode::thread;
   AdamWOptions adamw;
   // This rank holds one end of a wte tied across pipeline stages: the first and last stage of
@@ -106,6 +106,7 @@ class DataParallel {
   size_t n_ = 0;
   FlatRange shard_;  // [0, n) without ZeRO
   std::vector<GradBucket> buckets_;
+  size_t bucket_floats_ = 0;  // the cap (grad_bucket_floats)
   std::vector<Buffer<float>> bucket_bufs_;  // ZeRO-2/3: a bucket's gradients, alloc_at .. reduced
   std::vector<CommProgress::Handle> bucket_ops_;
   std::vector<bool> bucket_in_flight_;

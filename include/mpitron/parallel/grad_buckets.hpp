@@ -36,6 +36,12 @@ struct GradBucket {
 
 int backward_position(int unit, int n_local_layers);
 
+// The bucket cap in floats for parallel.bucket_mb (MiB) over a chunk of n_flat floats. 0 (the
+// default) is automatic: a quarter of the chunk, at most 25 MiB (PyTorch DDP's cap), so a small
+// model still gets about four buckets and its first all-reduce starts while backward has three
+// quarters left to run (one 25 MiB bucket for the whole demo model overlapped nothing).
+size_t grad_bucket_floats(double bucket_mb, size_t n_flat);
+
 std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t n_flat, size_t bucket_floats,
                                           const ModelShard& shard, int n_local_layers, bool tied_across_stages = false);
 

@@ -51,7 +51,7 @@ struct PlanLayout {
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
   int virtual_stages = 1;
   std::vector<int> pp_layers;  // empty: balanced
-  double bucket_mb = 25.0;
+  double bucket_mb = 0;  // 0: automatic (grad_bucket_floats)
   int world() const { return dp * tp * pp * cp; }
 };
 
