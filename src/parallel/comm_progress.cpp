@@ -1,10 +1,12 @@
 #include "mpitron/parallel/comm_progress.hpp"
 
+#include <fmt/format.h>
 #include <pthread.h>
 
 #include <algorithm>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/trace.hpp"
 
 namespace mpitron {
 
@@ -77,6 +79,13 @@ void CommProgress::progress_loop() {
   }
 }
 
+std::string CommProgress::op_name(const Op& op) {
+  const CommOpTag t = op.req ? op.req->tag() : CommOpTag{};
+  std::string name = *t.op ? t.op : "collective";
+  if (name.size() > 7 && name.compare(name.size() - 7, 7, " (wait)") == 0) name.resize(name.size() - 7);
+  return t.count ? fmt::format("{} ({} x {})", name, t.count, dtype_name(t.dtype)) : name;
+}
+
 void CommProgress::finish(Op& op) {
   if (op.finished) return;
   op.finished = true;
@@ -125,7 +134,9 @@ void CommProgress::wait(Handle h) {
       op->end = Clock::now();
     }
   }
-  exposed_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const auto t1 = Clock::now();
+  exposed_ms_ += std::chrono::duration<double, std::milli>(t1 - t0).count();
+  if (trace::enabled()) trace::event("waiting for " + op_name(*op), trace::compute, t0, t1);
   finish(*op);
 }
 
@@ -154,9 +165,18 @@ void CommProgress::blocking(const std::function<void()>& f) {
 
 CommTiming CommProgress::take_timing() {
   std::lock_guard<std::mutex> lk(mu_);
+  // The timeline (trace.hpp): each collective from launch to completion, on the first comm lane
+  // free at its start, so events on a lane never overlap.
+  std::vector<Clock::time_point> lane_free;
   for (auto& op : ops_) {
     check(op->finished, "CommProgress::take_timing with an operation still in flight");
     intervals_.emplace_back(op->start, op->end);
+    if (!trace::enabled()) continue;
+    size_t lane = 0;
+    while (lane < lane_free.size() && lane_free[lane] > op->start) ++lane;
+    if (lane == lane_free.size()) lane_free.push_back(op->end);
+    else lane_free[lane] = op->end;
+    trace::event(op_name(*op), trace::comm + static_cast<int>(lane), op->start, op->end);
   }
   ops_.clear();
   std::sort(intervals_.begin(), intervals_.end());

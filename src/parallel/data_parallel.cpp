@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/trace.hpp"
 #include "mpitron/model/tp_grad_norm.hpp"
 
 namespace mpitron {
@@ -77,7 +78,28 @@ void DataParallel::begin_step(int micro_batches) {
   }
 }
 
+// The timeline (trace.hpp): a unit's forward or backward from its pre_ to its post_ event.
+void DataParallel::trace_unit(Ev ev, int unit) {
+  const bool pre = ev == Ev::pre_forward || ev == Ev::pre_backward;
+  const int phase = ev == Ev::pre_forward || ev == Ev::post_forward ? 0 : 1;
+  auto& open = trace_open_[phase];
+  if (pre) {
+    open[unit] = trace::Clock::now();
+    return;
+  }
+  auto it = open.find(unit);
+  if (it == open.end()) return;  // tracing was switched on inside the unit
+  // The embedding's forward ends with the chunk's (its post_forward is the last event of a forward).
+  const std::string what = unit == ModelChunk::kEmbeddingUnit ? (phase == 0 ? "(the whole chunk)" : "embedding")
+                           : unit == ModelChunk::kHeadUnit     ? "head"
+                                                               : fmt::format("block {}", model_.shard().layer_begin + unit);
+  trace::event(fmt::format("{} {}", phase == 0 ? "forward" : "backward", what), trace::compute, it->second,
+               trace::Clock::now());
+  open.erase(it);
+}
+
 void DataParallel::on_event(Ev ev, int unit) {
+  if (trace::enabled()) trace_unit(ev, unit);
   progress_.poll();
   if (zero3_) zero3_->on_event(ev, unit);
   if (ev != Ev::pre_backward && ev != Ev::post_backward) return;

@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
+#include "mpitron/core/trace.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/dist/activity.hpp"
 #include "mpitron/dist/fault_inject.hpp"
@@ -190,8 +192,16 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
 
   double tp_comm_after_first = 0;  // seconds in TP collectives (backend->tp_comm_seconds) after the first step
   double cp_wait_after_first = 0, cp_wait_prev = std::max(0.0, backend->cp_wait_seconds());
+  // The timeline of steps [a, b] (train.trace_steps, core/trace.hpp): one file per rank.
+  const std::vector<int>& tr = cfg.train.trace_steps;
+  usage_check(tr.empty() || (tr.size() == 2 && tr[0] >= 1 && tr[0] <= tr[1]),
+              "train.trace_steps must be [first, last] steps with 1 <= first <= last (got {} values)", tr.size());
+  const std::string trace_path = fmt::format("{}/trace/rank_{}.json", cfg.run_dir(), launch.rank);
   for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
     auto t0 = Clock::now();
+    if (!tr.empty() && step >= tr[0] && step <= tr[1]) trace::set_enabled(true);
+    std::optional<trace::Span> step_span;
+    if (trace::enabled()) step_span.emplace(fmt::format("step {}", step));
     set_activity_step(step);
     set_activity_phase("data");
     fault_point("step_begin");
@@ -200,6 +210,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     memory.reset_peaks();
     double counts[2] = {0, fetch_step_batches(train_data, batches)};  // [loss sum, target tokens]
     double data_ms = ms_since(t0);
+    if (trace::enabled()) trace::event("next batches", trace::data, t0, Clock::now());
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(counts[1], ReduceOp::sum) : counts[1];
 
     set_activity_phase("forward/backward");
@@ -211,7 +222,10 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     counts[0] = ps.loss_sum;  // last stage; 0 elsewhere
     set_activity_phase("grad sync");
     fault_point("grad_sync");
-    backend->finish_backward();
+    {
+      trace::Span sp("finish backward (gradients reduced)");
+      backend->finish_backward();
+    }
     set_activity_phase("loss and grad norm");
     // The loss over DP and CP (each cp rank holds a share of every sequence's tokens).
     if (dp * gs.cp > 1) counts[0] = grid.dp_cp().all_reduce_scalar(counts[0], ReduceOp::sum);
@@ -233,10 +247,20 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     }
     set_activity_phase("optimizer");
     fault_point("optimizer");
-    backend->optimizer_step(lr);
+    {
+      trace::Span sp("optimizer step");
+      backend->optimizer_step(lr);
+    }
     set_activity_phase("logging");
     double step_ms = ms_since(t0);
-    const StepComm comm = backend->take_comm();
+    step_span.reset();
+    const StepComm comm = backend->take_comm();  // also the step's collectives on the timeline
+    if (trace::enabled() && step == tr[1]) {
+      trace::set_enabled(false);
+      trace::write(trace_path, launch.rank);
+      if (rank0) std::printf("trace: steps %d-%d of every rank in %s/trace/rank_*.json (ui.perfetto.dev)\n", tr[0], tr[1],
+                             cfg.run_dir().c_str());
+    }
     if (step == 1) log_memory("step 1");
     if (step == 1) check_ledger("after step 1");
 
@@ -266,6 +290,10 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       result.preempted = sig;
       return result;
     }
+  }
+  if (trace::enabled()) {  // the run ended inside the traced steps
+    trace::set_enabled(false);
+    trace::write(trace_path, launch.rank);
   }
   if (rank0 && gs.tp > 1 && result.steps_done > start_step + 1 && tp_comm_after_first >= 0)
     std::printf("tensor parallel: tp comm %.1f ms/step on rank 0 (steps %d..%d, TP collectives in forward and backward)\n",

@@ -68,6 +68,7 @@ class CommProgress {
     bool finished = false;  // callback ran (caller thread only)
   };
   void finish(Op& op);  // caller thread: run the callback once
+  static std::string op_name(const Op& op);  // for the timeline: "MPI_Iallreduce (31168 x f32)"
   void progress_loop();
 
   ProgressMode mode_;

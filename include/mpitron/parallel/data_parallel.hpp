@@ -33,6 +33,8 @@
 // The reduction is a plain sum: the model's backward already scales by 1 / (target tokens in the
 // global batch), so the summed gradient is the single-rank gradient of the global batch.
 #pragma once
+#include <chrono>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -105,6 +107,8 @@ class DataParallel {
   int n_layers_ = 0;
   size_t n_ = 0;
   FlatRange shard_;  // [0, n) without ZeRO
+  void trace_unit(ModelChunk::UnitEvent ev, int unit);
+  std::map<int, std::chrono::steady_clock::time_point> trace_open_[2];  // forward, backward: unit -> start
   std::vector<GradBucket> buckets_;
   size_t bucket_floats_ = 0;  // the cap (grad_bucket_floats)
   std::vector<Buffer<float>> bucket_bufs_;  // ZeRO-2/3: a bucket's gradients, alloc_at .. reduced
