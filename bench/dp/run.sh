@@ -48,30 +48,40 @@ torch_ddp() {  # name procs threads
     bench/dp/torch_ddp.py --vocab $V --layers $L --heads $H --d $D --seq $T --batch $B --steps $((STEPS - 1)) \
     --procs "$2" --threads "$3" 2>"$tmp/$1.err" |
     /usr/bin/python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print(json.dumps({"name": sys.argv[1],
-      "tokens_per_s": r["tokens_per_s"], "step_ms": r["ms_per_step"]}))' "$1" >>"$tmp/results.jsonl"
+      "tokens_per_s": r["tokens_per_s"], "step_ms": r["ms_per_step"], "blas": r["blas"], "netlib": r["netlib"]}))' \
+      "$1" >>"$tmp/results.jsonl"
 }
 
 if [ "$RENDER" = 1 ]; then
   cp "$RUNS" "$tmp/results.jsonl"
   read -r STEPS REPEAT < <(/usr/bin/python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); print(r.get("steps", 8), r.get("repeat", 3))' "$RUNS")
 else
-echo "{\"name\": \"meta\", \"steps\": $STEPS, \"repeat\": $REPEAT}" >"$tmp/results.jsonl"
+[ -d /usr/lib/x86_64-linux-gnu/openblas-openmp ] ||
+  echo "bench/dp: no OpenMP OpenBLAS build for PyTorch (MPITRON_DEPS_TORCH=1 make deps installs libopenblas0-openmp); its rates will not be compared" >&2
+load() { cut -d' ' -f1 /proc/loadavg; }
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+echo "{\"name\": \"meta\", \"steps\": $STEPS, \"repeat\": $REPEAT, \"cpu\": \"$cpu\", \"cores\": $(nproc), \"load_start\": $(load)}" \
+  >"$tmp/results.jsonl"
 for rep in $(seq "$REPEAT"); do
   mpitron np1_t1 1 1
   mpitron np1_t2 1 2
   for z in 0 1 2 3; do mpitron "np2_z$z" 2 1 --parallel.zero=$z; done
+  mpitron np2_z0_25mb 2 1 --parallel.zero=0 --parallel.bucket_mb=25  # the former fixed cap
   mpitron np2_z0_poll 2 1 --parallel.zero=0 --parallel.dp_progress=poll
   mpitron np2_z0_none 2 1 --parallel.zero=0 --parallel.dp_progress=none
   torch_ddp torch_ddp_2x1 2 1
   torch_ddp torch_1x1 1 1
   echo "repetition $rep done" >&2
 done
+echo "{\"name\": \"meta_end\", \"load_end\": $(load)}" >>"$tmp/results.jsonl"
 cp "$tmp/results.jsonl" "$RUNS"
 fi
 
 /usr/bin/python3 - "$tmp/results.jsonl" "$STEPS" "$REPEAT" >"$OUT" <<'PY'
 import collections, datetime, json, statistics, sys
-rows = [r for r in map(json.loads, open(sys.argv[1])) if r["name"] != "meta"]
+all_rows = list(map(json.loads, open(sys.argv[1])))
+meta = {k: v for r in all_rows if r["name"].startswith("meta") for k, v in r.items()}
+rows = [r for r in all_rows if not r["name"].startswith("meta")]
 by = collections.defaultdict(list)
 for r in rows:
     by[r["name"]].append(r)
@@ -80,8 +90,11 @@ raw = lambda name, k: ", ".join(f"{r[k]:.0f}" for r in by[name])
 ideal = 2 * med("np1_t1", "tokens_per_s")
 torch_ideal = 2 * med("torch_1x1", "tokens_per_s")
 print("# Data parallel on 2 CPU cores: mpitron DDP / ZeRO vs PyTorch DDP\n")
-print(f"Measured {datetime.date.today()} on a shared 2-core host (other engineers' builds were running: the")
-print(f"figures are noisy). Small GPT: V 8192, 6 layers, 6 heads, d 384, seq 256, micro-batch 8 per rank,")
+where = f"{meta['cpu']}, {meta['cores']} cores" if "cpu" in meta else "this host"
+load = (f"; 1-minute load average {meta['load_start']} at the start and {meta['load_end']} at the end"
+        if "load_start" in meta and "load_end" in meta else "")
+print(f"Measured {datetime.date.today()} on {where}{load}.")
+print(f"Small GPT: V 8192, 6 layers, 6 heads, d 384, seq 256, micro-batch 8 per rank,")
 print(f"fp32, AdamW; per configuration the median over steps 2..{sys.argv[2]} of one run, then the median of")
 print(f"{sys.argv[3]} interleaved repetitions (raw per-run values in the last column). `bash bench/dp/run.sh {sys.argv[2]} {sys.argv[3]}`.")
 print("Ideal = 2 x the 1-rank, 1-thread rate of the same implementation.\n")
@@ -90,6 +103,7 @@ print("|---|---|---|---|---|---|---|---|")
 names = [("np1_t1", "mpitron 1 rank x 1 thread"), ("np1_t2", "mpitron 1 rank x 2 threads"),
          ("np2_z0", "mpitron 2 ranks x 1 thread, ZeRO-0 (DDP)"), ("np2_z1", "mpitron 2x1, ZeRO-1"),
          ("np2_z2", "mpitron 2x1, ZeRO-2"), ("np2_z3", "mpitron 2x1, ZeRO-3"),
+         ("np2_z0_25mb", "mpitron 2x1, ZeRO-0, buckets of 25 MiB (the former default; now a quarter of the model)"),
          ("np2_z0_poll", "mpitron 2x1, ZeRO-0, progress: poll between layers"),
          ("np2_z0_none", "mpitron 2x1, ZeRO-0, progress: none (wait at the end)"),
          ("torch_1x1", "PyTorch 1 process x 1 thread"), ("torch_ddp_2x1", "PyTorch DDP (gloo) 2 processes x 1 thread")]
@@ -105,6 +119,13 @@ for key, label in names:
     print(f"| {label} | {tps:,.0f} | {f'{tps / ref:.2f}x' if two else '-'} | {med(key, 'step_ms'):.0f} | {comm} | {ex} | {ov} | "
           f"{raw(key, 'tokens_per_s')} |")
 print()
-print(f"mpitron DDP (ZeRO-0) / PyTorch DDP: {med('np2_z0', 'tokens_per_s') / med('torch_ddp_2x1', 'tokens_per_s'):.2f}x")
+blas = sorted({r.get("blas", "not recorded") for k in ("torch_1x1", "torch_ddp_2x1") for r in by.get(k, [])})
+print(f"PyTorch's GEMMs called: {', '.join(blas)}.")
+netlib = any(r.get("netlib", False) for k in ("torch_1x1", "torch_ddp_2x1") for r in by.get(k, []))
+if "blas" not in by.get("torch_ddp_2x1", [{}])[0] or netlib:
+    # Against the netlib reference BLAS (or an unrecorded one) a ratio says nothing about PyTorch.
+    print("mpitron DDP (ZeRO-0) / PyTorch DDP: n/a (PyTorch did not run on an optimized BLAS)")
+else:
+    print(f"mpitron DDP (ZeRO-0) / PyTorch DDP: {med('np2_z0', 'tokens_per_s') / med('torch_ddp_2x1', 'tokens_per_s'):.2f}x")
 PY
 cat "$OUT"

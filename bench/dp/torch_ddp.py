@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_cpu"))
-from torch_gpt import GPT  # noqa: E402
+from torch_gpt import GPT, gemm_blas  # noqa: E402  (gemm_blas: the BLAS torch's sgemm_ resolves to)
 
 
 def worker(rank, a, port, out):
@@ -46,8 +46,10 @@ def worker(rank, a, port, out):
     if rank == 0:
         times.sort()
         med = times[len(times) // 2]
+        blas = gemm_blas()
         out.put({"impl": f"pytorch-{torch.__version__}-ddp-gloo", "procs": a.procs, "threads": a.threads,
-                 "ms_per_step": med * 1e3, "tokens_per_s": a.procs * a.batch * a.seq / med})
+                 "ms_per_step": med * 1e3, "tokens_per_s": a.procs * a.batch * a.seq / med,
+                 "blas": blas, "netlib": "/blas/libblas" in blas})
     dist.destroy_process_group()
 
 
