@@ -394,6 +394,10 @@ const std::vector<Key>& registry() {
                &C::train, &TrainSection::check_ledger),
       make_key("train.nan_policy", "on a NaN/Inf loss or grad norm", &C::train, &TrainSection::nan_policy,
                {"stop", "skip"}),
+      make_key("train.precision",
+               "CPU backend GEMMs: fp32 | bf16 (inputs rounded to bf16, fp32 accumulation, as on the GPU) | auto (bf16 when "
+               "its start-up probe is >= 1.3x fp32's); the GPU backend is always bf16",
+               &C::train, &TrainSection::precision, {"auto", "fp32", "bf16"}),
       make_key("train.trace_steps",
                "[first, last]: write a Chrome / Perfetto timeline of those steps per rank to <run_dir>/trace/rank_<r>.json (empty: off)",
                &C::train, &TrainSection::trace_steps),

@@ -18,6 +18,7 @@ class CpuBackend final : public StageBackend {
   explicit CpuBackend(const TrainSetup& s)
       : cfg_(s.cfg), grid_(s.grid), chunks_note_(chunks_note(s)), batch_note_(batch_note(s)), ops_(make_cpu_ops()) {
     const GridShape& gs = grid_.shape();
+    choose_precision();
     // The schedule decides how many micro-batches' activations each model chunk keeps
     // (pipeline.hpp); interleaved 1F1B gives this rank parallel.virtual_stages chunks (partition.hpp).
     std::vector<ModelShard> shards =
@@ -44,16 +45,16 @@ class CpuBackend final : public StageBackend {
 
   std::string layout_line(const PeakFlops& peak) const override {
     const GridShape& gs = grid_.shape();
-    return fmt::format("layout world {} = dp {}{} x tp {} x pp {}{} | {} | {} threads/rank | peak {:.1f} GFLOP/s/rank ({})",
+    return fmt::format("layout world {} = dp {}{} x tp {} x pp {}{} | {} | {} threads/rank | {} | peak {:.1f} GFLOP/s/rank ({})",
                        grid_.world().size(), gs.dp, gs.cp > 1 ? fmt::format(" x cp {}", gs.cp) : "", gs.tp, gs.pp,
-                       chunks_note_, batch_note_, omp_get_max_threads(), peak.peak / 1e9, peak.how);
+                       chunks_note_, batch_note_, omp_get_max_threads(), precision_note_, peak.peak / 1e9, peak.how);
   }
   // The hardware peak of this rank's cores, or the GEMM probe where it runs faster (turbo above
   // the clock the estimate knows): MFU never reads above 100% (peak_probe.hpp).
   PeakFlops peak_flops() override {
-    const CpuPeak hw = cpu_hardware_peak(omp_get_max_threads());
+    const CpuPeak hw = cpu_hardware_peak(omp_get_max_threads(), ops_->gemm_bf16());
     PeakFlops p;
-    p.probe = measure_peak_flops(*ops_);
+    p.probe = measure_peak_flops(*ops_);  // in the GEMM precision the model uses
     p.peak = std::max(hw.flops, p.probe);
     p.how = hw.flops > 0 ? fmt::format("{} cores x {:.2f} GHz x {} FLOP/cycle, {}", hw.cores, hw.ghz, hw.flop_per_cycle, hw.isa)
                          : std::string("clock unknown");
@@ -64,6 +65,27 @@ class CpuBackend final : public StageBackend {
   MemTracker& memory() override { return MemTracker::host(); }
 
  private:
+  // train.precision: fp32, bf16 (GEMM inputs rounded to bf16, fp32 accumulation; Ops::set_gemm_bf16)
+  // or auto: both GEMM rates probed on this rank's threads, bf16 when at least 1.3x faster. Every
+  // rank takes the same decision (the slowest rank's ratio decides), so the layout's numerics are
+  // uniform.
+  void choose_precision() {
+    const std::string& want = cfg_.train.precision;
+    if (want == "fp32" || want == "bf16") {
+      ops_->set_gemm_bf16(want == "bf16");
+      precision_note_ = want == "bf16" ? "bf16 GEMMs (train.precision)" : "fp32 (train.precision)";
+      return;
+    }
+    const double f32 = measure_peak_flops(*ops_);
+    ops_->set_gemm_bf16(true);
+    const double b16 = measure_peak_flops(*ops_);
+    const double ratio = -grid_.world().all_reduce_scalar(-(b16 / f32), ReduceOp::max);  // the minimum over ranks
+    const bool use = ratio >= 1.3;
+    ops_->set_gemm_bf16(use);
+    precision_note_ = fmt::format("{} (auto: bf16 GEMM probe {:.0f} vs fp32 {:.0f} GFLOP/s, {:.2f}x {} 1.3x)",
+                                  use ? "bf16 GEMMs" : "fp32", b16 / 1e9, f32 / 1e9, ratio, use ? ">=" : "<");
+  }
+  std::string precision_note_;
   const JobConfig& cfg_;
   ProcessGrid& grid_;
   std::string chunks_note_, batch_note_;

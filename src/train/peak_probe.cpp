@@ -34,7 +34,7 @@ double measure_peak_flops(Ops& ops) {
 
 namespace mpitron {
 
-CpuPeak cpu_hardware_peak(int threads) {
+CpuPeak cpu_hardware_peak(int threads, bool bf16) {
   CpuPeak p;
   std::ifstream in("/proc/cpuinfo");
   std::string line, flags, vendor;
@@ -67,6 +67,8 @@ CpuPeak cpu_hardware_peak(int threads) {
   } else {
     p.flop_per_cycle = 8, p.isa = "SSE";
   }
+  if (bf16 && has("amx_bf16")) p.flop_per_cycle = 1024, p.isa = "AMX-BF16";
+  else if (bf16 && has("avx512_bf16")) p.flop_per_cycle *= 2, p.isa += ", AVX512-BF16 dot products";
   const int smt = std::max(1, siblings / cores_per_pkg);
   p.cores = std::max(1, threads / smt);
   p.ghz = mhz / 1e3;

@@ -21,6 +21,10 @@ namespace mpitron {
 class Ops : public FlatOps {
  public:
   virtual const char* name() const = 0;
+  // train.precision = bf16: the linear layers' GEMMs round their inputs to bf16 and accumulate in
+  // fp32 (the GPU backend's rounding points); everything else stays fp32. false: unsupported.
+  virtual bool set_gemm_bf16(bool on) { return !on; }
+  virtual bool gemm_bf16() const { return false; }
 
   // ---- linear layers (GEMM) ----
   // out[M,N] = inp[M,K] * weight[N,K]^T (+ bias[N] when bias != nullptr).

@@ -26,6 +26,8 @@ struct CpuPeak {
   std::string isa;       // "AVX-512", "AVX2+FMA", ...
 };
 // `threads`: the rank's compute threads (one per core; SMT siblings share the FMA units).
-CpuPeak cpu_hardware_peak(int threads);
+// bf16: the peak of bf16 GEMMs (AMX tiles: 1024 FLOP/cycle/core; AVX512-BF16's dot products:
+// twice the fp32 rate; without either, the fp32 rate: oneDNN converts).
+CpuPeak cpu_hardware_peak(int threads, bool bf16 = false);
 
 }  // namespace mpitron

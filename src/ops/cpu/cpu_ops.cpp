@@ -34,6 +34,11 @@ class CpuOps final : public Ops {
  public:
   CpuOps() { tune_malloc_once(); }
   const char* name() const override { return "cpu"; }
+  bool set_gemm_bf16(bool on) override {
+    gemm_.set_bf16(on);
+    return true;
+  }
+  bool gemm_bf16() const override { return gemm_.bf16(); }
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M, int64_t K,
                       int64_t N) override {

@@ -3,7 +3,9 @@
 #include <dnnl.h>
 
 #include <dnnl.hpp>
+#include <cstring>
 #include <map>
+#include <vector>
 #include <tuple>
 
 #include "mpitron/core/error.hpp"
@@ -11,7 +13,7 @@
 namespace mpitron::cpu {
 
 using dnnl::memory;
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>;
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
 
 struct Gemm::Cache {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
@@ -21,7 +23,23 @@ struct Gemm::Cache {
     memory::desc a, b, c, bias;
   };
   std::map<Key, Entry> prims;
+  std::vector<uint16_t> a16, b16;  // bf16 mode: the rounded inputs
 };
+
+namespace {
+
+// fp32 -> bf16, round to nearest even (NaN kept quiet), over n floats; OpenMP-parallel.
+void to_bf16(uint16_t* out, const float* in, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, in + i, 4);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    out[i] = nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+}  // namespace
 
 // Measured on this machine (bench/results/model_cpu.md): dnnl_sgemm for dY*W (NN; the
 // primitive was 2x slower on some shapes) and dY^T*X (TN); the cached primitive for X*W^T (NT:
@@ -34,6 +52,7 @@ size_t Gemm::cached_primitives() const { return cache_->prims.size(); }
 void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias) {
   if (M == 0 || N == 0) return;
+  if (bf16_ && K > 0) return run_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, bias);
   int which = (!ta && !tb) ? 0 : (!ta && tb) ? 1 : 2;
   if (ta && tb) which = 2;
   if (impl_[which] == GemmImpl::sgemm || K == 0) {
@@ -53,7 +72,7 @@ void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
     check(st == dnnl_success, "dnnl_sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M, N, K);
     return;
   }
-  Key key{ta, tb, M, N, K, lda, ldb, ldc, accumulate, bias != nullptr};
+  Key key{ta, tb, M, N, K, lda, ldb, ldc, accumulate, bias != nullptr, false};
   auto it = cache_->prims.find(key);
   if (it == cache_->prims.end()) {
     using dt = memory::data_type;
@@ -81,6 +100,44 @@ void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
     e.prim.execute(cache_->strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   }
   cache_->strm.wait();
+}
+
+void Gemm::run_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias) {
+  // The inputs as stored (rows x row stride), rounded to bf16 with the same strides.
+  const int64_t a_n = (ta ? K : M) * lda, b_n = (tb ? N : K) * ldb;
+  auto& c = *cache_;
+  if (static_cast<int64_t>(c.a16.size()) < a_n) c.a16.resize(static_cast<size_t>(a_n));
+  if (static_cast<int64_t>(c.b16.size()) < b_n) c.b16.resize(static_cast<size_t>(b_n));
+  to_bf16(c.a16.data(), A, a_n);
+  to_bf16(c.b16.data(), B, b_n);
+  Key key{ta, tb, M, N, K, lda, ldb, ldc, accumulate, bias != nullptr, true};
+  auto it = c.prims.find(key);
+  if (it == c.prims.end()) {
+    using dt = memory::data_type;
+    memory::desc a({M, K}, dt::bf16, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+    memory::desc b({K, N}, dt::bf16, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+    memory::desc cd({M, N}, dt::f32, memory::dims{ldc, 1});
+    memory::desc bmd({1, N}, dt::f32, memory::dims{N, 1});
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.f);
+      attr.set_post_ops(po);
+    }
+    auto d = bias ? dnnl::matmul::desc(a, b, bmd, cd) : dnnl::matmul::desc(a, b, cd);
+    dnnl::matmul::primitive_desc pd(d, attr, c.eng);
+    it = c.prims.emplace(key, Cache::Entry{dnnl::matmul(pd), a, b, cd, bmd}).first;
+  }
+  auto& e = it->second;
+  memory am(e.a, c.eng, c.a16.data()), bm(e.b, c.eng, c.b16.data()), cm(e.c, c.eng, C);
+  if (bias) {
+    memory biasm(e.bias, c.eng, const_cast<float*>(bias));
+    e.prim.execute(c.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}});
+  } else {
+    e.prim.execute(c.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  }
+  c.strm.wait();
 }
 
 }  // namespace mpitron::cpu

@@ -1,6 +1,10 @@
 // Row-major fp32 GEMM through oneDNN, two back ends picked per transpose case by measurement
 // (bench/model, PERF-NOTES.md): `dnnl_sgemm` (allocates per call, no per-shape setup) and
 // matmul primitives created once per shape and cached (first call per shape JITs, ~10 ms).
+// bf16 mode (set_bf16, train.precision): A and B are rounded to bf16 (round to nearest even)
+// into scratch and multiplied by a bf16 matmul primitive with fp32 accumulation and an fp32
+// result, bias and accumulate as in fp32 mode: the GPU backend's rounding points for the
+// GEMM inputs. Rounding per call costs (M + N) K conversions against the GEMM's 2 M N K FLOPs.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,13 +27,18 @@ class Gemm {
 
   // Back end per case: index 0 = NN (dX = dY*W), 1 = NT (Y = X*W^T), 2 = TN (dW = dY^T*X).
   void set_impl(int which, GemmImpl impl) { impl_[which] = impl; }
+  void set_bf16(bool on) { bf16_ = on; }
+  bool bf16() const { return bf16_; }
   GemmImpl impl(int which) const { return impl_[which]; }
   size_t cached_primitives() const;
 
  private:
   struct Cache;
+  void run_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias);
   std::unique_ptr<Cache> cache_;
   GemmImpl impl_[3];
+  bool bf16_ = false;
 };
 
 }  // namespace mpitron::cpu
