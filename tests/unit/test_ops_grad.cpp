@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "grad_check.hpp"
+#include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/rng.hpp"
 #include "mpitron/ops/ops.hpp"
 
 using namespace mpitron;
@@ -337,6 +339,44 @@ BOOST_AUTO_TEST_CASE(sum_squares) {
   double ref = 0;
   for (float f : x) ref += static_cast<double>(f) * f;
   BOOST_TEST(std::fabs(ops().sum_squares(x.data(), x.size()) - ref) < 1e-9 * ref);
+}
+
+// train.precision = bf16 (Ops::set_gemm_bf16): every GEMM of matmul_forward / _backward equals the
+// fp32 GEMM of the bf16-rounded inputs (fp32 accumulation; only the summation order differs),
+// bias and accumulate included; and it differs from the unrounded fp32 result (rounding happens).
+BOOST_AUTO_TEST_CASE(bf16_gemm_is_fp32_gemm_of_rounded_inputs) {
+  auto ops = make_cpu_ops();
+  const int64_t M = 37, K = 64, N = 48;
+  auto rnd = [](size_t n, uint64_t seed) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(normal_at(seed, 1, i));
+    return v;
+  };
+  auto rounded = [](std::vector<float> v) {
+    for (float& x : v) x = to_f32(to_bf16(x));
+    return v;
+  };
+  const std::vector<float> x = rnd(M * K, 1), w = rnd(N * K, 2), b = rnd(N, 3), dy = rnd(M * N, 4);
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& r) {
+    double e = 0, m = 1e-30;
+    for (size_t i = 0; i < a.size(); ++i) e = std::max(e, double(std::fabs(a[i] - r[i]))), m = std::max(m, double(std::fabs(r[i])));
+    return e / m;
+  };
+  std::vector<float> y16(M * N), yref(M * N), y32(M * N), dx16(M * K, 0.5f), dxref(M * K, 0.5f), dw16(N * K, 0.25f),
+      dwref(N * K, 0.25f);
+  BOOST_REQUIRE(ops->set_gemm_bf16(true));
+  BOOST_TEST(ops->gemm_bf16());
+  ops->matmul_forward(y16.data(), x.data(), w.data(), b.data(), M, K, N);
+  ops->matmul_backward(dx16.data(), dw16.data(), nullptr, dy.data(), x.data(), w.data(), M, K, N, true);
+  ops->set_gemm_bf16(false);
+  const std::vector<float> xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
+  ops->matmul_forward(yref.data(), xr.data(), wr.data(), b.data(), M, K, N);
+  ops->matmul_backward(dxref.data(), dwref.data(), nullptr, dyr.data(), xr.data(), wr.data(), M, K, N, true);
+  ops->matmul_forward(y32.data(), x.data(), w.data(), b.data(), M, K, N);
+  BOOST_TEST(rel(y16, yref) < 1e-5);
+  BOOST_TEST(rel(dx16, dxref) < 1e-5);
+  BOOST_TEST(rel(dw16, dwref) < 1e-5);
+  BOOST_TEST(rel(y16, y32) > 1e-4);  // the inputs were rounded
 }
 
 BOOST_AUTO_TEST_SUITE_END()
