@@ -72,34 +72,7 @@ void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
     check(st == dnnl_success, "dnnl_sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M, N, K);
     return;
   }
-  Key key{ta, tb, M, N, K, lda, ldb, ldc, accumulate, bias != nullptr, false};
-  auto it = cache_->prims.find(key);
-  if (it == cache_->prims.end()) {
-    using dt = memory::data_type;
-    memory::desc a({M, K}, dt::f32, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
-    memory::desc b({K, N}, dt::f32, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-    memory::desc c({M, N}, dt::f32, memory::dims{ldc, 1});
-    memory::desc bmd({1, N}, dt::f32, memory::dims{N, 1});
-    dnnl::primitive_attr attr;
-    if (accumulate) {
-      dnnl::post_ops po;
-      po.append_sum(1.f);
-      attr.set_post_ops(po);
-    }
-    auto d = bias ? dnnl::matmul::desc(a, b, bmd, c) : dnnl::matmul::desc(a, b, c);
-    dnnl::matmul::primitive_desc pd(d, attr, cache_->eng);
-    it = cache_->prims.emplace(key, Cache::Entry{dnnl::matmul(pd), a, b, c, bmd}).first;
-  }
-  auto& e = it->second;
-  auto& eng = cache_->eng;
-  memory am(e.a, eng, const_cast<float*>(A)), bm(e.b, eng, const_cast<float*>(B)), cm(e.c, eng, C);
-  if (bias) {
-    memory biasm(e.bias, eng, const_cast<float*>(bias));
-    e.prim.execute(cache_->strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}});
-  } else {
-    e.prim.execute(cache_->strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  }
-  cache_->strm.wait();
+  run_primitive(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate, bias, false);
 }
 
 void Gemm::run_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
@@ -111,12 +84,20 @@ void Gemm::run_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const flo
   if (static_cast<int64_t>(c.b16.size()) < b_n) c.b16.resize(static_cast<size_t>(b_n));
   to_bf16(c.a16.data(), A, a_n);
   to_bf16(c.b16.data(), B, b_n);
-  Key key{ta, tb, M, N, K, lda, ldb, ldc, accumulate, bias != nullptr, true};
+  run_primitive(ta, tb, M, N, K, c.a16.data(), lda, c.b16.data(), ldb, C, ldc, accumulate, bias, true);
+}
+
+// The cached matmul primitive of this shape (fp32 or bf16 inputs; fp32 result and bias), run.
+void Gemm::run_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
+                         int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias, bool bf16) {
+  auto& c = *cache_;
+  Key key{ta, tb, M, N, K, lda, ldb, ldc, accumulate, bias != nullptr, bf16};
   auto it = c.prims.find(key);
   if (it == c.prims.end()) {
     using dt = memory::data_type;
-    memory::desc a({M, K}, dt::bf16, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
-    memory::desc b({K, N}, dt::bf16, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+    const dt in = bf16 ? dt::bf16 : dt::f32;
+    memory::desc a({M, K}, in, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+    memory::desc b({K, N}, in, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
     memory::desc cd({M, N}, dt::f32, memory::dims{ldc, 1});
     memory::desc bmd({1, N}, dt::f32, memory::dims{N, 1});
     dnnl::primitive_attr attr;
@@ -130,7 +111,7 @@ void Gemm::run_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const flo
     it = c.prims.emplace(key, Cache::Entry{dnnl::matmul(pd), a, b, cd, bmd}).first;
   }
   auto& e = it->second;
-  memory am(e.a, c.eng, c.a16.data()), bm(e.b, c.eng, c.b16.data()), cm(e.c, c.eng, C);
+  memory am(e.a, c.eng, const_cast<void*>(A)), bm(e.b, c.eng, const_cast<void*>(B)), cm(e.c, c.eng, C);
   if (bias) {
     memory biasm(e.bias, c.eng, const_cast<float*>(bias));
     e.prim.execute(c.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}});

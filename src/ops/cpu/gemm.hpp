@@ -36,6 +36,8 @@ class Gemm {
   struct Cache;
   void run_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                 int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias);
+  void run_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
+                     int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias, bool bf16);
   std::unique_ptr<Cache> cache_;
   GemmImpl impl_[3];
   bool bf16_ = false;
