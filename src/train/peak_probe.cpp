@@ -40,12 +40,14 @@ CpuPeak cpu_hardware_peak(int threads, bool bf16) {
   std::string line, flags, vendor;
   int family = 0, siblings = 1, cores_per_pkg = 1;
   double mhz = 0;
-  auto value = [](const std::string& l) {
+  auto value = [](const std::string& l) -> std::string {  // the text after "key\t: "
     const size_t c = l.find(':');
-    return c == std::string::npos ? std::string() : l.substr(c + 1 + (c + 1 < l.size() && l[c + 1] == ' '));
+    if (c == std::string::npos) return {};
+    const size_t v = l.find_first_not_of(' ', c + 1);
+    return v == std::string::npos ? std::string() : std::string(l, v);
   };
   while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0 && flags.empty()) flags = " " + value(line) + " ";
+    if (line.rfind("flags", 0) == 0 && flags.empty()) (flags = value(line)).insert(0, 1, ' ').push_back(' ');
     else if (line.rfind("vendor_id", 0) == 0) vendor = value(line);
     else if (line.rfind("cpu family", 0) == 0) family = std::atoi(value(line).c_str());
     else if (line.rfind("siblings", 0) == 0) siblings = std::max(1, std::atoi(value(line).c_str()));
@@ -55,7 +57,11 @@ CpuPeak cpu_hardware_peak(int threads, bool bf16) {
   std::ifstream f("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
   double khz = 0;
   if (f >> khz && khz > 0) mhz = khz / 1e3;
-  auto has = [&](const char* flag) { return flags.find(std::string(" ") + flag + " ") != std::string::npos; };
+  auto has = [&](const char* flag) {
+    std::string word(1, ' ');
+    word.append(flag).push_back(' ');
+    return flags.find(word) != std::string::npos;
+  };
   if (has("avx512f")) {
     const bool amd = vendor == "AuthenticAMD";
     p.flop_per_cycle = amd && family < 26 ? 32 : 64;
