@@ -58,7 +58,7 @@ class CpuBackend final : public StageBackend {
     p.peak = std::max(hw.flops, p.probe);
     p.how = hw.flops > 0 ? fmt::format("{} cores x {:.2f} GHz x {} FLOP/cycle, {}", hw.cores, hw.ghz, hw.flop_per_cycle, hw.isa)
                          : std::string("clock unknown");
-    if (p.probe > hw.flops) p.how += fmt::format("; the GEMM probe is faster: the peak");
+    if (p.probe > hw.flops) p.how += "; the GEMM probe runs faster (turbo), so it is the peak";
     else p.how += fmt::format("; GEMM probe {:.1f}", p.probe / 1e9);
     return p;
   }
