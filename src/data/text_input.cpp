@@ -20,18 +20,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string read_plain(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  usage_check(static_cast<bool>(in), "cannot read input file '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // gzip through zlib's inflate with automatic header detection; concatenated members (what
 // `cat a.gz b.gz` and pigz make) are read one after the other.
 std::string read_gzip(const std::string& path) {
-  const std::string in = read_plain(path);
+  const std::string in = read_whole_file(path, "input file");
   std::string out;
   z_stream z{};
   usage_check(inflateInit2(&z, 15 + 32) == Z_OK, "'{}': cannot start zlib", path);
@@ -62,7 +54,7 @@ std::string read_gzip(const std::string& path) {
 }
 
 std::string read_zstd(const std::string& path) {
-  const std::string in = read_plain(path);
+  const std::string in = read_whole_file(path, "input file");
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   usage_check(ctx != nullptr, "'{}': cannot start zstd", path);
   std::string out;
@@ -92,10 +84,18 @@ std::string json_type(const nlohmann::json& v) { return v.type_name(); }
 
 }  // namespace
 
+std::string read_whole_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  usage_check(static_cast<bool>(in), "cannot open {} '{}'", what, path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 std::string read_input_file(const std::string& path) {
   if (ends_with(path, ".gz")) return read_gzip(path);
   if (ends_with(path, ".zst")) return read_zstd(path);
-  return read_plain(path);
+  return read_whole_file(path, "input file");
 }
 
 std::string input_format_of(const std::string& path) {

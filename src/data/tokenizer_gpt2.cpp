@@ -11,27 +11,19 @@
 #include <pcre2.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/text_input.hpp"
 #include "mpitron/data/tokenizer.hpp"
 
 namespace mpitron {
 namespace {
 
 using json = nlohmann::json;
-
-std::string slurp(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  usage_check(static_cast<bool>(in), "cannot open {} '{}'", what, path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // bytes_to_unicode(): the code point GPT-2 spells byte b with.
 std::array<uint32_t, 256> byte_chars() {
@@ -192,8 +184,8 @@ void pretokenize_gpt2(std::string_view text, std::vector<std::string_view>& chun
 
 Tokenizer Tokenizer::gpt2_files(const std::string& dir) {
   const std::string enc = dir + "/encoder.json", bpe = dir + "/vocab.bpe";
-  auto vocab = vocab_of(parse_json(slurp(enc, "GPT-2 encoder.json"), enc), enc);
-  const std::string text = slurp(bpe, "GPT-2 vocab.bpe");
+  auto vocab = vocab_of(parse_json(read_whole_file(enc, "GPT-2 encoder.json"), enc), enc);
+  const std::string text = read_whole_file(bpe, "GPT-2 vocab.bpe");
   std::vector<std::pair<std::string, std::string>> merges;
   std::istringstream in(text);
   std::string line;
@@ -211,7 +203,7 @@ Tokenizer Tokenizer::gpt2_files(const std::string& dir) {
 }
 
 Tokenizer Tokenizer::hf_json(const std::string& path) {
-  const json j = parse_json(slurp(path, "tokenizer.json"), path);
+  const json j = parse_json(read_whole_file(path, "tokenizer.json"), path);
   usage_check(j.is_object() && j.contains("model") && j["model"].is_object(), "{}: no \"model\" object (not a Hugging "
               "Face tokenizer.json?)", path);
   const json& m = j["model"];

@@ -2,10 +2,8 @@
 // per type (vocabulary, end-of-text, equality).
 #include <sentencepiece_processor.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/text_input.hpp"
 #include "mpitron/data/tokenizer.hpp"
 #include "sentencepiece_model.hpp"
 
@@ -46,11 +44,7 @@ Tokenizer Tokenizer::sentencepiece(const std::string& model_bytes, std::string_v
 }
 
 Tokenizer Tokenizer::sentencepiece_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  usage_check(static_cast<bool>(in), "cannot open SentencePiece model '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return sentencepiece(ss.str(), path);
+  return sentencepiece(read_whole_file(path, "SentencePiece model"), path);
 }
 
 int Tokenizer::vocab_size() const {

@@ -54,7 +54,7 @@ class CpuBackend final : public StageBackend {
   PeakFlops peak_flops() override {
     const CpuPeak hw = cpu_hardware_peak(omp_get_max_threads(), ops_->gemm_bf16());
     PeakFlops p;
-    p.probe = measure_peak_flops(*ops_);  // in the GEMM precision the model uses
+    p.probe = probe_ > 0 ? probe_ : measure_peak_flops(*ops_);  // in the GEMM precision the model uses
     p.peak = std::max(hw.flops, p.probe);
     p.how = hw.flops > 0 ? fmt::format("{} cores x {:.2f} GHz x {} FLOP/cycle, {}", hw.cores, hw.ghz, hw.flop_per_cycle, hw.isa)
                          : std::string("clock unknown");
@@ -82,10 +82,12 @@ class CpuBackend final : public StageBackend {
     const double ratio = -grid_.world().all_reduce_scalar(-(b16 / f32), ReduceOp::max);  // the minimum over ranks
     const bool use = ratio >= 1.3;
     ops_->set_gemm_bf16(use);
+    probe_ = use ? b16 : f32;  // the chosen precision's probe: peak_flops() need not run it again
     precision_note_ = fmt::format("{} (auto: bf16 GEMM probe {:.0f} vs fp32 {:.0f} GFLOP/s, {:.2f}x {} 1.3x)",
                                   use ? "bf16 GEMMs" : "fp32", b16 / 1e9, f32 / 1e9, ratio, use ? ">=" : "<");
   }
   std::string precision_note_;
+  double probe_ = 0;  // auto: this rank's GEMM probe in the chosen precision
   const JobConfig& cfg_;
   ProcessGrid& grid_;
   std::string chunks_note_, batch_note_;

@@ -196,7 +196,10 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   const std::vector<int>& tr = cfg.train.trace_steps;
   usage_check(tr.empty() || (tr.size() == 2 && tr[0] >= 1 && tr[0] <= tr[1]),
               "train.trace_steps must be [first, last] steps with 1 <= first <= last (got {} values)", tr.size());
-  const std::string trace_path = fmt::format("{}/trace/rank_{}.json", cfg.run_dir(), launch.rank);
+  auto write_trace = [&] {  // at the window's last step, or when the run ends inside it
+    trace::set_enabled(false);
+    trace::write(fmt::format("{}/trace/rank_{}.json", cfg.run_dir(), launch.rank), launch.rank);
+  };
   for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
     auto t0 = Clock::now();
     if (!tr.empty() && step >= tr[0] && step <= tr[1]) trace::set_enabled(true);
@@ -256,8 +259,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     step_span.reset();
     const StepComm comm = backend->take_comm();  // also the step's collectives on the timeline
     if (trace::enabled() && step == tr[1]) {
-      trace::set_enabled(false);
-      trace::write(trace_path, launch.rank);
+      write_trace();
       if (rank0) std::printf("trace: steps %d-%d of every rank in %s/trace/rank_*.json (ui.perfetto.dev)\n", tr[0], tr[1],
                              cfg.run_dir().c_str());
     }
@@ -291,10 +293,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       return result;
     }
   }
-  if (trace::enabled()) {  // the run ended inside the traced steps
-    trace::set_enabled(false);
-    trace::write(trace_path, launch.rank);
-  }
+  if (trace::enabled()) write_trace();  // the run ended inside the traced steps
   if (rank0 && gs.tp > 1 && result.steps_done > start_step + 1 && tp_comm_after_first >= 0)
     std::printf("tensor parallel: tp comm %.1f ms/step on rank 0 (steps %d..%d, TP collectives in forward and backward)\n",
                 1e3 * (backend->tp_comm_seconds() - tp_comm_after_first) / (result.steps_done - start_step - 1),

@@ -106,13 +106,20 @@ run gpu_interleaved "$EMU" 4 --model.n_layer=4 --parallel.dp=2 --parallel.pp=2 -
 grep -q "interleaved, 2 model chunks per rank" "$tmp/gpu_interleaved.log" || fail "gpu_interleaved: no model chunks"
 run cpu4_from_interleaved "$MPITRON" 1 --model.n_layer=4 --train.resume="$tmp/gpu_interleaved/ckpt/step_00000005.h5"
 # The ledger check: at start and after step 1 on every rank, EXACT params / grads / optim bytes.
+ledger_ok() {  # "name np"...
+  local r
+  for r in "$@"; do
+    set -- $r
+    ok=$(grep -c "ledger OK" "$tmp/$1.log" || true)
+    if [ "$ok" -ne $((2 * $2)) ] || grep -q "MISMATCH\|OFF BY" "$tmp/$1.log"; then
+      grep "ledger rank" "$tmp/$1.log" >&2
+      fail "$1: $ok of $((2 * $2)) GPU ledger checks OK"
+    fi
+  done
+}
 for r in "gpu 2" "gpu_zero1 2" "gpu_zero2 2" "gpu_zero3 2" "gpu_tp2_sp 2" "gpu_dp2_pp2_zero2 4" "gpu_dp2_pp2_zero3 4"; do
+  ledger_ok "$r"
   set -- $r
-  ok=$(grep -c "ledger OK" "$tmp/$1.log" || true)
-  if [ "$ok" -ne $((2 * $2)) ] || grep -q "MISMATCH\|OFF BY" "$tmp/$1.log"; then
-    grep "ledger rank" "$tmp/$1.log" >&2
-    fail "$1: $ok of $((2 * $2)) GPU ledger checks OK"
-  fi
   echo "ok    GPU ledger $1: $(grep -m1 'ledger rank 0 after step 1' "$tmp/$1.log" | sed 's/ | activations.*//')"
 done
 act() { sed -n 's/^step  1\/10 .*act \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/$1.log"; }
@@ -210,12 +217,7 @@ run llama_gpu "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --checkpoint.every=5 --
 run llama_gpu_tp2_sp "$EMU" 2 --parallel.tp=2 --parallel.sp=true --train.check_ledger=true
 run llama_gpu_dp2_pp2_zero3 "$EMU" 4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=3 --train.check_ledger=true
 run llama_cpu_from_gpu "$MPITRON" 1 --train.resume="$tmp/llama_gpu/ckpt/step_00000005.h5"
-for r in "llama_gpu 2" "llama_gpu_tp2_sp 2" "llama_gpu_dp2_pp2_zero3 4"; do
-  set -- $r
-  ok=$(grep -c "ledger OK" "$tmp/$1.log" || true)
-  [ "$ok" -eq $((2 * $2)) ] && ! grep -q "MISMATCH\|OFF BY" "$tmp/$1.log" ||
-    { grep "ledger rank" "$tmp/$1.log" >&2; fail "$1: $ok of $((2 * $2)) GPU ledger checks OK"; }
-done
+ledger_ok "llama_gpu 2" "llama_gpu_tp2_sp 2" "llama_gpu_dp2_pp2_zero3 4"
 [ "$(plan_act --parallel.tp=2 --parallel.sp=true)" = "$(act llama_gpu_tp2_sp)" ] ||
   fail "plan's llama GPU activations $(plan_act --parallel.tp=2 --parallel.sp=true) != $(act llama_gpu_tp2_sp)"
 JOB=jobs/tiny.toml
@@ -260,12 +262,7 @@ run cpu_from_cp2 "$MPITRON" 1 --train.resume="$tmp/gpu_cp2/ckpt/step_00000005.h5
 run gpu_dp2_cp2_zero1 "$EMU" 4 --parallel.dp=2 --parallel.cp=2 --parallel.zero=1 --train.check_ledger=true
 run gpu_cp2_tp2_sp "$EMU" 4 --parallel.cp=2 --parallel.tp=2 --parallel.sp=true --train.check_ledger=true
 JOB=jobs/llama-tiny.toml run llama_gpu_cp2 "$EMU" 2 --parallel.cp=2 --train.check_ledger=true
-for r in "gpu_cp2 2" "gpu_dp2_cp2_zero1 4" "gpu_cp2_tp2_sp 4" "llama_gpu_cp2 2"; do
-  set -- $r
-  ok=$(grep -c "ledger OK" "$tmp/$1.log" || true)
-  [ "$ok" -eq $((2 * $2)) ] && ! grep -q "MISMATCH\|OFF BY" "$tmp/$1.log" ||
-    { grep "ledger rank" "$tmp/$1.log" >&2; fail "$1: $ok of $((2 * $2)) GPU ledger checks OK"; }
-done
+ledger_ok "gpu_cp2 2" "gpu_dp2_cp2_zero1 4" "gpu_cp2_tp2_sp 4" "llama_gpu_cp2 2"
 [ "$(plan_act --parallel.cp=2)" = "$(act gpu_cp2)" ] || fail "plan's cp 2 GPU activations $(plan_act --parallel.cp=2) != $(act gpu_cp2)"
 echo "GPU activations (peak, rank 0): $(act gpu) at cp 1 (dp 2), $(act gpu_cp2) at cp 2; plan agrees"
 /usr/bin/python3 - "$tmp" <<'PY'

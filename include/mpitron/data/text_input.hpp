@@ -9,6 +9,9 @@
 
 namespace mpitron {
 
+// The whole file as it is stored; UsageError "cannot open WHAT 'PATH'" when it cannot be read.
+std::string read_whole_file(const std::string& path, const char* what);
+
 // The whole file, decompressed by its extension (.gz: zlib, several members allowed; .zst:
 // libzstd, several frames allowed). UsageError naming the file and the cause on a corrupt or
 // truncated stream.
