@@ -18,7 +18,7 @@ for p in fp32 bf16; do
   "${MPIRUN[@]}" -np 2 "$BIN" train jobs/demo.toml --train.steps=300 --train.precision=$p --train.resume=never \
     --checkpoint.every=0 --job.run_dir="$tmp/demo_$p" >"$tmp/demo_$p.log" 2>&1 || { tail "$tmp/demo_$p.log"; exit 1; }
 done
-steps=4
+steps=8
 for p in fp32 bf16 auto; do
   "$BIN" train jobs/tiny.toml --model.preset=gpt2-124m --model.n_layer=0 --model.n_head=0 --model.d_model=0 \
     --model.seq_len=256 --train.micro_batch=4 --train.global_batch=4 --train.steps=$([ $p = auto ] && echo 1 || echo $steps) \

@@ -61,7 +61,8 @@ constexpr const char* kPlanHelp =
     "  --precision P       bf16 (mixed, as the ZeRO paper counts it: 2+2+12 B/param) | bf16-fp32grads\n"
     "                      (mpitron's GPU trainer: bf16 copy 2 + fp32 master 4 + fp32 grads 4 + m,v 8)\n"
     "                      | fp32 (the CPU trainer: 4+4+8). Default bf16; for a job file, what its\n"
-    "                      train.backend allocates (cpu: fp32, nccl: bf16-fp32grads)\n\n"
+    "                      train.backend allocates (cpu: fp32, plus a bf16 copy of the weights, 2 B/param,\n"
+    "                      with train.precision = \"bf16\"; nccl: bf16-fp32grads)\n\n"
     "cost model (--advise, --explain):\n"
     "  --nvlink-gbs X      GB/s per GPU inside a node (default 900)\n"
     "  --ib-gbps X         Gbit/s per GPU across nodes (default 400)\n"
@@ -190,6 +191,7 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
                  : a.job_file.empty()     ? Precision::bf16
                  : job.train.backend == "cpu" ? Precision::fp32
                                               : Precision::bf16_fp32_grads;
+  if (!a.precision.empty()) in.cpu_bf16_gemms = false;
   in.cluster.gpus = gpus;
   in.cluster.gpus_per_node = a.gpus_per_node;
   in.cluster.gpu_mem_gb = a.gpu_mem;

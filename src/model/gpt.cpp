@@ -143,6 +143,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   const size_t n = flat_param_floats(params_);
   n_flat_ = n;
   params_buf_ = Buffer<float>(Mem::params, n);
+  ops_.register_weights(params_buf_.data(), n);  // bf16 GEMMs: its rounded copy
   grads_buf_ = Buffer<float>(Mem::grads, n);
   fields_ = field_refs();
   w_ = resolve(params_buf_.data());
@@ -203,7 +204,11 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
 
 // (Here, not in gpt_params.cpp: that file holds no GPT member, so the tools that link the
 // parameter table without the model, e.g. the fuzz targets, need no GPT type information.)
-void GPT::init_weights(uint64_t seed) { init_model_params(cfg_, params_, params_buf_.data(), seed, shard_.tp_rank); }
+GPT::~GPT() {
+  if (params_buf_.data()) ops_.unregister_weights(params_buf_.data());
+}
+
+void GPT::init_weights(uint64_t seed) { init_model_params(cfg_, params_, param_data(), seed, shard_.tp_rank); }
 
 // Table name -> Weights member, for both architectures (model_param_table's names).
 std::vector<GPT::FieldRef> GPT::field_refs() const {
@@ -272,6 +277,7 @@ float** GPT::field(Weights& w, size_t i) {
 }
 
 void GPT::release_param_buffer() {
+  if (params_buf_.data()) ops_.unregister_weights(params_buf_.data());
   params_buf_.reset();
   for (size_t i = 0; i < params_.size(); ++i) *field(w_, i) = nullptr;
 }

@@ -168,7 +168,7 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
     r.params = n_p * (l.zero >= 3 ? 4 : 2 + 4);
     r.grads = n_g * 4;
   } else {
-    r.params = n_p * e;
+    r.params = n_p * e + (fp32 && in.cpu_bf16_gemms && l.zero < 3 ? 2 * n : 0);
     r.grads = n_g * e;
     r.optim_master = fp32 ? 0 : 4 * n_o;
   }
@@ -253,6 +253,7 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
   PlanInput in;
   in.model = model;
   in.precision = job.train.backend == "nccl" ? Precision::bf16_fp32_grads : Precision::fp32;
+  in.cpu_bf16_gemms = job.train.backend == "cpu" && job.train.precision == "bf16";  // auto: the trainer knows
   PlanLayout& l = in.layout;
   l.tp = job.parallel.tp;
   l.pp = job.parallel.pp;
@@ -289,7 +290,8 @@ std::string format_ledger(const Ledger& led, bool exact_bytes) {
       "micro-batches ({}) | seq {} | {}\n",
       l.world(), l.dp, l.tp, l.pp, l.cp, l.zero, l.sp ? "on" : "off", l.recompute ? "full" : "none", l.micro_batch,
       l.microbatches, l.pp > 1 ? l.schedule : "accumulation", m.seq_len,
-      fp32                                ? "fp32 (weights, grads, Adam m+v: 16 B/param)"
+      fp32 && in.cpu_bf16_gemms           ? "fp32 + bf16 GEMM copy of the weights (2+4+4+8 = 18 B/param)"
+      : fp32                              ? "fp32 (weights, grads, Adam m+v: 16 B/param)"
       : in.precision == Precision::bf16 ? "bf16 mixed precision (2+2 + fp32 master 4 + m,v 8 = 16 B/param)"
                                         : "bf16 + fp32 master and grads (mpitron's GPU trainer: 2+4 + 4 + m,v 8 = 18 B/param)");
   o += fmt::format("cluster {} GPUs, {} per node, {:.0f} GB each\n\n", in.cluster.gpus, in.cluster.gpus_per_node,

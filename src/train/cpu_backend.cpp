@@ -63,6 +63,7 @@ class CpuBackend final : public StageBackend {
     return p;
   }
   MemTracker& memory() override { return MemTracker::host(); }
+  bool cpu_bf16_gemms() const override { return ops_->gemm_bf16(); }
 
  private:
   // train.precision: fp32, bf16 (GEMM inputs rounded to bf16, fp32 accumulation; Ops::set_gemm_bf16)

@@ -171,8 +171,9 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   };
   log_memory("at start");
   // train.check_ledger: every rank's tracked bytes against the memory ledger's prediction (src/plan).
-  const RankLedger predicted =
-      cfg.train.check_ledger ? rank_ledger(plan_input_from_job(cfg, mc, launch.world), grid.rank()) : RankLedger{};
+  PlanInput plan_in = plan_input_from_job(cfg, mc, launch.world);
+  plan_in.cpu_bf16_gemms = backend->cpu_bf16_gemms();  // train.precision = auto decided at start-up
+  const RankLedger predicted = cfg.train.check_ledger ? rank_ledger(plan_in, grid.rank()) : RankLedger{};
   auto check_ledger = [&](const char* when) {
     if (!cfg.train.check_ledger) return;
     std::printf("%s\n", check_against_ledger(predicted, memory.stats(), when).text.c_str());

@@ -10,6 +10,7 @@
 #include "grad_check.hpp"
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/memory.hpp"
 #include "mpitron/core/rng.hpp"
 #include "mpitron/ops/ops.hpp"
 
@@ -380,3 +381,53 @@ BOOST_AUTO_TEST_CASE(bf16_gemm_is_fp32_gemm_of_rounded_inputs) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// bf16 GEMMs with registered weights (Ops::register_weights): the weight is rounded into a bf16
+// copy (2 bytes per float under Mem::params) on first use and read from there until
+// weights_changed; the result stays the fp32 GEMM of the rounded inputs, and a changed weight is
+// rounded again (a stale copy would give the old weight's product).
+BOOST_AUTO_TEST_CASE(bf16_registered_weights_rounded_once_per_change) {
+  auto ops = make_cpu_ops();
+  const int64_t M = 19, K = 32, N = 24;
+  std::vector<float> x(M * K), w(N * K + 40);  // w: a flat buffer, the weight at offset 40
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(normal_at(5, 1, i));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(normal_at(6, 1, i));
+  auto reference = [&](const std::vector<float>& wv) {  // fp32 GEMM of the rounded inputs
+    std::vector<float> y(M * N, 0.f);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k)
+          s += double(to_f32(to_bf16(x[m * K + k]))) * to_f32(to_bf16(wv[40 + n * K + k]));
+        y[m * N + n] = static_cast<float>(s);
+      }
+    return y;
+  };
+  auto err = [](const std::vector<float>& a, const std::vector<float>& r) {
+    double e = 0;
+    for (size_t i = 0; i < a.size(); ++i) e = std::max(e, double(std::fabs(a[i] - r[i])) / (1 + std::fabs(r[i])));
+    return e;
+  };
+  const int64_t before = MemTracker::host().stats().of(Mem::params);
+  ops->register_weights(w.data(), w.size());
+  BOOST_TEST(MemTracker::host().stats().of(Mem::params) == before);  // fp32 mode: no copy
+  BOOST_REQUIRE(ops->set_gemm_bf16(true));
+  BOOST_TEST(MemTracker::host().stats().of(Mem::params) == before + int64_t(2 * w.size()));
+  std::vector<float> y(M * N);
+  ops->matmul_forward(y.data(), x.data(), w.data() + 40, nullptr, M, K, N);
+  BOOST_TEST(err(y, reference(w)) < 1e-5);
+  for (float& v : w) v = -2.f * v + 0.25f;  // an optimizer step
+  ops->weights_changed(w.data());
+  ops->matmul_forward(y.data(), x.data(), w.data() + 40, nullptr, M, K, N);
+  BOOST_TEST(err(y, reference(w)) < 1e-5);
+  std::vector<float> dx(M * K), dxref(M * K);  // the backward reads the same copy
+  ops->matmul_backward(dx.data(), nullptr, nullptr, y.data(), x.data(), w.data() + 40, M, K, N);
+  ops->set_gemm_bf16(false);
+  std::vector<float> wr(w.size()), yr(M * N);
+  for (size_t i = 0; i < w.size(); ++i) wr[i] = to_f32(to_bf16(w[i]));
+  for (size_t i = 0; i < y.size(); ++i) yr[i] = to_f32(to_bf16(y[i]));
+  ops->matmul_backward(dxref.data(), nullptr, nullptr, yr.data(), x.data(), wr.data() + 40, M, K, N);
+  BOOST_TEST(err(dx, dxref) < 1e-5);
+  BOOST_TEST(MemTracker::host().stats().of(Mem::params) == before);  // fp32 again: the copy is freed
+  ops->unregister_weights(w.data());
+}

@@ -92,13 +92,22 @@ class GPT final : public ModelChunk {
   // (ring_attention.hpp), forward() still takes the full [B, seq_len] token arrays.
   GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act = {},
       Comm* tp = nullptr, Comm* cp = nullptr);
+  ~GPT() override;
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
 
   void init_weights(uint64_t seed);
   // ModelChunk (model_chunk.hpp says what each does).
   const ModelConfig& config() const override { return cfg_; }
   const ModelShard& shard() const override { return shard_; }
   const std::vector<ParamInfo>& params() const override { return params_; }
-  float* param_data() override { return params_buf_.data(); }  // nullptr after release_param_buffer()
+  // nullptr after release_param_buffer(). The caller may write through it: the bf16 GEMMs'
+  // rounded weights (Ops::register_weights) are refreshed before their next use.
+  float* param_data() override {
+    params_changed();
+    return params_buf_.data();
+  }
+  void params_changed() override { ops_.weights_changed(params_buf_.data()); }
   float* grad_data() override { return grads_buf_.data(); }    // nullptr after release_grad_buffer()
   size_t num_params() const override { return n_flat_; }
   void zero_grad() override;

@@ -25,6 +25,13 @@ class Ops : public FlatOps {
   // fp32 (the GPU backend's rounding points); everything else stays fp32. false: unsupported.
   virtual bool set_gemm_bf16(bool on) { return !on; }
   virtual bool gemm_bf16() const { return false; }
+  // A model's flat parameter buffer [base, base + n): under bf16 GEMMs its weights are rounded
+  // once per change into a bf16 copy (2 bytes per float, Mem::params) rather than on every GEMM
+  // that reads them. The model calls weights_changed(base) whenever the values change (optimizer
+  // step, load, gather, a write through param_data()) and unregister_weights before freeing it.
+  virtual void register_weights(const float* base, size_t n) { (void)base, (void)n; }
+  virtual void unregister_weights(const float* base) { (void)base; }
+  virtual void weights_changed(const float* base) { (void)base; }
 
   // ---- linear layers (GEMM) ----
   // out[M,N] = inp[M,K] * weight[N,K]^T (+ bias[N] when bias != nullptr).

@@ -71,6 +71,10 @@ struct PlanInput {
   PlanLayout layout;
   ClusterSpec cluster;
   Precision precision = Precision::bf16;
+  // fp32 on the CPU with train.precision = bf16 (bf16 GEMMs): the model's weights also have a
+  // bf16 copy, rounded once per step (Ops::register_weights): + 2 B/param under params, none
+  // under ZeRO-3 (the gathered units are rounded per GEMM).
+  bool cpu_bf16_gemms = false;
   int global_batch() const { return layout.micro_batch * layout.microbatches * layout.dp; }
 };
 

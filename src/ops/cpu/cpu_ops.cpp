@@ -39,6 +39,9 @@ class CpuOps final : public Ops {
     return true;
   }
   bool gemm_bf16() const override { return gemm_.bf16(); }
+  void register_weights(const float* base, size_t n) override { gemm_.register_weights(base, n); }
+  void unregister_weights(const float* base) override { gemm_.unregister_weights(base); }
+  void weights_changed(const float* base) override { gemm_.weights_changed(base); }
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M, int64_t K,
                       int64_t N) override {

@@ -4,11 +4,13 @@
 
 #include <dnnl.hpp>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <vector>
 #include <tuple>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/memory.hpp"
 
 namespace mpitron::cpu {
 
@@ -23,7 +25,17 @@ struct Gemm::Cache {
     memory::desc a, b, c, bias;
   };
   std::map<Key, Entry> prims;
-  std::vector<uint16_t> a16, b16;  // bf16 mode: the rounded inputs
+  Buffer<uint16_t> a16, b16;  // bf16 mode: the rounded inputs (b16: weights outside a mirror)
+  // A registered weight range: its bf16 copy (bf16 mode only) and, per weight (by offset), the
+  // extent rounded and the generation it was rounded at; weights_changed bumps the generation.
+  struct Mirror {
+    const float* base = nullptr;
+    size_t n = 0;
+    Buffer<uint16_t> bf16;
+    uint64_t gen = 1;
+    std::map<size_t, std::pair<size_t, uint64_t>> fresh;
+  };
+  std::vector<Mirror> mirrors;
 };
 
 namespace {
@@ -48,6 +60,48 @@ Gemm::Gemm() : cache_(std::make_unique<Cache>()), impl_{GemmImpl::sgemm, GemmImp
 Gemm::~Gemm() = default;
 
 size_t Gemm::cached_primitives() const { return cache_->prims.size(); }
+
+void Gemm::set_bf16(bool on) {
+  bf16_ = on;
+  for (auto& m : cache_->mirrors) {
+    m.bf16 = on ? Buffer<uint16_t>(Mem::params, m.n) : Buffer<uint16_t>();
+    m.fresh.clear();
+  }
+  if (!on) cache_->a16.reset(), cache_->b16.reset();
+}
+
+void Gemm::register_weights(const float* base, size_t n) {
+  unregister_weights(base);
+  Cache::Mirror m;
+  m.base = base, m.n = n;
+  if (bf16_) m.bf16 = Buffer<uint16_t>(Mem::params, n);
+  cache_->mirrors.push_back(std::move(m));
+}
+
+void Gemm::unregister_weights(const float* base) {
+  auto& v = cache_->mirrors;
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const Cache::Mirror& m) { return m.base == base; }), v.end());
+}
+
+void Gemm::weights_changed(const float* base) {
+  for (auto& m : cache_->mirrors)
+    if (m.base == base) ++m.gen;
+}
+
+const uint16_t* Gemm::mirrored(const float* p, int64_t n) {
+  for (auto& m : cache_->mirrors) {
+    if (!m.bf16.data() || p < m.base || p + n > m.base + m.n) continue;
+    const size_t off = static_cast<size_t>(p - m.base);
+    auto& f = m.fresh[off];
+    if (f.second != m.gen || f.first < static_cast<size_t>(n)) {
+      to_bf16(m.bf16.data() + off, p, n);
+      f = {static_cast<size_t>(n), m.gen};
+      ++weight_roundings_;
+    }
+    return m.bf16.data() + off;
+  }
+  return nullptr;
+}
 
 void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias) {
@@ -80,11 +134,19 @@ void Gemm::run_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const flo
   // The inputs as stored (rows x row stride), rounded to bf16 with the same strides.
   const int64_t a_n = (ta ? K : M) * lda, b_n = (tb ? N : K) * ldb;
   auto& c = *cache_;
-  if (static_cast<int64_t>(c.a16.size()) < a_n) c.a16.resize(static_cast<size_t>(a_n));
-  if (static_cast<int64_t>(c.b16.size()) < b_n) c.b16.resize(static_cast<size_t>(b_n));
-  to_bf16(c.a16.data(), A, a_n);
-  to_bf16(c.b16.data(), B, b_n);
-  run_primitive(ta, tb, M, N, K, c.a16.data(), lda, c.b16.data(), ldb, C, ldc, accumulate, bias, true);
+  auto scratch = [](Buffer<uint16_t>& b, int64_t n) {
+    if (static_cast<int64_t>(b.size()) < n) b = Buffer<uint16_t>(Mem::workspace, static_cast<size_t>(n));
+    return b.data();
+  };
+  uint16_t* a16 = scratch(c.a16, a_n);
+  to_bf16(a16, A, a_n);
+  const uint16_t* b16 = mirrored(B, b_n);  // a weight: rounded once per change
+  if (!b16) {
+    uint16_t* s = scratch(c.b16, b_n);
+    to_bf16(s, B, b_n);
+    b16 = s;
+  }
+  run_primitive(ta, tb, M, N, K, a16, lda, b16, ldb, C, ldc, accumulate, bias, true);
 }
 
 // The cached matmul primitive of this shape (fp32 or bf16 inputs; fp32 result and bias), run.

@@ -5,6 +5,14 @@
 // into scratch and multiplied by a bf16 matmul primitive with fp32 accumulation and an fp32
 // result, bias and accumulate as in fp32 mode: the GPU backend's rounding points for the
 // GEMM inputs. Rounding per call costs (M + N) K conversions against the GEMM's 2 M N K FLOPs.
+//
+// Weights are rounded once per change, not per call: a model registers its flat parameter buffer
+// (register_weights) and says when it changed (weights_changed: after the optimizer step, a load,
+// any write through param_data()). In bf16 mode the range gets a bf16 mirror (Mem::params, 2
+// bytes per float: the memory ledger counts it), and a B operand inside it is rounded into the
+// mirror on its first use after a change, then read from there (the head's weight, used by every
+// logits chunk forward and backward, was rounded 8 times per micro-batch at gpt2-124m). The
+// activations are still rounded per call into scratch (Mem::workspace).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,10 +35,16 @@ class Gemm {
 
   // Back end per case: index 0 = NN (dX = dY*W), 1 = NT (Y = X*W^T), 2 = TN (dW = dY^T*X).
   void set_impl(int which, GemmImpl impl) { impl_[which] = impl; }
-  void set_bf16(bool on) { bf16_ = on; }
+  void set_bf16(bool on);  // allocates (on) or frees (off) the registered ranges' mirrors
   bool bf16() const { return bf16_; }
   GemmImpl impl(int which) const { return impl_[which]; }
   size_t cached_primitives() const;
+
+  // [base, base + n) holds weights that change only when weights_changed(base) says so.
+  void register_weights(const float* base, size_t n);
+  void unregister_weights(const float* base);
+  void weights_changed(const float* base);
+  size_t weight_roundings() const { return weight_roundings_; }  // mirror refreshes so far (tests)
 
  private:
   struct Cache;
@@ -38,7 +52,9 @@ class Gemm {
                 int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias);
   void run_primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
                      int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias, bool bf16);
+  const uint16_t* mirrored(const float* p, int64_t n);  // nullptr: not in a registered range
   std::unique_ptr<Cache> cache_;
+  size_t weight_roundings_ = 0;
   GemmImpl impl_[3];
   bool bf16_ = false;
 };
