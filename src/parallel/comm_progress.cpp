@@ -46,8 +46,8 @@ CommProgress::Handle CommProgress::add(Request r, std::function<void()> on_done)
   Handle h;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    h = ops_.size();
-    ops_.push_back(op);
+    h = next_handle_++;
+    ops_.emplace(h, op);
   }
   if (mode_ == ProgressMode::thread) cv_work_.notify_one();
   return h;
@@ -58,7 +58,7 @@ void CommProgress::progress_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   while (!stop_) {
     pending.clear();
-    for (auto& op : ops_)
+    for (auto& [h, op] : ops_)
       if (!op->complete) pending.push_back(op);
     if (pending.empty()) {
       cv_work_.wait(lk);
@@ -96,7 +96,7 @@ void CommProgress::poll() {
   std::vector<std::shared_ptr<Op>> ready;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& op : ops_) {
+    for (auto& [h, op] : ops_) {
       if (op->finished) continue;
       if (!op->complete && mode_ == ProgressMode::poll && op->req->test()) {
         op->complete = true;
@@ -112,8 +112,10 @@ void CommProgress::wait(Handle h) {
   std::shared_ptr<Op> op;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    check(h < ops_.size(), "CommProgress::wait: unknown handle {}", h);
-    op = ops_[h];
+    check(h < next_handle_, "CommProgress::wait: unknown handle {}", h);
+    auto it = ops_.find(h);
+    if (it == ops_.end()) return;  // finished and accounted for by take_timing
+    op = it->second;
   }
   if (op->finished) return;
   auto t0 = Clock::now();
@@ -141,17 +143,18 @@ void CommProgress::wait(Handle h) {
 }
 
 void CommProgress::wait_all() {
-  size_t n;
+  std::vector<Handle> hs;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    n = ops_.size();
+    for (auto& [h, op] : ops_) hs.push_back(h);
   }
-  for (size_t h = 0; h < n; ++h) wait(h);
+  for (Handle h : hs) wait(h);
 }
 
 bool CommProgress::done(Handle h) const {
   std::lock_guard<std::mutex> lk(mu_);
-  return h < ops_.size() && ops_[h]->finished;
+  auto it = ops_.find(h);
+  return h < next_handle_ && (it == ops_.end() || it->second->finished);
 }
 
 void CommProgress::blocking(const std::function<void()>& f) {
@@ -168,8 +171,13 @@ CommTiming CommProgress::take_timing() {
   // The timeline (trace.hpp): each collective from launch to completion, on the first comm lane
   // free at its start, so events on a lane never overlap.
   std::vector<Clock::time_point> lane_free;
-  for (auto& op : ops_) {
-    check(op->finished, "CommProgress::take_timing with an operation still in flight");
+  for (auto it = ops_.begin(); it != ops_.end();) {
+    if (!it->second->finished) {  // still in flight (ZeRO-1/2's parameter gathers): the next period's
+      ++it;
+      continue;
+    }
+    std::shared_ptr<Op> op = it->second;
+    it = ops_.erase(it);
     intervals_.emplace_back(op->start, op->end);
     if (!trace::enabled()) continue;
     size_t lane = 0;
@@ -178,7 +186,6 @@ CommTiming CommProgress::take_timing() {
     else lane_free[lane] = op->end;
     trace::event(op_name(*op), trace::comm + static_cast<int>(lane), op->start, op->end);
   }
-  ops_.clear();
   std::sort(intervals_.begin(), intervals_.end());
   CommTiming t;
   Clock::time_point cur_b{}, cur_e{};

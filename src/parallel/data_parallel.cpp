@@ -42,11 +42,17 @@ DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const Data
     model.release_grad_buffer();
   }
   if (opt.zero == 3) zero3_ = std::make_unique<ShardedParams>(model, dp, ops, progress_);
+  // ZeRO-1/2 on the CPU: the parameter all-gather per unit, overlapped with the next forward.
+  if ((opt.zero == 1 || opt.zero == 2) && dp.size() > 1 && !ops.allocator())
+    param_gather_ = std::make_unique<ParamAllGather>(model, dp, progress_);
   optim_ = std::make_unique<AdamW>(opt.adamw, ops, shard_table_, 0, shard_.size());
   model.set_unit_hook([this](Ev ev, int unit) { on_event(ev, unit); });
 }
 
-DataParallel::~DataParallel() { model_.set_unit_hook({}); }
+DataParallel::~DataParallel() {
+  model_.set_unit_hook({});
+  param_gather_.reset();  // waits for gathers still writing into the model
+}
 
 std::string DataParallel::describe() const {
   size_t biggest = 0;
@@ -58,6 +64,10 @@ std::string DataParallel::describe() const {
       opt_.bucket_mb > 0 ? "" : ": auto, a quarter of the model up to 25", biggest * 4.0 / (1 << 20),
       progress_mode_name(opt_.progress), n_, shard_.begin, shard_.end);
   if (zero3_) s += fmt::format(" | largest gathered unit {} floats", zero3_->largest_unit_floats());
+  if (param_gather_)
+    s += fmt::format(" | parameters all-gathered in {} units, each awaited at its next forward", param_gather_->units());
+  else if ((opt_.zero == 1 || opt_.zero == 2) && dp_.size() > 1)
+    s += " | parameters all-gathered after the step (blocking)";
   return s;
 }
 
@@ -101,6 +111,7 @@ void DataParallel::trace_unit(Ev ev, int unit) {
 void DataParallel::on_event(Ev ev, int unit) {
   if (trace::enabled()) trace_unit(ev, unit);
   progress_.poll();
+  if (param_gather_ && ev == Ev::pre_forward) param_gather_->wait_unit(unit);
   if (zero3_) zero3_->on_event(ev, unit);
   if (ev != Ev::pre_backward && ev != Ev::post_backward) return;
   int pos = backward_position(unit, n_layers_);
@@ -207,8 +218,11 @@ void DataParallel::scale_grads(float s) {
 }
 
 void DataParallel::optimizer_step(double lr) {
+  sync_params();  // (the forward waited for every unit already)
   optim_->step(param_shard(), grad_shard(), lr);
-  if ((opt_.zero == 1 || opt_.zero == 2) && dp_.size() > 1) {
+  if (param_gather_) {
+    param_gather_->launch();
+  } else if ((opt_.zero == 1 || opt_.zero == 2) && dp_.size() > 1) {
     // Everyone's updated shard, in place (this rank's part is already where it belongs).
     std::vector<size_t> counts = shard_counts(0, n_, n_, dp_.size());
     float* p = model_.param_data();
@@ -217,7 +231,12 @@ void DataParallel::optimizer_step(double lr) {
   if (!zero3_) model_.params_changed();  // ZeRO-3 units are gathered (and converted) when used
 }
 
+void DataParallel::sync_params() {
+  if (param_gather_) param_gather_->wait_all();
+}
+
 const float* DataParallel::full_params(Buffer<float>& scratch) {
+  sync_params();
   if (!zero3_ && !ops_.allocator()) return model_.param_data();
   scratch = Buffer<float>(Mem::workspace, n_);
   if (!ops_.allocator()) {

@@ -65,6 +65,20 @@ std::vector<size_t> shard_counts(size_t begin, size_t end, size_t n, int size) {
   return c;
 }
 
+std::vector<UnitRange> unit_ranges(const std::vector<ParamInfo>& params, size_t n_flat, const ModelShard& shard,
+                                   int n_local_layers) {
+  std::vector<UnitRange> units(2 + static_cast<size_t>(n_local_layers));
+  for (size_t i = 0; i < params.size(); ++i) {
+    UnitRange& u = units[unit_index(param_unit(params[i], shard))];
+    const size_t end = i + 1 < params.size() ? params[i + 1].offset : n_flat;
+    if (u.params.empty()) u.begin = params[i].offset;
+    check(u.params.empty() || u.end == params[i].offset, "the unit of parameter {} is not contiguous", params[i].name);
+    u.end = end;
+    u.params.push_back(i);
+  }
+  return units;
+}
+
 size_t grad_bucket_floats(double bucket_mb, size_t n_flat) {
   if (bucket_mb > 0) return std::max<size_t>(1, static_cast<size_t>(bucket_mb * (1 << 20) / sizeof(float)));
   const size_t max_floats = (size_t{25} << 20) / sizeof(float);

@@ -17,23 +17,15 @@ ShardedParams::ShardedParams(ModelChunk& model, Comm& dp, FlatOps& ops, CommProg
   ops.copy(shard_.data(), model.param_data() + range_.begin, range_.size());
   const ModelShard& ms = model.shard();
   n_layers_ = local_layers(model.config(), ms);
-  units_.resize(2 + n_layers_);
-  const auto& table = model.params();
-  // A unit's range runs to where the next parameter starts (its alignment padding included).
-  for (size_t i = 0; i < table.size(); ++i) {
-    int u = param_unit(table[i], ms);
-    Unit& un = units_[u == ModelChunk::kEmbeddingUnit ? 0 : u == ModelChunk::kHeadUnit ? 1 : 2 + u];
-    size_t end = i + 1 < table.size() ? table[i + 1].offset : n_;
-    if (un.params.empty()) un.begin = table[i].offset;
-    check(un.params.empty() || un.end == table[i].offset, "ZeRO-3: unit of {} is not contiguous", table[i].name);
-    un.end = end;
-    un.params.push_back(i);
+  for (UnitRange& r : unit_ranges(model.params(), n_, ms, n_layers_)) {
+    units_.emplace_back();
+    static_cast<UnitRange&>(units_.back()) = std::move(r);
   }
   model.release_param_buffer();
 }
 
 ShardedParams::Unit* ShardedParams::unit(int u) {
-  Unit* p = u == ModelChunk::kEmbeddingUnit ? &units_[0] : u == ModelChunk::kHeadUnit ? &units_[1] : &units_[2 + u];
+  Unit* p = &units_[unit_index(u)];
   return p->params.empty() ? nullptr : p;
 }
 

@@ -57,6 +57,7 @@ std::vector<CheckpointShard> StageCheckpointState::shards() {
     ModelChunk& model = model_.chunk(c);
     DataParallel& ddp = model_.ddp(c);
     const int zero = ddp.zero();
+    ddp.sync_params();  // ZeRO-1/2: the last step's parameter gathers
     CheckpointShard s = checkpoint_shard_of(mc_, model.shard(), coord_, zero);
     const FlatRange r = ddp.shard();
     AdamW& opt = ddp.optimizer();

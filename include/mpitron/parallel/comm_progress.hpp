@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,7 +56,10 @@ class CommProgress {
   bool done(Handle h) const;
   // A blocking collective: timed as both in flight and exposed.
   void blocking(const std::function<void()>& f);
-  CommTiming take_timing();  // since the last call; every op must have been waited for
+  // Since the last call: the operations that finished (their callbacks ran), each counted in the
+  // period it finishes in; one still in flight stays for the next call (ZeRO-1/2's parameter
+  // gathers, launched after the optimizer step and waited for in the next step's forward).
+  CommTiming take_timing();
   ProgressMode mode() const { return mode_; }
 
  private:
@@ -74,7 +78,8 @@ class CommProgress {
   ProgressMode mode_;
   mutable std::mutex mu_;
   std::condition_variable cv_done_, cv_work_;
-  std::vector<std::shared_ptr<Op>> ops_;  // this step's ops, by handle
+  std::map<Handle, std::shared_ptr<Op>> ops_;  // not yet taken by take_timing, by handle
+  Handle next_handle_ = 0;
   std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals_;
   double exposed_ms_ = 0;
   bool stop_ = false;

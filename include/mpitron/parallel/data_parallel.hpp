@@ -43,6 +43,7 @@
 #include "mpitron/ops/flat_ops.hpp"
 #include "mpitron/parallel/comm_progress.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
+#include "mpitron/parallel/param_gather.hpp"
 #include "mpitron/parallel/zero3_params.hpp"
 #include "mpitron/parallel/adamw.hpp"
 
@@ -77,7 +78,12 @@ class DataParallel {
   // of the last stage is left out (the first stage counts it).
   double grad_sum_squares(int tp_rank = 0);
   void scale_grads(float s);           // clipping
-  void optimizer_step(double lr);      // AdamW on this rank's shard, then parameters all-gathered
+  // AdamW on this rank's shard, then the parameters all-gathered: ZeRO-1/2 on the CPU launches
+  // one gather per unit and the next forward waits for each at its unit (param_gather.hpp).
+  void optimizer_step(double lr);
+  // Every parameter of the flat buffer current (the ZeRO-1/2 gathers of the last step done):
+  // before reading or writing the whole buffer outside a forward (checkpoints).
+  void sync_params();
   CommTiming take_timing() { return progress_.take_timing(); }
 
   // Every parameter in the flat layout, in host memory (ZeRO-3: gathered, a collective call; a
@@ -117,6 +123,7 @@ class DataParallel {
   Buffer<float> grad_shard_;  // ZeRO-2/3
   CommProgress progress_;
   std::unique_ptr<ShardedParams> zero3_;
+  std::unique_ptr<ParamAllGather> param_gather_;  // declared after progress_: destroyed (waited) first
   std::vector<ParamInfo> shard_table_;  // the parameter table cut to the shard, offsets from its start
   std::unique_ptr<AdamW> optim_;
   int micro_batches_ = 1, backwards_done_ = 0;

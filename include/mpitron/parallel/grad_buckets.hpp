@@ -57,4 +57,18 @@ FlatRange zero_shard(size_t n, int size, int rank);
 // counts[r] = |[begin, end) ∩ shard(r)|: the v-collective counts for one bucket or unit.
 std::vector<size_t> shard_counts(size_t begin, size_t end, size_t n, int size);
 
+// The flat range of each unit (ModelChunk's unit events): its parameters are contiguous, and the
+// range runs to where the next parameter starts (alignment padding included). Indexed by
+// unit_index: [0] the embedding, [1] the head, [2 + l] local block l; `params` empty when the
+// unit has no parameters on this chunk (the head of a middle stage).
+struct UnitRange {
+  size_t begin = 0, end = 0;
+  std::vector<size_t> params;  // indices into the parameter table
+};
+inline size_t unit_index(int unit) {
+  return unit == ModelChunk::kEmbeddingUnit ? 0 : unit == ModelChunk::kHeadUnit ? 1 : 2 + static_cast<size_t>(unit);
+}
+std::vector<UnitRange> unit_ranges(const std::vector<ParamInfo>& params, size_t n_flat, const ModelShard& shard,
+                                   int n_local_layers);
+
 }  // namespace mpitron

@@ -36,9 +36,7 @@ class ShardedParams {
   size_t largest_unit_floats() const;  // the biggest working buffer
 
  private:
-  struct Unit {
-    size_t begin = 0, end = 0;
-    std::vector<size_t> params;
+  struct Unit : UnitRange {
     Buffer<float> buf;
     CommProgress::Handle handle = 0;
     bool pending = false, present = false;

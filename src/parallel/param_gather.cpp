@@ -1,0 +1,48 @@
+#include "mpitron/parallel/param_gather.hpp"
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+
+ParamAllGather::ParamAllGather(ModelChunk& model, Comm& dp, CommProgress& progress)
+    : model_(model), dp_(dp), progress_(progress), n_(model.num_params()) {
+  const int layers = local_layers(model.config(), model.shard());
+  for (UnitRange& r : unit_ranges(model.params(), n_, model.shard(), layers)) units_.push_back({std::move(r)});
+  // Forward order: the embedding, block 0 .. L-1, the head.
+  std::vector<size_t> order{unit_index(ModelChunk::kEmbeddingUnit)};
+  for (int l = 0; l < layers; ++l) order.push_back(unit_index(l));
+  order.push_back(unit_index(ModelChunk::kHeadUnit));
+  for (size_t u : order)
+    if (!units_[u].range.params.empty()) order_.push_back(u);
+}
+
+void ParamAllGather::launch() {
+  float* p = model_.param_data();
+  for (size_t u : order_) {
+    Unit& un = units_[u];
+    check(!un.pending, "ParamAllGather: unit {} launched while its previous gather is in flight", u);
+    // In place: this rank's part of the unit is already where it belongs (MPI_IN_PLACE).
+    const std::vector<size_t> counts = shard_counts(un.range.begin, un.range.end, n_, dp_.size());
+    size_t mine = un.range.begin;
+    for (int r = 0; r < dp_.rank(); ++r) mine += counts[r];
+    un.handle = progress_.add(dp_.iall_gatherv(p + mine, p + un.range.begin, counts.data(), DType::f32));
+    un.pending = true;
+  }
+}
+
+void ParamAllGather::wait_unit(int unit) {
+  Unit& un = units_[unit_index(unit)];
+  if (!un.pending) return;
+  progress_.wait(un.handle);
+  un.pending = false;
+}
+
+void ParamAllGather::wait_all() {
+  for (size_t u : order_) {
+    if (!units_[u].pending) continue;
+    progress_.wait(units_[u].handle);
+    units_[u].pending = false;
+  }
+}
+
+}  // namespace mpitron
