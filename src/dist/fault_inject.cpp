@@ -33,8 +33,9 @@ constexpr const char* kPoints[] = {
     "ckpt_write",   // in the middle of writing a checkpoint (after its first tensor)
     "ckpt_rename",  // checkpoint file complete, before it is renamed into place
     "ckpt_load",    // before a checkpoint is read on resume
+    "param_gather", // ZeRO-1/2's parameter gathers after the optimizer step (action late only)
 };
-constexpr const char* kActions[] = {"hang", "stop", "kill", "exit", "usr1", "term", "slow"};
+constexpr const char* kActions[] = {"hang", "stop", "kill", "exit", "usr1", "term", "slow", "late"};
 
 struct Spec {
   std::string action, point;
@@ -147,18 +148,32 @@ void fault_inject_from_env() {
   fault_inject_configure(std::getenv("MPITRON_FAULT"), rank < 0 ? 0 : rank);
 }
 
-void fault_point(const char* point) {
+namespace {
+bool fault_on() {
   int st = g_state.load(std::memory_order_relaxed);
-  if (st == 1) return;
   if (st == 0) {
     fault_inject_from_env();
-    if (g_state.load() == 1) return;
+    st = g_state.load();
   }
+  return st == 2;
+}
+}  // namespace
+
+bool fault_late(const char* point) {
+  if (!fault_on()) return false;
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (const auto& s : g_specs)
+    if (s.action == "late" && s.point == point && (s.step < 0 || s.step == activity_step())) return true;
+  return false;
+}
+
+void fault_point(const char* point) {
+  if (!fault_on()) return;
   Spec* hit = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     for (auto& s : g_specs) {
-      if (s.fired || std::strcmp(s.point.c_str(), point) != 0) continue;
+      if (s.fired || s.action == "late" || std::strcmp(s.point.c_str(), point) != 0) continue;
       if (s.step >= 0 && s.step != activity_step()) continue;
       if (++s.hits < s.after) continue;
       s.fired = s.action != "slow";

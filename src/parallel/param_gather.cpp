@@ -1,6 +1,7 @@
 #include "mpitron/parallel/param_gather.hpp"
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/dist/fault_inject.hpp"
 
 namespace mpitron {
 
@@ -17,32 +18,37 @@ ParamAllGather::ParamAllGather(ModelChunk& model, Comm& dp, CommProgress& progre
 }
 
 void ParamAllGather::launch() {
-  float* p = model_.param_data();
+  const bool late = fault_late("param_gather");  // tests: nothing arrives before it is waited for
   for (size_t u : order_) {
     Unit& un = units_[u];
     check(!un.pending, "ParamAllGather: unit {} launched while its previous gather is in flight", u);
-    // In place: this rank's part of the unit is already where it belongs (MPI_IN_PLACE).
-    const std::vector<size_t> counts = shard_counts(un.range.begin, un.range.end, n_, dp_.size());
-    size_t mine = un.range.begin;
-    for (int r = 0; r < dp_.rank(); ++r) mine += counts[r];
-    un.handle = progress_.add(dp_.iall_gatherv(p + mine, p + un.range.begin, counts.data(), DType::f32));
     un.pending = true;
+    un.started = !late;
+    if (!late) start(un);
   }
 }
 
-void ParamAllGather::wait_unit(int unit) {
-  Unit& un = units_[unit_index(unit)];
+void ParamAllGather::start(Unit& un) {
+  // In place: this rank's part of the unit is already where it belongs (MPI_IN_PLACE).
+  float* p = model_.param_data();
+  const std::vector<size_t> counts = shard_counts(un.range.begin, un.range.end, n_, dp_.size());
+  size_t mine = un.range.begin;
+  for (int r = 0; r < dp_.rank(); ++r) mine += counts[r];
+  un.handle = progress_.add(dp_.iall_gatherv(p + mine, p + un.range.begin, counts.data(), DType::f32));
+  un.started = true;
+}
+
+void ParamAllGather::wait(Unit& un) {
   if (!un.pending) return;
+  if (!un.started) start(un);
   progress_.wait(un.handle);
   un.pending = false;
 }
 
+void ParamAllGather::wait_unit(int unit) { wait(units_[unit_index(unit)]); }
+
 void ParamAllGather::wait_all() {
-  for (size_t u : order_) {
-    if (!units_[u].pending) continue;
-    progress_.wait(units_[u].handle);
-    units_[u].pending = false;
-  }
+  for (size_t u : order_) wait(units_[u]);
 }
 
 }  // namespace mpitron

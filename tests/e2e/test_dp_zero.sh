@@ -35,6 +35,14 @@ for z in 0 1 2 3; do
   run "dp4_z${z}_acc" 4 --parallel.zero=$z --train.micro_batch=1        # accumulation 2
   for r in "dp2_z${z}" "dp2_z${z}_acc" "dp4_z${z}" "dp4_z${z}_acc"; do compare ref "$r"; done
 done
+# ZeRO-1/2's parameter gathers (param_gather.hpp) with nothing arriving before its unit's forward
+# waits for it (MPITRON_FAULT=late@param_gather posts each gather at its wait): a forward that read
+# a unit's weights before waiting would train on the last step's values.
+MPITRON_FAULT=late@param_gather run dp2_z1_late 2 --parallel.zero=1 --train.micro_batch=4
+MPITRON_FAULT=late@param_gather run dp4_z2_late 4 --parallel.zero=2 --train.micro_batch=1
+for r in dp2_z1_late dp4_z2_late; do compare ref "$r"; done
+grep -q "parameters all-gathered in 4 units, each awaited at its next forward" "$tmp/dp2_z1_late.log" ||
+  fail "ZeRO-1 gather: $(grep '^data parallel' "$tmp/dp2_z1_late.log")"
 # Buckets: 1e-5 MiB (every one of the 28 tensors a bucket of its own) and 1000 MiB (one bucket for the model).
 run dp2_z0_small 2 --parallel.zero=0 --train.micro_batch=2 --parallel.bucket_mb=1e-5
 run dp2_z2_small 2 --parallel.zero=2 --train.micro_batch=2 --parallel.bucket_mb=1e-5

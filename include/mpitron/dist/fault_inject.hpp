@@ -10,6 +10,8 @@
 //             usr1 | term   send SIGUSR1 / SIGTERM to this process (a preemption at that moment)
 //             slow   sleep ms=M milliseconds (default 100) EVERY time the point is reached: a
 //                    straggler (the other actions fire once)
+//             late   the non-blocking operations at POINT start only when they are waited for
+//                    (fault_late): the worst case of an overlap, deterministic (param_gather)
 //     POINT:  a name passed to fault_point() below (the list is in src/dist/fault_inject.cpp)
 //     rank=R  only world rank R (default: every rank); step=S only while activity_step() == S;
 //     after=N fire on the N-th time the point is reached (1-based, default 1), once.
@@ -21,6 +23,9 @@ namespace mpitron {
 
 // Called at a named point; does nothing (one relaxed load) unless MPITRON_FAULT names it.
 void fault_point(const char* point);
+// True when MPITRON_FAULT says late@point (for this rank, at this step): the caller defers the
+// operations it would start there until they are needed.
+bool fault_late(const char* point);
 
 // Reads MPITRON_FAULT now (train calls it at start-up, so a malformed spec is a usage error at
 // once, not at the first point reached). Later fault_point() calls use what it parsed.

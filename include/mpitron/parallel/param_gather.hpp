@@ -9,6 +9,9 @@
 // overlap_comm does. The embedding's pre_forward is the first event of every forward, so a tied
 // wte is there before the head reads it.
 //
+// MPITRON_FAULT=late@param_gather (tests) posts each gather only when its unit waits: nothing has
+// arrived early, so a forward that read a unit before waiting would read the last step's weights.
+//
 // Whoever reads or writes the whole buffer outside a forward (a checkpoint, a parameter dump, a
 // load) calls wait_all() first; the optimizer step does, before it writes the shard.
 //
@@ -40,8 +43,11 @@ class ParamAllGather {
   struct Unit {
     UnitRange range;
     CommProgress::Handle handle = 0;
-    bool pending = false;
+    bool pending = false;  // launched, not yet waited for
+    bool started = false;  // posted (MPITRON_FAULT=late@param_gather posts it at its wait)
   };
+  void start(Unit& un);
+  void wait(Unit& un);
   ModelChunk& model_;
   Comm& dp_;
   CommProgress& progress_;
