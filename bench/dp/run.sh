@@ -6,6 +6,8 @@
 # configuration runs REPEAT times, interleaved; the table quotes medians (shared, noisy machine).
 #   bash bench/dp/run.sh [steps] [repeat]       -> bench/results/dp.md (+ dp_runs.jsonl, every run)
 #   bash bench/dp/run.sh --render                -> dp.md again from dp_runs.jsonl
+#   MPITRON_BEFORE=/path/to/older/mpitron [MPITRON_BEFORE_LABEL="commit abc1234"] bash bench/dp/run.sh ...
+#     adds that binary's ZeRO-1/2 rows, interleaved with the others: before and after in one run
 # Needs: make, make data, python3-torch (MPITRON_DEPS_TORCH=1 make deps).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,6 +17,7 @@ STEPS=${1:-8}
 REPEAT=${2:-3}
 RUNS=bench/results/dp_runs.jsonl
 BIN=${MPITRON:-build/mpitron}
+BEFORE=${MPITRON_BEFORE:-}
 OUT=bench/results/dp.md
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,11 +29,11 @@ model=(--model.vocab_size=$V --model.n_layer=$L --model.n_head=$H --model.d_mode
        --train.micro_batch=$B --train.steps="$STEPS" --eval.every=0 --eval.batches=0 --log.every=1
        --train.peak_flops=1e11)
 
-mpitron() {  # name np threads extra...
+mpitron() {  # name np threads extra...   (BIN=... mpitron ...: another binary)
   local name=$1 np=$2 th=$3
   shift 3
   rm -rf "${tmp:?}/$name"  # a fresh run dir: an existing one would be resumed (checkpoints)
-  "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS="$th" "$BIN" train jobs/tiny.toml "${model[@]}" \
+  "${MPIRUN[@]}" -np "$np" -x OMP_NUM_THREADS="$th" "${BIN_RUN:-$BIN}" train jobs/tiny.toml "${model[@]}" \
     --train.threads="$th" --train.global_batch=$((B * np)) --job.run_dir="$tmp/$name" "$@" >"$tmp/$name.log" 2>&1 ||
     { tail -20 "$tmp/$name.log"; exit 1; }
   /usr/bin/python3 - "$tmp/$name/metrics.jsonl" "$name" >>"$tmp/results.jsonl" <<'PY'
@@ -60,12 +63,17 @@ else
   echo "bench/dp: no OpenMP OpenBLAS build for PyTorch (MPITRON_DEPS_TORCH=1 make deps installs libopenblas0-openmp); its rates will not be compared" >&2
 load() { cut -d' ' -f1 /proc/loadavg; }
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-echo "{\"name\": \"meta\", \"steps\": $STEPS, \"repeat\": $REPEAT, \"cpu\": \"$cpu\", \"cores\": $(nproc), \"load_start\": $(load)}" \
+before_note=""
+[ -n "$BEFORE" ] && before_note=", \"before\": \"${MPITRON_BEFORE_LABEL:-$BEFORE}\""
+echo "{\"name\": \"meta\", \"steps\": $STEPS, \"repeat\": $REPEAT, \"cpu\": \"$cpu\", \"cores\": $(nproc), \"load_start\": $(load)$before_note}" \
   >"$tmp/results.jsonl"
 for rep in $(seq "$REPEAT"); do
   mpitron np1_t1 1 1
   mpitron np1_t2 1 2
   for z in 0 1 2 3; do mpitron "np2_z$z" 2 1 --parallel.zero=$z; done
+  if [ -n "$BEFORE" ]; then
+    for z in 1 2; do BIN_RUN=$BEFORE mpitron "np2_z${z}_before" 2 1 --parallel.zero=$z; done
+  fi
   mpitron np2_z0_25mb 2 1 --parallel.zero=0 --parallel.bucket_mb=25  # the former fixed cap
   mpitron np2_z0_poll 2 1 --parallel.zero=0 --parallel.dp_progress=poll
   mpitron np2_z0_none 2 1 --parallel.zero=0 --parallel.dp_progress=none
@@ -103,6 +111,8 @@ print("|---|---|---|---|---|---|---|---|")
 names = [("np1_t1", "mpitron 1 rank x 1 thread"), ("np1_t2", "mpitron 1 rank x 2 threads"),
          ("np2_z0", "mpitron 2 ranks x 1 thread, ZeRO-0 (DDP)"), ("np2_z1", "mpitron 2x1, ZeRO-1"),
          ("np2_z2", "mpitron 2x1, ZeRO-2"), ("np2_z3", "mpitron 2x1, ZeRO-3"),
+         ("np2_z1_before", f"mpitron 2x1, ZeRO-1, before ({meta.get('before', 'an older build')})"),
+         ("np2_z2_before", f"mpitron 2x1, ZeRO-2, before ({meta.get('before', 'an older build')})"),
          ("np2_z0_25mb", "mpitron 2x1, ZeRO-0, buckets of 25 MiB (the former default; now a quarter of the model)"),
          ("np2_z0_poll", "mpitron 2x1, ZeRO-0, progress: poll between layers"),
          ("np2_z0_none", "mpitron 2x1, ZeRO-0, progress: none (wait at the end)"),

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -24,6 +25,7 @@ struct Event {
 std::atomic<bool> g_on{false};
 std::mutex g_mu;
 std::vector<Event> g_events;
+std::map<int, std::vector<Clock::time_point>> g_lane_free;  // base track -> each lane's last end
 
 double us(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
@@ -42,6 +44,10 @@ std::string json_string(const std::string& s) {
 std::string track_name(int t) {
   if (t == compute) return "compute";
   if (t == data) return "data";
+  if (t == tp) return "tp";
+  if (t == pp_recv) return "pp recv";
+  if (t >= cp) return fmt::format("cp {}", t - cp);
+  if (t >= pp_send) return fmt::format("pp send {}", t - pp_send);
   if (t >= comm) return fmt::format("comm {}", t - comm);
   return fmt::format("track {}", t);
 }
@@ -56,11 +62,22 @@ void event(const std::string& name, int track, Clock::time_point b, Clock::time_
   g_events.push_back({name, track, b, e});
 }
 
+void lane_event(const std::string& name, int base, Clock::time_point b, Clock::time_point e) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  auto& free = g_lane_free[base];
+  size_t lane = 0;
+  while (lane < free.size() && free[lane] > b) ++lane;
+  if (lane == free.size()) free.push_back(e);
+  else free[lane] = e;
+  g_events.push_back({name, base + static_cast<int>(lane), b, e});
+}
+
 void write(const std::string& path, int rank) {
   std::vector<Event> events;
   {
     std::lock_guard<std::mutex> lk(g_mu);
     events.swap(g_events);
+    g_lane_free.clear();
   }
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);

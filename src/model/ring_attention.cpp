@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/trace.hpp"
 #include "mpitron/model/model_chunk.hpp"
 
 namespace mpitron {
@@ -21,10 +22,15 @@ Request RingAttention::pass_on(const void* send, void* recv, size_t n, DType t, 
   return cp_.isendrecv(send, n, (r + 1) % C, recv, n, (r + C - 1) % C, t, tag);
 }
 
-void RingAttention::wait(Request& hop) {
+void RingAttention::wait(Request& hop, std::chrono::steady_clock::time_point posted, const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
   hop->wait();
-  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  wait_s_ += std::chrono::duration<double>(t1 - t0).count();
+  if (trace::enabled()) {  // the hop from its post to the end of its wait, and the wait
+    trace::lane_event(what, trace::cp, posted, t1);
+    trace::event(std::string("waiting for ") + what, trace::compute, t0, t1);
+  }
 }
 
 void RingAttention::forward(void* out, float* lse, const void* qkv, int B) {
@@ -34,9 +40,10 @@ void RingAttention::forward(void* out, float* lse, const void* qkv, int B) {
   for (int s = 0; s < C; ++s) {
     const void* cur = blocks_.kv(s % 2);
     Request hop;
+    const auto posted = std::chrono::steady_clock::now();
     if (s + 1 < C) hop = pass_on(cur, blocks_.kv((s + 1) % 2), n_blk, blocks_.kv_type(), 0);  // overlaps the compute
     blocks_.forward_block(cur, (r + C - s) % C, B);
-    if (hop) wait(hop);
+    if (hop) wait(hop, posted, "cp k|v hop");
   }
   blocks_.forward_end(out, lse, B);
 }
@@ -50,12 +57,14 @@ void RingAttention::backward(void* dqkv, const void* dout, const void* qkv, cons
     const void* cur = blocks_.kv(s % 2);
     void* dcur = blocks_.dkv(s % 2);
     Request hop;
+    const auto posted = std::chrono::steady_clock::now();
     if (s + 1 < C) hop = pass_on(cur, blocks_.kv((s + 1) % 2), n_blk, blocks_.kv_type(), 1);  // k|v do not change
     blocks_.backward_block(cur, dcur, (r + C - s) % C, B);
     // dk|dv of this block go on with it (after the compute); the last hop takes them home.
+    const auto dposted = std::chrono::steady_clock::now();
     Request dhop = pass_on(dcur, blocks_.dkv((s + 1) % 2), n_blk, blocks_.dkv_type(), 2);
-    if (hop) wait(hop);
-    wait(dhop);
+    if (hop) wait(hop, posted, "cp k|v hop");
+    wait(dhop, dposted, "cp dk|dv hop");
   }
   // After cp steps and the final hop, dkv(C % 2) holds this rank's own block's dk|dv.
   blocks_.backward_end(dqkv, blocks_.dkv(C % 2), B);

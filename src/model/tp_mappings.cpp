@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/trace.hpp"
 
 namespace mpitron {
 
@@ -15,9 +16,11 @@ double now_s() {
 
 TpCommTimer::TpCommTimer(const TpContext& tp) : acc_(tp.active() ? tp.comm_seconds : nullptr) {
   if (acc_) t0_ = now_s();
+  if (acc_ && trace::enabled()) b_ = trace::Clock::now();
 }
 TpCommTimer::~TpCommTimer() {
   if (acc_) *acc_ += now_s() - t0_;
+  if (acc_ && trace::enabled() && b_ != trace::Clock::time_point{}) trace::event("tp collective", trace::tp, b_, trace::Clock::now());
 }
 
 template <class T>

@@ -162,15 +162,17 @@ void CommProgress::blocking(const std::function<void()>& f) {
   f();
   auto t1 = Clock::now();
   exposed_ms_ += std::chrono::duration<double, std::milli>(t1 - t0).count();
+  if (trace::enabled()) {  // in flight and waited for, the whole time
+    trace::lane_event("blocking collective", trace::comm, t0, t1);
+    trace::event("waiting for blocking collective", trace::compute, t0, t1);
+  }
   std::lock_guard<std::mutex> lk(mu_);
   intervals_.emplace_back(t0, t1);
 }
 
 CommTiming CommProgress::take_timing() {
   std::lock_guard<std::mutex> lk(mu_);
-  // The timeline (trace.hpp): each collective from launch to completion, on the first comm lane
-  // free at its start, so events on a lane never overlap.
-  std::vector<Clock::time_point> lane_free;
+  // The timeline (trace.hpp): each collective from launch to completion, on a comm lane.
   for (auto it = ops_.begin(); it != ops_.end();) {
     if (!it->second->finished) {  // still in flight (ZeRO-1/2's parameter gathers): the next period's
       ++it;
@@ -179,12 +181,7 @@ CommTiming CommProgress::take_timing() {
     std::shared_ptr<Op> op = it->second;
     it = ops_.erase(it);
     intervals_.emplace_back(op->start, op->end);
-    if (!trace::enabled()) continue;
-    size_t lane = 0;
-    while (lane < lane_free.size() && lane_free[lane] > op->start) ++lane;
-    if (lane == lane_free.size()) lane_free.push_back(op->end);
-    else lane_free[lane] = op->end;
-    trace::event(op_name(*op), trace::comm + static_cast<int>(lane), op->start, op->end);
+    if (trace::enabled()) trace::lane_event(op_name(*op), trace::comm, op->start, op->end);
   }
   std::sort(intervals_.begin(), intervals_.end());
   CommTiming t;

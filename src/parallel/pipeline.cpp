@@ -1,11 +1,14 @@
 // The pipeline executor (see pipeline.hpp for the communication rule).
 #include "mpitron/parallel/pipeline.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstring>
 #include <tuple>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/trace.hpp"
 
 namespace mpitron {
 namespace {
@@ -102,6 +105,8 @@ void PipelineExecutor::reap_sends(bool all) {
   for (size_t k = 0; k < sends_.size();) {
     if (all) sends_[k].req->wait();
     if (all || sends_[k].req->test()) {
+      if (!sends_[k].what.empty())  // from its post until it was seen complete
+        trace::lane_event(sends_[k].what, trace::pp_send, sends_[k].posted, Clock::now());
       release_buffer(sends_[k].buf);
       sends_.erase(sends_.begin() + static_cast<std::ptrdiff_t>(k));
     } else {
@@ -113,6 +118,12 @@ void PipelineExecutor::reap_sends(bool all) {
 void PipelineExecutor::run_comm_group(const std::vector<PipeAction>& acts, size_t begin, size_t end,
                                       const std::vector<Batch>& batches) {
   std::vector<Request> recvs;
+  std::vector<std::string> recv_names;
+  const bool tracing = trace::enabled();
+  const auto posted = Clock::now();
+  auto name = [&](const char* what, const PipeAction& a) {
+    return V_ > s_.pp ? fmt::format("pp {} mb {} chunk {}", what, a.mb, a.chunk) : fmt::format("pp {} mb {}", what, a.mb);
+  };
   for (size_t i = begin; i < end; ++i) {
     const PipeAction a = acts[i];
     PipelineStage& m = *chunks_[a.chunk];
@@ -127,6 +138,7 @@ void PipelineExecutor::run_comm_group(const std::vector<PipeAction>& acts, size_
         int b = take_buffer(n);
         arrived_[{dir, a.mb, a.chunk}] = b;
         recvs.push_back(comm_.irecv(bufs_[b].data(), n, DType::f32, peer, tag(dir, a.mb, vs)));
+        if (tracing) recv_names.push_back(name(dir ? "recv grad" : "recv act", a));
         break;
       }
       case PipeOp::send_act:
@@ -136,13 +148,19 @@ void PipelineExecutor::run_comm_group(const std::vector<PipeAction>& acts, size_
         if (dir == 0) m.get_output(slot_of_[a.chunk].at(a.mb), bufs_[b].data(), n);
         else m.get_input_grad(bufs_[b].data(), n);
         int to_vs = dir == 0 ? vs + 1 : vs - 1;
-        sends_.push_back({comm_.isend(bufs_[b].data(), n, DType::f32, peer, tag(dir, a.mb, to_vs)), b});
+        sends_.push_back({comm_.isend(bufs_[b].data(), n, DType::f32, peer, tag(dir, a.mb, to_vs)), b,
+                          tracing ? name(dir ? "send grad" : "send act", a) : std::string(), Clock::now()});
         break;
       }
       default: fail("pipeline: {} in a communication group", pipe_op_name(a.op));
     }
   }
-  for (auto& r : recvs) r->wait();
+  const auto t0 = Clock::now();
+  for (size_t k = 0; k < recvs.size(); ++k) {
+    recvs[k]->wait();
+    if (tracing) trace::event(recv_names[k], trace::pp_recv, posted, Clock::now());
+  }
+  if (tracing && !recvs.empty()) trace::event("waiting for pp recv", trace::compute, t0, Clock::now());
 }
 
 PipelineStepStats PipelineExecutor::run(const std::vector<Batch>& batches, float loss_scale) {
@@ -192,12 +210,19 @@ PipelineStepStats PipelineExecutor::run(const std::vector<Batch>& batches, float
       free_slots_[a.chunk].push_back(slot);
       slot_of_[a.chunk].erase(a.mb);
     }
-    st.compute_ms += ms_between(t0, Clock::now());
+    const auto t1 = Clock::now();
+    st.compute_ms += ms_between(t0, t1);  // idle_fraction(): the same intervals as the timeline's
+    if (trace::enabled())
+      trace::event(V_ > s_.pp ? fmt::format("{} mb {} chunk {}", a.op == PipeOp::forward ? "forward" : "backward", a.mb, a.chunk)
+                              : fmt::format("{} mb {}", a.op == PipeOp::forward ? "forward" : "backward", a.mb),
+                   trace::compute, t0, t1);
     ++i;
   }
   reap_sends(true);
   check(arrived_.empty(), "pipeline: {} received messages were never used", arrived_.size());
-  st.total_ms = ms_between(t_start, Clock::now());
+  const auto t_end = Clock::now();
+  st.total_ms = ms_between(t_start, t_end);
+  if (trace::enabled()) trace::event("pipeline schedule", trace::compute, t_start, t_end);
   return st;
 }
 
@@ -222,7 +247,7 @@ double PipelineExecutor::forward_only(const Batch& b, int64_t* n_targets) {
     if (vs < V_ - 1) {
       int buf = take_buffer(n);
       m.get_output(0, bufs_[buf].data(), n);
-      sends_.push_back({comm_.isend(bufs_[buf].data(), n, DType::f32, (rank_ + 1) % s_.pp, tag(0, 0, vs + 1)), buf});
+      sends_.push_back({comm_.isend(bufs_[buf].data(), n, DType::f32, (rank_ + 1) % s_.pp, tag(0, 0, vs + 1)), buf, {}, {}});
     }
   }
   reap_sends(true);

@@ -7,7 +7,16 @@
 //            unit events), waits for communication, the gradient finish, the optimizer step;
 //   data     waiting for the loader's next batch;
 //   comm N   each data-parallel collective from launch to completion (CommProgress), one lane
-//            per collective in flight at once, so events on a track never overlap.
+//            per collective in flight at once, so events on a track never overlap;
+//   tp       each tensor-parallel collective (blocking, on the compute thread);
+//   cp N     each context-parallel ring hop from its post to the end of its wait;
+//   pp recv  each pipeline receive from its post to the end of its wait; pp send N: each send
+//            from its post until it was seen complete.
+// On compute, the pipeline schedule of a step ("pipeline schedule") holds one event per forward
+// or backward of a micro-batch ("forward mb 3"), the units' events inside them; the waits for a
+// collective, a ring hop or a pipeline message are their own events ("waiting for ...").
+// tools/trace_summary.py reads the files back: per step, the data-parallel comm time, the part
+// exposed, the overlap, and each stage's pipeline idle fraction, as the log computes them.
 // Within a track events nest or are disjoint. Recording costs one clock read per event and only
 // while enabled; nothing is recorded otherwise.
 #pragma once
@@ -18,12 +27,15 @@ namespace mpitron::trace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Track : int { compute = 1, data = 2, comm = 10 };  // comm + lane
+enum Track : int { compute = 1, data = 2, tp = 3, pp_recv = 5, comm = 10, pp_send = 30, cp = 40 };  // comm, pp_send, cp: + lane
 
 bool enabled();
 void set_enabled(bool on);
 // One complete event [b, e] on `track`.
 void event(const std::string& name, int track, Clock::time_point b, Clock::time_point e);
+// On the first lane of `base` (comm, pp_send, cp) whose events all ended by b: events in flight at
+// once go on different lanes, so a lane's events never overlap.
+void lane_event(const std::string& name, int base, Clock::time_point b, Clock::time_point e);
 // Writes the events recorded so far (and clears them) to `path` as trace-event JSON for `rank`.
 void write(const std::string& path, int rank);
 

@@ -21,6 +21,7 @@
 // Masking is by global position (key position <= query position). Grouped-query attention: query
 // head h reads kv head h / (H / KV); dk, dv are summed over each group in order (deterministic).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -72,7 +73,8 @@ class RingAttention {
 
  private:
   Request pass_on(const void* send, void* recv, size_t n, DType t, int tag);
-  void wait(Request& hop);  // timed: the ring's exposed wait
+  // Timed: the ring's exposed wait; on the timeline the hop from `posted` and the wait.
+  void wait(Request& hop, std::chrono::steady_clock::time_point posted, const char* what);
   Comm& cp_;
   RingBlocks& blocks_;
   int Tl_;

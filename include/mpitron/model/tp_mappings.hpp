@@ -22,6 +22,7 @@
 // is the same split of the flattened batch (LayerNorm, residual and dropout are row-wise, so any
 // row partition is exact).
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -54,6 +55,7 @@ class TpCommTimer {
  private:
   double* acc_;
   double t0_ = 0;
+  std::chrono::steady_clock::time_point b_{};  // the timeline's start (trace.hpp), when enabled
 };
 
 // Each mapping is typed by its buffers' element type, T = float (the CPU model, fp32 reductions)

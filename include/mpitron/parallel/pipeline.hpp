@@ -12,6 +12,8 @@
 // Activations: each chunk holds max_in_flight(rank, chunk) slots (GPT ActivationOptions); a
 // micro-batch takes a free slot at its forward and gives it back at its backward.
 #pragma once
+#include <chrono>
+#include <string>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -65,6 +67,8 @@ class PipelineExecutor {
   struct Pending {
     Request req;
     int buf;
+    std::string what;  // the timeline's name (trace.hpp), when tracing
+    std::chrono::steady_clock::time_point posted{};
   };
   void init();
   int take_buffer(size_t floats);
