@@ -2,11 +2,11 @@
 // for a model, a parallel layout and a precision. No MPI: `mpitron plan` and the trainer's
 // `train.check_ledger` both call it.
 //
-// Exact by construction for mpitron's own GPT-2: parameter, gradient and optimizer bytes come
+// Exact by construction for mpitron's models: parameter, gradient and optimizer bytes come
 // from gpt_param_table (the table the model allocates its flat buffers from) and the activation
 // bytes from what the model allocates under Mem::activations: gpt_activation_bytes for the CPU
 // GPT in fp32 (checked there), gpu_activation_bytes (model/gpu_activations.hpp) for GptCuda in bf16.
-// LLaMA presets (not trainable yet) use the architecture's formulas, stated in ledger.cpp.
+// LLaMA the same way: its parameter table and the same activation functions (the model is one class).
 //
 // Worked example (the seed's): 7B parameters in bf16 mixed precision with Adam keep
 //   2 B (bf16 weights) + 2 B (bf16 gradients) + 4 B (fp32 master) + 8 B (fp32 Adam m, v)
