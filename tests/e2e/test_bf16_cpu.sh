@@ -5,7 +5,8 @@
 #   - layouts in bf16 (dp 2, tp 2) follow the single-rank bf16 run within 2% (the bound: GEMM
 #     inputs are rounded to 8 bits of mantissa, and a layout's different fp32 summation order
 #     flips the rounding of some of them, so layouts agree at bf16's level, not fp32's 1e-5);
-#   - the ledger stays EXACT in bf16 (inputs are rounded into per-call scratch, no weight copy);
+#   - the ledger stays EXACT in bf16, its params 1.5x fp32's: the weights' bf16 copy (2 B/param,
+#     rounded once per step; the activations are rounded into per-call workspace);
 #   - auto says what it chose and the two probe rates behind it; a bad value is refused.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -18,7 +19,7 @@ run() {  # name np extra...
   timeout 180 $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
     >"$tmp/$name.log" 2>&1 || { tail -20 "$tmp/$name.log"; fail "$name"; }
 }
-run fp32 1 --train.precision=fp32
+run fp32 1 --train.precision=fp32 --train.check_ledger=true
 run bf16 1 --train.precision=bf16 --train.check_ledger=true
 run bf16_dp2 2 --train.precision=bf16 --parallel.dp=2
 run bf16_tp2 2 --train.precision=bf16 --parallel.tp=2
@@ -29,6 +30,10 @@ grep -Eq "(fp32|bf16 GEMMs) \(auto: bf16 GEMM probe [0-9]+ vs fp32 [0-9]+ GFLOP/
 echo "    $(grep -o '[a-z0-9 ]* (auto: [^)]*)' "$tmp/auto.log")"
 ok=$(grep -c "ledger OK" "$tmp/bf16.log" || true)
 [ "$ok" -eq 2 ] && ! grep -q "MISMATCH\|OFF BY" "$tmp/bf16.log" || { grep "ledger" "$tmp/bf16.log"; fail "bf16 ledger"; }
+params() { grep -m1 "ledger rank 0 after step 1" "$tmp/$1.log" | sed -n 's/.*params tracked \([0-9]*\) .*/\1/p'; }
+p32=$(params fp32) p16=$(params bf16)
+[ -n "$p32" ] && [ $((p32 * 3)) -eq $((p16 * 2)) ] || fail "bf16 params $p16 bytes, expected 1.5 x fp32's $p32 (the weights' bf16 copy)"
+echo "    params: fp32 $p32 bytes, bf16 $p16 (+ the bf16 weight copy, 2 B/param)"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 t = sys.argv[1]
