@@ -49,10 +49,7 @@ DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const Data
   model.set_unit_hook([this](Ev ev, int unit) { on_event(ev, unit); });
 }
 
-DataParallel::~DataParallel() {
-  model_.set_unit_hook({});
-  param_gather_.reset();  // waits for gathers still writing into the model
-}
+DataParallel::~DataParallel() { model_.set_unit_hook({}); }
 
 std::string DataParallel::describe() const {
   size_t biggest = 0;

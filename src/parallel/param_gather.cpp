@@ -6,7 +6,7 @@
 namespace mpitron {
 
 ParamAllGather::ParamAllGather(ModelChunk& model, Comm& dp, CommProgress& progress)
-    : model_(model), dp_(dp), progress_(progress), n_(model.num_params()) {
+    : dp_(dp), progress_(progress), n_(model.num_params()), params_(model.param_data()) {
   const int layers = local_layers(model.config(), model.shard());
   for (UnitRange& r : unit_ranges(model.params(), n_, model.shard(), layers)) units_.push_back({std::move(r)});
   // Forward order: the embedding, block 0 .. L-1, the head.
@@ -30,11 +30,10 @@ void ParamAllGather::launch() {
 
 void ParamAllGather::start(Unit& un) {
   // In place: this rank's part of the unit is already where it belongs (MPI_IN_PLACE).
-  float* p = model_.param_data();
   const std::vector<size_t> counts = shard_counts(un.range.begin, un.range.end, n_, dp_.size());
   size_t mine = un.range.begin;
   for (int r = 0; r < dp_.rank(); ++r) mine += counts[r];
-  un.handle = progress_.add(dp_.iall_gatherv(p + mine, p + un.range.begin, counts.data(), DType::f32));
+  un.handle = progress_.add(dp_.iall_gatherv(params_ + mine, params_ + un.range.begin, counts.data(), DType::f32));
   un.started = true;
 }
 

@@ -48,10 +48,12 @@ class ParamAllGather {
   };
   void start(Unit& un);
   void wait(Unit& un);
-  ModelChunk& model_;
   Comm& dp_;
   CommProgress& progress_;
   size_t n_;
+  // The model's flat parameters (never released under ZeRO-1/2); the caller says they changed
+  // (DataParallel::optimizer_step: params_changed), not each gather's start.
+  float* params_;
   std::vector<Unit> units_;    // by unit_index
   std::vector<size_t> order_;  // unit indices with parameters, in forward order
 };

@@ -85,8 +85,8 @@ class TrainBackend {
   virtual StepComm take_comm() = 0;
   // Seconds in TP collectives so far (the loop prints the per-step mean); < 0: not measured.
   virtual double tp_comm_seconds() const { return -1; }
-  virtual double cp_wait_seconds() const { return -1; }
-  virtual bool cpu_bf16_gemms() const { return false; }  // the CPU's train.precision resolved to bf16  // < 0: no context parallel or not measured
+  virtual double cp_wait_seconds() const { return -1; }  // < 0: no context parallel or not measured
+  virtual bool cpu_bf16_gemms() const { return false; }  // the CPU's train.precision resolved to bf16
   // Every chunk's full flat parameters in host memory (train.dump_params; collective under ZeRO-3).
   virtual std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch) = 0;
 };

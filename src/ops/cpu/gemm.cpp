@@ -96,7 +96,6 @@ const uint16_t* Gemm::mirrored(const float* p, int64_t n) {
     if (f.second != m.gen || f.first < static_cast<size_t>(n)) {
       to_bf16(m.bf16.data() + off, p, n);
       f = {static_cast<size_t>(n), m.gen};
-      ++weight_roundings_;
     }
     return m.bf16.data() + off;
   }

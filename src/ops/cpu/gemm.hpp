@@ -44,7 +44,6 @@ class Gemm {
   void register_weights(const float* base, size_t n);
   void unregister_weights(const float* base);
   void weights_changed(const float* base);
-  size_t weight_roundings() const { return weight_roundings_; }  // mirror refreshes so far (tests)
 
  private:
   struct Cache;
@@ -54,7 +53,6 @@ class Gemm {
                      int64_t ldb, float* C, int64_t ldc, bool accumulate, const float* bias, bool bf16);
   const uint16_t* mirrored(const float* p, int64_t n);  // nullptr: not in a registered range
   std::unique_ptr<Cache> cache_;
-  size_t weight_roundings_ = 0;
   GemmImpl impl_[3];
   bool bf16_ = false;
 };
