@@ -12,12 +12,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <mutex>
 
 namespace mpitron {
 namespace {
 
-std::atomic<bool> g_record{false};
+// The watcher's mode (signals.hpp): terminate, record, or late (training has ended). The mutex
+// makes "read the mode, record the signal" one step against finish_job_signal_recording(), so a
+// signal is either recorded before the trainer's last look or reported as late, never lost.
+enum Mode { kTerminate, kRecord, kLate };
+std::mutex g_mode_mutex;
+Mode g_mode = kTerminate;
 std::atomic<int> g_recorded{0};
 std::atomic<int> g_interrupts{0};
 std::once_flag g_started;
@@ -50,6 +56,21 @@ bool launcher_rank0() {
   _exit(128 + sig);  // not reached
 }
 
+// A signal after the last step boundary: the run is complete and checkpointed; say why this
+// process still exits with 0 (a scheduler's SIGTERM at the very end is not a preemption).
+void say_late(int sig) {
+  char msg[160];
+  const char* rank = nullptr;
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if ((rank = std::getenv(v))) break;
+  const int n = std::snprintf(msg, sizeof msg,
+                              "mpitron: rank %s: signal %d (%s) after the last step: training is complete and "
+                              "checkpointed; exiting normally\n",
+                              rank ? rank : "0", sig, strsignal(sig));
+  ssize_t w = write(STDERR_FILENO, msg, static_cast<size_t>(std::max(0, std::min(n, int(sizeof msg) - 1))));
+  (void)w;
+}
+
 // signalfd rather than sigwait: sigwait unblocks the signals in its thread for the duration of
 // the wait (the kernel's real_blocked swap), so /proc would show one thread open to them; with
 // signalfd they stay blocked in every thread, always, and are read like data.
@@ -60,10 +81,17 @@ void* watch(void* arg) {
     ssize_t got = read(fd, &info, sizeof info);
     if (got != static_cast<ssize_t>(sizeof info)) continue;  // EINTR and the like
     const int sig = static_cast<int>(info.ssi_signo);
-    if (!g_record.load()) die_of(sig);
+    std::unique_lock lock(g_mode_mutex);
+    if (g_mode == kTerminate) die_of(sig);
     if (sig == SIGINT && g_interrupts.fetch_add(1) >= 1) die_of(sig);  // Ctrl-C twice: quit now
+    if (g_mode == kLate) {
+      lock.unlock();
+      say_late(sig);
+      continue;
+    }
     int none = 0;
     g_recorded.compare_exchange_strong(none, sig);  // the first one wins
+    lock.unlock();
     if (sig == SIGINT && launcher_rank0()) {
       static const char msg[] =
           "\nmpitron: interrupt: checkpointing at the end of this step, then exiting; Ctrl-C again quits at once\n";
@@ -101,7 +129,26 @@ void block_job_signals_and_watch() {
   });
 }
 
-void arm_job_signal_recording() { g_record.store(true); }
+void arm_job_signal_recording() {
+  std::lock_guard lock(g_mode_mutex);
+  g_mode = kRecord;
+}
+
+void finish_job_signal_recording() {
+  std::unique_lock lock(g_mode_mutex);
+  if (g_mode != kRecord) return;
+  g_mode = kLate;
+  int sig = g_recorded.exchange(0);
+  if (!sig) {
+    // One sent but not yet read by the watcher (blocked in every thread, so still pending on the
+    // process): take it here, or the process could exit before the watcher says anything.
+    const sigset_t set = job_set();
+    const timespec now{0, 0};
+    sig = std::max(0, sigtimedwait(&set, nullptr, &now));
+  }
+  lock.unlock();
+  if (sig) say_late(sig);
+}
 
 int recorded_job_signal() { return g_recorded.load(); }
 

@@ -11,6 +11,8 @@ void arm_preemption() {
   arm_job_signal_recording();
 }
 
+void finish_preemption() { finish_job_signal_recording(); }
+
 int preemption_signal() { return recorded_job_signal(); }
 
 int preemption_agreed(Comm& world) {

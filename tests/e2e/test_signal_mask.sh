@@ -84,6 +84,16 @@ rc=0; wait $pid || rc=$?
 ! grep -q "preempted" "$tmp/int2.log" || fail "two SIGINTs: it still waited for the step to checkpoint"
 echo "two Ctrl-C: gone at once"
 
+# After the last step boundary (the final evaluation, the 3rd: steps 0, 3, 6): nothing to
+# requeue; the run says so and exits 0.
+rc=0
+MPITRON_FAULT="usr1@eval,after=3" "$MPITRON" train jobs/tiny.toml "${args[@]}" \
+  --train.steps=6 --eval.every=3 --job.run_dir="$tmp/late" >"$tmp/late.log" 2>&1 || rc=$?
+[ $rc -eq 0 ] || { tail "$tmp/late.log"; fail "SIGUSR1 after the last step: exit $rc, not 0"; }
+grep -q "rank 0: signal 10 (User defined signal 1) after the last step" "$tmp/late.log" &&
+  grep -q "^done: 6 steps" "$tmp/late.log" || { cat "$tmp/late.log"; fail "SIGUSR1 after the last step: not said"; }
+echo "SIGUSR1 after the last step: exit 0, said so"
+
 # Not training: the signal's default action, as before (prep of a large input, killed by SIGTERM).
 head -c 30000000 /dev/urandom | base64 >"$tmp/big.txt"
 "$MPITRON" prep --input "$tmp/big.txt" --tokenizer byte --out "$tmp/bigdata" --quiet >/dev/null 2>&1 &

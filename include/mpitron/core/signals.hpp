@@ -20,7 +20,10 @@
 //     it had never been blocked (the process dies by that signal);
 //   record (a training run, after arm_job_signal_recording()): the first SIGUSR1/SIGTERM is
 //     recorded for the step boundary (checkpoint, exit 75); the first SIGINT too (checkpoint,
-//     exit 130), and a second SIGINT terminates at once (Ctrl-C twice: quit now).
+//     exit 130), and a second SIGINT terminates at once (Ctrl-C twice: quit now);
+//   late (training ended, finish_job_signal_recording()): a signal that came after the last step
+//     boundary is reported on stderr ("... after the last step ...") and the process exits
+//     normally: the run is complete and checkpointed, there is nothing to requeue.
 #pragma once
 #include <csignal>
 
@@ -33,6 +36,10 @@ void block_job_signals_and_watch();
 
 // Switches the watcher to `record` mode (see above). Idempotent.
 void arm_job_signal_recording();
+
+// Training has ended (no signal was agreed at its last boundary): switches `record` to `late`,
+// reporting a signal recorded since that boundary and any later one. No-op in other modes.
+void finish_job_signal_recording();
 
 // The first job-control signal recorded in `record` mode, 0 when none.
 int recorded_job_signal();

@@ -17,6 +17,9 @@ constexpr int kExitInterrupted = 130;  // 128 + SIGINT, what shells report for C
 // Training from here on: job signals are recorded for the step boundary (idempotent). main() has
 // already blocked them in every thread (block_job_signals_and_watch).
 void arm_preemption();
+// Training ended without an agreed signal: a signal from here on (or since the last boundary)
+// is reported as late and the process exits normally (core/signals.hpp).
+void finish_preemption();
 // The first signal this process received (SIGUSR1, SIGTERM or SIGINT), 0 when none.
 int preemption_signal();
 // Collective over `world`: the signal to act on (0: none, keep going). SIGUSR1/SIGTERM on any
