@@ -26,12 +26,7 @@ declare -A MAX_LEN=([job_config]=4096 [tokenizer]=16384 [shard]=65536 [checkpoin
 # field says so, and handles NULL); our own absurd sizes still fail, through -malloc_limit_mb
 # or operator new. detect_leaks: per input (libFuzzer reruns an input whose mallocs and frees
 # do not match); not at exit, where MPI and HDF5 keep their start-up allocations.
-# fast_unwind_on_malloc=0: a leak's allocation stack is walked in full, through libc and
-# dlopen'ed libraries without frame pointers, so lsan.supp's library names can match it. With the
-# fast unwinder a 9-byte strdup reached through the dynamic loader (its module unloaded by the report) read
-# "<unknown module>" and failed fuzz_checkpoint in a trial CI; whole, its stack is inside the
-# suppressed libraries. Costs ~1.3x on fuzz_checkpoint.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:leak_check_at_exit=0:allocator_may_return_null=1:fast_unwind_on_malloc=0}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:leak_check_at_exit=0:allocator_may_return_null=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # Singleton MPI (the checkpoint target) without mpirun, on a host with no network set up.
