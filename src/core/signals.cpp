@@ -37,11 +37,18 @@ sigset_t job_set() {
   return set;
 }
 
-// The launcher's rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID, ...): only rank 0 says "interrupt".
-bool launcher_rank0() {
+// The launcher's rank variable (OMPI_COMM_WORLD_RANK, SLURM_PROCID, ...), nullptr outside a
+// launcher. (dist/launch.hpp's launcher_rank_from_env parses the same list; core/ stays below dist/.)
+const char* launcher_rank_env() {
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* e = std::getenv(v)) return std::atoi(e) == 0;
-  return true;
+    if (const char* e = std::getenv(v)) return e;
+  return nullptr;
+}
+
+// Only the launcher's rank 0 says "interrupt".
+bool launcher_rank0() {
+  const char* e = launcher_rank_env();
+  return !e || std::atoi(e) == 0;
 }
 
 // The signal's default action (terminate), as if it had never been blocked: the launcher and the
@@ -60,9 +67,7 @@ bool launcher_rank0() {
 // process still exits with 0 (a scheduler's SIGTERM at the very end is not a preemption).
 void say_late(int sig) {
   char msg[160];
-  const char* rank = nullptr;
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if ((rank = std::getenv(v))) break;
+  const char* rank = launcher_rank_env();
   const int n = std::snprintf(msg, sizeof msg,
                               "mpitron: rank %s: signal %d (%s) after the last step: training is complete and "
                               "checkpointed; exiting normally\n",
