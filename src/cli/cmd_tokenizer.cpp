@@ -19,11 +19,18 @@ constexpr const char* kHelp = R"(usage: mpitron tokenizer <train|encode|decode> 
         Learns byte-level BPE merges from text files (quoted globs allowed). Deterministic:
         each step merges the most frequent adjacent pair, ties to the smallest (left, right)
         id pair. vocab counts the 256 bytes, the merges and the end-of-text id (the last id).
-  encode --tokenizer T --text STRING     print the ids (T: 'byte' or a JSON file)
+  encode --tokenizer T --text STRING     print the ids
   decode --tokenizer T IDS...            print the text of the ids
   -h, --help                             this text
 
-The JSON format is described in docs/data.md.
+T (default byte), the forms prep's --tokenizer takes:
+  byte                 bytes: ids 0..255, end-of-text 256 (vocab 257)
+  FILE                 any other path: an mpitron tokenizer JSON (`tokenizer train` writes one)
+  gpt2:DIR             GPT-2's byte-level BPE from DIR/encoder.json + DIR/vocab.bpe
+  hf:tokenizer.json    a Hugging Face tokenizer.json: byte-level BPE in GPT-2's layout
+  sp:FILE.model        a SentencePiece model (LLaMA-2's family)
+
+The JSON format and each form's ids are described in docs/data.md.
 )";
 
 int train(const Args& args) {

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -34,12 +35,49 @@ struct TomlCheckFailed : std::logic_error {
 namespace mpitron {
 namespace {
 
+// The values a numeric key allows: [lo, hi] with open or closed ends (an infinite end is no bound),
+// always finite, plus 0 where 0 means something else (`zero`: "from the preset", "off", ...). An
+// int list applies it to each item.
+struct Range {
+  double lo = -INFINITY, hi = INFINITY;
+  bool lo_open = false, hi_open = false;
+  std::string zero;  // non-empty: 0 is allowed too, and means this
+
+  bool active() const { return std::isfinite(lo) || std::isfinite(hi) || !zero.empty(); }
+  bool allows(double v, bool with_zero) const {
+    if (with_zero && !zero.empty() && v == 0) return true;
+    if (!std::isfinite(v)) return false;
+    if (std::isfinite(lo) && (lo_open ? v <= lo : v < lo)) return false;
+    if (std::isfinite(hi) && (hi_open ? v >= hi : v > hi)) return false;
+    return true;
+  }
+  // "finite, > 0", "0 <= v < 1", "0 (off) or > 0"; `integer` drops "finite" (ints always are).
+  std::string text(bool integer, bool with_zero) const {
+    std::string b;
+    if (std::isfinite(lo) && std::isfinite(hi))
+      b = fmt::format("{} {} v {} {}", lo, lo_open ? "<" : "<=", hi_open ? "<" : "<=", hi);
+    else if (std::isfinite(lo))
+      b = fmt::format("{} {}", lo_open ? ">" : ">=", lo);
+    else if (std::isfinite(hi))
+      b = fmt::format("{} {}", hi_open ? "<" : "<=", hi);
+    if (!integer && !(std::isfinite(lo) && std::isfinite(hi))) b = b.empty() ? "finite" : "finite, " + b;
+    if (with_zero && !zero.empty()) b = fmt::format("0 ({}) or {}", zero, b);
+    return b;
+  }
+};
+
+// Range builders for the registry below.
+Range at_least(double lo, std::string zero = {}) { return {lo, INFINITY, false, false, std::move(zero)}; }
+Range above(double lo, std::string zero = {}) { return {lo, INFINITY, true, false, std::move(zero)}; }
+Range between(double lo, double hi, bool hi_open = false) { return {lo, hi, false, hi_open, {}}; }
+
 struct Key {
   std::string name;  // "section.key"
   std::string type;  // int | float | bool | string | int-list
   std::string help;
   std::function<void(JobConfig&, const std::string&)> set;
   std::function<std::string(const JobConfig&)> get;  // TOML literal
+  std::optional<Range> range;  // numeric keys (and int lists, per item)
 };
 
 std::string trim(const std::string& s) {
@@ -49,6 +87,10 @@ std::string trim(const std::string& s) {
 
 [[noreturn]] void bad_value(const std::string& key, const std::string& type, const std::string& v) {
   usage_fail("bad value for '{}': '{}' is not a valid {}", key, v, type);
+}
+
+[[noreturn]] void out_of_range(const std::string& key, const std::string& value, const std::string& allowed) {
+  usage_fail("bad value for '{}': {} (allowed: {})", key, value, allowed);
 }
 
 template <class T>
@@ -197,10 +239,11 @@ std::string toml_key(const std::string& k) {
 
 template <class S, class T>
 Key make_key(std::string name, std::string help, S JobConfig::*sec, T S::*field,
-             std::vector<std::string> choices = {}) {
+             std::vector<std::string> choices = {}, std::optional<Range> range = {}) {
   Key k;
   k.name = name;
   k.help = std::move(help);
+  k.range = range;
   if constexpr (std::is_same_v<T, bool>) {
     k.type = "bool";
   } else if constexpr (std::is_integral_v<T>) {
@@ -213,12 +256,15 @@ Key make_key(std::string name, std::string help, S JobConfig::*sec, T S::*field,
     k.type = "int list";
   }
   std::string type = k.type;
-  k.set = [name, type, sec, field, choices](JobConfig& c, const std::string& text) {
+  k.set = [name, type, sec, field, choices, range](JobConfig& c, const std::string& text) {
     T& dst = (c.*sec).*field;
     if constexpr (std::is_same_v<T, bool>) {
       dst = parse_bool(name, text);
     } else if constexpr (std::is_integral_v<T> || std::is_floating_point_v<T>) {
-      dst = parse_number<T>(name, type, text);
+      const T v = parse_number<T>(name, type, text);
+      if (range && !range->allows(static_cast<double>(v), true))
+        out_of_range(name, trim(text), range->text(std::is_integral_v<T>, true));
+      dst = v;
     } else if constexpr (std::is_same_v<T, std::string>) {
       std::string v = unquote(text);
       check_text(name, v);
@@ -229,11 +275,17 @@ Key make_key(std::string name, std::string help, S JobConfig::*sec, T S::*field,
       std::string v = trim(text);
       if (!v.empty() && v.front() == '[') v = v.substr(1);
       if (!v.empty() && v.back() == ']') v.pop_back();
-      dst.clear();
+      T items;
       std::stringstream ss(v);
       std::string item;
-      while (std::getline(ss, item, ','))
-        if (!trim(item).empty()) dst.push_back(parse_number<int>(name, "int list", item));
+      while (std::getline(ss, item, ',')) {
+        if (trim(item).empty()) continue;
+        items.push_back(parse_number<int>(name, "int list", item));
+        if (range && !range->allows(items.back(), true))
+          out_of_range(name, fmt::format("item {} = {}", items.size() - 1, trim(item)),
+                       "each item " + range->text(true, true));
+      }
+      dst = std::move(items);
     }
   };
   k.get = [sec, field](const JobConfig& c) -> std::string {
@@ -253,6 +305,11 @@ Key make_key(std::string name, std::string help, S JobConfig::*sec, T S::*field,
     }
   };
   return k;
+}
+
+template <class S, class T>
+Key make_key(std::string name, std::string help, S JobConfig::*sec, T S::*field, Range range) {
+  return make_key(std::move(name), std::move(help), sec, field, {}, std::move(range));
 }
 
 // data.paths: a blend of corpora. The value's text is TOML (a job file's array, rendered by
@@ -300,14 +357,19 @@ Key blend_key() {
                       "bad value for 'data.paths': unknown field '{}' (allowed: path, weight)", key.str());
         const auto* p = (*et)["path"].as_string();
         usage_check(p != nullptr, "bad value for 'data.paths': an entry has no path string");
-        out.push_back({p->get(), (*et)["weight"] ? weight_of(*(*et)["weight"].node()) : 1.0});
+        // No default weight: a forgotten one would silently weigh the corpus as 1 against the others.
+        usage_check((*et)["weight"].node() != nullptr,
+                    "bad value for 'data.paths': the entry for '{}' has no weight (give {{ path = \"{}\", weight = W }}; "
+                    "weights are normalised over the blend)",
+                    p->get(), p->get());
+        out.push_back({p->get(), weight_of(*(*et)["weight"].node())});
       }
     }
     for (const auto& e : out) {
       check_text("data.paths", e.path);
       usage_check(!e.path.empty(), "bad value for 'data.paths': an empty path");
-      usage_check(std::isfinite(e.weight) && e.weight > 0, "bad value for 'data.paths': weight {} of '{}' must be > 0",
-                  e.weight, e.path);
+      usage_check(std::isfinite(e.weight) && e.weight > 0,
+                  "bad value for 'data.paths': weight {} of '{}' (allowed: finite, > 0)", e.weight, e.path);
     }
     c.data.paths = std::move(out);
   };
@@ -331,63 +393,63 @@ const std::vector<Key>& registry() {
                &JobSection::run_dir),
       make_key("model.preset", "tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | llama-tiny | llama-small | llama-1b | llama2-7b/13b/70b | llama3-8b/70b/405b",
                &C::model, &ModelSection::preset),
-      make_key("model.n_layer", "transformer blocks (0: from the preset)", &C::model, &ModelSection::n_layer),
-      make_key("model.n_head", "attention heads (0: from the preset)", &C::model, &ModelSection::n_head),
-      make_key("model.d_model", "hidden size (0: from the preset)", &C::model, &ModelSection::d_model),
+      make_key("model.n_layer", "transformer blocks (0: from the preset)", &C::model, &ModelSection::n_layer, at_least(1, "from the preset")),
+      make_key("model.n_head", "attention heads (0: from the preset)", &C::model, &ModelSection::n_head, at_least(1, "from the preset")),
+      make_key("model.d_model", "hidden size (0: from the preset)", &C::model, &ModelSection::d_model, at_least(1, "from the preset")),
       make_key("model.vocab_size", "vocabulary size before padding (0: from the data's tokenizer or preset)",
-               &C::model, &ModelSection::vocab_size),
-      make_key("model.seq_len", "context length in tokens (0: from the preset)", &C::model, &ModelSection::seq_len),
+               &C::model, &ModelSection::vocab_size, at_least(1, "from the data's tokenizer or the preset")),
+      make_key("model.seq_len", "context length in tokens (0: from the preset)", &C::model, &ModelSection::seq_len, at_least(2, "from the preset")),
       make_key("model.arch", "block architecture: auto (the preset's) | gpt2 (LayerNorm, learned positions, GELU, tied) | llama (RMSNorm, RoPE, SwiGLU, GQA, untied)",
                &C::model, &ModelSection::arch, {"auto", "gpt2", "llama"}),
       make_key("model.n_kv_head", "llama: key/value heads, dividing n_head (n_head: MHA, 1: MQA; 0: from the preset)",
-               &C::model, &ModelSection::n_kv_head),
+               &C::model, &ModelSection::n_kv_head, at_least(1, "from the preset")),
       make_key("model.d_ff", "llama: MLP width (0: LLaMA's rule, 2/3 of 4*d_model x ffn_multiplier rounded up to multiple_of)",
-               &C::model, &ModelSection::d_ff),
+               &C::model, &ModelSection::d_ff, at_least(1, "LLaMA's rule")),
       make_key("model.ffn_multiplier", "llama: the MLP rule's multiplier (0: from the preset; 1.3 for LLaMA 3)", &C::model,
-               &ModelSection::ffn_multiplier),
+               &ModelSection::ffn_multiplier, above(0, "from the preset")),
       make_key("model.multiple_of", "llama: the MLP width is rounded up to a multiple of this (0: from the preset)",
-               &C::model, &ModelSection::multiple_of),
-      make_key("model.norm_eps", "llama: RMSNorm epsilon (0: from the preset, 1e-5)", &C::model, &ModelSection::norm_eps),
+               &C::model, &ModelSection::multiple_of, at_least(1, "from the preset")),
+      make_key("model.norm_eps", "llama: RMSNorm epsilon (0: from the preset, 1e-5)", &C::model, &ModelSection::norm_eps, Range{0, 1, true, true, "from the preset"}),
       make_key("model.rope_theta", "llama: RoPE base (0: from the preset; 10000 LLaMA 2, 500000 LLaMA 3)", &C::model,
-               &ModelSection::rope_theta),
+               &ModelSection::rope_theta, above(1, "from the preset")),
       make_key("model.tie_embeddings", "LM head reads the token embedding: auto (gpt2 yes, llama no) | true | false",
                &C::model, &ModelSection::tie_embeddings, {"auto", "true", "false"}),
       make_key("model.attention", "CUDA attention path", &C::model, &ModelSection::attention, {"cudnn", "naive"}),
-      make_key("parallel.dp", "data-parallel size (0: world / (tp*pp*cp))", &C::parallel, &ParallelSection::dp),
-      make_key("parallel.tp", "tensor-parallel size (ranks inside a node)", &C::parallel, &ParallelSection::tp),
-      make_key("parallel.pp", "pipeline-parallel stages", &C::parallel, &ParallelSection::pp),
-      make_key("parallel.cp", "context-parallel size", &C::parallel, &ParallelSection::cp),
-      make_key("parallel.zero", "ZeRO stage 0|1|2|3 over the DP group", &C::parallel, &ParallelSection::zero),
+      make_key("parallel.dp", "data-parallel size (0: world / (tp*pp*cp))", &C::parallel, &ParallelSection::dp, at_least(1, "world / (tp*pp*cp)")),
+      make_key("parallel.tp", "tensor-parallel size (ranks inside a node)", &C::parallel, &ParallelSection::tp, at_least(1)),
+      make_key("parallel.pp", "pipeline-parallel stages", &C::parallel, &ParallelSection::pp, at_least(1)),
+      make_key("parallel.cp", "context-parallel size", &C::parallel, &ParallelSection::cp, at_least(1)),
+      make_key("parallel.zero", "ZeRO stage 0|1|2|3 over the DP group", &C::parallel, &ParallelSection::zero, between(0, 3)),
       make_key("parallel.sp", "sequence parallel (needs tp > 1)", &C::parallel, &ParallelSection::sp),
       make_key("parallel.schedule", "pipeline schedule", &C::parallel, &ParallelSection::schedule,
                {"gpipe", "1f1b", "interleaved"}),
       make_key("parallel.microbatches", "micro-batches per step per DP rank (0: global_batch/(micro_batch*dp))",
-               &C::parallel, &ParallelSection::microbatches),
+               &C::parallel, &ParallelSection::microbatches, at_least(1, "from the batch sizes")),
       make_key("parallel.virtual_stages", "model chunks per pipeline rank (interleaved)", &C::parallel,
-               &ParallelSection::virtual_stages),
+               &ParallelSection::virtual_stages, at_least(1)),
       make_key("parallel.pp_layers", "blocks per pipeline stage, e.g. [3, 5] (empty: balanced; interleaved: one entry per virtual stage, pp x virtual_stages)", &C::parallel,
-               &ParallelSection::pp_layers),
-      make_key("parallel.bucket_mb", "DP gradient bucket cap in MiB (0: a quarter of the model, at most 25 MiB)", &C::parallel, &ParallelSection::bucket_mb),
+               &ParallelSection::pp_layers, at_least(1)),
+      make_key("parallel.bucket_mb", "DP gradient bucket cap in MiB (0: a quarter of the model, at most 25 MiB)", &C::parallel, &ParallelSection::bucket_mb, above(0, "automatic")),
       make_key("parallel.dp_progress", "who progresses DP collectives during compute: thread | poll | none",
                &C::parallel, &ParallelSection::dp_progress, {"thread", "poll", "none"}),
       make_key("data.path", "folder with train_*.h5 / val_*.h5 shards (mpitron prep)", &C::data, &DataSection::path),
       blend_key(),
       make_key("data.seed", "sampler shuffle seed", &C::data, &DataSection::seed),
-      make_key("data.prefetch", "batches the loader thread keeps ready", &C::data, &DataSection::prefetch),
+      make_key("data.prefetch", "batches the loader thread keeps ready", &C::data, &DataSection::prefetch, at_least(0)),
       make_key("data.drop_last", "drop the tail that does not fill every DP rank (else pad)", &C::data,
                &DataSection::drop_last),
-      make_key("train.steps", "optimizer steps", &C::train, &TrainSection::steps),
-      make_key("train.micro_batch", "sequences per micro-batch per rank", &C::train, &TrainSection::micro_batch),
+      make_key("train.steps", "optimizer steps", &C::train, &TrainSection::steps, at_least(1)),
+      make_key("train.micro_batch", "sequences per micro-batch per rank", &C::train, &TrainSection::micro_batch, at_least(1)),
       make_key("train.global_batch", "sequences per optimizer step, all ranks (0: micro_batch*dp)", &C::train,
-               &TrainSection::global_batch),
+               &TrainSection::global_batch, at_least(1, "micro_batch*dp")),
       make_key("train.seed", "model initialisation seed", &C::train, &TrainSection::seed),
       make_key("train.recompute", "activation recompute", &C::train, &TrainSection::recompute, {"none", "full"}),
       make_key("train.backend", "compute + communication backend", &C::train, &TrainSection::backend,
                {"cpu", "nccl"}),
       make_key("train.peak_flops", "peak FLOP/s per rank for MFU (0: the hardware peak of this rank's cores, or the start-up GEMM probe where faster; GPU: datasheet)", &C::train,
-               &TrainSection::peak_flops),
+               &TrainSection::peak_flops, above(0, "measured")),
       make_key("train.threads", "OpenMP threads per rank (0: cores per node / ranks per node)", &C::train,
-               &TrainSection::threads),
+               &TrainSection::threads, at_least(1, "cores per node / ranks per node")),
       make_key("train.resume", "auto (continue from ckpt/latest) | never | a checkpoint path", &C::train,
                &TrainSection::resume),
       make_key("train.check_ledger", "compare tracked memory with `mpitron plan` at start and after step 1",
@@ -400,29 +462,29 @@ const std::vector<Key>& registry() {
                &C::train, &TrainSection::precision, {"auto", "fp32", "bf16"}),
       make_key("train.trace_steps",
                "[first, last]: write a Chrome / Perfetto timeline of those steps per rank to <run_dir>/trace/rank_<r>.json (empty: off)",
-               &C::train, &TrainSection::trace_steps),
+               &C::train, &TrainSection::trace_steps, at_least(1)),
       make_key("train.dump_params",
                "after the last step, write every parameter at full logical shape to this HDF5 file (rank 0)",
                &C::train, &TrainSection::dump_params),
-      make_key("optim.lr", "peak learning rate", &C::optim, &OptimSection::lr),
-      make_key("optim.min_lr", "floor of the cosine decay", &C::optim, &OptimSection::min_lr),
-      make_key("optim.warmup_steps", "linear warmup steps", &C::optim, &OptimSection::warmup_steps),
+      make_key("optim.lr", "peak learning rate", &C::optim, &OptimSection::lr, at_least(0)),
+      make_key("optim.min_lr", "floor of the cosine decay", &C::optim, &OptimSection::min_lr, at_least(0)),
+      make_key("optim.warmup_steps", "linear warmup steps", &C::optim, &OptimSection::warmup_steps, at_least(0)),
       make_key("optim.weight_decay", "AdamW decoupled weight decay (2-D weights only)", &C::optim,
-               &OptimSection::weight_decay),
-      make_key("optim.beta1", "Adam beta1", &C::optim, &OptimSection::beta1),
-      make_key("optim.beta2", "Adam beta2", &C::optim, &OptimSection::beta2),
-      make_key("optim.eps", "Adam epsilon", &C::optim, &OptimSection::eps),
-      make_key("optim.grad_clip", "global grad-norm clip (0: off)", &C::optim, &OptimSection::grad_clip),
+               &OptimSection::weight_decay, at_least(0)),
+      make_key("optim.beta1", "Adam beta1", &C::optim, &OptimSection::beta1, between(0, 1, true)),
+      make_key("optim.beta2", "Adam beta2", &C::optim, &OptimSection::beta2, between(0, 1, true)),
+      make_key("optim.eps", "Adam epsilon", &C::optim, &OptimSection::eps, above(0)),
+      make_key("optim.grad_clip", "global grad-norm clip (0: off)", &C::optim, &OptimSection::grad_clip, above(0, "off")),
       make_key("checkpoint.every", "save every N steps (0: only at the end)", &C::checkpoint,
-               &CheckpointSection::every),
-      make_key("checkpoint.keep", "complete checkpoints to keep", &C::checkpoint, &CheckpointSection::keep),
+               &CheckpointSection::every, at_least(1, "only at the end")),
+      make_key("checkpoint.keep", "complete checkpoints to keep", &C::checkpoint, &CheckpointSection::keep, at_least(1)),
       make_key("checkpoint.timeout_s",
                "seconds a checkpoint save or load may take before the hang watchdog aborts the job",
-               &C::checkpoint, &CheckpointSection::timeout_s),
-      make_key("log.every", "print and record metrics every N steps", &C::log, &LogSection::every),
-      make_key("eval.every", "validation loss every N steps (0: only at the end)", &C::eval, &EvalSection::every),
-      make_key("eval.batches", "validation batches (of train.global_batch sequences) per evaluation (0: no validation)", &C::eval, &EvalSection::batches),
-      make_key("comm.timeout_s", "seconds a collective or point-to-point operation may wait before the hang watchdog names it and the ranks that did not arrive, and aborts the job (every backend; 0: off)", &C::comm, &CommSection::timeout_s),
+               &C::checkpoint, &CheckpointSection::timeout_s, above(0, "comm.timeout_s")),
+      make_key("log.every", "print and record metrics every N steps", &C::log, &LogSection::every, at_least(1)),
+      make_key("eval.every", "validation loss every N steps (0: only at the end)", &C::eval, &EvalSection::every, at_least(1, "only at the end")),
+      make_key("eval.batches", "validation batches (of train.global_batch sequences) per evaluation (0: no validation)", &C::eval, &EvalSection::batches, at_least(1, "no validation")),
+      make_key("comm.timeout_s", "seconds a collective or point-to-point operation may wait before the hang watchdog names it and the ranks that did not arrive, and aborts the job (every backend; 0: off)", &C::comm, &CommSection::timeout_s, above(0, "off")),
   };
   return keys;
 }
@@ -551,13 +613,31 @@ std::string job_to_toml(const JobConfig& cfg) {
   return out;
 }
 
+void check_job_value(const std::string& key, double value) {
+  const Key* k = find_key(key);
+  check(k && k->range, "internal: check_job_value: '{}' is not a numeric job key", key);
+  if (!k->range->allows(value, false))
+    out_of_range(key, fmt::format("{}", value), k->range->text(k->type == "int", false));
+}
+
+// A Markdown table cell: a '|' (a choice type such as gpipe|1f1b, or in help text) would split it.
+static std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
 std::string job_keys_markdown() {
   JobConfig defaults;
-  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
-  for (const auto& k : registry())
-    out += fmt::format("| `{}` | {} | `{}` | {} |\n", k.name, k.type, k.get(defaults), k.help);
-  out += "| `env.NAME` | string | | environment variable set on every rank before NCCL/OpenMP start |\n";
-  out += "| `env.env_override` | bool | `false` | let [env] win over variables already set |\n";
+  std::string out = "| key | type | allowed | default | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& k : registry()) {
+    std::string allowed = k.range ? k.range->text(k.type != "float", true) : "";
+    if (k.range && k.type == "int list") allowed = "each " + allowed;
+    out += fmt::format("| `{}` | {} | {} | `{}` | {} |\n", k.name, md_cell(k.type), allowed, md_cell(k.get(defaults)),
+                       md_cell(k.help));
+  }
+  out += "| `env.NAME` | string | | | environment variable set on every rank before NCCL/OpenMP start |\n";
+  out += "| `env.env_override` | bool | | `false` | let [env] win over variables already set |\n";
   return out;
 }
 

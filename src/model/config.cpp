@@ -131,20 +131,20 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     take(s.n_kv_head, c.n_kv_head);
     take(s.ffn_multiplier, c.ffn_multiplier);
     take(s.multiple_of, c.multiple_of);
-    usage_check(c.multiple_of > 0, "model.multiple_of must be > 0 (got {})", c.multiple_of);
-    usage_check(c.ffn_multiplier > 0, "model.ffn_multiplier must be > 0 (got {})", c.ffn_multiplier);
+    check_job_value("model.multiple_of", c.multiple_of);
+    check_job_value("model.ffn_multiplier", c.ffn_multiplier);
     if (s.d_ff != 0) c.d_ff = s.d_ff;
     else if (c.d_model != preset.d_model || s.ffn_multiplier != 0 || s.multiple_of != 0 || c.arch != preset.arch)
       c.d_ff = llama_ffn_dim(c.d_model, c.ffn_multiplier, c.multiple_of);
     take(s.norm_eps, c.norm_eps);
     take(s.rope_theta, c.rope_theta);
-    usage_check(c.d_ff > 0, "model.d_ff must be > 0 (got {})", c.d_ff);
+    check_job_value("model.d_ff", c.d_ff);
     usage_check(c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0,
                 "model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves n_head / n_kv_head "
                 "query heads (n_kv_head = n_head is MHA, 1 is MQA)",
                 c.n_kv_head, c.n_head);
-    usage_check(c.norm_eps > 0, "model.norm_eps must be > 0 (got {})", c.norm_eps);
-    usage_check(c.rope_theta > 1, "model.rope_theta must be > 1 (got {})", c.rope_theta);
+    check_job_value("model.norm_eps", c.norm_eps);
+    check_job_value("model.rope_theta", c.rope_theta);
   }
   if (s.tie_embeddings != "auto") c.tied_embeddings = s.tie_embeddings == "true";
   const bool custom = c.n_layer != preset.n_layer || c.n_head != preset.n_head || c.n_kv_head != preset.n_kv_head ||
@@ -153,11 +153,10 @@ ModelConfig resolve_model_config(const ModelSection& s) {
                       c.tied_embeddings != preset.tied_embeddings || c.norm_eps != preset.norm_eps ||
                       c.rope_theta != preset.rope_theta;
   if (custom) c.name = s.preset + "+custom";
-  usage_check(c.n_layer > 0, "model.n_layer must be > 0 (got {})", c.n_layer);
-  usage_check(c.n_head > 0, "model.n_head must be > 0 (got {})", c.n_head);
-  usage_check(c.d_model > 0, "model.d_model must be > 0 (got {})", c.d_model);
-  usage_check(c.vocab_size > 0, "model.vocab_size must be > 0 (got {})", c.vocab_size);
-  usage_check(c.seq_len > 0, "model.seq_len must be > 0 (got {})", c.seq_len);
+  // The preset's values and the keys' own, under the keys' ranges (config/job_config.cpp).
+  for (auto [key, v] : {std::pair{"model.n_layer", c.n_layer}, {"model.n_head", c.n_head}, {"model.d_model", c.d_model},
+                        {"model.vocab_size", c.vocab_size}, {"model.seq_len", c.seq_len}, {"model.n_kv_head", c.n_kv_head}})
+    check_job_value(key, v);
   usage_check(c.d_model % c.n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", c.d_model,
               c.n_head);
   if (c.arch == Arch::llama) {

@@ -140,6 +140,11 @@ struct JobConfig {
 // allowed ones (for an unknown key) or the expected type (for a bad value).
 void set_job_key(JobConfig& cfg, const std::string& dotted_key, const std::string& value);
 
+// A value resolved after the job's keys were read (a preset's, or one derived from several keys)
+// against `key`'s registered range, where 0 means nothing special: UsageError "bad value for
+// 'KEY': VALUE (allowed: RANGE)", the same form as a job file's or a flag's bad value.
+void check_job_value(const std::string& key, double value);
+
 // Parse a TOML job file into cfg (keys it sets override cfg's current values).
 void load_job_file(JobConfig& cfg, const std::string& path);
 
@@ -150,7 +155,7 @@ bool is_bool_job_key(const std::string& dotted_key);
 // The resolved config as TOML text (for --dry-run and for the checkpoint).
 std::string job_to_toml(const JobConfig& cfg);
 
-// Markdown table of every key, default and help (docs/jobs.md is generated from this).
+// Markdown table of every key, its type, allowed values, default and help (docs/jobs.md is generated from this).
 std::string job_keys_markdown();
 
 // All registered keys, "section.key".
