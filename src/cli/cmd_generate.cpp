@@ -19,6 +19,7 @@
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
 #include "mpitron/train/checkpoint.hpp"
+#include "option_values.hpp"
 
 namespace mpitron {
 namespace {
@@ -83,13 +84,22 @@ int cmd_generate(const Args& args) {
       prompt = value();
       have_prompt = true;
     } else if (a == "--max-tokens") {
-      max_tokens = static_cast<int>(number(value()));
+      max_tokens = option_int("--max-tokens", value(), 0);
     } else if (a == "--temperature") {
       temperature = number(value());
+      usage_check(std::isfinite(temperature) && temperature >= 0,
+                  "option --temperature expects a finite number >= 0 (0: greedy), not '{}'", args[i]);
     } else if (a == "--top-k") {
-      top_k = static_cast<int>(number(value()));
+      top_k = option_int("--top-k", value(), 0);
     } else if (a == "--seed") {
-      seed = static_cast<uint64_t>(number(value()));
+      const std::string v = value();
+      size_t used = 0;
+      try {
+        seed = v.empty() || v[0] == '-' ? 0 : std::stoull(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      usage_check(used > 0 && used == v.size(), "option --seed expects an integer >= 0, not '{}'", v);
     } else if (a == "--no-kv-cache") {
       kv_cache = false;
     } else if (a.rfind("--", 0) == 0) {

@@ -7,6 +7,7 @@
 #include "mpitron/data/loader.hpp"
 #include "mpitron/data/prep.hpp"
 #include "mpitron/data/shard.hpp"
+#include "option_values.hpp"
 
 namespace mpitron {
 namespace {
@@ -20,7 +21,11 @@ tokenizer, num_tokens, source; see docs/data.md). Every document ends with the e
   --input PATTERN...     files or quoted glob patterns ('corpus/*.txt', 'web/*.jsonl.zst'); several
                          allowed; .gz (gzip) and .zst (Zstandard) files are decompressed
   --out DIR              output folder (created; its old train_/val_ shards are replaced)
-  --tokenizer T          'byte' (default) or a JSON file from `mpitron tokenizer train`
+  --tokenizer T          byte (default): one id per byte, plus end-of-text
+                         FILE: an mpitron tokenizer JSON (`mpitron tokenizer train`)
+                         gpt2:DIR: GPT-2's BPE from DIR/encoder.json + DIR/vocab.bpe
+                         hf:tokenizer.json: a Hugging Face byte-level BPE tokenizer.json
+                         sp:FILE.model: a SentencePiece model (LLaMA-2's family)
   --shard-tokens N       tokens per shard, e.g. 50M (default 50M)
   --val-fraction F       fraction of documents for val_*.h5, spread evenly (default 0.005; 0 = none)
   --doc-separator LINE   text: a line equal to LINE separates documents (fortune files: %);
@@ -67,11 +72,6 @@ int cmd_prep(const Args& args) {
   PrepOptions opt;
   std::string check;
   int seq_len = 0;
-  auto int_count = [](const std::string& text, const char* what) {  // no silent wrap to int
-    int64_t v = parse_count(text, what);
-    usage_check(v <= INT32_MAX, "bad value for {}: '{}' is too large", what, text);
-    return static_cast<int>(v);
-  };
   auto value = [&](size_t& i) -> const std::string& {
     usage_check(i + 1 < args.size(), "prep: {} needs a value (see `mpitron prep --help`)", args[i]);
     return args[++i];
@@ -101,7 +101,7 @@ int cmd_prep(const Args& args) {
         usage_fail("bad value for --val-fraction: '{}'", v);
       }
     } else if (a == "--workers") {
-      opt.workers = int_count(value(i), "--workers");
+      opt.workers = option_int("--workers", value(i), 1);
     } else if (a == "--doc-separator") {
       opt.doc_separator = value(i);
     } else if (a == "--format") {
@@ -115,7 +115,7 @@ int cmd_prep(const Args& args) {
     } else if (a == "--check") {
       check = value(i);
     } else if (a == "--seq-len") {
-      seq_len = int_count(value(i), "--seq-len");
+      seq_len = option_int("--seq-len", value(i), 1);
     } else if (a == "--quiet") {
       opt.progress = 0;
     } else {

@@ -105,6 +105,9 @@ int cmd_train(const Args& args) {
   TrainResult r = run_training(cfg, li, grid);
   if (r.preempted) return preemption_exit_code(r.preempted);
   finish_preemption();  // a signal after the last step boundary: said on stderr, exit 0
+  if (li.rank == 0 && r.skipped_steps > 0)
+    std::printf("note: %d of %d steps were skipped for a non-finite loss or grad norm (train.nan_policy = \"skip\")\n",
+                r.skipped_steps, r.steps_done);
   if (li.rank == 0 && r.first_val_loss >= 0)
     std::printf("done: %d steps | train loss %.4f -> %.4f | val loss %.4f -> %.4f\n", r.steps_done, r.first_loss,
                 r.last_loss, r.first_val_loss, r.last_val_loss);

@@ -456,6 +456,9 @@ const std::vector<Key>& registry() {
                &C::train, &TrainSection::check_ledger),
       make_key("train.nan_policy", "on a NaN/Inf loss or grad norm", &C::train, &TrainSection::nan_policy,
                {"stop", "skip"}),
+      make_key("train.nan_skip_limit",
+               "nan_policy = skip: this many non-finite steps in a row stop the run with an error (it is not recovering)",
+               &C::train, &TrainSection::nan_skip_limit, at_least(1)),
       make_key("train.precision",
                "CPU backend GEMMs: fp32 | bf16 (inputs rounded to bf16, fp32 accumulation, as on the GPU) | auto (bf16 when "
                "its start-up probe is >= 1.3x fp32's); the GPU backend is always bf16",

@@ -34,8 +34,10 @@ constexpr const char* kPoints[] = {
     "ckpt_rename",  // checkpoint file complete, before it is renamed into place
     "ckpt_load",    // before a checkpoint is read on resume
     "param_gather", // ZeRO-1/2's parameter gathers after the optimizer step (action late only)
+    "params",       // after the optimizer step: parameters and AdamW moments (action poison only)
+    "model_config", // the resolved model configuration at start-up (action poison only)
 };
-constexpr const char* kActions[] = {"hang", "stop", "kill", "exit", "usr1", "term", "slow", "late"};
+constexpr const char* kActions[] = {"hang", "stop", "kill", "exit", "usr1", "term", "slow", "late", "poison"};
 
 struct Spec {
   std::string action, point;
@@ -167,13 +169,29 @@ bool fault_late(const char* point) {
   return false;
 }
 
+bool fault_poison(const char* point) {
+  if (!fault_on()) return false;
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (auto& s : g_specs) {
+    if (s.fired || s.action != "poison" || s.point != point) continue;
+    if (s.step >= 0 && s.step != activity_step()) continue;
+    if (++s.hits < s.after) continue;
+    s.fired = true;
+    std::fprintf(stderr, "mpitron: MPITRON_FAULT: poison at %s (step %d) on pid %d\n", point, activity_step(),
+                 static_cast<int>(getpid()));
+    std::fflush(stderr);
+    return true;
+  }
+  return false;
+}
+
 void fault_point(const char* point) {
   if (!fault_on()) return;
   Spec* hit = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     for (auto& s : g_specs) {
-      if (s.fired || s.action == "late" || std::strcmp(s.point.c_str(), point) != 0) continue;
+      if (s.fired || s.action == "late" || s.action == "poison" || std::strcmp(s.point.c_str(), point) != 0) continue;
       if (s.step >= 0 && s.step != activity_step()) continue;
       if (++s.hits < s.after) continue;
       s.fired = s.action != "slow";

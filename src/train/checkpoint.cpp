@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -39,6 +40,29 @@ CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& sh
   s.params.owner = zero >= 3 || first;
   s.exp_avg.owner = s.exp_avg_sq.owner = zero >= 1 || first;
   return s;
+}
+
+std::string first_non_finite(std::span<const CheckpointShard> shards) {
+  struct Kind {
+    const char* what;
+    CkptRange CheckpointShard::*range;
+  };
+  static constexpr Kind kinds[] = {{"parameter", &CheckpointShard::params},
+                                   {"exp_avg (AdamW first moment) of", &CheckpointShard::exp_avg},
+                                   {"exp_avg_sq (AdamW second moment) of", &CheckpointShard::exp_avg_sq}};
+  for (const CheckpointShard& s : shards)
+    for (const Kind& k : kinds) {
+      const CkptRange& r = s.*k.range;
+      if (!r.data || (k.range != &CheckpointShard::params && !s.has_optimizer)) continue;
+      for (const ParamInfo& p : s.table) {  // tensors only: alignment gaps between them hold nothing
+        const size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
+        for (size_t i = b; i < e; ++i)
+          if (!std::isfinite(r.data[i - r.begin]))
+            return fmt::format("{} '{}' (element {} of this rank's shard: {})", k.what, p.name, i - p.offset,
+                               r.data[i - r.begin]);
+      }
+    }
+  return {};
 }
 
 SamplerState sampler_state_for(const CheckpointMeta& m, int dp) {

@@ -3,7 +3,11 @@
 #include <hdf5.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpitron/core/error.hpp"
@@ -327,3 +331,37 @@ void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl) {
 }
 
 }  // namespace mpitron::ckpt_meta
+
+namespace mpitron {
+namespace {
+
+// The first number in j that is NaN or inf: its dotted path ("model.rope_theta") and value.
+std::optional<std::pair<std::string, double>> non_finite_field(const nlohmann::json& j, const std::string& at) {
+  if (j.is_number_float() && !std::isfinite(j.get<double>())) return std::pair{at, j.get<double>()};
+  if (j.is_object() || j.is_array()) {
+    size_t i = 0;
+    for (auto it = j.begin(); it != j.end(); ++it, ++i) {
+      const std::string key = j.is_object() ? it.key() : std::to_string(i);
+      if (auto f = non_finite_field(*it, at.empty() ? key : at + "." + key)) return f;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void check_meta_savable(const CheckpointMeta& meta) {
+  const nlohmann::json j = ckpt_meta::meta_to_json(meta);
+  if (const auto f = non_finite_field(j, ""))
+    usage_fail("this run's checkpoints could not be saved: their metadata field '{}' would be {}, and the metadata "
+               "is JSON, which has no NaN or inf (for a model field, set the job key of that name to a finite value)",
+               f->first, f->second);
+  try {
+    const CheckpointMeta back = ckpt_meta::meta_from_json(nlohmann::json::parse(j.dump()));
+    (void)back;
+  } catch (const nlohmann::json::exception& e) {
+    usage_fail("this run's checkpoints could not be saved: their metadata does not read back ({})", e.what());
+  }
+}
+
+}  // namespace mpitron

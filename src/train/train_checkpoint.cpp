@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "mpitron/core/error.hpp"
@@ -41,6 +42,8 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, co
   usage_check(cfg.checkpoint.every >= 0, "checkpoint.every must be >= 0 (got {})", cfg.checkpoint.every);
   usage_check(cfg.train.nan_policy == "stop" || cfg.train.nan_policy == "skip",
               "train.nan_policy must be \"stop\" or \"skip\" (got \"{}\")", cfg.train.nan_policy);
+  // Whatever a save stores is serialised once now: a value it cannot hold fails before step 1.
+  check_meta_savable(meta_for(0, 0.0, data_.state()));
   // A file size limit (ulimit -f) must be a write error naming the checkpoint and "File too
   // large", like a full disk, not a silent kill by SIGXFSZ halfway through a save.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -98,11 +101,11 @@ void StageCheckpointState::loaded() {
 
 namespace {
 
-void bcast_string(std::string& s, MPI_Comm comm) {
+void bcast_string(std::string& s, MPI_Comm comm, int root = 0) {
   long long n = static_cast<long long>(s.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, root, comm);
   s.resize(static_cast<size_t>(n));
-  MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, root, comm);
 }
 
 // Rank 0 lists the candidates (and removes partial saves); every rank gets the same list, so all
@@ -209,7 +212,7 @@ int TrainCheckpointer::resume() {
 
 void TrainCheckpointer::begin_step() { before_step_ = data_.state(); }
 
-std::string TrainCheckpointer::save(int step, double loss, const SamplerState& sampler) {
+CheckpointMeta TrainCheckpointer::meta_for(int step, double loss, const SamplerState& sampler) const {
   CheckpointMeta m;
   m.step = step;
   m.optimizer_steps = state_.optimizer_steps();
@@ -225,7 +228,31 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
   m.job_toml = job_to_toml(cfg_);
   m.tokenizer_json = data_.tokenizer_json();
   m.version = kVersion;
+  return m;
+}
+
+std::string TrainCheckpointer::last_saved_note() const {
+  return last_saved_ >= 0 ? fmt::format("{}/latest names step {}", mgr_.dir(), last_saved_)
+                          : std::string("no checkpoint of this run was written");
+}
+
+std::string TrainCheckpointer::save(int step, double loss, const SamplerState& sampler, std::string* why) {
+  const CheckpointMeta m = meta_for(step, loss, sampler);
   const std::vector<CheckpointShard> shards = state_.shards();
+  // A non-finite state is never saved, whatever train.nan_policy says: resume = auto would pick
+  // it up. The lowest rank that holds one says where.
+  {
+    const std::string bad = first_non_finite(shards);
+    const int me = grid_.rank();
+    int first_bad = bad.empty() ? std::numeric_limits<int>::max() : me;
+    MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first_bad != std::numeric_limits<int>::max()) {
+      std::string where = bad;
+      bcast_string(where, MPI_COMM_WORLD, first_bad);
+      *why = fmt::format("rank {}'s {} is not finite", first_bad, where);
+      return "";
+    }
+  }
   std::string path;
   {
     ActivityPhase phase("checkpoint save");
@@ -243,7 +270,12 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
 int TrainCheckpointer::end_of_step(int step, double loss) {
   const int sig = preemption_agreed(grid_.world());
   const bool due = (cfg_.checkpoint.every > 0 && step % cfg_.checkpoint.every == 0) || step == cfg_.train.steps;
-  if ((due || sig) && last_saved_ != step) save(step, loss, data_.state());
+  std::string why;
+  if ((due || sig) && last_saved_ != step && save(step, loss, data_.state(), &why).empty())
+    fail("step {}: the model state holds NaN/inf ({}); checkpoint step {} not written, {} (the last good state). A "
+         "diverged update: lower optim.lr, keep optim.grad_clip on, or resume from that checkpoint with another "
+         "data.seed",
+         step, why, step, last_saved_note());
   if (sig && grid_.rank() == 0) {
     std::printf("preempted (signal %d, %s): checkpoint of step %d written; exiting with %d%s\n", sig, strsignal(sig),
                 step, preemption_exit_code(sig), sig == SIGINT ? "" : " (requeue me)");
@@ -252,8 +284,9 @@ int TrainCheckpointer::end_of_step(int step, double loss) {
   return sig;
 }
 
-std::string TrainCheckpointer::save_last_good(int failed_step, double last_good_loss) {
-  return save(failed_step - 1, last_good_loss, before_step_);
+std::string TrainCheckpointer::save_last_good(int failed_step, double last_good_loss, std::string* why) {
+  if (last_saved_ == failed_step - 1) return fmt::format("{}/latest", mgr_.dir());  // already saved
+  return save(failed_step - 1, last_good_loss, before_step_, why);
 }
 
 }  // namespace mpitron

@@ -17,15 +17,30 @@ double fetch_step_batches(DataLoader& data, std::vector<Batch>& batches) {
   return targets;
 }
 
-bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, const TrainResult& result, int step,
-                          double loss, double grad_norm, bool rank0) {
+bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainResult& result, int step, double loss,
+                          double grad_norm, bool rank0) {
   if (cfg.train.nan_policy == "skip") {
-    if (rank0) std::printf("step %d: non-finite loss %g or grad norm %g: step skipped\n", step, loss, grad_norm);
+    ++result.skipped_steps;
+    const int run = ++result.consecutive_skips;
+    if (run >= cfg.train.nan_skip_limit)
+      fail("step {}: {} consecutive steps with a non-finite loss or grad norm (this one: loss {}, grad norm {}); "
+           "stopping at train.nan_skip_limit = {} (train.nan_policy = \"skip\"): the run is not recovering ({})",
+           step, run, loss, grad_norm, cfg.train.nan_skip_limit, ckpt.last_saved_note());
+    if (rank0)
+      std::printf("step %d: non-finite loss %g or grad norm %g: step skipped (%d in a row; the run stops at "
+                  "train.nan_skip_limit = %d)\n",
+                  step, loss, grad_norm, run, cfg.train.nan_skip_limit);
     return true;
   }
-  ckpt.save_last_good(step, result.last_loss);
-  fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\")", step, loss,
-       grad_norm);
+  std::string why;
+  const std::string saved = ckpt.save_last_good(step, result.last_loss, &why);
+  if (saved.empty())
+    fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"). The state "
+         "before this step is not saved either: {}; {}",
+         step, loss, grad_norm, why, ckpt.last_saved_note());
+  fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"); the state before "
+       "it is saved: {}",
+       step, loss, grad_norm, ckpt.last_saved_note());
 }
 
 void StragglerProbe::begin_step() { wait_at_start_s_ = thread_comm_wait_seconds(); }

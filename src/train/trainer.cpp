@@ -1,10 +1,12 @@
 #include "mpitron/train/trainer.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -52,6 +54,51 @@ double evaluate(PipelineExecutor& pipe, ValidationLoader& val, ProcessGrid& grid
   return v[0] / std::max(1.0, v[1]);
 }
 
+// The start-up model line after "model NAME: ": the architecture and every size a job can override.
+std::string model_line(const ModelConfig& mc, int tp, size_t num_params) {
+  const bool llama = mc.arch == Arch::llama;
+  std::string heads = llama && mc.n_kv_head != mc.n_head ? fmt::format("{} heads ({} kv)", mc.n_head, mc.n_kv_head)
+                                                          : fmt::format("{} heads", mc.n_head);
+  std::string arch = llama ? fmt::format("llama (RMSNorm eps {:g}, RoPE theta {:g}, SwiGLU, {} head)", mc.norm_eps,
+                                         mc.rope_theta, mc.tied_embeddings ? "tied" : "untied")
+                           : std::string(mc.tied_embeddings ? "gpt2" : "gpt2 (untied head)");
+  return fmt::format("{}, {} layers, {}, d_model {}, d_ff {}, vocab {} (padded {}), seq {}, {:.2f}M parameters", arch,
+                     mc.n_layer, heads, mc.d_model, mc.d_ff, mc.vocab_size, mc.padded_vocab(tp), mc.seq_len,
+                     num_params / 1e6);
+}
+
+// Settings that are valid but cannot take effect on this run, said once on rank 0 (stderr).
+void warn_ineffective_settings(const JobConfig& cfg, int start_step) {
+  auto warn = [](const std::string& m) { std::fprintf(stderr, "mpitron: warning: %s\n", m.c_str()); };
+  const int steps = cfg.train.steps;
+  if (const auto& tr = cfg.train.trace_steps; tr.size() == 2) {
+    if (tr[0] > steps)
+      warn(fmt::format("train.trace_steps = [{}, {}] starts after the last step (train.steps = {}): no trace is written",
+                       tr[0], tr[1], steps));
+    else if (tr[1] <= start_step)
+      warn(fmt::format("train.trace_steps = [{}, {}] ends before this run's first step ({}, resumed): no trace is "
+                       "written", tr[0], tr[1], start_step + 1));
+    else if (tr[1] > steps)
+      warn(fmt::format("train.trace_steps = [{}, {}] ends after the last step: the trace covers steps {}..{}", tr[0],
+                       tr[1], std::max(tr[0], start_step + 1), steps));
+  }
+  if (cfg.eval.every > 0 && cfg.eval.batches == 0)
+    warn(fmt::format("eval.every = {} has no effect: eval.batches = 0 turns validation off", cfg.eval.every));
+  else if (cfg.eval.every >= steps)
+    warn(fmt::format("eval.every = {} is not below train.steps = {}: validation runs only at the start and the end",
+                     cfg.eval.every, steps));
+  if (cfg.checkpoint.every > steps)
+    warn(fmt::format("checkpoint.every = {} is above train.steps = {}: only the final checkpoint is written",
+                     cfg.checkpoint.every, steps));
+  if (cfg.optim.warmup_steps > steps)
+    warn(fmt::format("optim.warmup_steps = {} is above train.steps = {}: the learning rate never reaches optim.lr",
+                     cfg.optim.warmup_steps, steps));
+  if (cfg.optim.min_lr > cfg.optim.lr)
+    warn(fmt::format("optim.min_lr = {} is above optim.lr = {}: the cosine schedule rises instead of decaying",
+                     cfg.optim.min_lr, cfg.optim.lr));
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 std::string chunks_note(const TrainSetup& s) {
@@ -87,6 +134,25 @@ void StageBackend::release_stage() {
 void StageBackend::optimizer_step(double lr) {
   model_->optimizer_step(lr);
   model_->ops().synchronize();  // the update is complete on return: the loop reads the step time next
+  if (fault_poison("params")) poison_state();
+}
+
+// MPITRON_FAULT=poison@params: this rank's parameters (its ZeRO-3 shard) and AdamW moments become
+// NaN, as after a diverged update, for the tests of the checkpoint's finite guard.
+void StageBackend::poison_state() {
+  FlatOps& ops = model_->ops();
+  for (int c = 0; c < model_->size(); ++c) {
+    ModelChunk& chunk = model_->chunk(c);
+    DataParallel& ddp = model_->ddp(c);
+    ddp.sync_params();  // ZeRO-1/2: no gather may land on the poisoned buffer later
+    const bool sharded = ddp.zero() >= 3;
+    const size_t np = sharded ? ddp.shard().size() : chunk.num_params(), nm = ddp.shard().size();
+    const std::vector<float> nan(std::max(np, nm), std::numeric_limits<float>::quiet_NaN());
+    ops.from_host(sharded ? ddp.shard_params() : chunk.param_data(), nan.data(), np);
+    ops.from_host(ddp.optimizer().exp_avg(), nan.data(), nm);
+    if (!sharded) chunk.params_changed();
+  }
+  ops.synchronize();
 }
 
 StepComm StageBackend::take_comm() {
@@ -104,11 +170,19 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
 #endif
   usage_check(cfg.train.steps > 0, "train.steps must be > 0 (got {})", cfg.train.steps);
   usage_check(cfg.log.every > 0, "log.every must be > 0 (got {})", cfg.log.every);
+  {
+    const std::vector<int>& tr = cfg.train.trace_steps;
+    usage_check(tr.empty() || (tr.size() == 2 && tr[0] >= 1 && tr[0] <= tr[1]),
+                "bad value for 'train.trace_steps': {} (allowed: [first, last] steps with 1 <= first <= last, or [] "
+                "for off)",
+                fmt::format("[{}]", fmt::join(tr, ", ")));
+  }
   const bool rank0 = grid.rank() == 0;
   const int dp = gs.dp, dp_rank = grid.coord().dp;
   const BatchPlan bp = plan_batches(cfg, dp);
 
   TrainData data = open_train_data(cfg, bp, dp, dp_rank, rank0);
+  if (fault_poison("model_config")) data.model.rope_theta = INFINITY;  // past the ranges: the start-up save check's test
   const ModelConfig& mc = data.model;
   DataLoader& train_data = *data.train;
   ValidationLoader* val_data = data.val.get();
@@ -137,6 +211,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   // Resume (train.resume) now; save in the loop (checkpoint.every, last step, preemption).
   TrainCheckpointer ckpt(cfg, grid, mc, backend->checkpoint_state(), train_data);
   const int start_step = ckpt.resume();
+  if (rank0) warn_ineffective_settings(cfg, start_step);
 
   const double flops_per_token = gpt_flops_per_token(mc);
   const int64_t tokens_per_step = int64_t{bp.global} * mc.seq_len;
@@ -144,10 +219,10 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
 
   MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/start_step > 0, start_step);
   if (rank0) {
-    std::printf("model %s: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d, %.2fM parameters\n%s\n"
+    std::printf("model %s: %s\n%s\n"
                 "data %s: %lld samples per rank per epoch | run dir %s\n%s\n",
-                mc.name.c_str(), mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, mc.padded_vocab(gs.tp), mc.seq_len,
-                backend->num_params() / 1e6, backend->layout_line(peak).c_str(), train_data.describe().c_str(),
+                mc.name.c_str(), model_line(mc, gs.tp, backend->num_params()).c_str(),
+                backend->layout_line(peak).c_str(), train_data.describe().c_str(),
                 static_cast<long long>(train_data.samples_per_epoch()), cfg.run_dir().c_str(),
                 backend->describe().c_str());
     std::fflush(stdout);
@@ -195,8 +270,6 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   double cp_wait_after_first = 0, cp_wait_prev = std::max(0.0, backend->cp_wait_seconds());
   // The timeline of steps [a, b] (train.trace_steps, core/trace.hpp): one file per rank.
   const std::vector<int>& tr = cfg.train.trace_steps;
-  usage_check(tr.empty() || (tr.size() == 2 && tr[0] >= 1 && tr[0] <= tr[1]),
-              "train.trace_steps must be [first, last] steps with 1 <= first <= last (got {} values)", tr.size());
   auto write_trace = [&] {  // at the window's last step, or when the run ends inside it
     trace::set_enabled(false);
     trace::write(fmt::format("{}/trace/rank_{}.json", cfg.run_dir(), launch.rank), launch.rank);
@@ -243,8 +316,18 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     double lr = sched.at(step);
 
     if ((!std::isfinite(loss) || !std::isfinite(grad_norm)) &&
-        skip_non_finite_step(cfg, ckpt, result, step, loss, grad_norm, rank0))
+        skip_non_finite_step(cfg, ckpt, result, step, loss, grad_norm, rank0)) {
+      // The state is the previous step's, unchanged: checkpoints and preemption as on any step.
+      step_span.reset();
+      backend->take_comm();
+      if (int sig = ckpt.end_of_step(step, result.last_loss)) {
+        result.preempted = sig;
+        return result;
+      }
+      result.steps_done = step;
       continue;
+    }
+    result.consecutive_skips = 0;
     if (cfg.optim.grad_clip > 0 && grad_norm > cfg.optim.grad_clip) {
       // torch.nn.utils.clip_grad_norm_'s rule.
       backend->scale_grads(static_cast<float>(cfg.optim.grad_clip / (grad_norm + 1e-6)));

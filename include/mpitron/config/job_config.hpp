@@ -85,6 +85,7 @@ struct TrainSection {
   std::string resume = "auto";     // auto | never | <checkpoint path>
   bool check_ledger = false;
   std::string nan_policy = "stop";  // stop | skip
+  int nan_skip_limit = 10;          // skip: consecutive non-finite steps before the run stops
   std::string dump_params;          // after the last step, rank 0 writes full parameters here (HDF5)
 };
 

@@ -106,6 +106,16 @@ inline void write_checkpoint_file(const std::string& path, MPI_Comm comm, const 
   write_checkpoint_file(path, comm, meta, std::span<const CheckpointShard>(&shard, 1));
 }
 
+// This rank's first parameter or AdamW moment that is not finite (NaN/inf), as "exp_avg of
+// 'h.0.mlp.c_fc.weight' (element 17)"; empty when every value in the shards' tensors is finite.
+// A save checks it first: a non-finite model is never written as a checkpoint.
+std::string first_non_finite(std::span<const CheckpointShard> shards);
+
+// The metadata as a save stores it (JSON, then HDF5 attributes), read back: UsageError naming the
+// first field it cannot hold (a NaN or inf number: JSON has neither). The trainer calls it at
+// start-up, so an unsavable configuration fails in the first second, not at the first save.
+void check_meta_savable(const CheckpointMeta& meta);
+
 // Collective over comm: checks the model config against `expect` (UsageError naming the first
 // difference), reads every tensor this rank holds into shard's ranges, verifies checksums.
 // Padded vocab rows of wte are set to 0. Returns the metadata.

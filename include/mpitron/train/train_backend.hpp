@@ -122,6 +122,8 @@ class StageBackend : public TrainBackend {
   void release_stage();
 
  private:
+  void poison_state();
+
   int tp_rank_ = 0;
   std::unique_ptr<PipelineSchedule> schedule_;  // the executor keeps a reference
   std::unique_ptr<StageModel> model_;

@@ -62,13 +62,20 @@ class TrainCheckpointer {
   // Collective, after step `step` is complete. Saves when checkpoint.every divides it, at the
   // last step, or when any rank got SIGUSR1/SIGTERM/SIGINT. Non-zero: the agreed signal; the
   // checkpoint is written and the trainer must stop now (exit with preemption_exit_code()).
+  // A state holding NaN/inf is never saved: an Error on every rank instead, naming the rank and
+  // tensor, and `latest` keeps naming the last good checkpoint.
   int end_of_step(int step, double loss);
   // Collective: nan_policy = "stop" hit a non-finite step: saves the state before it (the
-  // parameters are untouched until the optimizer runs). Returns the path written.
-  std::string save_last_good(int failed_step, double last_good_loss);
+  // parameters are untouched until the optimizer runs). Returns the path written, or "" when
+  // that state holds NaN/inf too (not saved; `why` says where).
+  std::string save_last_good(int failed_step, double last_good_loss, std::string* why);
+  // "ckpt/latest names step N" or "no checkpoint was written", for error messages.
+  std::string last_saved_note() const;
 
  private:
-  std::string save(int step, double loss, const SamplerState& s);
+  CheckpointMeta meta_for(int step, double loss, const SamplerState& s) const;
+  // The path written, or "" when some rank's state is not finite (*why: the rank and tensor).
+  std::string save(int step, double loss, const SamplerState& s, std::string* why);
 
   const JobConfig& cfg_;
   ProcessGrid& grid_;

@@ -19,9 +19,10 @@ namespace mpitron {
 double fetch_step_batches(DataLoader& data, std::vector<Batch>& batches);
 
 // train.nan_policy for a step whose loss or grad norm is not finite: "skip" -> true (the caller
-// skips the optimizer step); "stop" -> checkpoint of the last good step, then an Error.
-bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, const TrainResult& result, int step,
-                          double loss, double grad_norm, bool rank0);
+// skips the optimizer step), an Error at train.nan_skip_limit consecutive ones; "stop" ->
+// checkpoint of the last good step (unless it holds NaN/inf too), then an Error.
+bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainResult& result, int step, double loss,
+                          double grad_norm, bool rank0);
 
 // Who was slowest: each rank's busy time in a step (step time minus the time its step thread sat
 // in communication waits, dist/comm_wait.hpp), gathered over the world only on logged steps (one

@@ -15,6 +15,7 @@ struct TrainResult {
   int steps_done = 0;
   double first_loss = 0, last_loss = 0;
   double first_val_loss = -1, last_val_loss = -1;
+  int skipped_steps = 0, consecutive_skips = 0;  // train.nan_policy = "skip"
   int preempted = 0;  // the agreed job signal (SIGUSR1/SIGTERM/SIGINT): checkpointed, the caller exits
                      // with preemption_exit_code(preempted)
 };
