@@ -70,6 +70,17 @@ void StepLogger::log(int step, double loss, double lr, double grad_norm, double 
   s.step_ms = step_ms;
   s.tokens_per_s = tokens_ / (step_ms / 1e3);
   s.gflops_per_rank = flops_ * tokens_ / world_ / (step_ms / 1e3) / 1e9;
+  // A measured peak (the clock estimate, or a probe taken in a busy moment) below what a step
+  // achieves is raised to it, once said: MFU never reads above 100%. A peak the job sets stays.
+  if (peak_ > 0 && cfg_.train.peak_flops <= 0 && s.gflops_per_rank * 1e9 > peak_) {
+    if (!raised_peak_)
+      std::printf("note: step %d ran at %.1f GFLOP/s/rank, above the start-up peak (%.1f: the larger of the ISA/clock "
+                  "estimate and the GEMM probe; the clock may run above the one the estimate read, or the probe "
+                  "ran in a busy moment): MFU is measured against the highest rate achieved from here\n",
+                  step, s.gflops_per_rank, peak_ / 1e9);
+    raised_peak_ = true;
+    peak_ = s.gflops_per_rank * 1e9;
+  }
   s.mfu = peak_ > 0 ? s.gflops_per_rank * 1e9 / peak_ : 0;
   s.probe_frac = probe_ > 0 ? s.gflops_per_rank * 1e9 / probe_ : 0;
   s.data_wait_ms = data_ms;

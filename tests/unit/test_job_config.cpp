@@ -4,6 +4,10 @@
 
 #include <fstream>
 #include <functional>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "mpitron/cli/job_args.hpp"
 #include "mpitron/config/job_config.hpp"
@@ -73,6 +77,92 @@ BOOST_AUTO_TEST_CASE(errors_name_the_key) {
   BOOST_TEST(message_has([&] { load_job_file(c, "/nonexistent.toml"); }, "cannot read job file"));
   std::remove(bad.c_str());
   std::remove(broken.c_str());
+}
+
+// Every numeric key states its range in the registry (docs/jobs.md's "allowed" column), and a job
+// file, a flag and a resolved value get the same message: the key, the value, the range.
+BOOST_AUTO_TEST_CASE(numeric_keys_have_ranges) {
+  std::stringstream rows(job_keys_markdown());
+  std::string line;
+  int numeric = 0;
+  while (std::getline(rows, line)) {
+    if (line.rfind("| `", 0) != 0) continue;
+    std::vector<std::string> cells;
+    for (size_t at = 1, next; (next = line.find(" | ", at)) != std::string::npos; at = next + 2)
+      cells.push_back(line.substr(at + 1, next - at - 1));
+    BOOST_REQUIRE(cells.size() >= 3);
+    if (cells[1] == "int" || cells[1] == "float" || cells[1] == "int list") {
+      ++numeric;
+      BOOST_TEST(!cells[2].empty(), cells[0] << " has no allowed range");
+    }
+  }
+  BOOST_TEST(numeric >= 40);
+}
+
+BOOST_AUTO_TEST_CASE(range_bounds) {
+  struct Case {
+    const char* key;
+    std::vector<const char*> good, bad;
+  };
+  const Case cases[] = {
+      {"optim.lr", {"0", "3e-3", "10"}, {"nan", "inf", "-inf", "-3e-3"}},
+      {"optim.min_lr", {"0", "1e-5"}, {"nan", "-1e-9"}},
+      {"optim.beta1", {"0", "0.9", "0.999999"}, {"1", "1.5", "-0.1", "nan"}},
+      {"optim.beta2", {"0.95"}, {"1.5", "1"}},
+      {"optim.eps", {"1e-8", "1e-30"}, {"0", "-1e-8", "inf"}},
+      {"optim.grad_clip", {"0", "1", "0.5"}, {"-1", "nan", "inf"}},
+      {"optim.warmup_steps", {"0", "100"}, {"-10"}},
+      {"optim.weight_decay", {"0", "0.1"}, {"-0.1", "nan"}},
+      {"model.rope_theta", {"0", "1.5", "500000"}, {"1", "0.5", "inf", "nan", "-10000"}},
+      {"model.norm_eps", {"0", "1e-5"}, {"1", "-1e-5", "nan"}},
+      {"model.n_layer", {"0", "1", "96"}, {"-1"}},
+      {"model.seq_len", {"0", "2", "1024"}, {"1", "-64"}},
+      {"parallel.zero", {"0", "3"}, {"4", "-1"}},
+      {"parallel.tp", {"1", "8"}, {"0", "-2"}},
+      {"parallel.bucket_mb", {"0", "25"}, {"-1", "nan"}},
+      {"data.prefetch", {"0", "4"}, {"-1"}},
+      {"train.steps", {"1"}, {"0", "-5"}},
+      {"train.global_batch", {"0", "8"}, {"-8"}},
+      {"train.threads", {"0", "4"}, {"-4"}},
+      {"train.peak_flops", {"0", "1e12"}, {"-1", "inf"}},
+      {"train.nan_skip_limit", {"1", "10"}, {"0"}},
+      {"train.trace_steps", {"[]", "[1, 2]"}, {"[0, 2]", "[2, -1]"}},
+      {"eval.batches", {"0", "4"}, {"-1"}},
+      {"eval.every", {"0", "10"}, {"-1"}},
+      {"comm.timeout_s", {"0", "300"}, {"nan", "inf", "-1"}},
+      {"checkpoint.timeout_s", {"0", "1800"}, {"-1", "nan"}},
+      {"checkpoint.keep", {"1"}, {"0"}},
+      {"log.every", {"1"}, {"0"}},
+  };
+  for (const Case& c : cases) {
+    for (const char* v : c.good) {
+      JobConfig cfg;
+      BOOST_CHECK_NO_THROW(set_job_key(cfg, c.key, v));
+    }
+    for (const char* v : c.bad) {
+      JobConfig cfg;
+      BOOST_TEST(message_has([&] { set_job_key(cfg, c.key, v); }, fmt::format("bad value for '{}'", c.key)),
+                 c.key << " = " << v << " was accepted");
+      BOOST_TEST(message_has([&] { set_job_key(cfg, c.key, v); }, "(allowed: "), c.key << " = " << v);
+    }
+  }
+  JobConfig cfg;
+  BOOST_TEST(message_has([&] { set_job_key(cfg, "optim.beta2", "1.5"); },
+                         "bad value for 'optim.beta2': 1.5 (allowed: 0 <= v < 1)"));
+  BOOST_TEST(message_has([&] { set_job_key(cfg, "comm.timeout_s", "nan"); },
+                         "bad value for 'comm.timeout_s': nan (allowed: 0 (off) or finite, > 0)"));
+  // The same message from a job file (TOML's own nan / inf literals).
+  auto path = write_tmp("[optim]\nlr = nan\n");
+  BOOST_TEST(message_has([&] { load_job_file(cfg, path); }, "bad value for 'optim.lr': nan (allowed: finite, >= 0)"));
+  std::remove(path.c_str());
+  // A resolved value (a preset's, or derived): the same form, 0 not special.
+  BOOST_TEST(message_has([] { check_job_value("model.rope_theta", 0); }, "bad value for 'model.rope_theta': 0"));
+  BOOST_CHECK_NO_THROW(check_job_value("model.rope_theta", 10000));
+  // A blend entry without a weight is refused, naming it.
+  BOOST_TEST(message_has([&] { set_job_key(cfg, "data.paths", "[{ path = \"data/a\" }, { path = \"data/b\", weight = 1 }]"); },
+                         "the entry for 'data/a' has no weight"));
+  BOOST_TEST(message_has([&] { set_job_key(cfg, "data.paths", "[{ path = \"data/a\", weight = -1 }]"); },
+                         "(allowed: finite, > 0)"));
 }
 
 BOOST_AUTO_TEST_CASE(model_presets) {

@@ -65,7 +65,7 @@ class StepLogger {
   double flops_;
   int world_;
   double peak_, probe_;
-  bool warned_mfu_ = false;
+  bool warned_mfu_ = false, raised_peak_ = false;
 };
 
 }  // namespace mpitron
