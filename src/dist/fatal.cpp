@@ -62,11 +62,11 @@ void exit_on_exception(const std::exception& e) {
       }
     }
   }
-  if (usage) {
+  if (usage || dynamic_cast<const AgreedError*>(&e)) {
     if (rank == 0) std::fprintf(stderr, "mpitron: error: %s\n", e.what());
     std::fflush(stderr);
     if (running) MPI_Finalize();
-    std::exit(kExitUsage);
+    std::exit(usage ? kExitUsage : kExitError);
   }
   if (world > 1)
     std::fprintf(stderr, "mpitron: rank %d on %s: error: %s\n", rank, hostname().c_str(), e.what());

@@ -272,7 +272,7 @@ int TrainCheckpointer::end_of_step(int step, double loss) {
   const bool due = (cfg_.checkpoint.every > 0 && step % cfg_.checkpoint.every == 0) || step == cfg_.train.steps;
   std::string why;
   if ((due || sig) && last_saved_ != step && save(step, loss, data_.state(), &why).empty())
-    fail("step {}: the model state holds NaN/inf ({}); checkpoint step {} not written, {} (the last good state). A "
+    agreed_fail("step {}: the model state holds NaN/inf ({}); checkpoint step {} not written, {} (the last good state). A "
          "diverged update: lower optim.lr, keep optim.grad_clip on, or resume from that checkpoint with another "
          "data.seed",
          step, why, step, last_saved_note());

@@ -23,7 +23,7 @@ bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainRe
     ++result.skipped_steps;
     const int run = ++result.consecutive_skips;
     if (run >= cfg.train.nan_skip_limit)
-      fail("step {}: {} consecutive steps with a non-finite loss or grad norm (this one: loss {}, grad norm {}); "
+      agreed_fail("step {}: {} consecutive steps with a non-finite loss or grad norm (this one: loss {}, grad norm {}); "
            "stopping at train.nan_skip_limit = {} (train.nan_policy = \"skip\"): the run is not recovering ({})",
            step, run, loss, grad_norm, cfg.train.nan_skip_limit, ckpt.last_saved_note());
     if (rank0)
@@ -35,10 +35,10 @@ bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainRe
   std::string why;
   const std::string saved = ckpt.save_last_good(step, result.last_loss, &why);
   if (saved.empty())
-    fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"). The state "
+    agreed_fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"). The state "
          "before this step is not saved either: {}; {}",
          step, loss, grad_norm, why, ckpt.last_saved_note());
-  fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"); the state before "
+  agreed_fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"); the state before "
        "it is saved: {}",
        step, loss, grad_norm, ckpt.last_saved_note());
 }

@@ -4,6 +4,9 @@
 //    rank + host + cause and aborts the whole job, because the other ranks may be waiting on us.
 //  - UsageError: bad user input that every rank detects identically (bad layout, unknown option,
 //    bad TOML key). Rank 0 prints it once; every rank exits non-zero without MPI_Abort's dump.
+//  - AgreedError: a run-time failure every rank reaches together, after a collective verdict (a
+//    non-finite loss, a model that holds NaN): rank 0 prints it once; every rank exits with 1
+//    (an error, not bad input) without MPI_Abort.
 #pragma once
 #include <fmt/format.h>
 #include <stdexcept>
@@ -21,6 +24,16 @@ class UsageError : public Error {
  public:
   using Error::Error;
 };
+
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <class... A>
+[[noreturn]] void agreed_fail(fmt::format_string<A...> f, A&&... a) {
+  throw AgreedError(fmt::format(f, std::forward<A>(a)...));
+}
 
 template <class... A>
 [[noreturn]] void fail(fmt::format_string<A...> f, A&&... a) {
