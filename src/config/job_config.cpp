@@ -43,7 +43,6 @@ struct Range {
   bool lo_open = false, hi_open = false;
   std::string zero;  // non-empty: 0 is allowed too, and means this
 
-  bool active() const { return std::isfinite(lo) || std::isfinite(hi) || !zero.empty(); }
   bool allows(double v, bool with_zero) const {
     if (with_zero && !zero.empty() && v == 0) return true;
     if (!std::isfinite(v)) return false;
