@@ -182,14 +182,14 @@ bench: bench-comm
 
 # GPU device check (bench/gpu_check.sh builds it with CUDA=1 and runs it): every CUDA kernel against
 # the CPU backend, kernel timings, cuBLASLt GEMM rate, GptCuda training against the CPU GPT ->
-# bench/results/gpu_check*.md. Links only the ops, core and model objects (+ the CPU AdamW, the
+# bench/results/gpu_check*.md. Links only the ops, core, config and model objects (+ the CPU AdamW, the
 # reference, and tests/cuda/self_check): quick to build on the GPU machine, independent of the
 # rest of the tree.
 # Without a GPU, bench/gpu/emulate/run.sh runs the training comparison on a CPU emulation of CudaOps.
 .PHONY: gpu-check
 GPU_CHECK_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard bench/gpu/*.cpp) tests/cuda/self_check.cpp) \
   $(BUILD)/obj/src/parallel/adamw.o \
-  $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/% $(BUILD)/obj/src/model/%,$(LIB_OBJ))
+  $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/% $(BUILD)/obj/src/config/% $(BUILD)/obj/src/model/%,$(LIB_OBJ))
 $(BUILD)/bench/gpu_check: $(GPU_CHECK_OBJ)
 	@test "$(CUDA_ON)" = 1 || { echo "gpu_check needs a CUDA build (CUDA=1)" >&2; exit 1; }
 	@mkdir -p $(dir $@)

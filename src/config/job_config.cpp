@@ -479,7 +479,7 @@ const std::vector<Key>& registry() {
       make_key("optim.grad_clip", "global grad-norm clip (0: off)", &C::optim, &OptimSection::grad_clip, above(0, "off")),
       make_key("checkpoint.every", "save every N steps (0: only at the end)", &C::checkpoint,
                &CheckpointSection::every, at_least(1, "only at the end")),
-      make_key("checkpoint.keep", "complete checkpoints to keep", &C::checkpoint, &CheckpointSection::keep, at_least(1)),
+      make_key("checkpoint.keep", "complete checkpoints to keep", &C::checkpoint, &CheckpointSection::keep, at_least(1, "keep all")),
       make_key("checkpoint.timeout_s",
                "seconds a checkpoint save or load may take before the hang watchdog aborts the job",
                &C::checkpoint, &CheckpointSection::timeout_s, above(0, "comm.timeout_s")),

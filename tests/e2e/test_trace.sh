@@ -111,5 +111,7 @@ timeout 120 "$MPITRON" train jobs/tiny.toml "${common[@]}" --parallel.dp=1 --job
   "$tmp/short/trace/rank_0.json" || fail "a run ending inside the window: steps 3-4 not written"
 if "$MPITRON" train jobs/tiny.toml "${common[@]}" --parallel.dp=1 --job.run_dir="$tmp/bad" --train.trace_steps='[3, 2]' \
   >"$tmp/bad.log" 2>&1; then fail "trace_steps [3, 2] accepted"; fi
-grep -q "train.trace_steps must be \[first, last\]" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no clear error"; }
+grep -q "bad value for 'train.trace_steps': \[3, 2\] (allowed: \[first, last\]" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no clear error"; }
+grep -q "warning: train.trace_steps = \[3, 10\] ends after the last step: the trace covers steps 3..4" "$tmp/short.log" ||
+  { cat "$tmp/short.log"; fail "no warning for a window past the run"; }
 echo ok

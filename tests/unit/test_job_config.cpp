@@ -131,7 +131,7 @@ BOOST_AUTO_TEST_CASE(range_bounds) {
       {"eval.every", {"0", "10"}, {"-1"}},
       {"comm.timeout_s", {"0", "300"}, {"nan", "inf", "-1"}},
       {"checkpoint.timeout_s", {"0", "1800"}, {"-1", "nan"}},
-      {"checkpoint.keep", {"1"}, {"0"}},
+      {"checkpoint.keep", {"0", "1"}, {"-1"}},
       {"log.every", {"1"}, {"0"}},
   };
   for (const Case& c : cases) {
