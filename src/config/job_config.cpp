@@ -434,7 +434,7 @@ const std::vector<Key>& registry() {
       make_key("data.path", "folder with train_*.h5 / val_*.h5 shards (mpitron prep)", &C::data, &DataSection::path),
       blend_key(),
       make_key("data.seed", "sampler shuffle seed", &C::data, &DataSection::seed, at_least(0)),
-      make_key("data.prefetch", "batches the loader thread keeps ready", &C::data, &DataSection::prefetch, at_least(0)),
+      make_key("data.prefetch", "batches the loader thread keeps ready", &C::data, &DataSection::prefetch, at_least(1, "no loader thread: read when needed")),
       make_key("data.drop_last", "drop the tail that does not fill every DP rank (else pad)", &C::data,
                &DataSection::drop_last),
       make_key("train.steps", "optimizer steps", &C::train, &TrainSection::steps, at_least(1)),

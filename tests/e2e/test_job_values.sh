@@ -55,7 +55,7 @@ eval.batches=-1|0 (no validation) or >= 1
 eval.every=-5|0 (only at the end) or >= 1
 comm.timeout_s=nan|0 (off) or finite, > 0
 checkpoint.timeout_s=inf|0 (comm.timeout_s) or finite, > 0
-data.prefetch=-1|>= 0
+data.prefetch=-1|0 (no loader thread: read when needed) or >= 1
 train.threads=-4|0 (cores per node / ranks per node) or >= 1
 train.global_batch=-8|0 (micro_batch*dp) or >= 1
 train.steps=0|>= 1
