@@ -17,7 +17,7 @@ FUZZ_JOBS ?= 2
 FUZZ_TARGETS := prep checkpoint shard job_config tokenizer  # longest first (FUZZ_JOBS run side by side)
 
 # The library sources the targets reach (the linker takes only the objects it needs from the archive).
-FUZZ_LIB_SRC := src/config/job_config.cpp src/config/toml_guard.cpp src/cli/job_args.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \
+FUZZ_LIB_SRC := $(sort $(wildcard src/config/*.cpp)) src/cli/job_args.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \
   $(sort $(wildcard src/core/*.cpp)) src/model/config.cpp src/model/gpt_params.cpp src/model/llama_params.cpp \
   $(sort $(wildcard src/train/checkpoint*.cpp)) \
   src/dist/fault_inject.cpp src/dist/activity.cpp src/dist/launch.cpp src/parallel/partition.cpp \
