@@ -92,14 +92,7 @@ int cmd_generate(const Args& args) {
     } else if (a == "--top-k") {
       top_k = option_int("--top-k", value(), 0);
     } else if (a == "--seed") {
-      const std::string v = value();
-      size_t used = 0;
-      try {
-        seed = v.empty() || v[0] == '-' ? 0 : std::stoull(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      usage_check(used > 0 && used == v.size(), "option --seed expects an integer >= 0, not '{}'", v);
+      seed = option_u64("--seed", value());
     } else if (a == "--no-kv-cache") {
       kv_cache = false;
     } else if (a.rfind("--", 0) == 0) {

@@ -159,6 +159,17 @@ bool fault_on() {
   }
   return st == 2;
 }
+
+// Under g_mu: spec s fires now at `point` (its step, its after=N-th time; once, except slow). A
+// hit counts toward after=N only at s's own point and step.
+bool due(Spec& s, const char* point) {
+  if (s.fired || s.point != point) return false;
+  if (s.step >= 0 && s.step != activity_step()) return false;
+  if (++s.hits < s.after) return false;
+  s.fired = s.action != "slow";
+  return true;
+}
+
 }  // namespace
 
 bool fault_late(const char* point) {
@@ -173,10 +184,7 @@ bool fault_poison(const char* point) {
   if (!fault_on()) return false;
   std::lock_guard<std::mutex> lock(g_mu);
   for (auto& s : g_specs) {
-    if (s.fired || s.action != "poison" || s.point != point) continue;
-    if (s.step >= 0 && s.step != activity_step()) continue;
-    if (++s.hits < s.after) continue;
-    s.fired = true;
+    if (s.action != "poison" || !due(s, point)) continue;
     std::fprintf(stderr, "mpitron: MPITRON_FAULT: poison at %s (step %d) on pid %d\n", point, activity_step(),
                  static_cast<int>(getpid()));
     std::fflush(stderr);
@@ -191,10 +199,7 @@ void fault_point(const char* point) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     for (auto& s : g_specs) {
-      if (s.fired || s.action == "late" || s.action == "poison" || std::strcmp(s.point.c_str(), point) != 0) continue;
-      if (s.step >= 0 && s.step != activity_step()) continue;
-      if (++s.hits < s.after) continue;
-      s.fired = s.action != "slow";
+      if (s.action == "late" || s.action == "poison" || !due(s, point)) continue;
       hit = &s;
       break;
     }

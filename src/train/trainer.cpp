@@ -274,6 +274,13 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     trace::set_enabled(false);
     trace::write(fmt::format("{}/trace/rank_{}.json", cfg.run_dir(), launch.rank), launch.rank);
   };
+  // Checkpoint (when due) and the agreed preemption signal, on every step, skipped ones too. True:
+  // preempted, the checkpoint is written and every rank stops here.
+  auto end_of_step = [&](int step, double loss) {
+    set_activity_phase("checkpoint");
+    result.preempted = ckpt.end_of_step(step, loss);
+    return result.preempted != 0;
+  };
   for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
     auto t0 = Clock::now();
     if (!tr.empty() && step >= tr[0] && step <= tr[1]) trace::set_enabled(true);
@@ -320,10 +327,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       // The state is the previous step's, unchanged: checkpoints and preemption as on any step.
       step_span.reset();
       backend->take_comm();
-      if (int sig = ckpt.end_of_step(step, result.last_loss)) {
-        result.preempted = sig;
-        return result;
-      }
+      if (end_of_step(step, result.last_loss)) return result;
       result.steps_done = step;
       continue;
     }
@@ -371,11 +375,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
       if (rank0) metrics.write(row);
     }
     if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
-    set_activity_phase("checkpoint");
-    if (int sig = ckpt.end_of_step(step, loss)) {  // preempted: checkpoint written, every rank stops here
-      result.preempted = sig;
-      return result;
-    }
+    if (end_of_step(step, loss)) return result;
   }
   if (trace::enabled()) write_trace();  // the run ended inside the traced steps
   if (rank0 && gs.tp > 1 && result.steps_done > start_step + 1 && tp_comm_after_first >= 0)
