@@ -26,7 +26,8 @@ declare -A MAX_LEN=([job_config]=4096 [tokenizer]=16384 [shard]=65536 [checkpoin
 # field says so, and handles NULL); our own absurd sizes still fail, through -malloc_limit_mb
 # or operator new. detect_leaks: per input (libFuzzer reruns an input whose mallocs and frees
 # do not match); not at exit, where MPI and HDF5 keep their start-up allocations.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:leak_check_at_exit=0:allocator_may_return_null=1}
+# intercept_tls_get_addr=0: see tests/sanitizers/env.sh (a leak check that segfaults at random).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:leak_check_at_exit=0:allocator_may_return_null=1:intercept_tls_get_addr=0}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # Singleton MPI (the checkpoint target) without mpirun, on a host with no network set up.
