@@ -26,14 +26,17 @@ namespace {
 
 const char* kHelp =
     "usage: mpitron generate CHECKPOINT --prompt TEXT [--max-tokens 200] [--temperature 0.8]\n"
-    "                        [--top-k 50] [--seed 1] [--no-kv-cache]\n\n"
+    "                        [--top-k 50] [--seed 1] [--no-kv-cache] [--logprobs-out FILE]\n\n"
     "Samples a continuation of TEXT from a checkpoint (a step_*.h5 file, a ckpt folder or its\n"
     "`latest`, or a run folder) on one process, with the tokenizer stored in the checkpoint.\n"
     "  --max-tokens N     tokens to generate (stops early at the end-of-text token)\n"
     "  --temperature T    softmax temperature; 0 = greedy (argmax)\n"
     "  --top-k K          sample among the K most likely tokens (0 = all)\n"
     "  --seed S           sampling seed (the same seed and checkpoint give the same text)\n"
-    "  --no-kv-cache      recompute the whole context for every token (slow; for checking)\n\n"
+    "  --no-kv-cache      recompute the whole context for every token (slow; for checking)\n"
+    "  --logprobs-out F   write the prompt's ids and, at every position, the log-probabilities of\n"
+    "                     the next token over the vocabulary as JSON {\"ids\": [..], \"logprobs\":\n"
+    "                     [[..], ..]} (the prompt must fit in seq_len; --max-tokens 0: only that)\n\n"
     "The context holds at most the model's seq_len tokens; when full it restarts from the latest\n"
     "seq_len/2 tokens. Progress: tokens/s on stderr at the end.\n";
 
@@ -54,6 +57,36 @@ int32_t sample(const float* logits, int vocab, double temperature, int top_k, ui
   return ids[k - 1];
 }
 
+// The prompt's next-token log-probabilities at every position (one forward of the whole prompt),
+// for comparisons with other implementations of the same model (tests/reference/hf_reference.py).
+void write_logprobs(GPT& model, const std::vector<int32_t>& ids, int32_t eot, int T, int V, int Vp,
+                    const std::string& path) {
+  usage_check(ids.size() <= static_cast<size_t>(T), "generate --logprobs-out: the prompt is {} tokens, seq_len is {}",
+              ids.size(), T);
+  std::vector<int32_t> window(ids);
+  window.resize(T, eot);  // after the last position: ignored (causal)
+  int64_t unused = 0;
+  model.forward(window.data(), nullptr, 1, &unused);
+  std::string out = "{\"ids\": [";
+  for (size_t i = 0; i < ids.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", ids[i]);
+  out += "],\n\"logprobs\": [";
+  std::vector<float> logits(Vp);
+  for (size_t p = 0; p < ids.size(); ++p) {
+    model.compute_logits(static_cast<int>(p), 1, logits.data());
+    double mx = *std::max_element(logits.begin(), logits.begin() + V), z = 0;
+    for (int v = 0; v < V; ++v) z += std::exp(static_cast<double>(logits[v]) - mx);
+    const double lse = mx + std::log(z);
+    out += p ? ",\n[" : "\n[";
+    for (int v = 0; v < V; ++v) out += fmt::format("{}{:.9g}", v ? ", " : "", logits[v] - lse);
+    out += "]";
+  }
+  out += "]}\n";
+  FILE* f = std::fopen(path.c_str(), "w");
+  usage_check(f != nullptr, "generate: cannot write '{}'", path);
+  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  usage_check(std::fclose(f) == 0 && ok, "generate: cannot write '{}'", path);
+}
+
 }  // namespace
 
 int cmd_generate(const Args& args) {
@@ -62,6 +95,7 @@ int cmd_generate(const Args& args) {
   double temperature = 0.8;
   uint64_t seed = 1;
   bool have_prompt = false, kv_cache = true;
+  std::string logprobs_out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::string {
@@ -93,12 +127,14 @@ int cmd_generate(const Args& args) {
       top_k = option_int("--top-k", value(), 0);
     } else if (a == "--seed") {
       seed = option_u64("--seed", value());
+    } else if (a == "--logprobs-out") {
+      logprobs_out = value();
     } else if (a == "--no-kv-cache") {
       kv_cache = false;
     } else if (a.rfind("--", 0) == 0) {
       usage_fail(
           "generate: unknown option '{}' (allowed: --prompt, --max-tokens, --temperature, --top-k, --seed, "
-          "--no-kv-cache)",
+          "--no-kv-cache, --logprobs-out)",
           a);
     } else {
       usage_check(ckpt.empty(), "generate: one checkpoint only (got '{}' and '{}')", ckpt, a);
@@ -148,6 +184,7 @@ int cmd_generate(const Args& args) {
       model.compute_logits(len - 1, 1, logits.data());
     }
   };
+  if (!logprobs_out.empty()) write_logprobs(model, ids, tok.eot(), T, V, Vp, logprobs_out);
   std::printf("%s", prompt.c_str());
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();

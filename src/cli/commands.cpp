@@ -11,6 +11,7 @@ int cmd_tokenizer(const Args& args);
 int cmd_train(const Args& args);
 int cmd_generate(const Args& args);
 int cmd_inspect(const Args& args);
+int cmd_export(const Args& args);
 int cmd_plan(const Args& args);
 
 const std::vector<Command>& commands() {
@@ -22,6 +23,7 @@ const std::vector<Command>& commands() {
       {"bench-comm", cmd_bench_comm, "collective bandwidth per group (nccl-tests style table)"},
       {"prep", cmd_prep, "tokenize text files into HDF5 shards for training"},
       {"generate", cmd_generate, "sample text from a checkpoint on one process (CPU)"},
+      {"export", cmd_export, "write a checkpoint's model as a Hugging Face folder (safetensors + config)"},
       {"inspect", cmd_inspect, "what a checkpoint or data shard holds: config, layout, step, tensors"},
       {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer; encode/decode text"},
   };

@@ -245,4 +245,56 @@ Tokenizer Tokenizer::hf_json(const std::string& path) {
   return build(vocab, merges, eot, path);
 }
 
+std::string Tokenizer::to_hf_json() const {
+  if (type_ == "sentencepiece" || (pretok_ != "gpt2" && !merges_.empty())) return {};
+  const auto cp = byte_chars();
+  auto spell = [&](const std::string& bytes) {  // GPT-2's byte characters, UTF-8 (all < U+0800)
+    std::string s;
+    for (unsigned char b : bytes) {
+      const uint32_t u = cp[b];
+      if (u < 0x80) {
+        s.push_back(static_cast<char>(u));
+      } else {
+        s.push_back(static_cast<char>(0xC0 | (u >> 6)));
+        s.push_back(static_cast<char>(0x80 | (u & 0x3F)));
+      }
+    }
+    return s;
+  };
+  const std::string eot_text = "<|endoftext|>";
+  json vocab = json::object();
+  for (int id = 0; id < vocab_size(); ++id)
+    if (id != eot()) vocab[spell(decode_one(id))] = id;
+  vocab[eot_text] = eot();
+  json merges = json::array();
+  for (const auto& [l, r] : merges_) merges.push_back(json::array({spell(decode_one(l)), spell(decode_one(r))}));
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                           {"use_regex", true}};
+  json j = {{"version", "1.0"},
+            {"truncation", nullptr},
+            {"padding", nullptr},
+            {"added_tokens", json::array({{{"id", eot()},
+                                           {"content", eot_text},
+                                           {"single_word", false},
+                                           {"lstrip", false},
+                                           {"rstrip", false},
+                                           {"normalized", true},
+                                           {"special", true}}})},
+            {"normalizer", nullptr},
+            {"pre_tokenizer", byte_level},
+            {"post_processor", byte_level},
+            {"decoder", byte_level},
+            {"model",
+             {{"type", "BPE"},
+              {"dropout", nullptr},
+              {"unk_token", nullptr},
+              {"continuing_subword_prefix", ""},
+              {"end_of_word_suffix", ""},
+              {"fuse_unk", false},
+              {"byte_fallback", false},
+              {"vocab", vocab},
+              {"merges", merges}}}};
+  return j.dump(1);
+}
+
 }  // namespace mpitron

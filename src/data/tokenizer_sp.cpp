@@ -30,6 +30,8 @@ std::string sp_decode(const SentencePieceModel& m, const std::vector<int32_t>& i
 
 const std::string& sp_model_bytes(const SentencePieceModel& m) { return m.bytes; }
 
+std::string Tokenizer::sentencepiece_model() const { return sp_ ? sp_model_bytes(*sp_) : std::string(); }
+
 Tokenizer Tokenizer::sentencepiece(const std::string& model_bytes, std::string_view where) {
   auto m = std::make_shared<SentencePieceModel>();
   const auto st = m->proc.LoadFromSerializedProto(model_bytes);

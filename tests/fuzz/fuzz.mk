@@ -19,7 +19,7 @@ FUZZ_TARGETS := prep checkpoint shard job_config tokenizer  # longest first (FUZ
 # The library sources the targets reach (the linker takes only the objects it needs from the archive).
 FUZZ_LIB_SRC := $(sort $(wildcard src/config/*.cpp)) src/cli/job_args.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \
   $(sort $(wildcard src/core/*.cpp)) src/model/config.cpp src/model/gpt_params.cpp src/model/llama_params.cpp \
-  $(sort $(wildcard src/train/checkpoint*.cpp)) \
+  $(sort $(wildcard src/checkpoint/*.cpp)) \
   src/dist/fault_inject.cpp src/dist/activity.cpp src/dist/launch.cpp src/parallel/partition.cpp \
   src/parallel/schedule.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_BUILD)/obj/%.o)

@@ -40,7 +40,7 @@ san_options() {  # DIR (absolute)
 }
 
 # The one report that is not a finding: HDF5 faulting inside the checkpoint check's child process
-# (src/train/checkpoint_check_process.cpp), which exists to contain exactly that. A random bit
+# (src/checkpoint/checkpoint_check_process.cpp), which exists to contain exactly that. A random bit
 # flip in a checkpoint's global heap (no checksum) can make libhdf5 memcpy gigabytes out of a 4 KiB
 # block; the child dies, the parent reports the file as corrupted (the test checks that). A report
 # is "contained" only when (1) the process is that child (its stack holds checkpoint_check_main,

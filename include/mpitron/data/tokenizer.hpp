@@ -74,6 +74,13 @@ class Tokenizer {
   const std::string& pretokenizer() const { return pretok_; }  // "mpitron-v1" | "gpt2"
   // Compact canonical JSON (stored in every shard). pretty: one merge per line (for files).
   std::string to_json(bool pretty = false) const;
+  // A Hugging Face tokenizer.json (byte-level BPE, GPT-2's regex pre-tokenizer, the end-of-text
+  // token as <|endoftext|>) that gives the same ids: for the "gpt2" pre-tokenizer and for the byte
+  // tokenizer (no merges: every pre-tokenizer gives the same bytes). Empty when there is no exact
+  // equivalent (mpitron-v1 BPE with merges, SentencePiece).
+  std::string to_hf_json() const;
+  // SentencePiece: the .model file's bytes (empty for the other types).
+  std::string sentencepiece_model() const;
   bool operator==(const Tokenizer& o) const;
 
  private:

@@ -1,5 +1,5 @@
 // What a checkpoint file holds, as the writer, the collective reader and the verifier all see it:
-// the tensor groups, every tensor's file shape, and the checksums. Private to src/train.
+// the tensor groups, every tensor's file shape, and the checksums. Private to src/checkpoint.
 #pragma once
 #include <hdf5.h>
 #include <mpi.h>

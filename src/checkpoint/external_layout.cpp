@@ -1,0 +1,105 @@
+// The per-architecture name and layout tables (external_layout.hpp).
+#include "mpitron/checkpoint/external_layout.hpp"
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+namespace {
+
+std::vector<ExternalTensor> gpt2_tensors(const ModelConfig& c) {
+  std::vector<ExternalTensor> t;
+  t.push_back({"wte.weight", "transformer.wte.weight", "token_embd.weight"});
+  t.push_back({"wpe.weight", "transformer.wpe.weight", "position_embd.weight"});
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string m = "h." + std::to_string(l) + ".", hf = "transformer." + m, g = "blk." + std::to_string(l) + ".";
+    auto add = [&](const char* ours, const char* gguf, bool transpose) {
+      t.push_back({m + ours, hf + ours, g + gguf, transpose});
+    };
+    add("ln_1.weight", "attn_norm.weight", false);
+    add("ln_1.bias", "attn_norm.bias", false);
+    add("attn.c_attn.weight", "attn_qkv.weight", true);
+    add("attn.c_attn.bias", "attn_qkv.bias", false);
+    add("attn.c_proj.weight", "attn_output.weight", true);
+    add("attn.c_proj.bias", "attn_output.bias", false);
+    add("ln_2.weight", "ffn_norm.weight", false);
+    add("ln_2.bias", "ffn_norm.bias", false);
+    add("mlp.c_fc.weight", "ffn_up.weight", true);
+    add("mlp.c_fc.bias", "ffn_up.bias", false);
+    add("mlp.c_proj.weight", "ffn_down.weight", true);
+    add("mlp.c_proj.bias", "ffn_down.bias", false);
+  }
+  t.push_back({"ln_f.weight", "transformer.ln_f.weight", "output_norm.weight"});
+  t.push_back({"ln_f.bias", "transformer.ln_f.bias", "output_norm.bias"});
+  return t;
+}
+
+std::vector<ExternalTensor> llama_tensors(const ModelConfig& c) {
+  std::vector<ExternalTensor> t;
+  t.push_back({"embed_tokens.weight", "model.embed_tokens.weight", "token_embd.weight"});
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string m = "layers." + std::to_string(l) + ".", g = "blk." + std::to_string(l) + ".";
+    auto add = [&](const char* ours, const char* gguf, int rope_heads = 0) {
+      t.push_back({m + ours, "model." + m + ours, g + gguf, false, rope_heads});
+    };
+    add("input_layernorm.weight", "attn_norm.weight");
+    add("self_attn.q_proj.weight", "attn_q.weight", c.n_head);
+    add("self_attn.k_proj.weight", "attn_k.weight", c.n_kv_head);
+    add("self_attn.v_proj.weight", "attn_v.weight");
+    add("self_attn.o_proj.weight", "attn_output.weight");
+    add("post_attention_layernorm.weight", "ffn_norm.weight");
+    add("mlp.gate_proj.weight", "ffn_gate.weight");
+    add("mlp.up_proj.weight", "ffn_up.weight");
+    add("mlp.down_proj.weight", "ffn_down.weight");
+  }
+  t.push_back({"norm.weight", "model.norm.weight", "output_norm.weight"});
+  if (!c.tied_embeddings) t.push_back({"lm_head.weight", "lm_head.weight", "output.weight"});
+  return t;
+}
+
+// Rows of `heads` heads of head_dim hd: mpitron's row h*hd + 2i + half <-> HF's h*hd + half*hd/2 + i.
+std::vector<float> permute_rope_rows(const std::vector<float>& v, const std::vector<int64_t>& shape, int heads,
+                                     bool to_hf) {
+  check(shape.size() == 2 && heads > 0 && shape[0] % heads == 0 && (shape[0] / heads) % 2 == 0,
+        "RoPE row permutation: a [{} rows] tensor does not split into {} heads of even size",
+        shape.empty() ? 0 : shape[0], heads);
+  const int64_t hd = shape[0] / heads, cols = shape[1];
+  std::vector<float> out(v.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < hd / 2; ++i)
+      for (int64_t half = 0; half < 2; ++half) {
+        const int64_t ours = h * hd + 2 * i + half, hf = h * hd + half * (hd / 2) + i;
+        const int64_t from = to_hf ? ours : hf, to = to_hf ? hf : ours;
+        std::copy(v.begin() + from * cols, v.begin() + (from + 1) * cols, out.begin() + to * cols);
+      }
+  return out;
+}
+
+std::vector<float> transpose(const std::vector<float>& v, std::vector<int64_t>* shape) {
+  check(shape->size() == 2, "transpose: a {}-D tensor", shape->size());
+  const int64_t r = (*shape)[0], c = (*shape)[1];
+  std::vector<float> out(v.size());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) out[j * r + i] = v[i * c + j];
+  *shape = {c, r};
+  return out;
+}
+
+}  // namespace
+
+std::vector<ExternalTensor> external_tensors(const ModelConfig& cfg) {
+  return cfg.arch == Arch::llama ? llama_tensors(cfg) : gpt2_tensors(cfg);
+}
+
+std::vector<float> to_hf_layout(const ExternalTensor& t, std::vector<float> v, std::vector<int64_t>* shape) {
+  if (t.rope_heads > 0) v = permute_rope_rows(v, *shape, t.rope_heads, true);
+  if (t.hf_transpose) v = transpose(v, shape);
+  return v;
+}
+
+std::vector<float> from_hf_layout(const ExternalTensor& t, std::vector<float> v, std::vector<int64_t>* shape) {
+  if (t.hf_transpose) v = transpose(v, shape);
+  if (t.rope_heads > 0) v = permute_rope_rows(v, *shape, t.rope_heads, false);
+  return v;
+}
+
+}  // namespace mpitron

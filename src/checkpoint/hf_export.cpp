@@ -1,0 +1,234 @@
+// Export to a Hugging Face model directory (export.hpp; the layout rules in external_layout.hpp).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "checkpoint_format.hpp"
+#include "mpitron/checkpoint/export.hpp"
+#include "mpitron/checkpoint/external_layout.hpp"
+#include "mpitron/checkpoint/safetensors.hpp"
+#include "mpitron/core/dtype.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/tokenizer.hpp"
+#include "mpitron/train/checkpoint.hpp"
+
+namespace mpitron {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+struct OutDtype {
+  const char* st;     // safetensors dtype
+  const char* torch;  // config.json torch_dtype
+  size_t size;
+};
+
+OutDtype out_dtype(const std::string& d) {
+  if (d == "fp32") return {"F32", "float32", 4};
+  if (d == "bf16") return {"BF16", "bfloat16", 2};
+  if (d == "fp16") return {"F16", "float16", 2};
+  usage_fail("export: unknown --dtype '{}' (allowed: fp32, bf16, fp16)", d);
+}
+
+// Little-endian bytes of v in the output dtype (x86-64 and aarch64 are little-endian).
+std::vector<char> encode(const std::vector<float>& v, const OutDtype& d) {
+  std::vector<char> out(v.size() * d.size);
+  if (d.size == 4) {
+    std::memcpy(out.data(), v.data(), out.size());
+  } else {
+    auto* p = reinterpret_cast<uint16_t*>(out.data());
+    const bool bf = std::string(d.st) == "BF16";
+    for (size_t i = 0; i < v.size(); ++i) p[i] = bf ? to_bf16(v[i]).bits : to_fp16_bits(v[i]);
+  }
+  return out;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  const std::string tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    usage_check(f.good(), "cannot write '{}'", tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  usage_check(!ec, "cannot rename '{}' to '{}': {}", tmp, path.string(), ec.message());
+}
+
+ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int eot) {
+  ordered_json j;
+  if (c.arch == Arch::llama) {
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["model_type"] = "llama";
+    j["vocab_size"] = c.vocab_size;
+    j["hidden_size"] = c.d_model;
+    j["intermediate_size"] = c.d_ff;
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.n_kv_head;
+    j["head_dim"] = c.head_dim();
+    j["max_position_embeddings"] = c.seq_len;
+    j["rms_norm_eps"] = std::stod(fmt::format("{}", c.norm_eps));  // the float's shortest decimal (1e-05)
+    j["rope_theta"] = c.rope_theta;
+    j["rope_scaling"] = nullptr;
+    j["hidden_act"] = "silu";
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["attention_dropout"] = 0.0;
+    j["pretraining_tp"] = 1;
+    j["initializer_range"] = 0.02;
+  } else {
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["model_type"] = "gpt2";
+    j["vocab_size"] = c.vocab_size;
+    j["n_positions"] = c.seq_len;
+    j["n_ctx"] = c.seq_len;
+    j["n_embd"] = c.d_model;
+    j["n_layer"] = c.n_layer;
+    j["n_head"] = c.n_head;
+    j["n_inner"] = c.d_ff;
+    j["activation_function"] = "gelu_new";  // the tanh approximation, as mpitron's GELU
+    j["layer_norm_epsilon"] = 1e-5;
+    j["resid_pdrop"] = 0.0;
+    j["embd_pdrop"] = 0.0;
+    j["attn_pdrop"] = 0.0;
+    j["scale_attn_weights"] = true;
+    j["initializer_range"] = 0.02;
+  }
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["bos_token_id"] = eot;
+  j["eos_token_id"] = eot;
+  j["use_cache"] = true;
+  j["torch_dtype"] = d.torch;
+  return j;
+}
+
+// The tokenizer files; returns what was written (for the summary).
+std::string write_tokenizer(const fs::path& dir, const std::string& tokenizer_json, int seq_len, bool quiet) {
+  if (tokenizer_json.empty()) {
+    if (!quiet) std::fprintf(stderr, "export: the checkpoint stores no tokenizer: no tokenizer files written\n");
+    return "none";
+  }
+  const Tokenizer tok = Tokenizer::from_json(tokenizer_json, "checkpoint tokenizer_json");
+  ordered_json cfg;
+  cfg["model_max_length"] = seq_len;
+  if (tok.type() == "sentencepiece") {
+    write_text(dir / "tokenizer.model", tok.sentencepiece_model());
+    cfg["tokenizer_class"] = "LlamaTokenizer";
+    cfg["add_bos_token"] = false;  // mpitron's documents are text + end-of-text, no BOS
+    cfg["add_eos_token"] = false;
+    write_text(dir / "tokenizer_config.json", cfg.dump(2) + "\n");
+    return "tokenizer.model (SentencePiece)";
+  }
+  const std::string hf = tok.to_hf_json();
+  if (hf.empty()) {
+    if (!quiet)
+      std::fprintf(stderr,
+                   "export: warning: the checkpoint's BPE tokenizer uses mpitron's own pre-tokenizer (mpitron-v1), "
+                   "which Hugging Face cannot express exactly: no tokenizer files written (ids are still mpitron's)\n");
+    return "none (mpitron-v1 BPE)";
+  }
+  write_text(dir / "tokenizer.json", hf + "\n");
+  cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
+  cfg["bos_token"] = "<|endoftext|>";
+  cfg["eos_token"] = "<|endoftext|>";
+  cfg["add_prefix_space"] = false;
+  write_text(dir / "tokenizer_config.json", cfg.dump(2) + "\n");
+  return tok.type() == "byte" ? "tokenizer.json (byte-level, no merges)" : "tokenizer.json (byte-level BPE)";
+}
+
+}  // namespace
+
+ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, const HfExportOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const OutDtype d = out_dtype(opt.dtype);
+  usage_check(opt.max_shard_bytes > 0, "export: --max-shard-size must be > 0");
+  const CheckpointMeta meta = read_checkpoint_meta(ckpt);
+  const ModelConfig& cfg = meta.model;
+  const fs::path dir(out_dir);
+  std::error_code ec;
+  usage_check(!fs::exists(dir, ec) || fs::is_directory(dir, ec), "export: --out '{}' exists and is not a folder",
+              out_dir);
+  fs::create_directories(dir, ec);
+  usage_check(!ec, "export: cannot create '{}': {}", out_dir, ec.message());
+
+  // The tensors, their HF shapes and bytes, grouped into files of at most max_shard_bytes.
+  const std::vector<ExternalTensor> tensors = external_tensors(cfg);
+  std::map<std::string, std::vector<int64_t>> file_shape;
+  for (const ParamInfo& p : ckpt_format::full_table(cfg)) {
+    std::vector<int64_t> s;
+    for (hsize_t x : ckpt_format::file_dims(p, cfg)) s.push_back(static_cast<int64_t>(x));
+    file_shape[p.name] = s;
+  }
+  std::vector<std::vector<SafetensorsEntry>> files(1);
+  uint64_t in_file = 0, total = 0;
+  for (const ExternalTensor& t : tensors) {
+    auto it = file_shape.find(t.name);
+    check(it != file_shape.end(), "export: no tensor '{}' in the model's table", t.name);
+    std::vector<int64_t> shape = it->second;
+    if (t.hf_transpose) std::swap(shape[0], shape[1]);
+    uint64_t bytes = d.size;
+    for (int64_t x : shape) bytes *= static_cast<uint64_t>(x);
+    if (in_file > 0 && in_file + bytes > opt.max_shard_bytes) files.emplace_back(), in_file = 0;
+    files.back().push_back({t.hf_name, d.st, shape});
+    in_file += bytes;
+    total += bytes;
+  }
+  const size_t nf = files.size();
+  auto file_name = [&](size_t i) {
+    return nf == 1 ? std::string("model.safetensors") : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, nf);
+  };
+
+  ExportSummary sum;
+  size_t next = 0;
+  ordered_json weight_map = ordered_json::object();
+  for (size_t i = 0; i < nf; ++i) {
+    SafetensorsWriter w((dir / file_name(i)).string(), files[i], {{"format", "pt"}});
+    for (const SafetensorsEntry& e : w.entries()) {
+      const ExternalTensor& t = tensors[next++];
+      std::vector<int64_t> shape;
+      std::vector<float> v = read_checkpoint_tensor(ckpt, "model/" + t.name, &shape);
+      v = to_hf_layout(t, std::move(v), &shape);
+      check(shape == e.shape, "export: tensor '{}' read with another shape than its table's", t.name);
+      const std::vector<char> bytes = encode(v, d);
+      w.write_next(bytes.data(), bytes.size());
+      weight_map[e.name] = file_name(i);
+      ++sum.tensors;
+    }
+    w.finish();
+    sum.bytes += w.bytes();
+    ++sum.files;
+    if (!opt.quiet)
+      std::fprintf(stderr, "export: %s (%zu tensors, %.1f MB)\n", (dir / file_name(i)).c_str(), files[i].size(),
+                   w.bytes() / 1e6);
+  }
+  if (nf > 1) {
+    ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_text(dir / "model.safetensors.index.json", index.dump(2) + "\n");
+  } else {
+    std::remove((dir / "model.safetensors.index.json").c_str());  // a stale index would shadow the file
+  }
+  // Shards of an earlier export with another file count would be loaded with this one's.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    bool ours = false;
+    for (size_t i = 0; i < nf; ++i) ours = ours || n == file_name(i);
+    static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+    if (!ours && std::regex_match(n, shard)) fs::remove(e.path(), ec);
+  }
+  int eot = cfg.vocab_size - 1;
+  if (!meta.tokenizer_json.empty()) eot = Tokenizer::from_json(meta.tokenizer_json, ckpt + ": tokenizer_json").eot();
+  write_text(dir / "config.json", hf_config(cfg, d, eot).dump(2) + "\n");
+  ordered_json gen = {{"bos_token_id", eot}, {"eos_token_id", eot}, {"max_length", cfg.seq_len}};
+  write_text(dir / "generation_config.json", gen.dump(2) + "\n");
+  const std::string tok = write_tokenizer(dir, meta.tokenizer_json, cfg.seq_len, opt.quiet);
+  if (!opt.quiet) std::fprintf(stderr, "export: config.json, generation_config.json; tokenizer: %s\n", tok.c_str());
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return sum;
+}
+
+}  // namespace mpitron

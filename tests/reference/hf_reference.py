@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""An independent reader of Hugging Face model folders and an fp64 model in HF's conventions
+(numpy only: it runs in every test, where PyTorch is not installed).
+
+Written from the published formats, not from mpitron's sources:
+- safetensors: an 8-byte little-endian header length N, N bytes of JSON
+  {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the raw
+  little-endian data (offsets relative to the byte after the header); sharded folders list each
+  tensor's file in model.safetensors.index.json's "weight_map".
+- GPT2LMHeadModel: Conv1D weights [in, out] (y = x @ W + b), q|k|v fused in attn.c_attn,
+  GELU "gelu_new" (tanh approximation), LayerNorm eps from layer_norm_epsilon, lm_head tied to wte.
+- LlamaForCausalLM: RMSNorm, rotate-half RoPE (x * cos + rotate_half(x) * sin, rotate_half(x) =
+  cat(-x2, x1) over the two halves of a head, inv_freq = theta^(-2i/head_dim) for both halves),
+  grouped-query attention (kv head h // (n_head / n_kv_head)), SwiGLU MLP, lm_head (or tied).
+
+Usage:
+  hf_reference.py logprobs DIR LOGPROBS.json [--tol T]
+      the folder's model on LOGPROBS.json's ids (mpitron generate --logprobs-out) in float64;
+      fails unless max |ours - theirs| / max |theirs| <= T (default 1e-5)
+  hf_reference.py rounded FP32_DIR OTHER_DIR
+      every tensor of OTHER_DIR (bf16 or fp16) equals FP32_DIR's rounded to nearest even (numpy's
+      float16 cast; bf16: the top 16 bits of float32, rounded on the low 16), bit for bit
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+
+DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert 8 + n <= len(raw), f"{path}: header length {n} past the end"
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        buf = data[b:end]
+        if e["dtype"] == "BF16":  # the top half of a float32
+            u16 = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
+            arr = u16.view(np.float32)
+        else:
+            arr = np.frombuffer(buf, dtype=np.dtype(DTYPES[e["dtype"]]).newbyteorder("<"))
+        count = int(np.prod(e["shape"])) if e["shape"] else 1
+        assert arr.size == count, f"{path}: {name}: {arr.size} values for shape {e['shape']}"
+        out[name] = (e["dtype"], arr.reshape(e["shape"]))
+    return out
+
+
+def read_folder(d):
+    index = os.path.join(d, "model.safetensors.index.json")
+    files = [os.path.join(d, "model.safetensors")]
+    if os.path.exists(index):
+        wm = json.load(open(index))["weight_map"]
+        files = sorted({os.path.join(d, f) for f in wm.values()})
+    tensors = {}
+    for f in files:
+        for k, v in read_safetensors(f).items():
+            assert k not in tensors, f"{k} in two files"
+            tensors[k] = v
+    if os.path.exists(index):
+        assert set(wm) == set(tensors), "weight_map and the files name different tensors"
+    return json.load(open(os.path.join(d, "config.json"))), tensors
+
+
+def t64(tensors, name):
+    return np.array(tensors[name][1], dtype=np.float64)
+
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def causal_attention(q, k, v):  # [heads, T, hd]
+    T, hd = q.shape[1], q.shape[2]
+    att = q @ k.transpose(0, 2, 1) / math.sqrt(hd)
+    att = np.where(np.tril(np.ones((T, T), dtype=bool)), att, -np.inf)
+    return softmax(att) @ v
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gpt2_logits(c, p, ids):
+    T, C, H = len(ids), c["n_embd"], c["n_head"]
+    hd = C // H
+    eps = c["layer_norm_epsilon"]
+    x = t64(p, "transformer.wte.weight")[ids] + t64(p, "transformer.wpe.weight")[:T]
+    heads = lambda t: t.reshape(T, H, hd).transpose(1, 0, 2)
+    for l in range(c["n_layer"]):
+        w = lambda n: t64(p, f"transformer.h.{l}.{n}")
+        h = layer_norm(x, w("ln_1.weight"), w("ln_1.bias"), eps)
+        qkv = h @ w("attn.c_attn.weight") + w("attn.c_attn.bias")  # Conv1D: [in, out]
+        q, k, v = (heads(t) for t in np.split(qkv, 3, axis=-1))
+        y = causal_attention(q, k, v).transpose(1, 0, 2).reshape(T, C)
+        x = x + y @ w("attn.c_proj.weight") + w("attn.c_proj.bias")
+        h = layer_norm(x, w("ln_2.weight"), w("ln_2.bias"), eps)
+        h = gelu_tanh(h @ w("mlp.c_fc.weight") + w("mlp.c_fc.bias"))
+        x = x + h @ w("mlp.c_proj.weight") + w("mlp.c_proj.bias")
+    x = layer_norm(x, t64(p, "transformer.ln_f.weight"), t64(p, "transformer.ln_f.bias"), eps)
+    return x @ t64(p, "transformer.wte.weight").T
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return np.concatenate((-x2, x1), axis=-1)
+
+
+def llama_logits(c, p, ids):
+    T, C, H, KV = len(ids), c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim", C // H)
+    eps = c["rms_norm_eps"]
+    rms = lambda x, w: w * (x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps))
+    inv_freq = 1.0 / (c["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    freqs = np.outer(np.arange(T, dtype=np.float64), inv_freq)
+    emb = np.concatenate((freqs, freqs), axis=-1)
+    cos, sin = np.cos(emb), np.sin(emb)
+    x = t64(p, "model.embed_tokens.weight")[ids]
+    for l in range(c["num_hidden_layers"]):
+        w = lambda n: t64(p, f"model.layers.{l}.{n}")
+        h = rms(x, w("input_layernorm.weight"))
+        q = (h @ w("self_attn.q_proj.weight").T).reshape(T, H, hd).transpose(1, 0, 2)
+        k = (h @ w("self_attn.k_proj.weight").T).reshape(T, KV, hd).transpose(1, 0, 2)
+        v = (h @ w("self_attn.v_proj.weight").T).reshape(T, KV, hd).transpose(1, 0, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k, v = np.repeat(k, H // KV, axis=0), np.repeat(v, H // KV, axis=0)
+        y = causal_attention(q, k, v).transpose(1, 0, 2).reshape(T, H * hd)
+        x = x + y @ w("self_attn.o_proj.weight").T
+        h = rms(x, w("post_attention_layernorm.weight"))
+        g = h @ w("mlp.gate_proj.weight").T
+        x = x + (g / (1 + np.exp(-g)) * (h @ w("mlp.up_proj.weight").T)) @ w("mlp.down_proj.weight").T
+    x = rms(x, t64(p, "model.norm.weight"))
+    head = "model.embed_tokens.weight" if c.get("tie_word_embeddings") else "lm_head.weight"
+    return x @ t64(p, head).T
+
+
+def expected_names(c):
+    if c["model_type"] == "gpt2":
+        per = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+               "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+               "mlp.c_proj.weight", "mlp.c_proj.bias"]
+        names = ["transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias"]
+        names += [f"transformer.h.{l}.{n}" for l in range(c["n_layer"]) for n in per]
+    else:
+        per = ["input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+               "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+               "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
+        names = ["model.embed_tokens.weight", "model.norm.weight"]
+        names += [f"model.layers.{l}.{n}" for l in range(c["num_hidden_layers"]) for n in per]
+        if not c.get("tie_word_embeddings"):
+            names.append("lm_head.weight")
+    return set(names)
+
+
+def cmd_logprobs(d, ref_path, tol):
+    c, p = read_folder(d)
+    assert set(p) == expected_names(c), f"tensors: extra {set(p) - expected_names(c)}, missing {expected_names(c) - set(p)}"
+    want = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}[c["torch_dtype"]]
+    assert all(dt == want for dt, _ in p.values()), f"dtypes other than {want}"
+    ref = json.load(open(ref_path))
+    ids = np.array(ref["ids"])
+    logits = gpt2_logits(c, p, ids) if c["model_type"] == "gpt2" else llama_logits(c, p, ids)
+    assert logits.shape[1] == c["vocab_size"], logits.shape
+    mx = logits.max(-1, keepdims=True)
+    ours = logits - mx - np.log(np.exp(logits - mx).sum(-1, keepdims=True))
+    theirs = np.array(ref["logprobs"], dtype=np.float64)
+    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
+    rel = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+    print(f"{c['model_type']} {c['torch_dtype']}: {len(ids)} positions x {c['vocab_size']} log-probs, "
+          f"max |HF fp64 - mpitron| / max |mpitron| = {rel:.2e} (bound {tol:g})")
+    assert rel <= tol, f"log-probs differ: {rel:.3e} > {tol:g}"
+
+
+def cmd_rounded(d32, d):
+    c32, p32 = read_folder(d32)
+    c, p = read_folder(d)
+    assert set(p) == set(p32), "different tensor names"
+    kind = c["torch_dtype"]
+    for name, (dt, a) in p.items():
+        x = np.array(p32[name][1], dtype=np.float32)
+        if kind == "bfloat16":
+            assert dt == "BF16", (name, dt)
+            u = x.view(np.uint32).astype(np.uint64)
+            want = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+            same = np.array_equal(a.view(np.uint32), want.view(np.uint32))
+        else:
+            assert kind == "float16" and dt == "F16", (name, dt)
+            want = x.astype(np.float16)
+            same = np.array_equal(a.view(np.uint16), want.view(np.uint16))
+        assert a.shape == want.shape and same, f"{name}: not the {kind} rounding of the fp32 export"
+    print(f"{kind}: {len(p)} tensors equal the fp32 export rounded to nearest even")
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    if a and a[0] == "logprobs":
+        tol = float(a[a.index("--tol") + 1]) if "--tol" in a else 1e-5
+        cmd_logprobs(a[1], a[2], tol)
+    elif a and a[0] == "rounded":
+        cmd_rounded(a[1], a[2])
+    else:
+        sys.exit(__doc__)
