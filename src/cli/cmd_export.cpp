@@ -13,7 +13,8 @@ namespace {
 
 const char* kHelp =
     "usage: mpitron export CHECKPOINT --format hf --out DIR [--dtype fp32|bf16|fp16]\n"
-    "                      [--max-shard-size 5GB] [--quiet]\n\n"
+    "                      [--max-shard-size 5GB] [--quiet]\n"
+    "       mpitron export CHECKPOINT --format gguf --out FILE.gguf [--dtype f32|f16|bf16|q8_0]\n\n"
     "Writes a checkpoint's model (a step_*.h5 file, a ckpt folder or its `latest`, or a run\n"
     "folder) in a format other tools load. One process; memory: one tensor at a time.\n"
     "  --format hf          a Hugging Face model folder that transformers loads as it is:\n"
@@ -21,12 +22,18 @@ const char* kHelp =
     "                       config.json (GPT2LMHeadModel / LlamaForCausalLM),\n"
     "                       generation_config.json, and the tokenizer (tokenizer.json for GPT-2\n"
     "                       BPE and the byte tokenizer, tokenizer.model for SentencePiece)\n"
-    "  --out DIR            the folder (created; the files it writes are replaced whole)\n"
-    "  --dtype D            fp32 (exact, the default), bf16 or fp16 (rounded to nearest even)\n"
+    "  --format gguf        one GGUF file for llama.cpp (arch llama or gpt2) with its tokenizer\n"
+    "                       (tokenizer.ggml.*: byte-level BPE; SentencePiece not yet)\n"
+    "  --out DIR|FILE       hf: the folder (created; the files it writes are replaced whole);\n"
+    "                       gguf: the file (replaced whole)\n"
+    "  --dtype D            hf: fp32 (exact, the default), bf16 or fp16 (rounded to nearest even);\n"
+    "                       gguf: f32 (default), f16, bf16 or q8_0 for the matrices (norms and\n"
+    "                       biases stay f32)\n"
     "  --max-shard-size S   tensor bytes per safetensors file (5GB; units B KB MB GB, KiB MiB GiB)\n"
     "  --quiet              no progress lines\n\n"
-    "Layouts: GPT-2's Conv1D weights are stored [in, out]; LLaMA's q and k rows are permuted from\n"
-    "mpitron's interleaved RoPE pairs to Hugging Face's rotate-half pairs (docs/export.md).\n";
+    "Layouts: HF's GPT-2 Conv1D weights are stored [in, out]; LLaMA's q and k rows are permuted from\n"
+    "mpitron's interleaved RoPE pairs to Hugging Face's rotate-half pairs. GGUF keeps mpitron's\n"
+    "layout: llama.cpp's llama rotates adjacent pairs, as mpitron does (docs/export.md).\n";
 
 }  // namespace
 
@@ -60,11 +67,11 @@ int cmd_export(const Args& args) {
     }
   }
   usage_check(!ckpt.empty(), "export: give a checkpoint (e.g. runs/x/ckpt/latest); see --help");
-  usage_check(!format.empty(), "export: give --format (allowed: hf)");
-  usage_check(format == "hf", "export: unknown --format '{}' (allowed: hf; gguf is not written yet)", format);
-  usage_check(!out.empty(), "export: give --out DIR");
+  usage_check(!format.empty(), "export: give --format (allowed: hf, gguf)");
+  usage_check(format == "hf" || format == "gguf", "export: unknown --format '{}' (allowed: hf, gguf)", format);
+  usage_check(!out.empty(), "export: give --out {}", format == "hf" ? "DIR" : "FILE.gguf");
   const std::string path = resolve_checkpoint_path(ckpt);
-  const ExportSummary s = export_hf(path, out, opt);
+  const ExportSummary s = format == "hf" ? export_hf(path, out, opt) : export_gguf(path, out, opt);
   std::fprintf(stderr, "export: %d tensors (%s) in %d file(s), %.1f MB in %.2f s (%.0f MB/s) -> %s\n", s.tensors,
                opt.dtype.c_str(), s.files, s.bytes / 1e6, s.seconds, s.bytes / 1e6 / std::max(s.seconds, 1e-9),
                out.c_str());

@@ -245,29 +245,36 @@ Tokenizer Tokenizer::hf_json(const std::string& path) {
   return build(vocab, merges, eot, path);
 }
 
-std::string Tokenizer::to_hf_json() const {
-  if (type_ == "sentencepiece" || (pretok_ != "gpt2" && !merges_.empty())) return {};
+std::vector<std::string> Tokenizer::byte_level_tokens() const {
+  if (type_ == "sentencepiece") return {};
   const auto cp = byte_chars();
-  auto spell = [&](const std::string& bytes) {  // GPT-2's byte characters, UTF-8 (all < U+0800)
-    std::string s;
-    for (unsigned char b : bytes) {
+  std::vector<std::string> out(vocab_size());
+  for (int id = 0; id < vocab_size(); ++id) {
+    if (id == eot()) {
+      out[id] = "<|endoftext|>";
+      continue;
+    }
+    for (unsigned char b : decode_one(id)) {  // GPT-2's byte characters, UTF-8 (all < U+0800)
       const uint32_t u = cp[b];
       if (u < 0x80) {
-        s.push_back(static_cast<char>(u));
+        out[id].push_back(static_cast<char>(u));
       } else {
-        s.push_back(static_cast<char>(0xC0 | (u >> 6)));
-        s.push_back(static_cast<char>(0x80 | (u & 0x3F)));
+        out[id].push_back(static_cast<char>(0xC0 | (u >> 6)));
+        out[id].push_back(static_cast<char>(0x80 | (u & 0x3F)));
       }
     }
-    return s;
-  };
+  }
+  return out;
+}
+
+std::string Tokenizer::to_hf_json() const {
+  if (type_ == "sentencepiece" || (pretok_ != "gpt2" && !merges_.empty())) return {};
+  const std::vector<std::string> tokens = byte_level_tokens();
   const std::string eot_text = "<|endoftext|>";
   json vocab = json::object();
-  for (int id = 0; id < vocab_size(); ++id)
-    if (id != eot()) vocab[spell(decode_one(id))] = id;
-  vocab[eot_text] = eot();
+  for (int id = 0; id < vocab_size(); ++id) vocab[tokens[id]] = id;
   json merges = json::array();
-  for (const auto& [l, r] : merges_) merges.push_back(json::array({spell(decode_one(l)), spell(decode_one(r))}));
+  for (const auto& [l, r] : merges_) merges.push_back(json::array({tokens[l], tokens[r]}));
   const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
                            {"use_regex", true}};
   json j = {{"version", "1.0"},

@@ -79,6 +79,10 @@ class Tokenizer {
   // tokenizer (no merges: every pre-tokenizer gives the same bytes). Empty when there is no exact
   // equivalent (mpitron-v1 BPE with merges, SentencePiece).
   std::string to_hf_json() const;
+  // Byte-level BPE token strings (GPT-2's bytes_to_unicode spelling; the end-of-text token is
+  // "<|endoftext|>") by id, as tokenizer.json and GGUF's tokenizer.ggml.tokens list them. Empty
+  // for SentencePiece.
+  std::vector<std::string> byte_level_tokens() const;
   // SentencePiece: the .model file's bytes (empty for the other types).
   std::string sentencepiece_model() const;
   bool operator==(const Tokenizer& o) const;
