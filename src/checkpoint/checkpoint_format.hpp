@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,11 @@ inline std::vector<hsize_t> file_dims(const ParamInfo& p, const ModelConfig& cfg
   if (is_vocab_rows(p.name)) d[0] = static_cast<hsize_t>(cfg.vocab_size);
   return d;
 }
+
+// Fills the params ranges of this rank's shards (any layout) from full tensors at the file's
+// shape, which full(name) returns one at a time (import from other formats).
+void fill_params_from_full(std::span<CheckpointShard> shards, const ModelConfig& cfg,
+                           const std::function<std::vector<float>(const std::string&)>& full);
 
 // A tensor's checksum attribute is the sum, mod 2^64, of element_hash over all its elements:
 // order-independent, so every rank sums the elements it owns and one all-reduce adds them up.

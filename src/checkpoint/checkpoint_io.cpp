@@ -273,6 +273,33 @@ std::string now_utc() {
 
 }  // namespace
 
+void ckpt_format::fill_params_from_full(std::span<CheckpointShard> shards, const ModelConfig& cfg,
+                                        const std::function<std::vector<float>(const std::string&)>& full) {
+  const LocalTensors local{std::span<const CheckpointShard>(shards.data(), shards.size())};
+  for (const auto& t : full_table(cfg)) {
+    auto [sh, p] = local.find(t.name);
+    if (!p) continue;
+    const CkptRange& range = sh->params;
+    Selection sel = select(*p, range, INT64_MAX);  // every row: the padded vocabulary rows too
+    if (!sel.data || sel.empty()) continue;
+    const std::vector<hsize_t> dims = file_dims(t, cfg);
+    const int64_t rows = static_cast<int64_t>(dims[0]), cols = dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1]);
+    const std::vector<float> v = full(t.name);
+    check(v.size() == static_cast<size_t>(rows * cols), "{}: {} values, the model needs {}", t.name, v.size(),
+          rows * cols);
+    for (const auto& b : sel.blocks)
+      for (int64_t r = 0; r < b.nrows; ++r) {
+        float* dst = sel.data + sel.mem_base + b.lstart + r * b.lpitch;
+        const int64_t fr = dims.size() == 1 ? 0 : b.frow + r;
+        if (fr >= rows && dims.size() > 1) {
+          std::fill(dst, dst + b.ncols, 0.f);  // padded vocabulary rows are zero, as init makes them
+          continue;
+        }
+        std::copy(v.begin() + fr * cols + b.fcol, v.begin() + fr * cols + b.fcol + b.ncols, dst);
+      }
+  }
+}
+
 void write_checkpoint_file(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta_in,
                            std::span<const CheckpointShard> shards) {
   int rank = 0;

@@ -12,6 +12,7 @@ int cmd_train(const Args& args);
 int cmd_generate(const Args& args);
 int cmd_inspect(const Args& args);
 int cmd_export(const Args& args);
+int cmd_import(const Args& args);
 int cmd_plan(const Args& args);
 
 const std::vector<Command>& commands() {
@@ -24,6 +25,7 @@ const std::vector<Command>& commands() {
       {"prep", cmd_prep, "tokenize text files into HDF5 shards for training"},
       {"generate", cmd_generate, "sample text from a checkpoint on one process (CPU)"},
       {"export", cmd_export, "write a checkpoint's model as a Hugging Face folder (safetensors + config)"},
+      {"import", cmd_import, "write a Hugging Face model folder as an mpitron checkpoint"},
       {"inspect", cmd_inspect, "what a checkpoint or data shard holds: config, layout, step, tensors"},
       {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer; encode/decode text"},
   };

@@ -339,6 +339,10 @@ const std::vector<Key>& registry() {
                &TrainSection::threads, at_least(1, "cores per node / ranks per node")),
       make_key("train.resume", "auto (continue from ckpt/latest) | never | a checkpoint path", &C::train,
                &TrainSection::resume),
+      make_key("train.init_from",
+               "a fresh run's initial weights: a checkpoint (its parameters; optimizer and step start anew) or hf:DIR "
+               "(a Hugging Face folder, whose config.json sets the model); not used when the run resumes",
+               &C::train, &TrainSection::init_from),
       make_key("train.check_ledger", "compare tracked memory with `mpitron plan` at start and after step 1",
                &C::train, &TrainSection::check_ledger),
       make_key("train.nan_policy", "on a NaN/Inf loss or grad norm", &C::train, &TrainSection::nan_policy,

@@ -1,5 +1,7 @@
 #include "mpitron/train/train_checkpoint.hpp"
 
+#include "mpitron/checkpoint/hf_import.hpp"
+
 #include <fmt/ranges.h>
 
 #include <csignal>
@@ -152,6 +154,7 @@ int TrainCheckpointer::resume() {
                 "train.resume = auto: {} and there is no other checkpoint. Not starting from scratch silently: "
                 "start fresh with --train.resume=never, or resume from a file with --train.resume=PATH",
                 cands.problem);
+    if (!cfg_.train.init_from.empty()) init_from();
     return 0;
   }
   if (rank0 && !cands.problem.empty()) {
@@ -208,6 +211,26 @@ int TrainCheckpointer::resume() {
     std::fflush(stdout);
   }
   return static_cast<int>(m.step);
+}
+
+void TrainCheckpointer::init_from() {
+  const std::string& from = cfg_.train.init_from;
+  ActivityPhase phase("checkpoint load");
+  std::vector<CheckpointShard> s = state_.shards();
+  if (from.rfind("hf:", 0) == 0) {
+    const HfModel hf(from.substr(3));
+    check_model_compatible(hf.config(), mc_, from);
+    load_hf_into_shards(hf, s);
+  } else {
+    for (auto& x : s) x.has_optimizer = false;  // the parameters only: AdamW starts anew
+    CommWait io(io_wait("collective parallel-HDF5 read of a checkpoint", cfg_.checkpoint.timeout_s));
+    read_checkpoint_file(resolve_checkpoint_path(from), MPI_COMM_WORLD, mc_, s);
+  }
+  state_.loaded();
+  if (grid_.rank() == 0) {
+    std::printf("initialized from %s (parameters; optimizer and step start anew)\n", from.c_str());
+    std::fflush(stdout);
+  }
 }
 
 void TrainCheckpointer::begin_step() { before_step_ = data_.state(); }

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "mpitron/checkpoint/hf_import.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/shard.hpp"
 
@@ -27,7 +28,8 @@ BatchPlan plan_batches(const JobConfig& cfg, int dp) {
 
 TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int dp_rank, bool print_notes) {
   TrainData d;
-  d.model = resolve_model_config(cfg.model);
+  const bool from_hf = cfg.train.init_from.rfind("hf:", 0) == 0;
+  d.model = from_hf ? model_for_hf_init(cfg.model, cfg.train.init_from.substr(3)) : resolve_model_config(cfg.model);
   LoaderOptions lo;
   lo.dir = cfg.data.path;
   for (const auto& e : cfg.data.paths) lo.blend.push_back({e.path, e.weight});  // data.paths replaces data.path
@@ -43,7 +45,7 @@ TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int
   lo.prefetch = cfg.data.prefetch;
   d.train = std::make_unique<DataLoader>(lo);
   // The data's tokenizer decides the vocabulary unless the job sets it.
-  if (cfg.model.vocab_size == 0) {
+  if (cfg.model.vocab_size == 0 && !from_hf) {
     d.model.vocab_size = d.train->vocab_size();
   } else {
     usage_check(d.model.vocab_size >= d.train->vocab_size(),

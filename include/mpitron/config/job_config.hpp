@@ -83,6 +83,7 @@ struct TrainSection {
   double peak_flops = 0;           // 0: measured by a GEMM probe at start-up
   int threads = 0;                 // OpenMP threads per rank; 0: cores per node / ranks per node
   std::string resume = "auto";     // auto | never | <checkpoint path>
+  std::string init_from;           // a fresh run's weights: a checkpoint file or hf:DIR ("" = init)
   bool check_ledger = false;
   std::string nan_policy = "stop";  // stop | skip
   int nan_skip_limit = 10;          // skip: consecutive non-finite steps before the run stops

@@ -56,6 +56,8 @@ class TrainCheckpointer {
   // Collective. Loads the checkpoint train.resume selects (parameters, moments, AdamW step count,
   // sampler position, converted to this layout) and returns its step; 0 when starting fresh.
   int resume();
+  // Collective, on a fresh start with train.init_from set: loads those weights (any layout).
+  void init_from();
   double resumed_loss() const { return resumed_loss_; }
   // Before a step's batches are fetched: the sampler state a "last good step" checkpoint records.
   void begin_step();

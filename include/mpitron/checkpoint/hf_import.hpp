@@ -1,0 +1,57 @@
+// Reading a Hugging Face model folder (config.json + safetensors, sharded or not, F32/BF16/F16):
+// `mpitron import hf:DIR` and `train.init_from = "hf:DIR"`. The name and layout rules are
+// export's (external_layout.hpp), inverted.
+#pragma once
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mpitron/checkpoint/external_layout.hpp"
+#include "mpitron/checkpoint/safetensors.hpp"
+#include "mpitron/model/config.hpp"
+#include "mpitron/train/checkpoint.hpp"
+
+namespace mpitron {
+
+struct ModelSection;
+
+class HfModel {
+ public:
+  // Reads DIR/config.json and the safetensors headers; checks that every tensor the model needs
+  // is there with its HF shape and a float dtype, and that nothing else is (GPT-2's attention-mask
+  // buffers and a tied model's lm_head.weight are ignored). UsageError naming file and tensor.
+  explicit HfModel(const std::string& dir);
+  const ModelConfig& config() const { return cfg_; }
+  const std::string& dir() const { return dir_; }
+  // The tokenizer's JSON (tokenizer.json or tokenizer.model), "" if the folder has none.
+  std::string tokenizer_json() const;
+  // Tensor `name` (mpitron's) at the checkpoint file's shape and layout, as float.
+  std::vector<float> tensor(const std::string& name) const;
+
+ private:
+  struct Where {
+    std::string file;
+    SafetensorsEntry entry;
+    uint64_t data_start = 0;
+  };
+  std::string dir_;
+  ModelConfig cfg_;
+  std::vector<ExternalTensor> table_;
+  std::map<std::string, Where> where_;  // by mpitron name
+};
+
+// The model of an HF config.json (GPT2LMHeadModel / LlamaForCausalLM). UsageError naming the
+// field otherwise.
+ModelConfig hf_model_config(const std::string& config_json_path);
+
+// train.init_from = "hf:DIR": the model is config.json's; every [model] key the job sets (not 0
+// or "auto") must agree with it, or a UsageError names each key that does not.
+ModelConfig model_for_hf_init(const ModelSection& job, const std::string& hf_dir);
+
+// Fills this rank's parameters (shards' params ranges, any layout) from the folder, one full
+// tensor at a time: peak memory is this rank's shard plus one tensor.
+void load_hf_into_shards(const HfModel& hf, std::span<CheckpointShard> shards);
+
+}  // namespace mpitron

@@ -1,0 +1,266 @@
+// Reading Hugging Face model folders (hf_import.hpp).
+#include "mpitron/checkpoint/hf_import.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "checkpoint_format.hpp"
+#include "mpitron/config/job_config.hpp"
+#include "mpitron/core/dtype.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/tokenizer.hpp"
+
+namespace mpitron {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+json read_json(const std::string& path) {
+  std::ifstream f(path);
+  usage_check(f.good(), "cannot read '{}'", path);
+  try {
+    return json::parse(f);
+  } catch (const std::exception& e) {
+    usage_fail("{}: not JSON ({})", path, e.what());
+  }
+}
+
+template <class T>
+T field(const json& j, const char* key, const std::string& path) {
+  usage_check(j.contains(key) && !j[key].is_null(), "{}: no \"{}\"", path, key);
+  try {
+    return j[key].get<T>();
+  } catch (const std::exception&) {
+    usage_fail("{}: \"{}\" has the wrong type ({})", path, key, j[key].dump());
+  }
+}
+
+// GPT-2 checkpoints on the Hub name their tensors with or without the "transformer." prefix.
+std::string strip_gpt2_prefix(const std::string& n) {
+  return n.rfind("transformer.", 0) == 0 ? n.substr(12) : n;
+}
+
+bool ignored_name(const std::string& n, const ModelConfig& c) {
+  if (c.arch == Arch::gpt2 && (n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias"))) return true;  // masks
+  return c.tied_embeddings && n == "lm_head.weight";  // a tied head saved anyway
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  return o.str() + "]";
+}
+
+}  // namespace
+
+ModelConfig hf_model_config(const std::string& path) {
+  const json j = read_json(path);
+  usage_check(j.is_object(), "{}: not a JSON object", path);
+  const std::string type = j.value("model_type", std::string());
+  ModelConfig c;
+  c.name = "hf";
+  if (type == "gpt2") {
+    c.arch = Arch::gpt2;
+    c.n_layer = field<int>(j, "n_layer", path);
+    c.n_head = field<int>(j, "n_head", path);
+    c.n_kv_head = c.n_head;
+    c.d_model = field<int>(j, "n_embd", path);
+    c.d_ff = j.contains("n_inner") && !j["n_inner"].is_null() ? field<int>(j, "n_inner", path) : 4 * c.d_model;
+    c.seq_len = field<int>(j, "n_positions", path);
+    c.vocab_size = field<int>(j, "vocab_size", path);
+    c.tied_embeddings = j.value("tie_word_embeddings", true);
+    usage_check(c.tied_embeddings, "{}: an untied GPT-2 head is not supported (mpitron's GPT-2 ties it)", path);
+    const std::string act = j.value("activation_function", std::string("gelu_new"));
+    usage_check(act == "gelu_new" || act == "gelu_pytorch_tanh",
+                "{}: activation_function '{}' (mpitron's GPT-2 uses the tanh GELU: gelu_new)", path, act);
+    const double eps = j.value("layer_norm_epsilon", 1e-5);
+    usage_check(std::fabs(eps - 1e-5) < 1e-12, "{}: layer_norm_epsilon {} (mpitron's GPT-2 uses 1e-5)", path, eps);
+  } else if (type == "llama") {
+    c.arch = Arch::llama;
+    c.n_layer = field<int>(j, "num_hidden_layers", path);
+    c.n_head = field<int>(j, "num_attention_heads", path);
+    c.n_kv_head = j.contains("num_key_value_heads") ? field<int>(j, "num_key_value_heads", path) : c.n_head;
+    c.d_model = field<int>(j, "hidden_size", path);
+    c.d_ff = field<int>(j, "intermediate_size", path);
+    c.seq_len = field<int>(j, "max_position_embeddings", path);
+    c.vocab_size = field<int>(j, "vocab_size", path);
+    c.norm_eps = static_cast<float>(j.value("rms_norm_eps", 1e-6));
+    c.rope_theta = j.value("rope_theta", 10000.0);
+    c.tied_embeddings = j.value("tie_word_embeddings", false);
+    usage_check(!j.contains("rope_scaling") || j["rope_scaling"].is_null(),
+                "{}: rope_scaling {} is not supported (plain RoPE only)", path, j.contains("rope_scaling") ? j["rope_scaling"].dump() : "");
+    usage_check(!j.value("attention_bias", false) && !j.value("mlp_bias", false),
+                "{}: attention_bias / mlp_bias are not supported (LLaMA has no biases)", path);
+    usage_check(j.value("hidden_act", std::string("silu")) == "silu", "{}: hidden_act '{}' (LLaMA's is silu)", path,
+                j.value("hidden_act", std::string()));
+    if (j.contains("head_dim") && !j["head_dim"].is_null())
+      usage_check(field<int>(j, "head_dim", path) * c.n_head == c.d_model,
+                  "{}: head_dim {} x {} heads != hidden_size {} (not supported)", path, field<int>(j, "head_dim", path),
+                  c.n_head, c.d_model);
+  } else {
+    usage_fail("{}: model_type '{}' is not supported (allowed: gpt2, llama)", path, type);
+  }
+  usage_check(c.n_layer > 0 && c.n_head > 0 && c.d_model > 0 && c.d_model % c.n_head == 0 && c.seq_len > 1 &&
+                  c.vocab_size > 0 && c.d_ff > 0 && c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0,
+              "{}: inconsistent sizes (layers {}, heads {}/{}, hidden {}, ffn {}, positions {}, vocab {})", path,
+              c.n_layer, c.n_head, c.n_kv_head, c.d_model, c.d_ff, c.seq_len, c.vocab_size);
+  return c;
+}
+
+HfModel::HfModel(const std::string& dir) : dir_(dir) {
+  std::error_code ec;
+  usage_check(fs::is_directory(dir, ec), "hf:{}: not a folder", dir);
+  cfg_ = hf_model_config(dir + "/config.json");
+  table_ = external_tensors(cfg_);
+  // The files: an index's weight_map, or the one model.safetensors.
+  std::vector<std::string> files;
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (fs::exists(index, ec)) {
+    const json j = read_json(index);
+    usage_check(j.contains("weight_map") && j["weight_map"].is_object(), "{}: no \"weight_map\" object", index);
+    std::set<std::string> seen;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      usage_check(it.value().is_string(), "{}: weight_map['{}'] is not a file name", index, it.key());
+      const std::string f = it.value().get<std::string>();
+      usage_check(f.find('/') == std::string::npos, "{}: weight_map['{}'] = '{}' is not a file in the folder", index,
+                  it.key(), f);
+      usage_check(fs::exists(dir + "/" + f, ec), "{}: names '{}' (for '{}'), which is not in the folder", index, f,
+                  it.key());
+      if (seen.insert(f).second) files.push_back(f);
+    }
+  } else {
+    usage_check(fs::exists(dir + "/model.safetensors", ec),
+                "hf:{}: neither model.safetensors nor model.safetensors.index.json is there", dir);
+    files.push_back("model.safetensors");
+  }
+  std::map<std::string, std::string> by_hf;  // HF name (normalized) -> mpitron name
+  for (const auto& t : table_) by_hf[cfg_.arch == Arch::gpt2 ? strip_gpt2_prefix(t.hf_name) : t.hf_name] = t.name;
+  std::vector<std::string> unexpected;
+  for (const auto& f : files) {
+    const std::string path = dir + "/" + f;
+    SafetensorsHeader h = read_safetensors_header(path);
+    for (auto& e : h.entries) {
+      const std::string key = cfg_.arch == Arch::gpt2 ? strip_gpt2_prefix(e.name) : e.name;
+      auto it = by_hf.find(key);
+      if (it == by_hf.end()) {
+        if (!ignored_name(key, cfg_)) unexpected.push_back(e.name + " (" + f + ")");
+        continue;
+      }
+      usage_check(!where_.count(it->second), "hf:{}: tensor '{}' is in two files", dir, e.name);
+      usage_check(e.dtype == "F32" || e.dtype == "BF16" || e.dtype == "F16",
+                  "{}: tensor '{}' is {} (allowed: F32, BF16, F16)", path, e.name, e.dtype);
+      where_[it->second] = {path, e, h.data_start};
+    }
+  }
+  usage_check(unexpected.empty(), "hf:{}: tensors this {} model does not have: {}", dir,
+              cfg_.arch == Arch::gpt2 ? "GPT-2" : "LLaMA", fmt::format("{}", fmt::join(unexpected, ", ")));
+  // Every tensor present, at its HF shape.
+  std::map<std::string, std::vector<int64_t>> file_shape;
+  for (const ParamInfo& p : ckpt_format::full_table(cfg_)) {
+    std::vector<int64_t> s;
+    for (hsize_t x : ckpt_format::file_dims(p, cfg_)) s.push_back(static_cast<int64_t>(x));
+    file_shape[p.name] = s;
+  }
+  std::vector<std::string> missing;
+  for (const auto& t : table_) {
+    auto w = where_.find(t.name);
+    if (w == where_.end()) {
+      missing.push_back(t.hf_name);
+      continue;
+    }
+    std::vector<int64_t> want = file_shape.at(t.name);
+    if (t.hf_transpose) std::swap(want[0], want[1]);
+    usage_check(w->second.entry.shape == want, "{}: tensor '{}' is {}, config.json's model needs {}", w->second.file,
+                w->second.entry.name, shape_str(w->second.entry.shape), shape_str(want));
+  }
+  usage_check(missing.empty(), "hf:{}: tensors missing: {}", dir, fmt::format("{}", fmt::join(missing, ", ")));
+}
+
+std::string HfModel::tokenizer_json() const {
+  std::error_code ec;
+  if (fs::exists(dir_ + "/tokenizer.json", ec)) return Tokenizer::hf_json(dir_ + "/tokenizer.json").to_json();
+  if (fs::exists(dir_ + "/tokenizer.model", ec))
+    return Tokenizer::sentencepiece_file(dir_ + "/tokenizer.model").to_json();
+  return {};
+}
+
+std::vector<float> HfModel::tensor(const std::string& name) const {
+  auto w = where_.find(name);
+  check(w != where_.end(), "hf:{}: no tensor for '{}'", dir_, name);
+  const Where& at = w->second;
+  const SafetensorsEntry& e = at.entry;
+  const uint64_t bytes = e.end - e.begin, esize = safetensors_dtype_size(e.dtype), n = bytes / esize;
+  std::vector<char> raw(bytes);
+  const int fd = ::open(at.file.c_str(), O_RDONLY | O_CLOEXEC);
+  usage_check(fd >= 0, "cannot open '{}': {}", at.file, std::strerror(errno));
+  uint64_t got = 0;
+  while (got < bytes) {
+    const ssize_t r = ::pread(fd, raw.data() + got, bytes - got, static_cast<off_t>(at.data_start + e.begin + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<uint64_t>(r);
+  }
+  ::close(fd);
+  usage_check(got == bytes, "{}: tensor '{}': read {} of {} bytes (truncated?)", at.file, e.name, got, bytes);
+  std::vector<float> v(n);
+  if (e.dtype == "F32") {
+    std::memcpy(v.data(), raw.data(), bytes);
+  } else {
+    for (uint64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      v[i] = e.dtype == "BF16" ? to_f32(bf16{h}) : fp16_bits_to_f32(h);
+    }
+  }
+  const ExternalTensor* t = nullptr;
+  for (const auto& x : table_)
+    if (x.name == name) t = &x;
+  std::vector<int64_t> shape = e.shape;
+  return from_hf_layout(*t, std::move(v), &shape);
+}
+
+ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  ModelConfig c = hf_model_config(path);
+  c.name = "hf:" + fs::path(dir).filename().string();
+  std::vector<std::string> bad;
+  auto same = [&](const char* key, double job, double hf, bool set) {
+    if (set && job != hf) bad.push_back(fmt::format("model.{} = {} (config.json: {})", key, job, hf));
+  };
+  same("n_layer", s.n_layer, c.n_layer, s.n_layer != 0);
+  same("n_head", s.n_head, c.n_head, s.n_head != 0);
+  same("n_kv_head", s.n_kv_head, c.n_kv_head, s.n_kv_head != 0);
+  same("d_model", s.d_model, c.d_model, s.d_model != 0);
+  same("d_ff", s.d_ff, c.d_ff, s.d_ff != 0);
+  same("vocab_size", s.vocab_size, c.vocab_size, s.vocab_size != 0);
+  same("seq_len", s.seq_len, c.seq_len, s.seq_len != 0);
+  same("norm_eps", s.norm_eps, c.norm_eps, s.norm_eps != 0 && c.arch == Arch::llama);
+  same("rope_theta", s.rope_theta, c.rope_theta, s.rope_theta != 0 && c.arch == Arch::llama);
+  if (s.arch != "auto" && s.arch != (c.arch == Arch::llama ? "llama" : "gpt2"))
+    bad.push_back(fmt::format("model.arch = {} (config.json: {})", s.arch, c.arch == Arch::llama ? "llama" : "gpt2"));
+  if (s.tie_embeddings != "auto" && (s.tie_embeddings == "true") != c.tied_embeddings)
+    bad.push_back(fmt::format("model.tie_embeddings = {} (config.json: {})", s.tie_embeddings, c.tied_embeddings));
+  usage_check(bad.empty(),
+              "train.init_from = hf:{}: the job's [model] keys disagree with {}: {}. Leave them out (config.json sets "
+              "the model) or make them agree",
+              dir, path, fmt::format("{}", fmt::join(bad, "; ")));
+  return c;
+}
+
+void load_hf_into_shards(const HfModel& hf, std::span<CheckpointShard> shards) {
+  ckpt_format::fill_params_from_full(shards, hf.config(), [&](const std::string& name) { return hf.tensor(name); });
+}
+
+}  // namespace mpitron

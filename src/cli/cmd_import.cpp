@@ -1,0 +1,80 @@
+// `mpitron import hf:DIR --out FILE.h5`: a Hugging Face model folder as an mpitron checkpoint.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "mpitron/checkpoint/hf_import.hpp"
+#include "mpitron/cli/commands.hpp"
+#include "mpitron/core/error.hpp"
+#include "mpitron/core/version.hpp"
+#include "mpitron/dist/launch.hpp"
+#include "mpitron/model/param_tables.hpp"
+#include "mpitron/train/checkpoint.hpp"
+
+namespace mpitron {
+namespace {
+
+const char* kHelp =
+    "usage: mpitron import hf:DIR --out FILE.h5\n\n"
+    "Writes a Hugging Face model folder (config.json of GPT2LMHeadModel or LlamaForCausalLM,\n"
+    "model.safetensors or sharded model-*.safetensors with their index; F32, BF16 or F16) as an\n"
+    "mpitron checkpoint: the parameters (no optimizer state), the model config from config.json\n"
+    "and the tokenizer (tokenizer.json: byte-level BPE; tokenizer.model: SentencePiece). Start a\n"
+    "run from it with train.init_from = \"FILE.h5\", or directly from the folder with\n"
+    "train.init_from = \"hf:DIR\" (any layout; docs/export.md). One process; memory: the model's\n"
+    "parameters in fp32.\n";
+
+}  // namespace
+
+int cmd_import(const Args& args) {
+  std::string src, out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kHelp);
+      return 0;
+    } else if (a == "--out") {
+      usage_check(i + 1 < args.size(), "import: --out needs a value");
+      out = args[++i];
+    } else if (a.rfind("--", 0) == 0) {
+      usage_fail("import: unknown option '{}' (allowed: --out)", a);
+    } else {
+      usage_check(src.empty(), "import: one source only (got '{}' and '{}')", src, a);
+      src = a;
+    }
+  }
+  usage_check(!src.empty(), "import: give the source, hf:DIR; see --help");
+  usage_check(src.rfind("hf:", 0) == 0, "import: unknown source '{}' (allowed: hf:DIR)", src);
+  usage_check(!out.empty(), "import: give --out FILE.h5");
+  std::error_code ec;
+  usage_check(!std::filesystem::is_directory(out, ec), "import: --out '{}' is a folder; give a file name", out);
+  const auto t0 = std::chrono::steady_clock::now();
+  const HfModel hf(src.substr(3));
+  init_launch();  // the checkpoint writer is MPI-IO (over this one process)
+
+  CheckpointMeta meta;
+  meta.model = hf.config();
+  meta.layout = GridShape{1, 1, 1, 1};
+  meta.tokenizer_json = hf.tokenizer_json();
+  meta.job_toml = fmt::format("# imported from {}\n", src);
+  meta.version = kVersion;
+  check_meta_savable(meta);
+  CheckpointShard s = checkpoint_shard_for(meta.model, GridShape{1, 1, 1, 1}, GridCoord{}, {}, 0);
+  size_t n = 0;
+  for (const auto& t : s.table) n = std::max(n, t.offset + t.numel);
+  std::vector<float> params(n, 0.f);
+  s.has_optimizer = false;
+  s.params = {params.data(), 0, n, true};
+  load_hf_into_shards(hf, std::span<CheckpointShard>(&s, 1));
+  const std::string tmp = out + ".tmp";
+  write_checkpoint_file(tmp, MPI_COMM_SELF, meta, s);
+  usage_check(std::rename(tmp.c_str(), out.c_str()) == 0, "import: cannot rename '{}' to '{}'", tmp, out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "import: %s -> %s: %s, %zu parameters, tokenizer %s (%.2f s)\n", src.c_str(), out.c_str(),
+               meta.model.arch == Arch::llama ? "LLaMA" : "GPT-2", n,
+               meta.tokenizer_json.empty() ? "none" : "stored", secs);
+  return 0;
+}
+
+}  // namespace mpitron
