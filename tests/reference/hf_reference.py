@@ -14,9 +14,14 @@ Written from the published formats, not from mpitron's sources:
   grouped-query attention (kv head h // (n_head / n_kv_head)), SwiGLU MLP, lm_head (or tied).
 
 Usage:
-  hf_reference.py logprobs DIR LOGPROBS.json [--tol T]
+  hf_reference.py logprobs DIR LOGPROBS.json [--tol T] [--hub-names]
       the folder's model on LOGPROBS.json's ids (mpitron generate --logprobs-out) in float64;
-      fails unless max |ours - theirs| / max |theirs| <= T (default 1e-5)
+      fails unless max |ours - theirs| / max |theirs| <= T (default 1e-5); --hub-names accepts
+      GPT-2 tensors named as the Hub's gpt2 (write-random's)
+  hf_reference.py write-random DIR gpt2|llama [--bf16] [--shards N]
+      this script's own writer: a random model in HF's conventions (GPT-2 named as the Hub's
+      gpt2 is, without "transformer." and with its attn.bias mask buffers; LLaMA with grouped-query
+      attention), config.json and a byte-level tokenizer.json, for `mpitron import` to read
   hf_reference.py rounded FP32_DIR OTHER_DIR
       every tensor of OTHER_DIR (bf16 or fp16) equals FP32_DIR's rounded to nearest even (numpy's
       float16 cast; bf16: the top 16 bits of float32, rounded on the low 16), bit for bit
@@ -170,8 +175,11 @@ def expected_names(c):
     return set(names)
 
 
-def cmd_logprobs(d, ref_path, tol):
+def cmd_logprobs(d, ref_path, tol, hub_names=False):
     c, p = read_folder(d)
+    if hub_names and c["model_type"] == "gpt2":  # the Hub's gpt2 naming: no prefix, mask buffers
+        p = {(k if k.startswith("transformer.") else "transformer." + k): v for k, v in p.items()
+             if not k.endswith(".attn.bias")}
     assert set(p) == expected_names(c), f"tensors: extra {set(p) - expected_names(c)}, missing {expected_names(c) - set(p)}"
     want = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}[c["torch_dtype"]]
     assert all(dt == want for dt, _ in p.values()), f"dtypes other than {want}"
@@ -209,11 +217,102 @@ def cmd_rounded(d32, d):
     print(f"{kind}: {len(p)} tensors equal the fp32 export rounded to nearest even")
 
 
+def write_safetensors(path, tensors):  # name -> (dtype string, numpy array of that dtype's bits)
+    header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, (dt, a) in tensors.items():
+        b = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def byte_tokenizer_json():
+    # GPT-2's bytes_to_unicode: printable bytes stand for themselves, the rest map to 256 + n.
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    char = dict(zip(bs, map(chr, cs)))
+    vocab = {char[b]: b for b in range(256)}
+    vocab["<|endoftext|>"] = 256
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    return {"version": "1.0", "added_tokens": [{"id": 256, "content": "<|endoftext|>", "special": True}],
+            "pre_tokenizer": bl, "decoder": bl, "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+
+
+def cmd_write_random(d, arch, bf16, shards):
+    rng = np.random.default_rng(7)
+    os.makedirs(d, exist_ok=True)
+    V, C, L = 257, 32, 2
+    if arch == "gpt2":
+        c = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_positions": 64,
+             "n_ctx": 64, "n_embd": C, "n_layer": L, "n_head": 4, "n_inner": None, "activation_function": "gelu_new",
+             "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+        shapes = {"wte.weight": (V, C), "wpe.weight": (64, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
+        for l in range(L):
+            shapes.update({f"h.{l}.ln_1.weight": (C,), f"h.{l}.ln_1.bias": (C,), f"h.{l}.attn.c_attn.weight": (C, 3 * C),
+                           f"h.{l}.attn.c_attn.bias": (3 * C,), f"h.{l}.attn.c_proj.weight": (C, C),
+                           f"h.{l}.attn.c_proj.bias": (C,), f"h.{l}.ln_2.weight": (C,), f"h.{l}.ln_2.bias": (C,),
+                           f"h.{l}.mlp.c_fc.weight": (C, 4 * C), f"h.{l}.mlp.c_fc.bias": (4 * C,),
+                           f"h.{l}.mlp.c_proj.weight": (4 * C, C), f"h.{l}.mlp.c_proj.bias": (C,)})
+    else:
+        H, KV, F = 4, 2, 80
+        c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": C,
+             "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": KV,
+             "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+             "tie_word_embeddings": False}
+        hd = C // H
+        shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
+        for l in range(L):
+            p = f"model.layers.{l}."
+            shapes.update({p + "input_layernorm.weight": (C,), p + "self_attn.q_proj.weight": (H * hd, C),
+                           p + "self_attn.k_proj.weight": (KV * hd, C), p + "self_attn.v_proj.weight": (KV * hd, C),
+                           p + "self_attn.o_proj.weight": (C, H * hd), p + "post_attention_layernorm.weight": (C,),
+                           p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                           p + "mlp.down_proj.weight": (C, F)})
+    c["torch_dtype"] = "bfloat16" if bf16 else "float32"
+    tensors = {}
+    for name, shape in shapes.items():
+        norm = name.endswith("norm.weight") or ".ln_" in name or name.startswith("ln_f")
+        a = (1 + 0.1 * rng.standard_normal(shape) if norm and name.endswith("weight") else 0.1 * rng.standard_normal(shape))
+        a = a.astype(np.float32)
+        if bf16:  # truncation is as good as rounding for random weights; the reader widens them exactly
+            tensors[name] = ("BF16", (a.view(np.uint32) >> 16).astype(np.uint16))
+        else:
+            tensors[name] = ("F32", a)
+    if arch == "gpt2":  # the Hub's gpt2 stores its causal-mask buffers too
+        for l in range(L):
+            tensors[f"h.{l}.attn.bias"] = ("F32", np.tril(np.ones((1, 1, 64, 64), dtype=np.float32)))
+    names = list(tensors)
+    if shards > 1:
+        parts = [names[i::shards] for i in range(shards)]
+        wm = {}
+        for i, part in enumerate(parts):
+            f = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+            write_safetensors(os.path.join(d, f), {n: tensors[n] for n in part})
+            wm.update({n: f for n in part})
+        json.dump({"metadata": {}, "weight_map": wm}, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    else:
+        write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+    json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=1)
+    json.dump(byte_tokenizer_json(), open(os.path.join(d, "tokenizer.json"), "w"))
+    print(f"wrote a random {arch} ({c['torch_dtype']}, {max(shards, 1)} file(s)) to {d}")
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if a and a[0] == "logprobs":
         tol = float(a[a.index("--tol") + 1]) if "--tol" in a else 1e-5
-        cmd_logprobs(a[1], a[2], tol)
+        cmd_logprobs(a[1], a[2], tol, "--hub-names" in a)
+    elif a and a[0] == "write-random":
+        cmd_write_random(a[1], a[2], "--bf16" in a, int(a[a.index("--shards") + 1]) if "--shards" in a else 1)
     elif a and a[0] == "rounded":
         cmd_rounded(a[1], a[2])
     else:

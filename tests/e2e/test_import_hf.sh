@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Hugging Face folders in (issue 27): `mpitron import hf:DIR` and `train.init_from`.
+#   - Round trips are exact: fp32 export -> import gives bit-identical parameters (h5py), the same
+#     model config and tokenizer; bf16 export -> import equals the parameters rounded to bf16.
+#   - A run started from the HF folder (init_from = hf:DIR) repeats, bit for bit, the run started
+#     from the original checkpoint's parameters (init_from = FILE), at np 1 and at tp 2; and the
+#     HF start under tp 2, pp 2, dp 2 + ZeRO-3 (LLaMA) and tp 2 (GPT-2) follows the single-rank
+#     HF start within the golden rule's 1e-5 (tests/e2e/compare_runs.py).
+#   - tests/reference/hf_reference.py writes random models with its own safetensors writer (GPT-2
+#     in bf16 named as the Hub's gpt2, LLaMA with GQA in 3 shards): imported, mpitron's log-probs
+#     equal the reference's fp64 HF-convention model within 1e-5.
+#   - jobs/llama-continue.toml runs (tp 2, the model from config.json).
+#   - Bad folders and disagreeing jobs are clear errors naming the file, tensor or key.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+prep_fortunes "$tmp/data" 60000 fortunes
+common=(--data.path="$tmp/data" --eval.batches=0 --log.every=1 --optim.lr=1e-3 --train.peak_flops=1e11
+        --train.micro_batch=2 --train.global_batch=8)
+train() {  # name np job extra...
+  local name=$1 np=$2 job=$3
+  shift 3
+  timeout -k 5 180 $MPIRUN -np "$np" "$MPITRON" train "$job" "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
+    >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "$name: training failed"; }
+}
+same_params() {  # A.h5 B.h5 [bf16]
+  $PY - "$@" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+bf16 = len(sys.argv) > 3
+assert set(a["model"]) == set(b["model"]), (set(a["model"]) ^ set(b["model"]))
+for n in a["model"]:
+    x, y = a["model"][n][()].astype(np.float32), b["model"][n][()]
+    if bf16:
+        u = x.view(np.uint32).astype(np.uint64)
+        x = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    assert x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32)), f"{n} differs"
+print(f"{len(a['model'])} tensors {'equal the bf16 rounding' if bf16 else 'bit-identical'}")
+PY
+}
+ckpt_of() { readlink -f "$tmp/$1/ckpt/latest"; }
+
+echo "== round trips"
+train llama 1 jobs/llama-tiny.toml --train.steps=3
+train gpt2 1 jobs/tiny.toml --train.steps=3
+for m in llama gpt2; do
+  "$MPITRON" export "$tmp/$m" --format hf --out "$tmp/$m.hf" --quiet 2>/dev/null
+  "$MPITRON" import "hf:$tmp/$m.hf" --out "$tmp/$m.imported.h5" 2>"$tmp/import.log" ||
+    { cat "$tmp/import.log"; fail "$m: import failed"; }
+  echo -n "$m fp32 export -> import: "
+  same_params "$(ckpt_of $m)" "$tmp/$m.imported.h5"
+  "$MPITRON" export "$tmp/$m" --format hf --out "$tmp/$m.bf16" --dtype bf16 --quiet 2>/dev/null
+  "$MPITRON" import "hf:$tmp/$m.bf16" --out "$tmp/$m.bf16.h5" 2>/dev/null
+  echo -n "$m bf16 export -> import: "
+  same_params "$(ckpt_of $m)" "$tmp/$m.bf16.h5" bf16
+  $PY - "$(ckpt_of $m)" "$tmp/$m.imported.h5" <<'PY'
+import json, sys, h5py
+a, b = (h5py.File(p) for p in sys.argv[1:])
+ca, cb = a["config"].attrs, b["config"].attrs
+assert set(ca) == set(cb), set(ca) ^ set(cb)
+for k in set(ca) - {"name"}:  # the name is the preset's there, "hf" here
+    assert ca[k] == cb[k], (k, ca[k], cb[k])
+ta, tb = (json.loads(f["tokenizer_json"][()]) for f in (a, b))
+assert ta["vocab_size"] == tb["vocab_size"] and ta["eot"] == tb["eot"], (ta, tb)
+PY
+done
+
+echo "== init_from: the HF folder starts the same run as the checkpoint it came from"
+exact() {  # A B
+  $PY tests/e2e/compare_runs.py --min-steps 4 --tol 0 "$tmp/$1" "$tmp/$2" >/dev/null || fail "$2 is not $1 bit for bit"
+  echo "$2 = $1 bit for bit"
+}
+train from_ckpt 1 jobs/llama-tiny.toml --train.steps=4 --train.init_from="$(ckpt_of llama)"
+train from_hf 1 jobs/llama-tiny.toml --train.steps=4 --train.init_from="hf:$tmp/llama.hf"
+grep -q "initialized from hf:" "$tmp/from_hf.log" || fail "no 'initialized from' line"
+exact from_ckpt from_hf
+train from_ckpt_tp2 2 jobs/llama-tiny.toml --train.steps=4 --train.init_from="$(ckpt_of llama)" --parallel.tp=2
+train from_hf_tp2 2 jobs/llama-tiny.toml --train.steps=4 --train.init_from="hf:$tmp/llama.hf" --parallel.tp=2
+exact from_ckpt_tp2 from_hf_tp2
+golden() {  # ref name np job extra...
+  local ref=$1 name=$2
+  shift 2
+  train "$name" "$@" --train.steps=4
+  echo -n "$name: "
+  $PY tests/e2e/compare_runs.py --min-steps 4 "$tmp/$ref" "$tmp/$name" || fail "$name does not follow $ref"
+}
+golden from_hf hf_pp2 2 jobs/llama-tiny.toml --train.init_from="hf:$tmp/llama.hf" --parallel.pp=2
+golden from_hf hf_zero3 2 jobs/llama-tiny.toml --train.init_from="hf:$tmp/llama.hf" --parallel.dp=2 --parallel.zero=3
+train gpt2_from_hf 1 jobs/tiny.toml --train.steps=4 --train.init_from="hf:$tmp/gpt2.hf"
+golden gpt2_from_hf gpt2_hf_tp2 2 jobs/tiny.toml --train.init_from="hf:$tmp/gpt2.hf" --parallel.tp=2
+
+echo "== models written by the reference's own writer"
+$PY tests/reference/hf_reference.py write-random "$tmp/ref_gpt2" gpt2 --bf16
+$PY tests/reference/hf_reference.py write-random "$tmp/ref_llama" llama --shards 3
+text="Hello there, world! It's 42 o'clock; the end of it all."
+for m in ref_gpt2 ref_llama; do
+  "$MPITRON" import "hf:$tmp/$m" --out "$tmp/$m.h5" 2>"$tmp/import.log" || { cat "$tmp/import.log"; fail "$m: import"; }
+  "$MPITRON" generate "$tmp/$m.h5" --prompt "$text" --max-tokens 0 --logprobs-out "$tmp/$m.json" >/dev/null 2>&1
+  echo -n "$m imported: "
+  $PY tests/reference/hf_reference.py logprobs "$tmp/$m" "$tmp/$m.json" --hub-names || fail "$m: log-probs differ"
+done
+
+echo "== jobs/llama-continue.toml (tp 2, the model from config.json)"
+train continue 2 jobs/llama-continue.toml --train.init_from="hf:$tmp/ref_llama" --train.steps=2 \
+  --data.path="$tmp/data" --job.run_dir="$tmp/continue" --checkpoint.every=0
+grep -q "initialized from hf:$tmp/ref_llama" "$tmp/continue.log" || fail "llama-continue did not start from the folder"
+grep -q "layout world 2 = dp 1 x tp 2" "$tmp/continue.log" || fail "llama-continue is not tp 2: $(grep layout "$tmp/continue.log")"
+
+echo "== errors"
+expect() {  # words... -- command...
+  local words=()
+  while [ "$1" != -- ]; do words+=("$1"); shift; done
+  shift
+  if "$@" >"$tmp/err.log" 2>&1; then fail "succeeded: $*"; fi
+  for w in "${words[@]}"; do grep -qF -- "$w" "$tmp/err.log" || fail "$*: no '$w' in: $(cat "$tmp/err.log")"; done
+}
+bad() { rm -rf "$tmp/bad" && cp -r "$tmp/llama.hf" "$tmp/bad"; }
+bad && truncate -s 100 "$tmp/bad/model.safetensors"
+expect "model.safetensors" "runs past the end" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+bad && $PY - "$tmp/bad/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 3; json.dump(c, open(sys.argv[1], "w"))
+PY
+expect "tensors missing: model.layers.2." -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+bad && $PY - "$tmp/bad/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["intermediate_size"] = 64; json.dump(c, open(sys.argv[1], "w"))
+PY
+expect "tensor 'model.layers.0.mlp.gate_proj.weight' is [192, 64], config.json's model needs [64, 64]" -- \
+  "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+bad && $PY - "$tmp/bad/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["model_type"] = "mistral"; json.dump(c, open(sys.argv[1], "w"))
+PY
+expect "model_type 'mistral' is not supported (allowed: gpt2, llama)" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+rm -rf "$tmp/bad" && cp -r "$tmp/ref_llama" "$tmp/bad" && rm "$tmp/bad/model-00002-of-00003.safetensors"
+expect "model.safetensors.index.json: names 'model-00002-of-00003.safetensors'" "which is not in the folder" -- \
+  "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+expect "the job's [model] keys disagree" "model.n_layer = 4 (config.json: 2)" "model.d_model = 128 (config.json: 64)" -- \
+  "$MPITRON" train jobs/llama-tiny.toml "${common[@]}" --job.run_dir="$tmp/x" --train.init_from="hf:$tmp/llama.hf" \
+  --model.n_layer=4 --model.d_model=128
+expect "import: unknown source 'gguf:x' (allowed: hf:DIR)" -- "$MPITRON" import gguf:x --out "$tmp/x.h5"
+[ ! -e "$tmp/x.h5" ] || fail "a failed import left $tmp/x.h5"
+echo "PASS"
