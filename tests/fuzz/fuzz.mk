@@ -2,7 +2,7 @@
 #
 #   make test-fuzz                 every target: its seed corpus + FUZZ_RUNS mutated inputs (fixed seed),
 #                                  FUZZ_JOBS (2) targets at a time
-#   make fuzz-<target>             one target (job_config tokenizer shard checkpoint prep)
+#   make fuzz-<target>             one target (job_config tokenizer shard checkpoint prep safetensors)
 #   make fuzz-<target> FUZZ_RUNS=1000000 FUZZ_SEED=7     a longer run
 #   make fuzz-seeds                rewrite the writer-made seeds (after a shard/checkpoint format change)
 #
@@ -14,7 +14,7 @@ FUZZ_CXX ?= clang++-14
 FUZZ_RUNS ?= 10000
 FUZZ_SEED ?= 1
 FUZZ_JOBS ?= 2
-FUZZ_TARGETS := prep checkpoint shard job_config tokenizer  # longest first (FUZZ_JOBS run side by side)
+FUZZ_TARGETS := prep checkpoint shard job_config tokenizer safetensors  # longest first (FUZZ_JOBS run side by side)
 
 # The library sources the targets reach (the linker takes only the objects it needs from the archive).
 FUZZ_LIB_SRC := $(sort $(wildcard src/config/*.cpp)) src/cli/job_args.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \

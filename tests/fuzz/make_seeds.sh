@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 FUZZ_BUILD=${1:-build-fuzz}
 export ASAN_OPTIONS=detect_leaks=0 OMPI_MCA_btl=self OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-for t in checkpoint shard tokenizer; do
+for t in checkpoint shard tokenizer safetensors; do
   MPITRON_FUZZ_WRITE_SEEDS=tests/fuzz/corpus/$t "$FUZZ_BUILD/fuzz_$t"
 done
