@@ -9,6 +9,7 @@
 
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
+#include "tmp_file.hpp"
 
 namespace mpitron {
 namespace {
@@ -102,7 +103,7 @@ std::vector<char> ggml_encode(GgmlType t, const float* v, uint64_t n) {
 
 GgufWriter::GgufWriter(std::string path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
                        std::vector<GgufTensorInfo> tensors)
-    : path_(std::move(path)), tmp_(path_ + ".tmp"), tensors_(std::move(tensors)) {
+    : tensors_(std::move(tensors)) {
   std::string h;
   append(h, "GGUF", 4);
   append_pod<uint32_t>(h, 3);
@@ -123,25 +124,19 @@ GgufWriter::GgufWriter(std::string path, const std::vector<std::pair<std::string
   }
   h.resize(align_up(h.size()), '\0');
   data_start_ = h.size();
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  usage_check(f_ != nullptr, "cannot write '{}': {}", tmp_, std::strerror(errno));
+  f_ = std::make_unique<TmpFile>(std::move(path));
   put(h.data(), h.size());
 }
 
-GgufWriter::~GgufWriter() {
-  if (f_) {
-    std::fclose(f_);
-    std::remove(tmp_.c_str());
-  }
-}
+GgufWriter::~GgufWriter() = default;
 
 void GgufWriter::put(const void* p, size_t n) {
-  usage_check(std::fwrite(p, 1, n, f_) == n, "cannot write '{}': {}", tmp_, std::strerror(errno));
+  f_->write(p, n);
   written_ += n;
 }
 
 void GgufWriter::write_next(const std::vector<char>& bytes) {
-  check(next_ < tensors_.size(), "gguf: more tensors than the header lists ({})", path_);
+  check(next_ < tensors_.size(), "gguf: more tensors than the header lists ({})", f_->path());
   const GgufTensorInfo& t = tensors_[next_++];
   check(written_ == data_start_ + t.offset, "gguf: tensor '{}' at byte {}, its offset says {}", t.name, written_,
         data_start_ + t.offset);
@@ -151,15 +146,8 @@ void GgufWriter::write_next(const std::vector<char>& bytes) {
 }
 
 void GgufWriter::finish() {
-  check(next_ == tensors_.size(), "gguf: {} of {} tensors written to {}", next_, tensors_.size(), path_);
-  const bool ok = std::fflush(f_) == 0 && ::fsync(fileno(f_)) == 0;
-  const int err = errno;
-  std::fclose(f_);
-  f_ = nullptr;
-  if (!ok) std::remove(tmp_.c_str());
-  usage_check(ok, "cannot write '{}': {}", tmp_, std::strerror(err));
-  usage_check(std::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot rename '{}' to '{}': {}", tmp_, path_,
-              std::strerror(errno));
+  check(next_ == tensors_.size(), "gguf: {} of {} tensors written to {}", next_, tensors_.size(), f_->path());
+  f_->commit();
 }
 
 }  // namespace mpitron

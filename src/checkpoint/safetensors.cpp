@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpitron/core/error.hpp"
+#include "tmp_file.hpp"
 
 namespace mpitron {
 namespace {
@@ -123,7 +124,7 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
 
 SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<SafetensorsEntry> entries,
                                      std::map<std::string, std::string> metadata)
-    : path_(std::move(path)), tmp_(path_ + ".tmp"), entries_(std::move(entries)) {
+    : entries_(std::move(entries)) {
   nlohmann::ordered_json j;
   if (!metadata.empty()) j["__metadata__"] = metadata;
   uint64_t at = 0;
@@ -137,41 +138,28 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<SafetensorsEn
   }
   std::string text = j.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  usage_check(f_ != nullptr, "cannot write '{}': {}", tmp_, std::strerror(errno));
+  f_ = std::make_unique<TmpFile>(std::move(path));
   unsigned char len8[8];
   for (int i = 0; i < 8; ++i) len8[i] = static_cast<unsigned char>(text.size() >> (8 * i));
-  usage_check(std::fwrite(len8, 1, 8, f_) == 8 && std::fwrite(text.data(), 1, text.size(), f_) == text.size(),
-              "cannot write '{}': {}", tmp_, std::strerror(errno));
+  f_->write(len8, 8);
+  f_->write(text.data(), text.size());
   total_ = 8 + text.size();
 }
 
-SafetensorsWriter::~SafetensorsWriter() {
-  if (f_) {  // not finished: an error on the way; leave nothing behind
-    std::fclose(f_);
-    std::remove(tmp_.c_str());
-  }
-}
+SafetensorsWriter::~SafetensorsWriter() = default;
 
 void SafetensorsWriter::write_next(const void* data, size_t bytes) {
-  check(next_ < entries_.size(), "safetensors: more tensors than the header lists ({})", path_);
+  check(next_ < entries_.size(), "safetensors: more tensors than the header lists ({})", f_->path());
   const SafetensorsEntry& e = entries_[next_++];
   check(bytes == e.end - e.begin, "safetensors: tensor '{}' has {} bytes, the header says {}", e.name, bytes,
         e.end - e.begin);
-  usage_check(std::fwrite(data, 1, bytes, f_) == bytes, "cannot write '{}': {}", tmp_, std::strerror(errno));
+  f_->write(data, bytes);
   total_ += bytes;
 }
 
 void SafetensorsWriter::finish() {
-  check(next_ == entries_.size(), "safetensors: {} of {} tensors written to {}", next_, entries_.size(), path_);
-  const bool ok = std::fflush(f_) == 0 && ::fsync(fileno(f_)) == 0;
-  const int err = errno;
-  std::fclose(f_);
-  f_ = nullptr;
-  if (!ok) std::remove(tmp_.c_str());
-  usage_check(ok, "cannot write '{}': {}", tmp_, std::strerror(err));
-  usage_check(std::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot rename '{}' to '{}': {}", tmp_, path_,
-              std::strerror(errno));
+  check(next_ == entries_.size(), "safetensors: {} of {} tensors written to {}", next_, entries_.size(), f_->path());
+  f_->commit();
 }
 
 }  // namespace mpitron

@@ -4,11 +4,14 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
 
 namespace mpitron {
+
+class TmpFile;  // src/checkpoint/tmp_file.hpp
 
 // ggml tensor types mpitron writes.
 enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
@@ -38,7 +41,7 @@ class GgufWriter {
  public:
   GgufWriter(std::string path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
              std::vector<GgufTensorInfo> tensors);
-  ~GgufWriter();
+  ~GgufWriter();  // not finished: the partial file is removed
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   void write_next(const std::vector<char>& bytes);  // the next tensor's data, in order
   void finish();
@@ -46,9 +49,8 @@ class GgufWriter {
 
  private:
   void put(const void* p, size_t n);
-  std::string path_, tmp_;
   std::vector<GgufTensorInfo> tensors_;
-  FILE* f_ = nullptr;
+  std::unique_ptr<TmpFile> f_;
   size_t next_ = 0;
   uint64_t written_ = 0, data_start_ = 0;
 };

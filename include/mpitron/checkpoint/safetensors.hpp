@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace mpitron {
+
+class TmpFile;  // src/checkpoint/tmp_file.hpp
 
 struct SafetensorsEntry {
   std::string name;
@@ -42,7 +45,7 @@ class SafetensorsWriter {
  public:
   SafetensorsWriter(std::string path, std::vector<SafetensorsEntry> entries,
                     std::map<std::string, std::string> metadata);
-  ~SafetensorsWriter();
+  ~SafetensorsWriter();  // not finished: the partial file is removed
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   // The next tensor's bytes (exactly its size).
   void write_next(const void* data, size_t bytes);
@@ -50,9 +53,8 @@ class SafetensorsWriter {
   uint64_t bytes() const { return total_; }
 
  private:
-  std::string path_, tmp_;
   std::vector<SafetensorsEntry> entries_;
-  FILE* f_ = nullptr;
+  std::unique_ptr<TmpFile> f_;
   size_t next_ = 0;
   uint64_t total_ = 0;
 };
