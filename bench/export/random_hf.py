@@ -40,4 +40,7 @@ config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_s
           "max_position_embeddings": T, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
           "tie_word_embeddings": False, "torch_dtype": "float32"}
 json.dump(config, open(os.path.join(d, "config.json"), "w"), indent=1)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../tests/reference"))
+from hf_reference import byte_tokenizer_json  # noqa: E402 (GGUF export needs a tokenizer)
+json.dump(byte_tokenizer_json(), open(os.path.join(d, "tokenizer.json"), "w"))
 print(f"{d}: {at / 1e9:.2f} GB of F32 tensors, {L} layers")

@@ -52,8 +52,11 @@ void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint
   }
 }
 
-// tokenizer.ggml.*: byte-level BPE as llama.cpp's "gpt2" tokenizer model.
-void tokenizer_metadata(Meta& m, const std::string& tokenizer_json, const std::string& ckpt, bool quiet) {
+// tokenizer.ggml.*: byte-level BPE as llama.cpp's "gpt2" tokenizer model, one token per
+// embedding row (llama.cpp requires it): a model.vocab_size above the tokenizer's is padded with
+// unused tokens.
+void tokenizer_metadata(Meta& m, const std::string& tokenizer_json, int vocab_size, const std::string& ckpt,
+                        bool quiet) {
   usage_check(!tokenizer_json.empty(), "export: checkpoint '{}' stores no tokenizer; GGUF needs one", ckpt);
   const Tokenizer tok = Tokenizer::from_json(tokenizer_json, ckpt + ": tokenizer_json");
   usage_check(tok.type() != "sentencepiece",
@@ -66,6 +69,12 @@ void tokenizer_metadata(Meta& m, const std::string& tokenizer_json, const std::s
   for (const auto& [l, r] : tok.merges()) merges.push_back(tokens[l] + " " + tokens[r]);
   std::vector<int32_t> types(tokens.size(), 1);  // normal
   types[tok.eot()] = 3;                          // control
+  check(static_cast<int>(tokens.size()) <= vocab_size, "{}: the tokenizer has {} tokens, the model {} rows", ckpt,
+        tokens.size(), vocab_size);
+  for (int id = static_cast<int>(tokens.size()); id < vocab_size; ++id) {
+    tokens.push_back(fmt::format("<|unused_{}|>", id));
+    types.push_back(5);  // unused
+  }
   m.push_back({"tokenizer.ggml.model", {std::string("gpt2")}});
   m.push_back({"tokenizer.ggml.pre", {std::string("gpt-2")}});
   m.push_back({"tokenizer.ggml.tokens", {tokens}});
@@ -88,7 +97,7 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
               out_file);
   Meta md;
   model_metadata(md, cfg, cfg.name, d.file_type);
-  tokenizer_metadata(md, meta.tokenizer_json, ckpt, opt.quiet);
+  tokenizer_metadata(md, meta.tokenizer_json, cfg.vocab_size, ckpt, opt.quiet);
 
   // The tensors: the table's, plus output.weight from the embedding when the head is tied.
   std::vector<ExternalTensor> tensors = external_tensors(cfg);

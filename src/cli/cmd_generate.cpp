@@ -35,7 +35,7 @@ const char* kHelp =
     "  --seed S           sampling seed (the same seed and checkpoint give the same text)\n"
     "  --no-kv-cache      recompute the whole context for every token (slow; for checking)\n"
     "  --logprobs-out F   write the prompt's ids and, at every position, the log-probabilities of\n"
-    "                     the next token over the vocabulary as JSON {\"ids\": [..], \"logprobs\":\n"
+    "                     the next token over the model's vocabulary as JSON {\"ids\": [..], \"logprobs\":\n"
     "                     [[..], ..]} (the prompt must fit in seq_len; --max-tokens 0: only that)\n\n"
     "The context holds at most the model's seq_len tokens; when full it restarts from the latest\n"
     "seq_len/2 tokens. Progress: tokens/s on stderr at the end.\n";
@@ -184,7 +184,7 @@ int cmd_generate(const Args& args) {
       model.compute_logits(len - 1, 1, logits.data());
     }
   };
-  if (!logprobs_out.empty()) write_logprobs(model, ids, tok.eot(), T, V, Vp, logprobs_out);
+  if (!logprobs_out.empty()) write_logprobs(model, ids, tok.eot(), T, cfg.vocab_size, Vp, logprobs_out);  // the model's whole vocabulary
   std::printf("%s", prompt.c_str());
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();

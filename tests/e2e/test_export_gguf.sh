@@ -2,7 +2,7 @@
 # `mpitron export --format gguf` (issue 27) against llama.cpp itself (npm node-llama-cpp, pinned,
 # its prebuilt CPU build; tests/reference/llama_cpp_check.mjs, in a subprocess):
 #   - F32 GGUF of a trained tiny GPT-2 and a trained tiny LLaMA with grouped-query attention (and
-#     one with a tied head): llama.cpp's next-token log-probabilities at every position of a fixed
+#     one with a tied head, and a GPT-2 whose model.vocab_size exceeds its tokenizer's): llama.cpp's next-token log-probabilities at every position of a fixed
 #     text agree with mpitron's (`generate --logprobs-out`): LLaMA within 1e-5, GPT-2 within 2e-3
 #     (llama.cpp's GELU reads an fp16 table); greedy choices agree wherever mpitron's top-two gap
 #     exceeds twice the measured difference; llama.cpp tokenizes the text to mpitron's ids;
@@ -56,9 +56,11 @@ PY
 train gpt2 jobs/tiny.toml
 train llama jobs/llama-tiny.toml
 train llama_tied jobs/llama-tiny.toml --model.tie_embeddings=true
+train gpt2_v300 jobs/tiny.toml --model.vocab_size=300  # more rows than tokens: padded with unused tokens
 check llama f32 1e-5
 check llama_tied f32 1e-5
 check gpt2 f32 2e-3
+check gpt2_v300 f32 2e-3
 for d in f16 bf16 q8_0; do
   check llama $d 5e-2
   check gpt2 $d 5e-2
