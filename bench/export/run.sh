@@ -55,11 +55,12 @@ $M prep --input /usr/share/games/fortunes/fortunes --tokenizer byte --out "$W/da
 run() {  # name extra...
   local name=$1
   shift
-  mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 /usr/bin/time -f "rss %M" \
-    $M train jobs/llama-tiny.toml --model.seq_len=128 --data.path="$W/data" --train.steps=1 --train.micro_batch=1 \
+  # Each rank's peak RSS to its own file (the two ranks' stderr interleave).
+  mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 \
+    sh -c '/usr/bin/time -f %M -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$W/$name.rss" $M train jobs/llama-tiny.toml --model.seq_len=128 --data.path="$W/data" --train.steps=1 --train.micro_batch=1 \
     --eval.batches=0 \
     --parallel.tp=2 --job.run_dir="$W/$name" --checkpoint.every=0 --train.precision=fp32 "$@" >"$W/$name.log" 2>&1
-  grep "^rss" "$W/$name.log" | awk '{print $2}' | sort -n | tail -1
+  cat "$W/$name".rss.* | sort -n | tail -1
 }
 scratch=$(run scratch --model.preset=llama-1b --model.n_layer=4 --model.vocab_size=32000)
 hf=$(run from_hf --train.init_from="hf:$W/hf4")  # the same shape, from config.json

@@ -202,22 +202,22 @@ std::vector<float> HfModel::tensor(const std::string& name) const {
   const Where& at = w->second;
   const SafetensorsEntry& e = at.entry;
   const uint64_t bytes = e.end - e.begin, esize = safetensors_dtype_size(e.dtype), n = bytes / esize;
-  std::vector<char> raw(bytes);
+  // F32 is read straight into the result; 16-bit types through a buffer of half its size.
+  std::vector<float> v(n);
+  std::vector<char> raw(e.dtype == "F32" ? 0 : bytes);
+  char* into = e.dtype == "F32" ? reinterpret_cast<char*>(v.data()) : raw.data();
   const int fd = ::open(at.file.c_str(), O_RDONLY | O_CLOEXEC);
   usage_check(fd >= 0, "cannot open '{}': {}", at.file, std::strerror(errno));
   uint64_t got = 0;
   while (got < bytes) {
-    const ssize_t r = ::pread(fd, raw.data() + got, bytes - got, static_cast<off_t>(at.data_start + e.begin + got));
+    const ssize_t r = ::pread(fd, into + got, bytes - got, static_cast<off_t>(at.data_start + e.begin + got));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     got += static_cast<uint64_t>(r);
   }
   ::close(fd);
   usage_check(got == bytes, "{}: tensor '{}': read {} of {} bytes (truncated?)", at.file, e.name, got, bytes);
-  std::vector<float> v(n);
-  if (e.dtype == "F32") {
-    std::memcpy(v.data(), raw.data(), bytes);
-  } else {
+  if (e.dtype != "F32") {
     for (uint64_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, raw.data() + 2 * i, 2);
