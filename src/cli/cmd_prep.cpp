@@ -25,6 +25,7 @@ tokenizer, num_tokens, source; see docs/data.md). Every document ends with the e
                          FILE: an mpitron tokenizer JSON (`mpitron tokenizer train`)
                          gpt2:DIR: GPT-2's BPE from DIR/encoder.json + DIR/vocab.bpe
                          hf:tokenizer.json: a Hugging Face byte-level BPE tokenizer.json
+                         hf:DIR: a Hugging Face model folder's tokenizer.json or tokenizer.model
                          sp:FILE.model: a SentencePiece model (LLaMA-2's family)
   --shard-tokens N       tokens per shard, e.g. 50M (default 50M)
   --val-fraction F       fraction of documents for val_*.h5, spread evenly (default 0.005; 0 = none)

@@ -28,6 +28,7 @@ T (default byte), the forms prep's --tokenizer takes:
   FILE                 any other path: an mpitron tokenizer JSON (`tokenizer train` writes one)
   gpt2:DIR             GPT-2's byte-level BPE from DIR/encoder.json + DIR/vocab.bpe
   hf:tokenizer.json    a Hugging Face tokenizer.json: byte-level BPE in GPT-2's layout
+  hf:DIR               a Hugging Face model folder: its tokenizer.json, else tokenizer.model
   sp:FILE.model        a SentencePiece model (LLaMA-2's family)
 
 The JSON format and each form's ids are described in docs/data.md.

