@@ -8,7 +8,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/signals.hpp"
 #include "mpitron/dist/fatal.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace {
 
@@ -26,7 +26,7 @@ void print_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The checkpoint check's child process (train/checkpoint.hpp): a fresh image, no threads.
+  // The checkpoint check's child process (checkpoint/checkpoint.hpp): a fresh image, no threads.
   if (argc >= 2 && !std::strcmp(argv[1], "__checkpoint-check")) mpitron::checkpoint_check_main(argc, argv);
   mpitron::enable_checkpoint_check_exec();
   // Before anything can start a thread: job-control signals are blocked in every thread and taken

@@ -18,7 +18,7 @@
 #include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/partition.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 #include "checkpoint_format.hpp"
 
 namespace mpitron {

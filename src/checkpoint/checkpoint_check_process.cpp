@@ -30,7 +30,7 @@
 #include "checkpoint_format.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron {
 namespace {

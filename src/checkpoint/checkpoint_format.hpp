@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "../data/h5.hpp"
+#include "mpitron/data/h5.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/param_tables.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron::ckpt_format {
 

@@ -18,13 +18,13 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "../data/h5.hpp"
+#include "mpitron/data/h5.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/dist/fault_inject.hpp"
 #include "mpitron/core/rng.hpp"
 #include "mpitron/core/version.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 #include "checkpoint_format.hpp"
 #include "checkpoint_meta.hpp"
 

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "../data/h5.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/data/h5.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron::ckpt_meta {
 

@@ -10,7 +10,7 @@
 #include "mpitron/checkpoint/gguf.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron {
 namespace {

@@ -13,7 +13,7 @@
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron {
 namespace {

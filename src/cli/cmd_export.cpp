@@ -5,7 +5,7 @@
 #include "mpitron/checkpoint/export.hpp"
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/core/error.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 #include "option_values.hpp"
 
 namespace mpitron {

@@ -18,7 +18,7 @@
 #include "mpitron/data/tokenizer.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 #include "option_values.hpp"
 
 namespace mpitron {

@@ -10,7 +10,7 @@
 #include "mpitron/core/version.hpp"
 #include "mpitron/dist/launch.hpp"
 #include "mpitron/model/param_tables.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron {
 namespace {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "../data/h5.hpp"
+#include "mpitron/data/h5.hpp"
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron {
 namespace {

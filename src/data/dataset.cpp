@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "h5.hpp"
+#include "mpitron/data/h5.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
 #include "mpitron/data/shard.hpp"

@@ -1,4 +1,4 @@
-#include "h5.hpp"
+#include "mpitron/data/h5.hpp"
 
 #include <cerrno>
 #include <cstring>

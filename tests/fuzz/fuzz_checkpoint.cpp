@@ -20,7 +20,7 @@
 #include "fuzz_common.hpp"
 #include "mpitron/data/tokenizer.hpp"
 #include "mpitron/model/param_tables.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 using namespace mpitron;
 

@@ -17,7 +17,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 using namespace mpitron;
 namespace fs = std::filesystem;

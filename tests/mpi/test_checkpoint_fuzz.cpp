@@ -14,7 +14,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/param_tables.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 using namespace mpitron;
 namespace fs = std::filesystem;

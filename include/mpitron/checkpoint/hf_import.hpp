@@ -11,7 +11,7 @@
 #include "mpitron/checkpoint/external_layout.hpp"
 #include "mpitron/checkpoint/safetensors.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron {
 

@@ -10,7 +10,7 @@
 #include "mpitron/dist/grid.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/parallel/stage_model.hpp"
-#include "mpitron/train/checkpoint.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron {
 

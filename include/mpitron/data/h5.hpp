@@ -1,4 +1,5 @@
-// Small RAII + attribute helpers over the HDF5 C API, private to src/data.
+// Small RAII + attribute helpers over the HDF5 C API: the shard reader and writer (src/data), the
+// checkpoint files (src/checkpoint) and `mpitron inspect`.
 #pragma once
 #include <hdf5.h>
 
