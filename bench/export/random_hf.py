@@ -12,16 +12,12 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../tests/reference"))
+from hf_reference import byte_tokenizer_json, llama_shapes  # noqa: E402
+
 d, L = sys.argv[1], int(sys.argv[2])
 C, H, KV, F, V, T = 2048, 32, 4, 5632, 32000, int(sys.argv[3]) if len(sys.argv) > 3 else 2048
-hd = C // H
-shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
-for l in range(L):
-    p = f"model.layers.{l}."
-    shapes.update({p + "input_layernorm.weight": (C,), p + "self_attn.q_proj.weight": (H * hd, C),
-                   p + "self_attn.k_proj.weight": (KV * hd, C), p + "self_attn.v_proj.weight": (KV * hd, C),
-                   p + "self_attn.o_proj.weight": (C, H * hd), p + "post_attention_layernorm.weight": (C,),
-                   p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C), p + "mlp.down_proj.weight": (C, F)})
+shapes = llama_shapes(C, H, KV, F, V, L)
 header, at = {"__metadata__": {"format": "pt"}}, 0
 for n, s in shapes.items():
     size = 4 * int(np.prod(s))
@@ -40,7 +36,5 @@ config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_s
           "max_position_embeddings": T, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
           "tie_word_embeddings": False, "torch_dtype": "float32"}
 json.dump(config, open(os.path.join(d, "config.json"), "w"), indent=1)
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../tests/reference"))
-from hf_reference import byte_tokenizer_json  # noqa: E402 (GGUF export needs a tokenizer)
-json.dump(byte_tokenizer_json(), open(os.path.join(d, "tokenizer.json"), "w"))
+json.dump(byte_tokenizer_json(), open(os.path.join(d, "tokenizer.json"), "w"))  # GGUF export needs one
 print(f"{d}: {at / 1e9:.2f} GB of F32 tensors, {L} layers")

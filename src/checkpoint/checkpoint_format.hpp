@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +40,16 @@ inline std::vector<hsize_t> file_dims(const ParamInfo& p, const ModelConfig& cfg
   std::vector<hsize_t> d(p.full_shape.begin(), p.full_shape.end());
   if (is_vocab_rows(p.name)) d[0] = static_cast<hsize_t>(cfg.vocab_size);
   return d;
+}
+
+// Every tensor's file shape by name (the external formats' exporters and importer).
+inline std::map<std::string, std::vector<int64_t>> file_shapes(const ModelConfig& cfg) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const ParamInfo& p : full_table(cfg)) {
+    const std::vector<hsize_t> d = file_dims(p, cfg);
+    out[p.name] = std::vector<int64_t>(d.begin(), d.end());
+  }
+  return out;
 }
 
 // Fills the params ranges of this rank's shards (any layout) from full tensors at the file's

@@ -106,14 +106,11 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
     out.gguf_name = "output.weight";
     tensors.push_back(out);
   }
-  std::map<std::string, std::vector<uint64_t>> dims;
-  for (const ParamInfo& p : ckpt_format::full_table(cfg)) {
-    auto fd = ckpt_format::file_dims(p, cfg);
-    dims[p.name] = std::vector<uint64_t>(fd.rbegin(), fd.rend());  // innermost first
-  }
+  const auto shapes = ckpt_format::file_shapes(cfg);
   std::vector<GgufTensorInfo> infos;
   for (const ExternalTensor& t : tensors) {
-    const std::vector<uint64_t>& ne = dims.at(t.name);
+    const std::vector<int64_t>& s = shapes.at(t.name);
+    const std::vector<uint64_t> ne(s.rbegin(), s.rend());  // innermost first
     GgmlType type = ne.size() == 2 ? d.matrix : GgmlType::f32;
     if (type == GgmlType::q8_0 && ne[0] % 32 != 0) type = GgmlType::f16;  // rows not whole q8_0 blocks
     infos.push_back({t.gguf_name, ne, type});

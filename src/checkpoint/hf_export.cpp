@@ -2,18 +2,19 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 
 #include "checkpoint_format.hpp"
+#include "mpitron/checkpoint/checkpoint.hpp"
 #include "mpitron/checkpoint/export.hpp"
 #include "mpitron/checkpoint/external_layout.hpp"
 #include "mpitron/checkpoint/safetensors.hpp"
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
-#include "mpitron/checkpoint/checkpoint.hpp"
+#include "tmp_file.hpp"
 
 namespace mpitron {
 namespace {
@@ -48,15 +49,9 @@ std::vector<char> encode(const std::vector<float>& v, const OutDtype& d) {
 }
 
 void write_text(const fs::path& path, const std::string& text) {
-  const std::string tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    usage_check(f.good(), "cannot write '{}'", tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  usage_check(!ec, "cannot rename '{}' to '{}': {}", tmp, path.string(), ec.message());
+  TmpFile f(path.string());
+  f.write(text.data(), text.size());
+  f.commit();
 }
 
 ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int eot) {
@@ -107,13 +102,13 @@ ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int eot) {
   return j;
 }
 
-// The tokenizer files; returns what was written (for the summary).
-std::string write_tokenizer(const fs::path& dir, const std::string& tokenizer_json, int seq_len, bool quiet) {
-  if (tokenizer_json.empty()) {
+// The tokenizer files (none without a tokenizer); returns what was written (for the summary).
+std::string write_tokenizer(const fs::path& dir, const std::optional<Tokenizer>& stored, int seq_len, bool quiet) {
+  if (!stored) {
     if (!quiet) std::fprintf(stderr, "export: the checkpoint stores no tokenizer: no tokenizer files written\n");
     return "none";
   }
-  const Tokenizer tok = Tokenizer::from_json(tokenizer_json, "checkpoint tokenizer_json");
+  const Tokenizer& tok = *stored;
   ordered_json cfg;
   cfg["model_max_length"] = seq_len;
   if (tok.type() == "sentencepiece") {
@@ -158,12 +153,7 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
 
   // The tensors, their HF shapes and bytes, grouped into files of at most max_shard_bytes.
   const std::vector<ExternalTensor> tensors = external_tensors(cfg);
-  std::map<std::string, std::vector<int64_t>> file_shape;
-  for (const ParamInfo& p : ckpt_format::full_table(cfg)) {
-    std::vector<int64_t> s;
-    for (hsize_t x : ckpt_format::file_dims(p, cfg)) s.push_back(static_cast<int64_t>(x));
-    file_shape[p.name] = s;
-  }
+  const auto file_shape = ckpt_format::file_shapes(cfg);
   std::vector<std::vector<SafetensorsEntry>> files(1);
   uint64_t in_file = 0, total = 0;
   for (const ExternalTensor& t : tensors) {
@@ -220,12 +210,13 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
     static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
     if (!ours && std::regex_match(n, shard)) fs::remove(e.path(), ec);
   }
-  int eot = cfg.vocab_size - 1;
-  if (!meta.tokenizer_json.empty()) eot = Tokenizer::from_json(meta.tokenizer_json, ckpt + ": tokenizer_json").eot();
+  std::optional<Tokenizer> stored;
+  if (!meta.tokenizer_json.empty()) stored = Tokenizer::from_json(meta.tokenizer_json, ckpt + ": tokenizer_json");
+  const int eot = stored ? stored->eot() : cfg.vocab_size - 1;
   write_text(dir / "config.json", hf_config(cfg, d, eot).dump(2) + "\n");
   ordered_json gen = {{"bos_token_id", eot}, {"eos_token_id", eot}, {"max_length", cfg.seq_len}};
   write_text(dir / "generation_config.json", gen.dump(2) + "\n");
-  const std::string tok = write_tokenizer(dir, meta.tokenizer_json, cfg.seq_len, opt.quiet);
+  const std::string tok = write_tokenizer(dir, stored, cfg.seq_len, opt.quiet);
   if (!opt.quiet) std::fprintf(stderr, "export: config.json, generation_config.json; tokenizer: %s\n", tok.c_str());
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return sum;

@@ -145,8 +145,8 @@ HfModel::HfModel(const std::string& dir) : dir_(dir) {
                 "hf:{}: neither model.safetensors nor model.safetensors.index.json is there", dir);
     files.push_back("model.safetensors");
   }
-  std::map<std::string, std::string> by_hf;  // HF name (normalized) -> mpitron name
-  for (const auto& t : table_) by_hf[cfg_.arch == Arch::gpt2 ? strip_gpt2_prefix(t.hf_name) : t.hf_name] = t.name;
+  std::map<std::string, const ExternalTensor*> by_hf;  // HF name (normalized) -> its table entry
+  for (const auto& t : table_) by_hf[cfg_.arch == Arch::gpt2 ? strip_gpt2_prefix(t.hf_name) : t.hf_name] = &t;
   std::vector<std::string> unexpected;
   for (const auto& f : files) {
     const std::string path = dir + "/" + f;
@@ -158,21 +158,16 @@ HfModel::HfModel(const std::string& dir) : dir_(dir) {
         if (!ignored_name(key, cfg_)) unexpected.push_back(e.name + " (" + f + ")");
         continue;
       }
-      usage_check(!where_.count(it->second), "hf:{}: tensor '{}' is in two files", dir, e.name);
+      usage_check(!where_.count(it->second->name), "hf:{}: tensor '{}' is in two files", dir, e.name);
       usage_check(e.dtype == "F32" || e.dtype == "BF16" || e.dtype == "F16",
                   "{}: tensor '{}' is {} (allowed: F32, BF16, F16)", path, e.name, e.dtype);
-      where_[it->second] = {path, e, h.data_start};
+      where_[it->second->name] = {path, e, h.data_start, it->second};
     }
   }
   usage_check(unexpected.empty(), "hf:{}: tensors this {} model does not have: {}", dir,
               cfg_.arch == Arch::gpt2 ? "GPT-2" : "LLaMA", fmt::format("{}", fmt::join(unexpected, ", ")));
   // Every tensor present, at its HF shape.
-  std::map<std::string, std::vector<int64_t>> file_shape;
-  for (const ParamInfo& p : ckpt_format::full_table(cfg_)) {
-    std::vector<int64_t> s;
-    for (hsize_t x : ckpt_format::file_dims(p, cfg_)) s.push_back(static_cast<int64_t>(x));
-    file_shape[p.name] = s;
-  }
+  const auto file_shape = ckpt_format::file_shapes(cfg_);
   std::vector<std::string> missing;
   for (const auto& t : table_) {
     auto w = where_.find(t.name);
@@ -224,11 +219,8 @@ std::vector<float> HfModel::tensor(const std::string& name) const {
       v[i] = e.dtype == "BF16" ? to_f32(bf16{h}) : fp16_bits_to_f32(h);
     }
   }
-  const ExternalTensor* t = nullptr;
-  for (const auto& x : table_)
-    if (x.name == name) t = &x;
   std::vector<int64_t> shape = e.shape;
-  return from_hf_layout(*t, std::move(v), &shape);
+  return from_hf_layout(*at.tensor, std::move(v), &shape);
 }
 
 ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {

@@ -230,6 +230,20 @@ def write_safetensors(path, tensors):  # name -> (dtype string, numpy array of t
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def llama_shapes(C, H, KV, F, V, L):
+    """HF LlamaForCausalLM tensor shapes (untied), by name, in the usual order."""
+    hd = C // H
+    shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        shapes.update({p + "input_layernorm.weight": (C,), p + "self_attn.q_proj.weight": (H * hd, C),
+                       p + "self_attn.k_proj.weight": (KV * hd, C), p + "self_attn.v_proj.weight": (KV * hd, C),
+                       p + "self_attn.o_proj.weight": (C, H * hd), p + "post_attention_layernorm.weight": (C,),
+                       p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                       p + "mlp.down_proj.weight": (C, F)})
+    return shapes
+
+
 def byte_tokenizer_json():
     # GPT-2's bytes_to_unicode: printable bytes stand for themselves, the rest map to 256 + n.
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
@@ -268,15 +282,7 @@ def cmd_write_random(d, arch, bf16, shards):
              "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": KV,
              "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
              "tie_word_embeddings": False}
-        hd = C // H
-        shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
-        for l in range(L):
-            p = f"model.layers.{l}."
-            shapes.update({p + "input_layernorm.weight": (C,), p + "self_attn.q_proj.weight": (H * hd, C),
-                           p + "self_attn.k_proj.weight": (KV * hd, C), p + "self_attn.v_proj.weight": (KV * hd, C),
-                           p + "self_attn.o_proj.weight": (C, H * hd), p + "post_attention_layernorm.weight": (C,),
-                           p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
-                           p + "mlp.down_proj.weight": (C, F)})
+        shapes = llama_shapes(C, H, KV, F, V, L)
     c["torch_dtype"] = "bfloat16" if bf16 else "float32"
     tensors = {}
     for name, shape in shapes.items():

@@ -23,6 +23,8 @@ class HfModel {
   // is there with its HF shape and a float dtype, and that nothing else is (GPT-2's attention-mask
   // buffers and a tied model's lm_head.weight are ignored). UsageError naming file and tensor.
   explicit HfModel(const std::string& dir);
+  HfModel(const HfModel&) = delete;  // where_ points into table_
+  HfModel& operator=(const HfModel&) = delete;
   const ModelConfig& config() const { return cfg_; }
   const std::string& dir() const { return dir_; }
   // The tokenizer's JSON (tokenizer.json or tokenizer.model), "" if the folder has none.
@@ -35,6 +37,7 @@ class HfModel {
     std::string file;
     SafetensorsEntry entry;
     uint64_t data_start = 0;
+    const ExternalTensor* tensor = nullptr;  // its entry in table_
   };
   std::string dir_;
   ModelConfig cfg_;
