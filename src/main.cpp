@@ -7,7 +7,7 @@
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/signals.hpp"
-#include "mpitron/dist/fatal.hpp"
+#include "mpitron/distributed/fatal.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace {

@@ -15,7 +15,7 @@
 #include <system_error>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/fault_inject.hpp"
+#include "mpitron/distributed/fault_inject.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"

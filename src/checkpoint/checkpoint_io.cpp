@@ -20,7 +20,7 @@
 
 #include "mpitron/data/h5.hpp"
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/fault_inject.hpp"
+#include "mpitron/distributed/fault_inject.hpp"
 #include "mpitron/core/rng.hpp"
 #include "mpitron/core/version.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
@@ -234,7 +234,7 @@ Id mpio_fapl(MPI_Comm comm) {
 // A file opened collectively. Closing it is collective too (H5Fclose flushes metadata with MPI
 // calls; MPI_File_close synchronises), so a rank that throws while its peers are elsewhere must
 // NOT close it on the way out: it would wait for them forever instead of reaching MPI_Abort
-// (src/dist/fatal.cpp). Left open, it ends with the job. Objects inside it (datasets, groups)
+// (src/distributed/fatal.cpp). Left open, it ends with the job. Objects inside it (datasets, groups)
 // close locally while the file stays open, so plain Ids are fine for those.
 class CollectiveFile {
  public:

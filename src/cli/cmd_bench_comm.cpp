@@ -18,9 +18,9 @@
 #include "mpitron/cli/job_args.hpp"
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/grid.hpp"
-#include "mpitron/dist/launch.hpp"
-#include "mpitron/dist/mpi_comm.hpp"
+#include "mpitron/distributed/grid.hpp"
+#include "mpitron/distributed/launch.hpp"
+#include "mpitron/distributed/mpi_comm.hpp"
 
 namespace mpitron {
 namespace {

@@ -16,8 +16,8 @@
 #include "mpitron/cli/job_args.hpp"
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/grid.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/grid.hpp"
+#include "mpitron/distributed/launch.hpp"
 
 extern char** environ;
 

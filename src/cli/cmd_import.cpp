@@ -8,7 +8,7 @@
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/version.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/launch.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"
 

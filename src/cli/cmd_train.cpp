@@ -11,10 +11,10 @@
 #include "mpitron/cli/job_args.hpp"
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/grid.hpp"
-#include "mpitron/dist/fault_inject.hpp"
-#include "mpitron/dist/launch.hpp"
-#include "mpitron/dist/watchdog.hpp"
+#include "mpitron/distributed/grid.hpp"
+#include "mpitron/distributed/fault_inject.hpp"
+#include "mpitron/distributed/launch.hpp"
+#include "mpitron/distributed/watchdog.hpp"
 #include "mpitron/train/preemption.hpp"
 #include "mpitron/train/trainer.hpp"
 
@@ -64,7 +64,7 @@ int cmd_train(const Args& args) {
     else usage_fail("train: unknown option '{}' (allowed: --dry-run, --help, --section.key=value; see docs/jobs.md)", a);
   }
   usage_check(!job_path.empty() || args.size() > 0, "train: give a job file (e.g. jobs/tiny.toml); see --help");
-  fault_inject_from_env();  // tests only (dist/fault_inject.hpp): a malformed MPITRON_FAULT fails here
+  fault_inject_from_env();  // tests only (distributed/fault_inject.hpp): a malformed MPITRON_FAULT fails here
   // [env] before MPI/NCCL/OpenMP start (NCCL reads its variables at communicator creation).
   std::vector<std::string> env_warnings = apply_job_env(cfg.env, cfg.env_override);
 
@@ -101,7 +101,7 @@ int cmd_train(const Args& args) {
   }
   omp_set_num_threads(threads_per_rank(cfg, li));
   ProcessGrid grid(li, shape, cfg.train.backend == "nccl" ? "nccl" : "cpu", cfg.comm.timeout_s);
-  HangWatchdog watchdog(li, WatchdogOptions{cfg.comm.timeout_s});  // every backend: dist/watchdog.hpp
+  HangWatchdog watchdog(li, WatchdogOptions{cfg.comm.timeout_s});  // every backend: distributed/watchdog.hpp
   TrainResult r = run_training(cfg, li, grid);
   if (r.preempted) return preemption_exit_code(r.preempted);
   finish_preemption();  // a signal after the last step boundary: said on stderr, exit 0

@@ -38,7 +38,7 @@ sigset_t job_set() {
 }
 
 // The launcher's rank variable (OMPI_COMM_WORLD_RANK, SLURM_PROCID, ...), nullptr outside a
-// launcher. (dist/launch.hpp's launcher_rank_from_env parses the same list; core/ stays below dist/.)
+// launcher. (distributed/launch.hpp's launcher_rank_from_env parses the same list; core/ stays below distributed/.)
 const char* launcher_rank_env() {
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
     if (const char* e = std::getenv(v)) return e;

@@ -1,7 +1,7 @@
 #include "mpitron/parallel/param_gather.hpp"
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/fault_inject.hpp"
+#include "mpitron/distributed/fault_inject.hpp"
 
 namespace mpitron {
 

@@ -13,9 +13,9 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/version.hpp"
-#include "mpitron/dist/activity.hpp"
-#include "mpitron/dist/comm_wait.hpp"
-#include "mpitron/dist/fault_inject.hpp"
+#include "mpitron/distributed/activity.hpp"
+#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/fault_inject.hpp"
 #include "mpitron/train/preemption.hpp"
 
 namespace mpitron {

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/comm_wait.hpp"
+#include "mpitron/distributed/comm_wait.hpp"
 
 namespace mpitron {
 

@@ -20,7 +20,7 @@ FUZZ_TARGETS := prep checkpoint shard job_config tokenizer safetensors  # longes
 FUZZ_LIB_SRC := $(sort $(wildcard src/config/*.cpp)) src/cli/job_args.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \
   $(sort $(wildcard src/core/*.cpp)) src/model/config.cpp src/model/gpt_params.cpp src/model/llama_params.cpp \
   $(sort $(wildcard src/checkpoint/*.cpp)) \
-  src/dist/fault_inject.cpp src/dist/activity.cpp src/dist/launch.cpp src/parallel/partition.cpp \
+  src/distributed/fault_inject.cpp src/distributed/activity.cpp src/distributed/launch.cpp src/parallel/partition.cpp \
   src/parallel/schedule.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_LIB := $(FUZZ_BUILD)/libmpitron-fuzz.a

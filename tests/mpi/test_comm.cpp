@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "mpitron/core/dtype.hpp"
-#include "mpitron/dist/grid.hpp"
-#include "mpitron/dist/launch.hpp"
-#include "mpitron/dist/mpi_comm.hpp"
+#include "mpitron/distributed/grid.hpp"
+#include "mpitron/distributed/launch.hpp"
+#include "mpitron/distributed/mpi_comm.hpp"
 
 using namespace mpitron;
 

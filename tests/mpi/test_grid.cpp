@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/grid.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/grid.hpp"
+#include "mpitron/distributed/launch.hpp"
 
 using namespace mpitron;
 

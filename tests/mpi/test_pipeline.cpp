@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "mpitron/core/rng.hpp"
-#include "mpitron/dist/grid.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/grid.hpp"
+#include "mpitron/distributed/launch.hpp"
 #include "mpitron/parallel/pipeline.hpp"
 #include "mpitron/parallel/tied_embedding.hpp"
 

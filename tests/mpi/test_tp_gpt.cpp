@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "mpitron/core/rng.hpp"
-#include "mpitron/dist/mpi_comm.hpp"
+#include "mpitron/distributed/mpi_comm.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 

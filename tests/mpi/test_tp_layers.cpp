@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "mpitron/dist/mpi_comm.hpp"
+#include "mpitron/distributed/mpi_comm.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/parallel_layers.hpp"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/grid.hpp"
+#include "mpitron/distributed/grid.hpp"
 
 using namespace mpitron;
 

@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/comm_wait.hpp"
-#include "mpitron/dist/fault_inject.hpp"
+#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/fault_inject.hpp"
 
 using namespace mpitron;
 

@@ -36,7 +36,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/loader.hpp"
-#include "mpitron/dist/grid.hpp"
+#include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 

@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 #include "mpitron/ops/ops.hpp"
 
 namespace mpitron {

@@ -27,7 +27,7 @@
 #include <cstdint>
 
 #include "mpitron/core/dtype.hpp"
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 
 namespace mpitron {
 

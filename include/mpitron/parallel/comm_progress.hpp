@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 
 namespace mpitron {
 

@@ -38,7 +38,7 @@
 #include <memory>
 #include <vector>
 
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/ops/flat_ops.hpp"
 #include "mpitron/parallel/comm_progress.hpp"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "mpitron/core/memory.hpp"
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 
 namespace mpitron {
 

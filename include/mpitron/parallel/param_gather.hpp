@@ -20,7 +20,7 @@
 #pragma once
 #include <vector>
 
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/parallel/comm_progress.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"

@@ -15,7 +15,7 @@
 #pragma once
 #include <vector>
 
-#include "mpitron/dist/grid.hpp"
+#include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 

@@ -22,7 +22,7 @@
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/data/loader.hpp"
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/parallel/pipeline_stage.hpp"
 #include "mpitron/parallel/schedule.hpp"

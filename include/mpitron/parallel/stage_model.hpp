@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "mpitron/dist/grid.hpp"
+#include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/ops/flat_ops.hpp"

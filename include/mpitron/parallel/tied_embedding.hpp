@@ -5,7 +5,7 @@
 // Megatron, the sum happens BEFORE the DP reduction (data_parallel.hpp): then it also holds
 // under ZeRO, whose shards cut the two stages' flat buffers differently. With pp = 1 (one stage holds both) every function here does nothing.
 #pragma once
-#include "mpitron/dist/grid.hpp"
+#include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/model_chunk.hpp"
 
 namespace mpitron {

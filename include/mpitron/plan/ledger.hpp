@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "mpitron/dist/grid.hpp"
+#include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 

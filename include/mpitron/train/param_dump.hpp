@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "mpitron/dist/grid.hpp"
+#include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/parallel/stage_model.hpp"
 

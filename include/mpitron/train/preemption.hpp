@@ -7,7 +7,7 @@
 // and leave together. Further signals while the checkpoint is being written change nothing: the
 // first one is already recorded, and the file appears only by rename when complete.
 #pragma once
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 
 namespace mpitron {
 

@@ -19,8 +19,8 @@
 
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/core/memory.hpp"
-#include "mpitron/dist/grid.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/grid.hpp"
+#include "mpitron/distributed/launch.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/parallel/pipeline.hpp"
 #include "mpitron/parallel/stage_model.hpp"

@@ -7,7 +7,7 @@
 
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/data/loader.hpp"
-#include "mpitron/dist/grid.hpp"
+#include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/parallel/stage_model.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"

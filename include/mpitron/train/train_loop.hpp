@@ -25,7 +25,7 @@ bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainRe
                           double grad_norm, bool rank0);
 
 // Who was slowest: each rank's busy time in a step (step time minus the time its step thread sat
-// in communication waits, dist/comm_wait.hpp), gathered over the world only on logged steps (one
+// in communication waits, distributed/comm_wait.hpp), gathered over the world only on logged steps (one
 // small all-reduce of world doubles). A slow node computes longest and waits least; the others
 // wait for it, so the wall step time alone cannot name it.
 class StragglerProbe {

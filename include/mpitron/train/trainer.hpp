@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "mpitron/config/job_config.hpp"
-#include "mpitron/dist/grid.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/grid.hpp"
+#include "mpitron/distributed/launch.hpp"
 
 namespace mpitron {
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "mpitron/model/config.hpp"
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/model_chunk.hpp"

@@ -1,4 +1,4 @@
-#include "mpitron/dist/activity.hpp"
+#include "mpitron/distributed/activity.hpp"
 
 #include <atomic>
 

@@ -1,5 +1,5 @@
 // MpiComm: Comm over an MPI communicator (CPU backend). See mpi_comm.hpp for the bf16 rule.
-#include "mpitron/dist/mpi_comm.hpp"
+#include "mpitron/distributed/mpi_comm.hpp"
 
 #include <climits>
 #include <cstring>

@@ -6,8 +6,8 @@
 
 #include "device.hpp"
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/comm.hpp"
-#include "mpitron/dist/mpi_comm.hpp"
+#include "mpitron/distributed/comm.hpp"
+#include "mpitron/distributed/mpi_comm.hpp"
 #if MPITRON_CUDA
 #include "cuda/nccl_comm.hpp"
 #endif

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "mpitron/dist/comm.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/comm.hpp"
+#include "mpitron/distributed/launch.hpp"
 
 namespace mpitron {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "mpitron/core/dtype.hpp"
-#include "mpitron/dist/comm_wait.hpp"
+#include "mpitron/distributed/comm_wait.hpp"
 
 namespace mpitron {
 

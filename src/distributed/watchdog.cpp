@@ -1,5 +1,5 @@
-// The hang watchdog: see include/mpitron/dist/watchdog.hpp for what it does and why.
-#include "mpitron/dist/watchdog.hpp"
+// The hang watchdog: see include/mpitron/distributed/watchdog.hpp for what it does and why.
+#include "mpitron/distributed/watchdog.hpp"
 
 #include <fmt/format.h>
 #include <pthread.h>
@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "mpitron/dist/activity.hpp"
+#include "mpitron/distributed/activity.hpp"
 
 namespace mpitron {
 namespace {

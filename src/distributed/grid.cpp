@@ -2,7 +2,7 @@
 //
 // Worked example, world 8 = tp2 x dp2 x pp2: rank 5 = tp 1 + 2*(cp 0 + 1*(dp 0 + 2*pp 1)), so
 // its TP group is {4,5}, DP group {5,7}, PP group {1,5}, model-parallel (tp x pp) {0,1,4,5}.
-#include "mpitron/dist/grid.hpp"
+#include "mpitron/distributed/grid.hpp"
 
 #include <mpi.h>
 
@@ -12,7 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/mpi_comm.hpp"
+#include "mpitron/distributed/mpi_comm.hpp"
 
 namespace mpitron {
 

@@ -16,7 +16,7 @@
 //                    optimizer step, this rank's parameters and AdamW moments become NaN) and
 //                    model_config (the resolved model's rope_theta becomes inf, a value the key
 //                    ranges would have refused), to prove the guards behind the ranges
-//     POINT:  a name passed to fault_point() below (the list is in src/dist/fault_inject.cpp)
+//     POINT:  a name passed to fault_point() below (the list is in src/distributed/fault_inject.cpp)
 //     rank=R  only world rank R (default: every rank); step=S only while activity_step() == S;
 //     after=N fire on the N-th time the point is reached (1-based, default 1), once.
 //

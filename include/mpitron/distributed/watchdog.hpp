@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "mpitron/dist/comm_wait.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/launch.hpp"
 
 namespace mpitron {
 

@@ -1,5 +1,5 @@
 // MPITRON_FAULT: see fault_inject.hpp. Parsed once, on the first fault_point() call.
-#include "mpitron/dist/fault_inject.hpp"
+#include "mpitron/distributed/fault_inject.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/activity.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/activity.hpp"
+#include "mpitron/distributed/launch.hpp"
 
 namespace mpitron {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "mpitron/dist/comm.hpp"
+#include "mpitron/distributed/comm.hpp"
 
 namespace mpitron::detail {
 

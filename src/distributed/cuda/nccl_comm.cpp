@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/comm_wait.hpp"
-#include "mpitron/dist/mpi_comm.hpp"
-#include "mpitron/dist/watchdog.hpp"
+#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/mpi_comm.hpp"
+#include "mpitron/distributed/watchdog.hpp"
 
 namespace mpitron::detail {
 namespace {
@@ -242,7 +242,7 @@ class NcclComm final : public Comm {
   }
 
   // The watchdog: waits for `ev` (the whole stream when null) while watching the communicator.
-  // The wait is registered with the process's hang watchdog (dist/watchdog.hpp), which reports
+  // The wait is registered with the process's hang watchdog (distributed/watchdog.hpp), which reports
   // it, asks the peers where they are and aborts the job after comm.timeout_s; this Comm's own
   // timeout then only backs it up (it fires first where no HangWatchdog runs, e.g. bench-comm).
   void watch(cudaEvent_t ev, const char* op) {

@@ -1,5 +1,5 @@
 // Every blocking wait on communication is registered while it lasts (a CommWait scope), so that
-//  - the hang watchdog (dist/watchdog.hpp) can tell which operation on which group a rank has
+//  - the hang watchdog (distributed/watchdog.hpp) can tell which operation on which group a rank has
 //    been waiting in, and for how long, and answer its peers' questions about it;
 //  - the straggler report can split a rank's step time into work and waiting (a slow rank waits
 //    least: the others wait for it).

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "mpitron/core/memory.hpp"
-#include "mpitron/dist/comm.hpp"
-#include "mpitron/dist/comm_wait.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/comm.hpp"
+#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/launch.hpp"
 
 namespace mpitron {
 
@@ -79,7 +79,7 @@ std::string backend_unavailable_reason(const std::string& backend, const LaunchI
 // One Comm over `comm` (ownership passes to it). For "nccl", rank 0 of `comm` creates the NCCL
 // unique id, MPI_Bcasts it over `comm`, and every rank calls ncclCommInitRank on launch.device.
 // NCCL only: a collective not complete after timeout_s aborts the communicator with an error
-// naming the group and the collective (the watchdog in dist/cuda/nccl_comm.cpp).
+// naming the group and the collective (the watchdog in distributed/cuda/nccl_comm.cpp).
 std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm comm, const std::string& name,
                                 const LaunchInfo& launch, double timeout_s = 300);
 

@@ -2,7 +2,7 @@
 // ranks that share memory are one node, whatever launched them (mpirun, srun, a Slurm node
 // emulated with several daemons). Node index = order of the node's lowest world rank, so node 0
 // holds rank 0. Launcher variables (OMPI_*, SLURM_*) are only compared and reported.
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/launch.hpp"
 
 #include <mpi.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "mpitron/dist/fatal.hpp"
+#include "mpitron/distributed/fatal.hpp"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/dist/launch.hpp"
+#include "mpitron/distributed/launch.hpp"
 
 namespace mpitron {
 namespace {

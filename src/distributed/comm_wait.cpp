@@ -1,5 +1,5 @@
 // CommWait scopes and the registry of communication groups: see comm_wait.hpp.
-#include "mpitron/dist/comm_wait.hpp"
+#include "mpitron/distributed/comm_wait.hpp"
 
 #include <fmt/format.h>
 

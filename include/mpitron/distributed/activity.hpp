@@ -1,7 +1,7 @@
 // What this rank is doing right now: the training step and the phase of it ("forward/backward",
 // "grad sync", "optimizer", "eval", "checkpoint save", ...). Written by the thread that runs the
-// step, read by the hang watchdog (dist/watchdog.hpp) for its messages and by the test-only
-// fault-injection points (dist/fault_inject.hpp). Lock-free: a phase is a string literal.
+// step, read by the hang watchdog (distributed/watchdog.hpp) for its messages and by the test-only
+// fault-injection points (distributed/fault_inject.hpp). Lock-free: a phase is a string literal.
 #pragma once
 
 namespace mpitron {
