@@ -1,5 +1,5 @@
 // The CPU backend of the training loop (train_backend.hpp): this rank's CPU GPT chunks on the
-// CPU Ops (host memory); the step protocol is StageBackend's (StageModel: DataParallel with
+// CPU Ops (host memory); the step protocol is TrainBackend's (StageModel: DataParallel with
 // ZeRO 0-3, AdamW; the pipeline executor), the same code as the GPU backend's.
 #include <fmt/format.h>
 #include <omp.h>
@@ -13,7 +13,7 @@
 namespace mpitron {
 namespace {
 
-class CpuBackend final : public StageBackend {
+class CpuBackend final : public TrainBackend {
  public:
   explicit CpuBackend(const TrainSetup& s)
       : cfg_(s.cfg), grid_(s.grid), chunks_note_(chunks_note(s)), batch_note_(batch_note(s)), ops_(make_cpu_ops()) {

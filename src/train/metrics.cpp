@@ -88,7 +88,7 @@ std::string json_string(const std::string& s) {
 }
 }  // namespace
 
-void MetricsWriter::write(const std::vector<std::pair<std::string, Value>>& fields) {
+void MetricsWriter::write(const Record& fields) {
   if (!f_) return;
   std::string line = "{";
   for (size_t i = 0; i < fields.size(); ++i) {

@@ -27,8 +27,8 @@ std::string format_step_line(const StepStats& s) {
       format_bytes(s.mem.peak_of(Mem::activations)), format_bytes(s.mem.total_peak)) + slowest;
 }
 
-void write_step_metrics(MetricsWriter& w, const StepStats& s) {
-  std::vector<std::pair<std::string, MetricsWriter::Value>> rec = {
+void write_step_metrics(MetricsSink& w, const StepStats& s) {
+  MetricsSink::Record rec = {
       {"step", int64_t{s.step}},
       {"loss", s.loss},
       {"lr", s.lr},

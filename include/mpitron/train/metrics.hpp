@@ -1,6 +1,7 @@
-// Metrics: one JSON object per logged step appended to <run_dir>/metrics.jsonl (rank 0 only),
-// with at least "step" and "loss" (DESIGN.md). Values are written as they are; NaN/Inf become
-// null so every line stays valid JSON.
+// Metrics: records of named values (a step's loss, rates, memory, ...) go to a MetricsSink. The
+// one sink today is MetricsWriter: one JSON object per record appended to
+// <run_dir>/metrics.jsonl (rank 0 only), with at least "step" and "loss" on step records. Another
+// destination (a TensorBoard file, a socket) is one more class deriving from MetricsSink.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -11,7 +12,16 @@
 
 namespace mpitron {
 
-class MetricsWriter {
+class MetricsSink {
+ public:
+  using Value = std::variant<double, int64_t, std::string>;
+  using Record = std::vector<std::pair<std::string, Value>>;
+  virtual ~MetricsSink() = default;
+  virtual void write(const Record& fields) = 0;
+};
+
+// metrics.jsonl. Values are written as they are; NaN/Inf become null so every line stays valid JSON.
+class MetricsWriter final : public MetricsSink {
  public:
   MetricsWriter() = default;
   // Opens path (creating parent folders): appending when a run resumes, else truncating so a
@@ -20,12 +30,11 @@ class MetricsWriter {
   // run that went past its last checkpoint before it died; the resumed run redoes those steps,
   // and the file must not hold two different losses for one step.
   MetricsWriter(const std::string& path, bool append, int64_t resumed_step = -1);
-  ~MetricsWriter();
+  ~MetricsWriter() override;
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  using Value = std::variant<double, int64_t, std::string>;
-  void write(const std::vector<std::pair<std::string, Value>>& fields);
+  void write(const Record& fields) override;
 
  private:
   std::FILE* f_ = nullptr;

@@ -26,6 +26,6 @@ struct StepStats {
 };
 
 std::string format_step_line(const StepStats& s);
-void write_step_metrics(MetricsWriter& w, const StepStats& s);
+void write_step_metrics(MetricsSink& w, const StepStats& s);
 
 }  // namespace mpitron

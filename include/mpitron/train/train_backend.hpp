@@ -1,12 +1,9 @@
-// What the one training loop (trainer.cpp: run_training) needs from a backend, and the
-// factories that build one. The loop owns everything users see the same on every backend: the
-// data, the step (fetch, forward/backward through the pipeline, gradient sync, loss and grad
-// norm over the grid, clipping, the optimizer), evaluation, the step line and metrics.jsonl,
-// the memory log and ledger check, checkpoints and preemption, the non-finite policy and
-// train.dump_params. A backend holds this rank's model chunks with their data parallel and
-// optimizer, as a pipeline. Both are a StageBackend (below): the same StageModel (DataParallel
-// with ZeRO, AdamW), pipeline executor and checkpoint state over their own model chunks and flat
-// ops; what differs is only what is truly the device's:
+// What the one training loop (trainer.cpp: run_training) needs from a device, and the factories
+// that build one. The loop owns everything users see the same on every device: the data, the
+// step (train_step.hpp), evaluation, the reporting (step_reporter.hpp), checkpoints and
+// preemption, the non-finite policy and train.dump_params. A backend holds this rank's model
+// chunks with their data parallel and optimizer, as a pipeline (TrainBackend below); what
+// differs per device is only what is truly the device's:
 //   cpu   (cpu_backend.cpp)        CPU GPT chunks on Ops (host memory), a GEMM probe for the peak
 //   nccl  (cuda/gpu_backend.cpp)   GptCuda chunks (bf16 compute, fp32 master weights) on
 //                                  CudaFlatOps (device memory), NCCL, the datasheet peak
@@ -55,68 +52,38 @@ struct PeakFlops {
   std::string how;
 };
 
+// This rank's model chunks as a pipeline stage, ready to train: the StageModel (each chunk with
+// its DataParallel, ZeRO shard and AdamW), the pipeline executor and the checkpoint state, the
+// same on both devices. The step (train_step.hpp) drives stage() and pipeline() directly; a
+// device's subclass adds only what is truly its own (virtual below) and builds its initialised
+// chunks, stage adapters and flat ops, which it hands to build().
 class TrainBackend {
  public:
   virtual ~TrainBackend() = default;
 
-  // Start-up: the layout line (after the model line) and the lines after the data line.
+  // Start-up: the layout line (after the model line).
   virtual std::string layout_line(const PeakFlops& peak) const = 0;
-  virtual std::string describe() const = 0;
-  virtual size_t num_params() const = 0;  // floats over this rank's chunks
   // Peak FLOP/s of one rank for MFU when train.peak_flops is 0 (peak_probe.hpp).
   virtual PeakFlops peak_flops() = 0;
   // The tracker of the memory the model lives in (host or device).
   virtual MemTracker& memory() = 0;
+  virtual bool cpu_bf16_gemms() const { return false; }  // the CPU's train.precision resolved to bf16
 
-  virtual PipelineExecutor& pipeline() = 0;
-  virtual CheckpointState& checkpoint_state() = 0;
-
-  // The step protocol, over every chunk of this rank.
-  virtual void begin_step(int micro_batches) = 0;
-  virtual void finish_backward() = 0;  // every gradient reduced (over DP, and over the tied embedding)
-  // Sum of squares of this rank's gradients over its DP group, every element once: TP-sharded
-  // parameters by every TP rank, replicated ones by TP rank 0 (tp_grad_norm.hpp), the tied wte
-  // by the first stage. The loop sums it over the pipeline and then over TP.
-  virtual double grad_sum_squares() = 0;
-  virtual void scale_grads(float s) = 0;
+  StageModel& stage() { return *model_; }
+  PipelineExecutor& pipeline() { return *pipe_; }
+  CheckpointState& checkpoint_state() { return *ckpt_state_; }
+  int tp_rank() const { return tp_rank_; }
   // AdamW at `lr` on this rank's shard, the updated parameters gathered where ZeRO needs them;
   // the update is complete on return (the step time is read right after).
-  virtual void optimizer_step(double lr) = 0;
-  virtual StepComm take_comm() = 0;
-  // Seconds in TP collectives so far (the loop prints the per-step mean); < 0: not measured.
-  virtual double tp_comm_seconds() const { return -1; }
-  virtual double cp_wait_seconds() const { return -1; }  // < 0: no context parallel or not measured
-  virtual bool cpu_bf16_gemms() const { return false; }  // the CPU's train.precision resolved to bf16
-  // Every chunk's full flat parameters in host memory (train.dump_params; collective under ZeRO-3).
-  virtual std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch) = 0;
-};
-
-// The step protocol over this rank's StageModel, shared by both backends. A backend's
-// constructor builds its ops and initialised chunks and hands them to build().
-class StageBackend : public TrainBackend {
- public:
-  std::string describe() const override { return model_->describe(); }
-  size_t num_params() const override { return model_->num_params(); }
-  PipelineExecutor& pipeline() override { return *pipe_; }
-  CheckpointState& checkpoint_state() override { return *ckpt_state_; }
-  void begin_step(int micro_batches) override { model_->begin_step(micro_batches); }
-  void finish_backward() override { model_->finish_backward(); }  // buckets were reducing during backward
-  double grad_sum_squares() override { return model_->grad_sum_squares(tp_rank_); }
-  void scale_grads(float s) override { model_->scale_grads(s); }
-  void optimizer_step(double lr) override;
-  StepComm take_comm() override;
-  double tp_comm_seconds() const override { return model_->tp_comm_seconds(); }
-  double cp_wait_seconds() const override { return model_->cp_wait_seconds(); }
-  std::vector<ChunkParams> full_params(std::vector<Buffer<float>>& scratch) override {
-    return model_->full_params(scratch);
-  }
+  void optimizer_step(double lr);
+  // The step's communication time for the step line (also the step's collectives on the timeline).
+  StepComm take_comm();
 
  protected:
   // chunks: initialised, in chunk order; stages: the same chunks as pipeline stages; ops: the
   // flat ops of their device; pp: the pipeline's Comm over host memory (the executor's messages).
   void build(const TrainSetup& s, std::vector<std::unique_ptr<ModelChunk>> chunks, std::vector<PipelineStage*> stages,
              FlatOps& ops, Comm& pp, const DataParallelOptions& dp);
-  StageModel& model() { return *model_; }
   // The executor, checkpoint state and chunks go first: a backend's destructor calls this before
   // its own members (the ops the chunks compute with, the stage adapters) are destroyed.
   void release_stage();

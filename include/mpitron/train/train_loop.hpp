@@ -46,7 +46,7 @@ class StepLogger {
  public:
   // peak_flops: MFU's reference (0: unknown); probe_flops: a GEMM probe (0: none), reported as
   // "% of GEMM probe" beside it.
-  StepLogger(const JobConfig& cfg, MetricsWriter& metrics, int64_t tokens_per_step, double flops_per_token,
+  StepLogger(const JobConfig& cfg, MetricsSink& metrics, int64_t tokens_per_step, double flops_per_token,
              int world, double peak_flops, double probe_flops = 0)
       : cfg_(cfg), metrics_(metrics), tokens_(tokens_per_step), flops_(flops_per_token), world_(world), peak_(peak_flops),
         probe_(probe_flops) {}
@@ -60,7 +60,7 @@ class StepLogger {
 
  private:
   const JobConfig& cfg_;
-  MetricsWriter& metrics_;
+  MetricsSink& metrics_;
   int64_t tokens_;
   double flops_;
   int world_;

@@ -1,6 +1,6 @@
 // The GPU backend of the training loop (train_backend.hpp; train.backend = "nccl"): one GPU per
 // rank, the model (or its tensor-parallel slice, its pipeline chunks) on each GPU (GptCuda: bf16
-// compute, fp32 master weights and gradients). Everything else is StageBackend's, the CPU
+// compute, fp32 master weights and gradients). Everything else is TrainBackend's, the CPU
 // backend's code: DataParallel with ZeRO 0-3 and AdamW over CudaFlatOps (device memory; the
 // collectives are NCCL's on the DP communicator's own stream, ordered after the compute stream
 // by event: Comm::set_compute_stream, so buckets reduce while backward continues), the pipeline
@@ -57,7 +57,7 @@ class GptCudaStage final : public PipelineStage {
   GptCuda& m_;
 };
 
-class GpuBackend final : public StageBackend {
+class GpuBackend final : public TrainBackend {
  public:
   explicit GpuBackend(const TrainSetup& s)
       : cfg_(s.cfg), launch_(s.launch), grid_(s.grid), chunks_note_(chunks_note(s)), batch_note_(batch_note(s)) {

@@ -1,0 +1,61 @@
+// Everything a training run tells its user, apart from the step itself (train_step.hpp): the
+// start-up lines and warnings, the memory by rank (at start, after step 1) and the memory
+// ledger check (train.check_ledger), the step line and its metrics record (StepLogger, with the
+// straggler probe), the pipeline's idle fraction per stage and the context-parallel ring's
+// wait per step (metrics records), the timeline of train.trace_steps, and the closing tensor-
+// and context-parallel communication figures. Records go to a MetricsSink (metrics.hpp; the
+// metrics.jsonl file on rank 0). Collective where it gathers (memory, straggler probe, pipeline
+// idle): every rank calls every method at the same steps.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mpitron/core/trace.hpp"
+#include "mpitron/data/loader.hpp"
+#include "mpitron/plan/ledger.hpp"
+#include "mpitron/train/metrics.hpp"
+#include "mpitron/train/train_backend.hpp"
+#include "mpitron/train/train_loop.hpp"
+#include "mpitron/train/train_step.hpp"
+
+namespace mpitron {
+
+class StepReporter {
+ public:
+  // metrics: where every record goes (rank 0's metrics.jsonl; a disabled writer elsewhere).
+  StepReporter(const TrainSetup& s, TrainBackend& backend, MetricsSink& metrics, int start_step, const PeakFlops& peak);
+  ~StepReporter();
+  // Start-up (after the resume decided start_step): the model, layout and data lines and the
+  // ineffective-settings warnings (rank 0), the memory at start, the ledger check at start.
+  void start(const DataLoader& train_data);
+  void begin_step(int step);  // the step's trace span (inside train.trace_steps), the straggler clock
+  // After the optimizer step (step_ms read just before): closes the step's span, takes the step's
+  // communication timing, writes the trace at the window's end, logs memory and checks the ledger
+  // after step 1, writes the step line (when due), the ring wait and the pipeline idle records.
+  void end_step(int step, const StepOutcome& r, double lr, double step_ms, double data_ms);
+  void skipped_step();  // a non-finite step: its span closed, its communication timing dropped
+  void validation(int step, double val_loss, TrainResult& result);
+  // The end of the run: the trace if the run ended inside its window, per-step TP and CP figures.
+  void finish(const TrainResult& result);
+
+ private:
+  void log_memory(const char* when);
+  void check_ledger(const char* when);
+  void write_trace();
+
+  const TrainSetup& s_;
+  TrainBackend& backend_;
+  MetricsSink& metrics_;
+  const int start_step_;
+  const bool rank0_;
+  PeakFlops peak_;
+  RankLedger predicted_;
+  StepLogger logger_;
+  StragglerProbe straggler_;
+  std::optional<trace::Span> step_span_;
+  double tp_comm_after_first_ = 0;  // seconds in TP collectives after the first step (it warms up)
+  double cp_wait_after_first_ = 0, cp_wait_prev_ = 0;
+};
+
+}  // namespace mpitron

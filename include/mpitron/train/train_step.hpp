@@ -1,0 +1,29 @@
+// One training step, the same on every device and layout: forward and backward of every
+// micro-batch through the pipeline schedule (pp = 1: plain accumulation), gradient sync over data
+// parallel, the loss and the gradient norm over the whole grid, clipping, AdamW. The loss is
+// normalised by the target tokens of the whole global batch (DESIGN.md), so every layout takes
+// the single-rank run's update.
+#pragma once
+#include <vector>
+
+#include "mpitron/data/loader.hpp"
+#include "mpitron/distributed/grid.hpp"
+#include "mpitron/parallel/pipeline.hpp"
+#include "mpitron/train/train_backend.hpp"
+
+namespace mpitron {
+
+struct StepOutcome {
+  double loss = 0, grad_norm = 0;  // over the whole grid: every rank holds the same values
+  // false: the loss or the gradient norm is not finite; nothing was updated (train.nan_policy
+  // decides what happens next).
+  bool updated = false;
+  PipelineStepStats schedule;  // the schedule's timings on this rank (pipeline idle per stage)
+};
+
+// `batches`: this rank's micro-batches of the step; `n_tokens`: the global batch's target tokens.
+// grad_clip <= 0: no clipping. Collective over the grid.
+StepOutcome train_step(TrainBackend& backend, ProcessGrid& grid, const std::vector<Batch>& batches, double n_tokens,
+                       double lr, double grad_clip);
+
+}  // namespace mpitron

@@ -1,0 +1,190 @@
+#include "mpitron/train/step_reporter.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/parallel/memory_report.hpp"
+#include "mpitron/plan/check.hpp"
+
+namespace mpitron {
+namespace {
+
+// The start-up model line after "model NAME: ": the architecture and every size a job can override.
+std::string model_line(const ModelConfig& mc, int tp, size_t num_params) {
+  const bool llama = mc.arch == Arch::llama;
+  std::string heads = llama && mc.n_kv_head != mc.n_head ? fmt::format("{} heads ({} kv)", mc.n_head, mc.n_kv_head)
+                                                          : fmt::format("{} heads", mc.n_head);
+  std::string arch = llama ? fmt::format("llama (RMSNorm eps {:g}, RoPE theta {:g}, SwiGLU, {} head)", mc.norm_eps,
+                                         mc.rope_theta, mc.tied_embeddings ? "tied" : "untied")
+                           : std::string(mc.tied_embeddings ? "gpt2" : "gpt2 (untied head)");
+  return fmt::format("{}, {} layers, {}, d_model {}, d_ff {}, vocab {} (padded {}), seq {}, {:.2f}M parameters", arch,
+                     mc.n_layer, heads, mc.d_model, mc.d_ff, mc.vocab_size, mc.padded_vocab(tp), mc.seq_len,
+                     num_params / 1e6);
+}
+
+// Settings that are valid but cannot take effect on this run, said once on rank 0 (stderr).
+void warn_ineffective_settings(const JobConfig& cfg, int start_step) {
+  auto warn = [](const std::string& m) { std::fprintf(stderr, "mpitron: warning: %s\n", m.c_str()); };
+  const int steps = cfg.train.steps;
+  if (const auto& tr = cfg.train.trace_steps; tr.size() == 2) {
+    if (tr[0] > steps)
+      warn(fmt::format("train.trace_steps = [{}, {}] starts after the last step (train.steps = {}): no trace is written",
+                       tr[0], tr[1], steps));
+    else if (tr[1] <= start_step)
+      warn(fmt::format("train.trace_steps = [{}, {}] ends before this run's first step ({}, resumed): no trace is "
+                       "written", tr[0], tr[1], start_step + 1));
+    else if (tr[1] > steps)
+      warn(fmt::format("train.trace_steps = [{}, {}] ends after the last step: the trace covers steps {}..{}", tr[0],
+                       tr[1], std::max(tr[0], start_step + 1), steps));
+  }
+  if (cfg.eval.every > 0 && cfg.eval.batches == 0)
+    warn(fmt::format("eval.every = {} has no effect: eval.batches = 0 turns validation off", cfg.eval.every));
+  else if (cfg.eval.every >= steps)
+    warn(fmt::format("eval.every = {} is not below train.steps = {}: validation runs only at the start and the end",
+                     cfg.eval.every, steps));
+  if (cfg.checkpoint.every > steps)
+    warn(fmt::format("checkpoint.every = {} is above train.steps = {}: only the final checkpoint is written",
+                     cfg.checkpoint.every, steps));
+  if (cfg.optim.warmup_steps > steps)
+    warn(fmt::format("optim.warmup_steps = {} is above train.steps = {}: the learning rate never reaches optim.lr",
+                     cfg.optim.warmup_steps, steps));
+  if (cfg.optim.min_lr > cfg.optim.lr)
+    warn(fmt::format("optim.min_lr = {} is above optim.lr = {}: the cosine schedule rises instead of decaying",
+                     cfg.optim.min_lr, cfg.optim.lr));
+  std::fflush(stderr);
+}
+
+RankLedger predicted_ledger(const TrainSetup& s, const TrainBackend& backend) {
+  if (!s.cfg.train.check_ledger) return {};
+  PlanInput in = plan_input_from_job(s.cfg, s.mc, s.launch.world);
+  in.cpu_bf16_gemms = backend.cpu_bf16_gemms();  // train.precision = auto decided at start-up
+  return rank_ledger(in, s.grid.rank());
+}
+
+}  // namespace
+
+StepReporter::StepReporter(const TrainSetup& s, TrainBackend& backend, MetricsSink& metrics, int start_step,
+                           const PeakFlops& peak)
+    : s_(s), backend_(backend), metrics_(metrics), start_step_(start_step), rank0_(s.grid.rank() == 0), peak_(peak),
+      predicted_(predicted_ledger(s, backend)),
+      logger_(s.cfg, metrics, int64_t{s.bp.global} * s.mc.seq_len, gpt_flops_per_token(s.mc), s.launch.world, peak.peak,
+              peak.probe),
+      straggler_(s.grid.world()),
+      cp_wait_prev_(std::max(0.0, backend.stage().cp_wait_seconds())) {}
+
+StepReporter::~StepReporter() = default;
+
+void StepReporter::start(const DataLoader& train_data) {
+  if (rank0_) {
+    warn_ineffective_settings(s_.cfg, start_step_);
+    std::printf("model %s: %s\n%s\n"
+                "data %s: %lld samples per rank per epoch | run dir %s\n%s\n",
+                s_.mc.name.c_str(), model_line(s_.mc, s_.grid.shape().tp, backend_.stage().num_params()).c_str(),
+                backend_.layout_line(peak_).c_str(), train_data.describe().c_str(),
+                static_cast<long long>(train_data.samples_per_epoch()), s_.cfg.run_dir().c_str(),
+                backend_.stage().describe().c_str());
+    std::fflush(stdout);
+  }
+  log_memory("at start");
+  check_ledger("at start");
+}
+
+// Every rank's tracked bytes by category, printed by rank 0 and recorded in the metrics.
+void StepReporter::log_memory(const char* when) {
+  auto all = gather_rank_memory(s_.grid.world(), backend_.memory());
+  if (!rank0_) return;
+  for (const auto& m : all) {
+    std::printf("memory %s %s\n", when, format_rank_memory(m, std::string(when) != "at start").c_str());
+    MetricsSink::Record rec = {{"memory", std::string(when)}, {"rank", int64_t{m.rank}}};
+    for (size_t c = 0; c < kMemCategories; ++c) {
+      std::string name(mem_name(static_cast<Mem>(c)));
+      rec.push_back({name, m.mem.live[c]});
+      rec.push_back({name + "_peak", m.mem.peak[c]});
+    }
+    metrics_.write(rec);
+  }
+  std::fflush(stdout);
+}
+
+// train.check_ledger: every rank's tracked bytes against the memory ledger's prediction (src/plan).
+void StepReporter::check_ledger(const char* when) {
+  if (!s_.cfg.train.check_ledger) return;
+  std::printf("%s\n", check_against_ledger(predicted_, backend_.memory().stats(), when).text.c_str());
+  std::fflush(stdout);
+}
+
+// The timeline of steps [a, b] (train.trace_steps, core/trace.hpp): one file per rank.
+void StepReporter::write_trace() {
+  trace::set_enabled(false);
+  trace::write(fmt::format("{}/trace/rank_{}.json", s_.cfg.run_dir(), s_.launch.rank), s_.launch.rank);
+}
+
+void StepReporter::begin_step(int step) {
+  const std::vector<int>& tr = s_.cfg.train.trace_steps;
+  if (!tr.empty() && step >= tr[0] && step <= tr[1]) trace::set_enabled(true);
+  if (trace::enabled()) step_span_.emplace(fmt::format("step {}", step));
+  straggler_.begin_step();
+  backend_.memory().reset_peaks();
+}
+
+void StepReporter::skipped_step() {
+  step_span_.reset();
+  backend_.take_comm();
+}
+
+void StepReporter::end_step(int step, const StepOutcome& r, double lr, double step_ms, double data_ms) {
+  step_span_.reset();
+  const StepComm comm = backend_.take_comm();  // also the step's collectives on the timeline
+  const std::vector<int>& tr = s_.cfg.train.trace_steps;
+  if (trace::enabled() && step == tr[1]) {
+    write_trace();
+    if (rank0_)
+      std::printf("trace: steps %d-%d of every rank in %s/trace/rank_*.json (ui.perfetto.dev)\n", tr[0], tr[1],
+                  s_.cfg.run_dir().c_str());
+  }
+  if (step == 1) log_memory("step 1");
+  if (step == 1) check_ledger("after step 1");
+  StageModel& model = backend_.stage();
+  if (step == start_step_ + 1) tp_comm_after_first_ = model.tp_comm_seconds();
+  if (const double w = model.cp_wait_seconds(); w >= 0) {  // the ring's exposed wait this step (bench/cp)
+    if (step == start_step_ + 1) cp_wait_after_first_ = w;
+    if (rank0_) metrics_.write({{"step", int64_t{step}}, {"cp_wait_ms", 1e3 * (w - cp_wait_prev_)}});
+    cp_wait_prev_ = w;
+  }
+  if (logger_.due(step)) {
+    StepStats extra;
+    straggler_.gather(step_ms, extra);  // collective: every rank, on the logged steps
+    if (rank0_)
+      logger_.log(step, r.loss, lr, r.grad_norm, step_ms, data_ms, comm.comm_ms, comm.overlap,
+                  backend_.memory().stats(), extra);
+  }
+  if (s_.grid.shape().pp > 1) {  // each stage's idle fraction in this step's schedule (bench/pp)
+    const std::vector<double> idle = pipeline_idle_by_stage(r.schedule, s_.grid.pp());
+    MetricsSink::Record row{{"step", int64_t{step}}};
+    for (size_t k = 0; k < idle.size(); ++k) row.push_back({"pp_idle_" + std::to_string(k), idle[k]});
+    if (rank0_) metrics_.write(row);
+  }
+}
+
+void StepReporter::validation(int step, double val_loss, TrainResult& result) {
+  logger_.log_val(step, val_loss, result, rank0_);
+}
+
+void StepReporter::finish(const TrainResult& result) {
+  if (trace::enabled()) write_trace();  // the run ended inside the traced steps
+  const StageModel& model = backend_.stage();
+  const GridShape& gs = s_.grid.shape();
+  const int measured = result.steps_done - start_step_ - 1;  // steps after the first
+  if (rank0_ && gs.tp > 1 && measured > 0 && tp_comm_after_first_ >= 0)
+    std::printf("tensor parallel: tp comm %.1f ms/step on rank 0 (steps %d..%d, TP collectives in forward and backward)\n",
+                1e3 * (model.tp_comm_seconds() - tp_comm_after_first_) / measured, start_step_ + 2, result.steps_done);
+  if (rank0_ && gs.cp > 1 && measured > 0 && model.cp_wait_seconds() >= 0)
+    std::printf("context parallel: ring wait %.1f ms/step on rank 0 (steps %d..%d; k|v transfers not hidden behind "
+                "attention)\n",
+                1e3 * (model.cp_wait_seconds() - cp_wait_after_first_) / measured, start_step_ + 2, result.steps_done);
+}
+
+}  // namespace mpitron

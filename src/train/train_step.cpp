@@ -1,0 +1,51 @@
+#include "mpitron/train/train_step.hpp"
+
+#include <cmath>
+
+#include "mpitron/core/trace.hpp"
+#include "mpitron/distributed/activity.hpp"
+#include "mpitron/distributed/fault_inject.hpp"
+
+namespace mpitron {
+
+StepOutcome train_step(TrainBackend& backend, ProcessGrid& grid, const std::vector<Batch>& batches, double n_tokens,
+                       double lr, double grad_clip) {
+  const GridShape& gs = grid.shape();
+  StageModel& model = backend.stage();
+  StepOutcome out;
+  set_activity_phase("forward/backward");
+  fault_point("forward");
+  model.begin_step(static_cast<int>(batches.size()));
+  // Backward launches each gradient bucket's reduction as its last unit finishes.
+  out.schedule = backend.pipeline().run(batches, static_cast<float>(1.0 / n_tokens));
+  set_activity_phase("grad sync");
+  fault_point("grad_sync");
+  {
+    trace::Span sp("finish backward (gradients reduced)");
+    model.finish_backward();
+  }
+  set_activity_phase("loss and grad norm");
+  // The last stage holds the loss; each cp rank a share of every sequence's tokens.
+  double loss = out.schedule.loss_sum;
+  if (gs.dp * gs.cp > 1) loss = grid.dp_cp().all_reduce_scalar(loss, ReduceOp::sum);
+  if (gs.pp > 1) loss = grid.pp().all_reduce_scalar(loss, ReduceOp::sum);
+  out.loss = loss / n_tokens;
+  // Every gradient element once: TP-sharded ones by every TP rank, replicated ones by TP rank 0.
+  double grad_sq = model.grad_sum_squares(backend.tp_rank());
+  if (gs.pp > 1) grad_sq = grid.pp().all_reduce_scalar(grad_sq, ReduceOp::sum);
+  if (gs.tp > 1) grad_sq = grid.tp().all_reduce_scalar(grad_sq, ReduceOp::sum);
+  out.grad_norm = std::sqrt(grad_sq);
+  if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) return out;
+  if (grad_clip > 0 && out.grad_norm > grad_clip)  // torch.nn.utils.clip_grad_norm_'s rule
+    model.scale_grads(static_cast<float>(grad_clip / (out.grad_norm + 1e-6)));
+  set_activity_phase("optimizer");
+  fault_point("optimizer");
+  {
+    trace::Span sp("optimizer step");
+    backend.optimizer_step(lr);
+  }
+  out.updated = true;
+  return out;
+}
+
+}  // namespace mpitron
