@@ -5,7 +5,7 @@
 #include <cmath>
 #include <functional>
 
-#include "../../src/ops/cuda/check.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
@@ -238,6 +238,10 @@ void check_gelu_elementwise(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Che
   gpu.to_f32(dz->as<float>(), h.as<bf16>(), n);
   c.sync();
   c.add("to_f32", down(*dz, n), zr, 0.0);
+  gpu.scale_bf16_inplace(h.as<bf16>(), -1.5f, n);  // the LM head's dlnf times the loss scale
+  c.sync();
+  for (float& v : zr) v = to_f32(to_bf16(v * -1.5f));
+  c.add("scale_bf16_inplace", down_bf16(h, n), zr, 0.0);
 }
 
 // fp64 logsumexp of the scaled causal scores: the reference for the saved statistics. qkv rows

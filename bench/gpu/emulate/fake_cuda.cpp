@@ -270,6 +270,9 @@ class FakeCudaOps final : public CudaOps {
   }
   void add_inplace(float* a, const float* b, size_t n) override { cpu_->add_inplace(a, b, n); }
   void scale_inplace(float* a, float s, size_t n) override { cpu_->scale_inplace(a, s, n); }
+  void scale_bf16_inplace(bf16* x, float s, size_t n) override {
+    for (size_t i = 0; i < n; ++i) x[i] = mpitron::to_bf16(mpitron::to_f32(x[i]) * s);
+  }
   void axpy(float* y, float a, const float* x, size_t n) override { cpu_->axpy(y, a, x, n); }
   void to_bf16(bf16* out, const float* in, size_t n) override { down(out, in, n); }
   void to_f32(float* out, const bf16* in, size_t n) override { for (size_t i = 0; i < n; ++i) out[i] = mpitron::to_f32(in[i]); }
@@ -346,9 +349,4 @@ class FakeCudaOps final : public CudaOps {
 namespace mpitron {
 std::string cuda_unavailable_reason() { return ""; }
 std::unique_ptr<CudaOps> make_cuda_ops(const CudaOpsOptions& o) { return std::make_unique<FakeCudaOps>(o.attention); }
-namespace cuda {
-void scale_bf16(cudaStream_t, bf16* x, float s, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] = to_bf16(to_f32(x[i]) * s);
-}
-}  // namespace cuda
 }  // namespace mpitron

@@ -27,7 +27,7 @@ mkdir -p "$BUILD/obj/bench/gpu/emulate"
 for f in fake_cuda emulated_check; do
   g++ $flags -c "bench/gpu/emulate/$f.cpp" -o "$BUILD/obj/bench/gpu/emulate/$f.o"
 done
-# The emulation's objects first: they define make_cuda_ops, cuda::scale_bf16 and the runtime
+# The emulation's objects first: they define make_cuda_ops and the runtime
 # calls, so the archive's CUDA versions of those are never pulled in.
 g++ -o "$BUILD/bench/emulated_check" "$BUILD/obj/bench/gpu/emulate/emulated_check.o" \
   "$BUILD/obj/bench/gpu/emulate/fake_cuda.o" "$BUILD/obj/bench/gpu/training_check.o" \

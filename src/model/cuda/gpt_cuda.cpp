@@ -23,8 +23,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../../ops/cuda/check.hpp"
-#include "gpt_cuda_kernels.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 #include "ring_blocks_cuda.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
@@ -493,7 +492,7 @@ void GptCuda::backward(float loss_scale, int slot) {
   if (shard_.has_head) {
     pre_event(UnitEvent::pre_backward, kHeadUnit);  // before the wte gradient is written (ZeRO-2 binds it here)
     // The head's gradients were computed unscaled during forward.
-    cuda::scale_bf16(s, a_.dlnf, loss_scale, static_cast<size_t>(Rl * C));
+    ops_.scale_bf16_inplace(a_.dlnf, loss_scale, static_cast<size_t>(Rl * C));
     ops_.axpy(G(off_.head), loss_scale, a_.dwte_head, static_cast<size_t>(vp_ * C));
     cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(Rl * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
     ln_backward(a_.dres, off_.lnf_w, off_.lnf_b, a_.dlnf, block_output(), a_.lnf_mean, a_.lnf_rstd, Rl);

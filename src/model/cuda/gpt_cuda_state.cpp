@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "../../ops/cuda/check.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/cuda/gpt_cuda.hpp"

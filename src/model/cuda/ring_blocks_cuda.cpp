@@ -3,7 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../../ops/cuda/check.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 
 namespace mpitron {
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "attention.hpp"
-#include "check.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 #include "mpitron/core/error.hpp"
 
 namespace mpitron::cuda {

@@ -1,4 +1,4 @@
-#include "check.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 
 #include <cublas_v2.h>
 

@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "check.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 #include "kernels.hpp"
 
 namespace mpitron::cuda {

@@ -2,7 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "check.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 
 namespace mpitron {
 namespace {

@@ -10,7 +10,7 @@
 #include <cudnn.h>
 
 #include "attention.hpp"
-#include "check.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 #include "kernels.hpp"
 #include "matmul_lt.hpp"
 #include "mpitron/core/error.hpp"
@@ -222,6 +222,7 @@ class CudaOpsImpl final : public CudaOps {
   }
   void add_inplace(float* a, const float* b, size_t n) override { cuda::add_inplace(stream_, a, b, n); }
   void scale_inplace(float* a, float s, size_t n) override { cuda::scale_inplace(stream_, a, s, n); }
+  void scale_bf16_inplace(bf16* x, float s, size_t n) override { cuda::scale_bf16(stream_, x, s, n); }
   void axpy(float* y, float a, const float* x, size_t n) override { cuda::axpy(stream_, y, a, x, n); }
   void to_bf16(bf16* out, const float* in, size_t n) override { cuda::to_bf16(stream_, out, in, n); }
   void to_f32(float* out, const bf16* in, size_t n) override { cuda::to_f32(stream_, out, in, n); }

@@ -61,6 +61,11 @@ __global__ void column_partial_kernel(float* partial, const bf* x, int64_t M, in
   for (int64_t r = r0; r < r1; ++r) acc += __bfloat162float(x[r * N + col]);
   partial[blockIdx.y * N + col] = acc;
 }
+__global__ void scale_bf16_kernel(bf* x, float k, size_t n) {
+  size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += stride)
+    x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * k);
+}
 __global__ void column_finish_kernel(float* dst, const float* partial, int chunks, int64_t N) {
   int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (col >= N) return;
@@ -87,6 +92,12 @@ static void f32_op(cudaStream_t s, float* y, const float* x, float alpha, float 
 void add_inplace(cudaStream_t s, float* a, const float* b, size_t n) { f32_op(s, a, b, 1.f, 1.f, n, "add_inplace"); }
 void scale_inplace(cudaStream_t s, float* a, float k, size_t n) { f32_op(s, a, nullptr, k, 0.f, n, "scale_inplace"); }
 void axpy(cudaStream_t s, float* y, float a, const float* x, size_t n) { f32_op(s, y, x, 1.f, a, n, "axpy"); }
+
+void scale_bf16(cudaStream_t s, bf16* x, float k, size_t n) {
+  if (!n) return;
+  scale_bf16_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(as_bf(x), k, n);
+  launch_check("scale_bf16_kernel");
+}
 
 void to_bf16(cudaStream_t s, bf16* out, const float* in, size_t n) {
   if (!n) return;

@@ -25,6 +25,7 @@ int sm_count();  // multiprocessors of the current device (cached per device)
 void residual_forward(cudaStream_t s, bf16* out, const bf16* a, const bf16* b, size_t n);
 void add_inplace(cudaStream_t s, float* a, const float* b, size_t n);
 void scale_inplace(cudaStream_t s, float* a, float k, size_t n);
+void scale_bf16(cudaStream_t s, bf16* x, float k, size_t n);
 void axpy(cudaStream_t s, float* y, float a, const float* x, size_t n);
 void to_bf16(cudaStream_t s, bf16* out, const float* in, size_t n);
 void to_f32(cudaStream_t s, float* out, const bf16* in, size_t n);

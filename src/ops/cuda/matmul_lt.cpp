@@ -1,6 +1,6 @@
 #include "matmul_lt.hpp"
 
-#include "check.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 #include "mpitron/core/error.hpp"
 
 namespace mpitron::cuda {

@@ -151,6 +151,8 @@ class CudaOps {
   virtual void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) = 0;
   virtual void add_inplace(float* a, const float* b, size_t n) = 0;
   virtual void scale_inplace(float* a, float s, size_t n) = 0;
+  // x[i] *= s in fp32, rounded back to bf16 (the LM head's input gradient gets its loss scale).
+  virtual void scale_bf16_inplace(bf16* x, float s, size_t n) = 0;
   virtual void axpy(float* y, float a, const float* x, size_t n) = 0;
   virtual void to_bf16(bf16* out, const float* in, size_t n) = 0;
   virtual void to_f32(float* out, const bf16* in, size_t n) = 0;
