@@ -9,8 +9,7 @@
 // The mpitron binary makes the child exec itself (enable_checkpoint_check_exec, checkpoint.hpp):
 // a plain fork copies the locks other threads hold at that moment, and under AddressSanitizer
 // (whose allocator has no fork handler) a child forked while the data loader's thread was inside
-// malloc waited forever on its first free() (seen in CI: the resume of e2e/test_kill hung for
-// the whole check timeout). Programs that do not enable it (tests, fuzzers) fork only.
+// malloc waits forever on its first free(). Programs that do not enable it (tests, fuzzers) fork only.
 // hdf5_mutex() is held across fork() so no thread of ours is inside HDF5 when its state is copied.
 #include <fcntl.h>
 #include <poll.h>

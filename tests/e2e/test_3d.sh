@@ -25,7 +25,7 @@ grep -q "data parallel: dp 2 zero 1" "$tmp/3d.log" || { echo "FAIL: not ZeRO-1";
 run 3dsp 8 --parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --parallel.sp=true --parallel.schedule=gpipe
 /usr/bin/python3 tests/e2e/compare_runs.py "$tmp/ref" "$tmp/3dsp" --params "$tmp/ref.h5" "$tmp/3dsp.h5"
 
-# Issue 8's matrix: the 3D ZeRO-1 run's step-5 checkpoint resumed under np=1, dp2, tp2 x pp2 and
+# The resharding matrix: the 3D ZeRO-1 run's step-5 checkpoint resumed under np=1, dp2, tp2 x pp2 and
 # the same layout (zero 1 again); steps 6-10 must match the uninterrupted 3D run (bit-identical for the same layout).
 ckpt="$tmp/3d/ckpt/step_00000005.h5"
 for layout in "1:" "2:--parallel.dp=2" "4:--parallel.tp=2 --parallel.pp=2" "8:--parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --parallel.zero=1"; do

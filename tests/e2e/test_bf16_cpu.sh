@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train.precision on the CPU backend (issue 20): bf16 GEMM inputs, fp32 accumulation.
+# train.precision on the CPU backend: bf16 GEMM inputs, fp32 accumulation.
 #   - the tiny model 40 steps: the bf16 loss within 2% of fp32's at every step, the final
 #     validation loss within 1%, and not identical (the rounding happens);
 #   - layouts in bf16 (dp 2, tp 2) follow the single-rank bf16 run within 2% (the bound: GEMM

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Dataset blends (data.paths, issue 19 item 6): two corpora (the fortunes and the computers
+# Dataset blends (data.paths): two corpora (the fortunes and the computers
 # fortune files, byte tokenizer) at 0.7 / 0.3.
 #   - the golden rule with a blend: dp 2 and dp 2 ZeRO-1 reproduce the single-rank run (losses,
 #     grad norms, val losses and every parameter within 1e-5, compare_runs.py);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints end to end (issue 8): resume after step 4 of 8 reproduces the uninterrupted run --
+# Checkpoints end to end: resume after step 4 of 8 reproduces the uninterrupted run --
 # bit-identical for the same layout, within 1e-5 relative under another layout (1 rank, dp 2,
 # dp 2 with ZeRO 1, pp 2 / tp 2 when the trainer has them); SIGUSR1 -> checkpoint + exit 75 ->
 # resume at the next step; SIGKILL of one rank -> every process gone within 30 s, non-zero exit,

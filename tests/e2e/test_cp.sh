@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Context parallel (issue 18): every sequence split over the cp group in 2 cp load-balanced
+# Context parallel: every sequence split over the cp group in 2 cp load-balanced
 # chunks, attention over the ring (ring_attention.hpp). DESIGN.md's golden rule against the
 # single-rank run (losses, grad norms, lr at every step and every parameter within 1e-5,
 # tests/e2e/compare_runs.py) for GPT-2 and LLaMA: cp 2 and 4 alone, cp x dp with ZeRO 1-3, cp x tp

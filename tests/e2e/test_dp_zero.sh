@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Golden rule for data parallelism and ZeRO (issue 5): same seed, same data, same global batch (8
+# Golden rule for data parallelism and ZeRO: same seed, same data, same global batch (8
 # sequences), 10 steps of the tiny model. dp=2 and dp=4, each with zero 0/1/2/3, without and with
 # gradient accumulation, reproduce the single-rank run: every step's loss within 1e-5 relative and
 # every parameter after the last step within 1e-5 (relative L2 per tensor, compare_runs.py).

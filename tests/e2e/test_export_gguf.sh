@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `mpitron export --format gguf` (issue 27) against llama.cpp itself (npm node-llama-cpp, pinned,
+# `mpitron export --format gguf` against llama.cpp itself (npm node-llama-cpp, pinned,
 # its prebuilt CPU build; tests/reference/llama_cpp_check.mjs, in a subprocess):
 #   - F32 GGUF of a trained tiny GPT-2 and a trained tiny LLaMA with grouped-query attention (and
 #     one with a tied head, and a GPT-2 whose model.vocab_size exceeds its tokenizer's): llama.cpp's next-token log-probabilities at every position of a fixed

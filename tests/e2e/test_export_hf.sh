@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `mpitron export --format hf` (issue 27) against references nobody here tuned:
+# `mpitron export --format hf` against references nobody here tuned:
 #   - tests/reference/hf_reference.py reads the folder with its own safetensors reader (written from
 #     the published format) and runs the model in float64 in Hugging Face's conventions (GPT-2's
 #     Conv1D [in, out], LLaMA's rotate-half RoPE, grouped-query attention): the log-probabilities of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA backend's model and trainer without a GPU (issue 11), on the CPU emulation of CudaOps
+# The CUDA backend's model and trainer without a GPU, on the CPU emulation of CudaOps
 # and the CUDA runtime (bench/gpu/emulate: each op is the CPU op with bf16 rounding of its bf16
 # tensors). Checks:
 #   - gpu_check's training comparison (GptCuda vs the CPU GPT, 20 AdamW steps; cudnn and naive

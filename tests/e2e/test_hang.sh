@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hang watchdog on the MPI backend (issue 15, distributed/watchdog.hpp). With comm.timeout_s = 4:
+# The hang watchdog on the MPI backend (distributed/watchdog.hpp). With comm.timeout_s = 4:
 #  - a rank SIGSTOPped from outside (np 4, dp 2 x tp 2): every rank that can still run reports
 #    the operation, group and world ranks, step and phase it waited in; the stopped rank is named
 #    as not answering; the job exits 124 within timeout + 30 s (measured);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hugging Face folders in (issue 27): `mpitron import hf:DIR` and `train.init_from`.
+# Hugging Face folders in: `mpitron import hf:DIR` and `train.init_from`.
 #   - Round trips are exact: fp32 export -> import gives bit-identical parameters (h5py), the same
 #     model config and tokenizer; bf16 export -> import equals the parameters rounded to bf16.
 #   - A run started from the HF folder (init_from = hf:DIR) repeats, bit for bit, the run started

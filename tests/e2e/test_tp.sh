@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tensor and sequence parallel (issue 6): the golden rule against the single-rank
+# End-to-end tensor and sequence parallel: the golden rule against the single-rank
 # run (losses every step and parameters gathered back to full shape within 1e-5 relative) for
 # tp=2 and tp=4 with and without sequence parallel, dp2 x tp2 with ZeRO 0 and 1 (+sp), and
 # pp2 x tp2; the byte

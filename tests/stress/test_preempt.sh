@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Preemption stress (issue 15, make test-stress): SIGUSR1 / SIGTERM sent to every rank or to one
+# Preemption stress (make test-stress): SIGUSR1 / SIGTERM sent to every rank or to one
 # rank at random moments (start-up, forward/backward, evaluation, checkpoint save, ...) and, with
 # MPITRON_FAULT, at exact phases. Every run must exit 75 with its checkpoint in place, and the
 # resumed run must continue at the next step with losses bit-identical to an uninterrupted run of

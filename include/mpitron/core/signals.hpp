@@ -3,8 +3,7 @@
 // threads, the OpenMP pool, the DDP progress and data prefetch threads all inherit the mask),
 // and one watcher thread reads them synchronously from a signalfd.
 //
-// Why (the true story, issue 15; an earlier comment here blamed the DDP progress thread inside
-// MPI_Test, which was a misdiagnosis): libdnnl 2.6's AVX-512 sgemm kernel
+// Why: libdnnl 2.6's AVX-512 sgemm kernel
 // (jit_avx512_common_gemm_f32), for K above ~84 (our weight-gradient GEMMs, K = batch x seq),
 // points rsp into a 4 KiB-aligned *malloc'ed* workspace while it runs. A signal delivered to a
 // thread at that moment has its frame (3-4 KiB with AVX-512 state) written below that address,

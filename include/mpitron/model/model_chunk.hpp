@@ -77,15 +77,17 @@ class ModelChunk {
   virtual float* param_data() = 0;
   virtual float* grad_data() = 0;
   virtual void zero_grad() = 0;
-  // After param_data() was written by someone else (the optimizer, a broadcast, a load): a backend
-  // that computes from a low-precision copy (the GPU's bf16 weights) refreshes it here.
+  // After param_data() was written by someone else (the optimizer, a broadcast, a load): a model
+  // that computes from a low-precision copy (the GPU's bf16 weights, the CPU's bf16 GEMM inputs
+  // under train.precision = bf16) refreshes it here.
   virtual void params_changed() {}
   // Off: forward computes the loss only (evaluation); backward is then an error. Default on.
   virtual void set_grad_enabled(bool on) = 0;
   virtual bool grad_enabled() const = 0;
 
   // Hooks for src/parallel (DDP gradient buckets, ZeRO). A unit is a group of parameters handled
-  // together: block l (local index 0..), kEmbeddingUnit (wte, wpe) or kHeadUnit (ln_f). Events:
+  // together: block l (local index 0..), kEmbeddingUnit (the token embedding, GPT-2's wpe) or
+  // kHeadUnit (the final norm, an untied lm_head; param_unit below). Events:
   //   forward:  pre(emb) [embedding] {pre(l) [block l] post(l)} ascending, pre(head) [head] post(head), post(emb)
   //   backward: pre(head) [head] post(head), {pre(l) [block l] post(l)} descending, pre(emb) [embedding] post(emb)
   // The tied wte belongs to the embedding unit, but the head writes its gradient first: it is

@@ -14,10 +14,6 @@ finish() { echo "$fails failure(s)"; [ "$fails" -eq 0 ]; }
 MPITRON=${MPITRON:-$PWD/build/mpitron}
 export MPITRON
 
-has_train() { "$MPITRON" train --help >/dev/null 2>&1; }
-# Issue 8 (checkpoint, resume, SIGUSR1 -> checkpoint + exit 75) switches the preemption checks on:
-# its `train --help` documents the signal.
-has_preemption() { "$MPITRON" train --help 2>/dev/null | grep -q SIGUSR1; }
 
 # A small byte-level dataset in $T/data (a few hundred KB of fortunes, or generated text).
 make_data() {

@@ -2,12 +2,10 @@
 # Preemption end to end: `scancel -s USR1 --batch` mid-run -> train.sbatch forwards SIGUSR1 ->
 # mpitron checkpoints at the step boundary and exits 75 -> the job requeues itself, restarts with
 # SLURM_RESTART_COUNT=1, resumes from ckpt/latest and finishes: every step 1..N logged exactly
-# once, in order, across the two runs. Switches on with issue 8 (train --help mentions SIGUSR1).
+# once, in order, across the two runs.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source tests/e2e/slurm/lib.sh
-has_train || skip "mpitron has no train command yet (src/cli/cmd_train.cpp)"
-has_preemption || skip "issue 8 not in yet: train --help does not mention SIGUSR1 (checkpoint + exit 75 on preemption)"
 
 make_data && ok "prepped $T/data" || { bad "prep failed"; finish; exit; }
 steps=${MPITRON_PREEMPT_STEPS:-400}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# slurm/train.sbatch's preemption contract with a stand-in trainer (so it runs before issue 8):
+# slurm/train.sbatch's preemption contract with a stand-in trainer (no training, so a failure here
+# is the script's, not mpitron's):
 # `scancel -s USR1 --batch` reaches the batch shell, the trap forwards SIGUSR1 to every rank of the
 # step, the step exits 75, the script requeues the job, which restarts with SLURM_RESTART_COUNT=1,
 # appends to the same log and completes.

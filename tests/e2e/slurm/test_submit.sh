@@ -4,7 +4,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source tests/e2e/slurm/lib.sh
-has_train || skip "mpitron has no train command yet (src/cli/cmd_train.cpp), so no --dry-run to read layouts from"
 
 expect() {  # name want-regex args...
   local name=$1 want=$2 out
