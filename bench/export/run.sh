@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Export and import speed and memory (issue 27), written to bench/results/export.md.
+# Export and import speed and memory, written to bench/results/export.md.
 #   1. a random llama-1b-shaped HF folder (22 layers, 1.1B parameters, 4.4 GB F32; LAYERS=N for
 #      fewer), then with the page cache warm for every reader (no root to drop it):
 #      `cp` of model.safetensors (the disk's ceiling, same bytes, same disk), `mpitron import`,

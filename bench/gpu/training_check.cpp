@@ -170,9 +170,9 @@ Curve tiny_gpu_run(Ops& cpu, const ModelConfig& cfg, const std::vector<std::arra
   CudaOpsOptions oo;
   oo.attention = attention;
   auto ops = make_cuda_ops(oo);
-  GptCudaOptions go;
+  ModelOptions go;
   go.logits_chunk_rows = 96;
-  GptCuda model(cfg, *ops, 4, ModelShard{}, go);
+  GptCuda model(cfg, ModelShard{}, *ops, 4, go);
   check(model.num_params() == init.size(), "GptCuda has {} flat floats, the CPU GPT {}", model.num_params(),
         init.size());
   model.load_params(init.data(), init.size());
@@ -326,7 +326,7 @@ void time_training_step(Report& rep, Ops& cpu, const std::string& preset, int B,
   CudaOpsOptions oo;
   oo.attention = attention;
   auto ops = make_cuda_ops(oo);
-  GptCuda model(cfg, *ops, B);
+  GptCuda model(cfg, ModelShard{}, *ops, B);
   std::mt19937 rng(kDataSeed);
   std::vector<int32_t> inputs(BT), targets(BT);
   for (int64_t i = 0; i < BT; ++i) {
@@ -339,7 +339,7 @@ void time_training_step(Report& rep, Ops& cpu, const std::string& preset, int B,
   double init_diff = 0;
   std::string init_losses;
   {
-    GPT ref(cfg, ModelShard{}, cpu, 1, ActivationOptions{1, true});
+    GPT ref(cfg, ModelShard{}, cpu, 1, ModelOptions{1, true});
     ref.init_weights(kInitSeed);
     model.load_params(ref.param_data(), ref.num_params());
     ref.set_grad_enabled(false);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline bubble and activation memory (issue 7). For gpipe, 1f1b and interleaved 1F1B (v = 2
+# Pipeline bubble and activation memory. For gpipe, 1f1b and interleaved 1F1B (v = 2
 # model chunks per rank) at pp=2 with m = 4 and 8 micro-batches per step: each stage's measured
 # idle fraction (1 - forward/backward time / step time, from the executor; metrics.jsonl
 # "pp_idle_<stage>") against the theory (p-1)/(v*m+p-1),

@@ -31,7 +31,7 @@ constexpr int kScratch = 6;  // index of the first recompute scratch buffer in A
 // B*T/tp rows, and two shared [B*T, C] buffers hold gathered inputs and full-row partial sums.
 template <class Take>
 void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_t chunk_rows, int64_t Vp,
-                      ActivationOptions ao, Take&& take, ActPtrs& out) {
+                      ModelOptions ao, Take&& take, ActPtrs& out) {
   const int tp = s.tp_size;
   const bool sp = s.sequence_parallel && tp > 1;
   // Context parallel: every buffer holds this rank's seq_len / cp positions of each sequence.
@@ -76,15 +76,16 @@ int64_t logits_chunk_rows(int64_t rows, int64_t vocab, int64_t budget) {
   return (rows + chunks - 1) / chunks;
 }
 
-int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch) {
+int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, const ModelOptions& opts) {
+  if (opts.logits_chunk_rows > 0) return opts.logits_chunk_rows;
   constexpr int64_t kLogitsBudget = int64_t{16} << 20;  // floats: 64 MB
   return logits_chunk_rows(int64_t{max_micro_batch} * cfg.seq_len, cfg.padded_vocab(), kLogitsBudget);
 }
 
-int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B, ActivationOptions ao) {
+int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B, ModelOptions ao) {
   int64_t total = 0;
   ActPtrs p;
-  walk_activations(cfg, s, B, gpt_logits_chunk_rows(cfg, B), cfg.padded_vocab(s.tp_size) / s.tp_size, ao,
+  walk_activations(cfg, s, B, gpt_logits_chunk_rows(cfg, B, ao), cfg.padded_vocab(s.tp_size) / s.tp_size, ao,
                    [&](int64_t n) {
                      total += flat_padded(n);
                      return static_cast<float*>(nullptr);
@@ -93,15 +94,15 @@ int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B
   return total;
 }
 
-int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B, ActivationOptions ao) {
+int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B, ModelOptions ao) {
   const int64_t BT = static_cast<int64_t>(B) * local_seq_len(cfg, s);
   const int64_t last_logits = s.has_head ? int64_t{B} * (cfg.padded_vocab(s.tp_size) / s.tp_size) : 0;
   return 4 * (gpt_activation_floats(cfg, s, B, ao) + last_logits) + 4 * 2 * BT * ao.slots;
 }
 
-GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act,
+GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts,
          Comm* tp, Comm* cp)
-    : cfg_(cfg), shard_(shard), ops_(ops), max_B_(max_micro_batch), act_opts_(act) {
+    : cfg_(cfg), shard_(shard), ops_(ops), max_B_(max_micro_batch), opts_(opts) {
   if (!llama()) cfg_.n_kv_head = cfg_.n_head;  // GPT-2 is multi-head attention, whatever a hand-made config says
   const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
   check(shard.tp_size == tp_size && shard.tp_rank == tp_rank,
@@ -121,7 +122,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
               shard.cp_size, cfg.seq_len, 2 * shard.cp_size);
   tp_ = TpContext{tp, shard_.sequence_parallel, tp_comm_s_.get()};
   check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
-  check(act.slots > 0, "GPT: activation slots must be > 0 (got {})", act.slots);
+  check(opts.slots > 0, "GPT: activation slots must be > 0 (got {})", opts.slots);
   check(cfg.d_model % cfg.n_head == 0 && cfg_.n_kv_head > 0 && cfg.n_head % cfg_.n_kv_head == 0 &&
             (llama() ? cfg.head_dim() % 2 == 0 : cfg.d_ff == 4 * cfg.d_model),
         "GPT: bad config d_model {} n_head {} n_kv_head {} d_ff {}", cfg.d_model, cfg.n_head, cfg_.n_kv_head, cfg.d_ff);
@@ -138,7 +139,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   emb_ = std::make_unique<VocabParallelEmbedding>(ops, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
   ce_ = std::make_unique<VocabParallelCrossEntropy>(ops, tp_, cfg.padded_vocab(tp_size), cfg.vocab_size);
   if (tp_.sp()) ln_grad_ = Buffer<float>(Mem::workspace, 2 * static_cast<size_t>(cfg.d_model));
-  chunk_rows_ = gpt_logits_chunk_rows(cfg, max_micro_batch);
+  chunk_rows_ = gpt_logits_chunk_rows(cfg, max_micro_batch, opts);
   params_ = model_param_table(cfg, shard_);
   const size_t n = flat_param_floats(params_);
   n_flat_ = n;
@@ -149,16 +150,16 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   w_ = resolve(params_buf_.data());
   g_ = resolve(grads_buf_.data());
 
-  act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard_, max_micro_batch, act));
+  act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard_, max_micro_batch, opts));
   const int64_t BT = static_cast<int64_t>(max_micro_batch) * local_seq_len(cfg, shard_);
-  tok_buf_ = Buffer<int32_t>(Mem::activations, 2 * BT * act.slots);
+  tok_buf_ = Buffer<int32_t>(Mem::activations, 2 * BT * opts.slots);
   last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * vp_ : 0);
   check(static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes() + last_logits_.bytes()) ==
-            gpt_activation_bytes(cfg, shard, max_micro_batch, act),
+            gpt_activation_bytes(cfg, shard, max_micro_batch, opts),
         "GPT: activation allocations differ from gpt_activation_bytes (the memory ledger's prediction)");
   float* cur = act_buf_.data();
   ActPtrs p;
-  walk_activations(cfg, shard_, max_micro_batch, chunk_rows_, vp_, act,
+  walk_activations(cfg, shard_, max_micro_batch, chunk_rows_, vp_, opts,
                    [&](int64_t k) {
                      float* q = cur;
                      cur += flat_padded(k);
@@ -179,12 +180,12 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   for (int t = 0; t < local_seq_len(cfg, shard_); ++t)
     positions_.push_back(cp_global_position(t, shard_.cp_rank, shard_.cp_size, cfg.seq_len));
   if (tp_.sp() && cp && shard_.has_embedding && !llama()) wpe_grad_ = Buffer<float>(Mem::workspace, size_t(cfg.seq_len) * cfg.d_model);
-  for (int k = 0; k < act.slots; ++k) {
+  for (int k = 0; k < opts.slots; ++k) {
     SlotActs sa;
     float** q = p.slot[k].data();
     sa.input = *q++;
     for (int l = 0; l < n_local_layers_; ++l) {
-      if (act.recompute) {  // scratch for all but res3
+      if (opts.recompute) {  // scratch for all but res3
         float** r = &p.shared[kScratch];
         sa.layers.push_back({r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], *q++});
       } else {
@@ -373,8 +374,8 @@ void GPT::ln_backward(float* dinp, float* dw, float* db, const float* dout, cons
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
   check(B > 0 && B <= max_B_, "GPT::forward: micro-batch {} outside [1, {}]", B, max_B_);
-  check(slot >= 0 && slot < act_opts_.slots, "GPT::forward: activation slot {} outside [0, {})", slot,
-        act_opts_.slots);
+  check(slot >= 0 && slot < opts_.slots, "GPT::forward: activation slot {} outside [0, {})", slot,
+        opts_.slots);
   const int T = local_seq_len(cfg_, shard_), C = cfg_.d_model;
   const int64_t BT = static_cast<int64_t>(B) * T;
   SlotActs& sa = slots_[slot];
@@ -465,8 +466,8 @@ void GPT::compute_logits(int64_t row_begin, int64_t rows, float* out) {
 }
 
 void GPT::backward(float loss_scale, int slot) {
-  check(slot >= 0 && slot < act_opts_.slots, "GPT::backward: activation slot {} outside [0, {})", slot,
-        act_opts_.slots);
+  check(slot >= 0 && slot < opts_.slots, "GPT::backward: activation slot {} outside [0, {})", slot,
+        opts_.slots);
   SlotActs& sa = slots_[slot];
   const int B = sa.B, T = local_seq_len(cfg_, shard_), C = cfg_.d_model, hd = cfg_.head_dim();
   const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B), Cl = c_local_;
@@ -488,7 +489,7 @@ void GPT::backward(float loss_scale, int slot) {
     const LayerAct& a = sa.layers[l];
     const float* res_in = l > 0 ? sa.layers[l - 1].res3 : sa.input;
     emit(UnitEvent::pre_backward, l);  // before reading w: ZeRO-3 gathers the block here
-    if (act_opts_.recompute) layer_forward(w, a, res_in, B, false);  // the block's activations again
+    if (opts_.recompute) layer_forward(w, a, res_in, B, false);  // the block's activations again
     check_fused(g, "gradients");  // gradient buckets keep the fused ranges whole (fused_with_previous)
     // Under SP the column-parallel layers' inputs (ln2, ln1) are all-gathered again (Megatron
     // keeps only this rank's rows), and dres holds this rank's rows.

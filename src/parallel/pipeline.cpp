@@ -31,30 +31,7 @@ std::vector<double> pipeline_idle_by_stage(const PipelineStepStats& st, Comm& pp
   return idle;
 }
 
-namespace {
-std::vector<std::unique_ptr<GptStage>> wrap(const std::vector<GPT*>& chunks) {
-  std::vector<std::unique_ptr<GptStage>> v;
-  for (GPT* g : chunks) v.push_back(std::make_unique<GptStage>(*g));
-  return v;
-}
-std::vector<PipelineStage*> pointers(const std::vector<std::unique_ptr<GptStage>>& v) {
-  std::vector<PipelineStage*> p;
-  for (const auto& s : v) p.push_back(s.get());
-  return p;
-}
-}  // namespace
-
-PipelineExecutor::PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, const std::vector<GPT*>& chunks)
-    : s_(schedule),
-      comm_(pp),
-      owned_(wrap(chunks)),
-      chunks_(pointers(owned_)),
-      rank_(pp.rank()),
-      V_(schedule.num_virtual_stages()) {
-  init();
-}
-
-PipelineExecutor::PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, std::vector<PipelineStage*> chunks)
+PipelineExecutor::PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, std::vector<ModelChunk*> chunks)
     : s_(schedule), comm_(pp), chunks_(std::move(chunks)), rank_(pp.rank()), V_(schedule.num_virtual_stages()) {
   init();
 }
@@ -126,7 +103,7 @@ void PipelineExecutor::run_comm_group(const std::vector<PipeAction>& acts, size_
   };
   for (size_t i = begin; i < end; ++i) {
     const PipeAction a = acts[i];
-    PipelineStage& m = *chunks_[a.chunk];
+    ModelChunk& m = *chunks_[a.chunk];
     // Stage tensors are [rows, C]; with sequence parallel each TP rank holds (and sends to the same
     // TP rank of the next stage) only its slice of the sequence.
     const size_t n = m.stage_floats(batches[a.mb].batch);
@@ -145,8 +122,8 @@ void PipelineExecutor::run_comm_group(const std::vector<PipeAction>& acts, size_
       case PipeOp::send_grad: {
         int dir = a.op == PipeOp::send_grad;
         int b = take_buffer(n);
-        if (dir == 0) m.get_output(slot_of_[a.chunk].at(a.mb), bufs_[b].data(), n);
-        else m.get_input_grad(bufs_[b].data(), n);
+        if (dir == 0) m.get_stage_output(slot_of_[a.chunk].at(a.mb), bufs_[b].data(), n);
+        else m.get_stage_input_grad(bufs_[b].data(), n);
         int to_vs = dir == 0 ? vs + 1 : vs - 1;
         sends_.push_back({comm_.isend(bufs_[b].data(), n, DType::f32, peer, tag(dir, a.mb, to_vs)), b,
                           tracing ? name(dir ? "send grad" : "send act", a) : std::string(), Clock::now()});
@@ -178,7 +155,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<Batch>& batches, float
       i = end;
       continue;
     }
-    PipelineStage& m = *chunks_[a.chunk];
+    ModelChunk& m = *chunks_[a.chunk];
     const Batch& b = batches[a.mb];
     const int vs = s_.virtual_stage(rank_, a.chunk);
     const size_t n = m.stage_floats(b.batch);
@@ -191,18 +168,18 @@ PipelineStepStats PipelineExecutor::run(const std::vector<Batch>& batches, float
       slot_of_[a.chunk][a.mb] = slot;
       if (vs > 0) {
         int buf = arrived_.at({0, a.mb, a.chunk});
-        m.put_input(slot, bufs_[buf].data(), n);
+        m.set_stage_input(slot, bufs_[buf].data(), n);
         arrived_.erase({0, a.mb, a.chunk});
         release_buffer(buf);
       }
       int64_t count = 0;
-      st.loss_sum += m.forward(b, &count, slot);
+      st.loss_sum += m.forward(b.inputs.data(), b.targets.data(), b.batch, &count, slot);
       st.n_targets += count;
     } else {
       int slot = slot_of_[a.chunk].at(a.mb);
       if (vs < V_ - 1) {
         int buf = arrived_.at({1, a.mb, a.chunk});
-        m.put_output_grad(bufs_[buf].data(), n);
+        m.set_stage_output_grad(bufs_[buf].data(), n);
         arrived_.erase({1, a.mb, a.chunk});
         release_buffer(buf);
       }
@@ -230,23 +207,23 @@ double PipelineExecutor::forward_only(const Batch& b, int64_t* n_targets) {
   double loss = 0;
   *n_targets = 0;
   for (int c = 0; c < s_.virtual_stages; ++c) {
-    PipelineStage& m = *chunks_[c];
+    ModelChunk& m = *chunks_[c];
     const int vs = s_.virtual_stage(rank_, c);
     const size_t n = m.stage_floats(b.batch);
     if (vs > 0) {
       int buf = take_buffer(n);
       comm_.recv(bufs_[buf].data(), n, DType::f32, (rank_ + s_.pp - 1) % s_.pp, tag(0, 0, vs));
-      m.put_input(0, bufs_[buf].data(), n);
+      m.set_stage_input(0, bufs_[buf].data(), n);
       release_buffer(buf);
     }
     m.set_grad_enabled(false);
     int64_t count = 0;
-    loss += m.forward(b, &count, 0);
+    loss += m.forward(b.inputs.data(), b.targets.data(), b.batch, &count, 0);
     m.set_grad_enabled(true);
     *n_targets += count;
     if (vs < V_ - 1) {
       int buf = take_buffer(n);
-      m.get_output(0, bufs_[buf].data(), n);
+      m.get_stage_output(0, bufs_[buf].data(), n);
       sends_.push_back({comm_.isend(bufs_[buf].data(), n, DType::f32, (rank_ + 1) % s_.pp, tag(0, 0, vs + 1)), buf, {}, {}});
     }
   }

@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
 #include "mpitron/parallel/partition.hpp"
-#include "mpitron/parallel/pipeline_stage.hpp"
 #include "mpitron/train/peak_probe.hpp"
 #include "mpitron/train/train_backend.hpp"
 
@@ -25,21 +25,18 @@ class CpuBackend final : public TrainBackend {
         model_chunks_for(s.mc, gs, grid_.coord(), s.cfg.parallel.pp_layers, s.schedule.virtual_stages);
     // Every chunk initialised from the seed (the single-rank values in any layout).
     std::vector<std::unique_ptr<ModelChunk>> chunks;
-    std::vector<PipelineStage*> stages;
     Comm* tp = gs.tp > 1 ? &grid_.tp() : nullptr;
     Comm* cp = gs.cp > 1 ? &grid_.cp() : nullptr;  // context parallel: ring attention over it
     for (size_t c = 0; c < shards.size(); ++c) {
       shards[c].sequence_parallel = s.cfg.parallel.sp;
-      const ActivationOptions act{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
+      const ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
                                   s.cfg.train.recompute == "full"};
-      auto g = std::make_unique<GPT>(s.mc, shards[c], *ops_, s.bp.micro, act, tp, cp);
+      auto g = std::make_unique<GPT>(s.mc, shards[c], *ops_, s.bp.micro, opts, tp, cp);
       g->init_weights(s.cfg.train.seed);
-      stage_adapters_.push_back(std::make_unique<GptStage>(*g));
-      stages.push_back(stage_adapters_.back().get());
       chunks.push_back(std::move(g));
     }
     // Gradient buckets over DP, ZeRO sharding, and the (sharded) AdamW, per chunk: data_parallel.hpp.
-    build(s, std::move(chunks), std::move(stages), *ops_, grid_.pp(), dp_options(s.cfg));
+    build(s, std::move(chunks), *ops_, grid_.pp(), dp_options(s.cfg));
   }
   ~CpuBackend() override { release_stage(); }
 
@@ -93,7 +90,6 @@ class CpuBackend final : public TrainBackend {
   ProcessGrid& grid_;
   std::string chunks_note_, batch_note_;
   std::unique_ptr<Ops> ops_;
-  std::vector<std::unique_ptr<GptStage>> stage_adapters_;
 };
 
 }  // namespace

@@ -69,9 +69,11 @@ DataParallelOptions dp_options(const JobConfig& cfg) {
           AdamWOptions{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay}};
 }
 
-void TrainBackend::build(const TrainSetup& s, std::vector<std::unique_ptr<ModelChunk>> chunks,
-                         std::vector<PipelineStage*> stages, FlatOps& ops, Comm& pp, const DataParallelOptions& dp) {
+void TrainBackend::build(const TrainSetup& s, std::vector<std::unique_ptr<ModelChunk>> chunks, FlatOps& ops, Comm& pp,
+                         const DataParallelOptions& dp) {
   tp_rank_ = s.grid.coord().tp;
+  std::vector<ModelChunk*> stages;  // the executor runs the chunks the StageModel owns
+  for (const auto& c : chunks) stages.push_back(c.get());
   model_ = std::make_unique<StageModel>(std::move(chunks), ops, s.grid, dp);
   schedule_ = std::make_unique<PipelineSchedule>(s.schedule);
   pipe_ = std::make_unique<PipelineExecutor>(*schedule_, pp, std::move(stages));

@@ -10,6 +10,8 @@
 #include "mpitron/core/rng.hpp"
 #include "mpitron/distributed/grid.hpp"
 #include "mpitron/distributed/launch.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/ops/ops.hpp"
 #include "mpitron/parallel/pipeline.hpp"
 #include "mpitron/parallel/tied_embedding.hpp"
 
@@ -61,12 +63,12 @@ void check_step(const std::string& kind, int v, bool recompute) {
   for (int c = 0; c < v; ++c) {
     int vs = s.virtual_stage(r, c);
     ModelShard sh{0, 1, vs, vs + 1, vs == 0, vs == V - 1};
-    chunks.push_back(std::make_unique<GPT>(cfg, sh, *ops, B, ActivationOptions{s.max_in_flight(r, c), recompute}));
+    chunks.push_back(std::make_unique<GPT>(cfg, sh, *ops, B, ModelOptions{s.max_in_flight(r, c), recompute}));
     chunks.back()->init_weights(5);
     chunks.back()->zero_grad();
     ptrs.push_back(chunks.back().get());
   }
-  PipelineExecutor pipe(s, grid.pp(), ptrs);
+  PipelineExecutor pipe(s, grid.pp(), std::vector<ModelChunk*>(ptrs.begin(), ptrs.end()));
   PipelineStepStats st = pipe.run(data, scale);
   // The tied wte: the first virtual stage is chunk 0 of rank 0, the head chunk v-1 of rank pp-1.
   GPT& tied = *(r == 0 ? ptrs.front() : ptrs.back());

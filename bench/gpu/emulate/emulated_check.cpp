@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     GPT ref(cfg, ModelShard{}, *cpu, 1);
     ref.init_weights(7);
     auto ops = make_cuda_ops();
-    GptCuda model(cfg, *ops, 1);
+    GptCuda model(cfg, ModelShard{}, *ops, 1);
     model.init_weights(7);
     std::vector<float> host(model.num_params());
     model.copy_params_to_host(host.data(), host.size());

@@ -50,9 +50,9 @@ int compare(MpiComm& tp, bool sp, bool recompute, bool cp = false, bool llama = 
   ModelShard s{cp ? 0 : tp.rank(), cp ? 1 : tp.size()};
   s.sequence_parallel = sp;
   if (cp) s.cp_rank = tp.rank(), s.cp_size = tp.size();
-  GptCudaOptions o;
+  ModelOptions o;
   o.recompute = recompute;
-  GptCuda part(c, *ops, B, s, o, !cp && tp.size() > 1 ? &tp : nullptr, cp ? &tp : nullptr);
+  GptCuda part(c, s, *ops, B, o, !cp && tp.size() > 1 ? &tp : nullptr, cp ? &tp : nullptr);
   part.init_weights(7);
   part.zero_grad();
   double lf = 0, lp = 0;

@@ -19,6 +19,7 @@
 // sequence_parallel the activations outside the linears (norms, residual) hold rows/tp of the
 // micro-batch's B*T rows.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -54,30 +55,22 @@ constexpr I flat_padded(I n) {
 inline size_t flat_param_floats(const std::vector<ParamInfo>& table) {
   return table.empty() ? 0 : table.back().offset + flat_padded(table.back().numel);
 }
-// How many micro-batches' activations a model keeps at once, and how. A pipeline schedule keeps
-// several micro-batches in flight on a stage (PipelineSchedule::max_in_flight): each gets a slot.
-// recompute: per block keep only its input (and the stage output); backward recomputes the
-// block's forward into one shared scratch set first (train.recompute = "full").
-struct ActivationOptions {
-  int slots = 1;
-  bool recompute = false;
-};
-
 // Floats of activations (incl. backward scratch) the model plans for micro-batch B.
 int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
-                              ActivationOptions act = {});
+                              ModelOptions opts = {});
 // Every byte the GPT constructor allocates under Mem::activations: the planned buffer above, each
 // slot's token ids (inputs + targets, int32) and the last-position logits on the head shard.
 // The memory ledger (src/plan) predicts the activation category with this.
 int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
-                             ActivationOptions act = {});
+                             ModelOptions opts = {});
 // Rows of logits per LM-head chunk for `rows` = B*T rows of a `vocab`-wide head: at most
 // `budget` elements of logits at a time (at least 64 rows), rows split evenly over the chunks.
 // Bigger chunks make the head GEMMs more efficient (fewer passes over the [vocab, d] gradient).
 // Worked example: 8192 rows, vocab 50304, budget 2^24 -> at most 333 rows -> 25 chunks of 328.
 int64_t logits_chunk_rows(int64_t rows, int64_t vocab, int64_t budget);
-// The CPU GPT's: logits_chunk_rows over padded_vocab() with a budget of 2^24 floats (64 MB).
-int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch);
+// The CPU GPT's: opts.logits_chunk_rows when set, else logits_chunk_rows over padded_vocab() with a
+// budget of 2^24 floats (64 MB).
+int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, const ModelOptions& opts = {});
 
 // FLOPs per token, forward + backward: 6*N_nonembedding + 6*V*d + 12*L*T*d (PERF-NOTES.md), for
 // either architecture (LLaMA: N counts the (H + 2 KV) hd x d attention input and the 3 d x F MLP).
@@ -90,7 +83,7 @@ class GPT final : public ModelChunk {
   // cp: the context-parallel group (shard.cp_size > 1; nullptr without): each rank holds
   // seq_len / cp positions of every sequence (ModelShard), attention runs over the ring
   // (ring_attention.hpp), forward() still takes the full [B, seq_len] token arrays.
-  GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ActivationOptions act = {},
+  GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts = {},
       Comm* tp = nullptr, Comm* cp = nullptr);
   ~GPT() override;
   GPT(const GPT&) = delete;
@@ -119,17 +112,19 @@ class GPT final : public ModelChunk {
   void release_param_buffer() override;
   void release_grad_buffer() override;
 
-  // One micro-batch [B, T] (T = cfg.seq_len, B <= max_micro_batch; targets may hold -1 = ignore).
-  // Returns the SUM of per-token losses over counted targets and sets *n_targets.
-  // targets == nullptr: no loss; last_logits() then holds the logits at position T-1.
-  // Without the embedding (a later pipeline stage) `inputs` gives no tokens: fill
-  // stage_input() first. Without the head the result is 0 and stage_output() holds the output.
-  // `slot` (< ActivationOptions::slots) keeps this micro-batch's activations until its backward.
-  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot = 0);
-  // Backward of the last forward (which must have had targets when this shard has the head);
-  // accumulates d(loss_sum * loss_scale) into grad_data(). Without the head, fill
-  // stage_output_grad() first; without the embedding, stage_input_grad() holds the result.
-  void backward(float loss_scale, int slot = 0);
+  // ModelChunk's forward and backward. targets == nullptr (gradients off): no loss; last_logits()
+  // then holds the logits at position T-1. Backward needs a forward with targets on the head shard.
+  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr,
+                 int slot = 0) override;
+  void backward(float loss_scale, int slot = 0) override;
+  // Pipeline stage tensors (ModelChunk): copies of the host buffers below.
+  size_t stage_floats(int B) const override {
+    return static_cast<size_t>(local_rows(B)) * static_cast<size_t>(cfg_.d_model);
+  }
+  void set_stage_input(int slot, const float* x, size_t n) override { std::copy(x, x + n, stage_input(slot)); }
+  void get_stage_output(int slot, float* x, size_t n) override { std::copy(stage_output(slot), stage_output(slot) + n, x); }
+  void set_stage_output_grad(const float* g, size_t n) override { std::copy(g, g + n, stage_output_grad()); }
+  void get_stage_input_grad(float* g, size_t n) override { std::copy(stage_input_grad(), stage_input_grad() + n, g); }
 
   // Logits are this rank's vocab columns: [*, local_vocab()] (= padded_vocab without TP).
   const float* last_logits() const { return last_logits_.data(); }  // [B, local_vocab]
@@ -228,7 +223,7 @@ class GPT final : public ModelChunk {
   Buffer<float> params_buf_, grads_buf_, act_buf_, last_logits_;
   Buffer<int32_t> tok_buf_;  // inputs + targets of the last forward
   Weights w_, g_;
-  ActivationOptions act_opts_;
+  ModelOptions opts_;
   std::vector<SlotActs> slots_;
   Acts act_;
   int last_slot_ = 0;

@@ -62,6 +62,20 @@ struct ParamInfo {
   int layer = -1;      // global layer index, -1 for embeddings / final LN
 };
 
+// How a model chunk keeps its activations, the same options on every device.
+struct ModelOptions {
+  // Micro-batches whose activations are kept at once: a pipeline schedule keeps several in
+  // flight on a stage (PipelineSchedule::max_in_flight), each in its own slot; forward and
+  // backward name their slot.
+  int slots = 1;
+  // train.recompute = "full": keep only each block's input (and the stage output); backward
+  // recomputes one block's forward at a time into one shared scratch set first (+1 forward).
+  bool recompute = false;
+  // Rows of logits the LM head computes at once (bounds its [rows, vocab / tp] buffer); 0: the
+  // device's default budget (CPU 2^24 fp32 elements, GPU 2^29 bf16 elements).
+  int64_t logits_chunk_rows = 0;
+};
+
 class ModelChunk {
  public:
   virtual ~ModelChunk() = default;
@@ -81,6 +95,25 @@ class ModelChunk {
   // that computes from a low-precision copy (the GPU's bf16 weights, the CPU's bf16 GEMM inputs
   // under train.precision = bf16) refreshes it here.
   virtual void params_changed() {}
+  // One micro-batch [B, T] of token ids (T = cfg.seq_len, 1 <= B <= the model's max micro-batch;
+  // targets may hold -1 = ignore). Returns the SUM of per-token losses over counted targets and
+  // sets *n_targets (may be nullptr). `slot` (< ModelOptions::slots) keeps this micro-batch's
+  // activations until its backward. A pipeline stage without the head returns 0 and leaves its
+  // output for get_stage_output; one without the embedding starts from set_stage_input.
+  virtual double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr,
+                         int slot = 0) = 0;
+  // Accumulates d(loss_sum * loss_scale) of the slot's forward into the gradients. Without the
+  // head it starts from set_stage_output_grad; without the embedding it leaves this stage's input
+  // gradient for get_stage_input_grad.
+  virtual void backward(float loss_scale, int slot = 0) = 0;
+  // Pipeline stage tensors (the executor's messages, pipeline.hpp): fp32 host arrays of
+  // stage_floats(B) = [rows, d_model] elements, rows = B * seq_len / cp, this rank's share of them
+  // under sequence parallel.
+  virtual size_t stage_floats(int B) const = 0;
+  virtual void set_stage_input(int slot, const float* x, size_t n) = 0;  // before forward(slot), not on the first stage
+  virtual void get_stage_output(int slot, float* x, size_t n) = 0;       // after forward(slot), not on the last stage
+  virtual void set_stage_output_grad(const float* g, size_t n) = 0;      // before backward, not on the last stage
+  virtual void get_stage_input_grad(float* g, size_t n) = 0;             // after backward, not on the first stage
   // Off: forward computes the loss only (evaluation); backward is then an error. Default on.
   virtual void set_grad_enabled(bool on) = 0;
   virtual bool grad_enabled() const = 0;

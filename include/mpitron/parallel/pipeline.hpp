@@ -9,7 +9,7 @@
 // schedule (and the unit tests check). Messages carry a tag made of (direction, micro-batch,
 // receiving virtual stage), so a receive can only match its own send.
 //
-// Activations: each chunk holds max_in_flight(rank, chunk) slots (GPT ActivationOptions); a
+// Activations: each chunk holds max_in_flight(rank, chunk) slots (ModelOptions::slots); a
 // micro-batch takes a free slot at its forward and gives it back at its backward.
 #pragma once
 #include <chrono>
@@ -23,8 +23,7 @@
 #include "mpitron/core/memory.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/distributed/comm.hpp"
-#include "mpitron/model/gpt.hpp"
-#include "mpitron/parallel/pipeline_stage.hpp"
+#include "mpitron/model/model_chunk.hpp"
 #include "mpitron/parallel/schedule.hpp"
 
 namespace mpitron {
@@ -51,9 +50,7 @@ class PipelineExecutor {
   // chunks[c]: this rank's model chunk c (virtual stage c*pp + rank), built with at least
   // schedule.max_in_flight(rank, c) activation slots. pp.rank() is this rank's stage; `pp`
   // moves host memory (MPI; the GPU trainer passes ProcessGrid::pp_host()).
-  PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, std::vector<PipelineStage*> chunks);
-  // CPU GPT chunks (wrapped in GptStage).
-  PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, const std::vector<GPT*>& chunks);
+  PipelineExecutor(const PipelineSchedule& schedule, Comm& pp, std::vector<ModelChunk*> chunks);
   ~PipelineExecutor();
 
   // One step: batches[i] is micro-batch i (the same on every stage of this pipeline; the first
@@ -79,8 +76,7 @@ class PipelineExecutor {
 
   const PipelineSchedule& s_;
   Comm& comm_;
-  std::vector<std::unique_ptr<GptStage>> owned_;
-  std::vector<PipelineStage*> chunks_;
+  std::vector<ModelChunk*> chunks_;
   int rank_, V_;
   std::vector<std::vector<int>> free_slots_;   // per chunk
   std::vector<std::map<int, int>> slot_of_;    // per chunk: micro-batch -> slot

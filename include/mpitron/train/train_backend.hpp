@@ -56,7 +56,7 @@ struct PeakFlops {
 // its DataParallel, ZeRO shard and AdamW), the pipeline executor and the checkpoint state, the
 // same on both devices. The step (train_step.hpp) drives stage() and pipeline() directly; a
 // device's subclass adds only what is truly its own (virtual below) and builds its initialised
-// chunks, stage adapters and flat ops, which it hands to build().
+// chunks and flat ops, which it hands to build().
 class TrainBackend {
  public:
   virtual ~TrainBackend() = default;
@@ -80,12 +80,12 @@ class TrainBackend {
   StepComm take_comm();
 
  protected:
-  // chunks: initialised, in chunk order; stages: the same chunks as pipeline stages; ops: the
-  // flat ops of their device; pp: the pipeline's Comm over host memory (the executor's messages).
-  void build(const TrainSetup& s, std::vector<std::unique_ptr<ModelChunk>> chunks, std::vector<PipelineStage*> stages,
-             FlatOps& ops, Comm& pp, const DataParallelOptions& dp);
+  // chunks: initialised, in chunk order; ops: the flat ops of their device; pp: the pipeline's
+  // Comm over host memory (the executor's messages).
+  void build(const TrainSetup& s, std::vector<std::unique_ptr<ModelChunk>> chunks, FlatOps& ops, Comm& pp,
+             const DataParallelOptions& dp);
   // The executor, checkpoint state and chunks go first: a backend's destructor calls this before
-  // its own members (the ops the chunks compute with, the stage adapters) are destroyed.
+  // its own members (the ops the chunks compute with) are destroyed.
   void release_stage();
 
  private:

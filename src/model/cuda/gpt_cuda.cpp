@@ -52,8 +52,8 @@ void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
   return p;
 }
 
-GptCuda::GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard,
-                 GptCudaOptions options, Comm* tp, Comm* cp)
+GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, int max_micro_batch,
+                 ModelOptions options, Comm* tp, Comm* cp)
     : cfg_(cfg), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
   check(shard.tp_size >= 1 && shard.tp_rank >= 0 && shard.tp_rank < shard.tp_size &&
             (shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank)),

@@ -36,27 +36,6 @@ double datasheet_bf16_peak(const std::string& name) {
   return 0;
 }
 
-// The GPU model as a pipeline stage (pipeline_stage.hpp): stage tensors staged through host
-// memory for the executor's MPI messages (ProcessGrid::pp_host).
-class GptCudaStage final : public PipelineStage {
- public:
-  explicit GptCudaStage(GptCuda& m) : m_(m) {}
-  const ModelShard& shard() const override { return m_.shard(); }
-  size_t stage_floats(int B) const override { return m_.stage_floats(B); }
-  double forward(const Batch& b, int64_t* n, int slot) override {
-    return m_.forward(b.inputs.data(), b.targets.data(), b.batch, n, slot);
-  }
-  void backward(float loss_scale, int slot) override { m_.backward(loss_scale, slot); }
-  void put_input(int slot, const float* x, size_t n) override { m_.set_stage_input(slot, x, n); }
-  void get_output(int slot, float* x, size_t n) override { m_.get_stage_output(slot, x, n); }
-  void put_output_grad(const float* g, size_t n) override { m_.set_stage_output_grad(g, n); }
-  void get_input_grad(float* g, size_t n) override { m_.get_stage_input_grad(g, n); }
-  void set_grad_enabled(bool on) override { m_.set_grad_enabled(on); }
-
- private:
-  GptCuda& m_;
-};
-
 class GpuBackend final : public TrainBackend {
  public:
   explicit GpuBackend(const TrainSetup& s)
@@ -81,17 +60,13 @@ class GpuBackend final : public TrainBackend {
     std::vector<ModelShard> shards =
         model_chunks_for(s.mc, gs, grid_.coord(), cfg.parallel.pp_layers, s.schedule.virtual_stages);
     std::vector<std::unique_ptr<ModelChunk>> chunks;
-    std::vector<PipelineStage*> stages;
     for (size_t c = 0; c < shards.size(); ++c) {
       shards[c].sequence_parallel = cfg.parallel.sp;  // run_training has checked tp > 1
-      GptCudaOptions go;
-      go.recompute = cfg.train.recompute == "full";
-      go.slots = s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c));
-      auto m = std::make_unique<GptCuda>(s.mc, *ops_, s.bp.micro, shards[c], go, gs.tp > 1 ? &grid_.tp() : nullptr,
+      const ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
+                              cfg.train.recompute == "full"};
+      auto m = std::make_unique<GptCuda>(s.mc, shards[c], *ops_, s.bp.micro, opts, gs.tp > 1 ? &grid_.tp() : nullptr,
                                          gs.cp > 1 ? &grid_.cp() : nullptr);
       m->init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
-      stage_adapters_.push_back(std::make_unique<GptCudaStage>(*m));
-      stages.push_back(stage_adapters_.back().get());
       chunks.push_back(std::move(m));
     }
     // NCCL runs its collectives on its own; CommProgress only has to notice they completed (to run
@@ -99,7 +74,7 @@ class GpuBackend final : public TrainBackend {
     // thread querying the communicator's events.
     DataParallelOptions dp = dp_options(cfg);
     dp.progress = ProgressMode::poll;
-    build(s, std::move(chunks), std::move(stages), *flat_, grid_.pp_host(), dp);
+    build(s, std::move(chunks), *flat_, grid_.pp_host(), dp);
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, launch_.device);
     gpu_ = prop.name;
@@ -126,7 +101,6 @@ class GpuBackend final : public TrainBackend {
   std::string chunks_note_, batch_note_;
   std::unique_ptr<CudaOps> ops_;
   std::unique_ptr<FlatOps> flat_;
-  std::vector<std::unique_ptr<GptCudaStage>> stage_adapters_;
   std::string gpu_;
 };
 

@@ -45,18 +45,6 @@
 
 namespace mpitron {
 
-struct GptCudaOptions {
-  // Rows of logits computed at once by the LM head (bounds its bf16 [rows, padded_vocab]
-  // buffer). 0: up to 2^29 elements (1 GiB), i.e. all of B*T = 8192 rows of GPT-2 at once.
-  int64_t logits_chunk_rows = 0;
-  // train.recompute = "full": keep only each block's input and output (bf16 [B*T, C]) and one
-  // block's activations, recomputed per block in backward (the CPU GPT's rule; +1 forward).
-  bool recompute = false;
-  // Pipeline parallel: micro-batches whose activations are kept at once (the schedule's
-  // max_in_flight for this stage); forward/backward name their slot.
-  int slots = 1;
-};
-
 class GptCuda final : public ModelChunk {
  public:
   // max_micro_batch bounds forward()'s B. `ops` must outlive the model (its stream carries all
@@ -70,8 +58,9 @@ class GptCuda final : public ModelChunk {
   // the CPU GPT, each rank holds seq_len / cp positions of every sequence (two load-balanced
   // chunks), attention runs over the ring (ring_attention.hpp, CudaRingBlocks), wpe and RoPE use
   // global positions; forward() still takes the full [B, seq_len] token arrays.
-  GptCuda(const ModelConfig& cfg, CudaOps& ops, int max_micro_batch, const ModelShard& shard = {},
-          GptCudaOptions options = {}, Comm* tp = nullptr, Comm* cp = nullptr);
+  // The arguments of the CPU GPT's constructor, in its order (ModelOptions: model_chunk.hpp).
+  GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, int max_micro_batch, ModelOptions options = {},
+          Comm* tp = nullptr, Comm* cp = nullptr);
   ~GptCuda();
   GptCuda(const GptCuda&) = delete;
   GptCuda& operator=(const GptCuda&) = delete;
@@ -108,25 +97,19 @@ class GptCuda final : public ModelChunk {
   void copy_params_to_host(float* host, size_t n);  // the fp32 master copy; syncs
   void copy_grads_to_host(float* host, size_t n);   // syncs
 
-  // One micro-batch [B, T] of host token ids (T = cfg.seq_len, 1 <= B <= max_micro_batch).
-  // targets are required (no generation path yet) and may hold -1 (ignored); every input must be
-  // in [0, vocab_size). Returns the SUM of the per-token losses over counted targets and sets
-  // *n_targets (may be nullptr). Waits for the losses (with grad_sum_squares, the step's only
-  // host waits). With gradients enabled (the default) the LM head's backward runs here too,
+  // ModelChunk's forward and backward. targets are required (no generation path yet); every input
+  // must be in [0, vocab_size). forward waits for the losses (with grad_sum_squares, the step's
+  // only host waits). With gradients enabled (the default) the LM head's backward runs here too,
   // unscaled, as in the CPU GPT; backward() applies loss_scale.
-  // Pipeline stage (shard not the whole model): a stage without the head returns 0 and leaves
-  // its output for get_stage_output; a stage without the embedding starts from set_stage_input.
-  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr, int slot = 0);
-  // Accumulates d(loss_sum * loss_scale) of the slot's forward into the fp32 gradients. Without
-  // the head it starts from set_stage_output_grad; without the embedding it leaves this stage's
-  // input gradient for get_stage_input_grad.
-  void backward(float loss_scale, int slot = 0);
-  // Pipeline stage tensors: fp32 host arrays of stage_floats(B) elements (syncs).
-  size_t stage_floats(int B) const;
-  void set_stage_input(int slot, const float* host, size_t n);
-  void get_stage_output(int slot, float* host, size_t n);
-  void set_stage_output_grad(const float* host, size_t n);
-  void get_stage_input_grad(float* host, size_t n);
+  double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr,
+                 int slot = 0) override;
+  void backward(float loss_scale, int slot = 0) override;
+  // Pipeline stage tensors (ModelChunk), staged through host memory (sync).
+  size_t stage_floats(int B) const override;
+  void set_stage_input(int slot, const float* host, size_t n) override;
+  void get_stage_output(int slot, float* host, size_t n) override;
+  void set_stage_output_grad(const float* host, size_t n) override;
+  void get_stage_input_grad(float* host, size_t n) override;
   // Unit events (model_chunk.hpp) come when a unit's kernels are ENQUEUED (not finished): data
   // parallel launches a gradient bucket at post_backward on a communicator ordered after
   // ops.stream() by event (Comm::set_compute_stream), so the reduction overlaps the rest of
