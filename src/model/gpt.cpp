@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/arch.hpp"
 #include "mpitron/model/param_tables.hpp"
 
 namespace mpitron {
@@ -36,9 +37,9 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
   const bool sp = s.sequence_parallel && tp > 1;
   // Context parallel: every buffer holds this rank's seq_len / cp positions of each sequence.
   const int64_t BT = static_cast<int64_t>(B) * local_seq_len(cfg, s), Rl = sp ? BT / tp : BT, C = cfg.d_model;
-  const bool llama = cfg.arch == Arch::llama;
-  const int64_t hd = cfg.head_dim(), Cl = cfg.n_head / tp * hd, F = cfg.d_ff / tp;
-  const int64_t Q = (cfg.n_head + 2 * (llama ? cfg.n_kv_head : cfg.n_head)) / tp * hd, Fc = llama ? 2 * F : F, mean = llama ? 0 : Rl;
+  const BlockSpec& spec = block_spec(cfg);
+  const int64_t hd = cfg.head_dim(), Cl = cfg.n_head / tp * hd, F = cfg.d_ff / tp, KV = kv_heads(cfg);
+  const int64_t Q = (cfg.n_head + 2 * KV) / tp * hd, Fc = spec.fc_factor() * F, mean = spec.norm_has_mean() ? Rl : 0;
   // The attention probabilities [B, H, T, T]; under cp the ring's log-sum-exp [B, H, Tl] instead.
   const int64_t Tl = local_seq_len(cfg, s), att = s.cp_size > 1 ? int64_t{B} * (cfg.n_head / tp) * Tl
                                                                  : int64_t{B} * (cfg.n_head / tp) * Tl * Tl;
@@ -56,13 +57,13 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
   }
   out.shared.clear();
   out.shared.push_back(s.has_head ? take(chunk_rows * Vp) : nullptr);  // logits (one chunk of rows)
-  for (int64_t n : {Rl * C, BT * C, BT * Q, BT * Fc, llama ? BT * F : 0})  // dres, dC, d3C, d4C, dmlp
+  for (int64_t n : {Rl * C, BT * C, BT * Q, BT * Fc, spec.mlp == MlpKind::swiglu ? BT * F : 0})  // dres, dC, d3C, d4C, dmlp
     out.shared.push_back(take(n));
   if (ao.recompute && local_layers(cfg, s) > 0)
     for (int i = 0; i < kLayerBufs - 1; ++i) out.shared.push_back(take(layer_sizes[i]));
   const int64_t ring = s.cp_size > 1 && local_layers(cfg, s) > 0
                            ? CpuRingBlocks::buffer_floats(B, static_cast<int>(Tl), cfg.n_head / tp,
-                                                          (llama ? cfg.n_kv_head : cfg.n_head) / tp, static_cast<int>(hd))
+                                                          static_cast<int>(KV / tp), static_cast<int>(hd))
                            : 0;
   out.shared.push_back(ring ? take(ring) : nullptr);  // the ring attention's blocks in flight (third last)
   for (int i = 0; i < 2; ++i) out.shared.push_back(sp ? take(BT * C) : nullptr);  // xg, dfull (last two)
@@ -102,8 +103,8 @@ int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B,
 
 GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts,
          Comm* tp, Comm* cp)
-    : cfg_(cfg), shard_(shard), ops_(ops), max_B_(max_micro_batch), opts_(opts) {
-  if (!llama()) cfg_.n_kv_head = cfg_.n_head;  // GPT-2 is multi-head attention, whatever a hand-made config says
+    : cfg_(cfg), spec_(block_spec(cfg)), shard_(shard), ops_(ops), max_B_(max_micro_batch), opts_(opts) {
+  cfg_.n_kv_head = kv_heads(cfg);  // multi-head attention where the architecture has no GQA, whatever a config says
   const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
   check(shard.tp_size == tp_size && shard.tp_rank == tp_rank,
         "GPT: the shard says tp rank {} of {}, the TP group rank {} of {}", shard.tp_rank, shard.tp_size, tp_rank,
@@ -124,14 +125,14 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
   check(opts.slots > 0, "GPT: activation slots must be > 0 (got {})", opts.slots);
   check(cfg.d_model % cfg.n_head == 0 && cfg_.n_kv_head > 0 && cfg.n_head % cfg_.n_kv_head == 0 &&
-            (llama() ? cfg.head_dim() % 2 == 0 : cfg.d_ff == 4 * cfg.d_model),
+            (!spec_.rope() || cfg.head_dim() % 2 == 0) && (!spec_.ff_is_4d || cfg.d_ff == 4 * cfg.d_model),
         "GPT: bad config d_model {} n_head {} n_kv_head {} d_ff {}", cfg.d_model, cfg.n_head, cfg_.n_kv_head, cfg.d_ff);
   n_local_layers_ = local_layers(cfg, shard);
   vp_ = cfg.padded_vocab(tp_size) / tp_size;
   const int64_t hd = cfg.head_dim();
   h_local_ = cfg.n_head / tp_size, kv_local_ = cfg_.n_kv_head / tp_size, c_local_ = h_local_ * hd;
   f_local_ = cfg.d_ff / tp_size;
-  qkv_local_ = h_local_ * hd + 2 * kv_local_ * hd, fc_local_ = (llama() ? 2 : 1) * f_local_;
+  qkv_local_ = h_local_ * hd + 2 * kv_local_ * hd, fc_local_ = spec_.fc_factor() * f_local_;
   qkv_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, qkv_local_ * tp_size);
   proj_ = std::make_unique<RowParallelLinear>(ops, tp_, c_local_ * tp_size, cfg.d_model);
   fc_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, fc_local_ * tp_size);
@@ -179,7 +180,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   }
   for (int t = 0; t < local_seq_len(cfg, shard_); ++t)
     positions_.push_back(cp_global_position(t, shard_.cp_rank, shard_.cp_size, cfg.seq_len));
-  if (tp_.sp() && cp && shard_.has_embedding && !llama()) wpe_grad_ = Buffer<float>(Mem::workspace, size_t(cfg.seq_len) * cfg.d_model);
+  if (tp_.sp() && cp && shard_.has_embedding && !spec_.rope()) wpe_grad_ = Buffer<float>(Mem::workspace, size_t(cfg.seq_len) * cfg.d_model);
   for (int k = 0; k < opts.slots; ++k) {
     SlotActs sa;
     float** q = p.slot[k].data();
@@ -211,49 +212,27 @@ GPT::~GPT() {
 
 void GPT::init_weights(uint64_t seed) { init_model_params(cfg_, params_, param_data(), seed, shard_.tp_rank); }
 
-// Table name -> Weights member, for both architectures (model_param_table's names).
+// Table name -> Weights member: the architecture's name for each role (arch.hpp).
 std::vector<GPT::FieldRef> GPT::field_refs() const {
-  static const std::pair<const char*, float* LayerW::*> kBlock[] = {
-      {"ln_1.weight", &LayerW::ln1_w},
-      {"ln_1.bias", &LayerW::ln1_b},
-      {"attn.c_attn.weight", &LayerW::qkv_w},
-      {"attn.c_attn.bias", &LayerW::qkv_b},
-      {"attn.c_proj.weight", &LayerW::proj_w},
-      {"attn.c_proj.bias", &LayerW::proj_b},
-      {"ln_2.weight", &LayerW::ln2_w},
-      {"ln_2.bias", &LayerW::ln2_b},
-      {"mlp.c_fc.weight", &LayerW::fc_w},
-      {"mlp.c_fc.bias", &LayerW::fc_b},
-      {"mlp.c_proj.weight", &LayerW::fcp_w},
-      {"mlp.c_proj.bias", &LayerW::fcp_b},
-      {"input_layernorm.weight", &LayerW::ln1_w},
-      {"self_attn.q_proj.weight", &LayerW::qkv_w},
-      {"self_attn.k_proj.weight", &LayerW::k_w},
-      {"self_attn.v_proj.weight", &LayerW::v_w},
-      {"self_attn.o_proj.weight", &LayerW::proj_w},
-      {"post_attention_layernorm.weight", &LayerW::ln2_w},
-      {"mlp.gate_proj.weight", &LayerW::fc_w},
-      {"mlp.up_proj.weight", &LayerW::up_w},
-      {"mlp.down_proj.weight", &LayerW::fcp_w},
-  };
-  static const std::pair<const char*, float* Weights::*> kGlobal[] = {
-      {"wte.weight", &Weights::wte},   {"embed_tokens.weight", &Weights::wte}, {"wpe.weight", &Weights::wpe},
-      {"ln_f.weight", &Weights::lnf_w}, {"ln_f.bias", &Weights::lnf_b},         {"norm.weight", &Weights::lnf_w},
-      {"lm_head.weight", &Weights::lm_head},
-  };
+  static constexpr float* LayerW::*kBlock[kBlockTensors] = {
+      &LayerW::ln1_w, &LayerW::ln1_b, &LayerW::qkv_w, &LayerW::qkv_b, &LayerW::k_w,   &LayerW::v_w,  &LayerW::proj_w,
+      &LayerW::proj_b, &LayerW::ln2_w, &LayerW::ln2_b, &LayerW::fc_w, &LayerW::fc_b, &LayerW::up_w, &LayerW::fcp_w,
+      &LayerW::fcp_b};
+  static constexpr float* Weights::*kModel[kModelTensors] = {&Weights::wte, &Weights::wpe, &Weights::lnf_w,
+                                                             &Weights::lnf_b, &Weights::lm_head};
   std::vector<FieldRef> out;
   for (const ParamInfo& p : params_) {
     FieldRef f;
     if (p.layer >= 0) {
       f.local_layer = p.layer - shard_.layer_begin;
       const std::string rest = p.name.substr(p.name.find('.', p.name.find('.') + 1) + 1);  // "h.3.ln_1.weight" -> "ln_1.weight"
-      for (const auto& [name, m] : kBlock)
-        if (rest == name) f.block = m;
+      for (int r = 0; r < kBlockTensors; ++r)
+        if (spec_.block[r] && rest == spec_.block[r]) f.block = kBlock[r];
       check(f.block != nullptr && f.local_layer >= 0 && f.local_layer < n_local_layers_, "GPT: no field for {}",
             p.name);
     } else {
-      for (const auto& [name, m] : kGlobal)
-        if (p.name == name) f.global = m;
+      for (int r = 0; r < kModelTensors; ++r)
+        if (spec_.model[r] && p.name == spec_.model[r]) f.global = kModel[r];
       check(f.global != nullptr, "GPT: no field for {}", p.name);
     }
     out.push_back(f);
@@ -314,32 +293,36 @@ void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, in
   check_fused(w, "weights");
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, Rl);
   qkv_->forward(a.qkv, a.ln1, act_.xg, w.qkv_w, w.qkv_b, BT);
-  if (llama()) rope(a.qkv, B, false);
+  if (spec_.rope()) rope(a.qkv, B, false);
   if (ring_) ring_->forward(a.atty, a.att, a.qkv, B);
   else ops_.attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(h_local_), hd, static_cast<int>(kv_local_));
   proj_->forward(a.res2, a.atty, w.proj_w, w.proj_b, BT, act_.dfull);
   ops_.add_inplace(a.res2, res, Rl * C);
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, Rl);
   fc_->forward(a.fch, a.ln2, act_.xg, w.fc_w, w.fc_b, BT);
-  if (llama()) ops_.swiglu_forward(a.fch_gelu, a.fch, BT, f_local_);
-  else ops_.gelu_forward(a.fch_gelu, a.fch, BT * f_local_);
+  mlp_activation(a.fch_gelu, a.fch, BT);
   if (!full) return;
   fcp_->forward(a.res3, a.fch_gelu, w.fcp_w, w.fcp_b, BT, act_.dfull);
   ops_.add_inplace(a.res3, a.res2, Rl * C);
 }
 
-// LLaMA runs q|k|v and gate|up as one GEMM each: the table puts them back to back, and whoever
-// rebinds them (ZeRO-3 units, gradient buckets) must keep them so.
+// Separate q, k, v (gate, up) tensors run as one GEMM each: the table puts them back to back, and
+// whoever rebinds them (ZeRO-3 units, gradient buckets) must keep them so.
 void GPT::check_fused(const LayerW& x, const char* what) const {
-  if (!llama()) return;
   const int64_t C = cfg_.d_model, hd = cfg_.head_dim();
-  check(x.k_w == x.qkv_w + h_local_ * hd * C && x.v_w == x.k_w + kv_local_ * hd * C && x.up_w == x.fc_w + f_local_ * C,
+  check((!x.k_w || (x.k_w == x.qkv_w + h_local_ * hd * C && x.v_w == x.k_w + kv_local_ * hd * C)) &&
+            (!x.up_w || x.up_w == x.fc_w + f_local_ * C),
         "GPT: a block's q/k/v or gate/up {} are not contiguous", what);
+}
+
+void GPT::mlp_activation(float* out, const float* fc, int64_t rows) {
+  if (spec_.mlp == MlpKind::swiglu) ops_.swiglu_forward(out, fc, rows, f_local_);
+  else ops_.gelu_forward(out, fc, rows * f_local_);
 }
 
 void GPT::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        int64_t rows) {
-  if (llama()) ops_.rmsnorm_forward(out, rstd, inp, w, rows, cfg_.d_model, cfg_.norm_eps);
+  if (spec_.norm == NormKind::rmsnorm) ops_.rmsnorm_forward(out, rstd, inp, w, rows, cfg_.d_model, cfg_.norm_eps);
   else ops_.layernorm_forward(out, mean, rstd, inp, w, b, rows, cfg_.d_model);
 }
 
@@ -352,9 +335,9 @@ const float* GPT::gather_rows(const float* local, int64_t rows) {
 
 void GPT::ln_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                       const float* mean, const float* rstd, int64_t rows) {
-  const int64_t C = cfg_.d_model, nw = llama() ? C : 2 * C;  // weight (and bias) gradient floats
+  const int64_t C = cfg_.d_model, nw = spec_.norm_params() * C;  // weight (and bias) gradient floats
   auto run = [&](float* gw, float* gb) {
-    if (llama()) ops_.rmsnorm_backward(dinp, gw, dout, inp, w, rstd, rows, C);
+    if (spec_.norm == NormKind::rmsnorm) ops_.rmsnorm_backward(dinp, gw, dout, inp, w, rstd, rows, C);
     else ops_.layernorm_backward(dinp, gw, gb, dout, inp, w, mean, rstd, rows, C);
   };
   if (!tp_.sp()) {
@@ -369,7 +352,7 @@ void GPT::ln_backward(float* dinp, float* dw, float* db, const float* dout, cons
     sum_sequence_parallel_grads(*tp_.comm, g, static_cast<size_t>(nw));
   }
   ops_.add_inplace(dw, g, static_cast<size_t>(C));
-  if (!llama()) ops_.add_inplace(db, g + C, static_cast<size_t>(C));
+  if (spec_.biases) ops_.add_inplace(db, g + C, static_cast<size_t>(C));
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
@@ -493,7 +476,7 @@ void GPT::backward(float loss_scale, int slot) {
     check_fused(g, "gradients");  // gradient buckets keep the fused ranges whole (fused_with_previous)
     // Under SP the column-parallel layers' inputs (ln2, ln1) are all-gathered again (Megatron
     // keeps only this rank's rows), and dres holds this rank's rows.
-    if (llama()) {  // down_proj's input gradient, then SwiGLU's into [dgate | dup]
+    if (spec_.mlp == MlpKind::swiglu) {  // fcp's input gradient, then SwiGLU's into [dgate | dup]
       fcp_->backward(act_.dmlp, g.fcp_w, nullptr, dres, act_.dfull, a.fch_gelu, w.fcp_w, BT);
       ops_.swiglu_backward(act_.d4C, a.fch, act_.dmlp, BT, f_local_);
     } else {
@@ -505,7 +488,7 @@ void GPT::backward(float loss_scale, int slot) {
     proj_->backward(act_.dC, g.proj_w, g.proj_b, dres, act_.dfull, a.atty, w.proj_w, BT);
     if (ring_) ring_->backward(act_.d3C, act_.dC, a.qkv, a.atty, a.att, B);
     else ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, H, hd, KV);
-    if (llama()) rope(act_.d3C, B, true);  // through the rotation: dq, dk rotated back
+    if (spec_.rope()) rope(act_.d3C, B, true);  // through the rotation: dq, dk rotated back
     qkv_->backward(act_.dC, g.qkv_w, g.qkv_b, act_.d3C, gather_rows(a.ln1, BT), w.qkv_w, BT, act_.dfull);
     // The key bias adds q.b_k to every score of a softmax row, so its gradient is exactly zero;
     // computed, it is pure rounding noise that Adam would amplify into lr-sized steps (and into

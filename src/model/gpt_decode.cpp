@@ -44,7 +44,7 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     const LayerW& w = w_.layers[l];
     norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x.data(), w.ln1_w, w.ln1_b, n);
     ops_.matmul_forward(d.qkv.data(), d.h.data(), w.qkv_w, w.qkv_b, n, C, Q);
-    if (llama()) {
+    if (spec_.rope()) {
       ops_.rope(d.qkv.data(), 1, n, static_cast<int>(H), hd, Q, cfg_.rope_theta, pos, false);
       ops_.rope(d.qkv.data() + c_local_, 1, n, static_cast<int>(KV), hd, Q, cfg_.rope_theta, pos, false);
     }
@@ -86,8 +86,7 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     ops_.add_inplace(d.x2.data(), d.x.data(), static_cast<size_t>(n) * C);
     norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x2.data(), w.ln2_w, w.ln2_b, n);
     ops_.matmul_forward(d.fc.data(), d.h.data(), w.fc_w, w.fc_b, n, C, fc_local_);
-    if (llama()) ops_.swiglu_forward(d.act.data(), d.fc.data(), n, f_local_);
-    else ops_.gelu_forward(d.act.data(), d.fc.data(), static_cast<size_t>(n) * f_local_);
+    mlp_activation(d.act.data(), d.fc.data(), n);
     ops_.matmul_forward(d.x.data(), d.act.data(), w.fcp_w, w.fcp_b, n, f_local_, C);
     ops_.add_inplace(d.x.data(), d.x2.data(), static_cast<size_t>(n) * C);
   }

@@ -4,6 +4,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
+#include "mpitron/model/arch.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "param_table_builder.hpp"
 
@@ -60,13 +61,12 @@ std::vector<ParamInfo> gpt_param_table(const ModelConfig& cfg, const ModelShard&
 
 double gpt_flops_per_token(const ModelConfig& cfg) {
   double C = cfg.d_model, L = cfg.n_layer, T = cfg.seq_len, V = cfg.padded_vocab(), F = cfg.d_ff;
-  double per_layer;
-  if (cfg.arch == Arch::llama) {
-    const double qkv = (cfg.n_head + 2.0 * cfg.n_kv_head) * cfg.head_dim();
-    per_layer = qkv * C + C * cfg.n_head * cfg.head_dim() + 3 * C * F + 2 * C;  // no biases, RMSNorm weights
-  } else {
-    per_layer = 3 * C * C + 3 * C + C * C + C + 2 * C * F + F + C + 4 * C;  // incl. biases, LN
-  }
+  // One block's parameters from its parts (arch.hpp): q|k|v, the attention output, fc (or
+  // gate|up) and fcp, two norms, and the biases where the architecture has them.
+  const BlockSpec& spec = block_spec(cfg);
+  const double qkv = (cfg.n_head + 2.0 * kv_heads(cfg)) * cfg.head_dim(), att = double(cfg.n_head) * cfg.head_dim();
+  double per_layer = qkv * C + C * att + (spec.fc_factor() + 1) * C * F + 2.0 * spec.norm_params() * C;
+  if (spec.biases) per_layer += qkv + C + spec.fc_factor() * F + C;
   double n_nonembed = L * per_layer + 2 * C;
   return 6 * n_nonembed + 6 * V * C + 12 * L * T * C;
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "mpitron/model/arch.hpp"
+
 namespace mpitron {
 
 namespace {
@@ -44,16 +46,17 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   // Tensor parallel: this rank's heads (C/tp of qkv and the attention output), MLP columns (F/tp)
   // and vocabulary rows (Vp/tp); the residual stream and LayerNorms stay whole (SP: this rank's R
   // rows of it).
-  // LLaMA: RMSNorm keeps no mean (0 bytes), q|k|v is (H + 2 KV) hd / tp wide, fc holds
-  // [gate | up] (2F/tp) and fch_gelu the SwiGLU output (F/tp); dmlp is the gradient at that output.
+  // By the block's parts (arch.hpp): RMSNorm keeps no mean (0 bytes), q|k|v is (H + 2 KV) hd / tp
+  // wide, a SwiGLU fc holds [gate | up] (2F/tp) and fch_gelu its output (F/tp); dmlp is the
+  // gradient at that output.
   const int tp = lay.tp;
-  const bool llama = cfg.arch == Arch::llama;
+  const BlockSpec& spec = block_spec(cfg);
   // Context parallel: this rank's seq_len / cp positions of every sequence.
   const int64_t Tl = cfg.seq_len / lay.cp;
   const int64_t BT = int64_t{lay.B} * Tl, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
                 Vp = cfg.padded_vocab(tp) / tp, R = lay.sp ? BT / tp : BT;
-  const int64_t Q = (cfg.n_head + 2 * (llama ? cfg.n_kv_head : cfg.n_head)) / tp * cfg.head_dim();
-  const int64_t Fc = llama ? 2 * F : F, Rm = llama ? 0 : R;
+  const int64_t Q = (cfg.n_head + 2 * kv_heads(cfg)) / tp * cfg.head_dim();
+  const int64_t Fc = spec.fc_factor() * F, Rm = spec.norm_has_mean() ? R : 0;
   const int64_t stats = int64_t{lay.B} * (cfg.n_head / tp) * Tl;
   slots.assign(static_cast<size_t>(lay.slots), GpuActs{});
   // Per micro-batch in flight (pipeline parallel keeps several): what its backward reads.
@@ -82,7 +85,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   if (lay.head) s.logits = bf(lay.chunk_rows * Vp);
   // proj_out and dC hold [BT, ...] column-parallel gradients too (dC: [BT, C/tp] of c_proj).
   s.proj_out = bf(BT * C), s.dres = bf(R * C), s.dC = bf(BT * C), s.d4C = bf(BT * std::max(Fc, Q));
-  if (llama) s.dmlp = bf(BT * F);
+  if (spec.mlp == MlpKind::swiglu) s.dmlp = bf(BT * F);
   if (tp > 1 && lay.head) s.ce = f32(4 * lay.chunk_rows);  // vocab-parallel CE: max, global max, sum exp, target logit
   if (lay.sp) {  // all-gathered LayerNorm outputs, partial sums before a reduce-scatter, the gathered dres
     s.gath = bf(BT * C), s.full = bf(BT * C), s.dres_full = bf(BT * C), s.ln_grad = f32(2 * C);
@@ -92,7 +95,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
     GpuRingBufs& r = s.ring;
     r.positions = i32(cfg.seq_len);
     if (lay.n_layers > 0) {
-      const int64_t blk = BT * 2 * ((llama ? cfg.n_kv_head : cfg.n_head) / tp) * cfg.head_dim();
+      const int64_t blk = BT * 2 * (kv_heads(cfg) / tp) * cfg.head_dim();
       r.kv[0] = bf(blk), r.kv[1] = bf(blk), r.dkv[0] = f32(blk), r.dkv[1] = f32(blk);
       r.acc = f32(BT * Cl), r.m = f32(stats), r.l = f32(stats), r.dsum = f32(stats);
     }

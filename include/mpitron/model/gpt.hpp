@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "mpitron/core/memory.hpp"
+#include "mpitron/model/arch.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/model/parallel_layers.hpp"
@@ -191,7 +192,6 @@ class GPT final : public ModelChunk {
   std::vector<FieldRef> field_refs() const;  // from the table's names
   Weights resolve(float* base) const;
   float** field(Weights& w, size_t i);  // the pointer parameter i reads from, in w
-  bool llama() const { return cfg_.arch == Arch::llama; }
   void check_fused(const LayerW& x, const char* what) const;  // LLaMA's fused tensors are contiguous
   int64_t full_index(int64_t local_row) const;  // cp: local row -> index in the full [B, seq_len]
   void rope(float* qkv, int B, bool inverse);   // RoPE at the rows' global positions
@@ -200,6 +200,8 @@ class GPT final : public ModelChunk {
   // LayerNorm (GPT-2) or RMSNorm (LLaMA; mean and b unused) over this rank's rows.
   void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                     int64_t rows);
+  // The MLP's activation of fc's output [rows, fc_local_] into [rows, f_local_] (GELU or SwiGLU).
+  void mlp_activation(float* out, const float* fc, int64_t rows);
   void emit(UnitEvent e, int unit) {
     if (hook_) hook_(e, unit);
   }
@@ -212,6 +214,7 @@ class GPT final : public ModelChunk {
                    const float* mean, const float* rstd, int64_t rows);
 
   ModelConfig cfg_;
+  const BlockSpec& spec_;
   ModelShard shard_;
   Ops& ops_;
   int max_B_;

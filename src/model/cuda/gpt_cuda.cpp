@@ -54,12 +54,12 @@ void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
 
 GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, int max_micro_batch,
                  ModelOptions options, Comm* tp, Comm* cp)
-    : cfg_(cfg), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
+    : cfg_(cfg), spec_(block_spec(cfg)), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
   check(shard.tp_size >= 1 && shard.tp_rank >= 0 && shard.tp_rank < shard.tp_size &&
             (shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank)),
         "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
         shard.tp_size);
-  if (!llama()) cfg_.n_kv_head = cfg_.n_head;  // GPT-2: multi-head attention
+  cfg_.n_kv_head = kv_heads(cfg);  // multi-head attention where the architecture has no GQA
   usage_check(cfg.n_head % shard.tp_size == 0 && cfg_.n_kv_head % shard.tp_size == 0 && cfg.d_ff % shard.tp_size == 0,
               "tensor parallel {} must divide the query heads ({}), the key/value heads ({}) and the MLP width ({}) "
               "of {}",
@@ -76,10 +76,10 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
   check(layer_begin_ >= 0 && n_local_ >= 0 && layer_begin_ + n_local_ <= cfg.n_layer,
         "GptCuda: layers [{}, {}) outside the model's {}", layer_begin_, layer_begin_ + n_local_, cfg.n_layer);
   check(max_micro_batch > 0 && options.slots >= 1, "GptCuda: max_micro_batch and slots must be > 0");
-  check(cfg.d_model % cfg.n_head == 0 && (llama() || cfg.d_ff == 4 * cfg.d_model) && cfg.d_model % 8 == 0,
-        "GptCuda: bad config d_model {} n_head {} d_ff {} (GPT-2: d_ff = 4 d_model; d_model a multiple of 8 and of "
+  check(cfg.d_model % cfg.n_head == 0 && (!spec_.ff_is_4d || cfg.d_ff == 4 * cfg.d_model) && cfg.d_model % 8 == 0,
+        "GptCuda: bad config d_model {} n_head {} d_ff {} (d_ff = 4 d_model for {}; d_model a multiple of 8 and of "
         "n_head)",
-        cfg.d_model, cfg.n_head, cfg.d_ff);
+        cfg.d_model, cfg.n_head, cfg.d_ff, cfg.name);
   const int T = shard.tp_size;
   vp_ = cfg.padded_vocab(T) / T;
   vocab_begin_ = int64_t{shard.tp_rank} * vp_;
@@ -95,43 +95,40 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
   params_ = model_param_table(cfg_, shard);
   n_flat_ = flat_param_floats(params_);
 
-  auto at = [&](const std::string& name) {
+  // Each role's flat offset (kNone where the architecture or this stage lacks it). A pipeline
+  // stage holds its blocks; the token embedding on the first stage (and on the last for a tied
+  // LM head), learned positions on the first, the final norm and an untied lm_head on the last.
+  auto at = [&](const char* name) {
+    if (!name) return kNone;
     for (const auto& p : params_)
       if (p.name == name) return p.offset;
-    fail("GptCuda: parameter {} missing from the table", name);
+    return kNone;
   };
-  // A pipeline stage holds its blocks; the token embedding on the first stage (and on the last
-  // for a tied LM head), wpe on the first (GPT-2), the final norm and an untied lm_head on the last.
-  const bool tied = cfg.tied_embeddings;
-  const std::string emb = llama() ? "embed_tokens.weight" : "wte.weight";
-  if (shard.has_embedding || (tied && shard.has_head)) off_.wte = at(emb);
-  if (shard.has_embedding && !llama()) off_.wpe = at("wpe.weight");
-  if (shard.has_head) {
-    off_.lnf_w = at(llama() ? "norm.weight" : "ln_f.weight");
-    if (!llama()) off_.lnf_b = at("ln_f.bias");
-    off_.head = tied ? off_.wte : at("lm_head.weight");
-  }
+  off_.wte = at(spec_.name(ModelTensor::tok_emb));
+  off_.wpe = at(spec_.name(ModelTensor::pos_emb));
+  off_.lnf_w = at(spec_.name(ModelTensor::lnf_w));
+  off_.lnf_b = at(spec_.name(ModelTensor::lnf_b));
+  off_.head = cfg.tied_embeddings ? off_.wte : at(spec_.name(ModelTensor::lm_head));
+  check(off_.wte != kNone || !shard.has_embedding, "GptCuda: no token embedding in the parameter table");
+  static constexpr size_t LayerOffsets::*kRole[kBlockTensors] = {
+      &LayerOffsets::ln1_w, &LayerOffsets::ln1_b, &LayerOffsets::qkv_w, &LayerOffsets::qkv_b, &LayerOffsets::k_w,
+      &LayerOffsets::v_w,   &LayerOffsets::proj_w, &LayerOffsets::proj_b, &LayerOffsets::ln2_w, &LayerOffsets::ln2_b,
+      &LayerOffsets::fc_w,  &LayerOffsets::fc_b,  &LayerOffsets::up_w,  &LayerOffsets::fcp_w, &LayerOffsets::fcp_b};
   for (int l = layer_begin_; l < layer_begin_ + n_local_; ++l) {
-    if (!llama()) {
-      std::string h = "h." + std::to_string(l) + ".";
-      off_.layers.push_back({at(h + "ln_1.weight"), at(h + "ln_1.bias"), at(h + "attn.c_attn.weight"),
-                             at(h + "attn.c_attn.bias"), at(h + "attn.c_proj.weight"), at(h + "attn.c_proj.bias"),
-                             at(h + "ln_2.weight"), at(h + "ln_2.bias"), at(h + "mlp.c_fc.weight"),
-                             at(h + "mlp.c_fc.bias"), at(h + "mlp.c_proj.weight"), at(h + "mlp.c_proj.bias")});
-      continue;
+    const std::string h = spec_.layer_prefix + std::to_string(l) + ".";
+    LayerOffsets o;
+    for (int r = 0; r < kBlockTensors; ++r) {
+      const char* name = spec_.block[r];
+      o.*kRole[r] = name ? at((h + name).c_str()) : kNone;
+      check(!name || o.*kRole[r] != kNone, "GptCuda: parameter {}{} missing from the table", h, name);
     }
-    const std::string h = "layers." + std::to_string(l) + ".";
-    const size_t q = at(h + "self_attn.q_proj.weight"), gate = at(h + "mlp.gate_proj.weight");
+    // Separate q, k, v (gate, up) tensors run as one GEMM each: the table keeps them adjacent
+    // (ZeRO-3 unit copies and gradient buckets keep them so too).
     const size_t C = cfg.d_model, hd = cfg.head_dim();
-    // One GEMM each over q|k|v and gate|up: the table keeps them adjacent (ZeRO-3 unit copies and
-    // gradient buckets keep them so too).
-    check(at(h + "self_attn.k_proj.weight") == q + h_local_ * hd * C &&
-              at(h + "self_attn.v_proj.weight") == q + (h_local_ + kv_local_) * hd * C &&
-              at(h + "mlp.up_proj.weight") == gate + f_local_ * C,
+    check((o.k_w == kNone || (o.k_w == o.qkv_w + h_local_ * hd * C && o.v_w == o.k_w + kv_local_ * hd * C)) &&
+              (o.up_w == kNone || o.up_w == o.fc_w + f_local_ * C),
           "GptCuda: block {}'s q/k/v or gate/up weights are not adjacent", l);
-    off_.layers.push_back({at(h + "input_layernorm.weight"), kNone, q, kNone, at(h + "self_attn.o_proj.weight"), kNone,
-                           at(h + "post_attention_layernorm.weight"), kNone, gate, kNone,
-                           at(h + "mlp.down_proj.weight"), kNone});
+    off_.layers.push_back(o);
   }
   try {
     master_ = static_cast<float*>(device_alloc(Mem::params, n_flat_ * sizeof(float), "fp32 master parameters"));
@@ -235,7 +232,7 @@ void GptCuda::layer_forward(int l, int B) {
   }
   const int KVl = static_cast<int>(kv_local_);
   ops_.matmul_forward(a.qkv, gather_rows(a.ln1, BT), W(p.qkv_w), W(p.qkv_b), BT, C, qkv_local_);
-  if (llama()) {  // rotary positions on this rank's query and kv heads (t of the full rows)
+  if (spec_.rope()) {  // rotary positions on this rank's query and kv heads (t of the full rows)
     rope(a.qkv, B, Hl, false);
     rope(a.qkv + Cl, B, KVl, false);
   }
@@ -244,7 +241,7 @@ void GptCuda::layer_forward(int l, int B) {
   ops_.matmul_forward(partial, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : nullptr, BT, Cl, C);
   reduce_rows(partial, a_.proj_out, BT);
   residual_norm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, a_.proj_out, p.ln2_w, p.ln2_b, Rl);
-  if (llama()) {  // fch = [gate | up], fch_gelu = silu(gate) * up
+  if (spec_.mlp == MlpKind::swiglu) {  // fch = [gate | up], fch_gelu = silu(gate) * up
     ops_.matmul_forward(a.fch, gather_rows(a.ln2, BT), W(p.fc_w), nullptr, BT, C, 2 * Fl);
     ops_.swiglu_forward(a.fch_gelu, a.fch, BT, Fl);
   } else {
@@ -276,9 +273,9 @@ void GptCuda::reduce_rows(bf16* partial, bf16* local, int64_t BT) {
 // they are summed over the TP group before they join the gradients (Megatron's rule).
 void GptCuda::ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
                           const float* rstd, int64_t rows) {
-  const int64_t C = cfg_.d_model, nw = llama() ? C : 2 * C;  // weight (+ bias) gradient floats
+  const int64_t C = cfg_.d_model, nw = spec_.norm_params() * C;  // weight (+ bias) gradient floats
   auto run = [&](float* gw, float* gb) {
-    if (llama()) ops_.rmsnorm_backward(dinp, gw, dout, inp, W(w), rstd, rows, C);
+    if (spec_.norm == NormKind::rmsnorm) ops_.rmsnorm_backward(dinp, gw, dout, inp, W(w), rstd, rows, C);
     else ops_.layernorm_backward(dinp, gw, gb, dout, inp, W(w), mean, rstd, rows, C);
   };
   if (!sp_) {
@@ -290,17 +287,17 @@ void GptCuda::ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, cons
   run(a_.ln_grad, a_.ln_grad + C);
   sum_sequence_parallel_grads(*tp_, a_.ln_grad, static_cast<size_t>(nw));
   ops_.add_inplace(G(w), a_.ln_grad, static_cast<size_t>(C));
-  if (!llama()) ops_.add_inplace(G(b), a_.ln_grad + C, static_cast<size_t>(C));
+  if (spec_.biases) ops_.add_inplace(G(b), a_.ln_grad + C, static_cast<size_t>(C));
 }
 
 void GptCuda::norm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, size_t w, size_t b, int64_t rows) {
-  if (llama()) ops_.rmsnorm_forward(out, rstd, inp, W(w), rows, cfg_.d_model, cfg_.norm_eps);
+  if (spec_.norm == NormKind::rmsnorm) ops_.rmsnorm_forward(out, rstd, inp, W(w), rows, cfg_.d_model, cfg_.norm_eps);
   else ops_.layernorm_forward(out, mean, rstd, inp, W(w), W(b), rows, cfg_.d_model);
 }
 
 void GptCuda::residual_norm_forward(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
                                     size_t w, size_t bias, int64_t rows) {
-  if (!llama()) {
+  if (spec_.norm == NormKind::layernorm) {  // one fused kernel
     ops_.residual_layernorm_forward(residual, out, mean, rstd, a, b, W(w), W(bias), rows, cfg_.d_model);
     return;
   }
@@ -448,7 +445,7 @@ void GptCuda::layer_backward(int l, int B) {
   bf16* dC_partial = sp_ ? a_.full : dC;
   // MLP: c_proj backward with dinp * gelu'(fch) fused (= d fch), then c_fc, then ln_2 (adds into dres).
   // LLaMA: down_proj's dinp (the SwiGLU output's gradient), SwiGLU's backward into d [gate | up].
-  if (llama()) {
+  if (spec_.mlp == MlpKind::swiglu) {
     ops_.matmul_backward(a_.dmlp, G(p.fcp_w), nullptr, gather_rows(dres, BT, a_.dres_full), a.fch_gelu, W(p.fcp_w),
                          BT, Fl, C);
     ops_.swiglu_backward(d4C, a.fch, a_.dmlp, BT, Fl);
@@ -457,7 +454,7 @@ void GptCuda::layer_backward(int l, int B) {
                          Fl, C, false, a.fch);
   }
   ops_.matmul_backward(dC_partial, G(p.fc_w), G(p.fc_b), d4C, gather_rows(a.ln2, BT), W(p.fc_w), BT, C,
-                       (llama() ? 2 : 1) * Fl);
+                       spec_.fc_factor() * Fl);
   reduce_rows(dC_partial, dC, BT);
   ln_backward(dres, p.ln2_w, p.ln2_b, dC, a.res2, a.ln2_mean, a.ln2_rstd, Rl);
   // Attention: c_proj, attention (d qkv into d4C), c_attn, ln_1 (adds into dres).
@@ -466,7 +463,7 @@ void GptCuda::layer_backward(int l, int B) {
   const int KVl = static_cast<int>(kv_local_);
   if (ring_) ring_->backward(d4C, dC, a.qkv, a.atty, a.att_stats, B);
   else ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, Hl, hd, KVl);
-  if (llama()) {  // through the rotation: dq, dk rotated back
+  if (spec_.rope()) {  // through the rotation: dq, dk rotated back
     rope(d4C, B, Hl, true);
     rope(d4C + Cl, B, KVl, true);
   }
@@ -476,7 +473,7 @@ void GptCuda::layer_backward(int l, int B) {
   // The key bias's gradient is exactly zero (q.b_k shifts a whole softmax row); computed, it is
   // rounding noise Adam would amplify. Kept exactly zero, as the CPU GPT does. Layout [q | k | v],
   // C/tp each.
-  if (!llama())
+  if (p.qkv_b != kNone)
     cuda_check(cudaMemsetAsync(G(p.qkv_b) + Cl, 0, static_cast<size_t>(Cl) * sizeof(float), ops_.stream()),
                "cudaMemsetAsync(key bias gradient)");
   ln_backward(dres, p.ln1_w, p.ln1_b, dC, res_in, a.ln1_mean, a.ln1_rstd, Rl);

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitron/model/arch.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/gpt.hpp"
@@ -131,8 +132,8 @@ class GptCuda final : public ModelChunk {
   // (LLaMA's biases), which W() and G() map to nullptr. LLaMA: ln1/ln2 are the RMSNorms, qkv_w is
   // q_proj (k, v right behind it), fc_w gate_proj (up behind it), proj_w o_proj, fcp_w down_proj.
   static constexpr size_t kNone = SIZE_MAX;
-  struct LayerOffsets {
-    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcp_w, fcp_b;
+  struct LayerOffsets {  // BlockTensor's roles
+    size_t ln1_w, ln1_b, qkv_w, qkv_b, k_w, v_w, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, up_w, fcp_w, fcp_b;
   };
   struct Offsets {
     size_t wte = kNone, wpe = kNone, lnf_w = kNone, lnf_b = kNone, head = kNone;  // head: lm_head or the tied wte
@@ -161,7 +162,6 @@ class GptCuda final : public ModelChunk {
   void reduce_rows(bf16* partial, bf16* local, int64_t BT);
   void ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
                    const float* rstd, int64_t rows);
-  bool llama() const { return cfg_.arch == Arch::llama; }
   // LayerNorm (GPT-2) or RMSNorm (LLaMA) of this rank's rows, and the same after the residual add
   // residual = a + b (one fused kernel for LayerNorm).
   void norm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, size_t w, size_t b, int64_t rows);
@@ -194,6 +194,7 @@ class GptCuda final : public ModelChunk {
   }
 
   ModelConfig cfg_;
+  const BlockSpec& spec_;
   CudaOps& ops_;
   UnitHook hook_;
   int max_B_;

@@ -1,0 +1,55 @@
+// What a transformer block is made of, per architecture: the one place where GPT-2 and LLaMA
+// differ. Both models (the CPU GPT, the GPU GptCuda), their activation planners and the decode
+// path read these fields and never ask which architecture they run; a new architecture made of
+// the same parts (say RMSNorm + SwiGLU + RoPE with QKV biases) is one more BlockSpec here plus
+// its parameter table (param_tables.hpp), with no branch added to the models.
+//
+// The block, for every architecture (pre-norm):
+//   x = x + proj(attention(positions(qkv(norm1(x)))))     qkv fused: [q | k | v] in one GEMM
+//   x = x + fcp(activation(fc(norm2(x))))                 swiglu: fc fused [gate | up]
+// around a token embedding (+ learned positions), a final norm and the LM head.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "mpitron/model/config.hpp"
+
+namespace mpitron {
+
+enum class NormKind : uint8_t { layernorm, rmsnorm };  // LayerNorm (mean, rstd, weight + bias) / RMSNorm (rstd, weight)
+enum class MlpKind : uint8_t { gelu, swiglu };         // fc -> GELU -> fcp / fc = [gate | up] -> silu(gate) * up -> fcp
+enum class PositionKind : uint8_t { learned, rope };   // wpe rows added to the embedding / rotary on q and k
+
+// The parameter tensors of a block and of the model around it, by role. A role an architecture
+// lacks has no name (nullptr). k_w, v_w and up_w sit right behind qkv_w and fc_w in the flat
+// layout (fused_with_previous): the models run q|k|v and gate|up as one GEMM each.
+enum class BlockTensor : uint8_t { ln1_w, ln1_b, qkv_w, qkv_b, k_w, v_w, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, up_w, fcp_w, fcp_b };
+inline constexpr int kBlockTensors = 15;
+enum class ModelTensor : uint8_t { tok_emb, pos_emb, lnf_w, lnf_b, lm_head };
+inline constexpr int kModelTensors = 5;
+
+struct BlockSpec {
+  NormKind norm;
+  MlpKind mlp;
+  PositionKind positions;
+  bool biases;      // the linear layers and norms have biases
+  bool grouped_kv;  // n_kv_head may be below n_head (otherwise it is n_head)
+  bool ff_is_4d;    // the MLP width must be 4 d_model
+  const char* layer_prefix;                         // "h." / "layers." (then the layer index and ".")
+  std::array<const char*, kBlockTensors> block;     // names after "<prefix><l>."
+  std::array<const char*, kModelTensors> model;     // whole names
+
+  int fc_factor() const { return mlp == MlpKind::swiglu ? 2 : 1; }  // fc's output: F, or [gate | up] = 2F
+  bool norm_has_mean() const { return norm == NormKind::layernorm; }
+  int norm_params() const { return biases ? 2 : 1; }  // C-float tensors per norm: weight (+ bias)
+  bool rope() const { return positions == PositionKind::rope; }
+  const char* name(BlockTensor t) const { return block[static_cast<int>(t)]; }
+  const char* name(ModelTensor t) const { return model[static_cast<int>(t)]; }
+};
+
+const BlockSpec& block_spec(Arch a);
+inline const BlockSpec& block_spec(const ModelConfig& c) { return block_spec(c.arch); }
+// The key/value heads the model runs with: n_kv_head where the architecture groups them, else n_head.
+inline int kv_heads(const ModelConfig& c) { return block_spec(c).grouped_kv ? c.n_kv_head : c.n_head; }
+
+}  // namespace mpitron
