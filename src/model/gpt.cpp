@@ -103,39 +103,23 @@ int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B,
 
 GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts,
          Comm* tp, Comm* cp)
-    : cfg_(cfg), spec_(block_spec(cfg)), shard_(shard), ops_(ops), max_B_(max_micro_batch), opts_(opts) {
+    : cfg_(cfg), spec_(block_spec(cfg)), shard_(shard), geo_(cfg, shard), ops_(ops), max_B_(max_micro_batch),
+      opts_(opts) {
   cfg_.n_kv_head = kv_heads(cfg);  // multi-head attention where the architecture has no GQA, whatever a config says
   const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
   check(shard.tp_size == tp_size && shard.tp_rank == tp_rank,
         "GPT: the shard says tp rank {} of {}, the TP group rank {} of {}", shard.tp_rank, shard.tp_size, tp_rank,
         tp_size);
-  usage_check(cfg.n_head % tp_size == 0 && cfg_.n_kv_head % tp_size == 0 && cfg.d_ff % tp_size == 0,
-              "tensor parallel {} must divide the query heads ({}), the key/value heads ({}) and the MLP width ({}) "
-              "of {}: whole heads are split over TP ranks",
-              tp_size, cfg.n_head, cfg_.n_kv_head, cfg.d_ff, cfg.name);
-  shard_.sequence_parallel = shard.sequence_parallel && tp_size > 1;
-  check(!shard_.sequence_parallel || local_seq_len(cfg, shard) % tp_size == 0,
-        "GPT: sequence parallel needs seq_len / cp ({}) divisible by tp ({})", local_seq_len(cfg, shard), tp_size);
   check((shard.cp_size == 1) == (cp == nullptr) && (!cp || (cp->size() == shard.cp_size && cp->rank() == shard.cp_rank)),
         "GPT: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank, shard.cp_size);
-  usage_check(cfg.seq_len % (2 * shard.cp_size) == 0,
-              "context parallel {} needs model.seq_len ({}) divisible by 2 x cp = {} (each rank holds two chunks)",
-              shard.cp_size, cfg.seq_len, 2 * shard.cp_size);
+  shard_.sequence_parallel = geo_.sp;
   tp_ = TpContext{tp, shard_.sequence_parallel, tp_comm_s_.get()};
   check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
   check(opts.slots > 0, "GPT: activation slots must be > 0 (got {})", opts.slots);
-  check(cfg.d_model % cfg.n_head == 0 && cfg_.n_kv_head > 0 && cfg.n_head % cfg_.n_kv_head == 0 &&
-            (!spec_.rope() || cfg.head_dim() % 2 == 0) && (!spec_.ff_is_4d || cfg.d_ff == 4 * cfg.d_model),
-        "GPT: bad config d_model {} n_head {} n_kv_head {} d_ff {}", cfg.d_model, cfg.n_head, cfg_.n_kv_head, cfg.d_ff);
   n_local_layers_ = local_layers(cfg, shard);
-  vp_ = cfg.padded_vocab(tp_size) / tp_size;
-  const int64_t hd = cfg.head_dim();
-  h_local_ = cfg.n_head / tp_size, kv_local_ = cfg_.n_kv_head / tp_size, c_local_ = h_local_ * hd;
-  f_local_ = cfg.d_ff / tp_size;
-  qkv_local_ = h_local_ * hd + 2 * kv_local_ * hd, fc_local_ = spec_.fc_factor() * f_local_;
-  qkv_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, qkv_local_ * tp_size);
-  proj_ = std::make_unique<RowParallelLinear>(ops, tp_, c_local_ * tp_size, cfg.d_model);
-  fc_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, fc_local_ * tp_size);
+  qkv_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, geo_.qkv_local * tp_size);
+  proj_ = std::make_unique<RowParallelLinear>(ops, tp_, geo_.c_local * tp_size, cfg.d_model);
+  fc_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, geo_.fc_local * tp_size);
   fcp_ = std::make_unique<RowParallelLinear>(ops, tp_, cfg.d_ff, cfg.d_model);
   emb_ = std::make_unique<VocabParallelEmbedding>(ops, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
   ce_ = std::make_unique<VocabParallelCrossEntropy>(ops, tp_, cfg.padded_vocab(tp_size), cfg.vocab_size);
@@ -154,13 +138,13 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard_, max_micro_batch, opts));
   const int64_t BT = static_cast<int64_t>(max_micro_batch) * local_seq_len(cfg, shard_);
   tok_buf_ = Buffer<int32_t>(Mem::activations, 2 * BT * opts.slots);
-  last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * vp_ : 0);
+  last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * geo_.vp : 0);
   check(static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes() + last_logits_.bytes()) ==
             gpt_activation_bytes(cfg, shard, max_micro_batch, opts),
         "GPT: activation allocations differ from gpt_activation_bytes (the memory ledger's prediction)");
   float* cur = act_buf_.data();
   ActPtrs p;
-  walk_activations(cfg, shard_, max_micro_batch, chunk_rows_, vp_, opts,
+  walk_activations(cfg, shard_, max_micro_batch, chunk_rows_, geo_.vp, opts,
                    [&](int64_t k) {
                      float* q = cur;
                      cur += flat_padded(k);
@@ -173,13 +157,11 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   act_.xg = p.shared[p.shared.size() - 2], act_.dfull = p.shared.back();
   if (cp && n_local_layers_ > 0) {
     ring_blocks_ = std::make_unique<CpuRingBlocks>(ops, cp->rank(), cp->size(), max_micro_batch,
-                                                   local_seq_len(cfg, shard_), cfg.seq_len, static_cast<int>(h_local_),
-                                                   static_cast<int>(kv_local_), cfg.head_dim(),
+                                                   local_seq_len(cfg, shard_), cfg.seq_len, static_cast<int>(geo_.h_local),
+                                                   static_cast<int>(geo_.kv_local), cfg.head_dim(),
                                                    p.shared[p.shared.size() - 3]);
-    ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, local_seq_len(cfg, shard_), 2 * kv_local_ * cfg.head_dim());
+    ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, local_seq_len(cfg, shard_), 2 * geo_.kv_local * cfg.head_dim());
   }
-  for (int t = 0; t < local_seq_len(cfg, shard_); ++t)
-    positions_.push_back(cp_global_position(t, shard_.cp_rank, shard_.cp_size, cfg.seq_len));
   if (tp_.sp() && cp && shard_.has_embedding && !spec_.rope()) wpe_grad_ = Buffer<float>(Mem::workspace, size_t(cfg.seq_len) * cfg.d_model);
   for (int k = 0; k < opts.slots; ++k) {
     SlotActs sa;
@@ -293,9 +275,9 @@ void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, in
   check_fused(w, "weights");
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, Rl);
   qkv_->forward(a.qkv, a.ln1, act_.xg, w.qkv_w, w.qkv_b, BT);
-  if (spec_.rope()) rope(a.qkv, B, false);
+  if (spec_.rope()) geo_.rope(ops_, a.qkv, B, /*inverse=*/false);
   if (ring_) ring_->forward(a.atty, a.att, a.qkv, B);
-  else ops_.attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(h_local_), hd, static_cast<int>(kv_local_));
+  else ops_.attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(geo_.h_local), hd, static_cast<int>(geo_.kv_local));
   proj_->forward(a.res2, a.atty, w.proj_w, w.proj_b, BT, act_.dfull);
   ops_.add_inplace(a.res2, res, Rl * C);
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, Rl);
@@ -310,14 +292,14 @@ void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, in
 // whoever rebinds them (ZeRO-3 units, gradient buckets) must keep them so.
 void GPT::check_fused(const LayerW& x, const char* what) const {
   const int64_t C = cfg_.d_model, hd = cfg_.head_dim();
-  check((!x.k_w || (x.k_w == x.qkv_w + h_local_ * hd * C && x.v_w == x.k_w + kv_local_ * hd * C)) &&
-            (!x.up_w || x.up_w == x.fc_w + f_local_ * C),
+  check((!x.k_w || (x.k_w == x.qkv_w + geo_.h_local * hd * C && x.v_w == x.k_w + geo_.kv_local * hd * C)) &&
+            (!x.up_w || x.up_w == x.fc_w + geo_.f_local * C),
         "GPT: a block's q/k/v or gate/up {} are not contiguous", what);
 }
 
 void GPT::mlp_activation(float* out, const float* fc, int64_t rows) {
-  if (spec_.mlp == MlpKind::swiglu) ops_.swiglu_forward(out, fc, rows, f_local_);
-  else ops_.gelu_forward(out, fc, rows * f_local_);
+  if (spec_.mlp == MlpKind::swiglu) ops_.swiglu_forward(out, fc, rows, geo_.f_local);
+  else ops_.gelu_forward(out, fc, rows * geo_.f_local);
 }
 
 void GPT::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
@@ -373,7 +355,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   if (shard_.has_embedding) {
     check(inputs != nullptr, "GPT::forward: the first stage needs input tokens");
     for (int64_t i = 0; i < BT; ++i) {  // context parallel: this rank's positions of each sequence
-      const int64_t at = full_index(i);
+      const int64_t at = geo_.full_index(i);
       const int32_t tok = inputs[at];
       check(tok >= 0 && tok < cfg_.vocab_size, "GPT::forward: input token {} at {} outside [0, {})", tok, at,
             cfg_.vocab_size);
@@ -400,13 +382,13 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
         "GPT::forward: generation (no targets) is not available with sequence or context parallel");
   if (!targets) {  // generation: logits (this rank's vocab columns) of the last position of every sequence
     for (int b = 0; b < B; ++b)
-      ops_.matmul_forward(last_logits_.data() + b * vp_, sa.lnf + (static_cast<int64_t>(b) * T + T - 1) * C,
-                          w_.head(), nullptr, 1, C, vp_);
+      ops_.matmul_forward(last_logits_.data() + b * geo_.vp, sa.lnf + (static_cast<int64_t>(b) * T + T - 1) * C,
+                          w_.head(), nullptr, 1, C, geo_.vp);
     return 0.0;
   }
   int64_t count = 0;
   for (int64_t i = 0; i < BT; ++i) {
-    const int64_t at = full_index(i);
+    const int64_t at = geo_.full_index(i);
     const int32_t tgt = targets[at];
     check(tgt < cfg_.vocab_size, "GPT::forward: target {} at {} >= vocab size {}", tgt, at, cfg_.vocab_size);
     tgts[i] = tgt;
@@ -418,16 +400,16 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   // gradient (dwte_head), both kept in the slot. That spares recomputing the logits GEMM later.
   // Tensor parallel: the head is a column-parallel linear over this rank's vocab slice (input
   // all-gathered under SP), the loss vocab-parallel; dlnf's partial sums go through f's backward.
-  if (grad_enabled_) std::memset(sa.dwte_head, 0, static_cast<size_t>(vp_) * C * sizeof(float));
+  if (grad_enabled_) std::memset(sa.dwte_head, 0, static_cast<size_t>(geo_.vp) * C * sizeof(float));
   const float* lnf = gather_rows(sa.lnf, BT);
   float* dlnf = tp_.sp() ? act_.dC : sa.dlnf;  // [BT, C] partial sums under SP
   for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
     int64_t rows = std::min(chunk_rows_, BT - r0);
-    ops_.matmul_forward(act_.logits, lnf + r0 * C, w_.head(), nullptr, rows, C, vp_);
+    ops_.matmul_forward(act_.logits, lnf + r0 * C, w_.head(), nullptr, rows, C, geo_.vp);
     ce_->forward(sa.losses + r0, sa.lse + r0, act_.logits, tgts + r0, rows);
     if (!grad_enabled_) continue;
     ce_->backward(act_.logits, sa.lse + r0, tgts + r0, rows, 1.f);
-    ops_.matmul_backward(dlnf + r0 * C, sa.dwte_head, nullptr, act_.logits, lnf + r0 * C, w_.head(), rows, C, vp_);
+    ops_.matmul_backward(dlnf + r0 * C, sa.dwte_head, nullptr, act_.logits, lnf + r0 * C, w_.head(), rows, C, geo_.vp);
   }
   if (grad_enabled_ && tp_.active()) {
     TpCommTimer timer(tp_);
@@ -445,7 +427,7 @@ void GPT::compute_logits(int64_t row_begin, int64_t rows, float* out) {
   check(shard_.has_head && sa.B > 0 && row_begin >= 0 && row_begin + rows <= int64_t{sa.B} * cfg_.seq_len,
         "GPT::compute_logits: rows [{}, {}) not in the last forward", row_begin, row_begin + rows);
   check(!tp_.sp() && shard_.cp_size == 1, "GPT::compute_logits is not available with sequence or context parallel");
-  ops_.matmul_forward(out, sa.lnf + row_begin * cfg_.d_model, w_.head(), nullptr, rows, cfg_.d_model, vp_);
+  ops_.matmul_forward(out, sa.lnf + row_begin * cfg_.d_model, w_.head(), nullptr, rows, cfg_.d_model, geo_.vp);
 }
 
 void GPT::backward(float loss_scale, int slot) {
@@ -453,9 +435,9 @@ void GPT::backward(float loss_scale, int slot) {
         opts_.slots);
   SlotActs& sa = slots_[slot];
   const int B = sa.B, T = local_seq_len(cfg_, shard_), C = cfg_.d_model, hd = cfg_.head_dim();
-  const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B), Cl = c_local_;
+  const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B), Cl = geo_.c_local;
   check(B > 0, "GPT::backward without a forward");
-  const int H = static_cast<int>(h_local_), KV = static_cast<int>(kv_local_);
+  const int H = static_cast<int>(geo_.h_local), KV = static_cast<int>(geo_.kv_local);
   const int32_t* toks = sa.tokens;
   float* dres = act_.dres;
   if (shard_.has_head) {
@@ -463,7 +445,7 @@ void GPT::backward(float loss_scale, int slot) {
     emit(UnitEvent::pre_backward, kHeadUnit);
     std::memset(dres, 0, Rl * C * sizeof(float));
     ops_.scale_inplace(sa.dlnf, loss_scale, Rl * C);
-    ops_.axpy(g_.head(), loss_scale, sa.dwte_head, static_cast<size_t>(vp_) * C);
+    ops_.axpy(g_.head(), loss_scale, sa.dwte_head, static_cast<size_t>(geo_.vp) * C);
     ln_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, Rl);
     emit(UnitEvent::post_backward, kHeadUnit);
   }
@@ -478,17 +460,17 @@ void GPT::backward(float loss_scale, int slot) {
     // keeps only this rank's rows), and dres holds this rank's rows.
     if (spec_.mlp == MlpKind::swiglu) {  // fcp's input gradient, then SwiGLU's into [dgate | dup]
       fcp_->backward(act_.dmlp, g.fcp_w, nullptr, dres, act_.dfull, a.fch_gelu, w.fcp_w, BT);
-      ops_.swiglu_backward(act_.d4C, a.fch, act_.dmlp, BT, f_local_);
+      ops_.swiglu_backward(act_.d4C, a.fch, act_.dmlp, BT, geo_.f_local);
     } else {
       fcp_->backward(act_.d4C, g.fcp_w, g.fcp_b, dres, act_.dfull, a.fch_gelu, w.fcp_w, BT);
-      ops_.gelu_backward(act_.d4C, a.fch, act_.d4C, BT * f_local_);
+      ops_.gelu_backward(act_.d4C, a.fch, act_.d4C, BT * geo_.f_local);
     }
     fc_->backward(act_.dC, g.fc_w, g.fc_b, act_.d4C, gather_rows(a.ln2, BT), w.fc_w, BT, act_.dfull);
     ln_backward(dres, g.ln2_w, g.ln2_b, act_.dC, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Rl);
     proj_->backward(act_.dC, g.proj_w, g.proj_b, dres, act_.dfull, a.atty, w.proj_w, BT);
     if (ring_) ring_->backward(act_.d3C, act_.dC, a.qkv, a.atty, a.att, B);
     else ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, H, hd, KV);
-    if (spec_.rope()) rope(act_.d3C, B, true);  // through the rotation: dq, dk rotated back
+    if (spec_.rope()) geo_.rope_backward(ops_, act_.d3C, B);
     qkv_->backward(act_.dC, g.qkv_w, g.qkv_b, act_.d3C, gather_rows(a.ln1, BT), w.qkv_w, BT, act_.dfull);
     // The key bias adds q.b_k to every score of a softmax row, so its gradient is exactly zero;
     // computed, it is pure rounding noise that Adam would amplify into lr-sized steps (and into
@@ -505,44 +487,22 @@ void GPT::backward(float loss_scale, int slot) {
   emit(UnitEvent::post_backward, kEmbeddingUnit);
 }
 
-// Context parallel: local row i (of B x seq_len / cp) is token positions_[i % Tl] of sequence
-// i / Tl in the trainer's full [B, seq_len] arrays.
-int64_t GPT::full_index(int64_t i) const {
-  if (shard_.cp_size == 1) return i;
-  const int64_t Tl = static_cast<int64_t>(positions_.size());
-  return i / Tl * cfg_.seq_len + positions_[i % Tl];
-}
-
-// RoPE at each local row's global position: per sequence and chunk (positions are consecutive
-// within a chunk), or the whole batch at once without cp. inverse: the backward.
-void GPT::rope(float* qkv, int B, bool inverse) {
-  const int hd = cfg_.head_dim(), H = static_cast<int>(h_local_), KV = static_cast<int>(kv_local_);
-  const int Tl = static_cast<int>(positions_.size()), chunk = shard_.cp_size > 1 ? Tl / 2 : Tl;
-  for (int b = 0; b < (shard_.cp_size > 1 ? B : 1); ++b)
-    for (int c = 0; c < Tl / chunk; ++c) {
-      float* x = qkv + (int64_t{b} * Tl + int64_t{c} * chunk) * qkv_local_;
-      const int nb = shard_.cp_size > 1 ? 1 : B, pos0 = positions_[c * chunk];
-      ops_.rope(x, nb, chunk, H, hd, qkv_local_, cfg_.rope_theta, pos0, inverse);
-      ops_.rope(x + c_local_, nb, chunk, KV, hd, qkv_local_, cfg_.rope_theta, pos0, inverse);
-    }
-}
-
 // GPT-2 under cp: wpe's row of each local row's global position, added after the (vocab-parallel)
 // token embedding; under SP to this rank's rows of the B x Tl rows.
 void GPT::add_position_embedding(float* x, int B) {
-  const int64_t C = cfg_.d_model, Tl = static_cast<int64_t>(positions_.size()), Rl = local_rows(B);
+  const int64_t C = cfg_.d_model, Tl = geo_.Tl, Rl = local_rows(B);
   const int64_t first = tp_.sp() ? int64_t{shard_.tp_rank} * Rl : 0;
   for (int64_t r = 0; r < Rl; ++r)
-    ops_.add_inplace(x + r * C, w_.wpe + int64_t{positions_[(first + r) % Tl]} * C, static_cast<size_t>(C));
+    ops_.add_inplace(x + r * C, w_.wpe + int64_t{geo_.positions()[(first + r) % Tl]} * C, static_cast<size_t>(C));
 }
 
 void GPT::position_embedding_backward(const float* dres, int B) {
-  const int64_t C = cfg_.d_model, Tl = static_cast<int64_t>(positions_.size()), Rl = local_rows(B);
+  const int64_t C = cfg_.d_model, Tl = geo_.Tl, Rl = local_rows(B);
   const int64_t first = tp_.sp() ? int64_t{shard_.tp_rank} * Rl : 0;
   float* dst = tp_.sp() ? wpe_grad_.data() : g_.wpe;  // SP: this rank's rows' part, summed over TP below
   if (tp_.sp()) std::memset(dst, 0, wpe_grad_.bytes());
   for (int64_t r = 0; r < Rl; ++r)
-    ops_.add_inplace(dst + int64_t{positions_[(first + r) % Tl]} * C, dres + r * C, static_cast<size_t>(C));
+    ops_.add_inplace(dst + int64_t{geo_.positions()[(first + r) % Tl]} * C, dres + r * C, static_cast<size_t>(C));
   if (!tp_.sp()) return;
   {
     TpCommTimer timer(tp_);

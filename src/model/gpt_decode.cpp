@@ -20,7 +20,7 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
   check(shard_.has_embedding && shard_.has_head && shard_.tp_size == 1 && shard_.cp_size == 1,
         "GPT::decode needs the whole model on one rank (no pipeline or tensor parallelism)");
   check(n > 0 && pos >= 0 && pos + n <= T, "GPT::decode: positions [{}, {}) outside the context of {}", pos, pos + n, T);
-  const int64_t H = h_local_, KV = kv_local_, Q = qkv_local_, kvw = KV * hd;
+  const int64_t H = geo_.h_local, KV = geo_.kv_local, Q = geo_.qkv_local, kvw = KV * hd;
   if (!decode_) {
     auto d = std::make_shared<DecodeState>();
     for (int l = 0; l < n_local_layers_; ++l) {
@@ -29,7 +29,7 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     }
     auto rows = [&](int64_t w) { return Buffer<float>(Mem::activations, static_cast<size_t>(T) * w); };
     d->x = rows(C), d->x2 = rows(C), d->h = rows(C), d->mean = rows(1), d->rstd = rows(1), d->qkv = rows(Q);
-    d->y = rows(c_local_), d->fc = rows(fc_local_), d->act = rows(f_local_), d->scores = rows(1);
+    d->y = rows(geo_.c_local), d->fc = rows(geo_.fc_local), d->act = rows(geo_.f_local), d->scores = rows(1);
     decode_ = std::move(d);
   }
   DecodeState& d = *decode_;
@@ -38,7 +38,7 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
           cfg_.vocab_size);
   // Position pos + t: wpe's row pos + t (GPT-2); RoPE's angle (LLaMA, pos0 = pos).
   ops_.embedding_forward(d.x.data(), tokens, w_.wte, w_.wpe ? w_.wpe + static_cast<int64_t>(pos) * C : nullptr, 1, n,
-                         C, 0, vp_);
+                         C, 0, geo_.vp);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int l = 0; l < n_local_layers_; ++l) {
     const LayerW& w = w_.layers[l];
@@ -46,13 +46,13 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     ops_.matmul_forward(d.qkv.data(), d.h.data(), w.qkv_w, w.qkv_b, n, C, Q);
     if (spec_.rope()) {
       ops_.rope(d.qkv.data(), 1, n, static_cast<int>(H), hd, Q, cfg_.rope_theta, pos, false);
-      ops_.rope(d.qkv.data() + c_local_, 1, n, static_cast<int>(KV), hd, Q, cfg_.rope_theta, pos, false);
+      ops_.rope(d.qkv.data() + geo_.c_local, 1, n, static_cast<int>(KV), hd, Q, cfg_.rope_theta, pos, false);
     }
     float *K = d.k[l].data(), *V = d.v[l].data();
     for (int t = 0; t < n; ++t) {
       const float* row = d.qkv.data() + static_cast<int64_t>(t) * Q;
-      std::memcpy(K + (pos + t) * kvw, row + c_local_, kvw * sizeof(float));
-      std::memcpy(V + (pos + t) * kvw, row + c_local_ + kvw, kvw * sizeof(float));
+      std::memcpy(K + (pos + t) * kvw, row + geo_.c_local, kvw * sizeof(float));
+      std::memcpy(V + (pos + t) * kvw, row + geo_.c_local + kvw, kvw * sizeof(float));
     }
     // Causal attention of the n new queries over the cached keys 0 .. pos + t (query head h reads
     // kv head h / (H / KV)), softmax in double as a reference would, output [n, H*hd].
@@ -73,7 +73,7 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
         }
         double sum = 0;
         for (int j = 0; j < len; ++j) sum += sc[j] = std::exp(sc[j] - mx);
-        float* y = d.y.data() + static_cast<int64_t>(t) * c_local_ + h * hd;
+        float* y = d.y.data() + static_cast<int64_t>(t) * geo_.c_local + h * hd;
         std::fill(y, y + hd, 0.f);
         for (int j = 0; j < len; ++j) {
           const float p = static_cast<float>(sc[j] / sum);
@@ -82,17 +82,17 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
         }
       }
     }
-    ops_.matmul_forward(d.x2.data(), d.y.data(), w.proj_w, w.proj_b, n, c_local_, C);
+    ops_.matmul_forward(d.x2.data(), d.y.data(), w.proj_w, w.proj_b, n, geo_.c_local, C);
     ops_.add_inplace(d.x2.data(), d.x.data(), static_cast<size_t>(n) * C);
     norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x2.data(), w.ln2_w, w.ln2_b, n);
-    ops_.matmul_forward(d.fc.data(), d.h.data(), w.fc_w, w.fc_b, n, C, fc_local_);
+    ops_.matmul_forward(d.fc.data(), d.h.data(), w.fc_w, w.fc_b, n, C, geo_.fc_local);
     mlp_activation(d.act.data(), d.fc.data(), n);
-    ops_.matmul_forward(d.x.data(), d.act.data(), w.fcp_w, w.fcp_b, n, f_local_, C);
+    ops_.matmul_forward(d.x.data(), d.act.data(), w.fcp_w, w.fcp_b, n, geo_.f_local, C);
     ops_.add_inplace(d.x.data(), d.x2.data(), static_cast<size_t>(n) * C);
   }
   const float* last = d.x.data() + static_cast<int64_t>(n - 1) * C;
   norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), last, w_.lnf_w, w_.lnf_b, 1);
-  ops_.matmul_forward(logits, d.h.data(), w_.head(), nullptr, 1, C, vp_);
+  ops_.matmul_forward(logits, d.h.data(), w_.head(), nullptr, 1, C, geo_.vp);
 }
 
 }  // namespace mpitron

@@ -33,6 +33,7 @@
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/model/parallel_layers.hpp"
 #include "mpitron/model/ring_attention.hpp"
+#include "mpitron/model/shard_geometry.hpp"
 #include "mpitron/ops/ops.hpp"
 
 namespace mpitron {
@@ -129,7 +130,7 @@ class GPT final : public ModelChunk {
 
   // Logits are this rank's vocab columns: [*, local_vocab()] (= padded_vocab without TP).
   const float* last_logits() const { return last_logits_.data(); }  // [B, local_vocab]
-  int64_t local_vocab() const { return vp_; }
+  int64_t local_vocab() const { return geo_.vp; }
   // Logits of rows [row_begin, row_begin + rows) of the last forward's [B*T] positions
   // (head shard only) into out[rows, local_vocab]; for evaluation, generation and tests.
   void compute_logits(int64_t row_begin, int64_t rows, float* out);
@@ -193,14 +194,12 @@ class GPT final : public ModelChunk {
   Weights resolve(float* base) const;
   float** field(Weights& w, size_t i);  // the pointer parameter i reads from, in w
   void check_fused(const LayerW& x, const char* what) const;  // LLaMA's fused tensors are contiguous
-  int64_t full_index(int64_t local_row) const;  // cp: local row -> index in the full [B, seq_len]
-  void rope(float* qkv, int B, bool inverse);   // RoPE at the rows' global positions
   void add_position_embedding(float* x, int B);  // GPT-2 under cp: wpe by global position
   void position_embedding_backward(const float* dres, int B);
   // LayerNorm (GPT-2) or RMSNorm (LLaMA; mean and b unused) over this rank's rows.
   void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                     int64_t rows);
-  // The MLP's activation of fc's output [rows, fc_local_] into [rows, f_local_] (GELU or SwiGLU).
+  // The MLP's activation of fc's output [rows, geo_.fc_local] into [rows, geo_.f_local] (GELU or SwiGLU).
   void mlp_activation(float* out, const float* fc, int64_t rows);
   void emit(UnitEvent e, int unit) {
     if (hook_) hook_(e, unit);
@@ -216,10 +215,10 @@ class GPT final : public ModelChunk {
   ModelConfig cfg_;
   const BlockSpec& spec_;
   ModelShard shard_;
+  ShardGeometry geo_;  // per-rank widths, positions, RoPE
   Ops& ops_;
   int max_B_;
   int n_local_layers_;
-  int64_t vp_;  // rows of wte on this rank: the padded vocab / tp
   int64_t chunk_rows_;
   std::vector<ParamInfo> params_;
   std::vector<FieldRef> fields_;  // per params_ entry
@@ -236,9 +235,6 @@ class GPT final : public ModelChunk {
   // Tensor parallel (inactive without TP: every layer is then its plain self).
   std::unique_ptr<double> tp_comm_s_ = std::make_unique<double>(0.0);
   TpContext tp_;
-  // Per rank: attention width (query heads x hd), query heads, kv heads, MLP width (F/tp), the
-  // fused QKV output width ((H + 2 KV) hd / tp) and the fc output width (F/tp, LLaMA 2F/tp).
-  int64_t c_local_ = 0, h_local_ = 0, kv_local_ = 0, f_local_ = 0, qkv_local_ = 0, fc_local_ = 0;
   std::unique_ptr<ColumnParallelLinear> qkv_, fc_;
   std::unique_ptr<RowParallelLinear> proj_, fcp_;
   std::unique_ptr<VocabParallelEmbedding> emb_;
@@ -247,7 +243,6 @@ class GPT final : public ModelChunk {
   struct DecodeState;      // gpt_decode.cpp: the KV cache and one step's scratch, made on first decode()
   std::unique_ptr<CpuRingBlocks> ring_blocks_;  // context parallel (cp > 1): the blocks, the ring
   std::unique_ptr<RingAttention> ring_;
-  std::vector<int> positions_;           // global position of each local position (0..T-1 without cp)
   Buffer<float> wpe_grad_;               // cp + SP: this rank's rows' wpe gradient before the TP sum
   std::shared_ptr<DecodeState> decode_;
 };

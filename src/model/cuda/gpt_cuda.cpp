@@ -54,44 +54,27 @@ void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
 
 GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, int max_micro_batch,
                  ModelOptions options, Comm* tp, Comm* cp)
-    : cfg_(cfg), spec_(block_spec(cfg)), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
-  check(shard.tp_size >= 1 && shard.tp_rank >= 0 && shard.tp_rank < shard.tp_size &&
-            (shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank)),
+    : cfg_(cfg), spec_(block_spec(cfg)), geo_(cfg, shard), ops_(ops), max_B_(max_micro_batch), shard_(shard), tp_(tp) {
+  check(shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank),
         "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
         shard.tp_size);
   cfg_.n_kv_head = kv_heads(cfg);  // multi-head attention where the architecture has no GQA
-  usage_check(cfg.n_head % shard.tp_size == 0 && cfg_.n_kv_head % shard.tp_size == 0 && cfg.d_ff % shard.tp_size == 0,
-              "tensor parallel {} must divide the query heads ({}), the key/value heads ({}) and the MLP width ({}) "
-              "of {}",
-              shard.tp_size, cfg.n_head, cfg_.n_kv_head, cfg.d_ff, cfg.name);
   if (tp_) tp_->set_compute_stream(ops.stream());
   check((shard.cp_size == 1) == (cp == nullptr) && (!cp || (cp->size() == shard.cp_size && cp->rank() == shard.cp_rank)),
         "GptCuda: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank, shard.cp_size);
-  usage_check(cfg.seq_len % (2 * shard.cp_size) == 0,
-              "context parallel {} needs model.seq_len ({}) divisible by 2 x cp = {} (each rank holds two chunks)",
-              shard.cp_size, cfg.seq_len, 2 * shard.cp_size);
   if (cp) cp->set_compute_stream(ops.stream());
   layer_begin_ = shard.layer_begin;
   n_local_ = local_layers(cfg, shard);
   check(layer_begin_ >= 0 && n_local_ >= 0 && layer_begin_ + n_local_ <= cfg.n_layer,
         "GptCuda: layers [{}, {}) outside the model's {}", layer_begin_, layer_begin_ + n_local_, cfg.n_layer);
   check(max_micro_batch > 0 && options.slots >= 1, "GptCuda: max_micro_batch and slots must be > 0");
-  check(cfg.d_model % cfg.n_head == 0 && (!spec_.ff_is_4d || cfg.d_ff == 4 * cfg.d_model) && cfg.d_model % 8 == 0,
-        "GptCuda: bad config d_model {} n_head {} d_ff {} (d_ff = 4 d_model for {}; d_model a multiple of 8 and of "
-        "n_head)",
-        cfg.d_model, cfg.n_head, cfg.d_ff, cfg.name);
+  check(cfg.d_model % 8 == 0, "GptCuda: d_model {} must be a multiple of 8 (16-byte bf16 rows)", cfg.d_model);
   const int T = shard.tp_size;
-  vp_ = cfg.padded_vocab(T) / T;
-  vocab_begin_ = int64_t{shard.tp_rank} * vp_;
-  c_local_ = cfg.d_model / T, h_local_ = cfg.n_head / T, f_local_ = cfg.d_ff / T;
-  kv_local_ = cfg_.n_kv_head / T, qkv_local_ = (h_local_ + 2 * kv_local_) * cfg.head_dim();
-  check(cfg.vocab_size > int64_t{T - 1} * vp_, "GptCuda: vocabulary {} too small for tp {} (the last rank's {} padded "
-        "rows would hold no real token)", cfg.vocab_size, T, vp_);
+  check(cfg.vocab_size > int64_t{T - 1} * geo_.vp, "GptCuda: vocabulary {} too small for tp {} (the last rank's {} padded "
+        "rows would hold no real token)", cfg.vocab_size, T, geo_.vp);
   chunk_rows_ = gpu_logits_chunk_rows(cfg, max_micro_batch, options.logits_chunk_rows, shard.cp_size);
   recompute_ = options.recompute;
-  sp_ = shard.sequence_parallel && T > 1;
-  check(!sp_ || seq_local() % T == 0, "GptCuda: sequence parallel needs seq_len / cp ({}) divisible by tp ({})",
-        seq_local(), T);
+  sp_ = geo_.sp;
   params_ = model_param_table(cfg_, shard);
   n_flat_ = flat_param_floats(params_);
 
@@ -125,8 +108,8 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
     // Separate q, k, v (gate, up) tensors run as one GEMM each: the table keeps them adjacent
     // (ZeRO-3 unit copies and gradient buckets keep them so too).
     const size_t C = cfg.d_model, hd = cfg.head_dim();
-    check((o.k_w == kNone || (o.k_w == o.qkv_w + h_local_ * hd * C && o.v_w == o.k_w + kv_local_ * hd * C)) &&
-              (o.up_w == kNone || o.up_w == o.fc_w + f_local_ * C),
+    check((o.k_w == kNone || (o.k_w == o.qkv_w + geo_.h_local * hd * C && o.v_w == o.k_w + geo_.kv_local * hd * C)) &&
+              (o.up_w == kNone || o.up_w == o.fc_w + geo_.f_local * C),
           "GptCuda: block {}'s q/k/v or gate/up weights are not adjacent", l);
     off_.layers.push_back(o);
   }
@@ -154,16 +137,14 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
     plan_gpu_activations(cfg, lay, act, slots_);
     a_ = slots_.front();
     if (shard.cp_size > 1) {  // every cp rank's positions (the ring's masks), this rank's for wpe and RoPE
-      for (int r = 0; r < shard.cp_size; ++r)
-        for (int t = 0; t < seq_local(); ++t) positions_.push_back(cp_global_position(t, r, shard.cp_size, cfg.seq_len));
-      cuda_check(cudaMemcpyAsync(a_.ring.positions, positions_.data(), positions_.size() * sizeof(int32_t),
+      cuda_check(cudaMemcpyAsync(a_.ring.positions, geo_.all_positions.data(), geo_.all_positions.size() * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, ops_.stream()),
                  "cudaMemcpyAsync(cp positions)");
       if (n_local_ > 0) {
         ring_blocks_ = std::make_unique<CudaRingBlocks>(ops_, a_.ring, shard.cp_rank, seq_local(),
-                                                        static_cast<int>(h_local_), static_cast<int>(kv_local_),
+                                                        static_cast<int>(geo_.h_local), static_cast<int>(geo_.kv_local),
                                                         cfg.head_dim());
-        ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, seq_local(), 2 * kv_local_ * cfg.head_dim());
+        ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, seq_local(), 2 * geo_.kv_local * cfg.head_dim());
       }
     }
     slot_B_.assign(slots_.size(), 0);
@@ -215,8 +196,8 @@ const bf16* GptCuda::block_output() const {
 // LayerNorm outputs are all-gathered before the column-parallel GEMMs and the row-parallel
 // outputs reduce-scattered back to rows.
 void GptCuda::layer_forward(int l, int B) {
-  const int T = seq_local(), C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
-  const int64_t BT = int64_t{B} * T, Rl = local_rows(BT), Cl = c_local_, Fl = f_local_;
+  const int T = seq_local(), C = cfg_.d_model, Hl = geo_.h_local, hd = cfg_.head_dim();
+  const int64_t BT = int64_t{B} * T, Rl = local_rows(BT), Cl = geo_.c_local, Fl = geo_.f_local;
   const bool bias_here = shard_.tp_rank == 0;  // row-parallel biases: added once, before the TP sum
   const LayerOffsets& p = off_.layers[l];
   const LayerAct& a = a_.layers[recompute_ ? 0 : l];
@@ -230,12 +211,9 @@ void GptCuda::layer_forward(int l, int B) {
     res_in = prev.res3;
     residual_norm_forward(prev.res3, a.ln1, a.ln1_mean, a.ln1_rstd, prev.res2, a_.proj_out, p.ln1_w, p.ln1_b, Rl);
   }
-  const int KVl = static_cast<int>(kv_local_);
-  ops_.matmul_forward(a.qkv, gather_rows(a.ln1, BT), W(p.qkv_w), W(p.qkv_b), BT, C, qkv_local_);
-  if (spec_.rope()) {  // rotary positions on this rank's query and kv heads (t of the full rows)
-    rope(a.qkv, B, Hl, false);
-    rope(a.qkv + Cl, B, KVl, false);
-  }
+  const int KVl = static_cast<int>(geo_.kv_local);
+  ops_.matmul_forward(a.qkv, gather_rows(a.ln1, BT), W(p.qkv_w), W(p.qkv_b), BT, C, geo_.qkv_local);
+  if (spec_.rope()) geo_.rope(ops_, a.qkv, B, /*inverse=*/false);  // this rank's q and kv heads, global positions
   if (ring_) ring_->forward(a.atty, a.att_stats, a.qkv, B);  // context parallel: k|v around the cp ring
   else ops_.attention_forward(a.atty, a.att_stats, a.qkv, B, T, Hl, hd, KVl);
   ops_.matmul_forward(partial, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : nullptr, BT, Cl, C);
@@ -311,9 +289,9 @@ void GptCuda::residual_norm_forward(bf16* residual, bf16* out, float* mean, floa
 // are written. CPU: the head part of GPT::forward.
 void GptCuda::head_forward(int B) {
   const int64_t BT = int64_t{B} * seq_local(), C = cfg_.d_model, V = cfg_.vocab_size;
-  // Vocab-parallel under TP: this rank's logits columns are global [vocab_begin_, + vp_), the
+  // Vocab-parallel under TP: this rank's logits columns are global [geo_.vocab_begin, + geo_.vp), the
   // real ones (< V) counted by Vr; the softmax statistics are combined over the TP group.
-  const int64_t Vr = std::clamp<int64_t>(V - vocab_begin_, 0, vp_);
+  const int64_t Vr = std::clamp<int64_t>(V - geo_.vocab_begin, 0, geo_.vp);
   const bool vp = shard_.tp_size > 1;
   const int64_t Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();
@@ -330,15 +308,15 @@ void GptCuda::head_forward(int B) {
   bf16* dlnf_all = sp_ ? a_.full : a_.dlnf;
   const bool grad = grad_enabled_;
   if (grad)
-    cuda_check(cudaMemsetAsync(a_.dwte_head, 0, static_cast<size_t>(vp_ * C) * sizeof(float), s),
+    cuda_check(cudaMemsetAsync(a_.dwte_head, 0, static_cast<size_t>(geo_.vp * C) * sizeof(float), s),
                "cudaMemsetAsync(dwte_head)");
   for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
     const int64_t rows = std::min(chunk_rows_, BT - r0);
     const bf16* lnf = lnf_all + r0 * C;
-    ops_.matmul_forward(a_.logits, lnf, W(off_.head), nullptr, rows, C, vp_);
+    ops_.matmul_forward(a_.logits, lnf, W(off_.head), nullptr, rows, C, geo_.vp);
     if (vp) {  // Megatron's vocab-parallel cross-entropy
       float *lmax = a_.ce, *gmax = a_.ce + rows, *sum_tgt = a_.ce + 2 * rows;  // sum_tgt: [sumexp | target logit]
-      ops_.crossentropy_partial(lmax, sum_tgt, sum_tgt + rows, a_.logits, a_.targets + r0, rows, vp_, Vr, vocab_begin_);
+      ops_.crossentropy_partial(lmax, sum_tgt, sum_tgt + rows, a_.logits, a_.targets + r0, rows, geo_.vp, Vr, geo_.vocab_begin);
       cuda_check(cudaMemcpyAsync(gmax, lmax, static_cast<size_t>(rows) * sizeof(float), cudaMemcpyDeviceToDevice, s),
                  "cudaMemcpyAsync(max)");
       vocab_parallel_max(*tp_, gmax, static_cast<size_t>(rows));
@@ -346,11 +324,11 @@ void GptCuda::head_forward(int B) {
       vocab_parallel_sums(*tp_, sum_tgt, static_cast<size_t>(rows));
       ops_.crossentropy_combine(a_.losses + r0, a_.lse + r0, gmax, sum_tgt, sum_tgt + rows, a_.targets + r0, rows);
       if (grad)
-        ops_.crossentropy_backward_shard(a_.logits, a_.lse + r0, a_.targets + r0, rows, vp_, Vr, 1.f, vocab_begin_);
+        ops_.crossentropy_backward_shard(a_.logits, a_.lse + r0, a_.targets + r0, rows, geo_.vp, Vr, 1.f, geo_.vocab_begin);
     } else if (grad) {
-      ops_.crossentropy_fused(a_.losses + r0, a_.lse + r0, a_.logits, a_.targets + r0, rows, vp_, V, 1.f);
+      ops_.crossentropy_fused(a_.losses + r0, a_.lse + r0, a_.logits, a_.targets + r0, rows, geo_.vp, V, 1.f);
     } else {
-      ops_.crossentropy_forward(a_.losses + r0, a_.lse + r0, a_.logits, a_.targets + r0, rows, vp_, V);
+      ops_.crossentropy_forward(a_.losses + r0, a_.lse + r0, a_.logits, a_.targets + r0, rows, geo_.vp, V);
     }
     if (r0 + rows == BT) {
       cuda_check(cudaMemcpyAsync(host_losses_, a_.losses, static_cast<size_t>(BT) * sizeof(float),
@@ -359,7 +337,7 @@ void GptCuda::head_forward(int B) {
       cuda_check(cudaEventRecord(losses_ready_, s), "cudaEventRecord(losses)");
     }
     if (grad)
-      ops_.matmul_backward(dlnf_all + r0 * C, a_.dwte_head, nullptr, a_.logits, lnf, W(off_.head), rows, C, vp_);
+      ops_.matmul_backward(dlnf_all + r0 * C, a_.dwte_head, nullptr, a_.logits, lnf, W(off_.head), rows, C, geo_.vp);
   }
   if (grad) reduce_rows(dlnf_all, a_.dlnf, BT);  // each rank's vocab slice's part
 }
@@ -379,7 +357,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   cuda_check(cudaEventSynchronize(tokens_sent_), "cudaEventSynchronize(tokens)");
   int64_t count = 0;
   for (int64_t i = 0; i < BT; ++i) {  // this rank's rows (all of them without cp) into the staging buffer
-    const int64_t at = full_index(i);
+    const int64_t at = geo_.full_index(i);
     check(inputs[at] >= 0 && inputs[at] < cfg_.vocab_size, "GptCuda::forward: input token {} at {} outside [0, {})",
           inputs[at], at, cfg_.vocab_size);
     check(targets[at] < cfg_.vocab_size, "GptCuda::forward: target {} at {} >= vocab size {}", targets[at], at,
@@ -402,7 +380,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   if (shard_.has_embedding) {
     bf16* emb = sp_ ? a_.full : a_.encoded;  // SP: every row's partial sum, then this rank's rows
     ops_.embedding_forward(emb, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
-                           vocab_begin_, vocab_begin_ + vp_, cp_positions());
+                           geo_.vocab_begin, geo_.vocab_begin + geo_.vp, cp_positions());
     reduce_rows(emb, a_.encoded, BT);
   }
   for (int l = 0; l < n_local_; ++l) {
@@ -435,8 +413,8 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
 // column-parallel layers' input gradients are partial sums over the group; under SP the
 // row-parallel layers read the all-gathered dres and the LayerNorm inputs are gathered again.
 void GptCuda::layer_backward(int l, int B) {
-  const int T = seq_local(), C = cfg_.d_model, Hl = h_local_, hd = cfg_.head_dim();
-  const int64_t BT = int64_t{B} * T, Rl = local_rows(BT), Cl = c_local_, Fl = f_local_;
+  const int T = seq_local(), C = cfg_.d_model, Hl = geo_.h_local, hd = cfg_.head_dim();
+  const int64_t BT = int64_t{B} * T, Rl = local_rows(BT), Cl = geo_.c_local, Fl = geo_.f_local;
   const LayerOffsets& p = off_.layers[l];
   if (recompute_) layer_forward(l, B);  // the block's activations again, into the shared set
   const LayerAct& a = a_.layers[recompute_ ? 0 : l];
@@ -460,15 +438,12 @@ void GptCuda::layer_backward(int l, int B) {
   // Attention: c_proj, attention (d qkv into d4C), c_attn, ln_1 (adds into dres).
   ops_.matmul_backward(dC, G(p.proj_w), G(p.proj_b), gather_rows(dres, BT, a_.dres_full), a.atty, W(p.proj_w), BT, Cl,
                        C);
-  const int KVl = static_cast<int>(kv_local_);
+  const int KVl = static_cast<int>(geo_.kv_local);
   if (ring_) ring_->backward(d4C, dC, a.qkv, a.atty, a.att_stats, B);
   else ops_.attention_backward(d4C, dC, a.qkv, a.atty, a.att_stats, B, T, Hl, hd, KVl);
-  if (spec_.rope()) {  // through the rotation: dq, dk rotated back
-    rope(d4C, B, Hl, true);
-    rope(d4C + Cl, B, KVl, true);
-  }
+  if (spec_.rope()) geo_.rope_backward(ops_, d4C, B);
   ops_.matmul_backward(dC_partial, G(p.qkv_w), G(p.qkv_b), d4C, gather_rows(a.ln1, BT), W(p.qkv_w), BT, C,
-                       qkv_local_);
+                       geo_.qkv_local);
   reduce_rows(dC_partial, dC, BT);
   // The key bias's gradient is exactly zero (q.b_k shifts a whole softmax row); computed, it is
   // rounding noise Adam would amplify. Kept exactly zero, as the CPU GPT does. Layout [q | k | v],
@@ -490,7 +465,7 @@ void GptCuda::backward(float loss_scale, int slot) {
     pre_event(UnitEvent::pre_backward, kHeadUnit);  // before the wte gradient is written (ZeRO-2 binds it here)
     // The head's gradients were computed unscaled during forward.
     ops_.scale_bf16_inplace(a_.dlnf, loss_scale, static_cast<size_t>(Rl * C));
-    ops_.axpy(G(off_.head), loss_scale, a_.dwte_head, static_cast<size_t>(vp_ * C));
+    ops_.axpy(G(off_.head), loss_scale, a_.dwte_head, static_cast<size_t>(geo_.vp * C));
     cuda_check(cudaMemsetAsync(a_.dres, 0, static_cast<size_t>(Rl * C) * sizeof(bf16), s), "cudaMemsetAsync(dres)");
     ln_backward(a_.dres, off_.lnf_w, off_.lnf_b, a_.dlnf, block_output(), a_.lnf_mean, a_.lnf_rstd, Rl);
     emit(UnitEvent::post_backward, kHeadUnit);
@@ -503,33 +478,10 @@ void GptCuda::backward(float loss_scale, int slot) {
   pre_event(UnitEvent::pre_backward, kEmbeddingUnit);
   if (shard_.has_embedding)
     ops_.embedding_backward(G(off_.wte), G(off_.wpe), gather_rows(a_.dres, BT, a_.dres_full), a_.tokens, B, T, C,
-                            vocab_begin_, vocab_begin_ + vp_, cp_positions());
+                            geo_.vocab_begin, geo_.vocab_begin + geo_.vp, cp_positions());
   // else dres holds this stage's input gradient (get_stage_input_grad)
   slot_pending_[slot] = false;
   emit(UnitEvent::post_backward, kEmbeddingUnit);  // the last event of a backward (data parallel counts them)
-}
-
-// Context parallel: local row i (of B x seq_len / cp) is token positions_[rank's i % Tl] of
-// sequence i / Tl in the trainer's full [B, seq_len] arrays.
-int64_t GptCuda::full_index(int64_t i) const {
-  if (shard_.cp_size == 1) return i;
-  const int64_t Tl = seq_local();
-  return i / Tl * cfg_.seq_len + positions_[shard_.cp_rank * Tl + i % Tl];
-}
-
-// RoPE at global positions: each of a rank's two chunks is position-contiguous, so one call per
-// sequence and chunk (the whole batch at once without cp).
-void GptCuda::rope(bf16* x, int B, int n_heads, bool inverse) {
-  const int Tl = seq_local(), hd = cfg_.head_dim();
-  if (shard_.cp_size == 1) {
-    ops_.rope(x, B, Tl, n_heads, hd, qkv_local_, cfg_.rope_theta, 0, inverse);
-    return;
-  }
-  const int chunk = Tl / 2;
-  for (int b = 0; b < B; ++b)
-    for (int c = 0; c < 2; ++c)
-      ops_.rope(x + (int64_t{b} * Tl + int64_t{c} * chunk) * qkv_local_, 1, chunk, n_heads, hd, qkv_local_,
-                cfg_.rope_theta, positions_[shard_.cp_rank * Tl + c * chunk], inverse);
 }
 
 }  // namespace mpitron

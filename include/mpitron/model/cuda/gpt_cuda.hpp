@@ -42,6 +42,7 @@
 #include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/model/ring_attention.hpp"
+#include "mpitron/model/shard_geometry.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
 namespace mpitron {
@@ -146,14 +147,8 @@ class GptCuda final : public ModelChunk {
   // Sequence parallel: this rank's rows of the residual stream; the all-gather of a [rows, C]
   // tensor (into out, default gath; without SP the input itself); the reduction of a row-parallel
   // output's partial sums (SP: reduce-scatter into local; else summed in place, local = partial).
-  int64_t local_rows(int64_t BT) const { return sp_ ? BT / shard_.tp_size : BT; }
-  // Positions of each sequence this rank holds (seq_len / cp), and where local row i of the
-  // micro-batch is in the trainer's full [B, seq_len] arrays.
-  int seq_local() const { return local_seq_len(cfg_, shard_); }
-  int64_t full_index(int64_t i) const;
-  // RoPE on the first n_heads heads of x's rows (row stride qkv_local_) at their global
-  // positions: one call for the whole batch, or per sequence and chunk under cp.
-  void rope(bf16* x, int B, int n_heads, bool inverse);
+  int64_t local_rows(int64_t BT) const { return geo_.local_rows(BT); }
+  int seq_local() const { return geo_.Tl; }  // positions of each sequence this rank holds (seq_len / cp)
   // wpe's rows for this rank's positions (device), nullptr without cp (positions 0..T-1).
   const int32_t* cp_positions() const {
     return shard_.cp_size > 1 ? a_.ring.positions + int64_t{shard_.cp_rank} * seq_local() : nullptr;
@@ -195,19 +190,18 @@ class GptCuda final : public ModelChunk {
 
   ModelConfig cfg_;
   const BlockSpec& spec_;
+  ShardGeometry geo_;  // per-rank widths, positions, RoPE
   CudaOps& ops_;
   UnitHook hook_;
   int max_B_;
   ModelShard shard_;
   Comm* tp_ = nullptr;
-  int64_t vp_ = 0, chunk_rows_ = 0;  // vp_: this rank's vocabulary rows (padded_vocab(tp) / tp)
+  int64_t chunk_rows_ = 0;
   bool recompute_ = false, sp_ = false;
   int layer_begin_ = 0, n_local_ = 0;       // this stage's blocks
   std::vector<Acts> slots_;                 // a_ is the slot the current forward/backward uses
   std::vector<int> slot_B_;
   std::vector<bool> slot_pending_;
-  int64_t vocab_begin_ = 0, c_local_ = 0, h_local_ = 0, f_local_ = 0;
-  int64_t kv_local_ = 0, qkv_local_ = 0;  // kv heads and the fused q|k|v width per rank
   std::vector<ParamInfo> params_;
   size_t n_flat_ = 0;
   Offsets off_;
@@ -224,7 +218,6 @@ class GptCuda final : public ModelChunk {
   float* host_losses_ = nullptr;    // pinned [max BT]
   cudaEvent_t tokens_sent_ = nullptr, losses_ready_ = nullptr;
   bool grad_enabled_ = true;
-  std::vector<int32_t> positions_;  // cp > 1: every cp rank's global positions [cp, Tl] (host copy)
   std::unique_ptr<RingBlocks> ring_blocks_;  // context parallel: the GPU blocks, the ring
   std::unique_ptr<RingAttention> ring_;
 };

@@ -1,0 +1,60 @@
+// One rank's share of the model, the same arithmetic on both devices: the per-rank widths under
+// tensor parallel (whole heads per rank, Megatron's split), this rank's positions of every
+// sequence under context parallel (two load-balanced chunks), where each local row sits in the
+// trainer's full [B, seq_len] arrays, and the rotary embedding over those positions. The CPU GPT
+// and the GPU GptCuda both hold one; only the element type and the ops differ.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "mpitron/model/config.hpp"
+#include "mpitron/model/model_chunk.hpp"
+
+namespace mpitron {
+
+struct ShardGeometry {
+  // Checks that the shard can split this model (UsageError naming the sizes when it cannot).
+  ShardGeometry(const ModelConfig& cfg, const ModelShard& shard);
+
+  int tp = 1, cp = 1, cp_rank = 0;
+  int seq_len = 0, Tl = 0;  // positions per sequence: in all, and on this rank (seq_len / cp)
+  int hd = 0;               // head dim
+  bool sp = false;          // sequence parallel (tp > 1 only)
+  double rope_theta = 0;
+  // Per rank: query heads, key/value heads, attention width (h_local hd), MLP width (F/tp), the
+  // fused q|k|v output width ((H + 2 KV) hd / tp), fc's output width (F/tp, or 2F/tp for gate|up),
+  // and the vocabulary rows (padded vocab / tp) starting at vocab_begin.
+  int64_t h_local = 0, kv_local = 0, c_local = 0, f_local = 0, qkv_local = 0, fc_local = 0;
+  int64_t vp = 0, vocab_begin = 0;
+  // Global position of every rank's local positions: [cp, Tl] (0..T-1 without cp).
+  std::vector<int32_t> all_positions;
+
+  const int32_t* positions() const { return all_positions.data() + int64_t{cp_rank} * Tl; }  // this rank's
+  // Local row i of a micro-batch ([B, Tl]) in the trainer's full [B, seq_len] arrays.
+  int64_t full_index(int64_t i) const { return cp == 1 ? i : i / Tl * seq_len + positions()[i % Tl]; }
+  // Rows of a [B * Tl, ...] activation this rank holds outside the TP layers: all, or 1/tp under SP.
+  int64_t local_rows(int64_t BT) const { return sp ? BT / tp : BT; }
+
+  // Rotary embedding of this rank's query and key heads in x ([B * Tl, qkv_local] rows, q first,
+  // then k) at their global positions: each chunk's positions are consecutive, so one call per
+  // sequence and chunk under cp, one for the whole batch without. inverse: the rotation back
+  // (the backward). Ops is Ops (fp32) or CudaOps (bf16).
+  template <class Ops, class T>
+  void rope(Ops& ops, T* x, int B, bool inverse) const {
+    const int chunk = cp > 1 ? Tl / 2 : Tl;
+    for (int b = 0; b < (cp > 1 ? B : 1); ++b)
+      for (int c = 0; c < Tl / chunk; ++c) {
+        T* q = x + (int64_t{b} * Tl + int64_t{c} * chunk) * qkv_local;
+        const int nb = cp > 1 ? 1 : B, pos0 = positions()[c * chunk];
+        ops.rope(q, nb, chunk, static_cast<int>(h_local), hd, qkv_local, rope_theta, pos0, inverse);
+        ops.rope(q + c_local, nb, chunk, static_cast<int>(kv_local), hd, qkv_local, rope_theta, pos0, inverse);
+      }
+  }
+  // Attention's backward passes through the rotation: dq, dk rotated back.
+  template <class Ops, class T>
+  void rope_backward(Ops& ops, T* dqkv, int B) const {
+    rope(ops, dqkv, B, /*inverse=*/true);
+  }
+};
+
+}  // namespace mpitron
