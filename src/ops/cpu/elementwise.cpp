@@ -46,7 +46,7 @@ void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, flo
   float step_size = static_cast<float>(lr / bc1);
   float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   float decay = static_cast<float>(1.0 - static_cast<double>(lr) * weight_decay);
-#ifdef __AVX512F__
+#if MPITRON_CPU_AVX512
   // Intrinsics: with math-errno, std::sqrt keeps GCC from vectorising. sqrt and div are IEEE
   // exact in both forms, so results equal the scalar formula.
   const int64_t blocks = static_cast<int64_t>((n + 15) / 16);

@@ -7,7 +7,7 @@ namespace {
 constexpr float kS2Pi = 0.7978845608028654f;  // sqrt(2/pi)
 }  // namespace
 
-#ifdef __AVX512F__
+#if MPITRON_CPU_AVX512
 
 namespace {
 

@@ -27,3 +27,11 @@
 #else
 #define MPITRON_CPU_ISA base
 #endif
+// Whether the code after this may use AVX-512 intrinsics: the avx512 variant, or a base compiled
+// for an ARCH that has AVX-512 (ARCH=native on such a machine). g++ does not define __AVX512F__
+// after a target pragma, so the kernels test this instead.
+#if defined(MPITRON_CPU_ISA_AVX512) || defined(__AVX512F__)
+#define MPITRON_CPU_AVX512 1
+#else
+#define MPITRON_CPU_AVX512 0
+#endif

@@ -9,7 +9,7 @@
 
 namespace mpitron::cpu::MPITRON_CPU_ISA {
 
-#ifdef __AVX512F__
+#if MPITRON_CPU_AVX512
 
 template <int MR, bool TransA>
 inline void small_gemm_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,

@@ -35,7 +35,7 @@ inline float exp1(float x) {
 // tanh(x) = 1 - 2 / (exp(2x) + 1); abs error ~1e-7.
 inline float tanh1(float x) { return 1.f - 2.f / (exp1(x + x) + 1.f); }
 
-#ifdef __AVX512F__
+#if MPITRON_CPU_AVX512
 
 inline __m512 exp16(__m512 x) {
   x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.f)), _mm512_set1_ps(-87.f));
