@@ -29,7 +29,7 @@ endif
 # that later GPUs JIT-compile it. Semicolon-separated compute capabilities without the dot.
 CUDA_ARCH ?= 80;90;100
 CUDA_ARCH_LIST := $(subst ;, ,$(CUDA_ARCH))
-CUDA_PTX := $(lastword $(sort $(CUDA_ARCH_LIST)))
+CUDA_PTX := $(shell printf '%s\n' $(CUDA_ARCH_LIST) | sort -n | tail -1)
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCH_LIST),-gencode=arch=compute_$(a),code=sm_$(a)) \
   -gencode=arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
 PREFIX ?= /usr/local
