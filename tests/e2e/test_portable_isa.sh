@@ -8,7 +8,7 @@
 #   - the emulated run's loss at every step equals the same job run natively by the same binary,
 #     to 2e-5 relative. The two differ only in float summation order: the base kernels against
 #     the AVX-512 ones (same arithmetic, isa.hpp) and oneDNN's AVX2 GEMMs against its AVX-512 ones,
-#     measured at a few 1e-7 on these steps; a wrong fallback kernel (exp, GELU, softmax,
+#     measured at ~1e-8 on these steps; a wrong fallback kernel (exp, GELU, softmax,
 #     attention, AdamW) moves the loss by 1e-3 or more.
 # A binary built with ARCH=native on an AVX-512 machine fails here (SIGILL under qemu).
 # Skipped under SAN (qemu-user cannot host ASan's shadow memory).
