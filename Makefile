@@ -1,6 +1,7 @@
 # mpitron build. `make` -> build/mpitron; `make test`; `make demo`; `make deps`.
 # CUDA=auto (default: build the CUDA backend when nvcc is found) | 0 (CPU only) | 1 (required).
 # BUILD=dir puts every output under another folder (several builds side by side).
+# `make help` lists the targets and these knobs.
 SHELL := /bin/bash
 # SAN=address,undefined: a sanitizer build (any -fsanitize= list) in its own folder, CPU only
 # (nvcc's host objects and the CUDA runtime do not go with ASan; the GPU emulation test skips).
@@ -9,7 +10,30 @@ BUILD ?= $(if $(SAN),build-san,build)
 CUDA ?= $(if $(SAN),0,auto)
 CUDA_HOME ?= /usr/local/cuda
 NVCC := $(CUDA_HOME)/bin/nvcc
-ARCH ?= -march=native
+# ARCH: the CPU the binary may run on. Default x86-64-v3 (Haswell 2013 / Zen 1 and newer: AVX2,
+# FMA, BMI2), not v2: every x86 node a trainer meets in practice has AVX2, oneDNN and the kernels
+# are much slower without it, and v3 is the baseline of current distributions (RHEL 10). The
+# AVX-512 kernels are compiled as well and chosen at run time (src/ops/cpu/isa.hpp), and oneDNN
+# dispatches its own GEMMs, so a portable binary loses nothing measurable on AVX-512 nodes
+# (bench/results/portable_isa.md). ARCH=native: tuned for the build machine only (may die with
+# SIGILL elsewhere). Any other value is passed as is (ARCH=-march=x86-64-v4).
+ARCH ?= x86-64-v3
+ifeq ($(ARCH),native)
+  ARCH_FLAGS := -march=native
+else ifeq ($(filter -%,$(ARCH)),)
+  ARCH_FLAGS := -march=$(ARCH) -mtune=generic
+else
+  ARCH_FLAGS := $(ARCH)
+endif
+# CUDA_ARCH: the GPU generations to emit code for (A100, H100, B200), plus PTX for the newest so
+# that later GPUs JIT-compile it. Semicolon-separated compute capabilities without the dot.
+CUDA_ARCH ?= 80;90;100
+CUDA_ARCH_LIST := $(subst ;, ,$(CUDA_ARCH))
+CUDA_PTX := $(shell printf '%s\n' $(CUDA_ARCH_LIST) | sort -n | tail -1)
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCH_LIST),-gencode=arch=compute_$(a),code=sm_$(a)) \
+  -gencode=arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
+PREFIX ?= /usr/local
+DESTDIR ?=
 
 ifeq ($(CUDA),auto)
   CUDA_ON := $(if $(wildcard $(NVCC)),1,0)
@@ -28,26 +52,33 @@ MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
 HDF5_LIBS := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
 
-CPPFLAGS := -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -DMPITRON_CUDA=$(CUDA_ON)
+# The build's own flags live in MT_*; a user's CPPFLAGS / CXXFLAGS / LDFLAGS / LDLIBS / NVCCFLAGS
+# (command line or environment) come after them, so `make CXXFLAGS=-O1` changes the optimisation
+# level without dropping -std=c++20 or the dependency files.
+MT_CPPFLAGS := -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -DMPITRON_CUDA=$(CUDA_ON)
 # -Wno-stringop-overflow: g++ 12 false positive inside fmt 9's fill_t (fmt issue #2708-style), not our code.
-CXXFLAGS := -std=c++20 -O3 $(ARCH) -fopenmp -g1 -Wall -Wextra -Wno-stringop-overflow -MMD -MP
-LDLIBS := -ldnnl -lfmt -lpthread -lpcre2-8 -lz -lzstd -lsentencepiece $(HDF5_LIBS) $(MPI_LIBS)
-LDFLAGS := -fopenmp
+MT_CXXFLAGS := -std=c++20 -O3 $(ARCH_FLAGS) -fopenmp -g1 -Wall -Wextra -Wno-stringop-overflow -MMD -MP
+MT_LDLIBS := -ldnnl -lfmt -lpthread -lpcre2-8 -lz -lzstd -lsentencepiece $(HDF5_LIBS) $(MPI_LIBS)
+MT_LDFLAGS := -fopenmp
 SAN_OBJ :=
 ifneq ($(SAN),)
-  CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
-  LDFLAGS += -fsanitize=$(SAN)
+  MT_CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  MT_LDFLAGS += -fsanitize=$(SAN)
   # Fixes for leak reports of OpenMPI components and for UBSan report files (san_hooks.cpp).
   SAN_OBJ := $(BUILD)/obj/tests/sanitizers/san_hooks.o
-  LDFLAGS += -Wl,--export-dynamic-symbol=dlclose
+  MT_LDFLAGS += -Wl,--export-dynamic-symbol=dlclose
 endif
 
 ifeq ($(CUDA_ON),1)
-  CPPFLAGS += -I$(CUDA_HOME)/include
-  NVCCFLAGS := -std=c++20 -O3 -Iinclude -I$(CUDA_HOME)/include -DMPITRON_CUDA=1 \
-    -gencode=arch=compute_90,code=sm_90 -Xcompiler -fopenmp,-Wall -MMD -MP
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart
+  MT_CPPFLAGS += -I$(CUDA_HOME)/include
+  MT_NVCCFLAGS := -std=c++20 -O3 -Iinclude -I$(CUDA_HOME)/include -DMPITRON_CUDA=1 \
+    $(CUDA_GENCODE) -Xcompiler -fopenmp,-Wall -MMD -MP
+  MT_LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart
 endif
+ALL_CPPFLAGS = $(MT_CPPFLAGS) $(CPPFLAGS)
+ALL_CXXFLAGS = $(MT_CXXFLAGS) $(CXXFLAGS)
+ALL_LDFLAGS = $(MT_LDFLAGS) $(LDFLAGS)
+ALL_LDLIBS = $(MT_LDLIBS) $(LDLIBS)
 
 # Sources: everything under src/; files in a cuda/ folder (and .cu files) only with CUDA on.
 ALL_CPP := $(shell find src -name '*.cpp' | sort)
@@ -58,7 +89,9 @@ ifeq ($(CUDA_ON),1)
   LIB_CPP += $(CUDA_CPP)
   CU_SRC := $(shell find src -name '*.cu' | sort)
 endif
-LIB_OBJ := $(LIB_CPP:%.cpp=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+# The CPU kernel files are compiled a second time as their AVX-512 variant (src/ops/cpu/isa.hpp).
+ISA_CPP := $(filter-out src/ops/cpu/cpu_ops.cpp src/ops/cpu/cpu_isa.cpp src/ops/cpu/gemm.cpp,$(wildcard src/ops/cpu/*.cpp))
+LIB_OBJ := $(LIB_CPP:%.cpp=$(BUILD)/obj/%.o) $(ISA_CPP:%.cpp=$(BUILD)/obj/%.avx512.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 LIB := $(BUILD)/libmpitron.a
 
 UNIT_SRC := $(sort $(wildcard tests/unit/*.cpp))
@@ -73,11 +106,11 @@ MPI_MAIN_OBJ := $(BUILD)/obj/tests/mpi/mpi_main.o
 TEST_CPPFLAGS := -DBOOST_TEST_DYN_LINK
 TEST_LIBS := -lboost_unit_test_framework
 
-.PHONY: all deps deps-check deps-slurm test test-unit test-mpi test-e2e test-stress test-slurm demo data bench bench-data clean docs
+.PHONY: all help install compile_commands.json deps deps-check deps-slurm test test-unit test-mpi test-e2e test-stress test-slurm demo data bench bench-data clean docs
 all: $(BUILD)/mpitron
 
 $(BUILD)/mpitron: $(BUILD)/obj/src/main.o $(LIB) $(SAN_OBJ)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(ALL_LDLIBS)
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -85,23 +118,27 @@ $(LIB): $(LIB_OBJ)
 
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+	$(CXX) $(ALL_CPPFLAGS) $(ALL_CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.avx512.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(ALL_CPPFLAGS) -DMPITRON_CPU_ISA_AVX512 $(ALL_CXXFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(MT_NVCCFLAGS) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+	$(CXX) $(ALL_CPPFLAGS) $(TEST_CPPFLAGS) $(ALL_CXXFLAGS) -c $< -o $@
 
 $(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/obj/%.o) $(LIB) $(SAN_OBJ)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) $(ALL_LDLIBS)
 
 $(BUILD)/tests/mpi/%: $(BUILD)/obj/tests/mpi/%.o $(MPI_MAIN_OBJ) $(LIB) $(SAN_OBJ)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) $(ALL_LDLIBS)
 
 deps:
 	@bash tools/deps.sh install
@@ -164,7 +201,7 @@ data: deps-check $(BUILD)/mpitron
 # Data pipeline benchmark: prep MB/s, BPE training time, loader tokens/s -> bench/results/data.md.
 $(BUILD)/bench/bench_data: $(BUILD)/obj/bench/data/bench_data.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(ALL_LDLIBS)
 bench-data: $(BUILD)/bench/bench_data $(BUILD)/mpitron
 	$(BUILD)/bench/bench_data bench/results/data.md
 	BUILD=$(BUILD) bash bench/data/gpt2.sh bench/results/data.md
@@ -175,7 +212,7 @@ bench: bench-data
 .PHONY: bench-comm
 $(BUILD)/bench/comm_plain_allreduce: $(BUILD)/obj/bench/comm/plain_allreduce.o
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(MPI_LIBS)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(MPI_LIBS)
 bench-comm: $(BUILD)/mpitron $(BUILD)/bench/comm_plain_allreduce
 	@BUILD=$(BUILD) bash bench/comm/run_allreduce_np2.sh
 bench: bench-comm
@@ -193,12 +230,48 @@ GPU_CHECK_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard bench/gpu/*.cpp) t
 $(BUILD)/bench/gpu_check: $(GPU_CHECK_OBJ)
 	@test "$(CUDA_ON)" = 1 || { echo "gpu_check needs a CUDA build (CUDA=1)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(ALL_LDLIBS)
 gpu-check:
 	@bash bench/gpu_check.sh
 
 clean:
 	rm -rf $(BUILD)
+
+# make install [PREFIX=/usr/local] [DESTDIR=staging root]: the binary, the library and the public
+# headers (for programs linking libmpitron.a with the same LDLIBS).
+install: $(BUILD)/mpitron $(LIB)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(BUILD)/mpitron $(DESTDIR)$(PREFIX)/bin/mpitron
+	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libmpitron.a
+	cp -R include/mpitron $(DESTDIR)$(PREFIX)/include/
+	chmod -R u=rwX,go=rX $(DESTDIR)$(PREFIX)/include/mpitron
+
+# compile_commands.json for clangd and clang-tidy: the compile lines of a dry run of a full
+# rebuild (make -n -B), so it holds exactly this build's flags (ARCH, CUDA, SAN).
+compile_commands.json:
+	@$(MAKE) --no-print-directory -n -B $(BUILD)/mpitron $(UNIT_BIN) $(MPI_TEST_BIN) | /usr/bin/python3 tools/compile_commands.py >$@
+	@echo "compile_commands.json: $$(grep -c '"file"' $@) files"
+
+help:
+	@echo "Targets:"
+	@echo "  all (default)        $(BUILD)/mpitron"
+	@echo "  tests                unit + MPI test binaries"
+	@echo "  test                 deps-check, then every test (unit, mpi, e2e)"
+	@echo "  test-unit test-mpi test-e2e test-stress test-slurm test-mutants test-fuzz"
+	@echo "  install              bin/mpitron, lib/libmpitron.a, include/mpitron under DESTDIR+PREFIX"
+	@echo "  compile_commands.json  this build's compile lines, for clangd / clang-tidy"
+	@echo "  deps deps-check      install / check the Debian packages (tools/deps.sh)"
+	@echo "  demo data            the demo corpus and a short 2-rank training run"
+	@echo "  bench bench-data bench-comm gpu-check"
+	@echo "  clean                rm -rf \$$BUILD"
+	@echo "Knobs (current value):"
+	@echo "  ARCH=$(ARCH)       CPU baseline: x86-64-v3 (portable, AVX-512 chosen at run time), native, or raw flags"
+	@echo "  CUDA=$(CUDA)           auto | 0 | 1  (CUDA backend; auto: when $(NVCC) exists)"
+	@echo "  CUDA_ARCH=$(CUDA_ARCH)  GPU compute capabilities, ;-separated; PTX for the newest"
+	@echo "  SAN=$(SAN)              sanitizers, e.g. address,undefined (own folder, CPU only)"
+	@echo "  BUILD=$(BUILD)         output folder"
+	@echo "  PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)  for make install"
+	@echo "  CPPFLAGS CXXFLAGS LDFLAGS LDLIBS NVCCFLAGS  appended to the build's own flags"
 
 # make test-fuzz / fuzz-<target> / fuzz-seeds / test-stress (clang + libFuzzer, own build folder).
 include tests/fuzz/fuzz.mk

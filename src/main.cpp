@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? mpitron::kExitUsage : 0;
   }
   std::string name = argv[1];
+  if (name == "--version") name = "version";  // what users try first
   mpitron::Args args(argv + 2, argv + argc);
   try {
     for (const auto& c : mpitron::commands()) {

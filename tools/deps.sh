@@ -17,6 +17,7 @@ PKGS=(
   zlib1g-dev libzstd-dev libpcre2-dev zstd libsentencepiece-dev sentencepiece python3-sentencepiece nodejs
   fortunes fortunes-min
   python3 python3-numpy python3-h5py python3-matplotlib
+  qemu-user  # tests/e2e/test_portable_isa.sh runs the default build on an emulated CPU without AVX-512
 )
 # PyTorch is needed only to regenerate test fixtures and for bench/ comparisons.
 [ "${MPITRON_DEPS_TORCH:-0}" = 1 ] && PKGS+=(python3-torch libopenblas0-openmp)

@@ -14,13 +14,13 @@ make --no-print-directory BUILD="$BUILD" CUDA=1 "$BUILD/bench/gpu_check" "$BUILD
 flags=$(make --no-print-directory -s BUILD="$BUILD" CUDA=1 -f - print-flags <<'MK'
 include Makefile
 print-flags:
-	@echo $(CPPFLAGS) $(CXXFLAGS)
+	@echo $(ALL_CPPFLAGS) $(ALL_CXXFLAGS)
 MK
 )
 libs=$(make --no-print-directory -s BUILD="$BUILD" CUDA=1 -f - print-libs <<'MK'
 include Makefile
 print-libs:
-	@echo $(LDFLAGS) $(LDLIBS)
+	@echo $(ALL_LDFLAGS) $(ALL_LDLIBS)
 MK
 )
 mkdir -p "$BUILD/obj/bench/gpu/emulate"

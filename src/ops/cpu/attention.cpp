@@ -14,7 +14,7 @@
 #include "small_gemm.hpp"
 #include "vmath.hpp"
 
-namespace mpitron::cpu {
+namespace mpitron::cpu::MPITRON_CPU_ISA {
 
 namespace {
 constexpr int kRowBlock = 48;  // query rows per block (multiple of the 6-row micro-tile)
@@ -115,4 +115,4 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   }
 }
 
-}  // namespace mpitron::cpu
+}  // namespace mpitron::cpu::MPITRON_CPU_ISA

@@ -19,7 +19,7 @@
 #include "small_gemm.hpp"
 #include "vmath.hpp"
 
-namespace mpitron::cpu {
+namespace mpitron::cpu::MPITRON_CPU_ISA {
 
 namespace {
 
@@ -172,4 +172,4 @@ void attention_block_backward(float* dq, int64_t dq_stride, float* dkv, const fl
   }
 }
 
-}  // namespace mpitron::cpu
+}  // namespace mpitron::cpu::MPITRON_CPU_ISA

@@ -6,7 +6,7 @@
 #include "kernels.hpp"
 #include "vmath.hpp"
 
-namespace mpitron::cpu {
+namespace mpitron::cpu::MPITRON_CPU_ISA {
 
 void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t rows,
                           int64_t Vp, int64_t V) {
@@ -39,4 +39,4 @@ void crossentropy_backward(float* dlogits, const float* lse, const int32_t* targ
   }
 }
 
-}  // namespace mpitron::cpu
+}  // namespace mpitron::cpu::MPITRON_CPU_ISA

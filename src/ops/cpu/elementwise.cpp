@@ -1,9 +1,7 @@
-#include <cmath>
-
 #include "kernels.hpp"
 #include "vmath.hpp"
 
-namespace mpitron::cpu {
+namespace mpitron::cpu::MPITRON_CPU_ISA {
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
 #pragma omp parallel for simd schedule(static)
@@ -48,6 +46,7 @@ void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, flo
   float step_size = static_cast<float>(lr / bc1);
   float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   float decay = static_cast<float>(1.0 - static_cast<double>(lr) * weight_decay);
+#if MPITRON_CPU_AVX512
   // Intrinsics: with math-errno, std::sqrt keeps GCC from vectorising. sqrt and div are IEEE
   // exact in both forms, so results equal the scalar formula.
   const int64_t blocks = static_cast<int64_t>((n + 15) / 16);
@@ -67,6 +66,16 @@ void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, flo
     __m512 pi = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + i), dec), _mm512_mul_ps(ss, _mm512_div_ps(mi, denom)));
     _mm512_mask_storeu_ps(p + i, k, pi);
   }
+#else
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = beta1 * m[i] + (1.f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.f - beta2) * gi * gi;
+    m[i] = mi, v[i] = vi;
+    p[i] = p[i] * decay - step_size * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
+  }
+#endif
 }
 
 double sum_squares(const float* x, size_t n) {
@@ -76,4 +85,4 @@ double sum_squares(const float* x, size_t n) {
   return s;
 }
 
-}  // namespace mpitron::cpu
+}  // namespace mpitron::cpu::MPITRON_CPU_ISA

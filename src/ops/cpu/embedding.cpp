@@ -1,6 +1,7 @@
 #include "kernels.hpp"
+#include "isa.hpp"  // last: see there
 
-namespace mpitron::cpu {
+namespace mpitron::cpu::MPITRON_CPU_ISA {
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
                        int64_t vocab_begin, int64_t vocab_end) {
@@ -50,4 +51,4 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   }
 }
 
-}  // namespace mpitron::cpu
+}  // namespace mpitron::cpu::MPITRON_CPU_ISA

@@ -1,12 +1,15 @@
-#include <omp.h>
-
 #include "kernels.hpp"
 #include "vmath.hpp"
 
-namespace mpitron::cpu {
+namespace mpitron::cpu::MPITRON_CPU_ISA {
 
 namespace {
 constexpr float kS2Pi = 0.7978845608028654f;  // sqrt(2/pi)
+}  // namespace
+
+#if MPITRON_CPU_AVX512
+
+namespace {
 
 template <class F>
 void for_blocks(size_t n, F&& f) {  // 16-float blocks split over threads, masked tail
@@ -41,4 +44,29 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
   });
 }
 
-}  // namespace mpitron::cpu
+#else  // the same operations on one float at a time
+
+void gelu_forward(float* out, const float* inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kS2Pi * std::fma(0.044715f * x, x * x, x);
+    out[i] = 0.5f * x * (1.f + tanh1(u));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    const float x = inp[i], x2 = x * x;
+    const float t = tanh1(kS2Pi * std::fma(0.044715f * x, x2, x));
+    const float sech2 = std::fma(-t, t, 1.f);
+    const float du = kS2Pi * std::fma(3.f * 0.044715f, x2, 1.f);
+    const float g = std::fma(0.5f * x * sech2, du, 0.5f * (1.f + t));
+    dinp[i] = g * dout[i];
+  }
+}
+
+#endif
+
+}  // namespace mpitron::cpu::MPITRON_CPU_ISA

@@ -1,8 +1,9 @@
 #include <cmath>
 
 #include "kernels.hpp"
+#include "isa.hpp"  // last: see there
 
-namespace mpitron::cpu {
+namespace mpitron::cpu::MPITRON_CPU_ISA {
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t rows, int64_t C) {
@@ -75,4 +76,4 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
 }
 
-}  // namespace mpitron::cpu
+}  // namespace mpitron::cpu::MPITRON_CPU_ISA

@@ -5,8 +5,9 @@
 #include <vector>
 
 #include "kernels.hpp"
+#include "isa.hpp"  // last: see there
 
-namespace mpitron::cpu {
+namespace mpitron::cpu::MPITRON_CPU_ISA {
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t rows, int64_t C,
                      float eps) {
@@ -119,4 +120,4 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, i
   }
 }
 
-}  // namespace mpitron::cpu
+}  // namespace mpitron::cpu::MPITRON_CPU_ISA

@@ -2,12 +2,14 @@
 // from inside an OpenMP loop (oneDNN is not, to keep its thread pool out of nested regions).
 // C[M,N] (+)= alpha * op(A)[M,K] * B[K,N], all row-major with leading dimensions; TransA: A is
 // stored [K, M]. 6x32 micro-tile: 12 zmm accumulators, 2 loads + 6 broadcasts per 12 FMAs.
+// Without AVX-512 (isa.hpp): a row at a time, 32 columns of accumulators the compiler vectorises;
+// each output is the same fused sum over k in the same order, times alpha, plus C.
 #pragma once
-#include "avx512.hpp"
+#include "isa.hpp"
 
-#include <cstdint>
+namespace mpitron::cpu::MPITRON_CPU_ISA {
 
-namespace mpitron::cpu {
+#if MPITRON_CPU_AVX512
 
 template <int MR, bool TransA>
 inline void small_gemm_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
@@ -64,6 +66,29 @@ inline void small_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t 
   }
 }
 
+#else
+
+template <bool TransA = false>
+inline void small_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                       float* C, int64_t ldc, float alpha, bool accumulate) {
+  for (int64_t j = 0; j < N; j += 32) {
+    const int64_t nj = N - j < 32 ? N - j : 32;
+    for (int64_t i = 0; i < M; ++i) {
+      float acc[32] = {};
+      for (int64_t k = 0; k < K; ++k) {
+        const float a = TransA ? A[k * lda + i] : A[i * lda + k];
+        const float* b = B + k * ldb + j;
+#pragma omp simd
+        for (int64_t c = 0; c < nj; ++c) acc[c] = std::fma(a, b[c], acc[c]);
+      }
+      float* c = C + i * ldc + j;
+      for (int64_t l = 0; l < nj; ++l) c[l] = accumulate ? acc[l] * alpha + c[l] : acc[l] * alpha;
+    }
+  }
+}
+
+#endif
+
 // dst[cols, rows] = src[rows, cols]^T (src row stride lds, dst row stride ldd).
 inline void transpose(const float* src, int64_t rows, int64_t cols, int64_t lds, float* dst, int64_t ldd) {
   constexpr int64_t b = 16;
@@ -73,4 +98,4 @@ inline void transpose(const float* src, int64_t rows, int64_t cols, int64_t lds,
         for (int64_t j = j0; j < j0 + b && j < cols; ++j) dst[j * ldd + i] = src[i * lds + j];
 }
 
-}  // namespace mpitron::cpu
+}  // namespace mpitron::cpu::MPITRON_CPU_ISA
