@@ -123,6 +123,15 @@ BOOST_AUTO_TEST_CASE(json_round_trip_and_errors) {
   BOOST_CHECK_THROW(Tokenizer::from_json(
                         R"({"format":"mpitron-tokenizer","version":1,"type":"bpe","pretokenizer":"mpitron-v1","merges":[[300,1]]})"),
                     UsageError);
+  // A merge naming its own id stays inside the token table: only the ordering check refuses it
+  // (an id past the table would be caught or crash depending on the heap).
+  try {
+    Tokenizer::from_json(
+        R"({"format":"mpitron-tokenizer","version":1,"type":"bpe","pretokenizer":"mpitron-v1","merges":[[256,1]]})");
+    BOOST_FAIL("expected an error for a merge that refers to itself");
+  } catch (const std::exception& e) {
+    BOOST_TEST(std::string(e.what()).find("not defined before it") != std::string::npos, e.what());
+  }
   try {
     Tokenizer::load("/nonexistent/tok.json");
     BOOST_FAIL("expected an error");
