@@ -80,6 +80,16 @@ ALL_CXXFLAGS = $(MT_CXXFLAGS) $(CXXFLAGS)
 ALL_LDFLAGS = $(MT_LDFLAGS) $(LDFLAGS)
 ALL_LDLIBS = $(MT_LDLIBS) $(LDLIBS)
 
+# Every object depends on the flags it was compiled with (this file holds them): a build with
+# another ARCH, CUDA or CXXFLAGS in the same folder recompiles everything instead of linking
+# objects of two configurations (a -march=native object in a portable binary dies with SIGILL).
+FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_NOW := $(CXX) $(ALL_CPPFLAGS) $(ALL_CXXFLAGS) | $(if $(filter 1,$(CUDA_ON)),$(NVCC) $(MT_NVCCFLAGS) $(NVCCFLAGS))
+ifneq ($(FLAGS_NOW),$(file <$(FLAGS_STAMP)))
+  $(shell mkdir -p $(BUILD))
+  $(file >$(FLAGS_STAMP),$(FLAGS_NOW))
+endif
+
 # Sources: everything under src/; files in a cuda/ folder (and .cu files) only with CUDA on.
 ALL_CPP := $(shell find src -name '*.cpp' | sort)
 CUDA_CPP := $(shell find src -path '*/cuda/*' -name '*.cpp' | sort)
@@ -116,19 +126,19 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/obj/%.o: %.cpp
+$(BUILD)/obj/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(ALL_CPPFLAGS) $(ALL_CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.avx512.o: %.cpp
+$(BUILD)/obj/%.avx512.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(ALL_CPPFLAGS) -DMPITRON_CPU_ISA_AVX512 $(ALL_CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(MT_NVCCFLAGS) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/obj/tests/%.o: tests/%.cpp
+$(BUILD)/obj/tests/%.o: tests/%.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(ALL_CPPFLAGS) $(TEST_CPPFLAGS) $(ALL_CXXFLAGS) -c $< -o $@
 
