@@ -74,7 +74,6 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
         "rows would hold no real token)", cfg.vocab_size, T, geo_.vp);
   chunk_rows_ = gpu_logits_chunk_rows(cfg, max_micro_batch, options.logits_chunk_rows, shard.cp_size);
   recompute_ = options.recompute;
-  sp_ = geo_.sp;
   params_ = model_param_table(cfg_, shard);
   n_flat_ = flat_param_floats(params_);
 
@@ -201,7 +200,7 @@ void GptCuda::layer_forward(int l, int B) {
   const bool bias_here = shard_.tp_rank == 0;  // row-parallel biases: added once, before the TP sum
   const LayerOffsets& p = off_.layers[l];
   const LayerAct& a = a_.layers[recompute_ ? 0 : l];
-  bf16* partial = sp_ ? a_.full : a_.proj_out;  // row-parallel output before the TP reduction
+  bf16* partial = geo_.sp ? a_.full : a_.proj_out;  // row-parallel output before the TP reduction
   const bf16* res_in;
   if (recompute_ || l == 0) {
     res_in = recompute_ ? a_.block_in[l] : a_.encoded;
@@ -235,7 +234,7 @@ void GptCuda::layer_forward(int l, int B) {
 // forward) and, the same collective, the column-parallel input gradient (f's backward):
 // reduce-scatter to this rank's rows under SP, all-reduce without.
 const bf16* GptCuda::gather_rows(const bf16* local, int64_t BT, bf16* out) {
-  if (!sp_) return local;
+  if (!geo_.sp) return local;
   if (!out) out = a_.gath;
   gather_from_sequence_forward(*tp_, local, out, static_cast<size_t>(local_rows(BT) * cfg_.d_model));
   return out;
@@ -243,7 +242,7 @@ const bf16* GptCuda::gather_rows(const bf16* local, int64_t BT, bf16* out) {
 
 void GptCuda::reduce_rows(bf16* partial, bf16* local, int64_t BT) {
   const int64_t C = cfg_.d_model;
-  if (sp_) reduce_scatter_to_sequence_forward(*tp_, partial, local, static_cast<size_t>(local_rows(BT) * C));
+  if (geo_.sp) reduce_scatter_to_sequence_forward(*tp_, partial, local, static_cast<size_t>(local_rows(BT) * C));
   else if (shard_.tp_size > 1) reduce_from_tp_region_forward(*tp_, partial, static_cast<size_t>(BT * C));  // partial is local itself
 }
 
@@ -256,7 +255,7 @@ void GptCuda::ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, cons
     if (spec_.norm == NormKind::rmsnorm) ops_.rmsnorm_backward(dinp, gw, dout, inp, W(w), rstd, rows, C);
     else ops_.layernorm_backward(dinp, gw, gb, dout, inp, W(w), mean, rstd, rows, C);
   };
-  if (!sp_) {
+  if (!geo_.sp) {
     run(G(w), G(b));
     return;
   }
@@ -305,7 +304,7 @@ void GptCuda::head_forward(int B) {
   // Under SP the head reads every row: lnf all-gathered; dlnf's partial sums [BT, C] go to `full`
   // and are reduce-scattered to this rank's rows at the end.
   const bf16* lnf_all = gather_rows(a_.lnf, BT);
-  bf16* dlnf_all = sp_ ? a_.full : a_.dlnf;
+  bf16* dlnf_all = geo_.sp ? a_.full : a_.dlnf;
   const bool grad = grad_enabled_;
   if (grad)
     cuda_check(cudaMemsetAsync(a_.dwte_head, 0, static_cast<size_t>(geo_.vp * C) * sizeof(float), s),
@@ -378,7 +377,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   // input (set_stage_input), already in encoded.
   pre_event(UnitEvent::pre_forward, kEmbeddingUnit);
   if (shard_.has_embedding) {
-    bf16* emb = sp_ ? a_.full : a_.encoded;  // SP: every row's partial sum, then this rank's rows
+    bf16* emb = geo_.sp ? a_.full : a_.encoded;  // SP: every row's partial sum, then this rank's rows
     ops_.embedding_forward(emb, a_.tokens, W(off_.wte), shard_.tp_rank == 0 ? W(off_.wpe) : nullptr, B, T, C,
                            geo_.vocab_begin, geo_.vocab_begin + geo_.vp, cp_positions());
     reduce_rows(emb, a_.encoded, BT);
@@ -420,7 +419,7 @@ void GptCuda::layer_backward(int l, int B) {
   const LayerAct& a = a_.layers[recompute_ ? 0 : l];
   const bf16* res_in = recompute_ ? a_.block_in[l] : l > 0 ? a_.layers[l - 1].res3 : a_.encoded;
   bf16 *dres = a_.dres, *dC = a_.dC, *d4C = a_.d4C;
-  bf16* dC_partial = sp_ ? a_.full : dC;
+  bf16* dC_partial = geo_.sp ? a_.full : dC;
   // MLP: c_proj backward with dinp * gelu'(fch) fused (= d fch), then c_fc, then ln_2 (adds into dres).
   // LLaMA: down_proj's dinp (the SwiGLU output's gradient), SwiGLU's backward into d [gate | up].
   if (spec_.mlp == MlpKind::swiglu) {

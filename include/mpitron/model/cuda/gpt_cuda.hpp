@@ -197,7 +197,7 @@ class GptCuda final : public ModelChunk {
   ModelShard shard_;
   Comm* tp_ = nullptr;
   int64_t chunk_rows_ = 0;
-  bool recompute_ = false, sp_ = false;
+  bool recompute_ = false;
   int layer_begin_ = 0, n_local_ = 0;       // this stage's blocks
   std::vector<Acts> slots_;                 // a_ is the slot the current forward/backward uses
   std::vector<int> slot_B_;
