@@ -195,7 +195,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     if (trace::enabled()) trace::event("next batches", trace::data, t0, Clock::now());
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(my_tokens, ReduceOp::sum) : my_tokens;
 
-    const StepOutcome r = train_step(*backend, grid, batches, n_tokens, sched.at(step), cfg.optim.grad_clip);
+    const double lr = sched.at(step);
+    const StepOutcome r = train_step(*backend, grid, batches, n_tokens, lr, cfg.optim.grad_clip);
     if (!r.updated) {  // throws unless train.nan_policy = "skip" allows one more
       skip_non_finite_step(cfg, ckpt, result, step, r.loss, r.grad_norm, rank0);
       report.skipped_step();  // the state is the previous step's: checkpoints and preemption as on any step
@@ -205,7 +206,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     }
     result.consecutive_skips = 0;
     set_activity_phase("logging");
-    report.end_step(step, r, sched.at(step), ms_since(t0), data_ms);
+    report.end_step(step, r, lr, ms_since(t0), data_ms);
     if (step == start_step + 1) result.first_loss = r.loss;  // this run's first step (after a resume too)
     result.last_loss = r.loss;
     result.steps_done = step;
