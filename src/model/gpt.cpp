@@ -22,10 +22,10 @@ namespace {
 // has no mean (0 floats), its fused QKV is (H + 2 KV) hd wide and its fc (gate|up) 2F.
 struct ActPtrs {
   std::vector<std::vector<float*>> slot;  // [slot][input, 13 per layer (or 1), head 7]
-  std::vector<float*> shared;  // [logits, dres, dC, d3C, d4C, dmlp, 12 recompute scratch, xg, dfull]
+  std::vector<float*> shared;  // [logits, dres, dC, d3C, d4C, dmlp, proj_out, 12 recompute scratch, ring, xg, dfull]
 };
 constexpr int kLayerBufs = 13;
-constexpr int kScratch = 6;  // index of the first recompute scratch buffer in ActPtrs::shared
+constexpr int kScratch = 7;  // index of the first recompute scratch buffer in ActPtrs::shared
 
 // Tensor parallel: the attention width, heads and MLP width are per rank (C/tp, H/tp, F/tp), Vp
 // is this rank's vocab slice; with sequence parallel the LayerNorm/residual buffers hold Rl =
@@ -59,6 +59,7 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
   out.shared.push_back(s.has_head ? take(chunk_rows * Vp) : nullptr);  // logits (one chunk of rows)
   for (int64_t n : {Rl * C, BT * C, BT * Q, BT * Fc, spec.mlp == MlpKind::swiglu ? BT * F : 0})  // dres, dC, d3C, d4C, dmlp
     out.shared.push_back(take(n));
+  out.shared.push_back(local_layers(cfg, s) > 0 ? take(Rl * C) : nullptr);  // proj_out
   if (ao.recompute && local_layers(cfg, s) > 0)
     for (int i = 0; i < kLayerBufs - 1; ++i) out.shared.push_back(take(layer_sizes[i]));
   const int64_t ring = s.cp_size > 1 && local_layers(cfg, s) > 0
@@ -104,7 +105,7 @@ int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B,
 GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts,
          Comm* tp, Comm* cp)
     : cfg_(cfg), spec_(block_spec(cfg)), shard_(shard), geo_(cfg, shard), ops_(ops), max_B_(max_micro_batch),
-      opts_(opts) {
+      opts_(opts), dev_{ops} {
   cfg_.n_kv_head = kv_heads(cfg);  // multi-head attention where the architecture has no GQA, whatever a config says
   const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
   check(shard.tp_size == tp_size && shard.tp_rank == tp_rank,
@@ -117,14 +118,14 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
   check(opts.slots > 0, "GPT: activation slots must be > 0 (got {})", opts.slots);
   n_local_layers_ = local_layers(cfg, shard);
-  qkv_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, geo_.qkv_local * tp_size);
-  proj_ = std::make_unique<RowParallelLinear>(ops, tp_, geo_.c_local * tp_size, cfg.d_model);
-  fc_ = std::make_unique<ColumnParallelLinear>(ops, tp_, cfg.d_model, geo_.fc_local * tp_size);
-  fcp_ = std::make_unique<RowParallelLinear>(ops, tp_, cfg.d_ff, cfg.d_model);
-  emb_ = std::make_unique<VocabParallelEmbedding>(ops, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
-  ce_ = std::make_unique<VocabParallelCrossEntropy>(ops, tp_, cfg.padded_vocab(tp_size), cfg.vocab_size);
+  block_ = std::make_unique<TransformerBlock<CpuDevice>>(dev_, cfg_, geo_, tp_);
+  emb_ = std::make_unique<VocabParallelEmbedding<CpuDevice>>(dev_, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
+
   if (tp_.sp()) ln_grad_ = Buffer<float>(Mem::workspace, 2 * static_cast<size_t>(cfg.d_model));
+  block_->set_norm_grad_scratch(ln_grad_.data());
   chunk_rows_ = gpt_logits_chunk_rows(cfg, max_micro_batch, opts);
+  head_ = std::make_unique<LmHead<CpuDevice>>(dev_, cfg_, geo_, tp_, chunk_rows_);
+  if (tp_.active() && shard.has_head) ce_scratch_ = Buffer<float>(Mem::workspace, 4 * static_cast<size_t>(chunk_rows_));
   params_ = model_param_table(cfg, shard_);
   const size_t n = flat_param_floats(params_);
   n_flat_ = n;
@@ -153,26 +154,34 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
                    p);
   act_.logits = p.shared[0];
   act_.dres = p.shared[1], act_.dC = p.shared[2], act_.d3C = p.shared[3], act_.d4C = p.shared[4];
-  act_.dmlp = p.shared[5];
+  act_.dmlp = p.shared[5], act_.proj_out = p.shared[6];
   act_.xg = p.shared[p.shared.size() - 2], act_.dfull = p.shared.back();
+  // full and dres_full are never live at once (block_tensors.hpp): one buffer serves both.
+  scratch_ = {.proj_out = act_.proj_out, .dres = act_.dres, .dC = act_.dC, .dqkv = act_.d3C, .d4C = act_.d4C,
+              .dmlp = act_.dmlp, .gath = act_.xg, .full = act_.dfull, .dres_full = act_.dfull};
   if (cp && n_local_layers_ > 0) {
     ring_blocks_ = std::make_unique<CpuRingBlocks>(ops, cp->rank(), cp->size(), max_micro_batch,
                                                    local_seq_len(cfg, shard_), cfg.seq_len, static_cast<int>(geo_.h_local),
                                                    static_cast<int>(geo_.kv_local), cfg.head_dim(),
                                                    p.shared[p.shared.size() - 3]);
     ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, local_seq_len(cfg, shard_), 2 * geo_.kv_local * cfg.head_dim());
+    block_->set_ring(ring_.get());
   }
-  if (tp_.sp() && cp && shard_.has_embedding && !spec_.rope()) wpe_grad_ = Buffer<float>(Mem::workspace, size_t(cfg.seq_len) * cfg.d_model);
   for (int k = 0; k < opts.slots; ++k) {
     SlotActs sa;
     float** q = p.slot[k].data();
     sa.input = *q++;
+    // The walk's order: ln1, its mean, rstd, qkv, att, atty, res2, ln2, its mean, rstd, fch, fch_gelu, res3.
+    auto acts = [](float* const* r, float* res3) {
+      return LayerAct{.ln1 = r[0], .qkv = r[3], .atty = r[5], .res2 = r[6], .ln2 = r[7], .fch = r[10],
+                      .fch_gelu = r[11], .res3 = res3, .ln1_mean = r[1], .ln1_rstd = r[2], .att = r[4],
+                      .ln2_mean = r[8], .ln2_rstd = r[9]};
+    };
     for (int l = 0; l < n_local_layers_; ++l) {
       if (opts.recompute) {  // scratch for all but res3
-        float** r = &p.shared[kScratch];
-        sa.layers.push_back({r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], *q++});
+        sa.layers.push_back(acts(&p.shared[kScratch], *q++));
       } else {
-        sa.layers.push_back({q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11], q[12]});
+        sa.layers.push_back(acts(q, q[12]));
         q += kLayerBufs;
       }
     }
@@ -263,31 +272,6 @@ struct PostEvent {
 };
 }  // namespace
 
-// One block's forward from its input `res`. full = false stops after the MLP activation: what
-// backward needs when it recomputes a block (the block output is stored, res3 is not needed).
-// Tensor parallel: QKV and fc are column-parallel (this rank's heads / MLP columns), proj and
-// fcp row-parallel; the norms and residual work on this rank's rows (all of them without SP).
-// LLaMA: the fused projection gives [q | k | v] for this rank's H/tp query and KV/tp kv heads,
-// RoPE rotates q and k in place (positions t of the full rows), and fc gives [gate | up].
-void GPT::layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full) {
-  const int T = local_seq_len(cfg_, shard_), C = cfg_.d_model, hd = cfg_.head_dim();
-  const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B);
-  check_fused(w, "weights");
-  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, w.ln1_w, w.ln1_b, Rl);
-  qkv_->forward(a.qkv, a.ln1, act_.xg, w.qkv_w, w.qkv_b, BT);
-  if (spec_.rope()) geo_.rope(ops_, a.qkv, B, /*inverse=*/false);
-  if (ring_) ring_->forward(a.atty, a.att, a.qkv, B);
-  else ops_.attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(geo_.h_local), hd, static_cast<int>(geo_.kv_local));
-  proj_->forward(a.res2, a.atty, w.proj_w, w.proj_b, BT, act_.dfull);
-  ops_.add_inplace(a.res2, res, Rl * C);
-  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, Rl);
-  fc_->forward(a.fch, a.ln2, act_.xg, w.fc_w, w.fc_b, BT);
-  mlp_activation(a.fch_gelu, a.fch, BT);
-  if (!full) return;
-  fcp_->forward(a.res3, a.fch_gelu, w.fcp_w, w.fcp_b, BT, act_.dfull);
-  ops_.add_inplace(a.res3, a.res2, Rl * C);
-}
-
 // Separate q, k, v (gate, up) tensors run as one GEMM each: the table puts them back to back, and
 // whoever rebinds them (ZeRO-3 units, gradient buckets) must keep them so.
 void GPT::check_fused(const LayerW& x, const char* what) const {
@@ -304,37 +288,15 @@ void GPT::mlp_activation(float* out, const float* fc, int64_t rows) {
 
 void GPT::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        int64_t rows) {
-  if (spec_.norm == NormKind::rmsnorm) ops_.rmsnorm_forward(out, rstd, inp, w, rows, cfg_.d_model, cfg_.norm_eps);
-  else ops_.layernorm_forward(out, mean, rstd, inp, w, b, rows, cfg_.d_model);
+  block_->norm_forward(out, mean, rstd, inp, w, b, rows);
 }
 
-const float* GPT::gather_rows(const float* local, int64_t rows) {
-  if (!tp_.sp()) return local;
-  TpCommTimer timer(tp_);
-  gather_from_sequence_forward(*tp_.comm, local, act_.xg, static_cast<size_t>(sequence_local_rows(tp_, rows) * cfg_.d_model));
-  return act_.xg;
+BlockTensors<const float> GPT::block_weights(const LayerW& w) {
+  return {w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, w.proj_w, w.proj_b, w.ln2_w, w.ln2_b, w.fc_w, w.fc_b, w.fcp_w, w.fcp_b};
 }
 
-void GPT::ln_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                      const float* mean, const float* rstd, int64_t rows) {
-  const int64_t C = cfg_.d_model, nw = spec_.norm_params() * C;  // weight (and bias) gradient floats
-  auto run = [&](float* gw, float* gb) {
-    if (spec_.norm == NormKind::rmsnorm) ops_.rmsnorm_backward(dinp, gw, dout, inp, w, rstd, rows, C);
-    else ops_.layernorm_backward(dinp, gw, gb, dout, inp, w, mean, rstd, rows, C);
-  };
-  if (!tp_.sp()) {
-    run(dw, db);
-    return;
-  }
-  float* g = ln_grad_.data();
-  std::memset(g, 0, nw * sizeof(float));
-  run(g, g + C);
-  {
-    TpCommTimer timer(tp_);
-    sum_sequence_parallel_grads(*tp_.comm, g, static_cast<size_t>(nw));
-  }
-  ops_.add_inplace(dw, g, static_cast<size_t>(C));
-  if (spec_.biases) ops_.add_inplace(db, g + C, static_cast<size_t>(C));
+BlockTensors<float> GPT::block_grads(const LayerW& g) {
+  return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b, g.ln2_w, g.ln2_b, g.fc_w, g.fc_b, g.fcp_w, g.fcp_b};
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
@@ -361,22 +323,29 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
             cfg_.vocab_size);
       toks[i] = tok;
     }
-    // Under cp the positions are not 0..T-1: wpe's rows are added by global position instead.
-    emb_->forward(sa.input, toks, w_.wte, shard_.cp_size > 1 ? nullptr : w_.wpe, B, T, act_.dfull);
-    if (shard_.cp_size > 1 && w_.wpe) add_position_embedding(sa.input, B);
+    // Under cp the positions are not 0..T-1: wpe's rows are added by global position.
+    emb_->forward(sa.input, toks, w_.wte, w_.wpe, B, T, act_.dfull, shard_.cp_size > 1 ? geo_.positions() : nullptr);
   }
-  const float* res = sa.input;
+  // Each block's output is added lazily, by the next block's first norm (block l writes res3 of
+  // block l - 1); with recompute every block writes its own at once (the only tensor it keeps).
+  const int64_t Rl = local_rows(B);
   for (int l = 0; l < n_local_layers_; ++l) {
     emit(UnitEvent::pre_forward, l);
-    layer_forward(w_.layers[l], sa.layers[l], res, B, true);
-    res = sa.layers[l].res3;
+    check_fused(w_.layers[l], "weights");
+    const bool lazy = !opts_.recompute && l > 0;
+    block_->forward(block_weights(w_.layers[l]), sa.layers[l], scratch_, l > 0 ? sa.layers[l - 1].res3 : sa.input,
+                    lazy ? &sa.layers[l - 1] : nullptr, opts_.recompute ? sa.layers[l].res3 : nullptr, B);
     emit(UnitEvent::post_forward, l);
   }
+  if (n_local_layers_ > 0 && !opts_.recompute) {  // the last block's output: the stage output
+    const LayerAct& last = sa.layers.back();
+    ops_.residual_forward(last.res3, last.res2, act_.proj_out, static_cast<size_t>(Rl * C));
+  }
+  const float* res = sa.output;
   if (n_targets) *n_targets = 0;
   if (!shard_.has_head) return 0.0;
   emit(UnitEvent::pre_forward, kHeadUnit);
   PostEvent post_head{[this] { emit(UnitEvent::post_forward, kHeadUnit); }};
-  const int64_t Rl = local_rows(B);
   norm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, res, w_.lnf_w, w_.lnf_b, Rl);
   check(targets || (!tp_.sp() && shard_.cp_size == 1),
         "GPT::forward: generation (no targets) is not available with sequence or context parallel");
@@ -394,28 +363,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
     tgts[i] = tgt;
     count += tgt >= 0;
   }
-  // LM head + loss in chunks of rows. With gradients enabled the head's backward runs here too,
-  // unscaled (loss_scale is only known at backward(); the gradient is linear in it): each
-  // chunk's logits become softmax - onehot in place, then dlnf and this micro-batch's wte
-  // gradient (dwte_head), both kept in the slot. That spares recomputing the logits GEMM later.
-  // Tensor parallel: the head is a column-parallel linear over this rank's vocab slice (input
-  // all-gathered under SP), the loss vocab-parallel; dlnf's partial sums go through f's backward.
-  if (grad_enabled_) std::memset(sa.dwte_head, 0, static_cast<size_t>(geo_.vp) * C * sizeof(float));
-  const float* lnf = gather_rows(sa.lnf, BT);
-  float* dlnf = tp_.sp() ? act_.dC : sa.dlnf;  // [BT, C] partial sums under SP
-  for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows_) {
-    int64_t rows = std::min(chunk_rows_, BT - r0);
-    ops_.matmul_forward(act_.logits, lnf + r0 * C, w_.head(), nullptr, rows, C, geo_.vp);
-    ce_->forward(sa.losses + r0, sa.lse + r0, act_.logits, tgts + r0, rows);
-    if (!grad_enabled_) continue;
-    ce_->backward(act_.logits, sa.lse + r0, tgts + r0, rows, 1.f);
-    ops_.matmul_backward(dlnf + r0 * C, sa.dwte_head, nullptr, act_.logits, lnf + r0 * C, w_.head(), rows, C, geo_.vp);
-  }
-  if (grad_enabled_ && tp_.active()) {
-    TpCommTimer timer(tp_);
-    if (tp_.sp()) gather_from_sequence_backward(*tp_.comm, dlnf, sa.dlnf, static_cast<size_t>(Rl * C));
-    else copy_to_tp_region_backward(*tp_.comm, sa.dlnf, static_cast<size_t>(BT * C));
-  }
+  // The LM head and loss (lm_head.hpp); with gradients its backward too, unscaled, into the slot's
+  // dlnf and dwte_head (backward() applies loss_scale).
+  head_->forward(w_.head(), sa.lnf, sa.dlnf, sa.dwte_head, sa.losses, sa.lse, tgts, BT, grad_enabled_,
+                 {.logits = act_.logits, .gath = act_.xg, .full = act_.dfull, .ce = ce_scratch_.data()});
   double loss = 0.0;
   for (int64_t i = 0; i < BT; ++i) loss += sa.losses[i];
   if (n_targets) *n_targets = count;
@@ -434,10 +385,9 @@ void GPT::backward(float loss_scale, int slot) {
   check(slot >= 0 && slot < opts_.slots, "GPT::backward: activation slot {} outside [0, {})", slot,
         opts_.slots);
   SlotActs& sa = slots_[slot];
-  const int B = sa.B, T = local_seq_len(cfg_, shard_), C = cfg_.d_model, hd = cfg_.head_dim();
-  const int64_t BT = static_cast<int64_t>(B) * T, Rl = local_rows(B), Cl = geo_.c_local;
+  const int B = sa.B, T = local_seq_len(cfg_, shard_), C = cfg_.d_model;
+  const int64_t Rl = local_rows(B);
   check(B > 0, "GPT::backward without a forward");
-  const int H = static_cast<int>(geo_.h_local), KV = static_cast<int>(geo_.kv_local);
   const int32_t* toks = sa.tokens;
   float* dres = act_.dres;
   if (shard_.has_head) {
@@ -446,69 +396,21 @@ void GPT::backward(float loss_scale, int slot) {
     std::memset(dres, 0, Rl * C * sizeof(float));
     ops_.scale_inplace(sa.dlnf, loss_scale, Rl * C);
     ops_.axpy(g_.head(), loss_scale, sa.dwte_head, static_cast<size_t>(geo_.vp) * C);
-    ln_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, Rl);
+    block_->norm_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, Rl);
     emit(UnitEvent::post_backward, kHeadUnit);
   }
   for (int l = n_local_layers_ - 1; l >= 0; --l) {
-    const LayerW &w = w_.layers[l], &g = g_.layers[l];
-    const LayerAct& a = sa.layers[l];
-    const float* res_in = l > 0 ? sa.layers[l - 1].res3 : sa.input;
     emit(UnitEvent::pre_backward, l);  // before reading w: ZeRO-3 gathers the block here
-    if (opts_.recompute) layer_forward(w, a, res_in, B, false);  // the block's activations again
-    check_fused(g, "gradients");  // gradient buckets keep the fused ranges whole (fused_with_previous)
-    // Under SP the column-parallel layers' inputs (ln2, ln1) are all-gathered again (Megatron
-    // keeps only this rank's rows), and dres holds this rank's rows.
-    if (spec_.mlp == MlpKind::swiglu) {  // fcp's input gradient, then SwiGLU's into [dgate | dup]
-      fcp_->backward(act_.dmlp, g.fcp_w, nullptr, dres, act_.dfull, a.fch_gelu, w.fcp_w, BT);
-      ops_.swiglu_backward(act_.d4C, a.fch, act_.dmlp, BT, geo_.f_local);
-    } else {
-      fcp_->backward(act_.d4C, g.fcp_w, g.fcp_b, dres, act_.dfull, a.fch_gelu, w.fcp_w, BT);
-      ops_.gelu_backward(act_.d4C, a.fch, act_.d4C, BT * geo_.f_local);
-    }
-    fc_->backward(act_.dC, g.fc_w, g.fc_b, act_.d4C, gather_rows(a.ln2, BT), w.fc_w, BT, act_.dfull);
-    ln_backward(dres, g.ln2_w, g.ln2_b, act_.dC, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Rl);
-    proj_->backward(act_.dC, g.proj_w, g.proj_b, dres, act_.dfull, a.atty, w.proj_w, BT);
-    if (ring_) ring_->backward(act_.d3C, act_.dC, a.qkv, a.atty, a.att, B);
-    else ops_.attention_backward(act_.d3C, act_.dC, a.qkv, a.att, B, T, H, hd, KV);
-    if (spec_.rope()) geo_.rope_backward(ops_, act_.d3C, B);
-    qkv_->backward(act_.dC, g.qkv_w, g.qkv_b, act_.d3C, gather_rows(a.ln1, BT), w.qkv_w, BT, act_.dfull);
-    // The key bias adds q.b_k to every score of a softmax row, so its gradient is exactly zero;
-    // computed, it is pure rounding noise that Adam would amplify into lr-sized steps (and into
-    // differences between parallel layouts). Keep it exactly zero. Layout [q | k | v], C/tp each.
-    if (g.qkv_b) std::fill(g.qkv_b + Cl, g.qkv_b + 2 * Cl, 0.0f);
-    ln_backward(dres, g.ln1_w, g.ln1_b, act_.dC, res_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, Rl);
+    check_fused(g_.layers[l], "gradients");  // gradient buckets keep the fused ranges whole (fused_with_previous)
+    block_->backward(block_weights(w_.layers[l]), block_grads(g_.layers[l]), sa.layers[l], scratch_,
+                     l > 0 ? sa.layers[l - 1].res3 : sa.input, B, opts_.recompute);
     emit(UnitEvent::post_backward, l);
   }
   emit(UnitEvent::pre_backward, kEmbeddingUnit);
   if (shard_.has_embedding) {
-    emb_->backward(g_.wte, shard_.cp_size > 1 ? nullptr : g_.wpe, dres, act_.dfull, toks, B, T);
-    if (shard_.cp_size > 1 && g_.wpe) position_embedding_backward(dres, B);
+    emb_->backward(g_.wte, g_.wpe, dres, act_.dfull, toks, B, T, shard_.cp_size > 1 ? geo_.positions() : nullptr);
   }
   emit(UnitEvent::post_backward, kEmbeddingUnit);
-}
-
-// GPT-2 under cp: wpe's row of each local row's global position, added after the (vocab-parallel)
-// token embedding; under SP to this rank's rows of the B x Tl rows.
-void GPT::add_position_embedding(float* x, int B) {
-  const int64_t C = cfg_.d_model, Tl = geo_.Tl, Rl = local_rows(B);
-  const int64_t first = tp_.sp() ? int64_t{shard_.tp_rank} * Rl : 0;
-  for (int64_t r = 0; r < Rl; ++r)
-    ops_.add_inplace(x + r * C, w_.wpe + int64_t{geo_.positions()[(first + r) % Tl]} * C, static_cast<size_t>(C));
-}
-
-void GPT::position_embedding_backward(const float* dres, int B) {
-  const int64_t C = cfg_.d_model, Tl = geo_.Tl, Rl = local_rows(B);
-  const int64_t first = tp_.sp() ? int64_t{shard_.tp_rank} * Rl : 0;
-  float* dst = tp_.sp() ? wpe_grad_.data() : g_.wpe;  // SP: this rank's rows' part, summed over TP below
-  if (tp_.sp()) std::memset(dst, 0, wpe_grad_.bytes());
-  for (int64_t r = 0; r < Rl; ++r)
-    ops_.add_inplace(dst + int64_t{geo_.positions()[(first + r) % Tl]} * C, dres + r * C, static_cast<size_t>(C));
-  if (!tp_.sp()) return;
-  {
-    TpCommTimer timer(tp_);
-    sum_sequence_parallel_grads(*tp_.comm, dst, wpe_grad_.size());
-  }
-  ops_.add_inplace(g_.wpe, dst, wpe_grad_.size());
 }
 
 }  // namespace mpitron

@@ -70,7 +70,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
     a.layers.resize(lay.recompute ? std::min(1, lay.n_layers) : static_cast<size_t>(lay.n_layers));
     for (GpuLayerActs& l : a.layers) {
       l.ln1 = bf(R * C), l.ln1_mean = f32(Rm), l.ln1_rstd = f32(R);
-      l.qkv = bf(BT * Q), l.atty = bf(BT * Cl), l.att_stats = f32(stats);
+      l.qkv = bf(BT * Q), l.atty = bf(BT * Cl), l.att = f32(stats);
       l.res2 = bf(R * C), l.ln2 = bf(R * C), l.ln2_mean = f32(Rm), l.ln2_rstd = f32(R);
       l.fch = bf(BT * Fc), l.fch_gelu = bf(BT * F), l.res3 = bf(R * C);
     }

@@ -14,6 +14,7 @@
 
 #include "mpitron/distributed/mpi_comm.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/cpu_device.hpp"
 #include "mpitron/model/parallel_layers.hpp"
 
 using namespace mpitron;
@@ -72,7 +73,8 @@ void column_case(bool sp) {
   ops->matmul_forward(y.data(), x.data(), W.data(), b.data(), kRows, K, N);
   ops->matmul_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), kRows, K, N);
   // This rank's shard: output features [r*Nl, (r+1)*Nl).
-  ColumnParallelLinear layer(*ops, TpContext{w.tp.get(), sp}, K, N);
+  CpuDevice dev{*ops};
+  ColumnParallelLinear<CpuDevice> layer(dev, TpContext{w.tp.get(), sp}, K, N);
   BOOST_REQUIRE_EQUAL(layer.out_local(), Nl);
   Vec Wl = block(W, K, r * Nl, Nl, 0, K), bl = block(b, N, 0, 1, r * Nl, Nl), xl = block(x, K, r0, lrows, 0, K);
   Vec yl(kRows * Nl), x_full(kRows * K), scratch(kRows * K), dxl(lrows * K), dWl(Nl * K, 0.f), dbl(Nl, 0.f);
@@ -95,7 +97,8 @@ void row_case(bool sp) {
   ops->matmul_forward(y.data(), x.data(), W.data(), b.data(), kRows, K, N);
   ops->matmul_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), kRows, K, N);
   // This rank's shard: input features [r*Kl, (r+1)*Kl); the bias is replicated.
-  RowParallelLinear layer(*ops, TpContext{w.tp.get(), sp}, K, N);
+  CpuDevice dev{*ops};
+  RowParallelLinear<CpuDevice> layer(dev, TpContext{w.tp.get(), sp}, K, N);
   Vec Wl = block(W, K, 0, N, r * Kl, Kl), xl = block(x, K, 0, kRows, r * Kl, Kl);
   Vec yl(lrows * N), scratch(kRows * N), dxl(kRows * Kl), dWl(N * Kl, 0.f), dbl(N, 0.f);
   layer.forward(yl.data(), xl.data(), Wl.data(), b.data(), kRows, scratch.data());
@@ -138,7 +141,8 @@ void embedding_case(bool sp) {
   ops->embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, 0, Vp);
   ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C, 0, Vp);
 
-  VocabParallelEmbedding emb(*ops, TpContext{w.tp.get(), sp}, Vp, C);
+  CpuDevice dev{*ops};
+  VocabParallelEmbedding<CpuDevice> emb(dev, TpContext{w.tp.get(), sp}, Vp, C);
   BOOST_REQUIRE_EQUAL(emb.vocab_begin(), r * Vl);
   Vec wtel = block(wte, C, r * Vl, Vl, 0, C), outl(lrows * C), scratch(kRows * C), dwtel(Vl * C, 0.f),
       dwpel(T * C, 0.f);
@@ -185,9 +189,10 @@ BOOST_AUTO_TEST_CASE(vocab_parallel_cross_entropy) {
     for (int64_t j = 0; j < V; ++j)
       dlog_ref[i * Vp + j] = static_cast<float>(scale * (std::exp(double(logits[i * Vp + j]) - lse) - (j == tgt[i])));
   }
-  VocabParallelCrossEntropy ce(*ops, TpContext{w.tp.get(), false}, Vp, V);
-  Vec ll = block(logits, Vp, 0, rows, r * Vl, Vl), losses(rows), lse(rows);
-  ce.forward(losses.data(), lse.data(), ll.data(), tgt.data(), rows);
+  CpuDevice dev{*ops};
+  VocabParallelCrossEntropy<CpuDevice> ce(dev, TpContext{w.tp.get(), false}, Vp, V);
+  Vec ll = block(logits, Vp, 0, rows, r * Vl, Vl), losses(rows), lse(rows), scratch(4 * rows);
+  ce.forward(losses.data(), lse.data(), ll.data(), tgt.data(), rows, scratch.data());
   expect_close(losses, loss_ref, "ce losses");
   Vec lse_counted, lse_ref_counted;
   for (int64_t i = 0; i < rows; ++i)

@@ -30,10 +30,13 @@
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/arch.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/lm_head.hpp"
+#include "mpitron/model/cpu_device.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/model/parallel_layers.hpp"
 #include "mpitron/model/ring_attention.hpp"
 #include "mpitron/model/shard_geometry.hpp"
+#include "mpitron/model/transformer_block.hpp"
 #include "mpitron/ops/ops.hpp"
 
 namespace mpitron {
@@ -172,9 +175,7 @@ class GPT final : public ModelChunk {
     float* LayerW::*block = nullptr;
     float* Weights::*global = nullptr;
   };
-  struct LayerAct {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
-  };
+  using LayerAct = BlockActs<float>;
   struct SlotActs {  // one micro-batch in flight (with recompute, layers[l] is scratch but res3)
     float *input = nullptr, *output = nullptr;
     std::vector<LayerAct> layers;
@@ -189,13 +190,12 @@ class GPT final : public ModelChunk {
     float *dres = nullptr, *dC = nullptr, *d3C = nullptr, *d4C = nullptr;
     float* dmlp = nullptr;  // LLaMA: [B*T, F/tp], the gradient at the SwiGLU output
     float *xg = nullptr, *dfull = nullptr;  // sequence parallel: gathered [B*T, C] input / full-rows scratch
+    float* proj_out = nullptr;              // [rows, C]: a projection's output before its residual add
   };
   std::vector<FieldRef> field_refs() const;  // from the table's names
   Weights resolve(float* base) const;
   float** field(Weights& w, size_t i);  // the pointer parameter i reads from, in w
   void check_fused(const LayerW& x, const char* what) const;  // LLaMA's fused tensors are contiguous
-  void add_position_embedding(float* x, int B);  // GPT-2 under cp: wpe by global position
-  void position_embedding_backward(const float* dres, int B);
   // LayerNorm (GPT-2) or RMSNorm (LLaMA; mean and b unused) over this rank's rows.
   void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                     int64_t rows);
@@ -204,13 +204,9 @@ class GPT final : public ModelChunk {
   void emit(UnitEvent e, int unit) {
     if (hook_) hook_(e, unit);
   }
-  void layer_forward(const LayerW& w, const LayerAct& a, const float* res, int B, bool full);
-  // Sequence parallel: all-gather `local` rows into act_.xg (returns it); else `local` itself.
-  const float* gather_rows(const float* local, int64_t rows);
-  // The norm's backward, its weight (and bias) gradients all-reduced over TP under sequence
-  // parallel (each rank saw only its rows).
-  void ln_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                   const float* mean, const float* rstd, int64_t rows);
+  // A block's weights (or gradients) as the shared block code takes them.
+  static BlockTensors<const float> block_weights(const LayerW& w);
+  static BlockTensors<float> block_grads(const LayerW& g);
 
   ModelConfig cfg_;
   const BlockSpec& spec_;
@@ -235,15 +231,16 @@ class GPT final : public ModelChunk {
   // Tensor parallel (inactive without TP: every layer is then its plain self).
   std::unique_ptr<double> tp_comm_s_ = std::make_unique<double>(0.0);
   TpContext tp_;
-  std::unique_ptr<ColumnParallelLinear> qkv_, fc_;
-  std::unique_ptr<RowParallelLinear> proj_, fcp_;
-  std::unique_ptr<VocabParallelEmbedding> emb_;
-  std::unique_ptr<VocabParallelCrossEntropy> ce_;
+  CpuDevice dev_;
+  std::unique_ptr<TransformerBlock<CpuDevice>> block_;  // the blocks' forward and backward (shared with the GPU)
+  BlockScratch<float> scratch_;
+  std::unique_ptr<VocabParallelEmbedding<CpuDevice>> emb_;
+  std::unique_ptr<LmHead<CpuDevice>> head_;
+  Buffer<float> ce_scratch_;  // TP: the vocab-parallel cross-entropy's [4, chunk rows]
   Buffer<float> ln_grad_;  // [2C]: one norm's weight (+bias) gradient before the SP all-reduce
   struct DecodeState;      // gpt_decode.cpp: the KV cache and one step's scratch, made on first decode()
   std::unique_ptr<CpuRingBlocks> ring_blocks_;  // context parallel (cp > 1): the blocks, the ring
   std::unique_ptr<RingAttention> ring_;
-  Buffer<float> wpe_grad_;               // cp + SP: this rank's rows' wpe gradient before the TP sum
   std::shared_ptr<DecodeState> decode_;
 };
 

@@ -15,15 +15,14 @@
 #include <vector>
 
 #include "mpitron/core/dtype.hpp"
+#include "mpitron/model/block_tensors.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/gpt.hpp"
 
 namespace mpitron {
 
-struct GpuLayerActs {  // what backward needs of one block; bf16 unless fp32 stats
-  bf16 *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;  // fch: GELU input (the fc epilogue's aux)
-  float *ln1_mean, *ln1_rstd, *att_stats, *ln2_mean, *ln2_rstd;
-};
+// What backward needs of one block (block_tensors.hpp); att: the attention's log-sum-exp stats.
+using GpuLayerActs = BlockActs<bf16>;
 
 // Context parallel (cp > 1): the ring attention's buffers (model/cuda/ring_blocks_cuda.hpp),
 // shared by the slots, and every cp rank's global positions (for the ring's masks, wpe and RoPE).

@@ -37,12 +37,15 @@
 
 #include "mpitron/model/arch.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/lm_head.hpp"
+#include "mpitron/model/cuda/cuda_device.hpp"
 #include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/model/ring_attention.hpp"
 #include "mpitron/model/shard_geometry.hpp"
+#include "mpitron/model/transformer_block.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
 namespace mpitron {
@@ -144,24 +147,18 @@ class GptCuda final : public ModelChunk {
   using Acts = GpuActs;
   void upload_bf16(bf16* dst, const float* host, size_t n);
   void download_bf16(float* host, const bf16* src, size_t n);
-  // Sequence parallel: this rank's rows of the residual stream; the all-gather of a [rows, C]
-  // tensor (into out, default gath; without SP the input itself); the reduction of a row-parallel
-  // output's partial sums (SP: reduce-scatter into local; else summed in place, local = partial).
+  // Sequence parallel: this rank's rows of the residual stream.
   int64_t local_rows(int64_t BT) const { return geo_.local_rows(BT); }
   int seq_local() const { return geo_.Tl; }  // positions of each sequence this rank holds (seq_len / cp)
   // wpe's rows for this rank's positions (device), nullptr without cp (positions 0..T-1).
   const int32_t* cp_positions() const {
     return shard_.cp_size > 1 ? a_.ring.positions + int64_t{shard_.cp_rank} * seq_local() : nullptr;
   }
-  const bf16* gather_rows(const bf16* local, int64_t BT, bf16* out = nullptr);
-  void reduce_rows(bf16* partial, bf16* local, int64_t BT);
-  void ln_backward(bf16* dinp, size_t w, size_t b, const bf16* dout, const bf16* inp, const float* mean,
-                   const float* rstd, int64_t rows);
-  // LayerNorm (GPT-2) or RMSNorm (LLaMA) of this rank's rows, and the same after the residual add
-  // residual = a + b (one fused kernel for LayerNorm).
-  void norm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, size_t w, size_t b, int64_t rows);
-  void residual_norm_forward(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
-                             size_t w, size_t bias, int64_t rows);
+  // Block l's weights and gradients, the shared scratch of the current slot (a_), as the shared
+  // block code (transformer_block.hpp) takes them.
+  BlockTensors<const bf16> block_weights(int l) const;
+  BlockTensors<float> block_grads(int l) const;
+  BlockScratch<bf16> scratch() const;
   void* device_alloc(Mem m, size_t bytes, const char* what);
   void device_free(void* p);  // one allocation of device_alloc, after the stream has drained
   void release();  // frees every device / pinned allocation (destructor, failed constructor)
@@ -192,6 +189,7 @@ class GptCuda final : public ModelChunk {
   const BlockSpec& spec_;
   ShardGeometry geo_;  // per-rank widths, positions, RoPE
   CudaOps& ops_;
+  CudaDevice dev_;
   UnitHook hook_;
   int max_B_;
   ModelShard shard_;
@@ -220,6 +218,9 @@ class GptCuda final : public ModelChunk {
   bool grad_enabled_ = true;
   std::unique_ptr<RingBlocks> ring_blocks_;  // context parallel: the GPU blocks, the ring
   std::unique_ptr<RingAttention> ring_;
+  std::unique_ptr<TransformerBlock<CudaDevice>> block_;
+  std::unique_ptr<VocabParallelEmbedding<CudaDevice>> emb_;
+  std::unique_ptr<LmHead<CudaDevice>> head_;  // the blocks' forward and backward (shared with the CPU)
 };
 
 }  // namespace mpitron

@@ -1,0 +1,124 @@
+// The CPU as the shared model code (parallel_layers.hpp, transformer_block.hpp) sees a device:
+// fp32 activations and weights on Ops (the GEMMs may round their inputs to bf16, Ops'
+// choice), and the GPU's fused kernels as the two CPU ops they fuse. Its GPU twin is
+// model/cuda/cuda_device.hpp; both offer the same calls with the same meaning.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "mpitron/ops/ops.hpp"
+
+namespace mpitron {
+
+struct CpuDevice {
+  using act_t = float;
+  using weight_t = float;
+  explicit CpuDevice(Ops& o) : ops(o) {}
+  Ops& ops;
+
+  // out = inp W^T + b; with gelu_pre: gelu_pre = inp W^T + b, out = gelu(gelu_pre).
+  void matmul_forward(float* out, const float* inp, const float* w, const float* b, int64_t M, int64_t K, int64_t N,
+                      float* gelu_pre = nullptr) {
+    if (!gelu_pre) return ops.matmul_forward(out, inp, w, b, M, K, N);
+    ops.matmul_forward(gelu_pre, inp, w, b, M, K, N);
+    ops.gelu_forward(out, gelu_pre, static_cast<size_t>(M * N));
+  }
+  // dinp = dout W (times gelu'(gelu_pre) when given); dW += dout^T inp; db += column sums.
+  void matmul_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                       int64_t M, int64_t K, int64_t N, const float* gelu_pre = nullptr) {
+    ops.matmul_backward(dinp, dw, db, dout, inp, w, M, K, N);
+    if (gelu_pre) ops.gelu_backward(dinp, gelu_pre, dinp, static_cast<size_t>(M * K));
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                         int64_t rows, int64_t C) {
+    ops.layernorm_forward(out, mean, rstd, inp, w, b, rows, C);
+  }
+  // residual = a + b, out = LayerNorm(residual).
+  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a, const float* b,
+                                  const float* w, const float* bias, int64_t rows, int64_t C) {
+    ops.residual_forward(residual, a, b, static_cast<size_t>(rows * C));
+    ops.layernorm_forward(out, mean, rstd, residual, w, bias, rows, C);
+  }
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                          const float* mean, const float* rstd, int64_t rows, int64_t C) {
+    ops.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t rows, int64_t C, float eps) {
+    ops.rmsnorm_forward(out, rstd, inp, w, rows, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                        int64_t rows, int64_t C) {
+    ops.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, rows, C);
+  }
+  // att: the probabilities [B, H, T, T]; the backward reads them (not the output).
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, int KV) {
+    ops.attention_forward(out, att, qkv, B, T, H, hd, KV);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/, const float* att,
+                          int B, int T, int H, int hd, int KV) {
+    ops.attention_backward(dqkv, dout, qkv, att, B, T, H, hd, KV);
+  }
+  void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) {
+    ops.swiglu_forward(out, gate_up, rows, F);
+  }
+  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t rows, int64_t F) {
+    ops.swiglu_backward(dgate_up, gate_up, dout, rows, F);
+  }
+  // out[b, t] = wte[token - vocab_begin] (0 outside [vocab_begin, vocab_end)) + wpe[positions[t]]
+  // (positions nullptr: t); the backward scatters dout into dwte's rows and dwpe's.
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                         int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) {
+    ops.embedding_forward(out, tokens, wte, positions ? nullptr : wpe, B, T, C, vocab_begin, vocab_end);
+    if (positions && wpe)
+      for (int64_t r = 0; r < int64_t{B} * T; ++r)
+        ops.add_inplace(out + r * C, wpe + int64_t{positions[r % T]} * C, static_cast<size_t>(C));
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) {
+    ops.embedding_backward(dwte, positions ? nullptr : dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
+    if (positions && dwpe)
+      for (int64_t r = 0; r < int64_t{B} * T; ++r)
+        ops.add_inplace(dwpe + int64_t{positions[r % T]} * C, dout + r * C, static_cast<size_t>(C));
+  }
+  void residual_forward(float* out, const float* a, const float* b, size_t n) { ops.residual_forward(out, a, b, n); }
+
+  // ---- softmax cross-entropy over logits [rows, Vp] (V real columns; CudaOps' meaning) ----
+  void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t rows,
+                            int64_t Vp, int64_t V) {
+    ops.crossentropy_forward(losses, lse, logits, targets, rows, Vp, V);
+  }
+  void crossentropy_backward(float* logits, const float* lse, const int32_t* targets, int64_t rows, int64_t Vp,
+                             int64_t V, float scale) {
+    ops.crossentropy_backward(logits, lse, targets, rows, Vp, V, scale);
+  }
+  void crossentropy_fused(float* losses, float* lse, float* logits, const int32_t* targets, int64_t rows, int64_t Vp,
+                          int64_t V, float scale) {
+    ops.crossentropy_forward(losses, lse, logits, targets, rows, Vp, V);
+    ops.crossentropy_backward(logits, lse, targets, rows, Vp, V, scale);
+  }
+  // The vocab-parallel pieces (cpu_device.cpp), for a slice of global columns [vocab_begin,
+  // vocab_begin + Vp) whose first V are real: this slice's softmax statistics, stated as a max
+  // and a sum of exp(x - max) (here: the slice's log-sum-exp and 1), and the target's logit
+  // where the slice owns it (else 0) ...
+  void crossentropy_partial(float* max, float* sumexp, float* target_logit, const float* logits,
+                            const int32_t* targets, int64_t rows, int64_t Vp, int64_t V, int64_t vocab_begin);
+  // ... sumexp *= exp(local max - global max) ...
+  void crossentropy_rescale(float* sumexp, const float* local_max, const float* global_max, int64_t rows);
+  // ... lse = max + log(sum), loss = lse - target logit (0 where target < 0).
+  void crossentropy_combine(float* losses, float* lse, const float* global_max, const float* sumexp,
+                            const float* target_logit, const int32_t* targets, int64_t rows);
+  // logits <- scale * (softmax - onehot) on the slice (padded columns, ignored rows: 0).
+  void crossentropy_backward_shard(float* logits, const float* lse, const int32_t* targets, int64_t rows, int64_t Vp,
+                                   int64_t V, float scale, int64_t vocab_begin);
+  void copy_f32(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+  std::vector<int32_t> ce_targets_;  // crossentropy_partial's scratch: targets shifted into the slice
+  std::vector<float> ce_losses_;
+  void add_grad(float* g, const float* x, size_t n) { ops.add_inplace(g, x, n); }  // fp32 gradients
+  void zero_grad(float* g, size_t n) { std::memset(g, 0, n * sizeof(float)); }
+  void zero(float* x, size_t n) { std::memset(x, 0, n * sizeof(float)); }
+};
+
+}  // namespace mpitron

@@ -1,0 +1,113 @@
+// The GPU as the shared model code (parallel_layers.hpp, transformer_block.hpp) sees a device:
+// bf16 activations and weights, fp32 gradients and statistics, on CudaOps (every call enqueued
+// on its stream), with the fused kernels where the CPU twin (model/cpu_device.hpp) runs two ops.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mpitron/ops/cuda/check.hpp"
+#include "mpitron/ops/cuda/cuda_ops.hpp"
+
+namespace mpitron {
+
+struct CudaDevice {
+  using act_t = bf16;
+  using weight_t = bf16;
+  CudaOps& ops;
+
+  // out = inp W^T + b; with gelu_pre: gelu_pre = inp W^T + b and out = gelu(gelu_pre) in one
+  // cuBLASLt call (GELU_AUX_BIAS epilogue).
+  void matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* b, int64_t M, int64_t K, int64_t N,
+                      bf16* gelu_pre = nullptr) {
+    ops.matmul_forward(out, inp, w, b, M, K, N, gelu_pre);
+  }
+  // dinp = dout W (times gelu'(gelu_pre) in the same call: DGELU epilogue); dW, db += (fp32).
+  void matmul_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, int64_t M,
+                       int64_t K, int64_t N, const bf16* gelu_pre = nullptr) {
+    ops.matmul_backward(dinp, dw, db, dout, inp, w, M, K, N, false, gelu_pre);
+  }
+  void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b,
+                         int64_t rows, int64_t C) {
+    ops.layernorm_forward(out, mean, rstd, inp, w, b, rows, C);
+  }
+  void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
+                                  const bf16* w, const bf16* bias, int64_t rows, int64_t C) {
+    ops.residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, rows, C);
+  }
+  void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
+                          const float* mean, const float* rstd, int64_t rows, int64_t C) {
+    ops.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+  }
+  void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int64_t rows, int64_t C, float eps) {
+    ops.rmsnorm_forward(out, rstd, inp, w, rows, C, eps);
+  }
+  void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd,
+                        int64_t rows, int64_t C) {
+    ops.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, rows, C);
+  }
+  // att: the log-sum-exp statistics [B, H, T]; the backward reads them and the output.
+  void attention_forward(bf16* out, float* att, const bf16* qkv, int B, int T, int H, int hd, int KV) {
+    ops.attention_forward(out, att, qkv, B, T, H, hd, KV);
+  }
+  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* att, int B,
+                          int T, int H, int hd, int KV) {
+    ops.attention_backward(dqkv, dout, qkv, out, att, B, T, H, hd, KV);
+  }
+  void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) { ops.swiglu_forward(out, gate_up, rows, F); }
+  void swiglu_backward(bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F) {
+    ops.swiglu_backward(dgate_up, gate_up, dout, rows, F);
+  }
+  // positions: device [T] (nullptr: 0 .. T-1).
+  void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
+                         int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) {
+    ops.embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end, positions);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T, int C,
+                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) {
+    ops.embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end, positions);
+  }
+  // Softmax cross-entropy over bf16 logits (CudaOps'; the vocab-parallel pieces as there).
+  void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets, int64_t rows,
+                            int64_t Vp, int64_t V) {
+    ops.crossentropy_forward(losses, lse, logits, targets, rows, Vp, V);
+  }
+  void crossentropy_backward(bf16* logits, const float* lse, const int32_t* targets, int64_t rows, int64_t Vp,
+                             int64_t V, float scale) {
+    ops.crossentropy_backward(logits, lse, targets, rows, Vp, V, scale);
+  }
+  void crossentropy_fused(float* losses, float* lse, bf16* logits, const int32_t* targets, int64_t rows, int64_t Vp,
+                          int64_t V, float scale) {
+    ops.crossentropy_fused(losses, lse, logits, targets, rows, Vp, V, scale);
+  }
+  void crossentropy_partial(float* max, float* sumexp, float* target_logit, const bf16* logits,
+                            const int32_t* targets, int64_t rows, int64_t Vp, int64_t V, int64_t vocab_begin) {
+    ops.crossentropy_partial(max, sumexp, target_logit, logits, targets, rows, Vp, V, vocab_begin);
+  }
+  void crossentropy_rescale(float* sumexp, const float* local_max, const float* global_max, int64_t rows) {
+    ops.crossentropy_rescale(sumexp, local_max, global_max, rows);
+  }
+  void crossentropy_combine(float* losses, float* lse, const float* global_max, const float* sumexp,
+                            const float* target_logit, const int32_t* targets, int64_t rows) {
+    ops.crossentropy_combine(losses, lse, global_max, sumexp, target_logit, targets, rows);
+  }
+  void crossentropy_backward_shard(bf16* logits, const float* lse, const int32_t* targets, int64_t rows, int64_t Vp,
+                                   int64_t V, float scale, int64_t vocab_begin) {
+    ops.crossentropy_backward_shard(logits, lse, targets, rows, Vp, V, scale, vocab_begin);
+  }
+  void copy_f32(float* dst, const float* src, size_t n) {
+    cuda::cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, ops.stream()),
+                     "cudaMemcpyAsync(fp32)");
+  }
+  void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) { ops.residual_forward(out, a, b, n); }
+  void add_grad(float* g, const float* x, size_t n) { ops.add_inplace(g, x, n); }
+  void zero_grad(float* g, size_t n) {
+    cuda::cuda_check(cudaMemsetAsync(g, 0, n * sizeof(float), ops.stream()), "cudaMemsetAsync(gradient)");
+  }
+  void zero(bf16* x, size_t n) {
+    cuda::cuda_check(cudaMemsetAsync(x, 0, n * sizeof(bf16), ops.stream()), "cudaMemsetAsync(activation)");
+  }
+};
+
+}  // namespace mpitron
