@@ -3,6 +3,7 @@
 # (A, B, A, B, ...) so both see the same machine noise; prints each run's median step_ms over
 # steps >= 2 and the change of the medians. For refactors that must not cost step time.
 #   bash bench/train_cpu/ab.sh OLD_BINARY NEW_BINARY [rounds] [steps]
+#   AB_SHAPE=llama-d768 bash bench/train_cpu/ab.sh ...   only the shapes whose name contains it
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 A=$1 B=$2 ROUNDS=${3:-3} STEPS=${4:-6}
@@ -22,6 +23,7 @@ print(round(statistics.median(ms), 1))' "$1"
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; 2 threads; $STEPS steps, median of steps >= 2"
 for s in "${shapes[@]}"; do
   read -r name ARCH V L H KV D FF T Bt <<<"$s"
+  [[ "$name" == *"${AB_SHAPE:-}"* ]] || continue
   keys=()
   [ "$ARCH" = llama ] && keys=(--model.arch=llama --model.n_kv_head="$KV" --model.d_ff="$FF")
   a=() b=()
