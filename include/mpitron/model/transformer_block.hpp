@@ -42,8 +42,9 @@ class TransformerBlock {
   using Scratch = BlockScratch<A>;
 
   // cfg with n_kv_head set (kv_heads); geo: this shard's widths and positions; tp: the TP group.
-  // ln_grad: [2 C] fp32 scratch under sequence parallel (a norm's weight | bias gradient from
-  // this rank's rows before the TP sum); ring: the context-parallel ring, or nullptr.
+  // All three must outlive the block. set_ring: the context-parallel ring (none: local
+  // attention). set_norm_grad_scratch: [2 C] fp32 under sequence parallel (a norm's weight |
+  // bias gradient from this rank's rows before the TP sum).
   TransformerBlock(Dev& dev, const ModelConfig& cfg, const ShardGeometry& geo, TpContext tp)
       : dev_(dev),
         cfg_(cfg),
