@@ -120,7 +120,6 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   n_local_layers_ = local_layers(cfg, shard);
   block_ = std::make_unique<TransformerBlock<CpuDevice>>(dev_, cfg_, geo_, tp_);
   emb_ = std::make_unique<VocabParallelEmbedding<CpuDevice>>(dev_, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
-
   if (tp_.sp()) ln_grad_ = Buffer<float>(Mem::workspace, 2 * static_cast<size_t>(cfg.d_model));
   block_->set_norm_grad_scratch(ln_grad_.data());
   chunk_rows_ = gpt_logits_chunk_rows(cfg, max_micro_batch, opts);

@@ -118,7 +118,6 @@ struct CpuDevice {
   std::vector<float> ce_losses_;
   void add_grad(float* g, const float* x, size_t n) { ops.add_inplace(g, x, n); }  // fp32 gradients
   void zero_grad(float* g, size_t n) { std::memset(g, 0, n * sizeof(float)); }
-  void zero(float* x, size_t n) { std::memset(x, 0, n * sizeof(float)); }
 };
 
 }  // namespace mpitron

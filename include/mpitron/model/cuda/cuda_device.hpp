@@ -105,9 +105,6 @@ struct CudaDevice {
   void zero_grad(float* g, size_t n) {
     cuda::cuda_check(cudaMemsetAsync(g, 0, n * sizeof(float), ops.stream()), "cudaMemsetAsync(gradient)");
   }
-  void zero(bf16* x, size_t n) {
-    cuda::cuda_check(cudaMemsetAsync(x, 0, n * sizeof(bf16), ops.stream()), "cudaMemsetAsync(activation)");
-  }
 };
 
 }  // namespace mpitron

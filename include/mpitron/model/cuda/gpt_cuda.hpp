@@ -37,11 +37,11 @@
 
 #include "mpitron/model/arch.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/lm_head.hpp"
 #include "mpitron/model/cuda/cuda_device.hpp"
 #include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/gpu_activations.hpp"
+#include "mpitron/model/lm_head.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/model/ring_attention.hpp"
 #include "mpitron/model/shard_geometry.hpp"
@@ -218,9 +218,10 @@ class GptCuda final : public ModelChunk {
   bool grad_enabled_ = true;
   std::unique_ptr<RingBlocks> ring_blocks_;  // context parallel: the GPU blocks, the ring
   std::unique_ptr<RingAttention> ring_;
+  // The layers, shared with the CPU model: the blocks, the embedding, the head and loss.
   std::unique_ptr<TransformerBlock<CudaDevice>> block_;
   std::unique_ptr<VocabParallelEmbedding<CudaDevice>> emb_;
-  std::unique_ptr<LmHead<CudaDevice>> head_;  // the blocks' forward and backward (shared with the CPU)
+  std::unique_ptr<LmHead<CudaDevice>> head_;
 };
 
 }  // namespace mpitron
