@@ -3,6 +3,7 @@
 //   (default)        memory ledger per rank                         (src/plan/ledger.cpp)
 //   --advise         decision tree + layout search [--emit-job F]   (src/plan/advisor.cpp)
 //   --explain        the five strategies side by side               (src/plan/advisor.cpp)
+//   --predict        step time on a machine profile                 (src/plan/step_time.cpp)
 //   --schedule KIND  pipeline timeline table (pipeline parallel; dispatched by plan_schedule_mode)
 #include <fmt/format.h>
 
@@ -21,6 +22,8 @@
 #include "mpitron/plan/advisor.hpp"
 #include "mpitron/parallel/schedule.hpp"
 #include "mpitron/plan/ledger.hpp"
+#include "mpitron/plan/profile.hpp"
+#include "mpitron/plan/step_time.hpp"
 
 namespace mpitron {
 namespace {
@@ -39,7 +42,13 @@ constexpr const char* kPlanHelp =
     "  --advise            the decision tree (DDP / ZeRO / TP in a node / PP across nodes / 3D), then\n"
     "                      every layout (dp, tp, pp, zero, sp, recompute, micro-batch) that fits,\n"
     "                      ranked by estimated step time (compute + communication model, see --explain)\n"
-    "  --emit-job FILE     with --advise: write the best layout as a job file\n"
+    "  --emit-job FILE     with --advise: write the best layout as a job file (with --profile: it also\n"
+    "                      sets train.profile and train.check_prediction, so the run checks the model)\n"
+    "  --predict           the step time of this layout on --profile: compute, TP, CP, pipeline bubble,\n"
+    "                      DP/ZeRO (exposed), optimizer; tokens/s and MFU\n"
+    "  --profile P         a machine profile: a file from `mpirun ... mpitron calibrate --out FILE`, or\n"
+    "                      h100 | h200 | a100 (datasheet figures, not measured). With --advise, layouts\n"
+    "                      are ranked by the predicted step time (every pipeline schedule is tried)\n"
     "  --explain           the five strategies (DP, ZeRO/FSDP, TP, PP, SP/CP) for this model and\n"
     "                      cluster: what each splits, its collective and group, bytes per step\n"
     "  --bytes             print the ledger's cells in bytes (what train.check_ledger compares)\n"
@@ -79,11 +88,11 @@ constexpr const char* kPlanHelp =
     "  mpitron plan jobs/llama-style-70b.toml --advise --emit-job out.toml\n";
 
 struct PlanArgs {
-  std::string job_file, model, precision, recompute, emit_job, schedule;
+  std::string job_file, model, precision, recompute, emit_job, schedule, profile;
   int gpus = 0, gpus_per_node = 8, tp = 0, pp = 0, dp = 0, cp = 0, zero = -1, micro = 0, microbatches = 0,
       global = 0, seq = 0, top = 5;
   int virtual_stages = 0;  // --schedule interleaved
-  bool sp = false, advise = false, explain = false, bytes = false;
+  bool sp = false, advise = false, explain = false, bytes = false, predict = false;
   double gpu_mem = 80, nvlink = 900, ib = 400, peak = 989, mfu = 0.5, headroom = 0.1;
 };
 
@@ -127,6 +136,8 @@ PlanArgs parse(const std::vector<std::string>& rest) {
     else if (o == "--advise") a.advise = true;
     else if (o == "--bytes") a.bytes = true;
     else if (o == "--explain") a.explain = true;
+    else if (o == "--predict") a.predict = true;
+    else if (o == "--profile") a.profile = val();
     else if (o == "--emit-job") a.emit_job = val();
     else if (o == "--schedule") a.schedule = val();
     else if (o == "--virtual-stages") a.virtual_stages = option_int(o, val(), 1);
@@ -143,6 +154,7 @@ PlanArgs parse(const std::vector<std::string>& rest) {
     else usage_fail("unknown option '{}' for plan (see `mpitron plan --help`)", o);
   }
   usage_check(a.emit_job.empty() || a.advise, "--emit-job needs --advise");
+  usage_check(!a.predict || !a.profile.empty(), "--predict needs --profile FILE (from `mpitron calibrate`) or h100 | h200 | a100");
   return a;
 }
 
@@ -246,15 +258,21 @@ int cmd_plan(const Args& args) {
     std::fputs(explain_strategies(in).c_str(), stdout);
     return 0;
   }
+  MachineProfile profile;
+  if (!a.profile.empty()) profile = load_profile(a.profile);
+  if (a.predict) {
+    std::fputs(format_prediction(in, profile, predict_step(in, profile)).c_str(), stdout);
+    return 0;
+  }
   if (a.advise) {
-    const Advice adv = advise(in);
+    const Advice adv = advise(in, a.profile.empty() ? nullptr : &profile);
     std::fputs(format_advice(adv, a.top).c_str(), stdout);
     const Candidate& best = adv.ranked.front();
     std::printf("\n%s", format_ledger(best.ledger).c_str());
     if (!a.emit_job.empty()) {
       std::ofstream f(a.emit_job);
       usage_check(static_cast<bool>(f), "--emit-job: cannot write {}", a.emit_job);
-      f << layout_job_toml(best.in);
+      f << layout_job_toml(best.in, a.profile);
       usage_check(static_cast<bool>(f), "--emit-job: cannot write {}", a.emit_job);
       std::printf("\nwrote %s\n", a.emit_job.c_str());
     }

@@ -1,5 +1,6 @@
 // `mpitron train JOB.toml [--section.key=value ...] [--dry-run]`
 #include <fmt/format.h>
+#include <sched.h>
 #include <omp.h>
 
 #include <cstdio>
@@ -38,13 +39,18 @@ const char* kHelp =
     "Ctrl-C (SIGINT) the same with exit 130, and a second Ctrl-C quits at once.\n";
 
 // OpenMP threads per rank: train.threads, else OMP_NUM_THREADS, else the node's cores shared
-// evenly among the ranks on it (two unbound ranks each using every core lose ~2x here).
+// evenly among the ranks on it (two unbound ranks each using every core lose ~2x here), and no
+// more than the cores the rank is bound to (`mpirun -np 1` binds to one core: two threads
+// there run at half speed each).
 int threads_per_rank(const JobConfig& cfg, const LaunchInfo& li) {
   if (cfg.train.threads > 0) return cfg.train.threads;
   if (auto it = cfg.env.find("OMP_NUM_THREADS"); it != cfg.env.end()) return std::max(1, std::atoi(it->second.c_str()));
   if (const char* e = std::getenv("OMP_NUM_THREADS"); e && std::atoi(e) > 0) return std::atoi(e);
   int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, li.local_size));
+  int threads = std::max(1, cores / std::max(1, li.local_size));
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) threads = std::min(threads, std::max(1, CPU_COUNT(&mask)));
+  return threads;
 }
 
 }  // namespace

@@ -14,11 +14,13 @@ int cmd_inspect(const Args& args);
 int cmd_export(const Args& args);
 int cmd_import(const Args& args);
 int cmd_plan(const Args& args);
+int cmd_calibrate(const Args& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"train", cmd_train, "train a model from a job file (mpirun -np N for data parallel)"},
       {"plan", cmd_plan, "memory ledger per rank, layout advisor, strategies side by side (no MPI launch)"},
+      {"calibrate", cmd_calibrate, "measure this machine for plan's step-time prediction (writes a profile)"},
       {"version", cmd_version, "print the version and the build's backends"},
       {"env", cmd_env, "who is who: ranks, nodes, devices, parallel groups, NCCL environment"},
       {"bench-comm", cmd_bench_comm, "collective bandwidth per group (nccl-tests style table)"},

@@ -345,6 +345,14 @@ const std::vector<Key>& registry() {
                &C::train, &TrainSection::init_from),
       make_key("train.check_ledger", "compare tracked memory with `mpitron plan` at start and after step 1",
                &C::train, &TrainSection::check_ledger),
+      make_key("train.profile",
+               "a machine profile for the step-time prediction: a file from `mpitron calibrate`, or h100 | h200 | a100 "
+               "(datasheet figures)",
+               &C::train, &TrainSection::profile),
+      make_key("train.check_prediction",
+               "print each of the first steps' measured time beside `mpitron plan --predict`'s for this job on train.profile, "
+               "and the median's error at the end",
+               &C::train, &TrainSection::check_prediction),
       make_key("train.nan_policy", "on a NaN/Inf loss or grad norm", &C::train, &TrainSection::nan_policy,
                {"stop", "skip"}),
       make_key("train.nan_skip_limit",

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -130,6 +131,11 @@ double theoretical_bubble(int pp, int m, int v) {
 }
 
 PipelineTimeline simulate(const PipelineSchedule& s, double t_fwd, double t_bwd) {
+  return simulate(s, [&](int, const PipeAction& a) { return (a.op == PipeOp::forward ? t_fwd : t_bwd) / s.virtual_stages; });
+}
+
+PipelineTimeline simulate(const PipelineSchedule& s, const std::function<double(int, const PipeAction&)>& duration,
+                          double p2p_s) {
   // Message key: (direction 0 act / 1 grad, micro-batch, receiving virtual stage) -> post time.
   using Key = std::tuple<int, int, int>;
   std::map<Key, double> posted;
@@ -156,7 +162,7 @@ PipelineTimeline simulate(const PipelineSchedule& s, double t_fwd, double t_bwd)
       while (pos[r] < acts.size()) {
         PipeAction a = acts[pos[r]];
         if (!is_comm(a.op)) {
-          double d = (a.op == PipeOp::forward ? t_fwd : t_bwd) / s.virtual_stages;
+          double d = duration(r, a);
           tl.compute.push_back({r, t[r], t[r] + d, a});
           t[r] += d, tl.busy[r] += d, ++pos[r], progress = true;
           continue;
@@ -166,7 +172,7 @@ PipelineTimeline simulate(const PipelineSchedule& s, double t_fwd, double t_bwd)
         if (!sends_posted[r]) {  // a group posts its sends first; they never block
           for (size_t i = pos[r]; i < end; ++i) {
             if (acts[i].op != PipeOp::send_act && acts[i].op != PipeOp::send_grad) continue;
-            check(posted.emplace(key(r, acts[i]), t[r]).second, "schedule {}: rank {} sends {} {} twice", s.kind, r,
+            check(posted.emplace(key(r, acts[i]), t[r] + p2p_s).second, "schedule {}: rank {} sends {} {} twice", s.kind, r,
                   pipe_op_name(acts[i].op), acts[i].mb);
             ++sent;
           }

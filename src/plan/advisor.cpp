@@ -37,8 +37,11 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
+// Interleaving v = 2 needs at least one layer per virtual stage.
+bool m_layers_short(const ModelConfig& m, int virtual_stages) { return m.n_layer < virtual_stages; }
+
 int complexity(const PlanLayout& l) {
-  return 100 * ((l.tp > 1) + (l.pp > 1) + (l.cp > 1)) + 10 * l.zero + 2 * l.recompute + l.sp;
+  return 100 * ((l.tp > 1) + (l.pp > 1) + (l.cp > 1)) + 10 * l.zero + 4 * (l.virtual_stages > 1) + 2 * l.recompute + l.sp;
 }
 
 bool fits(const Ledger& l, const ClusterSpec& c) {
@@ -59,9 +62,10 @@ PlanInput with_layout(const PlanInput& base, int dp, int tp, int pp, int zero, b
 }
 
 std::string layout_name(const PlanLayout& l) {
-  return fmt::format("dp {}{} x tp {} x pp {}, zero {}, sp {}, recompute {}, micro-batch {} x {}", l.dp,
-                     l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "", l.tp, l.pp, l.zero, l.sp ? "on" : "off",
-                     l.recompute ? "full" : "none", l.micro_batch, l.microbatches);
+  return fmt::format("dp {}{} x tp {} x pp {}{}, zero {}, sp {}, recompute {}, micro-batch {} x {}", l.dp,
+                     l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "", l.tp, l.pp,
+                     l.pp > 1 ? fmt::format(" {}{}", l.schedule, l.virtual_stages > 1 ? fmt::format(" v{}", l.virtual_stages) : "") : "",
+                     l.zero, l.sp ? "on" : "off", l.recompute ? "full" : "none", l.micro_batch, l.microbatches);
 }
 
 }  // namespace
@@ -111,7 +115,7 @@ StepEstimate estimate_step(const PlanInput& in, const Ledger& led) {
   return est;
 }
 
-Advice advise(const PlanInput& base) {
+Advice advise(const PlanInput& base, const MachineProfile* profile) {
   const ModelConfig& m = base.model;
   const ClusterSpec& c = base.cluster;
   const int G = base.global_batch();
@@ -187,16 +191,33 @@ Advice advise(const PlanInput& base) {
         if (pp > 1 && G / dp / micro < pp) continue;
         for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero)
           for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
-            for (int rc = 0; rc <= 1; ++rc) {
-              PlanInput in = with_layout(base, dp, tp, pp, zero, sp, rc, micro, G, cp);
-              ++a.considered;
-              Candidate cand;
-              if (!try_ledger(in, &cand.ledger) || !fits(cand.ledger, c)) continue;
-              cand.in = in;
-              cand.est = estimate_step(in, cand.ledger);
-              cand.peak_bytes = cand.ledger.stages[cand.ledger.heaviest].total();
-              a.ranked.push_back(std::move(cand));
-            }
+            for (int rc = 0; rc <= 1; ++rc)
+              for (const char* sched : {"1f1b", "gpipe", "interleaved"}) {
+                // Without a profile the fixed model cannot tell schedules apart: 1F1B only.
+                if (std::string(sched) != "1f1b" && (!profile || pp == 1)) continue;
+                PlanInput in = with_layout(base, dp, tp, pp, zero, sp, rc, micro, G, cp);
+                if (pp > 1) {
+                  in.layout.schedule = sched;
+                  in.layout.virtual_stages = std::string(sched) == "interleaved" ? 2 : 1;
+                  const int m = in.layout.microbatches;
+                  if (in.layout.virtual_stages > 1 && (m % pp || m < pp || m_layers_short(base.model, pp * 2))) continue;
+                }
+                ++a.considered;
+                Candidate cand;
+                if (!try_ledger(in, &cand.ledger) || !fits(cand.ledger, c)) continue;
+                cand.in = in;
+                cand.est = estimate_step(in, cand.ledger);
+                if (profile) {
+                  try {
+                    cand.pred = predict_step(in, *profile);
+                    cand.predicted = true;
+                  } catch (const UsageError&) {
+                    continue;
+                  }
+                }
+                cand.peak_bytes = cand.ledger.stages[cand.ledger.heaviest].total();
+                a.ranked.push_back(std::move(cand));
+              }
       }
     }
   }
@@ -205,7 +226,7 @@ Advice advise(const PlanInput& base) {
               "add GPUs or memory",
               gpus, c.gpus_per_node, c.gpu_mem_gb, m.name, G, m.seq_len, a.considered);
   std::stable_sort(a.ranked.begin(), a.ranked.end(), [](const Candidate& x, const Candidate& y) {
-    double tx = x.est.total_s(), ty = y.est.total_s();
+    double tx = x.step_s(), ty = y.step_s();
     if (std::abs(tx - ty) > 1e-6 * std::max(tx, ty)) return tx < ty;
     // Same time: the simpler layout (fewer parallel dimensions, lower ZeRO stage, no recompute),
     // then less memory.
@@ -220,19 +241,35 @@ std::string format_advice(const Advice& a, int top) {
   std::string o = "decision tree:\n";
   for (const auto& t : a.tree) o += "  " + t + "\n";
   const PlanInput& b = a.ranked.front().in;
-  o += fmt::format(
-      "\nsearch: {} layouts considered, {} fit with {:.0f}% headroom; ranked by estimated step time (global batch {} x seq {}; compute at "
-      "{:.0f} TFLOP/s x {:.0f}% MFU per GPU; NVLink {:.0f} GB/s inside a node, InfiniBand {:.0f} Gb/s per GPU across; "
-      "DP overlaps backward, TP and PP do not)\n",
-      a.considered, a.ranked.size(), 100 * b.cluster.headroom, b.global_batch(), b.model.seq_len, b.cluster.peak_tflops, 100 * b.cluster.mfu,
-      b.cluster.nvlink_gbs, b.cluster.ib_gbps);
-  o += fmt::format("{:>3}  {:<70} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>10}\n", "#", "layout", "step s",
-                   "compute", "tp", "cp", "dp", "pp", "bubble", "peak mem");
-  for (int i = 0; i < std::min<int>(top, static_cast<int>(a.ranked.size())); ++i) {
-    const Candidate& c = a.ranked[i];
-    o += fmt::format("{:>3}  {:<70} {:>9.3f} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>6.1f}% {:>10}\n", i + 1,
-                     layout_name(c.in.layout), c.est.total_s(), c.est.compute_s, c.est.tp_s, c.est.cp_s, c.est.dp_s,
-                     c.est.pp_s, 100 * c.est.bubble, fmt_gb(static_cast<double>(c.peak_bytes)));
+  if (a.ranked.front().predicted) {
+    o += fmt::format(
+        "\nsearch: {} layouts considered, {} fit with {:.0f}% headroom; ranked by predicted step time on the machine profile "
+        "(global batch {} x seq {}; plan/step_time.hpp: the schedule's critical path from each op's FLOPs and bytes)\n",
+        a.considered, a.ranked.size(), 100 * b.cluster.headroom, b.global_batch(), b.model.seq_len);
+    o += fmt::format("{:>3}  {:<82} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>6} {:>10}\n", "#", "layout", "step s",
+                     "compute", "tp", "cp", "bubble", "dp", "optim", "tokens/s", "MFU", "peak mem");
+    for (int i = 0; i < std::min<int>(top, static_cast<int>(a.ranked.size())); ++i) {
+      const Candidate& c = a.ranked[i];
+      const StepPrediction& p = c.pred;
+      o += fmt::format("{:>3}  {:<82} {:>9.4g} {:>9.4g} {:>8.3g} {:>8.3g} {:>8.3g} {:>8.3g} {:>8.3g} {:>10.4g} {:>5.1f}% {:>10}\n", i + 1,
+                       layout_name(c.in.layout), p.step_s, p.compute_s, p.tp_s, p.cp_s, p.bubble_s, p.dp_s, p.optimizer_s,
+                       p.tokens_per_s, 100 * p.gflops_per_rank / p.peak_gflops, fmt_gb(static_cast<double>(c.peak_bytes)));
+    }
+  } else {
+    o += fmt::format(
+        "\nsearch: {} layouts considered, {} fit with {:.0f}% headroom; ranked by estimated step time (global batch {} x seq {}; compute at "
+        "{:.0f} TFLOP/s x {:.0f}% MFU per GPU; NVLink {:.0f} GB/s inside a node, InfiniBand {:.0f} Gb/s per GPU across; "
+        "DP overlaps backward, TP and PP do not; --profile replaces this with the measured model)\n",
+        a.considered, a.ranked.size(), 100 * b.cluster.headroom, b.global_batch(), b.model.seq_len, b.cluster.peak_tflops,
+        100 * b.cluster.mfu, b.cluster.nvlink_gbs, b.cluster.ib_gbps);
+    o += fmt::format("{:>3}  {:<82} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>10}\n", "#", "layout", "step s",
+                     "compute", "tp", "cp", "dp", "pp", "bubble", "peak mem");
+    for (int i = 0; i < std::min<int>(top, static_cast<int>(a.ranked.size())); ++i) {
+      const Candidate& c = a.ranked[i];
+      o += fmt::format("{:>3}  {:<82} {:>9.3f} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>6.1f}% {:>10}\n", i + 1,
+                       layout_name(c.in.layout), c.est.total_s(), c.est.compute_s, c.est.tp_s, c.est.cp_s, c.est.dp_s,
+                       c.est.pp_s, 100 * c.est.bubble, fmt_gb(static_cast<double>(c.peak_bytes)));
+    }
   }
   const Candidate& best = a.ranked.front();
   const PlanLayout& l = best.in.layout;
@@ -257,7 +294,7 @@ std::string format_advice(const Advice& a, int top) {
   return o;
 }
 
-std::string layout_job_toml(const PlanInput& in) {
+std::string layout_job_toml(const PlanInput& in, const std::string& profile) {
   const PlanLayout& l = in.layout;
   std::string o = "# written by `mpitron plan --advise --emit-job`\n[job]\n";
   // The preset the config came from ("+custom" marks job overrides), with the sizes spelled out.
@@ -266,11 +303,15 @@ std::string layout_job_toml(const PlanInput& in) {
   o += fmt::format("name = \"{}-{}gpu\"\n\n[model]\npreset = \"{}\"\nn_layer = {}\nn_head = {}\nd_model = {}\n", preset,
                    l.world(), preset, in.model.n_layer, in.model.n_head, in.model.d_model);
   o += fmt::format("vocab_size = {}\nseq_len = {}\n\n", in.model.vocab_size, in.model.seq_len);
-  o += fmt::format("[parallel]\ndp = {}\ntp = {}\npp = {}\ncp = {}\nzero = {}\nsp = {}\nschedule = \"{}\"\nmicrobatches = {}\n\n",
+  o += fmt::format("[parallel]\ndp = {}\ntp = {}\npp = {}\ncp = {}\nzero = {}\nsp = {}\nschedule = \"{}\"\nmicrobatches = {}\n",
                    l.dp, l.tp, l.pp, l.cp, l.zero, l.sp ? "true" : "false", l.schedule, l.microbatches);
+  if (l.virtual_stages > 1) o += fmt::format("virtual_stages = {}\n", l.virtual_stages);
+  o += "\n";
   o += fmt::format("[train]\nbackend = \"{}\"\nmicro_batch = {}\nglobal_batch = {}\nrecompute = \"{}\"\n",
                    in.precision != Precision::fp32 ? "nccl" : "cpu", l.micro_batch, in.global_batch(),
                    l.recompute ? "full" : "none");
+  // The run checks the prediction it was chosen by (train.check_prediction).
+  if (!profile.empty()) o += fmt::format("profile = \"{}\"\ncheck_prediction = true\n", profile);
   return o;
 }
 

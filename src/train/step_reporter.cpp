@@ -64,12 +64,29 @@ RankLedger predicted_ledger(const TrainSetup& s, const TrainBackend& backend) {
   return rank_ledger(in, s.grid.rank());
 }
 
+// train.check_prediction: the step-time model's prediction for this job (plan/step_time.hpp), on
+// every rank alike (a bad profile stops them all with the same message).
+std::optional<StepPrediction> predicted_step(const TrainSetup& s, const TrainBackend& backend, std::string* text) {
+  if (!s.cfg.train.check_prediction) return std::nullopt;
+  usage_check(!s.cfg.train.profile.empty(),
+              "train.check_prediction needs train.profile: a file from `mpirun -np N mpitron calibrate --out FILE`, or h100 | "
+              "h200 | a100");
+  PlanInput in = plan_input_from_job(s.cfg, s.mc, s.launch.world);
+  in.cpu_bf16_gemms = backend.cpu_bf16_gemms();
+  in.cluster.gpus_per_node = std::max(1, s.launch.local_size);  // ranks sharing a node, as launched
+  const MachineProfile prof = load_profile(s.cfg.train.profile);
+  StepPrediction p = predict_step(in, prof);
+  *text = format_prediction(in, prof, p);
+  return p;
+}
+
 }  // namespace
 
 StepReporter::StepReporter(const TrainSetup& s, TrainBackend& backend, MetricsSink& metrics, int start_step,
                            const PeakFlops& peak)
     : s_(s), backend_(backend), metrics_(metrics), start_step_(start_step), rank0_(s.grid.rank() == 0), peak_(peak),
       predicted_(predicted_ledger(s, backend)),
+      predicted_step_(predicted_step(s, backend, &prediction_text_)),
       logger_(s.cfg, metrics, int64_t{s.bp.global} * s.mc.seq_len, gpt_flops_per_token(s.mc), s.launch.world, peak.peak,
               peak.probe),
       straggler_(s.grid.world()),
@@ -90,6 +107,24 @@ void StepReporter::start(const DataLoader& train_data) {
   }
   log_memory("at start");
   check_ledger("at start");
+  if (rank0_ && predicted_step_) {
+    std::printf("prediction (train.profile %s):\n%s", s_.cfg.train.profile.c_str(), prediction_text_.c_str());
+    std::fflush(stdout);
+  }
+}
+
+// train.check_prediction: each step after the first beside the prediction (the first 10 printed),
+// and a metrics record of both.
+void StepReporter::check_prediction(int step, double step_ms) {
+  if (!predicted_step_ || !rank0_ || step <= start_step_ + 1) return;
+  const double pred_ms = 1e3 * predicted_step_->step_s;
+  measured_ms_.push_back(step_ms);
+  metrics_.write({{"step", int64_t{step}}, {"predicted_step_ms", pred_ms}, {"measured_step_ms", step_ms}});
+  if (measured_ms_.size() <= 10) {
+    std::printf("prediction check step %d: measured %.1f ms | predicted %.1f ms | error %+.1f%%\n", step, step_ms, pred_ms,
+                100 * (pred_ms / step_ms - 1));
+    std::fflush(stdout);
+  }
 }
 
 // Every rank's tracked bytes by category, printed by rank 0 and recorded in the metrics.
@@ -154,6 +189,7 @@ void StepReporter::end_step(int step, const StepOutcome& r, double lr, double st
     if (rank0_) metrics_.write({{"step", int64_t{step}}, {"cp_wait_ms", 1e3 * (w - cp_wait_prev_)}});
     cp_wait_prev_ = w;
   }
+  check_prediction(step, step_ms);
   if (logger_.due(step)) {
     StepStats extra;
     straggler_.gather(step_ms, extra);  // collective: every rank, on the logged steps
@@ -178,6 +214,13 @@ void StepReporter::finish(const TrainResult& result) {
   const StageModel& model = backend_.stage();
   const GridShape& gs = s_.grid.shape();
   const int measured = result.steps_done - start_step_ - 1;  // steps after the first
+  if (rank0_ && predicted_step_ && !measured_ms_.empty()) {
+    std::vector<double> v = measured_ms_;
+    std::sort(v.begin(), v.end());
+    const double med = v[v.size() / 2], pred = 1e3 * predicted_step_->step_s;
+    std::printf("prediction check: median step %.1f ms over steps %d..%d vs predicted %.1f ms: error %+.1f%% (dominant: %s)\n", med,
+                start_step_ + 2, result.steps_done, pred, 100 * (pred / med - 1), predicted_step_->dominant().c_str());
+  }
   if (rank0_ && gs.tp > 1 && measured > 0 && tp_comm_after_first_ >= 0)
     std::printf("tensor parallel: tp comm %.1f ms/step on rank 0 (steps %d..%d, TP collectives in forward and backward)\n",
                 1e3 * (model.tp_comm_seconds() - tp_comm_after_first_) / measured, start_step_ + 2, result.steps_done);

@@ -85,6 +85,8 @@ struct TrainSection {
   std::string resume = "auto";     // auto | never | <checkpoint path>
   std::string init_from;           // a fresh run's weights: a checkpoint file or hf:DIR ("" = init)
   bool check_ledger = false;
+  std::string profile;              // a machine profile (`mpitron calibrate`, or h100 | h200 | a100)
+  bool check_prediction = false;    // print predicted vs measured step time (needs profile)
   std::string nan_policy = "stop";  // stop | skip
   int nan_skip_limit = 10;          // skip: consecutive non-finite steps before the run stops
   std::string dump_params;          // after the last step, rank 0 writes full parameters here (HDF5)

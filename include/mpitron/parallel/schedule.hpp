@@ -17,6 +17,7 @@
 // receives and sends together (Megatron's send_forward_recv_backward pairing) and waits for the
 // receives; sends never block. simulate() replays that rule and reports a deadlock if any.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,10 @@ struct PipelineTimeline {
   double bubble() const;     // idle fraction averaged over ranks
 };
 PipelineTimeline simulate(const PipelineSchedule& s, double t_fwd = 1.0, double t_bwd = 2.0);
+// The same with each compute action's own duration (rank, action: forward / backward of a
+// micro-batch and chunk) and p2p_s from a send's post to its message being there to receive.
+PipelineTimeline simulate(const PipelineSchedule& s, const std::function<double(int, const PipeAction&)>& duration,
+                          double p2p_s = 0.0);
 
 // (p-1)/(v*m + p-1): the bubble of GPipe and 1F1B (v = 1) and of interleaved 1F1B.
 double theoretical_bubble(int pp, int microbatches, int virtual_stages = 1);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "mpitron/plan/ledger.hpp"
+#include "mpitron/plan/step_time.hpp"
 
 namespace mpitron {
 
@@ -35,7 +36,10 @@ struct Candidate {
   PlanInput in;
   Ledger ledger;
   StepEstimate est;
+  StepPrediction pred;  // with a machine profile
+  bool predicted = false;
   int64_t peak_bytes = 0;
+  double step_s() const { return predicted ? pred.step_s : est.total_s(); }
 };
 
 struct Advice {
@@ -45,12 +49,16 @@ struct Advice {
 };
 
 // Searches every layout of `in.cluster.gpus` GPUs for in.model at in.layout's global batch
-// (micro_batch x microbatches x dp) and precision. UsageError when nothing fits.
-Advice advise(const PlanInput& in);
+// (micro_batch x microbatches x dp) and precision. UsageError when nothing fits. With a machine
+// profile the layouts are ranked by the step-time model (plan/step_time.hpp) instead of the
+// fixed one above, and every pipeline schedule (gpipe, 1f1b, interleaved v = 2) is tried.
+Advice advise(const PlanInput& in, const MachineProfile* profile = nullptr);
 std::string format_advice(const Advice& a, int top = 5);
 
-// The chosen layout as a TOML job file (model preset, [parallel], [train]).
-std::string layout_job_toml(const PlanInput& in);
+// The chosen layout as a TOML job file (model preset, [parallel], [train]). With a profile (the
+// --profile given to plan): train.profile and train.check_prediction = true, so the run prints
+// its measured step time beside the prediction.
+std::string layout_job_toml(const PlanInput& in, const std::string& profile = "");
 
 // The five strategies side by side for this model and cluster (what is split, the collective,
 // the group, bytes per step per rank for this model, where it belongs).

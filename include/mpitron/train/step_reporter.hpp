@@ -10,10 +10,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mpitron/core/trace.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/plan/ledger.hpp"
+#include "mpitron/plan/step_time.hpp"
 #include "mpitron/train/metrics.hpp"
 #include "mpitron/train/train_backend.hpp"
 #include "mpitron/train/train_loop.hpp"
@@ -42,6 +44,7 @@ class StepReporter {
  private:
   void log_memory(const char* when);
   void check_ledger(const char* when);
+  void check_prediction(int step, double step_ms);
   void write_trace();
 
   const TrainSetup& s_;
@@ -51,6 +54,9 @@ class StepReporter {
   const bool rank0_;
   PeakFlops peak_;
   RankLedger predicted_;
+  std::string prediction_text_;
+  std::optional<StepPrediction> predicted_step_;  // train.check_prediction
+  std::vector<double> measured_ms_;               // steps after the first, rank 0
   StepLogger logger_;
   StragglerProbe straggler_;
   std::optional<trace::Span> step_span_;

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The step-time model against measured runs (issue: `plan` predicts step time). Calibrates this
+# machine (`mpitron calibrate` at np 8), then for each layout below trains STEPS steps and takes
+# the median step time of steps 2.. (step 1 pays for JIT and first touches), and asks
+# `mpitron plan --predict --profile` for the same job. Writes bench/results/plan.md: the table
+# (layout, predicted, measured, error, the dominant part), median and worst absolute error, and
+# the Spearman rank correlation of predicted vs measured.
+# Ranks run unbound (--bind-to none): OpenMPI binds np <= 2 to one core each, and the profile's
+# one-rank rates are those of a rank with every core.
+# Usage: bench/plan/run.sh [BUILD dir]   (env: STEPS=8, PROFILE=an existing profile to reuse)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-${BUILD:-build}}
+MPITRON=$PWD/$BUILD/mpitron
+STEPS=${STEPS:-8}
+MPIRUN="mpirun --oversubscribe --bind-to none"
+[ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat /usr/share/games/fortunes/{fortunes,computers,science,wisdom} 2>/dev/null | head -c 400000 >"$tmp/corpus.txt" || true
+[ -s "$tmp/corpus.txt" ] || head -c 400000 /dev/urandom | base64 >"$tmp/corpus.txt"
+"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --quiet
+profile=${PROFILE:-$tmp/profile.toml}
+if [ -z "${PROFILE:-}" ]; then
+  start=$(date +%s.%N)
+  $MPIRUN -np 8 "$MPITRON" calibrate --out "$profile" 2>&1 | grep -v '^mpitron: built with CUDA' >"$tmp/calibrate.log"
+  echo "calibration: $(echo "$(date +%s.%N) - $start" | bc) s wall (np 8)" >>"$tmp/calibrate.log"
+else
+  echo "calibration: reused $PROFILE" >"$tmp/calibrate.log"
+fi
+cp "$profile" "$tmp/profile.copy.toml"
+
+gpt=(--model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.seq_len=128)
+llama=(--model.preset=llama-tiny --model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.n_kv_head=2
+       --model.d_ff=688 --model.seq_len=128)
+# name | np | model | overrides
+layouts=(
+  "single|1|gpt|--train.micro_batch=4 --train.global_batch=16"
+  "single recompute|1|gpt|--train.micro_batch=4 --train.global_batch=16 --train.recompute=full"
+  "dp2|2|gpt|--train.micro_batch=4 --train.global_batch=16"
+  "dp2 zero1|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.zero=1"
+  "dp2 zero2|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.zero=2"
+  "dp2 zero3|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.zero=3"
+  "tp2|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2"
+  "tp2 sp|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2 --parallel.sp=true"
+  "pp2 1f1b m4|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.pp=2"
+  "pp2 gpipe m8|2|gpt|--train.micro_batch=2 --train.global_batch=16 --parallel.pp=2 --parallel.schedule=gpipe"
+  "pp2 interleaved v2 m4|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.pp=2 --parallel.schedule=interleaved --parallel.virtual_stages=2"
+  "cp2|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.cp=2"
+  "dp2 x tp2|4|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2"
+  "pp4 1f1b m8|4|gpt|--train.micro_batch=2 --train.global_batch=16 --parallel.pp=4"
+  "dp4 zero1|4|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.zero=1"
+  "dp8|8|gpt|--train.micro_batch=2 --train.global_batch=16"
+  "dp2 x tp2 x pp2|8|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2 --parallel.pp=2"
+  "llama single|1|llama|--train.micro_batch=4 --train.global_batch=16"
+  "llama tp2 sp|2|llama|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2 --parallel.sp=true"
+  "llama dp2 x pp2|4|llama|--train.micro_batch=4 --train.global_batch=16 --parallel.pp=2"
+)
+results="$tmp/results.jsonl"
+: >"$results"
+i=0
+for row in "${layouts[@]}"; do
+  IFS='|' read -r name np model extra <<<"$row"
+  i=$((i + 1))
+  if [ "$model" = gpt ]; then m=("${gpt[@]}"); else m=("${llama[@]}"); fi
+  # shellcheck disable=SC2206
+  ov=(--data.path="$tmp/data" "${m[@]}" --train.precision=fp32 $extra)
+  dir="$tmp/run$i"
+  $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${ov[@]}" --train.steps="$STEPS" --eval.batches=0 \
+    --eval.every=0 --job.run_dir="$dir" >"$dir.log" 2>&1 || { echo "run $name failed:"; tail -5 "$dir.log"; exit 1; }
+  "$MPITRON" plan jobs/tiny.toml "${ov[@]}" --gpus "$np" --gpus-per-node 8 --predict --profile "$profile" >"$dir.plan"
+  /usr/bin/python3 - "$dir" "$name" "$np" >>"$results" <<'PY'
+import json, re, statistics, sys
+d, name, np = sys.argv[1:]
+ms = [json.loads(l)["step_ms"] for l in open(f"{d}/metrics.jsonl") if '"step_ms"' in l]
+ms = [x for i, x in enumerate(ms) if i >= 1]
+plan = open(f"{d}.plan").read()
+pred = float(re.search(r"predicted step time .*?: ([0-9.e+-]+) s", plan).group(1)) * 1e3
+dom = re.search(r"dominant: (.*)", plan).group(1)
+print(json.dumps({"name": name, "np": int(np), "pred_ms": pred, "meas_ms": statistics.median(ms),
+                  "spread": (max(ms) - min(ms)) / statistics.median(ms), "dominant": dom, "plan": plan}))
+PY
+  tail -1 "$results" | /usr/bin/python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+e = 100 * (r["pred_ms"] / r["meas_ms"] - 1)
+print("%-28s np %d  predicted %8.1f ms  measured %8.1f ms  %+6.1f%%" % (r["name"], r["np"], r["pred_ms"], r["meas_ms"], e))'
+done
+mkdir -p bench/results
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+/usr/bin/python3 - "$results" "$tmp/calibrate.log" "$cpu" "$(nproc)" "$STEPS" >bench/results/plan.md <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+cal, cpu, cores, steps = open(sys.argv[2]).read(), sys.argv[3], sys.argv[4], sys.argv[5]
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i]); r = [0.0] * len(v); i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]: j += 1
+        for k in range(i, j + 1): r[order[k]] = (i + j) / 2
+        i = j + 1
+    return r
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b); ma, mb = statistics.mean(ra), statistics.mean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+errs = [abs(r["pred_ms"] / r["meas_ms"] - 1) for r in rows]
+rho = spearman([r["pred_ms"] for r in rows], [r["meas_ms"] for r in rows])
+print("# Step-time prediction against measured runs (bench/plan/run.sh)\n")
+print(f"Machine: {cpu}, {cores} cores, one node; OpenMPI, CPU backend, fp32. Each layout trains {steps} steps; "
+      f"measured = median step time of steps 2..{steps} (metrics.jsonl step_ms); predicted = `mpitron plan JOB --predict "
+      f"--profile P` on the profile `mpitron calibrate` wrote at np 8 in this run. GPT: 4 layers, d_model 256, 4 heads, "
+      f"seq 128, byte vocabulary; LLaMA: the same with RMSNorm, RoPE, SwiGLU (d_ff 688) and 2 KV heads. Global batch 16 "
+      f"sequences. Layouts with more ranks than cores are oversubscribed (1 thread per rank): that is this machine's truth "
+      f"and the profile's concurrency table measures it.\n")
+print(f"**Median absolute error {100*statistics.median(errs):.1f}%, worst {100*max(errs):.1f}%, Spearman rho "
+      f"{rho:.3f} over {len(rows)} layouts** (targets: <= 15%, <= 35%, >= 0.8).\n")
+print("| layout | np | predicted ms | measured ms | error | step spread | dominant (predicted) |")
+print("|---|---:|---:|---:|---:|---:|---|")
+for r in rows:
+    print(f"| {r['name']} | {r['np']} | {r['pred_ms']:.1f} | {r['meas_ms']:.1f} | {100*(r['pred_ms']/r['meas_ms']-1):+.1f}% | "
+          f"{100*r['spread']:.0f}% | {r['dominant']} |")
+print("\nstep spread: (max - min) / median of the measured steps 2.., the run's own noise.\n")
+print("## Calibration\n\n```\n" + cal.strip() + "\n```\n")
+worst = sorted(rows, key=lambda r: -abs(r["pred_ms"] / r["meas_ms"] - 1))[:3]
+print("## The three worst layouts: the model's breakdown\n")
+for r in worst:
+    print(f"### {r['name']} (np {r['np']}): predicted {r['pred_ms']:.1f} ms, measured {r['meas_ms']:.1f} ms\n\n```\n{r['plan'].strip()}\n```\n")
+PY
+cat bench/results/plan.md | sed -n 1,40p

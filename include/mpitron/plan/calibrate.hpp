@@ -1,0 +1,36 @@
+// `mpitron calibrate`: measures a machine profile (plan/profile.hpp) under mpirun/srun.
+//
+// What runs, in order (ranks that are not measuring wait in a sleeping barrier, so they leave the
+// cores to those that are):
+//   1. world rank 0 alone, with every core of its node: GEMM forward and backward over an
+//      (M, N, K) grid in fp32 (and bf16 where the CPU has bf16 GEMMs), causal attention by
+//      sequence length, and the elementwise kernels (layernorm, GELU, residual add);
+//   2. for k = 1, 2, 4, ... up to the ranks of node 0: k ranks compute a fixed mix at once with
+//      cores/k threads each (the trainer's rule): the per-rank slowdown (oversubscription);
+//   3. for each k and group size n <= k: k/n groups of n ranks run each collective at once over
+//      message sizes from 4 KiB up, and alpha and busbw are fitted (least squares on relative
+//      error) to t = alpha + factor * S / busbw; across nodes, groups of one rank per node;
+//   4. with every rank busy: the mix's time while an all-reduce is in flight on a helper thread
+//      (the trainer's progress thread) over its time alone.
+// Rank 0 gets the profile; the other ranks an empty one.
+#pragma once
+#include <string>
+
+#include "mpitron/plan/profile.hpp"
+
+namespace mpitron {
+
+struct LaunchInfo;
+
+struct CalibrateOptions {
+  bool quick = false;           // small grids and sizes (tests): seconds instead of a minute
+  double max_bytes = 16 << 20;  // largest collective message
+  bool progress = true;         // rank 0 prints what it measures
+};
+
+MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOptions& opt);
+
+// One-line summary per part, for the end of `mpitron calibrate`.
+std::string format_profile_summary(const MachineProfile& p);
+
+}  // namespace mpitron

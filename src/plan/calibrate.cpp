@@ -1,0 +1,458 @@
+// `mpitron calibrate`'s measurements (plan/calibrate.hpp says what and in which order).
+#include "mpitron/plan/calibrate.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/distributed/launch.hpp"
+#include "mpitron/distributed/mpi_comm.hpp"
+#include "mpitron/ops/ops.hpp"
+
+namespace mpitron {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A barrier that sleeps while it waits: ranks with nothing to measure must not take the cores
+// (MPI's blocking calls spin), nor wake often (seven ranks polling every 200 us cost a lone
+// measuring thread ~10%).
+void idle_barrier(MPI_Comm c) {
+  MPI_Request r;
+  MPI_Ibarrier(c, &r);
+  int done = 0;
+  while (true) {
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Median seconds of fn over repetitions: one untimed call, then at least 3 timed ones and as many
+// as fit in `budget` seconds (at most 25).
+double median_time(const std::function<void()>& fn, double budget = 0.08) {
+  fn();
+  std::vector<double> t;
+  const auto start = Clock::now();
+  while (t.size() < 3 || (t.size() < 25 && since(start) < budget)) {
+    auto t0 = Clock::now();
+    fn();
+    t.push_back(since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void fill(std::vector<float>& v, int seed) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(((i * 7 + seed) % 23) - 11) * 0.01f;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto k = line.find(':');
+      if (k != std::string::npos) return line.substr(k + 2);
+    }
+  return "unknown CPU";
+}
+
+int node_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+struct Gemm {
+  std::vector<float> a, w, out, dout, dinp, dw;
+  int64_t M, N, K;
+  Gemm(int64_t M_, int64_t N_, int64_t K_) : a(M_ * K_), w(N_ * K_), out(M_ * N_), dout(M_ * N_), dinp(M_ * K_), dw(N_ * K_), M(M_), N(N_), K(K_) {
+    fill(a, 1), fill(w, 2), fill(dout, 3);
+  }
+  void fwd(Ops& ops) { ops.matmul_forward(out.data(), a.data(), w.data(), nullptr, M, K, N); }
+  void bwd(Ops& ops) { ops.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), a.data(), w.data(), M, K, N); }
+  double flops() const { return 2.0 * M * N * K; }
+};
+
+// The elementwise kernels on rows x C (and rows x 4C for GELU): returns {seconds, bytes}.
+struct Stream {
+  int64_t rows, C;
+  std::vector<float> x, y, dy, dx, mean, rstd, g, b, dg, db, h, dh;
+  Stream(int64_t r, int64_t c)
+      : rows(r), C(c), x(r * c), y(r * c), dy(r * c), dx(r * c), mean(r), rstd(r), g(c, 1.f), b(c), dg(c), db(c),
+        h(r * c * 4), dh(r * c * 4) {
+    fill(x, 4), fill(dy, 5), fill(h, 6);
+  }
+  void run(Ops& ops) {
+    ops.layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), rows, C);
+    ops.layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), g.data(), mean.data(), rstd.data(), rows, C);
+    ops.gelu_forward(dh.data(), h.data(), h.size());
+    ops.gelu_backward(dh.data(), h.data(), dh.data(), h.size());
+    ops.residual_forward(y.data(), x.data(), dy.data(), x.size());
+  }
+  // Bytes each kernel reads and writes once: layernorm forward 2 (x, y), backward 4 (x, dy, dx
+  // read and written), GELU forward 2 (of 4C), backward 3 (of 4C), residual 3.
+  double bytes() const { return 4.0 * (rows * C * (2 + 4 + 3) + rows * C * 4 * (2 + 3)); }
+};
+
+// The mix timed for concurrency and overlap: one GEMM forward + backward and the elementwise set.
+struct Mix {
+  Gemm g;
+  Stream s;
+  explicit Mix(bool quick) : g(quick ? 256 : 512, 512, 512), s(quick ? 256 : 1024, 256) {}
+};
+
+struct Progress {
+  bool on;
+  Clock::time_point t0 = Clock::now();
+  void say(const std::string& s) const {
+    if (!on) return;
+    std::printf("calibrate [%5.1f s] %s\n", since(t0), s.c_str());
+    std::fflush(stdout);
+  }
+};
+
+void set_axes(MachineProfile& p, bool quick) {
+  p.gemm_m = quick ? std::vector<double>{128, 512} : std::vector<double>{128, 512, 2048};
+  p.gemm_n = p.gemm_k = quick ? std::vector<double>{64, 512} : std::vector<double>{64, 256, 1024, 4096};
+  p.attn_hd = 64;
+  p.attn_t = quick ? std::vector<double>{64, 256} : std::vector<double>{64, 128, 256, 512, 1024};
+}
+
+// One rank alone with the current OpenMP threads.
+MachineProfile::Rates measure_rates(const MachineProfile& p, Ops& ops, const CalibrateOptions& o, const Progress& pr) {
+  MachineProfile::Rates rt;
+  rt.threads = omp_get_max_threads();
+  const bool bf16 = ops.set_gemm_bf16(true);
+  ops.set_gemm_bf16(false);
+  for (int prec = 0; prec < (bf16 ? 2 : 1); ++prec) {
+    ops.set_gemm_bf16(prec == 1);
+    auto& fw = prec ? rt.gemm_fwd_bf16 : rt.gemm_fwd_f32;
+    auto& bw = prec ? rt.gemm_bwd_bf16 : rt.gemm_bwd_f32;
+    for (double m : p.gemm_m)
+      for (double n : p.gemm_n)
+        for (double k : p.gemm_k) {
+          Gemm g(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k));
+          if (prec) ops.register_weights(g.w.data(), g.w.size());
+          fw.push_back(g.flops() / median_time([&] { g.fwd(ops); }) / 1e9);
+          bw.push_back(2 * g.flops() / median_time([&] { g.bwd(ops); }) / 1e9);
+          if (prec) ops.unregister_weights(g.w.data());
+        }
+    pr.say(fmt::format("{} thread(s): GEMM {} over {} shapes: {:.1f} .. {:.1f} GFLOP/s forward", rt.threads, prec ? "bf16" : "fp32",
+                       fw.size(), *std::min_element(fw.begin(), fw.end()), *std::max_element(fw.begin(), fw.end())));
+  }
+  ops.set_gemm_bf16(false);
+  for (double tt : p.attn_t) {
+    const int T = static_cast<int>(tt), hd = 64, H = std::max(2, 4096 / T * 2);
+    std::vector<float> qkv(int64_t{T} * 3 * H * hd), out(int64_t{T} * H * hd), att(int64_t{H} * T * T),
+        dout(out.size()), dqkv(qkv.size());
+    fill(qkv, 7), fill(dout, 8);
+    const double flops = 4.0 * H * double(T) * T * hd;
+    rt.attn_fwd.push_back(flops / median_time([&] { ops.attention_forward(out.data(), att.data(), qkv.data(), 1, T, H, hd); }) / 1e9);
+    rt.attn_bwd.push_back(2 * flops /
+                          median_time([&] { ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), 1, T, H, hd); }) /
+                          1e9);
+  }
+  Stream s(o.quick ? 1024 : 4096, 1024);
+  rt.stream_gbs = s.bytes() / median_time([&] { s.run(ops); }) / 1e9;
+  pr.say(fmt::format("{} thread(s): attention (hd 64) T {} .. {}: {:.1f} .. {:.1f} GFLOP/s forward; elementwise {:.1f} GB/s",
+                     rt.threads, p.attn_t.front(), p.attn_t.back(), rt.attn_fwd.front(), rt.attn_fwd.back(), rt.stream_gbs));
+  return rt;
+}
+
+// Seconds of the mix on this rank (median).
+double mix_time(Ops& ops, Mix& mix) {
+  return median_time([&] {
+    mix.g.fwd(ops);
+    mix.g.bwd(ops);
+    mix.s.run(ops);
+  }, 0.3);
+}
+
+// The mix's time while a helper thread runs all-reduces of max_bytes over `group` (a duplicate).
+double mix_time_with_allreduce(Ops& ops, Mix& mix, MPI_Comm group, const CalibrateOptions& o) {
+  MPI_Comm dup;
+  MPI_Comm_dup(group, &dup);
+  std::vector<float> buf(static_cast<size_t>(o.max_bytes) / 4 / 4);
+  std::atomic<int> stop{0};
+  // The helper's loop ends on every rank after the same call: each round also agrees (MAX) on
+  // whether some rank has finished computing.
+  std::thread comm_thread([&] {
+    for (int done = 0; !done;) {
+      MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, dup);
+      done = stop.load();
+      MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MAX, dup);
+    }
+  });
+  const double t = mix_time(ops, mix);
+  stop = 1;
+  comm_thread.join();
+  MPI_Comm_free(&dup);
+  return t;
+}
+
+// Fitted alpha and busbw of t = alpha + f*S/busbw over (S, t) points, weights 1/t^2.
+CollectiveFit fit(const std::string& op, int n, const std::vector<std::pair<double, double>>& pts) {
+  const double f = op == "sendrecv" || op == "broadcast" ? 1.0 : collective_factor(op, n);
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [S, t] : pts) {
+    const double w = 1.0 / (t * t), x = f * S;
+    sw += w, sx += w * x, sy += w * t, sxx += w * x * x, sxy += w * x * t;
+  }
+  const double det = sw * sxx - sx * sx;
+  double slope = det > 0 ? (sw * sxy - sx * sy) / det : 0, alpha = det > 0 ? (sy - slope * sx) / sw : 0;
+  if (slope <= 0) {  // flat: latency-bound over the range; bandwidth from the largest message
+    auto [S, t] = pts.back();
+    slope = t / (f * S);
+    alpha = 0;
+  }
+  if (alpha < 0) {  // bandwidth-bound; through the smallest point
+    alpha = 0;
+    slope = 0;
+    for (auto [S, t] : pts) slope = std::max(slope, t / (f * S));
+  }
+  CollectiveFit c;
+  c.op = op;
+  c.group = n;
+  c.alpha_s = alpha;
+  c.busbw_gbs = 1.0 / slope / 1e9;
+  return c;
+}
+
+// One collective on `c` (group of n) with S bytes of floats.
+void run_collective(const std::string& op, MpiComm& c, std::vector<float>& a, std::vector<float>& b, size_t floats) {
+  const int n = c.size(), me = c.rank();
+  if (op == "all_reduce") c.all_reduce(b.data(), floats, DType::f32, ReduceOp::sum);
+  else if (op == "all_gather") c.all_gather(a.data(), b.data(), floats / n, DType::f32);
+  else if (op == "reduce_scatter") c.reduce_scatter(a.data(), b.data(), floats / n, DType::f32, ReduceOp::sum);
+  else if (op == "broadcast") c.broadcast(b.data(), floats, DType::f32, 0);
+  else if (op == "sendrecv") c.sendrecv(a.data(), floats, (me + 1) % n, b.data(), floats, (me + n - 1) % n, DType::f32);
+  else MPI_Alltoall(a.data(), static_cast<int>(floats / n), MPI_FLOAT, b.data(), static_cast<int>(floats / n), MPI_FLOAT, c.mpi_comm());
+}
+
+const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv", "all_to_all"};
+
+// Every op over sizes on group `g` (this rank's); the time of a size is the slowest rank's mean.
+std::vector<CollectiveFit> measure_group(MpiComm& g, const CalibrateOptions& o) {
+  std::vector<CollectiveFit> fits;
+  const int n = g.size();
+  const size_t max_floats = static_cast<size_t>(o.max_bytes) / 4;
+  std::vector<float> a(max_floats), b(max_floats);
+  fill(a, 9);
+  for (const char* op : kOps) {
+    std::vector<std::pair<double, double>> pts;
+    for (size_t bytes = 4096; bytes <= static_cast<size_t>(o.max_bytes); bytes *= 4) {
+      size_t floats = bytes / 4;
+      floats -= floats % n;
+      run_collective(op, g, a, b, floats);
+      run_collective(op, g, a, b, floats);
+      // Iterations: as many as fit in ~40 ms on the slowest rank (agreed over the group), 3..50.
+      auto t0 = Clock::now();
+      run_collective(op, g, a, b, floats);
+      double one = since(t0);
+      MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_MAX, g.mpi_comm());
+      const int iters = std::clamp(static_cast<int>(0.04 / std::max(one, 1e-7)), 3, 50);
+      // Each call timed on its own; the rank's median (an oversubscribed rank descheduled for a
+      // time slice now and then would otherwise own the mean), the slowest rank's.
+      MPI_Barrier(g.mpi_comm());
+      std::vector<double> each;
+      for (int i = 0; i < iters; ++i) {
+        t0 = Clock::now();
+        run_collective(op, g, a, b, floats);
+        each.push_back(since(t0));
+      }
+      std::nth_element(each.begin(), each.begin() + iters / 2, each.end());
+      double t = each[iters / 2];
+      MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, g.mpi_comm());
+      pts.push_back({4.0 * floats, t});
+    }
+    fits.push_back(fit(op, n, pts));
+  }
+  return fits;
+}
+
+std::string mpi_library() {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  std::string s(v, static_cast<size_t>(len));
+  if (auto k = s.find_first_of(",\n"); k != std::string::npos) s.resize(k);
+  return s;
+}
+
+}  // namespace
+
+MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOptions& o) {
+  MachineProfile p;
+  const int rank = launch.rank, world = launch.world;
+  const Progress pr{o.progress && rank == 0};
+  const auto t_start = Clock::now();
+  const int cores = node_cores();
+  p.source = "calibrated";
+  p.device = cpu_model();
+  p.backend = "cpu";
+  p.mpi = mpi_library();
+  p.transports = "MPI (the CPU backend's collectives); shared memory inside a node";
+  p.cores_per_node = cores;
+  p.nodes = launch.num_nodes;
+  p.ranks = world;
+  {
+    std::time_t now = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    p.date = buf;
+  }
+  pr.say(fmt::format("{} ranks on {} node(s), {} cores per node ({}), {}", world, launch.num_nodes, cores, p.device, p.mpi));
+  auto ops = make_cpu_ops();
+
+  // Node 0's ranks in world order: the first k of them compute (and communicate) at once.
+  MPI_Comm node_comm;
+  MPI_Comm_split(MPI_COMM_WORLD, launch.node == 0 ? 0 : MPI_UNDEFINED, rank, &node_comm);
+  const int local = launch.node == 0 ? launch.local_rank : -1;
+  int node0_ranks = launch.local_size;
+  MPI_Bcast(&node0_ranks, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<int> ks;
+  for (int k = 1; k < node0_ranks; k *= 2) ks.push_back(k);
+  ks.push_back(node0_ranks);
+
+  // For k = 1, 2, 4, ... ranks of node 0, each rank with cores/k threads (the trainer's rule):
+  //   1. rank 0 alone: the rate grids (once per thread count) and the mix (the reference of 2);
+  //   2. the first k ranks at once: the mix, then the mix with an all-reduce in flight on a
+  //      helper thread (the trainer's progress thread).
+  set_axes(p, o.quick);
+  Mix mix(o.quick);
+  const bool multiple = launch.thread_level >= MPI_THREAD_MULTIPLE;
+  p.active.clear(), p.compute_scale.clear(), p.stream_scale.clear(), p.overlap_slowdown.clear();
+  for (int k : ks) {
+    const int t = std::max(1, cores / k);
+    double alone[2] = {0, 0};
+    if (rank == 0) {
+      omp_set_num_threads(t);
+      if (p.rates.empty() || p.rates.back().threads != t) p.rates.push_back(measure_rates(p, *ops, o, pr));
+      alone[0] = mix_time(*ops, mix);
+      alone[1] = median_time([&] { mix.s.run(*ops); }, 0.2);
+    }
+    idle_barrier(MPI_COMM_WORLD);  // before the broadcast: its waiting ranks would spin
+    MPI_Bcast(alone, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    double r[3] = {alone[0], alone[1], alone[0]};  // mix, stream, mix with an all-reduce in flight
+    if (k > 1) {
+      const bool me = local >= 0 && local < k;
+      if (local >= 0) {
+        MPI_Comm act;
+        MPI_Comm_split(node_comm, me ? 0 : MPI_UNDEFINED, local, &act);
+        if (me) {
+          omp_set_num_threads(t);
+          MPI_Barrier(act);
+          r[0] = mix_time(*ops, mix);
+          MPI_Barrier(act);
+          r[1] = median_time([&] { mix.s.run(*ops); }, 0.2);
+          r[2] = r[0];
+          if (multiple) {
+            MPI_Barrier(act);
+            r[2] = mix_time_with_allreduce(*ops, mix, act, o);
+          }
+          MPI_Allreduce(MPI_IN_PLACE, r, 3, MPI_DOUBLE, MPI_SUM, act);
+          MPI_Comm_free(&act);
+          for (double& x : r) x /= k;
+        }
+      }
+      idle_barrier(MPI_COMM_WORLD);
+      MPI_Bcast(r, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    }
+    p.active.push_back(k);
+    p.compute_scale.push_back(alone[0] / r[0]);
+    p.stream_scale.push_back(alone[1] / r[1]);
+    p.overlap_slowdown.push_back(std::max(1.0, r[2] / r[0]));
+    if (k > 1)
+      pr.say(fmt::format("{} ranks computing at once ({} thread(s) each): {:.2f}x the rate of one alone, elementwise {:.2f}x; "
+                         "{:.2f}x slower with an all-reduce in flight{}",
+                         k, t, alone[0] / r[0], alone[1] / r[1], p.overlap_slowdown.back(),
+                         multiple ? "" : " (not measured: MPI is not MPI_THREAD_MULTIPLE)"));
+  }
+  omp_set_num_threads(std::max(1, cores / std::max(1, launch.local_size)));
+
+  // 3. Collectives inside a node: k active ranks in groups of n.
+  for (int k : ks) {
+    if (k < 2) continue;
+    for (int n = 2; n <= k; n *= 2) {
+      if (k % n) continue;
+      const bool me = local >= 0 && local < k;
+      MPI_Comm gc;
+      MPI_Comm_split(MPI_COMM_WORLD, me ? local / n : MPI_UNDEFINED, rank, &gc);
+      std::vector<CollectiveFit> fits;
+      if (me) {
+        MpiComm g(gc, fmt::format("calib{}", n));
+        fits = measure_group(g, o);
+      }
+      idle_barrier(MPI_COMM_WORLD);
+      if (rank == 0) {
+        for (CollectiveFit& f : fits) {
+          f.active = k;
+          p.comm.push_back(f);
+        }
+        pr.say(fmt::format("collectives, {} group(s) of {} at once: all_reduce alpha {:.1f} us, busbw {:.2f} GB/s", k / n, n,
+                           fits[0].alpha_s * 1e6, fits[0].busbw_gbs));
+      }
+    }
+  }
+  // Across nodes: one rank per node, every local rank's group at once.
+  if (launch.num_nodes > 1) {
+    MPI_Comm gc;
+    MPI_Comm_split(MPI_COMM_WORLD, launch.local_rank, rank, &gc);
+    std::vector<CollectiveFit> fits;
+    {
+      MpiComm g(gc, "calib_inter");
+      fits = measure_group(g, o);
+    }
+    if (rank == 0) {
+      for (CollectiveFit& f : fits) {
+        f.active = launch.local_size;
+        f.inter_node = true;
+        p.comm.push_back(f);
+      }
+      pr.say(fmt::format("collectives across {} nodes: all_reduce alpha {:.1f} us, busbw {:.2f} GB/s", launch.num_nodes,
+                         fits[0].alpha_s * 1e6, fits[0].busbw_gbs));
+    }
+  }
+
+  if (node_comm != MPI_COMM_NULL) MPI_Comm_free(&node_comm);
+  p.seconds = since(t_start);
+  p.note = fmt::format("measured by `mpitron calibrate` with {} ranks{}; compute at one rank per node on {} cores",
+                       world, o.quick ? " (--quick: small grids)" : "", cores);
+  if (rank != 0) return MachineProfile{};
+  return p;
+}
+
+std::string format_profile_summary(const MachineProfile& p) {
+  std::string o = fmt::format("profile: {} ({}), {} cores per node, {} node(s), {} ranks, calibrated in {:.1f} s\n", p.device,
+                              p.source, p.cores_per_node, p.nodes, p.ranks, p.seconds);
+  for (const MachineProfile::Rates& r : p.rates)
+    o += fmt::format("  {} thread(s): GEMM fp32 {:.1f} GFLOP/s at 512x1024x1024 forward{}; attention {:.1f} GFLOP/s at T 256; "
+                     "elementwise {:.1f} GB/s\n",
+                     r.threads, p.gemm_gflops(512, 1024, 1024, false, false, r.threads),
+                     p.has_bf16() ? fmt::format(", bf16 {:.1f}", p.gemm_gflops(512, 1024, 1024, false, true, r.threads)) : "",
+                     p.attention_gflops(256, false, r.threads), r.stream_gbs);
+  o += "  ranks computing at once / per-rank rate:";
+  for (size_t i = 0; i < p.active.size(); ++i) o += fmt::format(" {}:{:.2f}", p.active[i], p.compute_scale[i]);
+  o += "; compute with a collective in flight:";
+  for (size_t i = 0; i < p.active.size(); ++i) o += fmt::format(" {}:x{:.2f}", p.active[i], p.overlap_slowdown[i]);
+  o += "\n";
+  for (const CollectiveFit& f : p.comm)
+    if (f.op == "all_reduce")
+      o += fmt::format("  all_reduce group {} ({} active{}): alpha {:.1f} us, busbw {:.2f} GB/s\n", f.group, f.active,
+                       f.inter_node ? ", across nodes" : "", f.alpha_s * 1e6, f.busbw_gbs);
+  return o;
+}
+
+}  // namespace mpitron

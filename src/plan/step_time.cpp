@@ -1,0 +1,286 @@
+// The step-time model (plan/step_time.hpp has what it counts and why).
+#include "mpitron/plan/step_time.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/model/gpt.hpp"
+#include "mpitron/parallel/grad_buckets.hpp"
+#include "mpitron/parallel/schedule.hpp"
+
+namespace mpitron {
+namespace {
+
+struct Ctx {
+  const PlanInput& in;
+  const MachineProfile& p;
+  bool bf16 = false;
+  double e = 4;       // bytes of an activation element
+  double cf = 1, sf = 1;
+  int k = 1;          // ranks of a node computing at once
+  int threads = 0;    // per rank (0: the profile's first rates)
+  int k_comm = 1;     // ranks busy beside a collective: at most the cores (the rest wait their turn)
+
+  double gemm(double M, double N, double K, bool bwd) const {
+    const double flops = 2.0 * M * N * K * (bwd ? 2 : 1);
+    return flops / (p.gemm_gflops(M, N, K, bwd, bf16, threads) * 1e9 * cf);
+  }
+  double stream(double bytes) const { return bytes / (p.stream_gbs(threads) * 1e9 * sf); }
+  bool inter(int stride, int size) const { return int64_t{stride} * size > in.cluster.gpus_per_node; }
+  double coll(const char* op, int n, double bytes, int stride) const {
+    return p.collective_s(op, n, bytes, k_comm, inter(stride, n));
+  }
+};
+
+// One transformer layer, one micro-batch: {forward, backward} compute seconds and TP seconds
+// (forward, backward), and the CP ring's exposed seconds.
+struct LayerCost {
+  double fwd = 0, bwd = 0, tp_fwd = 0, tp_bwd = 0, cp = 0;
+};
+
+LayerCost layer_cost(const Ctx& c) {
+  const ModelConfig& m = c.in.model;
+  const PlanLayout& l = c.in.layout;
+  const double tp = l.tp, cpn = l.cp;
+  const double M = double(l.micro_batch) * m.seq_len / l.cp;  // tokens of this rank
+  const double d = m.d_model, hd = m.head_dim(), H = m.n_head, KV = m.n_kv_head, F = m.d_ff;
+  const bool llama = m.arch == Arch::llama;
+  const double fcf = llama ? 2 : 1;
+  LayerCost r;
+  const double shapes[4][3] = {{M, (H + 2 * KV) * hd / tp, d}, {M, d, H * hd / tp}, {M, fcf * F / tp, d}, {M, d, F / tp}};
+  for (const auto& s : shapes) {
+    r.fwd += c.gemm(s[0], s[1], s[2], false);
+    r.bwd += c.gemm(s[0], s[1], s[2], true);
+  }
+  // Attention: 4 T^2 hd per head and sequence forward; under cp each rank does 1/cp of it.
+  const double T = m.seq_len;
+  const double attn_flops = l.micro_batch * (H / tp) * 4.0 * T * T * hd / cpn;
+  const double attn_f = attn_flops / (c.p.attention_gflops(T / cpn, false, c.threads) * 1e9 * c.cf);
+  const double attn_b = 2 * attn_flops / (c.p.attention_gflops(T / cpn, true, c.threads) * 1e9 * c.cf);
+  r.fwd += attn_f, r.bwd += attn_b;
+  // Elementwise bytes forward: two norms (read + write d), two residual adds (3 d), the
+  // activation (GELU 2 F/tp, SwiGLU 3 F/tp), RoPE on q and k (read + write). SP: the norms and
+  // residuals on M/tp rows.
+  const double rows_nr = l.sp ? M / tp : M;
+  double bytes = rows_nr * (2 * 2 * d + 2 * 3 * d) + M * (llama ? 3 : 2) * F / tp;
+  if (llama) bytes += M * 2 * (H + KV) * hd / tp;
+  bytes *= c.e;
+  r.fwd += c.stream(bytes);
+  r.bwd += c.stream(2 * bytes);
+  if (l.recompute) r.bwd += r.fwd;
+  if (l.tp > 1) {
+    const double act = M * d * c.e;
+    const double one = l.sp ? c.coll("all_gather", l.tp, act, 1) + c.coll("reduce_scatter", l.tp, act, 1)
+                            : 2 * c.coll("all_reduce", l.tp, act, 1);
+    r.tp_fwd = one;
+    r.tp_bwd = one * (l.recompute ? 2 : 1);
+  }
+  if (l.cp > 1) {
+    const double kv = l.micro_batch * (T / cpn) * 2 * std::max(1.0, KV / tp) * hd * c.e;
+    const int stride = l.tp;
+    const double ring_f = (cpn - 1) * c.coll("sendrecv", 2, kv, stride);
+    const double ring_b = (2 * cpn - 1) * c.coll("sendrecv", 2, kv, stride) * (l.recompute ? 1.5 : 1.0);
+    r.cp = std::max(0.0, ring_f - attn_f) + std::max(0.0, ring_b - attn_b);
+  }
+  return r;
+}
+
+// The embedding (first virtual stage) and the head with its loss (last): {fwd, bwd, tp}.
+struct EndCost {
+  double fwd = 0, bwd = 0, tp = 0;
+};
+
+EndCost embedding_cost(const Ctx& c) {
+  const PlanLayout& l = c.in.layout;
+  const double M = double(l.micro_batch) * c.in.model.seq_len / l.cp, d = c.in.model.d_model;
+  EndCost r;
+  r.fwd = c.stream(M * d * c.e * 3);
+  r.bwd = c.stream(M * d * c.e * 3);
+  if (l.tp > 1) r.tp = c.coll(l.sp ? "reduce_scatter" : "all_reduce", l.tp, M * d * c.e, 1);
+  return r;
+}
+
+EndCost head_cost(const Ctx& c) {
+  const ModelConfig& m = c.in.model;
+  const PlanLayout& l = c.in.layout;
+  const double M = double(l.micro_batch) * m.seq_len / l.cp, d = m.d_model, V = double(m.padded_vocab(l.tp)) / l.tp;
+  EndCost r;
+  r.fwd = c.gemm(M, V, d, false) + c.stream(M * V * c.e * 3 + M * d * c.e * 2);
+  r.bwd = c.gemm(M, V, d, true) + c.stream(M * V * c.e * 2 + M * d * c.e * 4);
+  if (l.tp > 1) r.tp = 3 * c.coll("all_reduce", l.tp, M * 4, 1) + (l.sp ? c.coll("all_gather", l.tp, M * d * c.e, 1) : 0);
+  return r;
+}
+
+}  // namespace
+
+std::string StepPrediction::dominant() const {
+  std::pair<double, const char*> parts[] = {{compute_s, "compute"},         {tp_s, "TP comm"},
+                                            {cp_s, "CP ring"},             {bubble_s, "pipeline bubble"},
+                                            {shared_cores_s, "shared cores"}, {dp_s, "DP/ZeRO comm"},
+                                            {optimizer_s, "optimizer"},     {overhead_s, "overhead"}};
+  return std::max_element(std::begin(parts), std::end(parts))->second;
+}
+
+double step_model_flops(const PlanInput& in) {
+  return gpt_flops_per_token(in.model) * double(in.global_batch()) * in.model.seq_len;
+}
+
+StepPrediction predict_step(const PlanInput& in, const MachineProfile& prof) {
+  const Ledger led = compute_ledger(in);  // validates the layout
+  const PlanLayout& l = in.layout;
+  const ModelConfig& m = in.model;
+  Ctx c{in, prof};
+  c.bf16 = in.precision != Precision::fp32 || in.cpu_bf16_gemms;
+  c.e = in.precision == Precision::fp32 ? 4 : 2;
+  c.k = std::max(1, std::min(l.world(), in.cluster.gpus_per_node));
+  c.threads = prof.threads_for(c.k);
+  // Durations at the contention of the ranks that can run at once (no more than the cores); a
+  // node with more ranks than cores is a throughput bound below (ranks waiting in a bubble or a
+  // collective leave their core to the others).
+  const int k_run = std::min(c.k, std::max(1, prof.cores_per_node));
+  c.cf = prof.compute_factor(k_run);
+  c.k_comm = k_run;
+  c.sf = prof.stream_factor(k_run);
+  const double over = c.k > k_run ? prof.compute_factor(c.k) / prof.compute_factor(k_run) : 1.0;
+  StepPrediction out;
+  out.ranks_per_node = c.k;
+  out.gemm_bf16 = c.bf16 && prof.has_bf16();
+
+  const LayerCost layer = layer_cost(c);
+  const EndCost emb = embedding_cost(c), head = head_cost(c);
+  const int V = std::max(1, l.virtual_stages), P = l.pp, n_vs = P * V;
+  const std::vector<int> layers = pipeline_stage_layers(m.n_layer, n_vs, l.pp_layers);
+  // Per virtual stage: forward and backward seconds of one micro-batch, and the TP part of them.
+  std::vector<double> f(n_vs), b(n_vs), tpf(n_vs), tpb(n_vs);
+  for (int vs = 0; vs < n_vs; ++vs) {
+    const double n = layers[vs];
+    f[vs] = n * (layer.fwd + layer.cp / 3), b[vs] = n * (layer.bwd + layer.cp * 2 / 3);
+    tpf[vs] = n * layer.tp_fwd, tpb[vs] = n * layer.tp_bwd;
+    if (vs == 0) f[vs] += emb.fwd, b[vs] += emb.bwd, tpf[vs] += emb.tp, tpb[vs] += emb.tp;
+    if (vs == n_vs - 1) f[vs] += head.fwd, b[vs] += head.bwd, tpf[vs] += head.tp, tpb[vs] += head.tp;
+  }
+  const double mb = l.microbatches;
+  // Per pipeline rank: compute (with TP) of all its chunks over the step.
+  std::vector<double> busy(P, 0.0), last_bwd(P, 0.0), tp_rank(P, 0.0), comp_rank(P, 0.0), cp_rank(P, 0.0);
+  for (int r = 0; r < P; ++r)
+    for (int ch = 0; ch < V; ++ch) {
+      const int vs = ch * P + r;
+      busy[r] += mb * (f[vs] + b[vs] + tpf[vs] + tpb[vs]);
+      tp_rank[r] += mb * (tpf[vs] + tpb[vs]);
+      cp_rank[r] += mb * layers[vs] * layer.cp;
+      last_bwd[r] += b[vs];
+    }
+  double makespan = 0;
+  if (P > 1) {
+    const PipelineSchedule s = make_schedule(l.schedule, P, l.microbatches, V);
+    const double act = double(l.micro_batch) * m.seq_len / l.cp * m.d_model * c.e / (l.sp ? l.tp : 1);
+    const double p2p = c.coll("sendrecv", 2, act, l.tp * l.cp * l.dp);
+    const PipelineTimeline t = simulate(
+        s,
+        [&](int r, const PipeAction& a) {
+          const int vs = a.chunk * P + r;
+          return a.op == PipeOp::forward ? f[vs] + tpf[vs] : b[vs] + tpb[vs];
+        },
+        p2p);
+    makespan = t.makespan;
+  } else {
+    makespan = busy[0];
+  }
+  const int busiest = static_cast<int>(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  out.tp_s = tp_rank[busiest];
+  out.cp_s = cp_rank[busiest];
+  out.compute_s = busy[busiest] - out.tp_s - out.cp_s;
+  out.bubble_s = std::max(0.0, makespan - busy[busiest]);
+  if (over < 1) {  // the node's cores, shared by all its ranks' work
+    double mean_busy = 0;
+    for (double x : busy) mean_busy += x / P;
+    out.shared_cores_s = std::max(0.0, mean_busy / over - makespan);
+    makespan += out.shared_cores_s;
+  }
+
+  // DP / ZeRO, per pipeline rank (its own parameters); the slowest decides.
+  const int dpn = l.dp * l.cp;  // the gradient group (dp x cp)
+  double tail = 0;
+  for (int r = 0; r < P; ++r) {
+    const RankLedger& rl = led.stages[std::min<size_t>(r, led.stages.size() - 1)];
+    const double n_flat = static_cast<double>(rl.local_params);
+    const double g_bytes = in.precision == Precision::bf16 ? 2 : 4;
+    double exposed = 0, total = 0;
+    if (dpn > 1) {
+      const double bucket = static_cast<double>(grad_bucket_floats(l.bucket_mb, static_cast<size_t>(n_flat)));
+      const double n_buckets = std::max(1.0, std::ceil(n_flat / bucket));
+      const double bucket_bytes = std::min(bucket, n_flat) * g_bytes;
+      const char* red = l.zero == 0 ? "all_reduce" : "reduce_scatter";
+      const double per_bucket = c.coll(red, dpn, bucket_bytes, l.tp);
+      const double reduce = n_buckets * per_bucket;
+      const double rounds = l.zero >= 2 ? mb : 1;  // ZeRO-2/3 reduce every micro-batch
+      const double window = last_bwd[r];
+      const double hidden = std::min(std::max(0.0, reduce - per_bucket), window);
+      exposed += rounds * (reduce - hidden + hidden * (prof.overlap_factor(c.k) - 1));
+      total += rounds * reduce;
+      if (l.zero >= 1) {  // the updated parameters gathered after the step
+        const double ag = c.coll("all_gather", dpn, n_flat * 4, l.tp);
+        exposed += ag, total += ag;
+      }
+      if (l.zero >= 3) {  // each unit gathered ahead of forward and backward, overlapped
+        const double ag = c.coll("all_gather", dpn, n_flat * c.e, l.tp);
+        double fwd_sum = 0;
+        for (int ch = 0; ch < V; ++ch) fwd_sum += f[ch * P + r];
+        exposed += mb * (std::max(0.0, ag - fwd_sum) + std::max(0.0, ag - window) +
+                         std::min(ag, fwd_sum + window) * (prof.overlap_factor(c.k) - 1));
+        total += 2 * mb * ag;
+      }
+    }
+    // AdamW over this rank's shard: read p, g, m, v, write p, m, v; plus the grad-norm pass.
+    const double shard = l.zero >= 1 && dpn > 1 ? n_flat / dpn : n_flat;
+    const double opt = c.stream(shard * 4 * 8 + n_flat * 4 * 2);  // + zeroing and the norm over the full gradient
+    if (exposed + opt > tail) {
+      tail = exposed + opt;
+      out.dp_s = exposed;
+      out.dp_total_s = total;
+      out.optimizer_s = opt;
+    }
+  }
+  // Loss and gradient-norm scalars over the world.
+  out.overhead_s = l.world() > 1 ? 2 * c.coll("all_reduce", l.world(), 8, 1) : 0;
+  out.step_s = makespan + out.dp_s + out.optimizer_s + out.overhead_s;
+  out.flops = step_model_flops(in);
+  out.tokens_per_s = double(in.global_batch()) * m.seq_len / out.step_s;
+  out.gflops_per_rank = out.flops / out.step_s / l.world() / 1e9;
+  out.peak_gflops = prof.peak_gflops();
+  return out;
+}
+
+std::string format_prediction(const PlanInput& in, const MachineProfile& prof, const StepPrediction& p) {
+  const PlanLayout& l = in.layout;
+  std::string o = fmt::format("predicted step time on {} ({} profile{}): {:.4g} s  ({:.0f} tokens/s, {:.1f} GFLOP/s per rank, "
+                              "{:.1f}% of {:.0f} GFLOP/s{})\n",
+                              prof.device, prof.source, prof.date.empty() ? "" : ", " + prof.date, p.step_s, p.tokens_per_s,
+                              p.gflops_per_rank, 100 * p.gflops_per_rank / p.peak_gflops, p.peak_gflops,
+                              prof.source == "datasheet" ? " peak" : ", the best GEMM calibrated");
+  auto row = [&](const char* name, double s, const std::string& why) {
+    o += fmt::format("  {:<16} {:>10.4g} s {:>6.1f}%  {}\n", name, s, 100 * s / p.step_s, why);
+  };
+  row("compute", p.compute_s,
+      fmt::format("forward + backward{} of {} micro-batch(es) x {} tokens, {} GEMMs, {} rank(s) per node computing at once",
+                  l.recompute ? " + recompute" : "", l.microbatches, l.micro_batch * in.model.seq_len / l.cp,
+                  p.gemm_bf16 ? "bf16" : "fp32", p.ranks_per_node));
+  if (l.tp > 1) row("TP comm", p.tp_s, fmt::format("{} per layer, on the critical path", l.sp ? "all-gather + reduce-scatter" : "all-reduces"));
+  if (l.cp > 1) row("CP ring", p.cp_s, "k|v hops beyond what attention hides");
+  if (l.pp > 1) row("pipeline bubble", p.bubble_s, fmt::format("{} schedule, pp {}, {} micro-batches{}", l.schedule, l.pp, l.microbatches,
+                                                               l.virtual_stages > 1 ? fmt::format(", v {}", l.virtual_stages) : ""));
+  if (p.shared_cores_s > 0)
+    row("shared cores", p.shared_cores_s,
+        fmt::format("{} ranks on {} cores: the node's throughput bounds the step", p.ranks_per_node, prof.cores_per_node));
+  if (l.dp * l.cp > 1)
+    row("DP/ZeRO comm", p.dp_s, fmt::format("exposed of {:.4g} s (ZeRO {}; buckets overlap backward)", p.dp_total_s, l.zero));
+  row("optimizer", p.optimizer_s, "AdamW over the rank's shard");
+  if (p.overhead_s > 0) row("overhead", p.overhead_s, "loss and gradient-norm all-reduces");
+  o += fmt::format("  dominant: {}\n", p.dominant());
+  return o;
+}
+
+}  // namespace mpitron
