@@ -402,6 +402,11 @@ MachineProfile datasheet(const Sheet& s) {
   r.attn_bwd = {s.peak_tflops * 1e3 * 0.22, s.peak_tflops * 1e3 * 0.32, s.peak_tflops * 1e3 * 0.35};
   r.stream_gbs = 0.8 * s.hbm_gbs;
   p.rates = {r};
+  // One rank per GPU: no sharing between the GPUs of a node; NCCL's kernels take SMs from the
+  // compute they overlap (~5%).
+  p.active = {1, 8};
+  p.compute_scale = p.stream_scale = {1.0, 1.0};
+  p.overlap_slowdown = {1.0, 1.05};
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"})
     for (int n : {2, 8}) {
       p.comm.push_back({op, n, 8, false, n == 2 ? 8e-6 : 15e-6, s.nvlink_busbw});

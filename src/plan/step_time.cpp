@@ -73,7 +73,9 @@ LayerCost layer_cost(const Ctx& c) {
   if (l.recompute) r.bwd += r.fwd;
   if (l.tp > 1) {
     const double act = M * d * c.e;
-    const double one = l.sp ? c.coll("all_gather", l.tp, act, 1) + c.coll("reduce_scatter", l.tp, act, 1)
+    // Two sublayers (attention, MLP), each one all-reduce, or with SP an all-gather before and a
+    // reduce-scatter after: the same bytes.
+    const double one = l.sp ? 2 * (c.coll("all_gather", l.tp, act, 1) + c.coll("reduce_scatter", l.tp, act, 1))
                             : 2 * c.coll("all_reduce", l.tp, act, 1);
     r.tp_fwd = one;
     r.tp_bwd = one * (l.recompute ? 2 : 1);

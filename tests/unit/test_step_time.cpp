@@ -1,0 +1,170 @@
+// The step-time model (plan/step_time.hpp) and machine profiles (plan/profile.hpp) against
+// references nobody tuned: the pipeline bubble against (p-1)/(v*m+p-1), TP traffic against the
+// textbook ring all-reduce 2(t-1)/t * S per call, FLOPs per step against 6N + 12LTd per token
+// counted from the parameter total, and the profile file's round trip and errors.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/model/config.hpp"
+#include "mpitron/parallel/schedule.hpp"
+#include "mpitron/plan/ledger.hpp"
+#include "mpitron/plan/profile.hpp"
+#include "mpitron/plan/step_time.hpp"
+
+using namespace mpitron;
+
+namespace {
+
+// A machine where every GEMM runs at `gemm` GFLOP/s, attention at `attn`, elementwise kernels
+// at `stream` GB/s, every collective at busbw `bw` GB/s with latency `alpha` s, and no contention.
+MachineProfile flat_profile(double gemm = 100, double attn = 50, double stream = 1e6, double bw = 10, double alpha = 0) {
+  MachineProfile p;
+  p.device = "flat test machine";
+  p.cores_per_node = 64;
+  p.gemm_m = p.gemm_n = p.gemm_k = {64, 4096};
+  p.attn_t = {64, 4096};
+  MachineProfile::Rates r;
+  r.threads = 1;
+  r.gemm_fwd_f32 = r.gemm_bwd_f32 = std::vector<double>(8, gemm);
+  r.attn_fwd = r.attn_bwd = {attn, attn};
+  r.stream_gbs = stream;
+  p.rates = {r};
+  p.active = {1, 64};
+  p.compute_scale = p.stream_scale = p.overlap_slowdown = {1.0, 1.0};
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv", "all_to_all"})
+    p.comm.push_back({op, 2, 1, false, alpha, bw});
+  return p;
+}
+
+PlanInput gpt_input(int dp, int tp, int pp, int micro, int microbatches) {
+  PlanInput in;
+  in.model = model_preset("gpt2-124m");
+  in.model.seq_len = 256;
+  in.precision = Precision::fp32;
+  in.layout.dp = dp, in.layout.tp = tp, in.layout.pp = pp;
+  in.layout.micro_batch = micro;
+  in.layout.microbatches = microbatches;
+  in.cluster.gpus = dp * tp * pp;
+  in.cluster.gpus_per_node = 64;
+  return in;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(step_time)
+
+BOOST_AUTO_TEST_CASE(simulated_bubble_with_any_durations_matches_theory) {
+  // Uneven forward/backward costs (1.3, 2.9) do not change the bubble of uniform stages.
+  for (const char* kind : {"gpipe", "1f1b", "interleaved"})
+    for (int pp : {2, 4})
+      for (int m : {4, 8}) {
+        const int v = std::string(kind) == "interleaved" ? 2 : 1;
+        const PipelineSchedule s = make_schedule(kind, pp, m, v);
+        const PipelineTimeline t = simulate(s, [&](int, const PipeAction& a) { return (a.op == PipeOp::forward ? 1.3 : 2.9) / v; });
+        BOOST_TEST(t.bubble() == theoretical_bubble(pp, m, v), boost::test_tools::tolerance(1e-12));
+      }
+}
+
+BOOST_AUTO_TEST_CASE(p2p_time_delays_the_pipeline_by_its_hops) {
+  // GPipe, pp 3, one micro-batch: forward crosses 2 boundaries, backward 2 more.
+  const PipelineSchedule s = make_schedule("gpipe", 3, 1);
+  const PipelineTimeline t = simulate(s, [](int, const PipeAction& a) { return a.op == PipeOp::forward ? 1.0 : 2.0; }, 0.25);
+  BOOST_TEST(t.makespan == 3 * 1.0 + 3 * 2.0 + 4 * 0.25, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(predicted_bubble_is_the_schedules) {
+  // Every stage the same (no head/embedding cost to speak of: elementwise free, vocab tiny), no
+  // communication cost: the predicted idle share of the critical rank is (p-1)/(m+p-1).
+  PlanInput in = gpt_input(1, 1, 4, 1, 8);
+  in.model.vocab_size = 64;
+  in.model.n_layer = 8;
+  const MachineProfile p = flat_profile(100, 50, 1e12, 1e12, 0);
+  const StepPrediction r = predict_step(in, p);
+  const double pipeline = r.compute_s + r.bubble_s;
+  BOOST_TEST(r.bubble_s / pipeline == theoretical_bubble(4, 8), boost::test_tools::tolerance(0.01));
+}
+
+BOOST_AUTO_TEST_CASE(tp_traffic_is_the_ring_all_reduce) {
+  // tp 4 without SP: 2 all-reduces of M x d activations per layer forward and 2 backward, each
+  // 2(t-1)/t * S / busbw on a ring with no latency; the head's 3 loss all-reduces of M floats too.
+  PlanInput in = gpt_input(1, 4, 1, 2, 3);
+  const double bw = 7.0;
+  const StepPrediction r = predict_step(in, flat_profile(100, 50, 1e6, bw, 0));
+  const double M = 2.0 * in.model.seq_len, S = M * in.model.d_model * 4, ring = 2.0 * 3 / 4;
+  const double per_mb = in.model.n_layer * 4 * ring * S / (bw * 1e9)     // the layers
+                        + 2 * ring * S / (bw * 1e9)                       // the embedding's, forward and backward
+                        + 2 * 3 * ring * M * 4 / (bw * 1e9);             // the vocab-parallel loss's
+  BOOST_TEST(r.tp_s == 3 * per_mb, boost::test_tools::tolerance(1e-9));
+  // With SP the same bytes move as all-gather + reduce-scatter pairs, (t-1)/t * S each.
+  in.layout.sp = true;
+  const StepPrediction s = predict_step(in, flat_profile(100, 50, 1e6, bw, 0));
+  const double sp_layers = 3 * in.model.n_layer * 4 * ring * S / (bw * 1e9);
+  BOOST_TEST(s.tp_s >= sp_layers);
+  BOOST_TEST(s.tp_s < sp_layers * 1.1);
+}
+
+BOOST_AUTO_TEST_CASE(flops_per_step_are_6n_plus_attention) {
+  // GPT-2 (tied, learned positions): 6 x (parameters - wpe) + 12 L T d per token. The parameter
+  // table's wte has the padded vocabulary's rows, and the head multiplies by all of them.
+  PlanInput in = gpt_input(2, 1, 1, 4, 2);
+  const Ledger led = compute_ledger(in);
+  const ModelConfig& m = in.model;
+  const double tokens = double(in.global_batch()) * m.seq_len;
+  const double n = static_cast<double>(led.total_params) - double(m.seq_len) * m.d_model;
+  BOOST_TEST(step_model_flops(in) == (6 * n + 12.0 * m.n_layer * m.seq_len * m.d_model) * tokens,
+             boost::test_tools::tolerance(1e-9));
+}
+
+BOOST_AUTO_TEST_CASE(compute_of_a_gemm_bound_step) {
+  // Elementwise free, attention counted apart: the compute is (GEMM FLOPs)/rate + attention/rate.
+  PlanInput in = gpt_input(1, 1, 1, 1, 1);
+  const ModelConfig& m = in.model;
+  const double R = 200, A = 80;
+  const StepPrediction r = predict_step(in, flat_profile(R, A, 1e15, 10, 0));
+  const double T = m.seq_len, d = m.d_model, F = m.d_ff, V = m.padded_vocab();
+  const double gemm = 3 * 2 * T * (m.n_layer * (3 * d * d + d * d + 2 * d * F) + V * d);  // fwd + bwd = 3x fwd
+  const double attn = 3 * m.n_layer * m.n_head * 4 * T * T * m.head_dim();
+  BOOST_TEST(r.compute_s == gemm / (R * 1e9) + attn / (A * 1e9), boost::test_tools::tolerance(1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(profile_round_trip_and_errors) {
+  const MachineProfile p = flat_profile(123, 45, 67, 8.5, 3e-6);
+  const std::string path = "/tmp/mpitron_test_profile.toml";
+  write_profile(p, path);
+  const MachineProfile q = read_profile(path);
+  BOOST_TEST(q.gemm_gflops(100, 200, 300, false, false) == 123, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(q.attention_gflops(128, true) == 45, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(q.stream_gbs() == 67, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(q.collective_s("all_reduce", 4, 1e6, 1, false) == 3e-6 + 1.5 * 1e6 / 8.5e9, boost::test_tools::tolerance(1e-6));
+  // A key missing: the error names the file and the key.
+  std::string text = profile_to_toml(p);
+  text.replace(text.find("stream_gbs"), 10, "stream_gbz");
+  { std::ofstream(path) << text; }
+  try {
+    read_profile(path);
+    BOOST_FAIL("a profile without stream_gbs was accepted");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()).find("stream_gbs") != std::string::npos);
+    BOOST_TEST(std::string(e.what()).find(path) != std::string::npos);
+  }
+  std::remove(path.c_str());
+  BOOST_CHECK_THROW(load_profile("no-such-profile"), UsageError);
+  BOOST_CHECK_NO_THROW(load_profile("h100"));
+}
+
+BOOST_AUTO_TEST_CASE(gemm_grid_interpolates_in_log_space) {
+  MachineProfile p = flat_profile();
+  // The rate doubles from m = 64 to m = 4096: at the geometric middle (512) it is sqrt(2)x.
+  for (size_t i = 4; i < 8; ++i) p.rates[0].gemm_fwd_f32[i] = 200;
+  BOOST_TEST(p.gemm_gflops(64, 64, 64, false, false) == 100, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.gemm_gflops(4096, 64, 64, false, false) == 200, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.gemm_gflops(512, 64, 64, false, false) == 100 * std::sqrt(2.0), boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.gemm_gflops(1e6, 64, 64, false, false) == 200, boost::test_tools::tolerance(1e-9));  // clamped
+}
+
+BOOST_AUTO_TEST_SUITE_END()
