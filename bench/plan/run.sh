@@ -7,12 +7,14 @@
 # the Spearman rank correlation of predicted vs measured.
 # Ranks run unbound (--bind-to none): OpenMPI binds np <= 2 to one core each, and the profile's
 # one-rank rates are those of a rank with every core.
-# Usage: bench/plan/run.sh [BUILD dir]   (env: STEPS=8, PROFILE=an existing profile to reuse)
+# Usage: bench/plan/run.sh [BUILD dir]   (env: STEPS=8, REPEATS=3 runs per layout, PROFILE=an existing
+# profile to reuse)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-${BUILD:-build}}
 MPITRON=$PWD/$BUILD/mpitron
 STEPS=${STEPS:-8}
+REPEATS=${REPEATS:-3}
 MPIRUN="mpirun --oversubscribe --bind-to none"
 [ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
 tmp=$(mktemp -d)
@@ -33,52 +35,72 @@ cp "$profile" "$tmp/profile.copy.toml"
 gpt=(--model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.seq_len=128)
 llama=(--model.preset=llama-tiny --model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.n_kv_head=2
        --model.d_ff=688 --model.seq_len=128)
-# name | np | model | overrides
+# name | np | model | overrides. Global batch 16 sequences throughout; the layouts differ in what
+# they cost on this machine: pipeline bubbles, recompute, micro-batch size, oversubscription.
 layouts=(
-  "single|1|gpt|--train.micro_batch=4 --train.global_batch=16"
-  "single recompute|1|gpt|--train.micro_batch=4 --train.global_batch=16 --train.recompute=full"
-  "dp2|2|gpt|--train.micro_batch=4 --train.global_batch=16"
-  "dp2 zero1|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.zero=1"
-  "dp2 zero2|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.zero=2"
-  "dp2 zero3|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.zero=3"
-  "tp2|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2"
-  "tp2 sp|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2 --parallel.sp=true"
-  "pp2 1f1b m4|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.pp=2"
-  "pp2 gpipe m8|2|gpt|--train.micro_batch=2 --train.global_batch=16 --parallel.pp=2 --parallel.schedule=gpipe"
-  "pp2 interleaved v2 m4|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.pp=2 --parallel.schedule=interleaved --parallel.virtual_stages=2"
-  "cp2|2|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.cp=2"
-  "dp2 x tp2|4|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2"
-  "pp4 1f1b m8|4|gpt|--train.micro_batch=2 --train.global_batch=16 --parallel.pp=4"
-  "dp4 zero1|4|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.zero=1"
-  "dp8|8|gpt|--train.micro_batch=2 --train.global_batch=16"
-  "dp2 x tp2 x pp2|8|gpt|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2 --parallel.pp=2"
-  "llama single|1|llama|--train.micro_batch=4 --train.global_batch=16"
-  "llama tp2 sp|2|llama|--train.micro_batch=4 --train.global_batch=16 --parallel.tp=2 --parallel.sp=true"
-  "llama dp2 x pp2|4|llama|--train.micro_batch=4 --train.global_batch=16 --parallel.pp=2"
+  "single|1|gpt|--train.micro_batch=4"
+  "single micro 1 x 16|1|gpt|--train.micro_batch=1"
+  "single recompute|1|gpt|--train.micro_batch=4 --train.recompute=full"
+  "dp2|2|gpt|--train.micro_batch=4"
+  "dp2 zero1|2|gpt|--train.micro_batch=4 --parallel.zero=1"
+  "dp2 zero2|2|gpt|--train.micro_batch=4 --parallel.zero=2"
+  "dp2 zero3|2|gpt|--train.micro_batch=4 --parallel.zero=3"
+  "dp2 zero3 64 KB buckets|2|gpt|--train.micro_batch=4 --parallel.zero=3 --parallel.bucket_mb=0.0625"
+  "tp2|2|gpt|--train.micro_batch=4 --parallel.tp=2"
+  "tp2 sp recompute|2|gpt|--train.micro_batch=4 --parallel.tp=2 --parallel.sp=true --train.recompute=full"
+  "pp2 1f1b m4|2|gpt|--train.micro_batch=4 --parallel.pp=2"
+  "pp2 1f1b m8|2|gpt|--train.micro_batch=2 --parallel.pp=2"
+  "pp2 gpipe m1|2|gpt|--train.micro_batch=16 --parallel.pp=2 --parallel.schedule=gpipe"
+  "pp2 gpipe m2|2|gpt|--train.micro_batch=8 --parallel.pp=2 --parallel.schedule=gpipe"
+  "pp2 interleaved v2 m4|2|gpt|--train.micro_batch=4 --parallel.pp=2 --parallel.schedule=interleaved --parallel.virtual_stages=2"
+  "cp2|2|gpt|--train.micro_batch=4 --parallel.cp=2"
+  "dp2 x tp2|4|gpt|--train.micro_batch=4 --parallel.tp=2"
+  "pp4 gpipe m4|4|gpt|--train.micro_batch=4 --parallel.pp=4 --parallel.schedule=gpipe"
+  "dp4 zero1|4|gpt|--train.micro_batch=4 --parallel.zero=1"
+  "dp8|8|gpt|--train.micro_batch=2"
+  "dp2 x tp2 x pp2|8|gpt|--train.micro_batch=4 --parallel.tp=2 --parallel.pp=2"
+  "llama single|1|llama|--train.micro_batch=4"
+  "llama tp2 sp|2|llama|--train.micro_batch=4 --parallel.tp=2 --parallel.sp=true"
+  "llama dp2 x pp2|4|llama|--train.micro_batch=4 --parallel.pp=2"
 )
+# Round-robin over the repeats (every layout once, then again): a slow spell of the shared
+# machine then falls on many layouts a little rather than on one layout wholly.
+for rep in $(seq "$REPEATS"); do
+  i=0
+  for row in "${layouts[@]}"; do
+    IFS='|' read -r name np model extra <<<"$row"
+    i=$((i + 1))
+    if [ "$model" = gpt ]; then m=("${gpt[@]}"); else m=("${llama[@]}"); fi
+    # shellcheck disable=SC2206
+    ov=(--data.path="$tmp/data" "${m[@]}" --train.precision=fp32 --train.global_batch=16 $extra)
+    dir="$tmp/run$i"
+    $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${ov[@]}" --train.steps="$STEPS" --eval.batches=0 \
+      --eval.every=0 --job.run_dir="$dir.$rep" >"$dir.log" 2>&1 || { echo "run $name failed:"; tail -5 "$dir.log"; exit 1; }
+    [ "$rep" -eq 1 ] && "$MPITRON" plan jobs/tiny.toml "${ov[@]}" --gpus "$np" --gpus-per-node 8 --predict \
+      --profile "$profile" >"$dir.plan"
+  done
+  echo "repeat $rep of $REPEATS done"
+done
 results="$tmp/results.jsonl"
 : >"$results"
 i=0
 for row in "${layouts[@]}"; do
   IFS='|' read -r name np model extra <<<"$row"
   i=$((i + 1))
-  if [ "$model" = gpt ]; then m=("${gpt[@]}"); else m=("${llama[@]}"); fi
-  # shellcheck disable=SC2206
-  ov=(--data.path="$tmp/data" "${m[@]}" --train.precision=fp32 $extra)
-  dir="$tmp/run$i"
-  $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${ov[@]}" --train.steps="$STEPS" --eval.batches=0 \
-    --eval.every=0 --job.run_dir="$dir" >"$dir.log" 2>&1 || { echo "run $name failed:"; tail -5 "$dir.log"; exit 1; }
-  "$MPITRON" plan jobs/tiny.toml "${ov[@]}" --gpus "$np" --gpus-per-node 8 --predict --profile "$profile" >"$dir.plan"
-  /usr/bin/python3 - "$dir" "$name" "$np" >>"$results" <<'PY'
-import json, re, statistics, sys
+  /usr/bin/python3 - "$tmp/run$i" "$name" "$np" >>"$results" <<'PY'
+import glob, json, re, statistics, sys
 d, name, np = sys.argv[1:]
-ms = [json.loads(l)["step_ms"] for l in open(f"{d}/metrics.jsonl") if '"step_ms"' in l]
-ms = [x for i, x in enumerate(ms) if i >= 1]
+ms, per_run = [], []
+for f in sorted(glob.glob(f"{d}.*/metrics.jsonl")):
+    run = [json.loads(l)["step_ms"] for l in open(f) if '"step_ms"' in l][1:]
+    ms += run
+    per_run.append(statistics.median(run))
 plan = open(f"{d}.plan").read()
 pred = float(re.search(r"predicted step time .*?: ([0-9.e+-]+) s", plan).group(1)) * 1e3
 dom = re.search(r"dominant: (.*)", plan).group(1)
-print(json.dumps({"name": name, "np": int(np), "pred_ms": pred, "meas_ms": statistics.median(ms),
-                  "spread": (max(ms) - min(ms)) / statistics.median(ms), "dominant": dom, "plan": plan}))
+med = statistics.median(ms)
+print(json.dumps({"name": name, "np": int(np), "pred_ms": pred, "meas_ms": med,
+                  "spread": (max(per_run) - min(per_run)) / med, "dominant": dom, "plan": plan}))
 PY
   tail -1 "$results" | /usr/bin/python3 -c '
 import json, sys
@@ -88,10 +110,10 @@ print("%-28s np %d  predicted %8.1f ms  measured %8.1f ms  %+6.1f%%" % (r["name"
 done
 mkdir -p bench/results
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-/usr/bin/python3 - "$results" "$tmp/calibrate.log" "$cpu" "$(nproc)" "$STEPS" >bench/results/plan.md <<'PY'
+/usr/bin/python3 - "$results" "$tmp/calibrate.log" "$cpu" "$(nproc)" "$STEPS" "$REPEATS" >bench/results/plan.md <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-cal, cpu, cores, steps = open(sys.argv[2]).read(), sys.argv[3], sys.argv[4], sys.argv[5]
+cal, cpu, cores, steps, reps = open(sys.argv[2]).read(), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 def ranks(v):
     order = sorted(range(len(v)), key=lambda i: v[i]); r = [0.0] * len(v); i = 0
     while i < len(order):
@@ -107,20 +129,21 @@ def spearman(a, b):
 errs = [abs(r["pred_ms"] / r["meas_ms"] - 1) for r in rows]
 rho = spearman([r["pred_ms"] for r in rows], [r["meas_ms"] for r in rows])
 print("# Step-time prediction against measured runs (bench/plan/run.sh)\n")
-print(f"Machine: {cpu}, {cores} cores, one node; OpenMPI, CPU backend, fp32. Each layout trains {steps} steps; "
-      f"measured = median step time of steps 2..{steps} (metrics.jsonl step_ms); predicted = `mpitron plan JOB --predict "
+print(f"Machine: {cpu}, {cores} cores, one node; OpenMPI, CPU backend, fp32. Each layout trains {steps} steps {reps} times; "
+      f"measured = median step time of steps 2..{steps} over the runs (metrics.jsonl step_ms); predicted = `mpitron plan JOB --predict "
       f"--profile P` on the profile `mpitron calibrate` wrote at np 8 in this run. GPT: 4 layers, d_model 256, 4 heads, "
       f"seq 128, byte vocabulary; LLaMA: the same with RMSNorm, RoPE, SwiGLU (d_ff 688) and 2 KV heads. Global batch 16 "
       f"sequences. Layouts with more ranks than cores are oversubscribed (1 thread per rank): that is this machine's truth "
       f"and the profile's concurrency table measures it.\n")
 print(f"**Median absolute error {100*statistics.median(errs):.1f}%, worst {100*max(errs):.1f}%, Spearman rho "
       f"{rho:.3f} over {len(rows)} layouts** (targets: <= 15%, <= 35%, >= 0.8).\n")
-print("| layout | np | predicted ms | measured ms | error | step spread | dominant (predicted) |")
+print("| layout | np | predicted ms | measured ms | error | run spread | dominant (predicted) |")
 print("|---|---:|---:|---:|---:|---:|---|")
 for r in rows:
     print(f"| {r['name']} | {r['np']} | {r['pred_ms']:.1f} | {r['meas_ms']:.1f} | {100*(r['pred_ms']/r['meas_ms']-1):+.1f}% | "
           f"{100*r['spread']:.0f}% | {r['dominant']} |")
-print("\nstep spread: (max - min) / median of the measured steps 2.., the run's own noise.\n")
+print("\nrun spread: (max - min) / median of the repeats' own medians: the machine's run-to-run noise, the floor under "
+      "any error here.\n")
 print("## Calibration\n\n```\n" + cal.strip() + "\n```\n")
 worst = sorted(rows, key=lambda r: -abs(r["pred_ms"] / r["meas_ms"] - 1))[:3]
 print("## The three worst layouts: the model's breakdown\n")
