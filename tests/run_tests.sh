@@ -28,7 +28,7 @@ SAN=${SAN:-}
 if [ -z "$SAN" ]; then
   for bin in "$BUILD/mpitron" "$BUILD/tests/unit_tests"; do
     [ -e "$bin" ] || continue
-    readelf -d "$bin" 2>/dev/null | grep -q 'NEEDED.*lib\(asan\|ubsan\)\.so' && SAN=detected
+    readelf -d "$bin" 2>/dev/null | grep 'NEEDED.*lib\(asan\|ubsan\)\.so' >/dev/null && SAN=detected
     break
   done
 fi

@@ -134,7 +134,7 @@ grep -q "model.n_layer = 2 there, 3 in this job" "$tmp/model.log" || fail "model
 say "inspect, generate"
 "$MPITRON" inspect "$tmp/ref1/ckpt/latest" | tee "$tmp/insp.txt" | head -8
 grep -q "model/h.1.attn.c_attn.weight *float32 *\[192, 64\]" "$tmp/insp.txt" || fail "inspect lacks tensors"
-"$MPITRON" inspect "$(ls "$tmp"/data/train_*.h5 | head -1)" | grep -q "vocab_size *257" || fail "inspect of a shard"
+"$MPITRON" inspect "$(ls "$tmp"/data/train_*.h5 | head -1)" | grep "vocab_size *257" >/dev/null || fail "inspect of a shard"
 g1=$("$MPITRON" generate "$tmp/ref1" --prompt "The " --max-tokens 20 --seed 3)
 g2=$("$MPITRON" generate "$tmp/ref1/ckpt/latest" --prompt "The " --max-tokens 20 --seed 3)
 [ "$g1" = "$g2" ] && [ ${#g1} -gt 4 ] || fail "generate: '$g1' vs '$g2'"

@@ -37,7 +37,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
-if ! "$MPITRON" version | grep -q cuda; then
+if ! "$MPITRON" version | grep cuda >/dev/null; then
   echo "SKIP: $MPITRON is not a CUDA build ($("$MPITRON" version))"
   exit 0
 fi

@@ -109,8 +109,8 @@ expect_fail "tokenizer disagrees" "different tokenizers" "$MPITRON" prep --check
 mk
 expect_fail "seq_len larger than the data" "seq_len 100000 is larger than the data" "$MPITRON" prep --check "$T/s" --seq-len 100000
 expect_fail "no shards" "no train_*.h5 shards in '$T/in'" "$MPITRON" prep --check "$T/in"
-"$MPITRON" prep --help | grep -q -- "--shard-tokens" && ok "prep --help" || bad "prep --help"
-"$MPITRON" tokenizer --help | grep -q -- "--vocab" && ok "tokenizer --help" || bad "tokenizer --help"
+"$MPITRON" prep --help | grep -- "--shard-tokens" >/dev/null && ok "prep --help" || bad "prep --help"
+"$MPITRON" tokenizer --help | grep -- "--vocab" >/dev/null && ok "tokenizer --help" || bad "tokenizer --help"
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
