@@ -186,7 +186,7 @@ int cmd_bench_comm(const Args& args) {
   usage_check(o.min >= 1 && o.min <= o.max, "--min {} must be between 1 and --max {}", o.min, o.max);
   for (const auto& [k, v] : cfg.env) setenv(k.c_str(), v.c_str(), cfg.env_override ? 1 : 0);
 
-  GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp};
+  GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.ep};
   ProcessGrid grid(launch, shape, cfg.train.backend);
   Comm& comm = grid.group(parse_group(o.group));
   bool print = launch.rank == 0;

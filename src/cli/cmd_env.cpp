@@ -85,7 +85,7 @@ int cmd_env(const Args& args) {
   // someone running this command is looking for).
   const std::vector<std::string> env_warnings = apply_job_env(cfg.env, cfg.env_override);
 
-  GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp};
+  GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.ep};
   ProcessGrid grid(launch, shape, cfg.train.backend);
 
   // Test-only hook: one rank fails after start-up, so tests can check the job aborts with its message.

@@ -75,7 +75,7 @@ int cmd_train(const Args& args) {
   std::vector<std::string> env_warnings = apply_job_env(cfg.env, cfg.env_override);
 
   const LaunchInfo& li = init_launch();
-  GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp};
+  GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.ep};
   if (dry_run) {
     // A job file for a cluster is checked on a workstation: print the job first, then the layout
     // this world would get, or how many ranks the job needs.

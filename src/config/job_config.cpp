@@ -278,7 +278,7 @@ const std::vector<Key>& registry() {
       make_key("job.name", "run name; also names the default run directory", &C::job, &JobSection::name),
       make_key("job.run_dir", "where metrics, logs and checkpoints go (default runs/<job.name>)", &C::job,
                &JobSection::run_dir),
-      make_key("model.preset", "tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | llama-tiny | llama-small | llama-1b | llama2-7b/13b/70b | llama3-8b/70b/405b",
+      make_key("model.preset", "tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | llama-tiny | llama-small | llama-1b | llama2-7b/13b/70b | llama3-8b/70b/405b | llama-moe-tiny | mixtral-8x7b | olmoe-1b-7b",
                &C::model, &ModelSection::preset),
       make_key("model.n_layer", "transformer blocks (0: from the preset)", &C::model, &ModelSection::n_layer, at_least(1, "from the preset")),
       make_key("model.n_head", "attention heads (0: from the preset)", &C::model, &ModelSection::n_head, at_least(1, "from the preset")),
@@ -302,10 +302,32 @@ const std::vector<Key>& registry() {
       make_key("model.tie_embeddings", "LM head reads the token embedding: auto (gpt2 yes, llama no) | true | false",
                &C::model, &ModelSection::tie_embeddings, {"auto", "true", "false"}),
       make_key("model.attention", "CUDA attention path", &C::model, &ModelSection::attention, {"cudnn", "naive"}),
+      make_key("model.moe.n_experts", "llama: routed experts per MoE block (0: a dense MLP)", &C::model,
+               &ModelSection::moe_n_experts, at_least(1, "dense")),
+      make_key("model.moe.top_k", "experts each token is routed to (<= n_experts)", &C::model, &ModelSection::moe_top_k,
+               at_least(1)),
+      make_key("model.moe.expert_d_ff", "each expert's SwiGLU width (0: model.d_ff)", &C::model,
+               &ModelSection::moe_expert_d_ff, at_least(1, "model.d_ff")),
+      make_key("model.moe.n_shared_experts", "always-on experts of width expert_d_ff each (Qwen-MoE, DeepSeek)",
+               &C::model, &ModelSection::moe_n_shared_experts, at_least(0)),
+      make_key("model.moe.layer_freq", "block l is MoE when l % layer_freq == 0 (1: every block)", &C::model,
+               &ModelSection::moe_layer_freq, at_least(1)),
+      make_key("model.moe.router", "softmax_topk (Mixtral: softmax over the top-k logits) | topk_softmax (softmax over all, then top-k)",
+               &C::model, &ModelSection::moe_router, {"softmax_topk", "topk_softmax"}),
+      make_key("model.moe.norm_topk_prob", "topk_softmax: renormalise the k routing weights to sum 1", &C::model,
+               &ModelSection::moe_norm_topk_prob),
+      make_key("model.moe.aux_loss_coef", "load-balancing loss coefficient (E * sum_i f_i P_i)", &C::model,
+               &ModelSection::moe_aux_loss_coef, at_least(0)),
+      make_key("model.moe.z_loss_coef", "router z-loss coefficient (mean logsumexp(logits)^2)", &C::model,
+               &ModelSection::moe_z_loss_coef, at_least(0)),
+      make_key("model.moe.capacity_factor", "expert capacity = factor * tokens * top_k / n_experts, later tokens dropped (0: dropless)",
+               &C::model, &ModelSection::moe_capacity_factor, at_least(0)),
       make_key("parallel.dp", "data-parallel size (0: world / (tp*pp*cp))", &C::parallel, &ParallelSection::dp, at_least(1, "world / (tp*pp*cp)")),
       make_key("parallel.tp", "tensor-parallel size (ranks inside a node)", &C::parallel, &ParallelSection::tp, at_least(1)),
       make_key("parallel.pp", "pipeline-parallel stages", &C::parallel, &ParallelSection::pp, at_least(1)),
       make_key("parallel.cp", "context-parallel size", &C::parallel, &ParallelSection::cp, at_least(1)),
+      make_key("parallel.ep", "expert-parallel size: the experts split over ep of the dp ranks (divides dp)", &C::parallel,
+               &ParallelSection::ep, at_least(1)),
       make_key("parallel.zero", "ZeRO stage 0|1|2|3 over the DP group", &C::parallel, &ParallelSection::zero, between(0, 3)),
       make_key("parallel.sp", "sequence parallel (needs tp > 1)", &C::parallel, &ParallelSection::sp),
       make_key("parallel.schedule", "pipeline schedule", &C::parallel, &ParallelSection::schedule,
@@ -486,6 +508,14 @@ void load_job_file(JobConfig& cfg, const std::string& path) {
         if (std::string(k.str()) == "env_override") set_job_key(cfg, dotted, toml_value_text(v, dotted, path));
         else if (auto s = v.as_string()) cfg.env[std::string(k.str())] = s->get();
         else cfg.env[std::string(k.str())] = unquote(toml_value_text(v, dotted, path));
+        continue;
+      }
+      if (const toml::table* sub = v.as_table(); sub && sec == "model" && std::string(k.str()) == "moe") {
+        for (const auto& [k2, v2] : *sub) {  // [model.moe]
+          const std::string d2 = dotted + "." + std::string(k2.str());
+          if (!find_key(d2)) unknown_key(d2, " in " + path);
+          set_job_key(cfg, d2, toml_value_text(v2, d2, path));
+        }
         continue;
       }
       if (!find_key(dotted)) unknown_key(dotted, " in " + path);

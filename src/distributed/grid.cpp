@@ -35,6 +35,10 @@ GridShape resolve_grid_shape(GridShape s, int world) {
                 "(set parallel.dp=0 to infer dp, or launch {} ranks)",
                 s.dp, s.tp, s.cp, s.pp, mp * s.dp, world, mp * s.dp);
   }
+  usage_check(s.ep >= 1 && s.dp % s.ep == 0,
+              "parallel.ep = {} must divide the data-parallel size dp = {} (the experts are split over ep of the "
+              "dp ranks)",
+              s.ep, s.dp);
   return s;
 }
 
@@ -61,6 +65,8 @@ const char* group_name(Group g) {
     case Group::dp_cp: return "dp_cp";
     case Group::model_parallel: return "model_parallel";
     case Group::embedding: return "embedding";
+    case Group::ep: return "ep";
+    case Group::expert_dp: return "expert_dp";
   }
   return "?";
 }
@@ -101,6 +107,12 @@ std::vector<int> group_members(const GridShape& s, int rank, Group g) {
     case Group::model_parallel:
       for (int p = 0; p < s.pp; ++p)
         for (int t = 0; t < s.tp; ++t) add({t, me.cp, me.dp, p});
+      break;
+    case Group::ep:
+      for (int i = 0; i < s.ep; ++i) add({me.tp, me.cp, me.dp / s.ep * s.ep + i, me.pp});
+      break;
+    case Group::expert_dp:
+      for (int i = me.dp % s.ep; i < s.dp; i += s.ep) add({me.tp, me.cp, i, me.pp});
       break;
     case Group::embedding:
       if (me.pp == 0 || me.pp == s.pp - 1) {
@@ -150,6 +162,8 @@ ProcessGrid::ProcessGrid(const LaunchInfo& launch, GridShape shape, const std::s
   dp_cp_ = make(Group::dp_cp, backend_);
   mp_ = make(Group::model_parallel, backend_);
   emb_ = make(Group::embedding, backend_);
+  ep_ = make(Group::ep, backend_);
+  edp_ = make(Group::expert_dp, backend_);
   if (backend_ != "mpi") pp_host_ = make(Group::pp, "mpi");
 
   // TP traffic is the heaviest and latency-bound: a TP group should sit inside one node.
@@ -184,6 +198,8 @@ Comm& ProcessGrid::group(Group g) {
     case Group::dp_cp: return *dp_cp_;
     case Group::model_parallel: return *mp_;
     case Group::embedding: return *emb_;
+    case Group::ep: return *ep_;
+    case Group::expert_dp: return *edp_;
   }
   return *world_comm_;
 }

@@ -343,6 +343,20 @@ Request MpiComm::ireduce_scatterv(const void* send, void* recv, const size_t* co
   return r;
 }
 
+void MpiComm::all_to_allv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                          DType t) {
+  std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+  size_t so = 0, ro = 0;
+  for (int r = 0; r < size_; ++r) {
+    sc[r] = to_int(send_counts[r], "all_to_allv"), sd[r] = to_int(so, "all_to_allv");
+    rc[r] = to_int(recv_counts[r], "all_to_allv"), rd[r] = to_int(ro, "all_to_allv");
+    so += send_counts[r], ro += recv_counts[r];
+  }
+  CommWait w(coll("MPI_Alltoallv", so, t));
+  MpiError{*this}(MPI_Alltoallv(send, sc.data(), sd.data(), mpi_type(t), recv, rc.data(), rd.data(), mpi_type(t), comm_),
+                  "MPI_Alltoallv", so, t);
+}
+
 void MpiComm::broadcast(void* buf, size_t count, DType t, int root) {
   check_peer(root, "broadcast");
   CommWait w(coll("MPI_Bcast", count, t));

@@ -47,6 +47,15 @@ ModelConfig llama(const char* name, int layers, int heads, int kv_heads, int d, 
   return c;
 }
 
+ModelConfig moe(ModelConfig c, int experts, int top_k, int expert_d_ff, int shared) {
+  c.moe.n_experts = experts;
+  c.moe.top_k = top_k;
+  c.moe.d_ff = expert_d_ff;
+  c.moe.n_shared = shared;
+  c.d_ff = expert_d_ff;
+  return c;
+}
+
 const std::vector<ModelConfig>& presets() {
   static const std::vector<ModelConfig> all = {
       gpt2("tiny", 2, 4, 64, 256, 64),
@@ -67,8 +76,49 @@ const std::vector<ModelConfig>& presets() {
       llama("llama3-8b", 32, 32, 8, 4096, 1.3, 1024, 128256, 8192, 500000.0),
       llama("llama3-70b", 80, 64, 8, 8192, 1.3, 4096, 128256, 8192, 500000.0),
       llama("llama3-405b", 126, 128, 8, 16384, 1.2, 4096, 128256, 8192, 500000.0),
+      // Mixtures of experts (every block MoE, SwiGLU experts, untied head).
+      // Tests and CPU runs: 4 experts of width 96, top 2.
+      moe(llama("llama-moe-tiny", 2, 4, 2, 64, 1.0, 32, 256, 64, 10000.0), 4, 2, 96, 0),
+      // Mistral's config.json: 8 experts of 14336, top 2, 32k vocabulary, theta 1e6 (46.7B, 12.9B active).
+      moe(llama("mixtral-8x7b", 32, 32, 8, 4096, 1.3, 1024, 32000, 4096, 1000000.0), 8, 2, 14336, 0),
+      // OLMoE-1B-7B (allenai): 64 experts of 1024, top 8, 16 MHA heads, vocab 50304 (6.9B, 1.3B
+      // active; mpitron's LLaMA block has no QK-norm: 2 x 2048 fewer parameters per layer).
+      moe(llama("olmoe-1b-7b", 16, 16, 16, 2048, 1.0, 256, 50304, 4096, 10000.0), 64, 8, 1024, 0),
   };
   return all;
+}
+
+// [model.moe] over the preset's: a key at its default leaves the preset's value.
+void resolve_moe(ModelConfig& c, const ModelSection& s) {
+  const ModelSection def;
+  MoeConfig& m = c.moe;
+  if (s.moe_n_experts != 0) m.n_experts = s.moe_n_experts;
+  if (s.moe_top_k != def.moe_top_k) m.top_k = s.moe_top_k;
+  if (s.moe_expert_d_ff != 0) m.d_ff = s.moe_expert_d_ff;
+  if (s.moe_n_shared_experts != 0) m.n_shared = s.moe_n_shared_experts;
+  m.layer_freq = s.moe_layer_freq;
+  m.router = s.moe_router == "topk_softmax" ? MoeRouter::topk_softmax : MoeRouter::softmax_topk;
+  m.norm_topk_prob = s.moe_norm_topk_prob;
+  m.aux_loss_coef = s.moe_aux_loss_coef;
+  m.z_loss_coef = s.moe_z_loss_coef;
+  m.capacity_factor = s.moe_capacity_factor;
+  const bool set = s.moe_n_experts != 0 || s.moe_top_k != def.moe_top_k || s.moe_expert_d_ff != 0 ||
+                   s.moe_n_shared_experts != 0 || s.moe_layer_freq != def.moe_layer_freq ||
+                   s.moe_router != def.moe_router || s.moe_norm_topk_prob || s.moe_capacity_factor != 0;
+  if (!m.enabled()) {
+    usage_check(!set, "model.moe.* keys need model.moe.n_experts >= 1 (the preset '{}' is dense)", s.preset);
+    return;
+  }
+  usage_check(c.arch == Arch::llama,
+              "model.moe.n_experts: mixture-of-experts blocks need the llama architecture (SwiGLU experts); set "
+              "model.arch = \"llama\" or pick a llama preset (GPT-2 MoE is not there yet)");
+  if (m.d_ff == 0) m.d_ff = c.d_ff;
+  usage_check(m.top_k <= m.n_experts, "model.moe.top_k ({}) must be <= model.moe.n_experts ({})", m.top_k,
+              m.n_experts);
+  usage_check(m.d_ff % 16 == 0, "model.moe.expert_d_ff ({}) must be a multiple of 16 (gate and up run as one GEMM)",
+              m.d_ff);
+  usage_check(!m.norm_topk_prob || m.router == MoeRouter::topk_softmax,
+              "model.moe.norm_topk_prob applies to router = \"topk_softmax\" (softmax_topk's weights already sum to 1)");
 }
 
 }  // namespace
@@ -147,11 +197,14 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     check_job_value("model.rope_theta", c.rope_theta);
   }
   if (s.tie_embeddings != "auto") c.tied_embeddings = s.tie_embeddings == "true";
+  resolve_moe(c, s);
   const bool custom = c.n_layer != preset.n_layer || c.n_head != preset.n_head || c.n_kv_head != preset.n_kv_head ||
                       c.d_model != preset.d_model || c.d_ff != preset.d_ff || c.vocab_size != preset.vocab_size ||
                       c.seq_len != preset.seq_len || c.arch != preset.arch ||
                       c.tied_embeddings != preset.tied_embeddings || c.norm_eps != preset.norm_eps ||
-                      c.rope_theta != preset.rope_theta;
+                      c.rope_theta != preset.rope_theta || c.moe.n_experts != preset.moe.n_experts ||
+                      c.moe.top_k != preset.moe.top_k || c.moe.d_ff != preset.moe.d_ff ||
+                      c.moe.n_shared != preset.moe.n_shared || c.moe.layer_freq != preset.moe.layer_freq;
   if (custom) c.name = s.preset + "+custom";
   // The preset's values and the keys' own, under the keys' ranges (config/job_config.cpp).
   for (auto [key, v] : {std::pair{"model.n_layer", c.n_layer}, {"model.n_head", c.n_head}, {"model.d_model", c.d_model},

@@ -103,7 +103,7 @@ int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B,
 }
 
 GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts,
-         Comm* tp, Comm* cp)
+         Comm* tp, Comm* cp, Comm* ep)
     : cfg_(cfg), spec_(block_spec(cfg)), shard_(shard), geo_(cfg, shard), ops_(ops), max_B_(max_micro_batch),
       opts_(opts), dev_{ops} {
   cfg_.n_kv_head = kv_heads(cfg);  // multi-head attention where the architecture has no GQA, whatever a config says
@@ -119,6 +119,17 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   check(opts.slots > 0, "GPT: activation slots must be > 0 (got {})", opts.slots);
   n_local_layers_ = local_layers(cfg, shard);
   block_ = std::make_unique<TransformerBlock<CpuDevice>>(dev_, cfg_, geo_, tp_);
+  if (cfg.moe.enabled()) {
+    usage_check(!tp_.sp() && shard.cp_size == 1,
+                "mixture-of-experts blocks (model.moe.n_experts = {}) do not run with parallel.sp or parallel.cp > 1 "
+                "yet (the routing losses need their sums over the split rows)",
+                cfg.moe.n_experts);
+    moe_ = std::make_unique<MoeMlp<CpuDevice>>(dev_, cfg_, tp_, ep);
+    block_->set_moe(moe_.get());
+    moe_acts_.assign(opts.recompute ? 1 : opts.slots,
+                     std::vector<MoeActs<float>>(opts.recompute ? 1 : std::max(n_local_layers_, 0)));
+    moe_stats_.assign(std::max(n_local_layers_, 0), {});
+  }
   emb_ = std::make_unique<VocabParallelEmbedding<CpuDevice>>(dev_, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
   if (tp_.sp()) ln_grad_ = Buffer<float>(Mem::workspace, 2 * static_cast<size_t>(cfg.d_model));
   block_->set_norm_grad_scratch(ln_grad_.data());
@@ -218,7 +229,8 @@ std::vector<GPT::FieldRef> GPT::field_refs() const {
       const std::string rest = p.name.substr(p.name.find('.', p.name.find('.') + 1) + 1);  // "h.3.ln_1.weight" -> "ln_1.weight"
       for (int r = 0; r < kBlockTensors; ++r)
         if (spec_.block[r] && rest == spec_.block[r]) f.block = kBlock[r];
-      check(f.block != nullptr && f.local_layer >= 0 && f.local_layer < n_local_layers_, "GPT: no field for {}",
+      moe_field(rest, f);
+      check((f.block != nullptr || f.expert_tensor != nullptr) && f.local_layer >= 0 && f.local_layer < n_local_layers_, "GPT: no field for {}",
             p.name);
     } else {
       for (int r = 0; r < kModelTensors; ++r)
@@ -230,12 +242,33 @@ std::vector<GPT::FieldRef> GPT::field_refs() const {
   return out;
 }
 
+// A MoE block's tensor names (after "layers.<l>."; llama_params.cpp) -> its LayerW member.
+void GPT::moe_field(const std::string& rest, FieldRef& f) {
+  static const std::string m = "block_sparse_moe.";
+  if (rest.rfind(m, 0) != 0) return;
+  const std::string r = rest.substr(m.size());
+  if (r == "gate.weight") f.block = &LayerW::router;
+  else if (r == "shared_experts.gate_proj.weight") f.block = &LayerW::sh_fc;
+  else if (r == "shared_experts.up_proj.weight") f.block = &LayerW::sh_up;
+  else if (r == "shared_experts.down_proj.weight") f.block = &LayerW::sh_fcp;
+  else if (r.rfind("experts.", 0) == 0) {  // experts.<e>.w1.weight
+    const size_t dot = r.find('.', 8);
+    f.expert = std::stoi(r.substr(8, dot - 8));
+    const std::string t = r.substr(dot + 1);
+    f.expert_tensor = t == "w1.weight" ? &LayerW::w1 : t == "w3.weight" ? &LayerW::w3 : t == "w2.weight" ? &LayerW::w2 : nullptr;
+  }
+}
+
 GPT::Weights GPT::resolve(float* base) const {
   Weights w;
   w.layers.resize(n_local_layers_);
+  for (auto& l : w.layers)
+    for (auto* v : {&l.w1, &l.w3, &l.w2}) v->assign(cfg_.moe.n_experts, nullptr);
   for (size_t i = 0; i < params_.size(); ++i) {
     const FieldRef& f = fields_[i];
-    (f.block ? w.layers[f.local_layer].*f.block : w.*f.global) = base + params_[i].offset;
+    float* at = base + params_[i].offset;
+    if (f.expert_tensor) (w.layers[f.local_layer].*f.expert_tensor)[f.expert] = at;
+    else (f.block ? w.layers[f.local_layer].*f.block : w.*f.global) = at;
   }
   return w;
 }
@@ -243,7 +276,21 @@ GPT::Weights GPT::resolve(float* base) const {
 float** GPT::field(Weights& w, size_t i) {
   check(i < fields_.size(), "GPT: parameter index {} out of range", i);
   const FieldRef& f = fields_[i];
+  if (f.expert_tensor) return &(w.layers[f.local_layer].*f.expert_tensor)[f.expert];
   return f.block ? &(w.layers[f.local_layer].*f.block) : &(w.*f.global);
+}
+
+MoeActs<float>* GPT::moe_acts(int slot, int layer) {
+  if (moe_acts_.empty()) return nullptr;
+  return moe_acts_.size() == 1 && moe_acts_[0].size() == 1 && opts_.recompute ? &moe_acts_[0][0]
+                                                                             : &moe_acts_[slot][layer];
+}
+
+std::vector<std::pair<int, MoeStats>> GPT::take_moe_stats() {
+  std::vector<std::pair<int, MoeStats>> out;
+  for (int l = 0; l < static_cast<int>(moe_stats_.size()); ++l)
+    if (cfg_.moe.is_moe_layer(shard_.layer_begin + l)) out.emplace_back(shard_.layer_begin + l, std::exchange(moe_stats_[l], {}));
+  return out;
 }
 
 void GPT::release_param_buffer() {
@@ -278,6 +325,11 @@ void GPT::check_fused(const LayerW& x, const char* what) const {
   check((!x.k_w || (x.k_w == x.qkv_w + geo_.h_local * hd * C && x.v_w == x.k_w + geo_.kv_local * hd * C)) &&
             (!x.up_w || x.up_w == x.fc_w + geo_.f_local * C),
         "GPT: a block's q/k/v or gate/up {} are not contiguous", what);
+  if (!x.router) return;
+  const int64_t Fe = cfg_.moe.d_ff, Fs = int64_t{cfg_.moe.n_shared} * Fe / shard_.tp_size;
+  for (size_t e = 0; e < x.w1.size(); ++e)
+    check(x.w3[e] == x.w1[e] + Fe * C, "GPT: expert {}'s w1/w3 {} are not contiguous", e, what);
+  check(!x.sh_up || x.sh_up == x.sh_fc + Fs * C, "GPT: the shared experts' gate/up {} are not contiguous", what);
 }
 
 void GPT::mlp_activation(float* out, const float* fc, int64_t rows) {
@@ -291,11 +343,13 @@ void GPT::norm_forward(float* out, float* mean, float* rstd, const float* inp, c
 }
 
 BlockTensors<const float> GPT::block_weights(const LayerW& w) {
-  return {w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, w.proj_w, w.proj_b, w.ln2_w, w.ln2_b, w.fc_w, w.fc_b, w.fcp_w, w.fcp_b};
+  return {w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, w.proj_w, w.proj_b, w.ln2_w, w.ln2_b, w.fc_w, w.fc_b, w.fcp_w, w.fcp_b,
+          {w.router, w.w1.data(), w.w2.data(), w.sh_fc, w.sh_fcp}};
 }
 
 BlockTensors<float> GPT::block_grads(const LayerW& g) {
-  return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b, g.ln2_w, g.ln2_b, g.fc_w, g.fc_b, g.fcp_w, g.fcp_b};
+  return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b, g.ln2_w, g.ln2_b, g.fc_w, g.fc_b, g.fcp_w, g.fcp_b,
+          {g.router, g.w1.data(), g.w2.data(), g.sh_fc, g.sh_fcp}};
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
@@ -332,8 +386,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
     emit(UnitEvent::pre_forward, l);
     check_fused(w_.layers[l], "weights");
     const bool lazy = !opts_.recompute && l > 0;
+    sa.layers[l].moe = moe_acts(slot, l);
     block_->forward(block_weights(w_.layers[l]), sa.layers[l], scratch_, l > 0 ? sa.layers[l - 1].res3 : sa.input,
                     lazy ? &sa.layers[l - 1] : nullptr, opts_.recompute ? sa.layers[l].res3 : nullptr, B);
+    if (w_.layers[l].router && grad_enabled_) moe_stats_[l].add(sa.layers[l].moe->route);
     emit(UnitEvent::post_forward, l);
   }
   if (n_local_layers_ > 0 && !opts_.recompute) {  // the last block's output: the stage output
@@ -398,8 +454,10 @@ void GPT::backward(float loss_scale, int slot) {
     block_->norm_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, Rl);
     emit(UnitEvent::post_backward, kHeadUnit);
   }
+  if (moe_) moe_->set_loss_scale(loss_scale);
   for (int l = n_local_layers_ - 1; l >= 0; --l) {
     emit(UnitEvent::pre_backward, l);  // before reading w: ZeRO-3 gathers the block here
+    sa.layers[l].moe = moe_acts(slot, l);
     check_fused(g_.layers[l], "gradients");  // gradient buckets keep the fused ranges whole (fused_with_previous)
     block_->backward(block_weights(w_.layers[l]), block_grads(g_.layers[l]), sa.layers[l], scratch_,
                      l > 0 ? sa.layers[l - 1].res3 : sa.input, B, opts_.recompute);

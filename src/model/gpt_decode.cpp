@@ -85,9 +85,14 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     ops_.matmul_forward(d.x2.data(), d.y.data(), w.proj_w, w.proj_b, n, geo_.c_local, C);
     ops_.add_inplace(d.x2.data(), d.x.data(), static_cast<size_t>(n) * C);
     norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x2.data(), w.ln2_w, w.ln2_b, n);
-    ops_.matmul_forward(d.fc.data(), d.h.data(), w.fc_w, w.fc_b, n, C, geo_.fc_local);
-    mlp_activation(d.act.data(), d.fc.data(), n);
-    ops_.matmul_forward(d.x.data(), d.act.data(), w.fcp_w, w.fcp_b, n, geo_.f_local, C);
+    if (w.router) {  // a MoE block: its routed and shared experts on these rows
+      MoeActs<float> moe;
+      moe_->forward(block_weights(w).moe, moe, d.x.data(), d.h.data(), n);
+    } else {
+      ops_.matmul_forward(d.fc.data(), d.h.data(), w.fc_w, w.fc_b, n, C, geo_.fc_local);
+      mlp_activation(d.act.data(), d.fc.data(), n);
+      ops_.matmul_forward(d.x.data(), d.act.data(), w.fcp_w, w.fcp_b, n, geo_.f_local, C);
+    }
     ops_.add_inplace(d.x.data(), d.x2.data(), static_cast<size_t>(n) * C);
   }
   const float* last = d.x.data() + static_cast<int64_t>(n - 1) * C;

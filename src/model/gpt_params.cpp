@@ -68,6 +68,12 @@ double gpt_flops_per_token(const ModelConfig& cfg) {
   double per_layer = qkv * C + C * att + (spec.fc_factor() + 1) * C * F + 2.0 * spec.norm_params() * C;
   if (spec.biases) per_layer += qkv + C + spec.fc_factor() * F + C;
   double n_nonembed = L * per_layer + 2 * C;
+  // A MoE block's MLP as a token sees it: the router, top_k experts and the shared ones (the
+  // active parameters), in place of the dense MLP.
+  const MoeConfig& m = cfg.moe;
+  const double moe_mlp = C * m.n_experts + 3.0 * C * m.d_ff * (m.top_k + m.n_shared);
+  for (int l = 0; l < cfg.n_layer; ++l)
+    if (m.is_moe_layer(l)) n_nonembed += moe_mlp - (spec.fc_factor() + 1) * C * F;
   return 6 * n_nonembed + 6 * V * C + 12 * L * T * C;
 }
 
@@ -95,7 +101,7 @@ void init_model_params(const ModelConfig& cfg, const std::vector<ParamInfo>& tab
       continue;
     }
     bool residual = ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight") || ends_with("o_proj.weight") ||
-                    ends_with("down_proj.weight");
+                    ends_with("down_proj.weight") || ends_with(".w2.weight");
     double sd = residual ? std_res : std0;
     uint64_t stream = stable_hash(p.name);
     bool vocab_rows = is_vocab_rows(p.name);

@@ -5,6 +5,29 @@
 #include "param_table_builder.hpp"
 
 namespace mpitron {
+namespace {
+
+// A MoE block's MLP (Hugging Face Mixtral names): the router, then per expert w1 (gate), w3 (up,
+// right behind w1: one GEMM) and w2 (down), every expert whole on every rank (replicated over
+// tp; expert parallel splits the work, moe_mlp.hpp), then the shared experts, column/row
+// parallel as a dense MLP.
+void add_moe_params(ParamTableBuilder& t, const ModelConfig& cfg, const std::string& p, int l) {
+  const int64_t C = cfg.d_model, E = cfg.moe.n_experts, Fe = cfg.moe.d_ff, Fs = int64_t{cfg.moe.n_shared} * Fe;
+  const std::string m = p + "block_sparse_moe.";
+  t.add(m + "gate.weight", {E, C}, -1, 1, l);
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = m + "experts." + std::to_string(e) + ".";
+    t.add(x + "w1.weight", {Fe, C}, -1, 1, l);
+    t.add(x + "w3.weight", {Fe, C}, -1, 1, l);
+    t.add(x + "w2.weight", {C, Fe}, -1, 1, l);
+  }
+  if (Fs == 0) return;
+  t.add(m + "shared_experts.gate_proj.weight", {Fs, C}, 0, 1, l);
+  t.add(m + "shared_experts.up_proj.weight", {Fs, C}, 0, 1, l);
+  t.add(m + "shared_experts.down_proj.weight", {C, Fs}, 1, 1, l);
+}
+
+}  // namespace
 
 std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShard& shard) {
   const int64_t C = cfg.d_model, V = cfg.padded_vocab(shard.tp_size), F = cfg.d_ff, hd = cfg.head_dim();
@@ -26,6 +49,10 @@ std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShar
     t.add(p + "self_attn.v_proj.weight", {KV * hd, C}, 0, 1, l);
     t.add(p + "self_attn.o_proj.weight", {C, H * hd}, 1, 1, l);
     t.add(p + "post_attention_layernorm.weight", {C}, -1, 1, l);
+    if (cfg.moe.is_moe_layer(l)) {
+      add_moe_params(t, cfg, p, l);
+      continue;
+    }
     t.add(p + "mlp.gate_proj.weight", {F, C}, 0, 1, l);
     t.add(p + "mlp.up_proj.weight", {F, C}, 0, 1, l);
     t.add(p + "mlp.down_proj.weight", {C, F}, 1, 1, l);

@@ -27,11 +27,12 @@ class CpuBackend final : public TrainBackend {
     std::vector<std::unique_ptr<ModelChunk>> chunks;
     Comm* tp = gs.tp > 1 ? &grid_.tp() : nullptr;
     Comm* cp = gs.cp > 1 ? &grid_.cp() : nullptr;  // context parallel: ring attention over it
+    Comm* ep = gs.ep > 1 ? &grid_.ep() : nullptr;  // expert parallel: MoE token exchange over it
     for (size_t c = 0; c < shards.size(); ++c) {
       shards[c].sequence_parallel = s.cfg.parallel.sp;
       const ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
                                   s.cfg.train.recompute == "full"};
-      auto g = std::make_unique<GPT>(s.mc, shards[c], *ops_, s.bp.micro, opts, tp, cp);
+      auto g = std::make_unique<GPT>(s.mc, shards[c], *ops_, s.bp.micro, opts, tp, cp, ep);
       g->init_weights(s.cfg.train.seed);
       chunks.push_back(std::move(g));
     }

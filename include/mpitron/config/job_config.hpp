@@ -36,6 +36,18 @@ struct ModelSection {
   double rope_theta = 0;                // RoPE base
   std::string tie_embeddings = "auto";  // auto (gpt2 tied, llama untied) | true | false
   std::string attention = "cudnn";  // CUDA backend only: "cudnn" | "naive"
+  // [model.moe]: mixture-of-experts MLPs (llama only; moe_n_experts 0: dense). "moe.KEY" in the
+  // job file's [model] table, or its own [model.moe] table.
+  int moe_n_experts = 0;
+  int moe_top_k = 2;
+  int moe_expert_d_ff = 0;      // 0: model.d_ff
+  int moe_n_shared_experts = 0;
+  int moe_layer_freq = 1;       // block l is MoE when l % layer_freq == 0
+  std::string moe_router = "softmax_topk";  // softmax_topk | topk_softmax
+  bool moe_norm_topk_prob = false;          // topk_softmax: renormalise the k probabilities
+  double moe_aux_loss_coef = 0.01;
+  double moe_z_loss_coef = 0.0;
+  double moe_capacity_factor = 0.0;  // 0: dropless
 };
 
 struct ParallelSection {
@@ -43,6 +55,7 @@ struct ParallelSection {
   int tp = 1;
   int pp = 1;
   int cp = 1;
+  int ep = 1;  // expert parallel: splits the experts over ep of the dp ranks
   int zero = 0;
   bool sp = false;
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved

@@ -54,6 +54,10 @@ class Comm {
   virtual void all_gatherv(const void* send, void* recv, const size_t* counts, DType t) = 0;
   // Non-blocking form (ZeRO: a shard's slice of one bucket or layer). counts[] is copied.
   virtual Request iall_gatherv(const void* send, void* recv, const size_t* counts, DType t) = 0;
+  // Personalised exchange: send_counts[r] elements of `send` (rank-ordered, contiguous) go to rank
+  // r, recv_counts[r] from rank r land contiguous in `recv` (MoE token dispatch and combine).
+  virtual void all_to_allv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                           DType t) = 0;
 
   // recv[count] <- op over the group of send[rank()*count, (rank()+1)*count).
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) = 0;

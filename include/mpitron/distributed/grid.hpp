@@ -17,6 +17,7 @@ namespace mpitron {
 
 struct GridShape {
   int tp = 1, cp = 1, dp = 0, pp = 1;  // dp = 0: inferred as world / (tp*cp*pp)
+  int ep = 1;  // expert parallel: runs of ep consecutive dp ranks (divides dp)
 };
 
 struct GridCoord {
@@ -32,9 +33,12 @@ GridCoord grid_coord(const GridShape& s, int rank);
 //   tp, cp, dp, pp: ranks differing only in that coordinate
 //   dp_cp: differing in dp and cp; model_parallel: differing in tp and pp
 //   embedding: first and last stage of this rank's pipeline (a group of one on middle stages)
-enum class Group { world, tp, cp, dp, pp, dp_cp, model_parallel, embedding };
+//   ep: dp ranks dp / ep * ep .. + ep - 1 (they exchange tokens for their experts)
+//   expert_dp: the dp ranks with this rank's dp % ep (the same experts' work)
+enum class Group { world, tp, cp, dp, pp, dp_cp, model_parallel, embedding, ep, expert_dp };
 constexpr Group kAllGroups[] = {Group::world, Group::tp,    Group::cp,             Group::dp,
-                                Group::pp,    Group::dp_cp, Group::model_parallel, Group::embedding};
+                                Group::pp,    Group::dp_cp, Group::model_parallel, Group::embedding,
+                                Group::ep,    Group::expert_dp};
 const char* group_name(Group g);
 Group parse_group(const std::string& name);  // UsageError listing the names
 // World ranks of `rank`'s group g, ascending (= their rank order inside the group). Pure.
@@ -68,6 +72,8 @@ class ProcessGrid {
   // First and last pipeline stage of this rank's pipeline (tied embeddings). On other
   // stages it is a group of one.
   Comm& embedding() { return *emb_; }
+  Comm& ep() { return *ep_; }            // expert parallel (a group of one when parallel.ep = 1)
+  Comm& expert_dp() { return *edp_; }
 
   Comm& group(Group g);
 
@@ -89,7 +95,7 @@ class ProcessGrid {
   GridShape shape_;
   GridCoord coord_;
   int rank_ = 0, world_ = 1;
-  std::unique_ptr<Comm> world_comm_, tp_, cp_, dp_, pp_, dp_cp_, mp_, emb_, pp_host_;
+  std::unique_ptr<Comm> world_comm_, tp_, cp_, dp_, pp_, dp_cp_, mp_, emb_, ep_, edp_, pp_host_;
   std::unique_ptr<Groups> groups_;
 };
 

@@ -44,6 +44,8 @@ class MpiComm final : public Comm {
   void reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) override;
   Request ireduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) override;
   void broadcast(void* buf, size_t count, DType t, int root) override;
+  void all_to_allv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                   DType t) override;
   void send(const void* buf, size_t count, DType t, int peer, int tag = 0) override;
   void recv(void* buf, size_t count, DType t, int peer, int tag = 0) override;
   Request isend(const void* buf, size_t count, DType t, int peer, int tag = 0) override;

@@ -10,11 +10,26 @@ namespace mpitron {
 // architecture has no such tensor (LLaMA's biases). qkv_w is the fused [q | k | v] projection
 // (LLaMA's q_proj with k_proj, v_proj right behind it), fc_w GPT-2's c_fc or LLaMA's
 // [gate | up], proj_w the attention output projection, fcp_w the MLP's.
+// A MoE block's MLP tensors (moe_mlp.hpp; router nullptr: a dense block). w13[e] is expert e's
+// [w1 | w3] (2 Fe x C, one GEMM), w2[e] its [C, Fe]; sh_fc the shared experts' local
+// [gate | up], sh_fcp their down projection (nullptr without shared experts).
+template <class W>
+struct MoeTensors {
+  W* router = nullptr;
+  W* const* w13 = nullptr;
+  W* const* w2 = nullptr;
+  W *sh_fc = nullptr, *sh_fcp = nullptr;
+};
+
 template <class W>
 struct BlockTensors {
   W *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr, *proj_b = nullptr,
     *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr, *fcp_w = nullptr, *fcp_b = nullptr;
+  MoeTensors<W> moe;
 };
+
+template <class A>
+struct MoeActs;  // moe_mlp.hpp
 
 // What backward needs of one block's forward. att: the attention's saved state, fp32: the
 // probabilities [B, H, T, T] (CPU Ops) or the log-sum-exp statistics [B, H, T] (the GPU's fused
@@ -26,6 +41,7 @@ struct BlockActs {
   A *ln1 = nullptr, *qkv = nullptr, *atty = nullptr, *res2 = nullptr, *ln2 = nullptr, *fch = nullptr,
     *fch_gelu = nullptr, *res3 = nullptr;
   float *ln1_mean = nullptr, *ln1_rstd = nullptr, *att = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
+  MoeActs<A>* moe = nullptr;  // a MoE block's routing and expert activations
 };
 
 // Scratch every block shares (Rl = this rank's rows, BT all rows of the micro-batch):

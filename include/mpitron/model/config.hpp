@@ -12,6 +12,21 @@ struct ModelSection;
 
 enum class Arch : uint8_t { gpt2, llama };
 
+// Mixture-of-experts MLPs ([model.moe]; model/moe_mlp.hpp). n_experts 0: every block is dense.
+enum class MoeRouter : uint8_t { softmax_topk, topk_softmax };
+struct MoeConfig {
+  int n_experts = 0;
+  int top_k = 2;
+  int d_ff = 0;  // each expert's SwiGLU width
+  int n_shared = 0;  // always-on experts: one SwiGLU of width n_shared * d_ff
+  int layer_freq = 1;
+  MoeRouter router = MoeRouter::softmax_topk;
+  bool norm_topk_prob = false;
+  double aux_loss_coef = 0.01, z_loss_coef = 0.0, capacity_factor = 0.0;
+  bool enabled() const { return n_experts > 0; }
+  bool is_moe_layer(int l) const { return enabled() && l % layer_freq == 0; }
+};
+
 struct ModelConfig {
   std::string name = "custom";
   Arch arch = Arch::gpt2;
@@ -30,6 +45,7 @@ struct ModelConfig {
   // times ffn_multiplier -> rounded up to a multiple of multiple_of (llama_ffn_dim).
   double ffn_multiplier = 1.0;
   int multiple_of = 1;
+  MoeConfig moe;
 
   int head_dim() const { return d_model / n_head; }
   // Vocabulary padded to a multiple of 64*tp, so every TP shard is a multiple of 64.

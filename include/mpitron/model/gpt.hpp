@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpitron/core/memory.hpp"
@@ -33,6 +34,7 @@
 #include "mpitron/model/cpu_device.hpp"
 #include "mpitron/model/lm_head.hpp"
 #include "mpitron/model/model_chunk.hpp"
+#include "mpitron/model/moe_mlp.hpp"
 #include "mpitron/model/parallel_layers.hpp"
 #include "mpitron/model/ring_attention.hpp"
 #include "mpitron/model/shard_geometry.hpp"
@@ -88,8 +90,9 @@ class GPT final : public ModelChunk {
   // cp: the context-parallel group (shard.cp_size > 1; nullptr without): each rank holds
   // seq_len / cp positions of every sequence (ModelShard), attention runs over the ring
   // (ring_attention.hpp), forward() still takes the full [B, seq_len] token arrays.
+  // ep: the expert-parallel group of a MoE model (moe_mlp.hpp; nullptr: every expert here).
   GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts = {},
-      Comm* tp = nullptr, Comm* cp = nullptr);
+      Comm* tp = nullptr, Comm* cp = nullptr, Comm* ep = nullptr);
   ~GPT() override;
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -154,6 +157,9 @@ class GPT final : public ModelChunk {
   // Seconds spent in tensor-parallel collectives since construction (the trainer reports it per step).
   double tp_comm_seconds() const override { return *tp_comm_s_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }
+  // MoE blocks' routing statistics since the last take (global layer -> stats; empty when dense).
+  std::vector<std::pair<int, MoeStats>> take_moe_stats();
+  double ep_seconds() const { return moe_ ? moe_->ep_seconds() : -1.0; }
 
  private:
   // Pointers into the params (or grads) buffer for one block. LLaMA: ln1/ln2 are the RMSNorms
@@ -163,6 +169,10 @@ class GPT final : public ModelChunk {
     float *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr,
           *proj_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr, *fcp_w = nullptr,
           *fcp_b = nullptr, *k_w = nullptr, *v_w = nullptr, *up_w = nullptr;
+    // A MoE block (moe_mlp.hpp): the router, per expert w1 (with w3 right behind it) and w2, the
+    // shared experts' gate (with up behind it) and down.
+    float *router = nullptr, *sh_fc = nullptr, *sh_up = nullptr, *sh_fcp = nullptr;
+    std::vector<float*> w1, w3, w2;
   };
   struct Weights {
     float *wte = nullptr, *wpe = nullptr, *lnf_w = nullptr, *lnf_b = nullptr, *lm_head = nullptr;
@@ -172,6 +182,8 @@ class GPT final : public ModelChunk {
   // Where parameter i of the table lives in a Weights: a block's member or a global one.
   struct FieldRef {
     int local_layer = -1;
+    int expert = -1;  // a routed expert's tensor: w1, w3 or w2 below
+    std::vector<float*> LayerW::*expert_tensor = nullptr;
     float* LayerW::*block = nullptr;
     float* Weights::*global = nullptr;
   };
@@ -193,6 +205,7 @@ class GPT final : public ModelChunk {
     float* proj_out = nullptr;              // [rows, C]: a projection's output before its residual add
   };
   std::vector<FieldRef> field_refs() const;  // from the table's names
+  static void moe_field(const std::string& rest, FieldRef& f);
   Weights resolve(float* base) const;
   float** field(Weights& w, size_t i);  // the pointer parameter i reads from, in w
   void check_fused(const LayerW& x, const char* what) const;  // LLaMA's fused tensors are contiguous
@@ -207,6 +220,7 @@ class GPT final : public ModelChunk {
   // A block's weights (or gradients) as the shared block code takes them.
   static BlockTensors<const float> block_weights(const LayerW& w);
   static BlockTensors<float> block_grads(const LayerW& g);
+  MoeActs<float>* moe_acts(int slot, int layer);
 
   ModelConfig cfg_;
   const BlockSpec& spec_;
@@ -242,6 +256,9 @@ class GPT final : public ModelChunk {
   std::unique_ptr<CpuRingBlocks> ring_blocks_;  // context parallel (cp > 1): the blocks, the ring
   std::unique_ptr<RingAttention> ring_;
   std::shared_ptr<DecodeState> decode_;
+  std::unique_ptr<MoeMlp<CpuDevice>> moe_;
+  std::vector<std::vector<MoeActs<float>>> moe_acts_;  // [slot][local layer]; recompute: one, shared
+  std::vector<MoeStats> moe_stats_;                     // [local layer]
 };
 
 }  // namespace mpitron

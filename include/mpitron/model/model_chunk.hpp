@@ -163,7 +163,8 @@ inline bool is_vocab_rows(const std::string& name) { return is_token_embedding(n
 // buckets) must keep such a tensor adjacent to its predecessor.
 inline bool fused_with_previous(const std::string& name) {
   return name.ends_with("self_attn.k_proj.weight") || name.ends_with("self_attn.v_proj.weight") ||
-         name.ends_with("mlp.up_proj.weight");
+         name.ends_with("mlp.up_proj.weight") || name.ends_with(".w3.weight") ||
+         name.ends_with("shared_experts.up_proj.weight");
 }
 
 // The unit (ModelChunk::kEmbeddingUnit, kHeadUnit or local block index) that owns parameter p.

@@ -20,10 +20,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "mpitron/model/arch.hpp"
 #include "mpitron/model/block_tensors.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/moe_mlp.hpp"
 #include "mpitron/model/parallel_layers.hpp"
 #include "mpitron/model/ring_attention.hpp"
 #include "mpitron/model/shard_geometry.hpp"
@@ -40,6 +42,8 @@ class TransformerBlock {
   using Grads = BlockTensors<float>;
   using Acts = BlockActs<A>;
   using Scratch = BlockScratch<A>;
+  // MoE blocks (moe_mlp.hpp) route on the host: devices with host fp32 activations (the CPU).
+  static constexpr bool kMoe = std::is_same_v<A, float> && std::is_same_v<Wt, float>;
 
   // cfg with n_kv_head set (kv_heads); geo: this shard's widths and positions; tp: the TP group.
   // All three must outlive the block. set_ring: the context-parallel ring (none: local
@@ -57,6 +61,8 @@ class TransformerBlock {
         fcp_(dev, tp, geo.f_local * tp.size(), cfg.d_model) {}
   void set_ring(RingAttention* ring) { ring_ = ring; }
   void set_norm_grad_scratch(float* ln_grad) { ln_grad_ = ln_grad; }
+  // The MoE MLP that blocks with a router (w.moe.router) run in place of the dense MLP.
+  void set_moe(MoeMlp<Dev>* moe) { moe_ = moe; }
 
   // Block forward for micro-batch B. Input: res_in, or, with `prev` (the previous block's
   // activations, its output pending), prev->res2 + s.proj_out, written to prev->res3 (= res_in)
@@ -75,6 +81,14 @@ class TransformerBlock {
     proj_.forward(s.proj_out, a.atty, w.proj_w, w.proj_b, BT, s.full);
     const A* x = prev ? prev->res3 : res_in;
     residual_norm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, s.proj_out, w.ln2_w, w.ln2_b, Rl);
+    if constexpr (kMoe) {
+      if (w.moe.router) {  // MoE: its whole forward even when recomputing (backward reads its state)
+        check(moe_ && a.moe, "TransformerBlock: a MoE block needs the MoE MLP and its activations");
+        moe_->forward(w.moe, *a.moe, s.proj_out, a.ln2, Rl);
+        if (full && out) dev_.residual_forward(out, a.res2, s.proj_out, static_cast<size_t>(Rl * cfg_.d_model));
+        return;
+      }
+    }
     if (spec_.mlp == MlpKind::swiglu) {  // fch = [gate | up], fch_gelu = silu(gate) * up
       fc_.forward(a.fch, a.ln2, s.gath, w.fc_w, w.fc_b, BT);
       dev_.swiglu_forward(a.fch_gelu, a.fch, BT, geo_.f_local);
@@ -94,16 +108,14 @@ class TransformerBlock {
     const int T = geo_.Tl, hd = cfg_.head_dim(), H = static_cast<int>(geo_.h_local), KV = static_cast<int>(geo_.kv_local);
     const int64_t BT = int64_t{B} * T, Rl = rows(BT), Cl = geo_.c_local;
     if (recompute) forward(w, a, s, res_in, nullptr, nullptr, B, /*full=*/false);
-    // MLP: fcp's input gradient (times GELU' in the same call), or SwiGLU's backward after it;
-    // then fc (under SP its input, ln2, all-gathered again: Megatron keeps only this rank's rows)
-    // and ln2, which adds into dres.
-    if (spec_.mlp == MlpKind::swiglu) {
-      fcp_.backward(s.dmlp, g.fcp_w, g.fcp_b, s.dres, s.dres_full, a.fch_gelu, w.fcp_w, BT);
-      dev_.swiglu_backward(s.d4C, a.fch, s.dmlp, BT, geo_.f_local);
-    } else {
-      fcp_.backward(s.d4C, g.fcp_w, g.fcp_b, s.dres, s.dres_full, a.fch_gelu, w.fcp_w, BT, a.fch);
+    bool moe_block = false;
+    if constexpr (kMoe) {
+      if (w.moe.router) {  // MoE: d ln2 into dC, from dres
+        moe_->backward(w.moe, g.moe, *a.moe, s.dC, s.dres, a.ln2, Rl);
+        moe_block = true;
+      }
     }
-    fc_.backward(s.dC, g.fc_w, g.fc_b, s.d4C, gather_rows(a.ln2, s.gath, BT), w.fc_w, BT, s.full);
+    if (!moe_block) dense_mlp_backward(w, g, a, s, BT);
     norm_backward(s.dres, g.ln2_w, g.ln2_b, s.dC, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Rl);
     // Attention: proj, attention (d qkv), RoPE's inverse, qkv, ln1 (adds into dres).
     proj_.backward(s.dC, g.proj_w, g.proj_b, s.dres, s.dres_full, a.atty, w.proj_w, BT);
@@ -116,6 +128,20 @@ class TransformerBlock {
     // differences between parallel layouts). Keep it exactly zero. Layout [q | k | v], C/tp each.
     if (g.qkv_b) dev_.zero_grad(g.qkv_b + Cl, static_cast<size_t>(Cl));
     norm_backward(s.dres, g.ln1_w, g.ln1_b, s.dC, res_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, Rl);
+  }
+
+  // The dense MLP's backward: d ln2 into s.dC from s.dres.
+  void dense_mlp_backward(const Weights& w, const Grads& g, const Acts& a, const Scratch& s, int64_t BT) {
+    // MLP: fcp's input gradient (times GELU' in the same call), or SwiGLU's backward after it;
+    // then fc (under SP its input, ln2, all-gathered again: Megatron keeps only this rank's rows)
+    // and ln2, which adds into dres.
+    if (spec_.mlp == MlpKind::swiglu) {
+      fcp_.backward(s.dmlp, g.fcp_w, g.fcp_b, s.dres, s.dres_full, a.fch_gelu, w.fcp_w, BT);
+      dev_.swiglu_backward(s.d4C, a.fch, s.dmlp, BT, geo_.f_local);
+    } else {
+      fcp_.backward(s.d4C, g.fcp_w, g.fcp_b, s.dres, s.dres_full, a.fch_gelu, w.fcp_w, BT, a.fch);
+    }
+    fc_.backward(s.dC, g.fc_w, g.fc_b, s.d4C, gather_rows(a.ln2, s.gath, BT), w.fc_w, BT, s.full);
   }
 
   // The architecture's norm (LayerNorm: mean, rstd and bias; RMSNorm: rstd) over `rows` rows.
@@ -176,6 +202,7 @@ class TransformerBlock {
   ColumnParallelLinear<Dev> fc_;
   RowParallelLinear<Dev> fcp_;
   RingAttention* ring_ = nullptr;
+  MoeMlp<Dev>* moe_ = nullptr;
   float* ln_grad_ = nullptr;
 };
 

@@ -178,6 +178,24 @@ class NcclComm final : public Comm {
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
   }
+  // One NCCL group of a send and a receive per peer (NCCL has no all-to-all-v).
+  void all_to_allv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                   DType t) override {
+    const char* in = static_cast<const char*>(send);
+    char* out = static_cast<char*>(recv);
+    cudaStream_t s = ordered();
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    size_t so = 0, ro = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (send_counts[r] > 0)
+        nccl_check(ncclSend(in + so * dtype_size(t), send_counts[r], nccl_type(t), r, nccl_, s), "ncclSend");
+      if (recv_counts[r] > 0)
+        nccl_check(ncclRecv(out + ro * dtype_size(t), recv_counts[r], nccl_type(t), r, nccl_, s), "ncclRecv");
+      so += send_counts[r], ro += recv_counts[r];
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    sync("all_to_allv (ncclSend + ncclRecv group)");
+  }
   void broadcast(void* buf, size_t count, DType t, int root) override {
     nccl_check(ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_, ordered()), "ncclBroadcast");
     sync("ncclBroadcast");

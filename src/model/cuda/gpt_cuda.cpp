@@ -56,6 +56,10 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
                  ModelOptions options, Comm* tp, Comm* cp)
     : cfg_(cfg), spec_(block_spec(cfg)), geo_(cfg, shard), ops_(ops), dev_{ops}, max_B_(max_micro_batch), shard_(shard),
       tp_(tp) {
+  usage_check(!cfg.moe.enabled(),
+              "mixture-of-experts models (model.moe.n_experts = {}) run on the CPU backend only so far (the GPU's "
+              "router, permutation and grouped expert GEMM kernels are not there yet)",
+              cfg.moe.n_experts);
   check(shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank),
         "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
         shard.tp_size);
@@ -206,13 +210,13 @@ void GptCuda::layer_forward(int l, int B) {
 BlockTensors<const bf16> GptCuda::block_weights(int l) const {
   const LayerOffsets& p = off_.layers[l];
   return {W(p.ln1_w), W(p.ln1_b), W(p.qkv_w), W(p.qkv_b), W(p.proj_w), W(p.proj_b),
-          W(p.ln2_w), W(p.ln2_b), W(p.fc_w),  W(p.fc_b),  W(p.fcp_w), W(p.fcp_b)};
+          W(p.ln2_w), W(p.ln2_b), W(p.fc_w),  W(p.fc_b),  W(p.fcp_w), W(p.fcp_b), {}};
 }
 
 BlockTensors<float> GptCuda::block_grads(int l) const {
   const LayerOffsets& p = off_.layers[l];
   return {G(p.ln1_w), G(p.ln1_b), G(p.qkv_w), G(p.qkv_b), G(p.proj_w), G(p.proj_b),
-          G(p.ln2_w), G(p.ln2_b), G(p.fc_w),  G(p.fc_b),  G(p.fcp_w), G(p.fcp_b)};
+          G(p.ln2_w), G(p.ln2_b), G(p.fc_w),  G(p.fc_b),  G(p.fcp_w), G(p.fcp_b), {}};
 }
 
 // d4C holds d [gate | up] (or d fc) and, later in the same backward, d qkv.

@@ -1,0 +1,57 @@
+// The router of a mixture-of-experts MLP (moe_mlp.hpp) on the host: top-k selection, routing
+// weights, capacity drops, the expert-sorted order of the token copies, the load-balancing and
+// z losses and the router's backward. Pure arithmetic on one micro-batch's router logits, the
+// same on every rank and layout.
+//
+// Per token t (rows R, experts E, k = top_k):
+//   p_t = softmax(logits_t) over all E experts; the top k by logit, ties to the lower expert
+//   index (so every layout routes alike); routing weights
+//     softmax_topk:                  w = softmax over the k selected logits (Mixtral)
+//     topk_softmax:                  w = p of the selected (Switch, OLMoE)
+//     topk_softmax + norm_topk_prob: w = p of the selected / their sum (Qwen-MoE)
+//   capacity_factor c > 0: each expert keeps the first ceil(c R k / E) token copies in token
+//   order (Megatron's "position" drop policy); the rest are dropped (their weight goes nowhere).
+// Losses (Switch / GShard, Megatron's normalisation), per sequence of T rows (DeepSeek-V3's
+// sequence-wise balance loss, Megatron's "seq_aux_loss"):
+//   aux_s = E * sum_e f_se P_se,  f_se = copies of sequence s routed to e (before drops) / (T k),
+//           P_se = mean over s's tokens of p_te;   aux = mean_s aux_s
+//   z     = mean_t logsumexp(logits_t)^2
+// Both enter the training objective as coef * value * R / N (N: counted targets of the global
+// batch; moe_router_backward's loss_scale is 1 / N): over a step, the mean over sequences (aux)
+// and tokens (z). Per sequence, not per micro-batch, so that how the sequences are grouped into
+// micro-batches and data-parallel ranks changes nothing: every layout trains the same objective.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "mpitron/model/config.hpp"
+
+namespace mpitron {
+
+struct MoeRouting {
+  int64_t rows = 0;
+  int n_experts = 0, top_k = 0;
+  std::vector<float> probs;       // [R, E] softmax over all logits
+  std::vector<float> lse;         // [R]
+  std::vector<int32_t> expert;    // [R k] the chosen experts, best first
+  std::vector<float> weight;      // [R k] their routing weights
+  std::vector<int64_t> pos;       // [R k] the copy's row in expert-sorted order, -1 when dropped
+  std::vector<int64_t> order;     // [kept] copy index t k + j, sorted by expert (stable in t, j)
+  std::vector<int64_t> counts;    // [E] kept copies per expert
+  std::vector<int64_t> routed;    // [E] copies routed per expert before drops
+  int64_t seq_len = 0;            // T: rows per sequence
+  std::vector<int64_t> seq_routed;  // [R / T, E] the same per sequence
+  int64_t dropped = 0;
+  double aux = 0, z = 0;
+};
+
+// Routing of R rows of router logits [R, E] (E = cfg.n_experts), sequences of seq_len rows.
+void moe_route(const MoeConfig& cfg, const float* logits, int64_t rows, int64_t seq_len, MoeRouting& r);
+
+// d(objective)/d logits [R, E] (overwritten) from the gradient of the routing weights dweight
+// [R k] (0 for dropped copies) plus the auxiliary and z losses' terms, those scaled by
+// coef * loss_scale * R (the objective above).
+void moe_router_backward(const MoeConfig& cfg, const MoeRouting& r, const float* dweight, double loss_scale,
+                         float* dlogits);
+
+}  // namespace mpitron

@@ -1,0 +1,124 @@
+// The MoE router's arithmetic (moe_routing.hpp).
+#include "mpitron/model/moe_routing.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "mpitron/core/error.hpp"
+
+namespace mpitron {
+
+void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, MoeRouting& r) {
+  const int E = cfg.n_experts, k = cfg.top_k;
+  check(E >= 1 && k >= 1 && k <= E, "moe_route: top_k {} of {} experts", k, E);
+  check(T > 0 && R % T == 0, "moe_route: {} rows are not whole sequences of {}", R, T);
+  r.rows = R, r.n_experts = E, r.top_k = k, r.seq_len = T;
+  r.seq_routed.assign(static_cast<size_t>(R / T * E), 0);
+  r.probs.assign(static_cast<size_t>(R * E), 0.f);
+  r.lse.assign(static_cast<size_t>(R), 0.f);
+  r.expert.assign(static_cast<size_t>(R * k), 0);
+  r.weight.assign(static_cast<size_t>(R * k), 0.f);
+  r.routed.assign(static_cast<size_t>(E), 0);
+  std::vector<int> idx(static_cast<size_t>(E));
+  double zsum = 0;
+  for (int64_t t = 0; t < R; ++t) {
+    const float* l = logits + t * E;
+    float mx = l[0];
+    for (int e = 1; e < E; ++e) mx = std::max(mx, l[e]);
+    double sum = 0;
+    for (int e = 0; e < E; ++e) sum += std::exp(double(l[e]) - mx);
+    const double lse = mx + std::log(sum);
+    r.lse[t] = static_cast<float>(lse);
+    zsum += lse * lse;
+    float* p = r.probs.data() + t * E;
+    for (int e = 0; e < E; ++e) p[e] = static_cast<float>(std::exp(double(l[e]) - lse));
+    for (int e = 0; e < E; ++e) idx[e] = e;
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    int32_t* ex = r.expert.data() + t * k;
+    float* w = r.weight.data() + t * k;
+    double wsum = 0;
+    for (int j = 0; j < k; ++j) {
+      ex[j] = idx[j];
+      ++r.routed[idx[j]];
+      ++r.seq_routed[t / T * E + idx[j]];
+      // softmax_topk: exp(l - l_best) / sum over the selected, the best logit the max.
+      w[j] = cfg.router == MoeRouter::softmax_topk ? static_cast<float>(std::exp(double(l[idx[j]]) - l[idx[0]]))
+                                                   : p[idx[j]];
+      wsum += w[j];
+    }
+    if (cfg.router == MoeRouter::softmax_topk || cfg.norm_topk_prob)
+      for (int j = 0; j < k; ++j) w[j] = static_cast<float>(w[j] / wsum);
+  }
+  // Capacity drops in token order, then the stable expert-sorted order of the kept copies.
+  const int64_t cap = cfg.capacity_factor > 0
+                          ? static_cast<int64_t>(std::ceil(cfg.capacity_factor * double(R) * k / E))
+                          : INT64_MAX;
+  r.counts.assign(static_cast<size_t>(E), 0);
+  r.pos.assign(static_cast<size_t>(R * k), -1);
+  r.dropped = 0;
+  std::vector<uint8_t> kept(static_cast<size_t>(R * k), 0);
+  for (int64_t a = 0; a < R * k; ++a) {
+    const int e = r.expert[a];
+    if (r.counts[e] < cap) {
+      ++r.counts[e];
+      kept[a] = 1;
+    } else {
+      ++r.dropped;
+    }
+  }
+  std::vector<int64_t> next(static_cast<size_t>(E), 0);
+  for (int e = 1; e < E; ++e) next[e] = next[e - 1] + r.counts[e - 1];
+  r.order.assign(static_cast<size_t>(R * k - r.dropped), 0);
+  for (int64_t a = 0; a < R * k; ++a) {
+    if (!kept[a]) continue;
+    const int64_t at = next[r.expert[a]]++;
+    r.order[at] = a;
+    r.pos[a] = at;
+  }
+  // The auxiliary losses, aux per sequence.
+  double aux = 0;
+  const int64_t S = R / T;
+  for (int64_t s = 0; s < S; ++s)
+    for (int e = 0; e < E; ++e) {
+      double P = 0;
+      for (int64_t t = s * T; t < (s + 1) * T; ++t) P += r.probs[t * E + e];
+      aux += (double(r.seq_routed[s * E + e]) / (double(T) * k)) * (P / double(T));
+    }
+  r.aux = S > 0 ? E * aux / double(S) : 0.0;
+  r.z = R > 0 ? zsum / double(R) : 0.0;
+}
+
+void moe_router_backward(const MoeConfig& cfg, const MoeRouting& r, const float* dweight, double loss_scale,
+                         float* dlogits) {
+  const int E = r.n_experts, k = r.top_k;
+  const int64_t R = r.rows;
+  const bool renorm = cfg.router == MoeRouter::softmax_topk || cfg.norm_topk_prob;
+  // d objective / d p_te of the load-balancing loss: objective coef * loss_scale * sum_s T aux_s,
+  // so coef * loss_scale * E f_se for t in sequence s.
+  const int64_t T = r.seq_len;
+  std::vector<double> dp(static_cast<size_t>(E));
+  for (int64_t t = 0; t < R; ++t) {
+    const int64_t* routed = r.seq_routed.data() + t / T * E;
+    const float* p = r.probs.data() + t * E;
+    const int32_t* ex = r.expert.data() + t * k;
+    const float* w = r.weight.data() + t * k;
+    const float* dw = dweight + t * k;
+    for (int e = 0; e < E; ++e) dp[e] = cfg.aux_loss_coef * loss_scale * E * (double(routed[e]) / (double(T) * k));
+    if (renorm) {  // w_j = p_j / S, S = sum of the selected p
+      double s = 0, wdw = 0;
+      for (int j = 0; j < k; ++j) s += p[ex[j]], wdw += double(w[j]) * dw[j];
+      for (int j = 0; j < k; ++j) dp[ex[j]] += (dw[j] - wdw) / s;
+    } else {
+      for (int j = 0; j < k; ++j) dp[ex[j]] += dw[j];
+    }
+    double pdp = 0;
+    for (int e = 0; e < E; ++e) pdp += p[e] * dp[e];
+    // z-loss: coef * loss_scale * R * (1/R) 2 lse p_te.
+    const double dz = cfg.z_loss_coef * loss_scale * 2.0 * r.lse[t];
+    float* dl = dlogits + t * E;
+    for (int e = 0; e < E; ++e) dl[e] = static_cast<float>(p[e] * (dp[e] - pdp) + dz * p[e]);
+  }
+}
+
+}  // namespace mpitron
