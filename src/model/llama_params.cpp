@@ -64,6 +64,14 @@ std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShar
   return t.out;
 }
 
+int64_t moe_inactive_params(const ModelConfig& cfg) {
+  const MoeConfig& m = cfg.moe;
+  int64_t n = 0;
+  for (int l = 0; l < cfg.n_layer; ++l)
+    if (m.is_moe_layer(l)) n += int64_t{m.n_experts - m.top_k} * 3 * cfg.d_model * m.d_ff;
+  return n;
+}
+
 std::vector<ParamInfo> model_param_table(const ModelConfig& cfg, const ModelShard& shard) {
   return cfg.arch == Arch::llama ? llama_param_table(cfg, shard) : gpt_param_table(cfg, shard);
 }

@@ -22,7 +22,6 @@
 #include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
-#include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/parallel/schedule.hpp"
 
@@ -280,11 +279,17 @@ std::string format_ledger(const Ledger& led, bool exact_bytes) {
   const PlanLayout& l = in.layout;
   const bool fp32 = in.precision == Precision::fp32;
   std::string o;
-  o += fmt::format("model {}: {} layers, d_model {}, {} heads ({} kv), d_ff {}, vocab {} (padded {}), {} head, {} parameters\n",
+  auto count = [](double n) { return n >= 1e9 ? fmt::format("{:.3f}B", n / 1e9) : fmt::format("{:.3f}M", n / 1e6); };
+  const std::string moe =
+      m.moe.enabled()
+          ? fmt::format(" ({} active per token: top {} of {} experts of d_ff {}{}, every {} block(s))",
+                        count(double(led.total_params - moe_inactive_params(m))), m.moe.top_k, m.moe.n_experts,
+                        m.moe.d_ff, m.moe.n_shared ? fmt::format(" + {} shared", m.moe.n_shared) : "",
+                        m.moe.layer_freq)
+          : "";
+  o += fmt::format("model {}: {} layers, d_model {}, {} heads ({} kv), d_ff {}, vocab {} (padded {}), {} head, {} parameters{}\n",
                    m.name, m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.d_ff, m.vocab_size, m.padded_vocab(l.tp),
-                   m.tied_embeddings ? "tied" : "untied",
-                   led.total_params >= 1e9 ? fmt::format("{:.3f}B", led.total_params / 1e9)
-                                           : fmt::format("{:.3f}M", led.total_params / 1e6));
+                   m.tied_embeddings ? "tied" : "untied", count(double(led.total_params)), moe);
   o += fmt::format(
       "layout {} GPUs = dp {} x tp {} x pp {} x cp {} | zero {} | sp {} | recompute {} | micro-batch {} x {} "
       "micro-batches ({}) | seq {} | {}\n",

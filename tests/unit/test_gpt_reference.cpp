@@ -34,6 +34,7 @@ struct H5 {
     H5Dclose(d);
     return v;
   }
+  bool has(const char* name) { return H5Aexists(f, name) > 0; }
   double attr(const char* name) {
     double v = 0;
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
@@ -70,6 +71,19 @@ ModelConfig fixture_config(H5& h5, const char* preset) {
     cfg.rope_theta = h5.attr("rope_theta");
     cfg.tied_embeddings = h5.attr("tie_embeddings") != 0;
   }
+  if (h5.has("moe_n_experts")) {  // moe_reference.py
+    MoeConfig& m = cfg.moe;
+    m.n_experts = static_cast<int>(h5.attr("moe_n_experts"));
+    m.top_k = static_cast<int>(h5.attr("moe_top_k"));
+    m.d_ff = static_cast<int>(h5.attr("moe_d_ff"));
+    m.n_shared = static_cast<int>(h5.attr("moe_n_shared"));
+    m.layer_freq = static_cast<int>(h5.attr("moe_layer_freq"));
+    m.router = h5.attr("moe_router") == 0 ? MoeRouter::softmax_topk : MoeRouter::topk_softmax;
+    m.norm_topk_prob = h5.attr("moe_norm_topk_prob") != 0;
+    m.aux_loss_coef = h5.attr("moe_aux_coef");
+    m.z_loss_coef = h5.attr("moe_z_coef");
+    m.capacity_factor = h5.attr("moe_capacity_factor");
+  }
   return cfg;
 }
 
@@ -97,6 +111,16 @@ void check_against_fixture(const char* fixture, const char* preset) {
   double ref_loss = h5.attr("loss_sum");
   BOOST_TEST_MESSAGE("loss_sum " << loss << " vs torch " << ref_loss);
   BOOST_TEST(std::fabs(loss - ref_loss) / std::fabs(ref_loss) <= tol);
+
+  for (const auto& [layer, st] : m.take_moe_stats()) {  // the routing losses' values, per MoE block
+    const std::string l = std::to_string(layer);
+    const double aux = st.aux / double(st.rows), z = st.z / double(st.rows);
+    const double ra = h5.attr(("aux_layer" + l).c_str()), rz = h5.attr(("z_layer" + l).c_str());
+    BOOST_TEST_MESSAGE("layer " << l << " aux " << aux << " vs " << ra << ", z " << z << " vs " << rz << ", dropped "
+                                << st.dropped << " of " << st.routed);
+    BOOST_TEST(std::fabs(aux - ra) / ra <= tol);
+    BOOST_TEST(std::fabs(z - rz) / rz <= tol);
+  }
 
   std::vector<float> logits(static_cast<size_t>(B) * T * Vp);
   m.compute_logits(0, int64_t{B} * T, logits.data());
@@ -144,6 +168,13 @@ BOOST_AUTO_TEST_CASE(matches_pytorch) { check_against_fixture("tests/reference/f
 // LLaMA: 4 query heads on 2 kv heads, d 32, d_ff 96, untied head, RoPE with Meta's pairing.
 BOOST_AUTO_TEST_CASE(llama_matches_pytorch) {
   check_against_fixture("tests/reference/fixtures/llama_tiny.h5", "llama-tiny");
+}
+
+// Mixture of experts (moe_reference.py): Mixtral's router with a shared expert in every block, and
+// Switch's (top-k probabilities, not renormalised) in block 0 only with capacity drops.
+BOOST_AUTO_TEST_CASE(moe_matches_pytorch) { check_against_fixture("tests/reference/fixtures/moe_tiny.h5", "llama-tiny"); }
+BOOST_AUTO_TEST_CASE(moe_switch_capacity_matches_pytorch) {
+  check_against_fixture("tests/reference/fixtures/moe_switch.h5", "llama-tiny");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

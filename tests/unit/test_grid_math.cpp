@@ -44,6 +44,8 @@ bool in_group(Group g, const GridShape& s, const GridCoord& me, const GridCoord&
       if (!me_end) return tp && cp && dp && pp;  // alone
       return tp && cp && dp && o_end;
     }
+    case Group::ep: return tp && cp && pp && me.dp / s.ep == o.dp / s.ep;  // runs of ep dp ranks
+    case Group::expert_dp: return tp && cp && pp && me.dp % s.ep == o.dp % s.ep;
   }
   return false;
 }
@@ -53,7 +55,11 @@ std::vector<GridShape> shapes() {
   for (int tp : {1, 2, 3, 4, 8})
     for (int cp : {1, 2, 3})
       for (int dp : {1, 2, 3, 5})
-        for (int pp : {1, 2, 3, 4}) out.push_back({tp, cp, dp, pp});
+        for (int pp : {1, 2, 3, 4}) {
+          out.push_back({tp, cp, dp, pp});
+          for (int ep = 2; ep <= dp; ++ep)  // expert parallel: every divisor of dp
+            if (dp % ep == 0) out.push_back({tp, cp, dp, pp, ep});
+        }
   return out;
 }
 

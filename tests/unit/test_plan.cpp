@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "mpitron/core/error.hpp"
@@ -240,6 +241,28 @@ BOOST_AUTO_TEST_CASE(gpt2_ledger_matches_the_allocator) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// The MoE presets against their published sizes: Mixtral 8x7B 46.7B parameters, 12.9B active per
+// token (Mistral AI, "Mixtral of Experts", 2024); OLMoE-1B-7B 6.9B, 1.3B active (Muennighoff et al.,
+// 2024; its QK-norm weights, 2 x 2048 per layer, are the one part mpitron's LLaMA block lacks).
+BOOST_AUTO_TEST_CASE(moe_presets_match_published_sizes) {
+  struct Case {
+    const char* name;
+    double total, active;
+  };
+  for (const Case& c : {Case{"mixtral-8x7b", 46.7e9, 12.9e9}, Case{"olmoe-1b-7b", 6.9e9, 1.3e9}}) {
+    const ModelConfig m = model_preset(c.name);
+    int64_t total = 0;
+    for (const auto& p : model_param_table(m, ModelShard{})) total += static_cast<int64_t>(p.numel);
+    const double active = double(total - moe_inactive_params(m));
+    BOOST_TEST_MESSAGE(c.name << ": " << total << " parameters, " << active << " active");
+    BOOST_TEST(std::abs(total - c.total) / c.total < 0.005, c.name << " total " << total);
+    BOOST_TEST(std::abs(active - c.active) / c.active < 0.02, c.name << " active " << active);
+  }
+  // 6 x active parameters per token (+ attention) is what the MFU counts, not the total.
+  const ModelConfig mix = model_preset("mixtral-8x7b");
+  BOOST_TEST(gpt_flops_per_token(mix) < 6 * 14e9 + 12.0 * mix.n_layer * mix.seq_len * mix.d_model);
+}
 
 BOOST_AUTO_TEST_SUITE(plan_advisor)
 

@@ -31,5 +31,8 @@ namespace mpitron {
 std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShard& shard);
 // gpt_param_table (gpt.hpp) or llama_param_table, by cfg.arch.
 std::vector<ParamInfo> model_param_table(const ModelConfig& cfg, const ModelShard& shard);
+// Parameters a token does not touch: in every MoE block, the n_experts - top_k routed experts
+// it is not sent to (active parameters = all parameters - this).
+int64_t moe_inactive_params(const ModelConfig& cfg);
 
 }  // namespace mpitron
