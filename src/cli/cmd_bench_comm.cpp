@@ -30,7 +30,7 @@ constexpr const char* kBenchHelp =
     "Times collectives on one group of the process grid and prints an nccl-tests style table\n"
     "(size, count, type, redop, root, time, algbw, busbw) and '# Avg bus bandwidth'.\n\n"
     "options:\n"
-    "  --op OP          all_reduce | all_gather | reduce_scatter | broadcast | sendrecv | all\n"
+    "  --op OP          all_reduce | all_gather | reduce_scatter | broadcast | sendrecv | all_to_all | all\n"
     "                   (default all_reduce)\n"
     "  --group G        world | tp | dp | pp | cp | dp_cp | model_parallel | embedding (default world)\n"
     "  --min SIZE       smallest message in bytes, K/M/G suffixes = 2^10/2^20/2^30 (default 8)\n"
@@ -42,7 +42,7 @@ constexpr const char* kBenchHelp =
     "  --parallel.tp=N  grid layout (also .pp, .cp, .dp), --train.backend=cpu|nccl\n"
     "  --help           this text\n";
 
-const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"};
+const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv", "all_to_all"};
 
 size_t parse_size(const std::string& opt, const std::string& v) {
   size_t i = 0;
@@ -69,7 +69,7 @@ struct Options {
 
 double bus_factor(const std::string& op, int n) {
   if (op == "all_reduce") return n > 1 ? 2.0 * (n - 1) / n : 0.0;
-  if (op == "all_gather" || op == "reduce_scatter") return n > 1 ? double(n - 1) / n : 0.0;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return n > 1 ? double(n - 1) / n : 0.0;
   return 1.0;
 }
 
@@ -92,7 +92,7 @@ void bench_op(const std::string& op, Comm& comm, Comm& world, const std::string&
   int rows = 0;
   for (size_t bytes = o.min; bytes <= o.max; bytes = std::max(bytes * o.factor, bytes + 1)) {
     size_t count = bytes / es;
-    bool split = op == "all_gather" || op == "reduce_scatter";
+    bool split = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
     if (split) count -= count % n;
     if (count == 0) continue;
     size_t part = split ? count / n : count;  // elements per rank
@@ -103,6 +103,9 @@ void bench_op(const std::string& op, Comm& comm, Comm& world, const std::string&
         comm.all_gather(a.data(), b.data(), part, o.dtype);
       } else if (op == "reduce_scatter") {
         comm.reduce_scatter(a.data(), b.data(), part, o.dtype, ReduceOp::sum);
+      } else if (op == "all_to_all") {  // the MoE dispatch's exchange: count / n elements to each rank
+        std::vector<size_t> c(static_cast<size_t>(n), part);
+        comm.all_to_allv(a.data(), c.data(), b.data(), c.data(), o.dtype);
       } else if (op == "broadcast") {
         comm.broadcast(b.data(), count, o.dtype, 0);
       } else {  // sendrecv: a ring, everyone sends to the next rank and receives from the previous
@@ -162,7 +165,7 @@ int cmd_bench_comm(const Args& args) {
     if (a == "--op") {
       usage_check(v == "all" || std::find(kOps.begin(), kOps.end(), v) != kOps.end(),
                   "--op {}: unknown operation (allowed: all_reduce, all_gather, reduce_scatter, broadcast, "
-                  "sendrecv, all)",
+                  "sendrecv, all_to_all, all)",
                   v);
       o.op = v;
     } else if (a == "--group") {

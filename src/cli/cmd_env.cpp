@@ -108,11 +108,11 @@ int cmd_env(const Args& args) {
               launch.world == 1 ? "" : "s", launch.num_nodes, launch.num_nodes == 1 ? "" : "s",
               launch.fake_nodes ? " (MPITRON_FAKE_NODES)" : "", launch.thread_level_name.c_str(),
               grid.backend().c_str(), cfg.train.backend.c_str());
-  std::printf("layout: tp=%d cp=%d dp=%d pp=%d   rank = tp + %d*(cp + %d*(dp + %d*pp))\n\n", s.tp, s.cp, s.dp, s.pp,
-              s.tp, s.cp, s.dp);
+  std::printf("layout: tp=%d cp=%d dp=%d pp=%d ep=%d   rank = tp + %d*(cp + %d*(dp + %d*pp))\n\n", s.tp, s.cp, s.dp,
+              s.pp, s.ep, s.tp, s.cp, s.dp);
   std::vector<std::vector<std::string>> rows = {
       {"rank", "local", "node", "host", "device", "(tp,cp,dp,pp)", "tp", "cp", "dp", "pp", "dp_cp",
-       "model_parallel", "embedding"}};
+       "model_parallel", "embedding", "ep", "expert_dp"}};
   for (const auto& l : lines) {
     std::vector<std::string> cells;
     std::stringstream ss(l);

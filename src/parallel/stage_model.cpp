@@ -47,6 +47,20 @@ double StageModel::tp_comm_seconds() const {
   return s;
 }
 
+std::vector<std::pair<int, MoeStats>> StageModel::take_moe_stats() {
+  std::vector<std::pair<int, MoeStats>> out;
+  for (auto& m : models_)
+    for (auto& x : m->take_moe_stats()) out.push_back(std::move(x));
+  return out;
+}
+
+double StageModel::ep_seconds() const {
+  double s = -1.0;
+  for (const auto& m : models_)
+    if (const double t = m->ep_seconds(); t >= 0) s = std::max(s, 0.0) + t;
+  return s;
+}
+
 double StageModel::cp_wait_seconds() const {
   double s = 0;
   for (const auto& m : models_) {

@@ -44,7 +44,10 @@ class CpuBackend final : public TrainBackend {
   std::string layout_line(const PeakFlops& peak) const override {
     const GridShape& gs = grid_.shape();
     return fmt::format("layout world {} = dp {}{} x tp {} x pp {}{} | {} | {} threads/rank | {} | peak {:.1f} GFLOP/s/rank ({})",
-                       grid_.world().size(), gs.dp, gs.cp > 1 ? fmt::format(" x cp {}", gs.cp) : "", gs.tp, gs.pp,
+                       grid_.world().size(), gs.dp,
+                       (gs.cp > 1 ? fmt::format(" x cp {}", gs.cp) : "") +
+                           (gs.ep > 1 ? fmt::format(" (ep {} x expert-dp {})", gs.ep, gs.dp / gs.ep) : ""),
+                       gs.tp, gs.pp,
                        chunks_note_, batch_note_, omp_get_max_threads(), precision_note_, peak.peak / 1e9, peak.how);
   }
   // The hardware peak of this rank's cores, or the GEMM probe where it runs faster (turbo above

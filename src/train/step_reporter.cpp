@@ -20,8 +20,16 @@ std::string model_line(const ModelConfig& mc, int tp, size_t num_params) {
   std::string arch = llama ? fmt::format("llama (RMSNorm eps {:g}, RoPE theta {:g}, SwiGLU, {} head)", mc.norm_eps,
                                          mc.rope_theta, mc.tied_embeddings ? "tied" : "untied")
                            : std::string(mc.tied_embeddings ? "gpt2" : "gpt2 (untied head)");
-  return fmt::format("{}, {} layers, {}, d_model {}, d_ff {}, vocab {} (padded {}), seq {}, {:.2f}M parameters", arch,
-                     mc.n_layer, heads, mc.d_model, mc.d_ff, mc.vocab_size, mc.padded_vocab(tp), mc.seq_len,
+  const MoeConfig& m = mc.moe;
+  const std::string moe =
+      m.enabled() ? fmt::format(", MoE every {} block(s): top {} of {} experts of d_ff {}{} ({} router{})", m.layer_freq,
+                                m.top_k, m.n_experts, m.d_ff, m.n_shared ? fmt::format(" + {} shared", m.n_shared) : "",
+                                m.router == MoeRouter::softmax_topk ? "softmax_topk" : "topk_softmax",
+                                m.capacity_factor > 0 ? fmt::format(", capacity factor {:g}", m.capacity_factor)
+                                                      : ", dropless")
+                  : "";
+  return fmt::format("{}, {} layers, {}, d_model {}, d_ff {}, vocab {} (padded {}), seq {}{}, {:.2f}M parameters", arch,
+                     mc.n_layer, heads, mc.d_model, mc.d_ff, mc.vocab_size, mc.padded_vocab(tp), mc.seq_len, moe,
                      num_params / 1e6);
 }
 
@@ -170,6 +178,47 @@ void StepReporter::skipped_step() {
   backend_.take_comm();
 }
 
+// MoE blocks' routing this step, summed over the data-parallel and pipeline ranks (tensor-parallel
+// ranks route the same rows: not summed): per block the kept copies per expert (min, max), the
+// dropped copies, the mean aux and z losses; a metrics record every step, a log line when due.
+void StepReporter::report_moe(int step, bool log_line) {
+  const MoeConfig& m = s_.mc.moe;
+  if (!m.enabled()) return;
+  const int E = m.n_experts, W = E + 5;
+  std::vector<int> layers;
+  for (int l = 0; l < s_.mc.n_layer; ++l)
+    if (m.is_moe_layer(l)) layers.push_back(l);
+  std::vector<double> v(layers.size() * W, 0.0);
+  for (const auto& [l, st] : backend_.stage().take_moe_stats()) {
+    const size_t i = static_cast<size_t>(std::find(layers.begin(), layers.end(), l) - layers.begin()) * W;
+    for (int e = 0; e < E && e < static_cast<int>(st.tokens.size()); ++e) v[i + e] += double(st.tokens[e]);
+    v[i + E] += double(st.dropped), v[i + E + 1] += double(st.routed), v[i + E + 2] += st.aux;
+    v[i + E + 3] += st.z, v[i + E + 4] += double(st.rows);
+  }
+  const GridShape& gs = s_.grid.shape();
+  if (gs.dp * gs.cp > 1) s_.grid.dp_cp().all_reduce_host_f64(v.data(), v.size(), ReduceOp::sum);
+  if (gs.pp > 1) s_.grid.pp().all_reduce_host_f64(v.data(), v.size(), ReduceOp::sum);
+  if (!rank0_) return;
+  MetricsSink::Record rec{{"step", int64_t{step}}};
+  std::string line = fmt::format("step {} moe |", step);
+  for (size_t k = 0; k < layers.size(); ++k) {
+    const double* x = v.data() + k * W;
+    const double rows = std::max(1.0, x[E + 4]);
+    const auto [lo, hi] = std::minmax_element(x, x + E);
+    const std::string p = fmt::format("moe_l{}_", layers[k]);
+    rec.emplace_back(p + "tokens_min", static_cast<int64_t>(*lo));
+    rec.emplace_back(p + "tokens_max", static_cast<int64_t>(*hi));
+    rec.emplace_back(p + "dropped", static_cast<int64_t>(x[E]));
+    rec.emplace_back(p + "aux", x[E + 2] / rows);
+    rec.emplace_back(p + "z", x[E + 3] / rows);
+    line += fmt::format(" L{} tokens/expert {:.0f}..{:.0f}{} aux {:.3f} z {:.2f} |", layers[k], *lo, *hi,
+                        x[E] > 0 ? fmt::format(" dropped {:.0f} of {:.0f}", x[E], x[E + 1]) : "", x[E + 2] / rows,
+                        x[E + 3] / rows);
+  }
+  metrics_.write(rec);
+  if (log_line) std::printf("%s\n", line.substr(0, line.size() - 2).c_str());
+}
+
 void StepReporter::end_step(int step, const StepOutcome& r, double lr, double step_ms, double data_ms) {
   step_span_.reset();
   const StepComm comm = backend_.take_comm();  // also the step's collectives on the timeline
@@ -190,6 +239,7 @@ void StepReporter::end_step(int step, const StepOutcome& r, double lr, double st
     cp_wait_prev_ = w;
   }
   check_prediction(step, step_ms);
+  report_moe(step, logger_.due(step));
   if (logger_.due(step)) {
     StepStats extra;
     straggler_.gather(step_ms, extra);  // collective: every rank, on the logged steps

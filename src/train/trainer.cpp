@@ -151,6 +151,17 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   usage_check(!cfg.parallel.sp || (mc.seq_len / gs.cp) % gs.tp == 0,
               "parallel.sp: model.seq_len / parallel.cp ({}) must be divisible by parallel.tp ({})", mc.seq_len / gs.cp,
               gs.tp);
+  usage_check(gs.ep == 1 || mc.moe.enabled(),
+              "parallel.ep = {} splits a mixture-of-experts model's experts, but model '{}' is dense (set "
+              "model.moe.n_experts, or leave parallel.ep at 1)",
+              gs.ep, mc.name);
+  usage_check(!mc.moe.enabled() || mc.moe.n_experts % gs.ep == 0,
+              "model.moe.n_experts = {} must be divisible by parallel.ep = {} (each ep rank runs n_experts / ep experts)",
+              mc.moe.n_experts, gs.ep);
+  usage_check(!mc.moe.enabled() || (!cfg.parallel.sp && gs.cp == 1),
+              "mixture-of-experts models (model.moe.n_experts = {}) do not run with parallel.sp = true or parallel.cp > 1 "
+              "yet (their routing losses would need sums over the split rows); use tp without sp, dp, ep and pp",
+              mc.moe.n_experts);
 
   // The backend: this rank's model chunks with their data parallel and optimizer, as a pipeline
   // (train_backend.hpp). The schedule decides how many micro-batches' activations each chunk keeps.

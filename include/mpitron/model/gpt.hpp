@@ -158,8 +158,8 @@ class GPT final : public ModelChunk {
   double tp_comm_seconds() const override { return *tp_comm_s_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }
   // MoE blocks' routing statistics since the last take (global layer -> stats; empty when dense).
-  std::vector<std::pair<int, MoeStats>> take_moe_stats();
-  double ep_seconds() const { return moe_ ? moe_->ep_seconds() : -1.0; }
+  std::vector<std::pair<int, MoeStats>> take_moe_stats() override;
+  double ep_seconds() const override { return moe_ ? moe_->ep_seconds() : -1.0; }
 
  private:
   // Pointers into the params (or grads) buffer for one block. LLaMA: ln1/ln2 are the RMSNorms

@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/moe_routing.hpp"
 
 namespace mpitron {
 
@@ -147,6 +149,10 @@ class ModelChunk {
   // Seconds blocked on the context-parallel ring since construction (its transfers not hidden
   // behind attention compute); < 0: not measured or no context parallel.
   virtual double cp_wait_seconds() const { return -1.0; }
+  // MoE blocks: routing statistics since the last take (global layer, stats); empty when dense.
+  virtual std::vector<std::pair<int, MoeStats>> take_moe_stats() { return {}; }
+  // Seconds in the expert-parallel token exchanges since construction; < 0: none.
+  virtual double ep_seconds() const { return -1.0; }
 };
 
 // The token embedding (GPT-2 wte, LLaMA embed_tokens): the tensor a tied LM head reads, which

@@ -54,20 +54,6 @@ struct MoeActs {
   std::vector<A> sh_h, sh_act;     // shared experts: [R, 2 Fs/tp], [R, Fs/tp]
 };
 
-// Running statistics of one MoE block (metrics): over the micro-batches since the last reset.
-struct MoeStats {
-  std::vector<int64_t> tokens;  // [E] kept copies per expert
-  int64_t dropped = 0, routed = 0;
-  double aux = 0, z = 0;  // sums over micro-batches of value * rows
-  int64_t rows = 0;
-  void add(const MoeRouting& r) {
-    if (tokens.size() != r.counts.size()) tokens.assign(r.counts.size(), 0);
-    for (size_t e = 0; e < r.counts.size(); ++e) tokens[e] += r.counts[e];
-    dropped += r.dropped, routed += r.rows * r.top_k;
-    aux += r.aux * double(r.rows), z += r.z * double(r.rows), rows += r.rows;
-  }
-};
-
 template <class Dev>
 class MoeMlp {
  public:

@@ -45,6 +45,7 @@ class StepReporter {
   void log_memory(const char* when);
   void check_ledger(const char* when);
   void check_prediction(int step, double step_ms);
+  void report_moe(int step, bool log_line);  // collective (dp x cp, pp) on MoE models, every step
   void write_trace();
 
   const TrainSetup& s_;
