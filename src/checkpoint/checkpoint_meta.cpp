@@ -23,7 +23,26 @@ const char* const kFormat = "mpitron-checkpoint";
 
 // ---- metadata as JSON (broadcast from rank 0 so every rank writes identical attributes) ----
 
+static json meta_to_json_dense(const CheckpointMeta& m);  // every key but the MoE ones
+
 json meta_to_json(const CheckpointMeta& m) {
+  json j = meta_to_json_dense(m);
+  const ModelConfig& c = m.model;
+  if (c.moe.enabled())  // only then: a dense checkpoint's checksum (checkpoint_verify.cpp) stays what it was
+    j["model"]["moe"] = {{"n_experts", c.moe.n_experts},
+                         {"top_k", c.moe.top_k},
+                         {"expert_d_ff", c.moe.d_ff},
+                         {"n_shared_experts", c.moe.n_shared},
+                         {"layer_freq", c.moe.layer_freq},
+                         {"router", c.moe.router == MoeRouter::softmax_topk ? "softmax_topk" : "topk_softmax"},
+                         {"norm_topk_prob", c.moe.norm_topk_prob},
+                         {"aux_loss_coef", c.moe.aux_loss_coef},
+                         {"z_loss_coef", c.moe.z_loss_coef},
+                         {"capacity_factor", c.moe.capacity_factor}};
+  return j;
+}
+
+static json meta_to_json_dense(const CheckpointMeta& m) {
   const ModelConfig& c = m.model;
   return json{{"step", m.step},
               {"optimizer_steps", m.optimizer_steps},
@@ -79,6 +98,15 @@ CheckpointMeta meta_from_json(const json& j) {
   m.model.tied_embeddings = c.at("tied_embeddings");
   if (c.contains("norm_eps")) m.model.norm_eps = c.at("norm_eps");  // absent before LLaMA
   if (c.contains("rope_theta")) m.model.rope_theta = c.at("rope_theta");
+  if (c.contains("moe")) {  // absent before mixture of experts
+    const json& e = c.at("moe");
+    MoeConfig& x = m.model.moe;
+    x.n_experts = e.at("n_experts"), x.top_k = e.at("top_k"), x.d_ff = e.at("expert_d_ff");
+    x.n_shared = e.at("n_shared_experts"), x.layer_freq = e.at("layer_freq");
+    x.router = e.at("router") == "topk_softmax" ? MoeRouter::topk_softmax : MoeRouter::softmax_topk;
+    x.norm_topk_prob = e.at("norm_topk_prob"), x.aux_loss_coef = e.at("aux_loss_coef");
+    x.z_loss_coef = e.at("z_loss_coef"), x.capacity_factor = e.at("capacity_factor");
+  }
   const json& l = j.at("layout");
   m.layout = GridShape{l.at("tp"), l.at("cp"), l.at("dp"), l.at("pp")};
   m.zero = j.at("zero");
@@ -236,6 +264,24 @@ CheckpointMeta read_meta(hid_t f, const std::string& path) {
       usage_check(pairing == kRopePairing, "checkpoint '{}': config/rope_pairing '{}' (this build rotates '{}' pairs)",
                   path, pairing, kRopePairing);
     }
+    if (h5::has_attr(g, "moe_n_experts")) {
+      MoeConfig& e = c.moe;
+      e.n_experts = read_model_size(g, "moe_n_experts", path, 1 << 16);
+      e.top_k = read_model_size(g, "moe_top_k", path, e.n_experts);
+      e.d_ff = read_model_size(g, "moe_expert_d_ff", path, 1 << 20);
+      e.n_shared = static_cast<int>(read_attr_i64(g, "moe_n_shared_experts", path));
+      e.layer_freq = read_model_size(g, "moe_layer_freq", path, 1 << 12);
+      const std::string router = read_attr_str(g, "moe_router", path);
+      usage_check(router == "softmax_topk" || router == "topk_softmax",
+                  "checkpoint '{}': config/moe_router '{}' is not softmax_topk or topk_softmax", path, router);
+      e.router = router == "softmax_topk" ? MoeRouter::softmax_topk : MoeRouter::topk_softmax;
+      e.norm_topk_prob = read_attr_i64(g, "moe_norm_topk_prob", path) != 0;
+      e.aux_loss_coef = read_attr_f64(g, "moe_aux_loss_coef", path);
+      e.z_loss_coef = read_attr_f64(g, "moe_z_loss_coef", path);
+      e.capacity_factor = read_attr_f64(g, "moe_capacity_factor", path);
+      usage_check(e.n_shared >= 0 && e.n_shared <= 1 << 12, "checkpoint '{}': config/moe_n_shared_experts {} (corrupted file?)",
+                  path, e.n_shared);
+    }
     m.job_toml = read_text(g, "job_toml", path);
   }
   {
@@ -299,6 +345,19 @@ void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl) {
       write_attr_f64(g, "norm_eps", c.norm_eps);
       write_attr_f64(g, "rope_theta", c.rope_theta);
       h5::write_attr_str(g, "rope_pairing", kRopePairing);
+    }
+    if (c.moe.enabled()) {  // mixture of experts (absent: dense)
+      const MoeConfig& e = c.moe;
+      h5::write_attr_i64(g, "moe_n_experts", e.n_experts);
+      h5::write_attr_i64(g, "moe_top_k", e.top_k);
+      h5::write_attr_i64(g, "moe_expert_d_ff", e.d_ff);
+      h5::write_attr_i64(g, "moe_n_shared_experts", e.n_shared);
+      h5::write_attr_i64(g, "moe_layer_freq", e.layer_freq);
+      h5::write_attr_str(g, "moe_router", e.router == MoeRouter::softmax_topk ? "softmax_topk" : "topk_softmax");
+      h5::write_attr_i64(g, "moe_norm_topk_prob", e.norm_topk_prob ? 1 : 0);
+      write_attr_f64(g, "moe_aux_loss_coef", e.aux_loss_coef);
+      write_attr_f64(g, "moe_z_loss_coef", e.z_loss_coef);
+      write_attr_f64(g, "moe_capacity_factor", e.capacity_factor);
     }
     write_text(g, "job_toml", m.job_toml, writer, dxpl);
   }

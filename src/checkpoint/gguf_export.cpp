@@ -92,6 +92,9 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
   const GgufDtype d = gguf_dtype(opt.dtype == "fp32" ? "f32" : opt.dtype);
   const CheckpointMeta meta = read_checkpoint_meta(ckpt);
   const ModelConfig& cfg = meta.model;
+  usage_check(!cfg.moe.enabled(),
+              "export: '{}' is a mixture-of-experts model ({} experts); its {} export is not there yet",
+              ckpt, cfg.moe.n_experts, "GGUF (llama.cpp's ffn_*_exps layout)");
   std::error_code ec;
   usage_check(!std::filesystem::is_directory(out_file, ec), "export: --out '{}' is a folder; gguf writes one file",
               out_file);

@@ -144,6 +144,9 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
   usage_check(opt.max_shard_bytes > 0, "export: --max-shard-size must be > 0");
   const CheckpointMeta meta = read_checkpoint_meta(ckpt);
   const ModelConfig& cfg = meta.model;
+  usage_check(!cfg.moe.enabled(),
+              "export: '{}' is a mixture-of-experts model ({} experts); its {} export is not there yet",
+              ckpt, cfg.moe.n_experts, "Hugging Face (MixtralForCausalLM)");
   const fs::path dir(out_dir);
   std::error_code ec;
   usage_check(!fs::exists(dir, ec) || fs::is_directory(dir, ec), "export: --out '{}' exists and is not a folder",

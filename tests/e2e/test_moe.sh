@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Mixture of experts (jobs/moe-tiny.toml: 4 experts top 2 per block, Mixtral's router, aux and z
+# losses), DESIGN.md's golden rule: losses, grad norms and every parameter within 1e-5 of the
+# single-rank run for ep2, ep4, ep2 x tp2, ep2 x pp2, ep2 x dp2 with ZeRO 1 and 3, and ep2 with
+# full recompute; a shared expert with topk_softmax and MoE every 2nd block under ep2 x tp2.
+# Checkpoints written under ep2 resume at ep1 and ep4 (steps after the save match the ep2 run).
+# The routing metrics are logged; bad MoE settings fail with errors naming the keys.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+prep_fortunes "$tmp/data" 200000 fortunes computers
+
+common=(--data.path="$tmp/data" --train.steps=6 --train.micro_batch=2 --train.global_batch=8 --optim.lr=1e-3
+        --eval.every=3 --eval.batches=1 --log.every=1 --train.peak_flops=1e11)
+run() {  # name np extra...
+  local name=$1 np=$2
+  shift 2
+  timeout -k 5 300 $MPIRUN -np "$np" "$MPITRON" train jobs/moe-tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" \
+    --train.dump_params="$tmp/$name.h5" "$@" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "$name run failed"; }
+}
+golden() {  # name np extra...
+  local name=$1
+  run "$@"
+  echo -n "$name: "
+  local ref=${REF:-ref}
+  /usr/bin/python3 tests/e2e/compare_runs.py --min-steps 6 "$tmp/$ref" "$tmp/$name" --params "$tmp/$ref.h5" "$tmp/$name.h5" ||
+    { cat "$tmp/$name.log"; fail "$name does not reproduce the single-rank run"; }
+}
+run ref 1
+grep "MoE every 1 block(s): top 2 of 4 experts" "$tmp/ref.log" >/dev/null || fail "no MoE model line: $(head "$tmp/ref.log")"
+golden ep2 2 --parallel.ep=2
+grep "dp 2 (ep 2 x expert-dp 1)" "$tmp/ep2.log" >/dev/null || fail "ep2 layout line: $(grep layout "$tmp/ep2.log")"
+golden ep4 4 --parallel.ep=4
+golden ep2_tp2 4 --parallel.ep=2 --parallel.tp=2
+golden ep2_pp2 4 --parallel.ep=2 --parallel.pp=2
+golden ep2_dp2_zero1 4 --parallel.ep=2 --parallel.zero=1
+golden ep2_dp2_zero3 4 --parallel.ep=2 --parallel.zero=3 --checkpoint.every=3
+golden ep2_recompute 2 --parallel.ep=2 --train.recompute=full
+shared=(--model.moe.n_shared_experts=1 --model.moe.router=topk_softmax --model.moe.layer_freq=2 --model.n_layer=3)
+run ref_shared 1 "${shared[@]}"
+REF=ref_shared golden ep2_tp2_shared 4 --parallel.ep=2 --parallel.tp=2 "${shared[@]}"
+
+# Routing metrics: per MoE block and step, in metrics.jsonl and the log.
+/usr/bin/python3 - "$tmp/ep2/metrics.jsonl" <<'PY'
+import json, sys
+recs = [r for r in map(json.loads, open(sys.argv[1])) if "moe_l0_aux" in r]
+assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6], [r["step"] for r in recs]
+for r in recs:
+    for l in (0, 1):
+        assert 0 <= r[f"moe_l{l}_tokens_min"] <= r[f"moe_l{l}_tokens_max"] <= 8 * 64 * 2, r
+        assert r[f"moe_l{l}_dropped"] == 0 and r[f"moe_l{l}_aux"] >= 1.0 - 1e-9 and r[f"moe_l{l}_z"] > 0, r
+print("routing metrics: 6 steps x 2 blocks, dropless, aux >= 1 (its minimum at perfect balance)")
+PY
+grep "step 6 moe | L0 tokens/expert" "$tmp/ep2.log" >/dev/null || fail "no MoE log line"
+
+# Checkpoints: the ep2 x dp2 ZeRO-3 run's step-3 checkpoint resumes at ep1 (np 1) and ep4 (np 4).
+ckpt="$tmp/ep2_dp2_zero3/ckpt/step_00000003.h5"
+for layout in "1:" "4:--parallel.ep=4"; do
+  np=${layout%%:*}
+  # shellcheck disable=SC2086
+  run "resume$np" "$np" ${layout#*:} --train.resume="$ckpt"
+  grep "resumed from $ckpt" "$tmp/resume$np.log" >/dev/null || fail "np=$np did not resume"
+  /usr/bin/python3 - "$tmp/ep2_dp2_zero3" "$tmp/resume$np" "$np" <<'PY'
+import json, sys
+def steps(d):
+    return {r["step"]: (r["loss"], r["grad_norm"]) for r in map(json.loads, open(f"{d}/metrics.jsonl")) if "loss" in r}
+full, res = steps(sys.argv[1]), steps(sys.argv[2])
+assert sorted(res) == [4, 5, 6], sorted(res)
+worst = max(abs(a - b) / abs(a) for s in res for a, b in zip(full[s], res[s]))
+assert worst < 1e-5, f"resume at np={sys.argv[3]} differs: {worst:.3g}"
+print(f"ep2 x dp2 ZeRO-3 checkpoint resumed at np={sys.argv[3]}: steps 4-6 max rel diff {worst:.2e}")
+PY
+done
+
+# Bad input: errors that name the keys, non-zero exit, on every rank count.
+expect_error() {  # np pattern extra...
+  local np=$1 pat=$2
+  shift 2
+  if timeout -k 5 60 $MPIRUN -np "$np" "$MPITRON" train "${JOB:-jobs/moe-tiny.toml}" "${common[@]}" --job.run_dir="$tmp/err" "$@" \
+    >"$tmp/err.log" 2>&1; then
+    fail "expected an error for $*"
+  fi
+  grep -- "$pat" "$tmp/err.log" >/dev/null || { cat "$tmp/err.log"; fail "no '$pat' error for $*"; }
+}
+expect_error 1 "model.moe.top_k (5) must be <= model.moe.n_experts (4)" --model.moe.top_k=5
+expect_error 3 "model.moe.n_experts = 4 must be divisible by parallel.ep = 3" --parallel.ep=3 --train.global_batch=6
+expect_error 2 "parallel.ep = 4 must divide the data-parallel size dp = 2" --parallel.ep=4
+JOB=jobs/llama-tiny.toml expect_error 2 "model 'llama-tiny' is dense" --parallel.ep=2
+expect_error 1 "model.moe.\* keys need model.moe.n_experts >= 1" --model.preset=llama-tiny --model.moe.n_experts=0
+expect_error 1 "need the llama architecture" --model.arch=gpt2
+expect_error 2 "do not run with parallel.sp" --parallel.tp=2 --parallel.sp=true
+expect_error 2 "do not run with parallel.sp = true or parallel.cp > 1" --parallel.cp=2
+echo "moe: ok"
