@@ -4,7 +4,7 @@
 # single-rank run for ep2, ep4, ep2 x tp2, ep2 x pp2, ep2 x dp2 with ZeRO 1 and 3, and ep2 with
 # full recompute; a shared expert with topk_softmax and MoE every 2nd block under ep2 x tp2.
 # Checkpoints written under ep2 resume at ep1 and ep4 (steps after the save match the ep2 run).
-# The routing metrics are logged; bad MoE settings fail with errors naming the keys.
+# Generation with the KV cache through MoE blocks matches recomputation. The routing metrics are logged; bad MoE settings fail with errors naming the keys.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prep_fortunes "$tmp/data" 200000 fortunes computers
@@ -70,6 +70,17 @@ assert worst < 1e-5, f"resume at np={sys.argv[3]} differs: {worst:.3g}"
 print(f"ep2 x dp2 ZeRO-3 checkpoint resumed at np={sys.argv[3]}: steps 4-6 max rel diff {worst:.2e}")
 PY
 done
+
+# Generation through the MoE blocks (routed + shared experts, a dense block between): the KV cache
+# gives the text that recomputing the context for every token gives.
+for opts in "--seed 5" "--temperature 0"; do
+  # shellcheck disable=SC2086
+  a=$("$MPITRON" generate "$tmp/ref_shared" --prompt "The cat " --max-tokens 150 $opts 2>/dev/null)
+  # shellcheck disable=SC2086
+  b=$("$MPITRON" generate "$tmp/ref_shared" --prompt "The cat " --max-tokens 150 $opts --no-kv-cache 2>/dev/null)
+  [ "$a" = "$b" ] || fail "generate $opts: KV cache '$a' vs no cache '$b'"
+done
+[ ${#a} -gt 100 ] || fail "greedy generation stopped early: '$a'"
 
 # Bad input: errors that name the keys, non-zero exit, on every rank count.
 expect_error() {  # np pattern extra...
