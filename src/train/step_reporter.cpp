@@ -233,6 +233,10 @@ void StepReporter::end_step(int step, const StepOutcome& r, double lr, double st
   if (step == 1) check_ledger("after step 1");
   StageModel& model = backend_.stage();
   if (step == start_step_ + 1) tp_comm_after_first_ = model.tp_comm_seconds();
+  if (const double e = model.ep_seconds(); e >= 0) {  // the MoE token exchanges this step (bench/moe)
+    if (rank0_) metrics_.write({{"step", int64_t{step}}, {"ep_exchange_ms", 1e3 * (e - ep_prev_)}});
+    ep_prev_ = e;
+  }
   if (const double w = model.cp_wait_seconds(); w >= 0) {  // the ring's exposed wait this step (bench/cp)
     if (step == start_step_ + 1) cp_wait_after_first_ = w;
     if (rank0_) metrics_.write({{"step", int64_t{step}}, {"cp_wait_ms", 1e3 * (w - cp_wait_prev_)}});

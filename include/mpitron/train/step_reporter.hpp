@@ -63,6 +63,7 @@ class StepReporter {
   std::optional<trace::Span> step_span_;
   double tp_comm_after_first_ = 0;  // seconds in TP collectives after the first step (it warms up)
   double cp_wait_after_first_ = 0, cp_wait_prev_ = 0;
+  double ep_prev_ = 0;  // seconds in MoE token exchanges before this step
 };
 
 }  // namespace mpitron
