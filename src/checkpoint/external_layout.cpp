@@ -1,6 +1,9 @@
 // The per-architecture name and layout tables (external_layout.hpp).
 #include "mpitron/checkpoint/external_layout.hpp"
 
+#include <cstdio>
+#include <fmt/ranges.h>
+
 #include "mpitron/core/error.hpp"
 
 namespace mpitron {
@@ -47,6 +50,23 @@ std::vector<ExternalTensor> llama_tensors(const ModelConfig& c) {
     add("self_attn.v_proj.weight", "attn_v.weight");
     add("self_attn.o_proj.weight", "attn_output.weight");
     add("post_attention_layernorm.weight", "ffn_norm.weight");
+    if (c.moe.is_moe_layer(l)) {
+      const std::string b = "block_sparse_moe.";
+      add((b + "gate.weight").c_str(), "ffn_gate_inp.weight");
+      for (int e = 0; e < c.moe.n_experts; ++e) {
+        const std::string x = b + "experts." + std::to_string(e) + ".";
+        static const char* const kW[3][2] = {
+            {"w1", "ffn_gate_exps.weight"}, {"w3", "ffn_up_exps.weight"}, {"w2", "ffn_down_exps.weight"}};
+        for (const auto& [w, gguf] : kW) {
+          add((x + w + ".weight").c_str(), gguf);
+          t.back().gguf_expert = e;
+        }
+      }
+      if (c.moe.n_shared > 0)  // no Mixtral or llama.cpp "llama" name (check_moe_exportable refuses them)
+        for (const char* w : {"gate_proj", "up_proj", "down_proj"})
+          add((b + "shared_experts." + w + ".weight").c_str(), "");
+      continue;
+    }
     add("mlp.gate_proj.weight", "ffn_gate.weight");
     add("mlp.up_proj.weight", "ffn_up.weight");
     add("mlp.down_proj.weight", "ffn_down.weight");
@@ -85,6 +105,24 @@ std::vector<float> transpose(const std::vector<float>& v, std::vector<int64_t>* 
 }
 
 }  // namespace
+
+void check_moe_exportable(const ModelConfig& c, const std::string& ckpt, const std::string& format, bool quiet) {
+  const MoeConfig& m = c.moe;
+  if (!m.enabled()) return;
+  std::vector<std::string> bad;
+  if (m.n_shared != 0) bad.push_back(fmt::format("model.moe.n_shared_experts = {} (must be 0)", m.n_shared));
+  if (m.layer_freq != 1) bad.push_back(fmt::format("model.moe.layer_freq = {} (must be 1)", m.layer_freq));
+  if (m.router == MoeRouter::topk_softmax && !m.norm_topk_prob)
+    bad.push_back("model.moe.router = \"topk_softmax\" with norm_topk_prob = false (must renormalise the top-k "
+                  "weights: softmax_topk, or norm_topk_prob = true)");
+  usage_check(bad.empty(), "export: '{}' is a mixture of experts that {} cannot express (Mixtral's block): {}", ckpt,
+              format, fmt::format("{}", fmt::join(bad, "; ")));
+  if (m.capacity_factor > 0 && !quiet)
+    std::fprintf(stderr,
+                 "export: warning: '%s' was trained with model.moe.capacity_factor = %g; %s routes every token "
+                 "(dropless), so its outputs differ where mpitron drops tokens\n",
+                 ckpt.c_str(), m.capacity_factor, format.c_str());
+}
 
 std::vector<ExternalTensor> external_tensors(const ModelConfig& cfg) {
   return cfg.arch == Arch::llama ? llama_tensors(cfg) : gpt2_tensors(cfg);

@@ -39,7 +39,8 @@ void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint
   m.push_back({a + ".context_length", {static_cast<uint32_t>(c.seq_len)}});
   m.push_back({a + ".embedding_length", {static_cast<uint32_t>(c.d_model)}});
   m.push_back({a + ".block_count", {static_cast<uint32_t>(c.n_layer)}});
-  m.push_back({a + ".feed_forward_length", {static_cast<uint32_t>(c.d_ff)}});
+  // A MoE model (every layer, check_moe_exportable): llama.cpp reads the experts' width here.
+  m.push_back({a + ".feed_forward_length", {static_cast<uint32_t>(c.moe.enabled() ? c.moe.d_ff : c.d_ff)}});
   m.push_back({a + ".attention.head_count", {static_cast<uint32_t>(c.n_head)}});
   if (c.arch == Arch::llama) {
     m.push_back({a + ".attention.head_count_kv", {static_cast<uint32_t>(c.n_kv_head)}});
@@ -47,6 +48,10 @@ void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint
     m.push_back({a + ".rope.dimension_count", {static_cast<uint32_t>(c.head_dim())}});
     m.push_back({a + ".rope.freq_base", {static_cast<float>(c.rope_theta)}});
     m.push_back({a + ".vocab_size", {static_cast<uint32_t>(c.vocab_size)}});
+    if (c.moe.enabled()) {
+      m.push_back({a + ".expert_count", {static_cast<uint32_t>(c.moe.n_experts)}});
+      m.push_back({a + ".expert_used_count", {static_cast<uint32_t>(c.moe.top_k)}});
+    }
   } else {
     m.push_back({a + ".attention.layer_norm_epsilon", {1e-5f}});
   }
@@ -92,9 +97,7 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
   const GgufDtype d = gguf_dtype(opt.dtype == "fp32" ? "f32" : opt.dtype);
   const CheckpointMeta meta = read_checkpoint_meta(ckpt);
   const ModelConfig& cfg = meta.model;
-  usage_check(!cfg.moe.enabled(),
-              "export: '{}' is a mixture-of-experts model ({} experts); its {} export is not there yet",
-              ckpt, cfg.moe.n_experts, "GGUF (llama.cpp's ffn_*_exps layout)");
+  check_moe_exportable(cfg, ckpt, "llama.cpp (GGUF arch llama)", opt.quiet);
   std::error_code ec;
   usage_check(!std::filesystem::is_directory(out_file, ec), "export: --out '{}' is a folder; gguf writes one file",
               out_file);
@@ -102,27 +105,43 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
   model_metadata(md, cfg, cfg.name, d.file_type);
   tokenizer_metadata(md, meta.tokenizer_json, cfg.vocab_size, ckpt, opt.quiet);
 
-  // The tensors: the table's, plus output.weight from the embedding when the head is tied.
-  std::vector<ExternalTensor> tensors = external_tensors(cfg);
+  // The tensors: the table's, plus output.weight from the embedding when the head is tied. A
+  // block's experts (gguf_expert >= 0) are slices of one 3-D tensor: one GGUF tensor lists its
+  // sources in expert order.
+  std::vector<ExternalTensor> table = external_tensors(cfg);
   if (cfg.tied_embeddings || cfg.arch == Arch::gpt2) {
-    ExternalTensor out = tensors.front();
+    ExternalTensor out = table.front();
     out.gguf_name = "output.weight";
-    tensors.push_back(out);
+    table.push_back(out);
+  }
+  std::vector<std::vector<const ExternalTensor*>> sources;
+  std::map<std::string, size_t> index;
+  for (const ExternalTensor& t : table) {
+    auto [it, fresh] = index.try_emplace(t.gguf_name, sources.size());
+    if (fresh) sources.emplace_back();
+    check(t.gguf_expert == static_cast<int>(sources[it->second].size()) || (fresh && t.gguf_expert < 0),
+          "export: GGUF tensor '{}' gets '{}' out of expert order", t.gguf_name, t.name);
+    sources[it->second].push_back(&t);
   }
   const auto shapes = ckpt_format::file_shapes(cfg);
   std::vector<GgufTensorInfo> infos;
-  for (const ExternalTensor& t : tensors) {
-    const std::vector<int64_t>& s = shapes.at(t.name);
-    const std::vector<uint64_t> ne(s.rbegin(), s.rend());  // innermost first
-    GgmlType type = ne.size() == 2 ? d.matrix : GgmlType::f32;
+  for (const auto& src : sources) {
+    const std::vector<int64_t>& s = shapes.at(src.front()->name);
+    std::vector<uint64_t> ne(s.rbegin(), s.rend());  // innermost first
+    if (src.front()->gguf_expert >= 0) ne.push_back(src.size());  // [experts][rows][cols]
+    GgmlType type = ne.size() >= 2 ? d.matrix : GgmlType::f32;
     if (type == GgmlType::q8_0 && ne[0] % 32 != 0) type = GgmlType::f16;  // rows not whole q8_0 blocks
-    infos.push_back({t.gguf_name, ne, type});
+    infos.push_back({src.front()->gguf_name, ne, type});
   }
   GgufWriter w(out_file, md, infos);
   ExportSummary sum;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    std::vector<int64_t> shape;
-    const std::vector<float> v = read_checkpoint_tensor(ckpt, "model/" + tensors[i].name, &shape);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    std::vector<float> v;
+    for (const ExternalTensor* t : sources[i]) {
+      std::vector<int64_t> shape;
+      const std::vector<float> part = read_checkpoint_tensor(ckpt, "model/" + t->name, &shape);
+      v.insert(v.end(), part.begin(), part.end());
+    }
     w.write_next(ggml_encode(w.tensors()[i].type, v.data(), v.size()));
     ++sum.tensors;
   }

@@ -76,6 +76,20 @@ ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int eot) {
     j["attention_dropout"] = 0.0;
     j["pretraining_tp"] = 1;
     j["initializer_range"] = 0.02;
+    if (c.moe.enabled()) {  // Mixtral: LLaMA's block with a sparse MLP in every layer
+      j["architectures"] = {"MixtralForCausalLM"};
+      j["model_type"] = "mixtral";
+      j["intermediate_size"] = c.moe.d_ff;  // each expert's width
+      j["num_local_experts"] = c.moe.n_experts;
+      j["num_experts_per_tok"] = c.moe.top_k;
+      j["router_aux_loss_coef"] = c.moe.aux_loss_coef;
+      j["router_z_loss_coef"] = c.moe.z_loss_coef;  // not Mixtral's (Switch's name): kept for fine-tuning
+      j["output_router_logits"] = false;
+      j["router_jitter_noise"] = 0.0;
+      j["sliding_window"] = nullptr;
+      j.erase("mlp_bias");
+      j.erase("pretraining_tp");
+    }
   } else {
     j["architectures"] = {"GPT2LMHeadModel"};
     j["model_type"] = "gpt2";
@@ -144,9 +158,7 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
   usage_check(opt.max_shard_bytes > 0, "export: --max-shard-size must be > 0");
   const CheckpointMeta meta = read_checkpoint_meta(ckpt);
   const ModelConfig& cfg = meta.model;
-  usage_check(!cfg.moe.enabled(),
-              "export: '{}' is a mixture-of-experts model ({} experts); its {} export is not there yet",
-              ckpt, cfg.moe.n_experts, "Hugging Face (MixtralForCausalLM)");
+  check_moe_exportable(cfg, ckpt, "Hugging Face's MixtralForCausalLM", opt.quiet);
   const fs::path dir(out_dir);
   std::error_code ec;
   usage_check(!fs::exists(dir, ec) || fs::is_directory(dir, ec), "export: --out '{}' exists and is not a folder",

@@ -87,7 +87,7 @@ ModelConfig hf_model_config(const std::string& path) {
                 "{}: activation_function '{}' (mpitron's GPT-2 uses the tanh GELU: gelu_new)", path, act);
     const double eps = j.value("layer_norm_epsilon", 1e-5);
     usage_check(std::fabs(eps - 1e-5) < 1e-12, "{}: layer_norm_epsilon {} (mpitron's GPT-2 uses 1e-5)", path, eps);
-  } else if (type == "llama") {
+  } else if (type == "llama" || type == "mixtral") {
     c.arch = Arch::llama;
     c.n_layer = field<int>(j, "num_hidden_layers", path);
     c.n_head = field<int>(j, "num_attention_heads", path);
@@ -105,12 +105,29 @@ ModelConfig hf_model_config(const std::string& path) {
                 "{}: attention_bias / mlp_bias are not supported (LLaMA has no biases)", path);
     usage_check(j.value("hidden_act", std::string("silu")) == "silu", "{}: hidden_act '{}' (LLaMA's is silu)", path,
                 j.value("hidden_act", std::string()));
+    if (type == "mixtral") {  // LLaMA's block, the MLP a sparse mixture in every layer
+      MoeConfig& m = c.moe;
+      m.n_experts = field<int>(j, "num_local_experts", path);
+      m.top_k = field<int>(j, "num_experts_per_tok", path);
+      m.d_ff = c.d_ff;  // intermediate_size: each expert's width
+      m.router = MoeRouter::softmax_topk;
+      usage_check(m.d_ff % 16 == 0, "{}: intermediate_size {} is not a multiple of 16 (mpitron's experts run gate and "
+                  "up as one GEMM of 16-wide blocks)", path, m.d_ff);
+      m.aux_loss_coef = j.value("router_aux_loss_coef", 0.001);  // MixtralConfig's default
+      m.z_loss_coef = j.value("router_z_loss_coef", 0.0);
+      usage_check(m.n_experts > 0 && m.top_k > 0 && m.top_k <= m.n_experts,
+                  "{}: num_experts_per_tok {} must be in [1, num_local_experts {}]", path, m.top_k, m.n_experts);
+      const bool window = j.contains("sliding_window") && !j["sliding_window"].is_null();
+      usage_check(!window || field<int64_t>(j, "sliding_window", path) >= c.seq_len,
+                  "{}: sliding_window {} below max_position_embeddings {} is not supported (full attention only)",
+                  path, window ? j["sliding_window"].dump() : "", c.seq_len);
+    }
     if (j.contains("head_dim") && !j["head_dim"].is_null())
       usage_check(field<int>(j, "head_dim", path) * c.n_head == c.d_model,
                   "{}: head_dim {} x {} heads != hidden_size {} (not supported)", path, field<int>(j, "head_dim", path),
                   c.n_head, c.d_model);
   } else {
-    usage_fail("{}: model_type '{}' is not supported (allowed: gpt2, llama)", path, type);
+    usage_fail("{}: model_type '{}' is not supported (allowed: gpt2, llama, mixtral)", path, type);
   }
   usage_check(c.n_layer > 0 && c.n_head > 0 && c.d_model > 0 && c.d_model % c.n_head == 0 && c.seq_len > 1 &&
                   c.vocab_size > 0 && c.d_ff > 0 && c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0,
@@ -240,10 +257,19 @@ ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {
   same("seq_len", s.seq_len, c.seq_len, s.seq_len != 0);
   same("norm_eps", s.norm_eps, c.norm_eps, s.norm_eps != 0 && c.arch == Arch::llama);
   same("rope_theta", s.rope_theta, c.rope_theta, s.rope_theta != 0 && c.arch == Arch::llama);
+  const ModelSection def;
+  same("moe.n_experts", s.moe_n_experts, c.moe.n_experts, s.moe_n_experts != def.moe_n_experts);
+  same("moe.top_k", s.moe_top_k, c.moe.top_k, s.moe_top_k != def.moe_top_k && c.moe.enabled());
+  same("moe.expert_d_ff", s.moe_expert_d_ff, c.moe.d_ff, s.moe_expert_d_ff != def.moe_expert_d_ff);
   if (s.arch != "auto" && s.arch != (c.arch == Arch::llama ? "llama" : "gpt2"))
     bad.push_back(fmt::format("model.arch = {} (config.json: {})", s.arch, c.arch == Arch::llama ? "llama" : "gpt2"));
   if (s.tie_embeddings != "auto" && (s.tie_embeddings == "true") != c.tied_embeddings)
     bad.push_back(fmt::format("model.tie_embeddings = {} (config.json: {})", s.tie_embeddings, c.tied_embeddings));
+  if (c.moe.enabled()) {  // training-only [model.moe] keys: the job's where it sets them, else config.json's
+    if (s.moe_aux_loss_coef != def.moe_aux_loss_coef) c.moe.aux_loss_coef = s.moe_aux_loss_coef;
+    if (s.moe_z_loss_coef != def.moe_z_loss_coef) c.moe.z_loss_coef = s.moe_z_loss_coef;
+    c.moe.capacity_factor = s.moe_capacity_factor;
+  }
   usage_check(bad.empty(),
               "train.init_from = hf:{}: the job's [model] keys disagree with {}: {}. Leave them out (config.json sets "
               "the model) or make them agree",

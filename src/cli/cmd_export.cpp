@@ -19,7 +19,7 @@ const char* kHelp =
     "folder) in a format other tools load. One process; memory: one tensor at a time.\n"
     "  --format hf          a Hugging Face model folder that transformers loads as it is:\n"
     "                       model.safetensors (or model-0000N-of-0000M.safetensors + index),\n"
-    "                       config.json (GPT2LMHeadModel / LlamaForCausalLM),\n"
+    "                       config.json (GPT2LMHeadModel / LlamaForCausalLM / MixtralForCausalLM),\n"
     "                       generation_config.json, and the tokenizer (tokenizer.json for GPT-2\n"
     "                       BPE and the byte tokenizer, tokenizer.model for SentencePiece)\n"
     "  --format gguf        one GGUF file for llama.cpp (arch llama or gpt2) with its tokenizer\n"
@@ -33,7 +33,10 @@ const char* kHelp =
     "  --quiet              no progress lines\n\n"
     "Layouts: HF's GPT-2 Conv1D weights are stored [in, out]; LLaMA's q and k rows are permuted from\n"
     "mpitron's interleaved RoPE pairs to Hugging Face's rotate-half pairs. GGUF keeps mpitron's\n"
-    "layout: llama.cpp's llama rotates adjacent pairs, as mpitron does (docs/export.md).\n";
+    "layout: llama.cpp's llama rotates adjacent pairs, as mpitron does (docs/export.md).\n"
+    "Mixture-of-experts models export in Mixtral's layout (HF MixtralForCausalLM; GGUF ffn_gate_inp\n"
+    "and the experts stacked in ffn_{gate,up,down}_exps): every block MoE, no shared experts, top-k\n"
+    "weights renormalised; other [model.moe] settings are refused with the keys named.\n";
 
 }  // namespace
 

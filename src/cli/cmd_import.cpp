@@ -72,7 +72,11 @@ int cmd_import(const Args& args) {
   usage_check(std::rename(tmp.c_str(), out.c_str()) == 0, "import: cannot rename '{}' to '{}'", tmp, out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "import: %s -> %s: %s, %zu parameters, tokenizer %s (%.2f s)\n", src.c_str(), out.c_str(),
-               meta.model.arch == Arch::llama ? "LLaMA" : "GPT-2", n,
+               meta.model.moe.enabled()   ? fmt::format("Mixtral ({} experts, top {})", meta.model.moe.n_experts,
+                                                        meta.model.moe.top_k).c_str()
+               : meta.model.arch == Arch::llama ? "LLaMA"
+                                                : "GPT-2",
+               n,
                meta.tokenizer_json.empty() ? "none" : "stored", secs);
   return 0;
 }

@@ -74,6 +74,11 @@ void print_checkpoint(const std::string& path, const std::vector<Entry>& entries
   std::printf("  model           %s (%s): %d layers, %d heads, d_model %d, d_ff %d, vocab %d, seq_len %d\n",
               c.name.c_str(), c.arch == Arch::llama ? "llama" : "gpt2", c.n_layer, c.n_head, c.d_model, c.d_ff,
               c.vocab_size, c.seq_len);
+  if (c.moe.enabled())
+    std::printf("  moe             %d experts of d_ff %d, top %d, every %d block(s), %d shared, router %s%s\n",
+                c.moe.n_experts, c.moe.d_ff, c.moe.top_k, c.moe.layer_freq, c.moe.n_shared,
+                c.moe.router == MoeRouter::softmax_topk ? "softmax_topk" : "topk_softmax",
+                c.moe.capacity_factor > 0 ? fmt::format(", capacity factor {}", c.moe.capacity_factor).c_str() : "");
   std::printf("  layout          world %d = tp %d x cp %d x dp %d x pp %d, zero %d%s%s\n",
               m.layout.tp * m.layout.cp * m.layout.dp * m.layout.pp, m.layout.tp, m.layout.cp, m.layout.dp,
               m.layout.pp, m.zero, m.pp_layers.empty() ? "" : ", pp_layers ", join(m.pp_layers).c_str());

