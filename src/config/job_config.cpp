@@ -326,7 +326,7 @@ const std::vector<Key>& registry() {
       make_key("parallel.tp", "tensor-parallel size (ranks inside a node)", &C::parallel, &ParallelSection::tp, at_least(1)),
       make_key("parallel.pp", "pipeline-parallel stages", &C::parallel, &ParallelSection::pp, at_least(1)),
       make_key("parallel.cp", "context-parallel size", &C::parallel, &ParallelSection::cp, at_least(1)),
-      make_key("parallel.ep", "expert-parallel size: the experts split over ep of the dp ranks (divides dp)", &C::parallel,
+      make_key("parallel.ep", "expert-parallel size: the experts split over ep of the dp x cp ranks (divides dp x cp)", &C::parallel,
                &ParallelSection::ep, at_least(1)),
       make_key("parallel.zero", "ZeRO stage 0|1|2|3 over the DP group", &C::parallel, &ParallelSection::zero, between(0, 3)),
       make_key("parallel.sp", "sequence parallel (needs tp > 1)", &C::parallel, &ParallelSection::sp),

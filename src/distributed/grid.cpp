@@ -35,10 +35,10 @@ GridShape resolve_grid_shape(GridShape s, int world) {
                 "(set parallel.dp=0 to infer dp, or launch {} ranks)",
                 s.dp, s.tp, s.cp, s.pp, mp * s.dp, world, mp * s.dp);
   }
-  usage_check(s.ep >= 1 && s.dp % s.ep == 0,
-              "parallel.ep = {} must divide the data-parallel size dp = {} (the experts are split over ep of the "
-              "dp ranks)",
-              s.ep, s.dp);
+  usage_check(s.ep >= 1 && (s.dp * s.cp) % s.ep == 0,
+              "parallel.ep = {} must divide the data x context parallel ranks dp x cp = {} x {} (the experts are split "
+              "over ep of those ranks)",
+              s.ep, s.dp, s.cp);
   return s;
 }
 
@@ -108,11 +108,15 @@ std::vector<int> group_members(const GridShape& s, int rank, Group g) {
       for (int p = 0; p < s.pp; ++p)
         for (int t = 0; t < s.tp; ++t) add({t, me.cp, me.dp, p});
       break;
-    case Group::ep:
-      for (int i = 0; i < s.ep; ++i) add({me.tp, me.cp, me.dp / s.ep * s.ep + i, me.pp});
+    // Expert parallel: runs of ep consecutive data x context ranks, numbered f = dp * cp + cp_rank
+    // (cp fastest: ep over a cp group first); expert_dp: the ranks with the same f % ep.
+    case Group::ep: {
+      const int f0 = (me.dp * s.cp + me.cp) / s.ep * s.ep;
+      for (int f = f0; f < f0 + s.ep; ++f) add({me.tp, f % s.cp, f / s.cp, me.pp});
       break;
+    }
     case Group::expert_dp:
-      for (int i = me.dp % s.ep; i < s.dp; i += s.ep) add({me.tp, me.cp, i, me.pp});
+      for (int f = (me.dp * s.cp + me.cp) % s.ep; f < s.dp * s.cp; f += s.ep) add({me.tp, f % s.cp, f / s.cp, me.pp});
       break;
     case Group::embedding:
       if (me.pp == 0 || me.pp == s.pp - 1) {

@@ -120,11 +120,13 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   n_local_layers_ = local_layers(cfg, shard);
   block_ = std::make_unique<TransformerBlock<CpuDevice>>(dev_, cfg_, geo_, tp_);
   if (cfg.moe.enabled()) {
-    usage_check(!tp_.sp() && shard.cp_size == 1,
-                "mixture-of-experts blocks (model.moe.n_experts = {}) do not run with parallel.sp or parallel.cp > 1 "
-                "yet (the routing losses need their sums over the split rows)",
+    usage_check(!tp_.sp(), "mixture-of-experts blocks (model.moe.n_experts = {}) do not run with parallel.sp yet",
                 cfg.moe.n_experts);
-    moe_ = std::make_unique<MoeMlp<CpuDevice>>(dev_, cfg_, tp_, ep);
+    usage_check(shard.cp_size == 1 || cfg.moe.capacity_factor == 0,
+                "model.moe.capacity_factor = {} with parallel.cp = {}: capacity drops go in row order, which context "
+                "parallel splits; use dropless routing (capacity_factor = 0) with cp",
+                cfg.moe.capacity_factor, shard.cp_size);
+    moe_ = std::make_unique<MoeMlp<CpuDevice>>(dev_, cfg_, tp_, ep, cp);
     block_->set_moe(moe_.get());
     moe_acts_.assign(opts.recompute ? 1 : opts.slots,
                      std::vector<MoeActs<float>>(opts.recompute ? 1 : std::max(n_local_layers_, 0)));

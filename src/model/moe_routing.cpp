@@ -14,6 +14,8 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, 
   check(T > 0 && R % T == 0, "moe_route: {} rows are not whole sequences of {}", R, T);
   r.rows = R, r.n_experts = E, r.top_k = k, r.seq_len = T;
   r.seq_routed.assign(static_cast<size_t>(R / T * E), 0);
+  r.seq_psum.assign(static_cast<size_t>(R / T * E), 0.0);
+  r.seq_tokens = T;
   r.probs.assign(static_cast<size_t>(R * E), 0.f);
   r.lse.assign(static_cast<size_t>(R), 0.f);
   r.expert.assign(static_cast<size_t>(R * k), 0);
@@ -77,16 +79,20 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, 
     r.pos[a] = at;
   }
   // The auxiliary losses, aux per sequence.
-  double aux = 0;
-  const int64_t S = R / T;
-  for (int64_t s = 0; s < S; ++s)
-    for (int e = 0; e < E; ++e) {
-      double P = 0;
-      for (int64_t t = s * T; t < (s + 1) * T; ++t) P += r.probs[t * E + e];
-      aux += (double(r.seq_routed[s * E + e]) / (double(T) * k)) * (P / double(T));
-    }
-  r.aux = S > 0 ? E * aux / double(S) : 0.0;
+  for (int64_t t = 0; t < R; ++t)
+    for (int e = 0; e < E; ++e) r.seq_psum[t / T * E + e] += r.probs[t * E + e];
+  moe_aux_loss(r);
   r.z = R > 0 ? zsum / double(R) : 0.0;
+}
+
+void moe_aux_loss(MoeRouting& r) {
+  const int E = r.n_experts, k = r.top_k;
+  const int64_t S = r.seq_len > 0 ? r.rows / r.seq_len : 0;
+  const double T = double(r.seq_tokens);
+  double aux = 0;
+  for (int64_t s = 0; s < S; ++s)
+    for (int e = 0; e < E; ++e) aux += (double(r.seq_routed[s * E + e]) / (T * k)) * (r.seq_psum[s * E + e] / T);
+  r.aux = S > 0 ? E * aux / double(S) : 0.0;
 }
 
 void moe_router_backward(const MoeConfig& cfg, const MoeRouting& r, const float* dweight, double loss_scale,
@@ -97,6 +103,7 @@ void moe_router_backward(const MoeConfig& cfg, const MoeRouting& r, const float*
   // d objective / d p_te of the load-balancing loss: objective coef * loss_scale * sum_s T aux_s,
   // so coef * loss_scale * E f_se for t in sequence s.
   const int64_t T = r.seq_len;
+  const double Tn = double(r.seq_tokens);
   std::vector<double> dp(static_cast<size_t>(E));
   for (int64_t t = 0; t < R; ++t) {
     const int64_t* routed = r.seq_routed.data() + t / T * E;
@@ -104,7 +111,7 @@ void moe_router_backward(const MoeConfig& cfg, const MoeRouting& r, const float*
     const int32_t* ex = r.expert.data() + t * k;
     const float* w = r.weight.data() + t * k;
     const float* dw = dweight + t * k;
-    for (int e = 0; e < E; ++e) dp[e] = cfg.aux_loss_coef * loss_scale * E * (double(routed[e]) / (double(T) * k));
+    for (int e = 0; e < E; ++e) dp[e] = cfg.aux_loss_coef * loss_scale * E * (double(routed[e]) / (Tn * k));
     if (renorm) {  // w_j = p_j / S, S = sum of the selected p
       double s = 0, wdw = 0;
       for (int j = 0; j < k; ++j) s += p[ex[j]], wdw += double(w[j]) * dw[j];

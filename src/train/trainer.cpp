@@ -158,10 +158,14 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   usage_check(!mc.moe.enabled() || mc.moe.n_experts % gs.ep == 0,
               "model.moe.n_experts = {} must be divisible by parallel.ep = {} (each ep rank runs n_experts / ep experts)",
               mc.moe.n_experts, gs.ep);
-  usage_check(!mc.moe.enabled() || (!cfg.parallel.sp && gs.cp == 1),
-              "mixture-of-experts models (model.moe.n_experts = {}) do not run with parallel.sp = true or parallel.cp > 1 "
-              "yet (their routing losses would need sums over the split rows); use tp without sp, dp, ep and pp",
+  usage_check(!mc.moe.enabled() || !cfg.parallel.sp,
+              "mixture-of-experts models (model.moe.n_experts = {}) do not run with parallel.sp = true yet; use tp "
+              "without sp, dp, cp, ep and pp",
               mc.moe.n_experts);
+  usage_check(!mc.moe.enabled() || gs.cp == 1 || mc.moe.capacity_factor == 0,
+              "model.moe.capacity_factor = {} with parallel.cp = {}: capacity drops go in row order, which context "
+              "parallel splits; use dropless routing (capacity_factor = 0) with cp",
+              mc.moe.capacity_factor, gs.cp);
 
   // The backend: this rank's model chunks with their data parallel and optimizer, as a pipeline
   // (train_backend.hpp). The schedule decides how many micro-batches' activations each chunk keeps.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mixture of experts (jobs/moe-tiny.toml: 4 experts top 2 per block, Mixtral's router, aux and z
 # losses), DESIGN.md's golden rule: losses, grad norms and every parameter within 1e-5 of the
-# single-rank run for ep2, ep4, ep2 x tp2, ep2 x pp2, ep2 x dp2 with ZeRO 1 and 3, and ep2 with
-# full recompute; a shared expert with topk_softmax and MoE every 2nd block under ep2 x tp2.
+# single-rank run for ep2, ep4, ep2 x tp2, ep2 x pp2, ep2 x dp2 with ZeRO 1 and 3, ep2 with
+# full recompute, cp2, ep2 x cp2 (ep over the cp pair) and ep4 over dp2 x cp2; a shared expert with topk_softmax and MoE every 2nd block under ep2 x tp2.
 # Checkpoints written under ep2 resume at ep1 and ep4 (steps after the save match the ep2 run).
 # Generation with the KV cache through MoE blocks matches recomputation. The routing metrics are logged; bad MoE settings fail with errors naming the keys.
 set -euo pipefail
@@ -35,6 +35,11 @@ golden ep2_pp2 4 --parallel.ep=2 --parallel.pp=2
 golden ep2_dp2_zero1 4 --parallel.ep=2 --parallel.zero=1
 golden ep2_dp2_zero3 4 --parallel.ep=2 --parallel.zero=3 --checkpoint.every=3
 golden ep2_recompute 2 --parallel.ep=2 --train.recompute=full
+# Context parallel: the aux loss's per-sequence sums over the cp ranks; ep over a cp pair, and
+# ep 4 over dp 2 x cp 2.
+golden cp2 2 --parallel.cp=2
+golden ep2_cp2 2 --parallel.ep=2 --parallel.cp=2
+golden ep4_dp2_cp2 4 --parallel.ep=4 --parallel.cp=2
 shared=(--model.moe.n_shared_experts=1 --model.moe.router=topk_softmax --model.moe.layer_freq=2 --model.n_layer=3)
 run ref_shared 1 "${shared[@]}"
 REF=ref_shared golden ep2_tp2_shared 4 --parallel.ep=2 --parallel.tp=2 "${shared[@]}"
@@ -94,10 +99,11 @@ expect_error() {  # np pattern extra...
 }
 expect_error 1 "model.moe.top_k (5) must be <= model.moe.n_experts (4)" --model.moe.top_k=5
 expect_error 3 "model.moe.n_experts = 4 must be divisible by parallel.ep = 3" --parallel.ep=3 --train.global_batch=6
-expect_error 2 "parallel.ep = 4 must divide the data-parallel size dp = 2" --parallel.ep=4
+expect_error 2 "parallel.ep = 4 must divide the data x context parallel ranks dp x cp = 2 x 1" --parallel.ep=4
 JOB=jobs/llama-tiny.toml expect_error 2 "model 'llama-tiny' is dense" --parallel.ep=2
 expect_error 1 "model.moe.\* keys need model.moe.n_experts >= 1" --model.preset=llama-tiny --model.moe.n_experts=0
 expect_error 1 "need the llama architecture" --model.arch=gpt2
 expect_error 2 "do not run with parallel.sp" --parallel.tp=2 --parallel.sp=true
-expect_error 2 "do not run with parallel.sp = true or parallel.cp > 1" --parallel.cp=2
+expect_error 2 "model.moe.capacity_factor = 1.25 with parallel.cp = 2: capacity drops go in row order" --parallel.cp=2 \
+  --model.moe.capacity_factor=1.25
 echo "moe: ok"

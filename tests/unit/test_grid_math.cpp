@@ -44,8 +44,9 @@ bool in_group(Group g, const GridShape& s, const GridCoord& me, const GridCoord&
       if (!me_end) return tp && cp && dp && pp;  // alone
       return tp && cp && dp && o_end;
     }
-    case Group::ep: return tp && cp && pp && me.dp / s.ep == o.dp / s.ep;  // runs of ep dp ranks
-    case Group::expert_dp: return tp && cp && pp && me.dp % s.ep == o.dp % s.ep;
+    case Group::ep:  // runs of ep data x context ranks, cp fastest
+      return tp && pp && (me.dp * s.cp + me.cp) / s.ep == (o.dp * s.cp + o.cp) / s.ep;
+    case Group::expert_dp: return tp && pp && (me.dp * s.cp + me.cp) % s.ep == (o.dp * s.cp + o.cp) % s.ep;
   }
   return false;
 }
@@ -57,8 +58,8 @@ std::vector<GridShape> shapes() {
       for (int dp : {1, 2, 3, 5})
         for (int pp : {1, 2, 3, 4}) {
           out.push_back({tp, cp, dp, pp});
-          for (int ep = 2; ep <= dp; ++ep)  // expert parallel: every divisor of dp
-            if (dp % ep == 0) out.push_back({tp, cp, dp, pp, ep});
+          for (int ep = 2; ep <= dp * cp; ++ep)  // expert parallel: every divisor of dp x cp
+            if (dp * cp % ep == 0) out.push_back({tp, cp, dp, pp, ep});
         }
   return out;
 }

@@ -17,9 +17,12 @@
 //
 // Tensor parallel: the router and the routed experts are replicated over tp (every TP rank
 // routes the same rows and computes the same outputs, no communication); the shared experts are
-// split like a dense MLP (column-parallel gate|up, row-parallel down). Sequence and context
-// parallel are not supported with MoE blocks yet (the routing losses would need their sums over
-// the split rows).
+// split like a dense MLP (column-parallel gate|up, row-parallel down). Context parallel: a rank
+// holds T / cp rows of each sequence; routing is per row, and the load-balancing loss, per whole
+// sequence, gets its per-sequence sums (routed copies, probabilities) over the cp ranks, so every
+// cp rank trains the single-rank objective. Sequence parallel is not supported with MoE blocks
+// yet. Capacity drops go in row order over a rank's rows, so a capacity factor with cp > 1 would
+// drop other copies than one rank: refused.
 //
 // Device: the routing and the row permutations run on the host, so the layer runs on CPU devices
 // (A = float); the GEMMs and SwiGLU are the device's.
@@ -61,10 +64,12 @@ class MoeMlp {
   using Wt = typename Dev::weight_t;
   using Acts = MoeActs<A>;
 
-  // ep: the expert-parallel group (nullptr: every expert on this rank).
-  MoeMlp(Dev& dev, const ModelConfig& cfg, TpContext tp, Comm* ep)
+  // ep: the expert-parallel group (nullptr: every expert on this rank); cp: the context-parallel
+  // group (nullptr: whole sequences here).
+  MoeMlp(Dev& dev, const ModelConfig& cfg, TpContext tp, Comm* ep, Comm* cp = nullptr)
       : dev_(dev),
-        seq_len_(cfg.seq_len),
+        cp_(cp && cp->size() > 1 ? cp : nullptr),
+        seq_len_(cfg.seq_len / (cp_ ? cp_->size() : 1)),
         m_(cfg.moe),
         c_(cfg.d_model),
         fe_(cfg.moe.d_ff),
@@ -90,6 +95,7 @@ class MoeMlp {
     a.logits.resize(static_cast<size_t>(R * E));
     dev_.matmul_forward(a.logits.data(), x, w.router, nullptr, R, c_, E);
     moe_route(m_, a.logits.data(), R, std::min<int64_t>(seq_len_, R), a.route);
+    if (cp_) whole_sequence_aux(a.route);
     const MoeRouting& r = a.route;
     const int64_t kept = static_cast<int64_t>(r.order.size());
     // Dispatch: the copies' rows in expert-sorted order, to the experts' ranks.
@@ -203,6 +209,18 @@ class MoeMlp {
  private:
   // Counts over ep: every rank's per-expert copies (all-gathered), so each rank knows what it
   // sends, receives, and where each received row goes in its expert-major order.
+  // The per-sequence sums of the load-balancing loss over the context-parallel ranks (one
+  // all-reduce of [S, 2E] values; counts are exact in fp64).
+  void whole_sequence_aux(MoeRouting& r) {
+    const size_t n = r.seq_routed.size();
+    std::vector<double> v(2 * n);
+    for (size_t i = 0; i < n; ++i) v[i] = double(r.seq_routed[i]), v[n + i] = r.seq_psum[i];
+    cp_->all_reduce_host_f64(v.data(), v.size(), ReduceOp::sum);
+    for (size_t i = 0; i < n; ++i) r.seq_routed[i] = static_cast<int64_t>(v[i]), r.seq_psum[i] = v[n + i];
+    r.seq_tokens = r.seq_len * cp_->size();
+    moe_aux_loss(r);
+  }
+
   void plan_exchange(Acts& a) {
     const MoeRouting& r = a.route;
     const int E = m_.n_experts, P = ep_ ? ep_->size() : 1, me = ep_ ? ep_->rank() : 0;
@@ -263,6 +281,7 @@ class MoeMlp {
   }
 
   Dev& dev_;
+  Comm* cp_;
   int64_t seq_len_;
   MoeConfig m_;
   int64_t c_, fe_, fs_;

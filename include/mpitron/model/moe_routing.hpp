@@ -39,8 +39,13 @@ struct MoeRouting {
   std::vector<int64_t> order;     // [kept] copy index t k + j, sorted by expert (stable in t, j)
   std::vector<int64_t> counts;    // [E] kept copies per expert
   std::vector<int64_t> routed;    // [E] copies routed per expert before drops
-  int64_t seq_len = 0;            // T: rows per sequence
+  int64_t seq_len = 0;            // T: rows per sequence (on this rank)
   std::vector<int64_t> seq_routed;  // [R / T, E] the same per sequence
+  std::vector<double> seq_psum;     // [R / T, E] the probabilities summed per sequence
+  // The whole sequence's tokens: T, or T x cp under context parallel, where seq_routed and
+  // seq_psum hold the sums over the context-parallel ranks (moe_aux_loss then gives every rank the
+  // whole sequences' aux loss, and the backward the whole sequences' gradient).
+  int64_t seq_tokens = 0;
   int64_t dropped = 0;
   double aux = 0, z = 0;
 };
@@ -61,6 +66,10 @@ struct MoeStats {
 
 // Routing of R rows of router logits [R, E] (E = cfg.n_experts), sequences of seq_len rows.
 void moe_route(const MoeConfig& cfg, const float* logits, int64_t rows, int64_t seq_len, MoeRouting& r);
+
+// r.aux from r.seq_routed, r.seq_psum and r.seq_tokens (moe_route calls it; context parallel
+// calls it again once those hold the sums over the cp ranks).
+void moe_aux_loss(MoeRouting& r);
 
 // d(objective)/d logits [R, E] (overwritten) from the gradient of the routing weights dweight
 // [R k] (0 for dropped copies) plus the auxiliary and z losses' terms, those scaled by
