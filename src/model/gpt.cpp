@@ -131,6 +131,15 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
     moe_acts_.assign(opts.recompute ? 1 : opts.slots,
                      std::vector<MoeActs<float>>(opts.recompute ? 1 : std::max(n_local_layers_, 0)));
     moe_stats_.assign(std::max(n_local_layers_, 0), {});
+    // The MoE blocks' saved state for a full micro-batch (the memory ledger counts it: one per
+    // MoE block and slot, or one shared under recompute).
+    const int64_t R = int64_t{max_micro_batch} * local_seq_len(cfg, shard);
+    for (int l = 0; l < n_local_layers_; ++l)
+      if (cfg.moe.is_moe_layer(shard.layer_begin + l))
+        for (int slot = 0; slot < (opts.recompute ? 1 : opts.slots); ++slot) {
+          MoeActs<float>* a = moe_acts(slot, l);
+          if (a->held.bytes() == 0) moe_->reserve(*a, R);
+        }
   }
   emb_ = std::make_unique<VocabParallelEmbedding<CpuDevice>>(dev_, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
   if (tp_.sp()) ln_grad_ = Buffer<float>(Mem::workspace, 2 * static_cast<size_t>(cfg.d_model));

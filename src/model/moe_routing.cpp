@@ -85,6 +85,18 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, 
   r.z = R > 0 ? zsum / double(R) : 0.0;
 }
 
+int64_t moe_activation_bytes(const ModelConfig& cfg, int64_t R, int64_t T, int ep, int tp) {
+  const MoeConfig& m = cfg.moe;
+  const int64_t E = m.n_experts, Rk = R * m.top_k, S = T > 0 ? R / T : 0, C = cfg.d_model, Fe = m.d_ff;
+  const int64_t fl = int64_t{m.n_shared} * Fe / tp;
+  // The routing (MoeRouting): probs, lse, expert, weight, pos, order, counts, routed, seq_routed, seq_psum.
+  const int64_t routing = 4 * (R * E + R + Rk + Rk) + 8 * (Rk + Rk + 2 * E + S * E) + 8 * S * E;
+  // MoeActs: logits, ys, xe, h, act, sh_h, sh_act (fp32 on the CPU), idx, ne, send_rows, recv_rows.
+  const int64_t acts = 4 * (R * E + Rk * C * 2 + Rk * 3 * Fe + (fl > 0 ? R * 3 * fl : 0)) +
+                       8 * (Rk + E / ep) + 2 * int64_t{sizeof(size_t)} * ep;
+  return routing + acts;
+}
+
 void moe_aux_loss(MoeRouting& r) {
   const int E = r.n_experts, k = r.top_k;
   const int64_t S = r.seq_len > 0 ? r.rows / r.seq_len : 0;

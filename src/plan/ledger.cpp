@@ -20,6 +20,7 @@
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/gpu_activations.hpp"
+#include "mpitron/model/moe_routing.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/partition.hpp"
@@ -187,7 +188,16 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   const int mb = static_cast<int>(B);
   if (fp32) {
     // What the CPU model's constructor allocates (gpt_activation_bytes, checked there), GPT-2 or LLaMA.
-    for (const auto& c : chunks) r.activations += gpt_activation_bytes(m, c.shard, mb, {c.slots, l.recompute});
+    for (const auto& c : chunks) {
+      r.activations += gpt_activation_bytes(m, c.shard, mb, {c.slots, l.recompute});
+      // MoE blocks' routing and expert state (moe_activation_bytes: what MoeMlp::reserve holds),
+      // per block and slot, or one shared under recompute.
+      int moe_blocks = 0;
+      for (int b = c.shard.layer_begin; b < c.shard.layer_end; ++b) moe_blocks += m.moe.is_moe_layer(b);
+      const int64_t kept = l.recompute ? (moe_blocks > 0) : int64_t{moe_blocks} * c.slots;
+      const int64_t Tl = m.seq_len / l.cp;
+      if (kept > 0) r.activations += kept * moe_activation_bytes(m, int64_t{mb} * Tl, Tl, l.ep, l.tp);
+    }
     if (m.n_layer >= 2)
       r.act_per_layer = (gpt_activation_floats(m, two, mb, {1, l.recompute}) -
                          gpt_activation_floats(m, one, mb, {1, l.recompute})) * e;
@@ -258,6 +268,7 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
   l.pp = job.parallel.pp;
   l.cp = job.parallel.cp;
   l.dp = job.parallel.dp > 0 ? job.parallel.dp : std::max(1, world / std::max(1, l.tp * l.pp * l.cp));
+  l.ep = job.parallel.ep;
   l.zero = job.parallel.zero;
   l.sp = job.parallel.sp;
   l.recompute = job.train.recompute == "full";

@@ -115,6 +115,28 @@ class Buffer {
   T* p_ = nullptr;
 };
 
+// Bytes an object holds in standard containers (whose sizes follow the data, e.g. a MoE block's
+// routing state), counted under `m` in the host tracker: the owner sets the total after each
+// change; released with the object. A copy starts at zero (it holds its own containers' bytes,
+// set by its owner).
+class HeldBytes {
+ public:
+  explicit HeldBytes(Mem m = Mem::activations) : mem_(m) {}
+  HeldBytes(const HeldBytes& o) : mem_(o.mem_) {}
+  HeldBytes& operator=(const HeldBytes&) { return *this; }
+  ~HeldBytes() { set(0); }
+  void set(int64_t bytes) {
+    if (bytes > held_) MemTracker::host().on_alloc(mem_, bytes - held_);
+    if (bytes < held_) MemTracker::host().on_free(mem_, held_ - bytes);
+    held_ = bytes;
+  }
+  int64_t bytes() const { return held_; }
+
+ private:
+  Mem mem_;
+  int64_t held_ = 0;
+};
+
 // "1.23 GiB" style.
 std::string format_bytes(int64_t bytes);
 

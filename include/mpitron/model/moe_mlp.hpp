@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/memory.hpp"
 #include "mpitron/core/trace.hpp"
 #include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/block_tensors.hpp"
@@ -55,6 +56,15 @@ struct MoeActs {
   std::vector<int64_t> ne;         // [El] rows per local expert
   std::vector<size_t> send_rows, recv_rows;  // per ep rank
   std::vector<A> sh_h, sh_act;     // shared experts: [R, 2 Fs/tp], [R, Fs/tp]
+  HeldBytes held;                  // the vectors' capacities, in the tracker as activations
+
+  int64_t capacity_bytes() const {
+    auto b = [](const auto& v) { return static_cast<int64_t>(v.capacity() * sizeof(v[0])); };
+    const MoeRouting& r = route;
+    return b(r.probs) + b(r.lse) + b(r.expert) + b(r.weight) + b(r.pos) + b(r.order) + b(r.counts) + b(r.routed) +
+           b(r.seq_routed) + b(r.seq_psum) + b(logits) + b(ys) + b(xe) + b(h) + b(act) + b(sh_h) + b(sh_act) +
+           b(idx) + b(ne) + b(send_rows) + b(recv_rows);
+  }
 };
 
 template <class Dev>
@@ -84,6 +94,30 @@ class MoeMlp {
     el_ = m_.n_experts / P;
     e0_ = (ep_ ? ep_->rank() : 0) * el_;
   }
+  // Allocates a block's saved state for up to R rows at balanced routing (moe_activation_bytes,
+  // checked), so the memory is there, and counted, before the first step.
+  void reserve(Acts& a, int64_t R) {
+    const int64_t E = m_.n_experts, Rk = R * m_.top_k, T = std::min<int64_t>(seq_len_, R), S = R / T;
+    const int64_t fl = fs_ / tp_.size();
+    const size_t P = ep_ ? static_cast<size_t>(ep_->size()) : 1;
+    MoeRouting& r = a.route;
+    r.probs.reserve(R * E), r.lse.reserve(R), r.expert.reserve(Rk), r.weight.reserve(Rk);
+    r.pos.reserve(Rk), r.order.reserve(Rk), r.counts.reserve(E), r.routed.reserve(E);
+    r.seq_routed.reserve(S * E), r.seq_psum.reserve(S * E);
+    a.logits.reserve(R * E), a.ys.reserve(Rk * c_), a.xe.reserve(Rk * c_), a.h.reserve(Rk * 2 * fe_);
+    a.act.reserve(Rk * fe_), a.idx.reserve(Rk), a.ne.reserve(el_), a.send_rows.reserve(P), a.recv_rows.reserve(P);
+    if (fl > 0) a.sh_h.reserve(R * 2 * fl), a.sh_act.reserve(R * fl);
+    a.held.set(a.capacity_bytes());
+    check(a.held.bytes() == moe_activation_bytes_of(R),
+          "MoeMlp::reserve: {} bytes allocated for {} rows, moe_activation_bytes says {}", a.held.bytes(), R,
+          moe_activation_bytes_of(R));
+  }
+  int64_t moe_activation_bytes_of(int64_t R) const {
+    ModelConfig c;
+    c.d_model = static_cast<int>(c_), c.moe = m_;
+    return moe_activation_bytes(c, R, std::min<int64_t>(seq_len_, R), ep_ ? ep_->size() : 1, tp_.size());
+  }
+
   // The backward's scale of the routing losses: 1 / counted targets of the global batch, the
   // scale the LM loss's gradient got (set before each backward).
   void set_loss_scale(double s) { loss_scale_ = s; }
@@ -143,6 +177,7 @@ class MoeMlp {
       sh_fcp_.forward(so.data(), a.sh_act.data(), w.sh_fcp, nullptr, R, nullptr);
       dev_.residual_forward(out, out, so.data(), static_cast<size_t>(R * c_));
     }
+    a.held.set(a.capacity_bytes());
   }
 
   // dx [R, C] = d/dx of the MoE MLP (overwritten) from dout [R, C]; the parameters' gradients
@@ -207,8 +242,6 @@ class MoeMlp {
   }
 
  private:
-  // Counts over ep: every rank's per-expert copies (all-gathered), so each rank knows what it
-  // sends, receives, and where each received row goes in its expert-major order.
   // The per-sequence sums of the load-balancing loss over the context-parallel ranks (one
   // all-reduce of [S, 2E] values; counts are exact in fp64).
   void whole_sequence_aux(MoeRouting& r) {
@@ -221,6 +254,8 @@ class MoeMlp {
     moe_aux_loss(r);
   }
 
+  // Counts over ep: every rank's per-expert copies (all-gathered), so each rank knows what it
+  // sends, receives, and where each received row goes in its expert-major order.
   void plan_exchange(Acts& a) {
     const MoeRouting& r = a.route;
     const int E = m_.n_experts, P = ep_ ? ep_->size() : 1, me = ep_ ? ep_->rank() : 0;

@@ -67,6 +67,13 @@ struct MoeStats {
 // Routing of R rows of router logits [R, E] (E = cfg.n_experts), sequences of seq_len rows.
 void moe_route(const MoeConfig& cfg, const float* logits, int64_t rows, int64_t seq_len, MoeRouting& r);
 
+// Bytes of a MoE block's saved state (MoeActs in moe_mlp.hpp: the routing, the router logits,
+// the copies' inputs, gate|up, SwiGLU and outputs, the exchange plan, the shared experts') for
+// `rows` rows in sequences of `seq_rows`, ep and tp ranks, at balanced dropless routing (every
+// rank's experts get rows x top_k copies): what MoeMlp::reserve allocates, the memory ledger's
+// number. Routing that sends a rank more copies grows its owner-side part, and the tracker sees it.
+int64_t moe_activation_bytes(const ModelConfig& cfg, int64_t rows, int64_t seq_rows, int ep, int tp);
+
 // r.aux from r.seq_routed, r.seq_psum and r.seq_tokens (moe_route calls it; context parallel
 // calls it again once those hold the sums over the cp ranks).
 void moe_aux_loss(MoeRouting& r);

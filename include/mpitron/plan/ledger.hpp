@@ -43,6 +43,7 @@ int static_bytes_per_param(Precision p);
 
 struct PlanLayout {
   int dp = 1, tp = 1, pp = 1, cp = 1;
+  int ep = 1;    // expert parallel (MoE): ep of the dp x cp ranks
   int zero = 0;  // 0..3
   bool sp = false;
   bool recompute = false;  // train.recompute = "full"
