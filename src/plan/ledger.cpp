@@ -201,6 +201,12 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
     if (m.n_layer >= 2)
       r.act_per_layer = (gpt_activation_floats(m, two, mb, {1, l.recompute}) -
                          gpt_activation_floats(m, one, mb, {1, l.recompute})) * e;
+    if (m.moe.enabled() && !l.recompute) {  // a MoE block's state, averaged over the blocks
+      int moe_blocks = 0;
+      for (int b = 0; b < m.n_layer; ++b) moe_blocks += m.moe.is_moe_layer(b);
+      const int64_t Tl = m.seq_len / l.cp;
+      r.act_per_layer += moe_activation_bytes(m, int64_t{mb} * Tl, Tl, l.ep, l.tp) * moe_blocks / m.n_layer;
+    }
     r.source = "model_param_table + gpt_activation_bytes (the model's allocation functions)";
   } else {
     // What GptCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the fused
@@ -212,6 +218,9 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
     for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots);
     if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);
     r.source = "model_param_table + plan_gpu_activations (the GPU model's allocation functions)";
+    if (m.moe.enabled())  // GptCuda refuses MoE models: nothing of theirs to count yet
+      r.source += "; MoE blocks' routing state not counted: the GPU trainer does not run MoE yet (the CPU "
+                  "trainer's ledger, train.precision = fp32, counts it)";
   }
   r.act_other = r.activations - layer_slots * r.act_per_layer;
   r.korthikanti_per_layer = korthikanti_layer_bytes(s, B, m.d_model, m.n_head, l.tp, l.sp, l.recompute);
