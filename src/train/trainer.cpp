@@ -158,10 +158,6 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   usage_check(!mc.moe.enabled() || mc.moe.n_experts % gs.ep == 0,
               "model.moe.n_experts = {} must be divisible by parallel.ep = {} (each ep rank runs n_experts / ep experts)",
               mc.moe.n_experts, gs.ep);
-  usage_check(!mc.moe.enabled() || !cfg.parallel.sp,
-              "mixture-of-experts models (model.moe.n_experts = {}) do not run with parallel.sp = true yet; use tp "
-              "without sp, dp, cp, ep and pp",
-              mc.moe.n_experts);
   usage_check(!mc.moe.enabled() || gs.cp == 1 || mc.moe.capacity_factor == 0,
               "model.moe.capacity_factor = {} with parallel.cp = {}: capacity drops go in row order, which context "
               "parallel splits; use dropless routing (capacity_factor = 0) with cp",

@@ -2,7 +2,9 @@
 # Mixture of experts (jobs/moe-tiny.toml: 4 experts top 2 per block, Mixtral's router, aux and z
 # losses), DESIGN.md's golden rule: losses, grad norms and every parameter within 1e-5 of the
 # single-rank run for ep2, ep4, ep2 x tp2, ep2 x pp2, ep2 x dp2 with ZeRO 1 and 3, ep2 with
-# full recompute, cp2, ep2 x cp2 (ep over the cp pair) and ep4 over dp2 x cp2; a shared expert with topk_softmax and MoE every 2nd block under ep2 x tp2.
+# full recompute, cp2, ep2 x cp2 (ep over the cp pair), ep4 over dp2 x cp2 and ep2 x tp2 with
+# sequence parallel; a shared expert with topk_softmax and MoE every 2nd block under ep2 x tp2 and
+# under tp2 with sequence parallel.
 # Checkpoints written under ep2 resume at ep1 and ep4 (steps after the save match the ep2 run).
 # Generation with the KV cache through MoE blocks matches recomputation. The routing metrics are logged; bad MoE settings fail with errors naming the keys.
 set -euo pipefail
@@ -43,6 +45,9 @@ golden ep4_dp2_cp2 4 --parallel.ep=4 --parallel.cp=2
 shared=(--model.moe.n_shared_experts=1 --model.moe.router=topk_softmax --model.moe.layer_freq=2 --model.n_layer=3)
 run ref_shared 1 "${shared[@]}"
 REF=ref_shared golden ep2_tp2_shared 4 --parallel.ep=2 --parallel.tp=2 "${shared[@]}"
+# Sequence parallel: the block gathers the rows for the MoE and keeps its own.
+golden ep2_tp2_sp 4 --parallel.ep=2 --parallel.tp=2 --parallel.sp=true
+REF=ref_shared golden tp2_sp_shared 2 --parallel.tp=2 --parallel.sp=true "${shared[@]}"
 
 # Routing metrics: per MoE block and step, in metrics.jsonl and the log.
 /usr/bin/python3 - "$tmp/ep2/metrics.jsonl" <<'PY'
@@ -103,7 +108,6 @@ expect_error 2 "parallel.ep = 4 must divide the data x context parallel ranks dp
 JOB=jobs/llama-tiny.toml expect_error 2 "model 'llama-tiny' is dense" --parallel.ep=2
 expect_error 1 "model.moe.\* keys need model.moe.n_experts >= 1" --model.preset=llama-tiny --model.moe.n_experts=0
 expect_error 1 "need the llama architecture" --model.arch=gpt2
-expect_error 2 "do not run with parallel.sp" --parallel.tp=2 --parallel.sp=true
 expect_error 2 "model.moe.capacity_factor = 1.25 with parallel.cp = 2: capacity drops go in row order" --parallel.cp=2 \
   --model.moe.capacity_factor=1.25
 echo "moe: ok"

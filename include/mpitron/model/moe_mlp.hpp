@@ -20,8 +20,8 @@
 // split like a dense MLP (column-parallel gate|up, row-parallel down). Context parallel: a rank
 // holds T / cp rows of each sequence; routing is per row, and the load-balancing loss, per whole
 // sequence, gets its per-sequence sums (routed copies, probabilities) over the cp ranks, so every
-// cp rank trains the single-rank objective. Sequence parallel is not supported with MoE blocks
-// yet. Capacity drops go in row order over a rank's rows, so a capacity factor with cp > 1 would
+// cp rank trains the single-rank objective. Sequence parallel: the block gathers the rows, every
+// TP rank runs this layer on all of them (as without sp) and keeps its own. Capacity drops go in row order over a rank's rows, so a capacity factor with cp > 1 would
 // drop other copies than one rank: refused.
 //
 // Device: the routing and the row permutations run on the host, so the layer runs on CPU devices

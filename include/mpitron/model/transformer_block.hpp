@@ -84,7 +84,13 @@ class TransformerBlock {
     if constexpr (kMoe) {
       if (w.moe.router) {  // MoE: its whole forward even when recomputing (backward reads its state)
         check(moe_ && a.moe, "TransformerBlock: a MoE block needs the MoE MLP and its activations");
-        moe_->forward(w.moe, *a.moe, s.proj_out, a.ln2, Rl);
+        if (tp_.sp()) {  // every TP rank runs the MoE on all BT rows (its experts are replicated); keeps its own
+          moe_->forward(w.moe, *a.moe, s.full, gather_rows(a.ln2, s.gath, BT), BT);
+          const int64_t C = cfg_.d_model;
+          std::copy(s.full + tp_.rank() * Rl * C, s.full + (tp_.rank() + 1) * Rl * C, s.proj_out);
+        } else {
+          moe_->forward(w.moe, *a.moe, s.proj_out, a.ln2, Rl);
+        }
         if (full && out) dev_.residual_forward(out, a.res2, s.proj_out, static_cast<size_t>(Rl * cfg_.d_model));
         return;
       }
@@ -111,7 +117,15 @@ class TransformerBlock {
     bool moe_block = false;
     if constexpr (kMoe) {
       if (w.moe.router) {  // MoE: d ln2 into dC, from dres
-        moe_->backward(w.moe, g.moe, *a.moe, s.dC, s.dres, a.ln2, Rl);
+        if (tp_.sp()) {  // the same on all BT rows: d out gathered, this rank's rows of d x kept
+          const int64_t C = cfg_.d_model;
+          std::vector<A> dx(static_cast<size_t>(BT * C));
+          const A* dout = gather_rows(s.dres, s.dres_full, BT);
+          moe_->backward(w.moe, g.moe, *a.moe, dx.data(), dout, gather_rows(a.ln2, s.gath, BT), BT);
+          std::copy(dx.begin() + tp_.rank() * Rl * C, dx.begin() + (tp_.rank() + 1) * Rl * C, s.dC);
+        } else {
+          moe_->backward(w.moe, g.moe, *a.moe, s.dC, s.dres, a.ln2, Rl);
+        }
         moe_block = true;
       }
     }
