@@ -82,6 +82,7 @@ EXACT_ACT=1 layout moe-np1 1
 EXACT_ACT=1 layout moe-recompute 1 --train.recompute=full
 EXACT_ACT=1 layout moe-pp2 2 --parallel.pp=2 --train.global_batch=8
 EXACT_ACT=1 layout moe-tp2-cp2 4 --parallel.tp=2 --parallel.cp=2
+EXACT_ACT=1 layout moe-tp2-sp 2 --parallel.tp=2 --parallel.sp=true
 layout moe-ep2-dp2-zero3 4 --parallel.ep=2 --parallel.zero=3 --train.global_batch=8
 JOB=jobs/tiny.toml
 [ "$checked" -ge 3 ] || fail "only $checked layouts checked"
