@@ -36,6 +36,11 @@ time_scale=1
 if [ -n "$SAN" ]; then
   source tests/sanitizers/env.sh
   MPIRUN="$MPIRUN -x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS"
+  # OpenMPI's collective MPI-IO (OMPIO, fcoll vulcan) mallocs and frees a 32 MiB aggregation
+  # buffer in every collective read or write, one per checkpoint dataset; ASan's allocator maps
+  # and fills each such block, so mpi/test_checkpoint at np 4 took 212 s (7 s without ASan).
+  # 1 MiB still holds a whole test dataset (and runs more aggregation cycles, not fewer paths).
+  export OMPI_MCA_io_ompio_bytes_per_agg=1048576
   # An ASan + UBSan build runs our code 2-3x slower (oneDNN's GEMMs are not instrumented):
   # the per-test limits scale instead of the tests shrinking.
   time_scale=3

@@ -40,12 +40,12 @@ constexpr const char* kPlanHelp =
     "modes:\n"
     "  (none)              the memory ledger of the job / flags\n"
     "  --advise            the decision tree (DDP / ZeRO / TP in a node / PP across nodes / 3D), then\n"
-    "                      every layout (dp, tp, pp, zero, sp, recompute, micro-batch) that fits,\n"
+    "                      every layout (dp, tp, pp, cp, ep, zero, sp, recompute, micro-batch) that fits,\n"
     "                      ranked by estimated step time (compute + communication model, see --explain)\n"
     "  --emit-job FILE     with --advise: write the best layout as a job file (with --profile: it also\n"
     "                      sets train.profile and train.check_prediction, so the run checks the model)\n"
     "  --predict           the step time of this layout on --profile: compute, TP, CP, pipeline bubble,\n"
-    "                      DP/ZeRO (exposed), optimizer; tokens/s and MFU\n"
+    "                      DP/ZeRO (exposed), MoE all-to-all (ep), optimizer; tokens/s and MFU\n"
     "  --profile P         a machine profile: a file from `mpirun ... mpitron calibrate --out FILE`, or\n"
     "                      h100 | h200 | a100 (datasheet figures, not measured). With --advise, layouts\n"
     "                      are ranked by the predicted step time (every pipeline schedule is tried)\n"
@@ -62,6 +62,7 @@ constexpr const char* kPlanHelp =
     "  --gpus-per-node N   GPUs per node (default 8): TP must stay inside a node\n"
     "  --gpu-mem GB        memory per GPU in GB = 1e9 bytes (default 80)\n"
     "  --tp N --pp N --dp N --cp N   parallel sizes (parallel.*)\n"
+    "  --ep N              expert parallel (MoE models): the experts split over ep of the dp x cp ranks\n"
     "  --zero S            ZeRO stage 0..3: 1 shards optimizer state, 2 + gradients, 3 + parameters\n"
     "  --sp                sequence parallelism (needs tp > 1): activations outside attention / tp\n"
     "  --recompute MODE    none | full (a layer keeps only its input; 1/3 more compute)\n"
@@ -89,7 +90,7 @@ constexpr const char* kPlanHelp =
 
 struct PlanArgs {
   std::string job_file, model, precision, recompute, emit_job, schedule, profile;
-  int gpus = 0, gpus_per_node = 8, tp = 0, pp = 0, dp = 0, cp = 0, zero = -1, micro = 0, microbatches = 0,
+  int gpus = 0, gpus_per_node = 8, tp = 0, pp = 0, dp = 0, cp = 0, ep = 0, zero = -1, micro = 0, microbatches = 0,
       global = 0, seq = 0, top = 5;
   int virtual_stages = 0;  // --schedule interleaved
   bool sp = false, advise = false, explain = false, bytes = false, predict = false;
@@ -125,6 +126,7 @@ PlanArgs parse(const std::vector<std::string>& rest) {
     else if (o == "--pp") a.pp = option_int(o, val(), 1);
     else if (o == "--dp") a.dp = option_int(o, val(), 1);
     else if (o == "--cp") a.cp = option_int(o, val(), 1);
+    else if (o == "--ep") a.ep = option_int(o, val(), 1);
     else if (o == "--zero") a.zero = option_int(o, val(), 0);
     else if (o == "--sp") a.sp = true;
     else if (o == "--recompute") a.recompute = val();
@@ -172,6 +174,7 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
   if (a.pp) job.parallel.pp = a.pp;
   if (a.cp) job.parallel.cp = a.cp;
   if (a.dp) job.parallel.dp = a.dp;
+  if (a.ep) job.parallel.ep = a.ep;
   if (a.zero >= 0) job.parallel.zero = a.zero;
   if (a.sp) job.parallel.sp = true;
   if (!a.recompute.empty()) {

@@ -21,8 +21,19 @@ double flops_per_step(const PlanInput& in) {
   const double h = m.d_model, hd = m.head_dim();
   const double layer = 2 * h * m.n_head * hd + 2 * h * m.n_kv_head * hd +
                        (m.arch == Arch::llama ? 3.0 : 2.0) * h * m.d_ff;
-  const double n = m.n_layer * layer + static_cast<double>(m.padded_vocab()) * h;
+  double n = m.n_layer * layer + static_cast<double>(m.padded_vocab()) * h;
+  // A MoE layer's MLP as a token sees it: the router, its top_k experts and the shared ones.
+  const double moe_mlp = h * m.moe.n_experts + 3.0 * h * m.moe.d_ff * (m.moe.top_k + m.moe.n_shared);
+  for (int i = 0; i < m.n_layer; ++i)
+    if (m.moe.is_moe_layer(i)) n += moe_mlp - (m.arch == Arch::llama ? 3.0 : 2.0) * h * m.d_ff;
   return (6 * n + 12.0 * m.n_layer * m.seq_len * h) * tokens;
+}
+
+// MoE blocks among this rank's layers (the heaviest pipeline rank: its share, rounded up).
+double moe_layers_of_rank(const ModelConfig& m, int pp) {
+  int n = 0;
+  for (int i = 0; i < m.n_layer; ++i) n += m.moe.is_moe_layer(i);
+  return std::ceil(double(n) / pp);
 }
 
 double ib_gbs(const ClusterSpec& c) { return c.ib_gbps / 8.0; }
@@ -41,7 +52,7 @@ std::vector<int> divisors(int n) {
 bool m_layers_short(const ModelConfig& m, int virtual_stages) { return m.n_layer < virtual_stages; }
 
 int complexity(const PlanLayout& l) {
-  return 100 * ((l.tp > 1) + (l.pp > 1) + (l.cp > 1)) + 10 * l.zero + 4 * (l.virtual_stages > 1) + 2 * l.recompute + l.sp;
+  return 100 * ((l.tp > 1) + (l.pp > 1) + (l.cp > 1) + (l.ep > 1)) + 10 * l.zero + 4 * (l.virtual_stages > 1) + 2 * l.recompute + l.sp;
 }
 
 bool fits(const Ledger& l, const ClusterSpec& c) {
@@ -49,10 +60,10 @@ bool fits(const Ledger& l, const ClusterSpec& c) {
 }
 
 PlanInput with_layout(const PlanInput& base, int dp, int tp, int pp, int zero, bool sp, bool rc, int micro, int global,
-                      int cp = 1) {
+                      int cp = 1, int ep = 1) {
   PlanInput in = base;
   PlanLayout& l = in.layout;
-  l.dp = dp, l.tp = tp, l.pp = pp, l.cp = cp, l.zero = zero, l.sp = sp, l.recompute = rc;
+  l.dp = dp, l.tp = tp, l.pp = pp, l.cp = cp, l.ep = ep, l.zero = zero, l.sp = sp, l.recompute = rc;
   l.micro_batch = micro;
   l.microbatches = std::max(1, global / (micro * dp));
   l.schedule = pp > 1 ? "1f1b" : base.layout.schedule;
@@ -62,8 +73,8 @@ PlanInput with_layout(const PlanInput& base, int dp, int tp, int pp, int zero, b
 }
 
 std::string layout_name(const PlanLayout& l) {
-  return fmt::format("dp {}{} x tp {} x pp {}{}, zero {}, sp {}, recompute {}, micro-batch {} x {}", l.dp,
-                     l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "", l.tp, l.pp,
+  return fmt::format("dp {}{}{} x tp {} x pp {}{}, zero {}, sp {}, recompute {}, micro-batch {} x {}", l.dp,
+                     l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "", l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "", l.tp, l.pp,
                      l.pp > 1 ? fmt::format(" {}{}", l.schedule, l.virtual_stages > 1 ? fmt::format(" v{}", l.virtual_stages) : "") : "",
                      l.zero, l.sp ? "on" : "off", l.recompute ? "full" : "none", l.micro_batch, l.microbatches);
 }
@@ -107,6 +118,12 @@ StepEstimate estimate_step(const PlanInput& in, const Ledger& led) {
                           m.seq_len * m.d_model / l.tp * layers / rate * (l.recompute ? 4.0 / 3.0 : 1.0);
     const double t = est.cp_bytes / ((in_node(c, l.tp, l.cp) ? c.nvlink_gbs : ib_gbs(c)) * 1e9);
     est.cp_s = std::max(0.0, t - attn_s);
+  }
+  if (l.ep > 1) {  // the routed copies' dispatch and combine, forward and backward (+ recompute's)
+    const double copies = static_cast<double>(l.micro_batch) * (m.seq_len / l.cp) * m.moe.top_k * m.d_model * e;
+    est.ep_bytes = moe_layers_of_rank(m, l.pp) * l.microbatches * (4 + (l.recompute ? 2 : 0)) * copies *
+                   (l.ep - 1.0) / l.ep;
+    est.ep_s = est.ep_bytes / ((in_node(c, l.tp, l.ep) ? c.nvlink_gbs : ib_gbs(c)) * 1e9);
   }
   if (l.pp > 1) {
     est.pp_bytes = 2.0 * l.microbatches * bsh / (l.sp ? l.tp : 1);
@@ -189,13 +206,16 @@ Advice advise(const PlanInput& base, const MachineProfile* profile) {
       for (int micro : {1, 2, 4, 8}) {
         if ((G / dp) % micro) continue;
         if (pp > 1 && G / dp / micro < pp) continue;
+        // Expert parallel (MoE): each divisor of the dp x cp ranks that divides the experts.
+        for (int ep : divisors(dp * cp))
         for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero)
           for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
             for (int rc = 0; rc <= 1; ++rc)
               for (const char* sched : {"1f1b", "gpipe", "interleaved"}) {
+                if (ep > 1 && (!m.moe.enabled() || m.moe.n_experts % ep)) continue;
                 // Without a profile the fixed model cannot tell schedules apart: 1F1B only.
                 if (std::string(sched) != "1f1b" && (!profile || pp == 1)) continue;
-                PlanInput in = with_layout(base, dp, tp, pp, zero, sp, rc, micro, G, cp);
+                PlanInput in = with_layout(base, dp, tp, pp, zero, sp, rc, micro, G, cp, ep);
                 if (pp > 1) {
                   in.layout.schedule = sched;
                   in.layout.virtual_stages = std::string(sched) == "interleaved" ? 2 : 1;
@@ -246,14 +266,15 @@ std::string format_advice(const Advice& a, int top) {
         "\nsearch: {} layouts considered, {} fit with {:.0f}% headroom; ranked by predicted step time on the machine profile "
         "(global batch {} x seq {}; plan/step_time.hpp: the schedule's critical path from each op's FLOPs and bytes)\n",
         a.considered, a.ranked.size(), 100 * b.cluster.headroom, b.global_batch(), b.model.seq_len);
-    o += fmt::format("{:>3}  {:<82} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>6} {:>10}\n", "#", "layout", "step s",
-                     "compute", "tp", "cp", "bubble", "dp", "optim", "tokens/s", "MFU", "peak mem");
+    o += fmt::format("{:>3}  {:<90} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>6} {:>10}\n", "#", "layout",
+                     "step s", "compute", "tp", "cp", "ep", "bubble", "dp", "optim", "tokens/s", "MFU", "peak mem");
     for (int i = 0; i < std::min<int>(top, static_cast<int>(a.ranked.size())); ++i) {
       const Candidate& c = a.ranked[i];
       const StepPrediction& p = c.pred;
-      o += fmt::format("{:>3}  {:<82} {:>9.4g} {:>9.4g} {:>8.3g} {:>8.3g} {:>8.3g} {:>8.3g} {:>8.3g} {:>10.4g} {:>5.1f}% {:>10}\n", i + 1,
-                       layout_name(c.in.layout), p.step_s, p.compute_s, p.tp_s, p.cp_s, p.bubble_s, p.dp_s, p.optimizer_s,
-                       p.tokens_per_s, 100 * p.gflops_per_rank / p.peak_gflops, fmt_gb(static_cast<double>(c.peak_bytes)));
+      o += fmt::format("{:>3}  {:<90} {:>9.4g} {:>9.4g} {:>8.3g} {:>8.3g} {:>8.3g} {:>8.3g} {:>8.3g} {:>8.3g} {:>10.4g} {:>5.1f}% {:>10}\n",
+                       i + 1, layout_name(c.in.layout), p.step_s, p.compute_s, p.tp_s, p.cp_s, p.ep_s, p.bubble_s, p.dp_s,
+                       p.optimizer_s, p.tokens_per_s, 100 * p.gflops_per_rank / p.peak_gflops,
+                       fmt_gb(static_cast<double>(c.peak_bytes)));
     }
   } else {
     o += fmt::format(
@@ -262,13 +283,13 @@ std::string format_advice(const Advice& a, int top) {
         "DP overlaps backward, TP and PP do not; --profile replaces this with the measured model)\n",
         a.considered, a.ranked.size(), 100 * b.cluster.headroom, b.global_batch(), b.model.seq_len, b.cluster.peak_tflops,
         100 * b.cluster.mfu, b.cluster.nvlink_gbs, b.cluster.ib_gbps);
-    o += fmt::format("{:>3}  {:<82} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>10}\n", "#", "layout", "step s",
-                     "compute", "tp", "cp", "dp", "pp", "bubble", "peak mem");
+    o += fmt::format("{:>3}  {:<90} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>10}\n", "#", "layout", "step s",
+                     "compute", "tp", "cp", "ep", "dp", "pp", "bubble", "peak mem");
     for (int i = 0; i < std::min<int>(top, static_cast<int>(a.ranked.size())); ++i) {
       const Candidate& c = a.ranked[i];
-      o += fmt::format("{:>3}  {:<82} {:>9.3f} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>6.1f}% {:>10}\n", i + 1,
-                       layout_name(c.in.layout), c.est.total_s(), c.est.compute_s, c.est.tp_s, c.est.cp_s, c.est.dp_s,
-                       c.est.pp_s, 100 * c.est.bubble, fmt_gb(static_cast<double>(c.peak_bytes)));
+      o += fmt::format("{:>3}  {:<90} {:>9.3f} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>6.1f}% {:>10}\n", i + 1,
+                       layout_name(c.in.layout), c.est.total_s(), c.est.compute_s, c.est.tp_s, c.est.cp_s, c.est.ep_s,
+                       c.est.dp_s, c.est.pp_s, 100 * c.est.bubble, fmt_gb(static_cast<double>(c.peak_bytes)));
     }
   }
   const Candidate& best = a.ranked.front();
@@ -282,6 +303,10 @@ std::string format_advice(const Advice& a, int top) {
     why.push_back(fmt::format("cp {} splits each {}-token sequence (activations / {}; ring traffic {} per step, "
                               "{:.3f} s exposed)",
                               l.cp, best.in.model.seq_len, l.cp, fmt_gb(best.est.cp_bytes), best.est.cp_s));
+  if (l.ep > 1)
+    why.push_back(fmt::format("ep {} splits the experts' work (all-to-all {} per step{})", l.ep,
+                              fmt_gb(best.predicted ? best.pred.ep_bytes : best.est.ep_bytes),
+                              best.predicted ? fmt::format(", {:.3g} s", best.pred.ep_s) : ""));
   if (l.zero > 0)
     why.push_back(fmt::format("ZeRO-{} shards {} over dp {}", l.zero,
                               l.zero == 1 ? "optimizer state" : l.zero == 2 ? "optimizer state + gradients" : "all model state",
@@ -303,9 +328,17 @@ std::string layout_job_toml(const PlanInput& in, const std::string& profile) {
   o += fmt::format("name = \"{}-{}gpu\"\n\n[model]\npreset = \"{}\"\nn_layer = {}\nn_head = {}\nd_model = {}\n", preset,
                    l.world(), preset, in.model.n_layer, in.model.n_head, in.model.d_model);
   o += fmt::format("vocab_size = {}\nseq_len = {}\n\n", in.model.vocab_size, in.model.seq_len);
+  if (const MoeConfig& e = in.model.moe; e.enabled()) {  // the experts spelled out as well
+    o += fmt::format("[model.moe]\nn_experts = {}\ntop_k = {}\nexpert_d_ff = {}\nn_shared_experts = {}\nlayer_freq = {}\n",
+                     e.n_experts, e.top_k, e.d_ff, e.n_shared, e.layer_freq);
+    o += fmt::format("router = \"{}\"\nnorm_topk_prob = {}\naux_loss_coef = {}\nz_loss_coef = {}\ncapacity_factor = {}\n\n",
+                     e.router == MoeRouter::softmax_topk ? "softmax_topk" : "topk_softmax",
+                     e.norm_topk_prob ? "true" : "false", e.aux_loss_coef, e.z_loss_coef, e.capacity_factor);
+  }
   o += fmt::format("[parallel]\ndp = {}\ntp = {}\npp = {}\ncp = {}\nzero = {}\nsp = {}\nschedule = \"{}\"\nmicrobatches = {}\n",
                    l.dp, l.tp, l.pp, l.cp, l.zero, l.sp ? "true" : "false", l.schedule, l.microbatches);
   if (l.virtual_stages > 1) o += fmt::format("virtual_stages = {}\n", l.virtual_stages);
+  if (l.ep > 1) o += fmt::format("ep = {}\n", l.ep);
   o += "\n";
   o += fmt::format("[train]\nbackend = \"{}\"\nmicro_batch = {}\nglobal_batch = {}\nrecompute = \"{}\"\n",
                    in.precision != Precision::fp32 ? "nccl" : "cpu", l.micro_batch, in.global_batch(),
@@ -367,6 +400,17 @@ std::string explain_strategies(const PlanInput& in) {
                    "with TP, inside a node: same bytes, activations / t");
   o += fmt::format("{:<12} {:<50} {:<52} {:>22}  {}\n", fmt::format("CP (c={})", cp), "the sequence in attention",
                    "all-gather K,V fwd + reduce-scatter bwd (cp)", fmt_gb(cp_bytes), "long sequences; inside a node or next to it");
+  if (m.moe.enabled()) {  // the routed copies of every MoE layer this rank holds, 4 exchanges each
+    int ep = l.ep > 1 ? l.ep : 1;
+    if (l.ep == 1)
+      for (int x : divisors(d))
+        if (m.moe.n_experts % x == 0 && x <= c.gpus_per_node) ep = x;
+    const double ep_bytes = moe_layers_of_rank(m, l.pp) * mb * 4.0 * b * (s / l.cp) * m.moe.top_k * h * e *
+                            (ep - 1.0) / ep;
+    o += fmt::format("{:<12} {:<50} {:<52} {:>22}  {}\n", fmt::format("EP (e={})", ep), "the experts of each MoE layer",
+                     "all-to-all dispatch + combine of routed tokens (ep)", fmt_gb(ep_bytes),
+                     "MoE: inside a node; ep of the dp x cp ranks, ep | experts");
+  }
   o += fmt::format(
       "\nP = {:.3e} parameters; one activation b*s*h*e = {}; the seed's rule: TP inside a node (NVLink, it talks every "
       "layer), PP across nodes (point-to-point, once per micro-batch), DP/ZeRO over the rest (once per step).\n",

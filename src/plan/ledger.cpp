@@ -126,6 +126,13 @@ void validate_plan(const PlanInput& in) {
   usage_check(l.micro_batch >= 1 && l.microbatches >= 1, "micro-batch ({}) and micro-batches ({}) must be >= 1",
               l.micro_batch, l.microbatches);
   usage_check(m.seq_len % l.cp == 0, "cp ({}) must divide the sequence length ({})", l.cp, m.seq_len);
+  usage_check(l.ep >= 1, "ep must be >= 1 (got {})", l.ep);
+  if (l.ep > 1) {
+    usage_check(m.moe.enabled(), "expert parallel (ep {}) needs a MoE model ([model.moe] n_experts > 0); {} is dense",
+                l.ep, m.name);
+    usage_check(m.moe.n_experts % l.ep == 0, "ep ({}) must divide model.moe.n_experts ({})", l.ep, m.moe.n_experts);
+    usage_check(l.dp * l.cp % l.ep == 0, "ep ({}) must divide the dp x cp ranks ({} x {})", l.ep, l.dp, l.cp);
+  }
   usage_check(l.schedule == "1f1b" || l.schedule == "gpipe" || l.schedule == "interleaved",
               "unknown pipeline schedule '{}' (allowed: gpipe, 1f1b, interleaved)", l.schedule);
   usage_check(l.pp == 1 || l.schedule == "gpipe" || l.microbatches >= l.pp,

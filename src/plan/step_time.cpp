@@ -38,10 +38,25 @@ struct Ctx {
 // One transformer layer, one micro-batch: {forward, backward} compute seconds and TP seconds
 // (forward, backward), and the CP ring's exposed seconds.
 struct LayerCost {
-  double fwd = 0, bwd = 0, tp_fwd = 0, tp_bwd = 0, cp = 0;
+  double fwd = 0, bwd = 0, tp_fwd = 0, tp_bwd = 0, cp = 0, ep_fwd = 0, ep_bwd = 0;
+  double ep_bytes = 0;  // all-to-all bytes this rank sends per micro-batch, forward + backward
 };
 
-LayerCost layer_cost(const Ctx& c) {
+// A MoE block's MLP (moe_mlp.hpp) on M rows: the copies a rank's experts run, balanced over the
+// experts and dropless (the load-balancing loss's aim; a skewed router is slower than this).
+struct MoeShape {
+  double copies = 0, local_experts = 0, rows_per_expert = 0, shared_ff = 0;
+};
+MoeShape moe_shape(const ModelConfig& m, double M, int ep) {
+  MoeShape s;
+  s.copies = M * m.moe.top_k;  // dispatched by this rank = received by it, in balance
+  s.local_experts = double(m.moe.n_experts) / ep;
+  s.rows_per_expert = s.copies / s.local_experts;
+  s.shared_ff = double(m.moe.n_shared) * m.moe.d_ff;
+  return s;
+}
+
+LayerCost layer_cost(const Ctx& c, bool moe) {
   const ModelConfig& m = c.in.model;
   const PlanLayout& l = c.in.layout;
   const double tp = l.tp, cpn = l.cp;
@@ -50,10 +65,25 @@ LayerCost layer_cost(const Ctx& c) {
   const bool llama = m.arch == Arch::llama;
   const double fcf = llama ? 2 : 1;
   LayerCost r;
-  const double shapes[4][3] = {{M, (H + 2 * KV) * hd / tp, d}, {M, d, H * hd / tp}, {M, fcf * F / tp, d}, {M, d, F / tp}};
-  for (const auto& s : shapes) {
-    r.fwd += c.gemm(s[0], s[1], s[2], false);
-    r.bwd += c.gemm(s[0], s[1], s[2], true);
+  auto gemm = [&](double rows, double n, double k, double times = 1) {
+    r.fwd += times * c.gemm(rows, n, k, false);
+    r.bwd += times * c.gemm(rows, n, k, true);
+  };
+  gemm(M, (H + 2 * KV) * hd / tp, d);
+  gemm(M, d, H * hd / tp);
+  const MoeShape ms = moe_shape(m, M, l.ep);
+  if (moe) {  // the router, one GEMM pair per local expert over its rows (w1|w3, w2), the shared experts
+    const double Fe = m.moe.d_ff;
+    gemm(M, m.moe.n_experts, d);
+    gemm(ms.rows_per_expert, 2 * Fe, d, ms.local_experts);
+    gemm(ms.rows_per_expert, d, Fe, ms.local_experts);
+    if (ms.shared_ff > 0) {
+      gemm(M, 2 * ms.shared_ff / tp, d);
+      gemm(M, d, ms.shared_ff / tp);
+    }
+  } else {
+    gemm(M, fcf * F / tp, d);
+    gemm(M, d, F / tp);
   }
   // Attention: 4 T^2 hd per head and sequence forward; under cp each rank does 1/cp of it.
   const double T = m.seq_len;
@@ -63,9 +93,12 @@ LayerCost layer_cost(const Ctx& c) {
   r.fwd += attn_f, r.bwd += attn_b;
   // Elementwise bytes forward: two norms (read + write d), two residual adds (3 d), the
   // activation (GELU 2 F/tp, SwiGLU 3 F/tp), RoPE on q and k (read + write). SP: the norms and
-  // residuals on M/tp rows.
+  // residuals on M/tp rows. MoE: the router's softmax (3 E), the copies gathered to their experts
+  // and combined back (4 d each), their SwiGLU (3 Fe) and the shared experts'.
   const double rows_nr = l.sp ? M / tp : M;
-  double bytes = rows_nr * (2 * 2 * d + 2 * 3 * d) + M * (llama ? 3 : 2) * F / tp;
+  double bytes = rows_nr * (2 * 2 * d + 2 * 3 * d);
+  if (moe) bytes += M * 3 * m.moe.n_experts + ms.copies * (4 * d + 3 * m.moe.d_ff) + M * 3 * ms.shared_ff / tp;
+  else bytes += M * (llama ? 3 : 2) * F / tp;
   if (llama) bytes += M * 2 * (H + KV) * hd / tp;
   bytes *= c.e;
   r.fwd += c.stream(bytes);
@@ -74,11 +107,25 @@ LayerCost layer_cost(const Ctx& c) {
   if (l.tp > 1) {
     const double act = M * d * c.e;
     // Two sublayers (attention, MLP), each one all-reduce, or with SP an all-gather before and a
-    // reduce-scatter after: the same bytes.
-    const double one = l.sp ? 2 * (c.coll("all_gather", l.tp, act, 1) + c.coll("reduce_scatter", l.tp, act, 1))
-                            : 2 * c.coll("all_reduce", l.tp, act, 1);
-    r.tp_fwd = one;
-    r.tp_bwd = one * (l.recompute ? 2 : 1);
+    // reduce-scatter after: the same bytes. A MoE MLP: its rows gathered under SP (each TP rank
+    // runs the routed experts on all of them and keeps its own), and the shared experts' all-reduce.
+    const double sub = l.sp ? c.coll("all_gather", l.tp, act, 1) + c.coll("reduce_scatter", l.tp, act, 1)
+                            : c.coll("all_reduce", l.tp, act, 1);
+    const double mlp = !moe ? sub
+                            : (l.sp ? c.coll("all_gather", l.tp, act, 1) : 0) +
+                                  (ms.shared_ff > 0 ? c.coll("all_reduce", l.tp, act, 1) : 0);
+    r.tp_fwd = sub + mlp;
+    r.tp_bwd = r.tp_fwd * (l.recompute ? 2 : 1);
+  }
+  if (moe && l.ep > 1) {
+    // Expert parallel: the per-expert counts all-gathered, then dispatch and combine, each one
+    // all-to-all of the copies' rows; backward the two again on the gradients; a recomputed block
+    // runs its forward's again. On the critical path (the exchange is not overlapped).
+    const double rows = ms.copies * d * c.e;
+    const double a2a = c.coll("all_to_all", l.ep, rows, l.tp);
+    r.ep_fwd = c.coll("all_gather", l.ep, l.ep * m.moe.n_experts * 4.0, l.tp) + 2 * a2a;
+    r.ep_bwd = 2 * a2a + (l.recompute ? r.ep_fwd : 0);
+    r.ep_bytes = (4 + (l.recompute ? 2 : 0)) * rows * (l.ep - 1) / l.ep;
   }
   if (l.cp > 1) {
     const double kv = l.micro_batch * (T / cpn) * 2 * std::max(1.0, KV / tp) * hd * c.e;
@@ -119,7 +166,7 @@ EndCost head_cost(const Ctx& c) {
 }  // namespace
 
 std::string StepPrediction::dominant() const {
-  std::pair<double, const char*> parts[] = {{compute_s, "compute"},         {tp_s, "TP comm"},
+  std::pair<double, const char*> parts[] = {{compute_s, "compute"},         {tp_s, "TP comm"}, {ep_s, "EP all-to-all"},
                                             {cp_s, "CP ring"},             {bubble_s, "pipeline bubble"},
                                             {shared_cores_s, "shared cores"}, {dp_s, "DP/ZeRO comm"},
                                             {optimizer_s, "optimizer"},     {overhead_s, "overhead"}};
@@ -151,29 +198,40 @@ StepPrediction predict_step(const PlanInput& in, const MachineProfile& prof) {
   out.ranks_per_node = c.k;
   out.gemm_bf16 = c.bf16 && prof.has_bf16();
 
-  const LayerCost layer = layer_cost(c);
+  const LayerCost dense = layer_cost(c, false), moe = m.moe.enabled() ? layer_cost(c, true) : dense;
   const EndCost emb = embedding_cost(c), head = head_cost(c);
   const int V = std::max(1, l.virtual_stages), P = l.pp, n_vs = P * V;
   const std::vector<int> layers = pipeline_stage_layers(m.n_layer, n_vs, l.pp_layers);
-  // Per virtual stage: forward and backward seconds of one micro-batch, and the TP part of them.
-  std::vector<double> f(n_vs), b(n_vs), tpf(n_vs), tpb(n_vs);
-  for (int vs = 0; vs < n_vs; ++vs) {
-    const double n = layers[vs];
-    f[vs] = n * (layer.fwd + layer.cp / 3), b[vs] = n * (layer.bwd + layer.cp * 2 / 3);
-    tpf[vs] = n * layer.tp_fwd, tpb[vs] = n * layer.tp_bwd;
+  // Per virtual stage: forward and backward seconds of one micro-batch, and the TP and EP parts
+  // of them (each stage's dense and MoE layers at their own cost).
+  std::vector<double> f(n_vs), b(n_vs), tpf(n_vs), tpb(n_vs), epf(n_vs), epb(n_vs), ep_sent(n_vs);
+  for (int vs = 0, first = 0; vs < n_vs; first += layers[vs++]) {
+    double nm = 0;
+    for (int i = first; i < first + layers[vs]; ++i) nm += m.moe.is_moe_layer(i);
+    const double nd = layers[vs] - nm;
+    auto sum = [&](double LayerCost::*x) { return nd * dense.*x + nm * moe.*x; };
+    const double cp = layers[vs] * dense.cp;
+    f[vs] = sum(&LayerCost::fwd) + cp / 3, b[vs] = sum(&LayerCost::bwd) + cp * 2 / 3;
+    tpf[vs] = sum(&LayerCost::tp_fwd), tpb[vs] = sum(&LayerCost::tp_bwd);
+    epf[vs] = sum(&LayerCost::ep_fwd), epb[vs] = sum(&LayerCost::ep_bwd), ep_sent[vs] = nm * moe.ep_bytes;
     if (vs == 0) f[vs] += emb.fwd, b[vs] += emb.bwd, tpf[vs] += emb.tp, tpb[vs] += emb.tp;
     if (vs == n_vs - 1) f[vs] += head.fwd, b[vs] += head.bwd, tpf[vs] += head.tp, tpb[vs] += head.tp;
+    // The collectives ride on compute's durations from here on (the pipeline's actions).
+    tpf[vs] += epf[vs], tpb[vs] += epb[vs];
   }
   const double mb = l.microbatches;
-  // Per pipeline rank: compute (with TP) of all its chunks over the step.
-  std::vector<double> busy(P, 0.0), last_bwd(P, 0.0), tp_rank(P, 0.0), comp_rank(P, 0.0), cp_rank(P, 0.0);
+  // Per pipeline rank: compute (with TP and EP) of all its chunks over the step.
+  std::vector<double> busy(P, 0.0), last_bwd(P, 0.0), tp_rank(P, 0.0), ep_rank(P, 0.0), cp_rank(P, 0.0),
+      ep_bytes(P, 0.0);
   for (int r = 0; r < P; ++r)
     for (int ch = 0; ch < V; ++ch) {
       const int vs = ch * P + r;
       busy[r] += mb * (f[vs] + b[vs] + tpf[vs] + tpb[vs]);
-      tp_rank[r] += mb * (tpf[vs] + tpb[vs]);
-      cp_rank[r] += mb * layers[vs] * layer.cp;
+      tp_rank[r] += mb * (tpf[vs] + tpb[vs] - epf[vs] - epb[vs]);
+      ep_rank[r] += mb * (epf[vs] + epb[vs]);
+      cp_rank[r] += mb * layers[vs] * dense.cp;
       last_bwd[r] += b[vs];
+      ep_bytes[r] += mb * ep_sent[vs];
     }
   double makespan = 0;
   if (P > 1) {
@@ -194,7 +252,9 @@ StepPrediction predict_step(const PlanInput& in, const MachineProfile& prof) {
   const int busiest = static_cast<int>(std::max_element(busy.begin(), busy.end()) - busy.begin());
   out.tp_s = tp_rank[busiest];
   out.cp_s = cp_rank[busiest];
-  out.compute_s = busy[busiest] - out.tp_s - out.cp_s;
+  out.ep_s = ep_rank[busiest];
+  out.ep_bytes = *std::max_element(ep_bytes.begin(), ep_bytes.end());
+  out.compute_s = busy[busiest] - out.tp_s - out.cp_s - out.ep_s;
   out.bubble_s = std::max(0.0, makespan - busy[busiest]);
   if (over < 1) {  // the node's cores, shared by all its ranks' work
     double mean_busy = 0;
@@ -272,6 +332,10 @@ std::string format_prediction(const PlanInput& in, const MachineProfile& prof, c
                   p.gemm_bf16 ? "bf16" : "fp32", p.ranks_per_node));
   if (l.tp > 1) row("TP comm", p.tp_s, fmt::format("{} per layer, on the critical path", l.sp ? "all-gather + reduce-scatter" : "all-reduces"));
   if (l.cp > 1) row("CP ring", p.cp_s, "k|v hops beyond what attention hides");
+  if (l.ep > 1)
+    row("EP all-to-all", p.ep_s,
+        fmt::format("MoE dispatch + combine over ep {}, forward and backward: {} sent per step, on the critical path",
+                    l.ep, fmt_gb(p.ep_bytes)));
   if (l.pp > 1) row("pipeline bubble", p.bubble_s, fmt::format("{} schedule, pp {}, {} micro-batches{}", l.schedule, l.pp, l.microbatches,
                                                                l.virtual_stages > 1 ? fmt::format(", v {}", l.virtual_stages) : ""));
   if (p.shared_cores_s > 0)

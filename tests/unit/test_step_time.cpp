@@ -4,6 +4,7 @@
 // counted from the parameter total, and the profile file's round trip and errors.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/parallel/schedule.hpp"
+#include "mpitron/plan/advisor.hpp"
 #include "mpitron/plan/ledger.hpp"
 #include "mpitron/plan/profile.hpp"
 #include "mpitron/plan/step_time.hpp"
@@ -50,6 +52,24 @@ PlanInput gpt_input(int dp, int tp, int pp, int micro, int microbatches) {
   in.layout.micro_batch = micro;
   in.layout.microbatches = microbatches;
   in.cluster.gpus = dp * tp * pp;
+  in.cluster.gpus_per_node = 64;
+  return in;
+}
+
+// llama-moe-tiny at seq 128 with 4 blocks (every lf-th one MoE, `shared` always-on experts),
+// dp ranks of which ep split the experts, micro-batch 2 x 3.
+PlanInput moe_input(int dp, int ep, int lf = 1, int shared = 0) {
+  PlanInput in;
+  in.model = model_preset("llama-moe-tiny");
+  in.model.seq_len = 128;
+  in.model.n_layer = 4;
+  in.model.moe.layer_freq = lf;
+  in.model.moe.n_shared = shared;
+  in.precision = Precision::fp32;
+  in.layout.dp = dp, in.layout.ep = ep;
+  in.layout.micro_batch = 2;
+  in.layout.microbatches = 3;
+  in.cluster.gpus = dp;
   in.cluster.gpus_per_node = 64;
   return in;
 }
@@ -165,6 +185,91 @@ BOOST_AUTO_TEST_CASE(gemm_grid_interpolates_in_log_space) {
   BOOST_TEST(p.gemm_gflops(4096, 64, 64, false, false) == 200, boost::test_tools::tolerance(1e-9));
   BOOST_TEST(p.gemm_gflops(512, 64, 64, false, false) == 100 * std::sqrt(2.0), boost::test_tools::tolerance(1e-9));
   BOOST_TEST(p.gemm_gflops(1e6, 64, 64, false, false) == 200, boost::test_tools::tolerance(1e-9));  // clamped
+}
+
+BOOST_AUTO_TEST_CASE(moe_compute_counts_the_active_experts) {
+  // GEMM-bound, elementwise free: per token the router GEMM, its top_k experts' SwiGLU GEMMs and
+  // the shared experts' in MoE blocks, the dense SwiGLU in the others (3 x 2 x params FLOPs
+  // forward + backward). Expert parallel spreads the same copies over the ranks' fewer experts
+  // (balanced): the same FLOPs per rank.
+  for (int lf : {1, 2})
+    for (int shared : {0, 1})
+      for (int ep : {1, 2}) {
+        const PlanInput in = moe_input(2, ep, lf, shared);
+        const ModelConfig& m = in.model;
+        const double R = 200, A = 80;
+        const StepPrediction r = predict_step(in, flat_profile(R, A, 1e15, 1e15, 0));
+        const double T = m.seq_len, d = m.d_model, hd = m.head_dim(), tokens = 2 * 3 * T;
+        double per_token = double(m.padded_vocab()) * d;  // the head
+        for (int l = 0; l < m.n_layer; ++l) {
+          per_token += (m.n_head + 2.0 * m.n_kv_head) * hd * d + m.n_head * hd * d;
+          per_token += m.moe.is_moe_layer(l) ? d * m.moe.n_experts + 3.0 * d * m.moe.d_ff * (m.moe.top_k + shared)
+                                             : 3.0 * d * m.d_ff;
+        }
+        const double gemm = 3 * 2 * tokens * per_token;
+        const double attn = 3 * m.n_layer * m.n_head * 4 * T * T * hd * 2 * 3;
+        BOOST_TEST(r.compute_s == gemm / (R * 1e9) + attn / (A * 1e9), boost::test_tools::tolerance(1e-6));
+        BOOST_TEST(r.ep_s < 1e-12);  // collectives at 1e15 GB/s
+      }
+}
+
+BOOST_AUTO_TEST_CASE(ep_all_to_all_per_moe_block) {
+  // Per MoE block and micro-batch: the counts' all-gather (E floats from each rank) and 4
+  // all-to-alls (dispatch + combine, forward and backward; 6 with recompute) of the rank's
+  // M x top_k routed rows of d floats, (ep-1)/ep of each leaving the rank; busbw bw, no latency.
+  const double bw = 3.0;
+  for (int lf : {1, 2})
+    for (int rc : {0, 1}) {
+      PlanInput in = moe_input(4, 4, lf);
+      in.layout.recompute = rc;
+      const StepPrediction r = predict_step(in, flat_profile(100, 50, 1e6, bw, 0));
+      const ModelConfig& m = in.model;
+      int blocks = 0;
+      for (int l = 0; l < m.n_layer; ++l) blocks += m.moe.is_moe_layer(l);
+      BOOST_TEST(blocks == (lf == 1 ? 4 : 2));
+      const double rows = 2.0 * m.seq_len * m.moe.top_k * m.d_model * 4, f = 3.0 / 4;
+      const double a2a = f * rows / (bw * 1e9), counts = f * 4 * m.moe.n_experts * 4 / (bw * 1e9);
+      const double n_a2a = rc ? 6 : 4, n_counts = rc ? 2 : 1;
+      BOOST_TEST(r.ep_s == blocks * 3 * (n_a2a * a2a + n_counts * counts), boost::test_tools::tolerance(1e-9));
+      BOOST_TEST(r.ep_bytes == blocks * 3 * n_a2a * f * rows, boost::test_tools::tolerance(1e-12));
+      BOOST_TEST(format_prediction(in, flat_profile(), r).find("EP all-to-all") != std::string::npos);
+      in.layout.ep = 1;
+      BOOST_TEST(predict_step(in, flat_profile(100, 50, 1e6, bw, 0)).ep_s == 0);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(advisor_searches_expert_parallel) {
+  // A MoE model on 4 ranks: layouts with ep 2 and 4 are tried (ep divides dp x cp and the
+  // experts), ranked with their all-to-all; the emitted job keeps ep and the experts. A dense
+  // model never gets ep.
+  PlanInput in = moe_input(4, 1);
+  in.model.seq_len = 64;
+  in.layout.microbatches = 1;
+  const MachineProfile prof = flat_profile(100, 50, 1e6, 3, 1e-6);
+  const Advice a = advise(in, &prof);
+  std::vector<int> eps;
+  for (const Candidate& c : a.ranked) {
+    const PlanLayout& l = c.in.layout;
+    BOOST_TEST((l.dp * l.cp % l.ep == 0 && in.model.moe.n_experts % l.ep == 0));
+    if (l.ep > 1) BOOST_TEST((c.pred.ep_s > 0 && c.pred.ep_bytes > 0 && c.est.ep_bytes > 0));
+    if (std::find(eps.begin(), eps.end(), l.ep) == eps.end()) eps.push_back(l.ep);
+  }
+  std::sort(eps.begin(), eps.end());
+  BOOST_TEST(eps == std::vector<int>({1, 2, 4}), boost::test_tools::per_element());
+  const auto ep4 = std::find_if(a.ranked.begin(), a.ranked.end(), [](const Candidate& c) { return c.in.layout.ep == 4; });
+  const std::string job = layout_job_toml(ep4->in);
+  BOOST_TEST(job.find("ep = 4") != std::string::npos);
+  BOOST_TEST(job.find("[model.moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 96") != std::string::npos);
+  PlanInput dense = gpt_input(4, 1, 1, 1, 1);
+  dense.model.seq_len = 64;
+  for (const Candidate& c : advise(dense, &prof).ranked) BOOST_TEST(c.in.layout.ep == 1);
+  try {
+    in.layout.ep = 3;
+    predict_step(in, prof);
+    BOOST_FAIL("no error");
+  } catch (const UsageError& e) {
+    BOOST_TEST(std::string(e.what()).find("ep (3) must divide model.moe.n_experts (4)") != std::string::npos);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

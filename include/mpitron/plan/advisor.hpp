@@ -14,8 +14,12 @@
 //              again for backward), on NVLink when the DP group is inside a node else InfiniBand
 //   PP       = one activation and one gradient of b*s*h*e per micro-batch per stage boundary,
 //              InfiniBand when stages sit on different nodes
-// DP/ZeRO traffic overlaps the backward pass (2/3 of compute; only the excess counts); TP and PP
-// traffic is on the critical path. Ties go to the simpler layout, then to less memory.
+//   EP       = MoE models: per MoE layer and micro-batch 4 all-to-alls (dispatch and combine,
+//              forward and backward; +2 with recompute) of the rank's b*s/cp*top_k routed copies
+//              of h*e bytes, (ep-1)/ep of them leaving the rank; ep is searched over the divisors
+//              of dp x cp that divide the experts
+// DP/ZeRO traffic overlaps the backward pass (2/3 of compute; only the excess counts); TP, PP and
+// EP traffic is on the critical path. MoE compute counts the active parameters (top_k experts). Ties go to the simpler layout, then to less memory.
 #pragma once
 #include <string>
 #include <vector>
@@ -26,9 +30,9 @@
 namespace mpitron {
 
 struct StepEstimate {
-  double compute_s = 0, tp_s = 0, cp_s = 0, dp_s = 0, pp_s = 0, bubble = 0;
-  double total_s() const { return compute_s + tp_s + cp_s + dp_s + pp_s; }
-  double tp_bytes = 0, cp_bytes = 0, dp_bytes = 0, pp_bytes = 0;  // per rank per step
+  double compute_s = 0, tp_s = 0, cp_s = 0, dp_s = 0, pp_s = 0, ep_s = 0, bubble = 0;
+  double total_s() const { return compute_s + tp_s + cp_s + dp_s + pp_s + ep_s; }
+  double tp_bytes = 0, cp_bytes = 0, dp_bytes = 0, pp_bytes = 0, ep_bytes = 0;  // per rank per step
 };
 StepEstimate estimate_step(const PlanInput& in, const Ledger& led);
 

@@ -12,6 +12,14 @@
 //   TP         2 all-reduces per layer forward and 2 backward of M x d activations (SP: the same
 //              bytes as all-gather + reduce-scatter pairs), +2 forward with recompute; the head's
 //              vocab-parallel loss all-reduces; all on the critical path;
+//   MoE        a MoE block's MLP in place of the dense one: the router GEMM, each local expert's
+//              GEMM pair over its rows (the rank's M x top_k copies spread evenly over its E/ep
+//              experts: balanced, dropless), the shared experts split over TP; its elementwise
+//              bytes (softmax, gathering and combining the copies, SwiGLU); under SP its rows
+//              all-gathered; with shared experts their all-reduce;
+//   EP         per MoE block and micro-batch: the counts' all-gather and two all-to-alls of the
+//              copies' rows (dispatch, combine) forward, two backward, the forward's again with
+//              recompute; not overlapped (the trainer runs them between the GEMMs);
 //   CP         the ring's k|v hops (forward cp-1, backward cp-1 plus cp dk|dv hops), overlapped
 //              with the attention compute: only the excess counts.
 // Every rank of a node computes at once: rates are scaled by the profile's per-rank factor for
@@ -44,12 +52,14 @@ struct StepPrediction {
   // The parts on the critical path (their sum is step_s) ...
   double compute_s = 0;     // forward + backward (+ recompute) of the busiest pipeline rank, all micro-batches
   double tp_s = 0, cp_s = 0;  // exposed TP / CP communication inside those
+  double ep_s = 0;          // MoE all-to-all (dispatch, combine) and counts inside those
   double bubble_s = 0;      // pipeline idle time on the busiest rank (and p2p waits)
   double shared_cores_s = 0;  // more ranks than cores: the node's throughput beyond the critical path
   double dp_s = 0;          // exposed DP / ZeRO communication (and compute slowed by what overlaps)
   double optimizer_s = 0, overhead_s = 0;
   // ... and what is behind them.
   double dp_total_s = 0;    // all DP / ZeRO communication time, hidden or not
+  double ep_bytes = 0;      // MoE all-to-all bytes a rank sends to others per step (the busiest pipeline rank)
   double flops = 0;         // model FLOPs per step (6N + 12LTd per token, the trainer's MFU count)
   double tokens_per_s = 0;
   double gflops_per_rank = 0;
