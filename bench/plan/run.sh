@@ -8,7 +8,7 @@
 # Ranks run unbound (--bind-to none): OpenMPI binds np <= 2 to one core each, and the profile's
 # one-rank rates are those of a rank with every core.
 # Usage: bench/plan/run.sh [BUILD dir]   (env: STEPS=8, REPEATS=3 runs per layout, PROFILE=an existing
-# profile to reuse)
+# profile to reuse, ONLY=a regex of the layouts to run, OUT=the results file, default bench/results/plan.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-${BUILD:-build}}
@@ -33,6 +33,11 @@ fi
 cp "$profile" "$tmp/profile.copy.toml"
 
 gpt=(--model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.seq_len=128)
+ONLY=${ONLY:-.}
+OUT=${OUT:-bench/results/plan.md}
+# MoE: the LLaMA below with 4 experts of 352, top 2 (active MLP width 704, the dense one 688).
+moe=(--model.preset=llama-moe-tiny --model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.n_kv_head=2
+     --model.seq_len=128 --model.moe.n_experts=4 --model.moe.top_k=2 --model.moe.expert_d_ff=352)
 llama=(--model.preset=llama-tiny --model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.n_kv_head=2
        --model.d_ff=688 --model.seq_len=128)
 # name | np | model | overrides. Global batch 16 sequences throughout; the layouts differ in what
@@ -62,7 +67,16 @@ layouts=(
   "llama single|1|llama|--train.micro_batch=4"
   "llama tp2 sp|2|llama|--train.micro_batch=4 --parallel.tp=2 --parallel.sp=true"
   "llama dp2 x pp2|4|llama|--train.micro_batch=4 --parallel.pp=2"
+  "moe single|1|moe|--train.micro_batch=4"
+  "moe dp2|2|moe|--train.micro_batch=4"
+  "moe ep2|2|moe|--train.micro_batch=4 --parallel.ep=2"
+  "moe ep2 recompute|2|moe|--train.micro_batch=4 --parallel.ep=2 --train.recompute=full"
+  "moe tp2 sp|2|moe|--train.micro_batch=4 --parallel.tp=2 --parallel.sp=true"
+  "moe ep4|4|moe|--train.micro_batch=4 --parallel.ep=4"
 )
+selected=()
+for row in "${layouts[@]}"; do [[ "${row%%|*}" =~ $ONLY ]] && selected+=("$row"); done
+layouts=("${selected[@]}")
 # Round-robin over the repeats (every layout once, then again): a slow spell of the shared
 # machine then falls on many layouts a little rather than on one layout wholly.
 for rep in $(seq "$REPEATS"); do
@@ -70,7 +84,7 @@ for rep in $(seq "$REPEATS"); do
   for row in "${layouts[@]}"; do
     IFS='|' read -r name np model extra <<<"$row"
     i=$((i + 1))
-    if [ "$model" = gpt ]; then m=("${gpt[@]}"); else m=("${llama[@]}"); fi
+    case $model in gpt) m=("${gpt[@]}") ;; moe) m=("${moe[@]}") ;; *) m=("${llama[@]}") ;; esac
     # shellcheck disable=SC2206
     ov=(--data.path="$tmp/data" "${m[@]}" --train.precision=fp32 --train.global_batch=16 $extra)
     dir="$tmp/run$i"
@@ -110,7 +124,7 @@ print("%-28s np %d  predicted %8.1f ms  measured %8.1f ms  %+6.1f%%" % (r["name"
 done
 mkdir -p bench/results
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-/usr/bin/python3 - "$results" "$tmp/calibrate.log" "$cpu" "$(nproc)" "$STEPS" "$REPEATS" >bench/results/plan.md <<'PY'
+/usr/bin/python3 - "$results" "$tmp/calibrate.log" "$cpu" "$(nproc)" "$STEPS" "$REPEATS" >"$OUT" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 cal, cpu, cores, steps, reps = open(sys.argv[2]).read(), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
@@ -132,7 +146,8 @@ print("# Step-time prediction against measured runs (bench/plan/run.sh)\n")
 print(f"Machine: {cpu}, {cores} cores, one node; OpenMPI, CPU backend, fp32. Each layout trains {steps} steps {reps} times; "
       f"measured = median step time of steps 2..{steps} over the runs (metrics.jsonl step_ms); predicted = `mpitron plan JOB --predict "
       f"--profile P` on the profile `mpitron calibrate` wrote at np 8 in this run. GPT: 4 layers, d_model 256, 4 heads, "
-      f"seq 128, byte vocabulary; LLaMA: the same with RMSNorm, RoPE, SwiGLU (d_ff 688) and 2 KV heads. Global batch 16 "
+      f"seq 128, byte vocabulary; LLaMA: the same with RMSNorm, RoPE, SwiGLU (d_ff 688) and 2 KV heads; MoE: that LLaMA with "
+      f"4 experts of d_ff 352 in every block, top 2 (Mixtral's router). Global batch 16 "
       f"sequences. Layouts with more ranks than cores are oversubscribed (1 thread per rank): that is this machine's truth "
       f"and the profile's concurrency table measures it.\n")
 print(f"**Median absolute error {100*statistics.median(errs):.1f}%, worst {100*max(errs):.1f}%, Spearman rho "

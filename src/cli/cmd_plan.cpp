@@ -56,7 +56,7 @@ constexpr const char* kPlanHelp =
     "                      --virtual-stages V): time grid, actions per rank, bubble vs (p-1)/(v*m+p-1)\n\n"
     "model and layout (override the job file; without one the defaults are the job keys'):\n"
     "  --model NAME        preset: tiny, gpt2-124m/350m/774m/1.5b, llama-tiny/small/1b, llama2-7b/13b/70b,\n"
-    "                      llama3-8b/70b/405b\n"
+    "                      llama3-8b/70b/405b, llama-moe-tiny, mixtral-8x7b, olmoe-1b-7b (MoE)\n"
     "  --seq N             sequence length (model.seq_len)\n"
     "  --gpus N            GPUs (ranks) in the job; default tp*pp*dp*cp. dp is inferred from it\n"
     "  --gpus-per-node N   GPUs per node (default 8): TP must stay inside a node\n"

@@ -47,6 +47,17 @@ grep -q "check_prediction = true" "$tmp/best.toml" && grep -q "profile = \"$prof
   fail "the emitted job does not check its prediction: $(cat "$tmp/best.toml")"
 echo "ok    plan --advise --profile --emit-job"
 
+# MoE: the ep all-to-all in the prediction, ep searched by the advisor and kept in the emitted job.
+moe=(jobs/moe-tiny.toml --data.path="$tmp/data" --train.global_batch=8)
+out=$("$MPITRON" plan "${moe[@]}" --gpus 2 --ep 2 --predict --profile "$prof")
+echo "$out" | grep -q "EP all-to-all .* sent per step" || fail "plan --predict --ep 2 shows no all-to-all: $out"
+"$MPITRON" plan "${moe[@]}" --gpus 4 --advise --top 1000 --profile "$prof" --emit-job "$tmp/moe.toml" >"$tmp/moe-advise.log"
+grep -q "(ep 2)" "$tmp/moe-advise.log" && grep -q "(ep 4)" "$tmp/moe-advise.log" ||
+  fail "--advise on a MoE model did not try ep 2 and 4: $(head -c 3000 "$tmp/moe-advise.log")"
+grep -q "^\[model.moe\]" "$tmp/moe.toml" && grep -q "^n_experts = 4" "$tmp/moe.toml" ||
+  fail "the emitted MoE job lost its experts: $(cat "$tmp/moe.toml")"
+echo "ok    MoE: plan --predict --ep 2 counts the all-to-all; --advise searches ep"
+
 log="$tmp/train.log"
 timeout 120 $MPIRUN -np 2 "$MPITRON" train "${job[@]}" --train.steps=4 --eval.every=0 --eval.batches=0 \
   --train.profile="$prof" --train.check_prediction=true --job.run_dir="$tmp/run" >"$log" 2>&1 || { cat "$log"; fail "training failed"; }
@@ -64,6 +75,8 @@ expect_usage() {  # what-to-find command...
   grep -q -- "$want" "$tmp/err.log" || { cat "$tmp/err.log"; fail "the message does not name '$want'"; }
 }
 expect_usage "--predict needs --profile" "$MPITRON" plan "${job[@]}" --predict
+expect_usage "ep (3) must divide model.moe.n_experts (4)" "$MPITRON" plan "${moe[@]}" --gpus 3 --ep 3
+expect_usage "expert parallel (ep 2) needs a MoE model" "$MPITRON" plan "${job[@]}" --gpus 2 --ep 2
 expect_usage "no-such-profile" "$MPITRON" plan "${job[@]}" --predict --profile no-such-profile
 sed 's/^stream_gbs/stream_gbz/' "$prof" >"$tmp/bad.toml"
 rc=0
