@@ -323,7 +323,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   const auto table = full_table(cfg);
   const bool has_optimizer = shards.empty() || shards.front().has_optimizer;
 
-  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  std::unique_lock<std::mutex> lock(hdf5_mutex());
   h5::quiet();
   Id fapl = mpio_fapl(comm);
   errno = 0;  // error_cause() reports errno: only this write's
@@ -346,6 +346,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
     if (k.range != &CheckpointShard::params && !has_optimizer) continue;
     Id g = make_group(f, k.group);
     for (const auto& full : table) {
+      hdf5_yield_point(lock);  // between tensors, no HDF5 call open (the background writer)
       std::vector<hsize_t> dims = file_dims(full, cfg);
       Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
       Id dcpl(H5Pcreate(H5P_DATASET_CREATE));

@@ -405,6 +405,10 @@ const std::vector<Key>& registry() {
       make_key("checkpoint.timeout_s",
                "seconds a checkpoint save or load may take before the hang watchdog aborts the job",
                &C::checkpoint, &CheckpointSection::timeout_s, above(0, "comm.timeout_s")),
+      make_key("checkpoint.async",
+               "periodic saves copy the state into a host snapshot and a background thread writes the file while "
+               "training goes on (the last step's and a preemption's save wait for it and write in the foreground)",
+               &C::checkpoint, &CheckpointSection::async),
       make_key("log.every", "print and record metrics every N steps", &C::log, &LogSection::every, at_least(1)),
       make_key("eval.every", "validation loss every N steps (0: only at the end)", &C::eval, &EvalSection::every, at_least(1, "only at the end")),
       make_key("eval.batches", "validation batches (of train.global_batch sequences) per evaluation (0: no validation)", &C::eval, &EvalSection::batches, at_least(1, "no validation")),

@@ -49,6 +49,7 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, co
   // A file size limit (ulimit -f) must be a write error naming the checkpoint and "File too
   // large", like a full disk, not a silent kill by SIGXFSZ halfway through a save.
   std::signal(SIGXFSZ, SIG_IGN);
+  if (cfg.checkpoint.async) background_ = std::make_unique<BackgroundSave>(mgr_.dir(), cfg.checkpoint.keep, MPI_COMM_WORLD);
 }
 
 // Host memory (CPU): the shards point at the live buffers. Device memory (GPU): they point at
@@ -202,7 +203,7 @@ int TrainCheckpointer::resume() {
   state_.set_optimizer_steps(static_cast<int>(m.optimizer_steps));
   data_.restore(sampler_state_for(m, grid_.shape().dp));
   before_step_ = data_.state();
-  last_saved_ = static_cast<int>(m.step);
+  last_saved_ = last_started_ = static_cast<int>(m.step);
   resumed_loss_ = m.loss;
   if (grid_.rank() == 0) {
     std::printf("resumed from %s: step %lld (written under tp %d x cp %d x dp %d x pp %d, zero %d)%s\n",
@@ -255,11 +256,41 @@ CheckpointMeta TrainCheckpointer::meta_for(int step, double loss, const SamplerS
 }
 
 std::string TrainCheckpointer::last_saved_note() const {
-  return last_saved_ >= 0 ? fmt::format("{}/latest names step {}", mgr_.dir(), last_saved_)
-                          : std::string("no checkpoint of this run was written");
+  std::string s = last_saved_ >= 0 ? fmt::format("{}/latest names step {}", mgr_.dir(), last_saved_)
+                                   : std::string("no checkpoint of this run was written");
+  if (background_ && background_->in_flight())
+    s += fmt::format(" (step {} is being written in the background)", background_->in_flight_step());
+  return s;
 }
 
-std::string TrainCheckpointer::save(int step, double loss, const SamplerState& sampler, std::string* why) {
+void TrainCheckpointer::announce(const BackgroundSave::Done& d) {
+  last_saved_ = static_cast<int>(d.step);
+  if (grid_.rank() == 0) {
+    std::printf("checkpoint step %lld -> %s (written in the background in %.2f s; the snapshot took %.3f s)\n",
+                static_cast<long long>(d.step), d.path.c_str(), d.write_s, d.snapshot_s);
+    std::fflush(stdout);
+  }
+}
+
+void TrainCheckpointer::finish_background(const char* why) {
+  if (!background_ || !background_->in_flight()) {
+    if (background_)
+      if (auto d = background_->poll()) announce(*d);
+    return;
+  }
+  const std::string what =
+      fmt::format("the background checkpoint write of step {} ({} waits for it)", background_->in_flight_step(), why);
+  if (grid_.rank() == 0) {
+    std::printf("waiting for %s\n", what.c_str());
+    std::fflush(stdout);
+  }
+  ActivityPhase phase("checkpoint save (waiting for the background write)");
+  CommWait io(io_wait(what.c_str(), cfg_.checkpoint.timeout_s));  // the hang watchdog's limit
+  if (auto d = background_->wait()) announce(*d);
+}
+
+std::string TrainCheckpointer::save(int step, double loss, const SamplerState& sampler, std::string* why,
+                                    bool background) {
   const CheckpointMeta m = meta_for(step, loss, sampler);
   const std::vector<CheckpointShard> shards = state_.shards();
   // A non-finite state is never saved, whatever train.nan_policy says: resume = auto would pick
@@ -276,6 +307,24 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
       return "";
     }
   }
+  last_started_ = step;
+  if (background) {
+    const bool first = background_->snapshot_bytes() == 0;
+    double secs = 0;
+    {
+      ActivityPhase phase("checkpoint snapshot");
+      secs = background_->start(m, shards);
+    }
+    if (grid_.rank() == 0) {
+      std::printf("checkpoint step %d: snapshot taken in %.3f s, writing in the background%s\n", step, secs,
+                  first ? fmt::format(" (rank 0's host snapshot: {:.1f} MiB)",
+                                      static_cast<double>(background_->snapshot_bytes()) / (1 << 20))
+                              .c_str()
+                        : "");
+      std::fflush(stdout);
+    }
+    return mgr_.dir() + "/" + CheckpointManager::file_name(step);
+  }
   std::string path;
   {
     ActivityPhase phase("checkpoint save");
@@ -291,14 +340,24 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
 }
 
 int TrainCheckpointer::end_of_step(int step, double loss) {
+  // A background save that finished is announced; one that failed stops the job here (Error).
+  if (background_ && !background_->in_flight())
+    if (auto d = background_->poll()) announce(*d);
   const int sig = preemption_agreed(grid_.world());
   const bool due = (cfg_.checkpoint.every > 0 && step % cfg_.checkpoint.every == 0) || step == cfg_.train.steps;
   std::string why;
-  if ((due || sig) && last_saved_ != step && save(step, loss, data_.state(), &why).empty())
-    agreed_fail("step {}: the model state holds NaN/inf ({}); checkpoint step {} not written, {} (the last good state). A "
-         "diverged update: lower optim.lr, keep optim.grad_clip on, or resume from that checkpoint with another "
-         "data.seed",
-         step, why, step, last_saved_note());
+  if ((due || sig) && last_started_ != step) {
+    // In the background: a periodic save. The last step's and a preemption's save are the ones a
+    // job ends with: written in the foreground once the one in flight is done.
+    const bool background = background_ && !sig && step != cfg_.train.steps;
+    finish_background(sig ? "the preemption checkpoint" : background ? "the next save" : "the last step's save");
+    if (save(step, loss, data_.state(), &why, background).empty())
+      agreed_fail(
+          "step {}: the model state holds NaN/inf ({}); checkpoint step {} not written, {} (the last good state). A "
+          "diverged update: lower optim.lr, keep optim.grad_clip on, or resume from that checkpoint with another "
+          "data.seed",
+          step, why, step, last_saved_note());
+  }
   if (sig && grid_.rank() == 0) {
     std::printf("preempted (signal %d, %s): checkpoint of step %d written; exiting with %d%s\n", sig, strsignal(sig),
                 step, preemption_exit_code(sig), sig == SIGINT ? "" : " (requeue me)");
@@ -308,6 +367,7 @@ int TrainCheckpointer::end_of_step(int step, double loss) {
 }
 
 std::string TrainCheckpointer::save_last_good(int failed_step, double last_good_loss, std::string* why) {
+  finish_background("the last good state's save");
   if (last_saved_ == failed_step - 1) return fmt::format("{}/latest", mgr_.dir());  // already saved
   return save(failed_step - 1, last_good_loss, before_step_, why);
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Kill -9 at random (reliability issue, item 5). Trials alternate np 2 and np 4; each one starts a
+# Kill -9 at random (reliability issue, item 5). Trials alternate np 2 and np 4, and pairs of them
+# synchronous and background (checkpoint.async) saves; each one starts a
 # run, waits for a random step, sleeps a random moment into it (training, a save in progress, the
 # step log) and SIGKILLs a random rank from outside, as a node failure would. Then:
 #   - every process (mpirun and all ranks) is gone within 30 s, mpirun exits non-zero, and its
@@ -32,8 +33,9 @@ steps=32
 common=(--data.path="$tmp/data" --train.steps=$steps --train.micro_batch=1 --train.global_batch=4
         --checkpoint.every=4 --checkpoint.keep=2 --eval.every=0 --eval.batches=0 --log.every=1
         --train.peak_flops=1e11 --model.seq_len=32)
+async=()  # trials 2, 3, 6, 7, ...: checkpoint.async = true (saves written by a background thread)
 train() {  # np run_dir log
-  timeout 120 $MPIRUN -np "$1" "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$2" >"$3" 2>&1 ||
+  timeout 120 $MPIRUN -np "$1" "$MPITRON" train jobs/tiny.toml "${common[@]}" "${async[@]}" --job.run_dir="$2" >"$3" 2>&1 ||
     { cat "$3"; fail "$2: exit $?"; }
 }
 
@@ -59,6 +61,8 @@ while [ $t -lt "$trials" ]; do
   attempts=$((attempts + 1))
   [ $attempts -le $((trials * 2)) ] || fail "too many runs finished before they could be killed"
   np=$(( t % 2 == 0 ? 2 : 4 ))
+  async=()
+  [ $(( t / 2 % 2 )) -eq 0 ] || async=(--checkpoint.async=true)
   rank=$(( RANDOM % np ))
   target=$(( 2 + RANDOM % (steps / 2) ))
   delay_ms=$(( RANDOM % 120 ))
@@ -68,7 +72,7 @@ while [ $t -lt "$trials" ]; do
   # mpirun forwards the step lines late enough under load that the whole run could be over before
   # the kill, with nothing left to resume.
   MPITRON_FAULT="slow@step_begin,ms=40" \
-    $MPIRUN -np $np -x MPITRON_FAULT "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$run" >"$run.log" 2>&1 &
+    $MPIRUN -np $np -x MPITRON_FAULT "$MPITRON" train jobs/tiny.toml "${common[@]}" "${async[@]}" --job.run_dir="$run" >"$run.log" 2>&1 &
   mp=$!
   live=("$mp")
   for _ in $(seq 1 600); do
@@ -141,8 +145,8 @@ bad = {r["step"]: (r["loss"], ref[r["step"]]) for r in run if r["loss"] != ref[r
 assert not bad, f"losses differ from the uninterrupted run: {bad}"
 PY
   times+=("$ms")
-  summary+=("$(printf 'trial %2d: np %d, rank %d killed after step %2d (+%3d ms) -> all gone in %5d ms, exit %3d; latest step %2d%s; resumed at %2d, steps 1-%d once, bit-identical' \
-    $t $np $rank "$last" $delay_ms "$ms" $rc $kstep "$([ "$partial" -gt 0 ] && echo ' (+ a partial save, removed on resume)')" "$first" $steps)")
+  summary+=("$(printf 'trial %2d: np %d%s, rank %d killed after step %2d (+%3d ms) -> all gone in %5d ms, exit %3d; latest step %2d%s; resumed at %2d, steps 1-%d once, bit-identical' \
+    $t $np "$([ ${#async[@]} -gt 0 ] && echo ' async')" $rank "$last" $delay_ms "$ms" $rc $kstep "$([ "$partial" -gt 0 ] && echo ' (+ a partial save, removed on resume)')" "$first" $steps)")
   echo "${summary[-1]}"
   rm -rf "$run" "$run.log" "$run.resume.log"
   t=$((t + 1))

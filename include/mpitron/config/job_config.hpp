@@ -120,6 +120,7 @@ struct CheckpointSection {
   int every = 0;  // 0: only at the end
   int keep = 3;
   double timeout_s = 1800;  // a save or load (collective parallel-HDF5 I/O) longer than this is a hang
+  bool async = false;       // periodic saves written by a background thread from a host snapshot
 };
 
 struct LogSection {

@@ -3,6 +3,7 @@
 // last step, an agreed preemption signal, a non-finite loss under nan_policy = "stop") and resume
 // (train.resume). The file format and the collective I/O are checkpoint.hpp's.
 #pragma once
+#include <memory>
 #include <string>
 
 #include "mpitron/config/job_config.hpp"
@@ -10,6 +11,7 @@
 #include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/parallel/stage_model.hpp"
+#include "mpitron/checkpoint/background_save.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron {
@@ -64,6 +66,9 @@ class TrainCheckpointer {
   // Collective, after step `step` is complete. Saves when checkpoint.every divides it, at the
   // last step, or when any rank got SIGUSR1/SIGTERM/SIGINT. Non-zero: the agreed signal; the
   // checkpoint is written and the trainer must stop now (exit with preemption_exit_code()).
+  // checkpoint.async: a periodic save starts in the background (background_save.hpp); one that
+  // finished is announced here, one that failed is an Error here; the last step's and a
+  // preemption's save wait for the one in flight and write in the foreground.
   // A state holding NaN/inf is never saved: an Error on every rank instead, naming the rank and
   // tensor, and `latest` keeps naming the last good checkpoint.
   int end_of_step(int step, double loss);
@@ -76,8 +81,11 @@ class TrainCheckpointer {
 
  private:
   CheckpointMeta meta_for(int step, double loss, const SamplerState& s) const;
+  // The background save in flight (if any) done; `why` names what waits for it.
+  void finish_background(const char* why);
+  void announce(const BackgroundSave::Done& d);
   // The path written, or "" when some rank's state is not finite (*why: the rank and tensor).
-  std::string save(int step, double loss, const SamplerState& s, std::string* why);
+  std::string save(int step, double loss, const SamplerState& s, std::string* why, bool background = false);
 
   const JobConfig& cfg_;
   ProcessGrid& grid_;
@@ -86,7 +94,9 @@ class TrainCheckpointer {
   DataLoader& data_;
   CheckpointManager mgr_;
   SamplerState before_step_;
-  int last_saved_ = -1;
+  std::unique_ptr<BackgroundSave> background_;  // checkpoint.async
+  int last_saved_ = -1;    // the newest complete checkpoint's step (what `latest` names)
+  int last_started_ = -1;  // the newest save's step, complete or still being written
   double resumed_loss_ = 0;
 };
 

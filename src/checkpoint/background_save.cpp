@@ -1,0 +1,150 @@
+#include "mpitron/checkpoint/background_save.hpp"
+
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "mpitron/core/error.hpp"
+#include "mpitron/data/hdf5_lock.hpp"
+
+namespace mpitron {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr CkptRange CheckpointShard::*kRanges[] = {&CheckpointShard::params, &CheckpointShard::exp_avg,
+                                                   &CheckpointShard::exp_avg_sq};
+
+// The ranges start() copies: what this rank writes (a replica's copy is never read by the writer).
+bool copied(const CheckpointShard& s, CkptRange CheckpointShard::*k) {
+  const CkptRange& r = s.*k;
+  return r.data && r.owner && (k == &CheckpointShard::params || s.has_optimizer);
+}
+
+}  // namespace
+
+int64_t snapshot_bytes_of(std::span<const CheckpointShard> shards) {
+  int64_t n = 0;
+  for (const auto& s : shards)
+    for (auto k : kRanges)
+      if (copied(s, k)) n += static_cast<int64_t>(((s.*k).end - (s.*k).begin) * sizeof(float));
+  return n;
+}
+
+struct BackgroundSave::Job {
+  CheckpointManager mgr;
+  std::vector<std::vector<float>> bufs;  // the snapshot, one buffer per copied range (reused)
+  CheckpointMeta meta;
+  std::vector<CheckpointShard> shards;   // over bufs
+  std::thread thread;
+  std::atomic<bool> done{false};
+  std::string error, path;
+  double snapshot_s = 0, write_s = 0;
+
+  Job(std::string dir, int keep, MPI_Comm comm) : mgr(std::move(dir), keep, comm) {}
+
+  void run() {
+    const auto t0 = Clock::now();
+    hdf5_yield_between_tensors(true);  // this thread's writes let the data loader in per tensor
+    try {
+      path = mgr.save(meta, shards);
+    } catch (const std::exception& e) {
+      error = e.what();
+    } catch (...) {
+      error = "unknown error";
+    }
+    write_s = seconds_since(t0);
+    done.store(true, std::memory_order_release);
+  }
+};
+
+BackgroundSave::BackgroundSave(std::string dir, int keep, MPI_Comm comm) {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  usage_check(provided >= MPI_THREAD_MULTIPLE,
+              "checkpoint.async = true needs an MPI library with MPI_THREAD_MULTIPLE (the writer thread runs MPI-IO "
+              "while training communicates); this one provides level {} only: set checkpoint.async = false",
+              provided);
+  MPI_Comm_dup(comm, &comm_);
+  job_ = std::make_shared<Job>(std::move(dir), keep, comm_);
+}
+
+BackgroundSave::~BackgroundSave() {
+  if (!job_->thread.joinable()) return;
+  if (job_->done.load(std::memory_order_acquire)) {
+    job_->thread.join();
+    return;
+  }
+  // Unwinding an error with a write in flight: its peers may be gone, a join could wait forever.
+  // The thread keeps the Job alive through its own reference until the process ends.
+  job_->thread.detach();
+}
+
+double BackgroundSave::start(const CheckpointMeta& meta, std::span<const CheckpointShard> shards) {
+  check(!in_flight(), "BackgroundSave::start with the save of step {} still in flight", in_flight_step());
+  if (job_->thread.joinable()) job_->thread.join();
+  const auto t0 = Clock::now();
+  Job& j = *job_;
+  j.meta = meta;
+  j.shards.assign(shards.begin(), shards.end());
+  size_t b = 0;
+  for (auto& s : j.shards)
+    for (auto k : kRanges) {
+      CkptRange& r = s.*k;
+      if (!copied(s, k)) {
+        r.data = nullptr;  // never read: not this rank's to write
+        continue;
+      }
+      if (b == j.bufs.size()) j.bufs.emplace_back();
+      std::vector<float>& buf = j.bufs[b++];
+      buf.resize(r.end - r.begin);
+      std::memcpy(buf.data(), r.data, buf.size() * sizeof(float));
+      r.data = buf.data();
+    }
+  j.bufs.resize(b);
+  j.snapshot_s = seconds_since(t0);
+  j.error.clear();
+  j.path.clear();
+  j.done.store(false, std::memory_order_relaxed);
+  std::shared_ptr<Job> keep = job_;  // the thread's own reference (see the destructor)
+  j.thread = std::thread([keep] { keep->run(); });
+  pthread_setname_np(j.thread.native_handle(), "mpitron-ckpt");  // named in top, gdb and /proc
+  return j.snapshot_s;
+}
+
+bool BackgroundSave::in_flight() const {
+  return job_->thread.joinable() && !job_->done.load(std::memory_order_acquire);
+}
+
+int64_t BackgroundSave::in_flight_step() const { return job_->meta.step; }
+
+std::optional<BackgroundSave::Done> BackgroundSave::finish() {
+  Job& j = *job_;
+  j.thread.join();
+  if (!j.error.empty())
+    fail("the background checkpoint save of step {} failed: {}", j.meta.step, j.error);
+  return Done{j.meta.step, j.path, j.snapshot_s, j.write_s};
+}
+
+std::optional<BackgroundSave::Done> BackgroundSave::poll() {
+  if (!job_->thread.joinable() || !job_->done.load(std::memory_order_acquire)) return std::nullopt;
+  return finish();
+}
+
+std::optional<BackgroundSave::Done> BackgroundSave::wait() {
+  if (!job_->thread.joinable()) return std::nullopt;
+  return finish();
+}
+
+int64_t BackgroundSave::snapshot_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : job_->bufs) n += static_cast<int64_t>(b.capacity() * sizeof(float));
+  return n;
+}
+
+}  // namespace mpitron

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Asynchronous checkpoints (checkpoint.async = true; the async-checkpoint issue, items 1 and 2):
+#   - the files a background save writes hold the same tensors and checksums, bit for bit, as the
+#     synchronous save's, under dp 2 (ZeRO 0 and 3), tp 2 and pp 2; the losses are the same;
+#   - SIGUSR1 while a background write is held up: the preemption save waits for it, writes its
+#     own checkpoint and the job exits 75; both files are complete and the resume is bit-identical;
+#   - rank 1 killed by SIGKILL inside its background write: `latest` still names the previous
+#     checkpoint, the partial file is hidden and removed on resume, the resume is bit-identical;
+#   - the disk full (tmpfs) and the file size limit (ulimit -f) during a background write: the job
+#     stops at the next step boundary with the writer's message (file and cause), the partial file
+#     is removed, `latest` names the last good checkpoint.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+say() { echo "== $*"; }
+mnt="$tmp/tmpfs"
+trap 'umount -l "$mnt" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+trap 'exit 143' TERM INT
+
+prep_fortunes "$tmp/data" 200000 fortunes computers science
+
+common=(--data.path="$tmp/data" --train.steps=8 --train.micro_batch=2 --train.global_batch=4 --checkpoint.every=2
+        --checkpoint.keep=0 --eval.every=0 --eval.batches=0 --log.every=1 --train.peak_flops=1e11 --model.seq_len=32)
+train() {  # NAME NP [args...]: run dir $tmp/NAME, log $tmp/NAME.log; sets $rc and $secs
+  local name=$1 np=$2
+  shift 2
+  local t0=$SECONDS
+  rc=0
+  timeout 120 $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
+    >"$tmp/$name.log" 2>&1 || rc=$?
+  secs=$((SECONDS - t0))
+  [ $rc -ne 124 ] || { cat "$tmp/$name.log"; fail "$name: still running after 120 s (hang)"; }
+}
+ok_run() { train "$@"; [ $rc -eq 0 ] || { cat "$tmp/$1.log"; fail "$1 exited $rc"; }; }
+expect_log() {  # name pattern why
+  grep -Eq -- "$2" "$tmp/$1.log" || { cat "$tmp/$1.log"; fail "$1: $3 (no line matching: $2)"; }
+}
+latest_is() {  # name step
+  local l
+  l=$(readlink "$tmp/$1/ckpt/latest" || true)
+  [ "$l" = "$(printf 'step_%08d.h5' "$2")" ] || fail "$1: latest -> '$l', want step $2"
+}
+no_temp_left() { ! ls -a "$tmp/$1/ckpt" | grep -q '\.tmp$' || fail "$1: a partial file is left: $(ls -a "$tmp/$1/ckpt")"; }
+# same_as REF NAME: NAME's metrics.jsonl has steps 1-8 once each, losses bit-identical to REF's.
+same_as() {
+  /usr/bin/python3 - "$tmp/$1/metrics.jsonl" "$tmp/$2/metrics.jsonl" <<'PY' || fail "$2: losses vs $1"
+import collections, json, sys
+def losses(p):
+    rows = [r for r in map(json.loads, open(p)) if "loss" in r]
+    dup = [s for s, n in collections.Counter(r["step"] for r in rows).items() if n > 1]
+    assert not dup, f"{p}: steps logged twice: {dup}"
+    return {r["step"]: r["loss"] for r in rows}
+ref, run = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(run) == list(range(1, 9)), f"steps {sorted(run)}"
+bad = {s: (run[s], ref[s]) for s in run if run[s] != ref[s]}
+assert not bad, f"losses differ: {bad}"
+PY
+}
+# same_files A B STEP...: the checkpoints of those steps hold the same tensors and checksums.
+same_files() {
+  local a=$1 b=$2 s f
+  shift 2
+  for s in "$@"; do
+    f=$(printf 'step_%08d.h5' "$s")
+    /usr/bin/python3 - "$tmp/$a/ckpt/$f" "$tmp/$b/ckpt/$f" <<'PY' || fail "$b: $f differs from $a's"
+import sys, h5py
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert a.attrs["complete"] == 1 and b.attrs["complete"] == 1
+assert a.attrs["step"] == b.attrs["step"] and a.attrs["optimizer_steps"] == b.attrs["optimizer_steps"]
+def walk(g, h, path):
+    assert sorted(g) == sorted(h), f"{path}: {sorted(g)} vs {sorted(h)}"
+    n = 0
+    for k in g:
+        if isinstance(g[k], h5py.Dataset):
+            x, y = g[k][()], h[k][()]
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f"{path}/{k}: data"
+            assert g[k].attrs["checksum"] == h[k].attrs["checksum"], f"{path}/{k}: checksum"
+            n += 1
+        else:
+            n += walk(g[k], h[k], f"{path}/{k}")
+    return n
+n = sum(walk(a[g], b[g], g) for g in ("model", "optim", "sampler", "rng"))
+assert n > 0
+PY
+  done
+}
+
+say "background saves write what the synchronous saves write (np 2: dp 2 zero 0 and 3, tp 2, pp 2)"
+for layout in "dp2:" "zero3:--parallel.zero=3" "tp2:--parallel.tp=2" "pp2:--parallel.pp=2"; do
+  name=${layout%%:*} args=${layout#*:}
+  ok_run "sync_$name" 2 $args
+  ok_run "async_$name" 2 $args --checkpoint.async=true
+  for s in 2 4 6; do
+    expect_log "async_$name" "^checkpoint step $s: snapshot taken in [0-9.]+ s, writing in the background" "step $s in the background"
+    expect_log "async_$name" "^checkpoint step $s -> .*step_0000000$s.h5 \(written in the background in" "step $s done"
+  done
+  expect_log "async_$name" "^checkpoint step 8 -> .*step_00000008.h5$" "the last step's save in the foreground"
+  same_as "sync_$name" "async_$name"
+  same_files "sync_$name" "async_$name" 2 4 6 8
+  latest_is "async_$name" 8
+  no_temp_left "async_$name"
+  echo "$name: steps 2, 4, 6 in the background, 8 in the foreground; files and losses identical"
+done
+
+say "SIGUSR1 while the background write of step 2 is held up (1.5 s): it is waited for, then step 3 is saved"
+MPITRON_FAULT="slow@ckpt_write,rank=0,ms=1500;usr1@step_begin,rank=1,step=3" train usr1 2 --checkpoint.async=true
+[ $rc -eq 75 ] || { cat "$tmp/usr1.log"; fail "SIGUSR1 during a background write: exit $rc, want 75"; }
+expect_log usr1 "^checkpoint step 2: snapshot taken" "step 2 in the background"
+expect_log usr1 "^waiting for the background checkpoint write of step 2 \(the preemption checkpoint waits for it\)" "the wait"
+expect_log usr1 "^checkpoint step 2 -> .*\(written in the background" "step 2 completed"
+expect_log usr1 "^checkpoint step 3 -> .*step_00000003.h5$" "the preemption save"
+expect_log usr1 "^preempted \(signal 10" "the preemption"
+# Step 2's write finished before step 3's save started: its line comes first.
+[ "$(grep -nE '^checkpoint step 2 -> ' "$tmp/usr1.log" | cut -d: -f1)" -lt \
+  "$(grep -nE '^checkpoint step 3 -> ' "$tmp/usr1.log" | cut -d: -f1)" ] || { cat "$tmp/usr1.log"; fail "order"; }
+latest_is usr1 3
+no_temp_left usr1
+for s in 2 3; do
+  timeout 60 "$MPITRON" inspect --verify "$tmp/usr1/ckpt/step_0000000$s.h5" >/dev/null || fail "usr1: step $s does not verify"
+done
+ok_run usr1 2 --checkpoint.async=true
+expect_log usr1 "^resumed from .*step_00000003.h5: step 3 " "resume from step 3"
+same_as sync_dp2 usr1
+
+say "rank 1 SIGKILLed inside its background write of step 4: latest stays step 2"
+MPITRON_FAULT="kill@ckpt_write,rank=1,after=2" train bgkill 2 --checkpoint.async=true
+[ $rc -ne 0 ] && [ $secs -le 30 ] || { cat "$tmp/bgkill.log"; fail "kill in the background write: exit $rc after $secs s"; }
+expect_log bgkill "MPITRON_FAULT: kill at ckpt_write" "the fault fired"
+latest_is bgkill 2
+[ ! -e "$tmp/bgkill/ckpt/step_00000004.h5" ] || fail "bgkill: a step_4 file exists"
+timeout 60 "$MPITRON" inspect --verify "$tmp/bgkill/ckpt/latest" >/dev/null || fail "bgkill: step 2 does not verify"
+ok_run bgkill 2 --checkpoint.async=true
+expect_log bgkill "^resumed from .*step_00000002.h5: step 2 " "resume from step 2"
+no_temp_left bgkill
+same_as sync_dp2 bgkill
+
+say "disk full during the background write of step 4 (tmpfs with room for one checkpoint and a half)"
+ckpt_bytes=$(stat -c %s "$tmp/sync_dp2/ckpt/step_00000002.h5")
+mkdir -p "$mnt"
+if mount -t tmpfs -o size=$((ckpt_bytes * 3 / 2 / 1024))k tmpfs "$mnt" 2>"$tmp/mount.err"; then
+  mkdir -p "$tmp/full" && ln -s "$mnt" "$tmp/full/ckpt"
+  train full 2 --checkpoint.async=true
+  [ $rc -ne 0 ] && [ $secs -le 30 ] || { cat "$tmp/full.log"; fail "disk full: exit $rc after $secs s"; }
+  expect_log full "error: the background checkpoint save of step 4 failed: cannot write checkpoint '.*/\.step_00000004\.h5\.tmp': .*No space left on device" "file + cause"
+  expect_log full "step 4 was not saved \(the partial file was removed\)" "the cleanup"
+  latest_is full 2
+  no_temp_left full
+  echo "disk full: exit $rc after $secs s, last step logged: $(grep -oE '^step +[0-9]+' "$tmp/full.log" | tail -1)"
+  umount "$mnt"
+else
+  echo "SKIP disk-full case: cannot mount a tmpfs here ($(head -1 "$tmp/mount.err"))"
+fi
+
+say "file size limit (ulimit -f) below the checkpoint size during a background write"
+t0=$SECONDS
+rc=0
+timeout 120 $MPIRUN --mca btl self,tcp -np 2 bash -c "ulimit -f $((ckpt_bytes * 2 / 3 / 1024)); exec \"\$0\" \"\$@\"" \
+  "$MPITRON" train jobs/tiny.toml "${common[@]}" --checkpoint.async=true --job.run_dir="$tmp/fsize" \
+  >"$tmp/fsize.log" 2>&1 || rc=$?
+secs=$((SECONDS - t0))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $secs -le 30 ] || { cat "$tmp/fsize.log"; fail "ulimit -f: exit $rc after $secs s"; }
+expect_log fsize "error: the background checkpoint save of step 2 failed: cannot write checkpoint '.*/\.step_00000002\.h5\.tmp': .*File too large" "file + cause"
+[ ! -e "$tmp/fsize/ckpt/latest" ] || fail "ulimit -f: latest exists"
+no_temp_left fsize
+echo "ok"
