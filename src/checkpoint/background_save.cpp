@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/memory.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
 
 namespace mpitron {
@@ -38,7 +39,7 @@ int64_t snapshot_bytes_of(std::span<const CheckpointShard> shards) {
 
 struct BackgroundSave::Job {
   CheckpointManager mgr;
-  std::vector<std::vector<float>> bufs;  // the snapshot, one buffer per copied range (reused)
+  std::vector<Buffer<float>> bufs;  // the snapshot, one buffer per copied range (Mem::checkpoint)
   CheckpointMeta meta;
   std::vector<CheckpointShard> shards;   // over bufs
   std::thread thread;
@@ -101,9 +102,9 @@ double BackgroundSave::start(const CheckpointMeta& meta, std::span<const Checkpo
         continue;
       }
       if (b == j.bufs.size()) j.bufs.emplace_back();
-      std::vector<float>& buf = j.bufs[b++];
-      buf.resize(r.end - r.begin);
-      std::memcpy(buf.data(), r.data, buf.size() * sizeof(float));
+      Buffer<float>& buf = j.bufs[b++];
+      if (buf.size() != r.end - r.begin) buf = Buffer<float>(Mem::checkpoint, r.end - r.begin);
+      std::memcpy(buf.data(), r.data, buf.bytes());
       r.data = buf.data();
     }
   j.bufs.resize(b);
@@ -143,8 +144,16 @@ std::optional<BackgroundSave::Done> BackgroundSave::wait() {
 
 int64_t BackgroundSave::snapshot_bytes() const {
   int64_t n = 0;
-  for (const auto& b : job_->bufs) n += static_cast<int64_t>(b.capacity() * sizeof(float));
+  for (const auto& b : job_->bufs) n += static_cast<int64_t>(b.bytes());
   return n;
+}
+
+void BackgroundSave::reserve(std::span<const CheckpointShard> shards) {
+  check(!job_->thread.joinable(), "BackgroundSave::reserve after a save started");
+  job_->bufs.clear();
+  for (const auto& s : shards)
+    for (auto k : kRanges)
+      if (copied(s, k)) job_->bufs.emplace_back(Mem::checkpoint, (s.*k).end - (s.*k).begin);
 }
 
 }  // namespace mpitron

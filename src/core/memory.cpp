@@ -23,6 +23,7 @@ std::string_view mem_name(Mem m) {
     case Mem::comm: return "comm";
     case Mem::workspace: return "workspace";
     case Mem::data: return "data";
+    case Mem::checkpoint: return "checkpoint";
     default: return "?";
   }
 }

@@ -26,6 +26,7 @@ LedgerCheck check_against_ledger(const RankLedger& p, const MemStats& m, const s
   s += fmt::format(" comm tracked {} predicted {} | workspace tracked {} predicted {} |", m.of(Mem::comm),
                    p.comm_predicted ? std::to_string(p.comm) : "(measured)", m.of(Mem::workspace),
                    p.workspace_predicted ? std::to_string(p.workspace) : "(measured)");
+  if (p.ckpt_snapshot > 0 || m.of(Mem::checkpoint) > 0) exact("checkpoint snapshot", m.of(Mem::checkpoint), p.ckpt_snapshot);
   s += c.ok ? " ledger OK" : " ledger MISMATCH";
   c.text = std::move(s);
   return c;

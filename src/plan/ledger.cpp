@@ -180,6 +180,10 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
     r.optim_master = fp32 ? 0 : 4 * n_o;
   }
   r.optim_moments = 8 * n_o;
+  if (in.async_checkpoint) {  // the ranges a save writes from this rank (checkpoint_shard_of's owner flags)
+    const bool first = r.coord.dp == 0 && r.coord.cp == 0;
+    r.ckpt_snapshot = 4 * ((l.zero >= 3 || first ? n_p : 0) + 2 * (l.zero >= 1 || first ? n_o : 0));
+  }
 
   // Activations.
   int layers = 0;
@@ -295,6 +299,7 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
   l.virtual_stages = job.parallel.virtual_stages;
   l.pp_layers = job.parallel.pp_layers;
   l.bucket_mb = job.parallel.bucket_mb;
+  in.async_checkpoint = job.checkpoint.async;
   in.cluster.gpus = world > 0 ? world : l.world();
   return in;
 }
@@ -349,6 +354,13 @@ std::string format_ledger(const Ledger& led, bool exact_bytes) {
       led.heaviest, fmt_gb(h.act_per_layer), fmt_gb(h.korthikanti_per_layer), l.sp ? ", /tp with sp" : "",
       l.recompute ? ", full recompute 2sbh" : "", h.n_layers, h.act_in_flight,
       l.pp > 1 ? l.schedule + " keeps up to pp - stage on a stage" : "one at a time", fmt_gb(h.act_other));
+  if (in.async_checkpoint) {
+    int64_t most = 0;
+    for (const auto& r : led.stages) most = std::max(most, r.ckpt_snapshot);
+    o += fmt::format("checkpoint.async: a host snapshot of up to {} per rank (the parameters and AdamW moments it "
+                     "writes, fp32; host memory, not in the totals above)\n",
+                     fmt_gb(static_cast<double>(most)));
+  }
   o += fmt::format("source: {}\n", h.source);
   return o;
 }

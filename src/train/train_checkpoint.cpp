@@ -6,7 +6,9 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -31,6 +33,53 @@ CommOpTag io_wait(const char* what, double limit_s) {
   return t;
 }
 
+// Bytes of host memory available for new allocations: MemAvailable of /proc/meminfo, or
+// MPITRON_HOST_MEM_AVAILABLE (bytes; tests) when set; -1 when unknown.
+int64_t host_mem_available() {
+  if (const char* e = std::getenv("MPITRON_HOST_MEM_AVAILABLE")) return std::strtoll(e, nullptr, 10);
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+// checkpoint.async: the snapshots of a node's ranks must fit in its available host memory. Every
+// rank refuses together, with the first bad node's figures.
+void check_snapshot_fits(int64_t mine, MPI_Comm world) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int64_t on_node = mine;
+  int local = 1;
+  MPI_Allreduce(MPI_IN_PLACE, &on_node, 1, MPI_INT64_T, MPI_SUM, node);
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  const int64_t avail = host_mem_available();
+  std::string bad;
+  if (avail >= 0 && on_node > avail) {
+    char host[256] = "this node";
+    gethostname(host, sizeof host - 1);
+    bad = fmt::format(
+        "checkpoint.async = true: the host snapshots of the {} rank(s) on {} take {} (rank {}'s: {}), more than the "
+        "{} of host memory available there (MemAvailable); set checkpoint.async = false, or spread the state over "
+        "more ranks (parallel.zero shards the optimizer state, zero 3 the parameters too)",
+        local, host, format_bytes(on_node), rank, format_bytes(mine), format_bytes(avail));
+  }
+  int first_bad = bad.empty() ? std::numeric_limits<int>::max() : rank;
+  MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, world);
+  if (first_bad == std::numeric_limits<int>::max()) return;
+  long long n = static_cast<long long>(bad.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, first_bad, world);
+  bad.resize(static_cast<size_t>(n));
+  MPI_Bcast(bad.data(), static_cast<int>(n), MPI_CHAR, first_bad, world);
+  usage_fail("{}", bad);
+}
+
 }  // namespace
 
 TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, const ModelConfig& mc,
@@ -49,7 +98,18 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, co
   // A file size limit (ulimit -f) must be a write error naming the checkpoint and "File too
   // large", like a full disk, not a silent kill by SIGXFSZ halfway through a save.
   std::signal(SIGXFSZ, SIG_IGN);
-  if (cfg.checkpoint.async) background_ = std::make_unique<BackgroundSave>(mgr_.dir(), cfg.checkpoint.keep, MPI_COMM_WORLD);
+  if (cfg.checkpoint.async) {
+    background_ = std::make_unique<BackgroundSave>(mgr_.dir(), cfg.checkpoint.keep, MPI_COMM_WORLD);
+    const std::vector<CheckpointShard> shards = state_.shards();
+    check_snapshot_fits(snapshot_bytes_of(shards), MPI_COMM_WORLD);
+    background_->reserve(shards);  // now: a snapshot that cannot be allocated fails before step 1
+    if (grid.rank() == 0) {
+      std::printf("checkpoint.async: periodic saves from a host snapshot (rank 0's: %s), written by a background "
+                  "thread\n",
+                  format_bytes(background_->snapshot_bytes()).c_str());
+      std::fflush(stdout);
+    }
+  }
 }
 
 // Host memory (CPU): the shards point at the live buffers. Device memory (GPU): they point at
@@ -309,18 +369,13 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
   }
   last_started_ = step;
   if (background) {
-    const bool first = background_->snapshot_bytes() == 0;
     double secs = 0;
     {
       ActivityPhase phase("checkpoint snapshot");
       secs = background_->start(m, shards);
     }
     if (grid_.rank() == 0) {
-      std::printf("checkpoint step %d: snapshot taken in %.3f s, writing in the background%s\n", step, secs,
-                  first ? fmt::format(" (rank 0's host snapshot: {:.1f} MiB)",
-                                      static_cast<double>(background_->snapshot_bytes()) / (1 << 20))
-                              .c_str()
-                        : "");
+      std::printf("checkpoint step %d: snapshot taken in %.3f s, writing in the background\n", step, secs);
       std::fflush(stdout);
     }
     return mgr_.dir() + "/" + CheckpointManager::file_name(step);

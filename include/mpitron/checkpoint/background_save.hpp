@@ -50,7 +50,10 @@ class BackgroundSave {
   std::optional<Done> poll();
   // Blocks until the save in flight (if any) is done; as poll() otherwise.
   std::optional<Done> wait();
-  // Bytes of the snapshot buffers (allocated at the first save, reused after).
+  // Allocates the snapshot for shards of this layout now (host memory, Mem::checkpoint), so a job
+  // that cannot hold it fails at start-up, not at its first save; start() reuses it.
+  void reserve(std::span<const CheckpointShard> shards);
+  // Bytes of the snapshot buffers.
   int64_t snapshot_bytes() const;
 
  private:

@@ -13,7 +13,8 @@
 
 namespace mpitron {
 
-enum class Mem : uint8_t { params, grads, optim, activations, comm, workspace, data, count_ };
+// checkpoint: the host snapshot of checkpoint.async (background_save.hpp).
+enum class Mem : uint8_t { params, grads, optim, activations, comm, workspace, data, checkpoint, count_ };
 constexpr size_t kMemCategories = static_cast<size_t>(Mem::count_);
 std::string_view mem_name(Mem m);
 

@@ -76,6 +76,7 @@ struct PlanInput {
   // bf16 copy, rounded once per step (Ops::register_weights): + 2 B/param under params, none
   // under ZeRO-3 (the gathered units are rounded per GEMM).
   bool cpu_bf16_gemms = false;
+  bool async_checkpoint = false;  // checkpoint.async: RankLedger::ckpt_snapshot
   int global_batch() const { return layout.micro_batch * layout.microbatches * layout.dp; }
 };
 
@@ -94,6 +95,9 @@ struct RankLedger {
   int act_in_flight = 1;           // micro-batches whose activations the schedule keeps at once
   double korthikanti_per_layer = 0;  // published estimate, bytes, same layer and micro-batch
   int64_t comm = 0, workspace = 0;
+  // checkpoint.async: the host snapshot (the parameters and AdamW moments this rank writes, fp32),
+  // under Mem::checkpoint in the host tracker. Host memory: not in total() (a GPU's memory).
+  int64_t ckpt_snapshot = 0;
   bool comm_predicted = true, workspace_predicted = true;
   int64_t total() const { return params + grads + optim() + activations + comm + workspace; }
   int n_layers = 0;    // transformer layers on this rank (all its chunks)
