@@ -1,15 +1,18 @@
 #include "mpitron/checkpoint/background_save.hpp"
 
+#include <fmt/format.h>
 #include <pthread.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
+#include "mpitron/core/trace.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
 
 namespace mpitron {
@@ -51,6 +54,7 @@ struct BackgroundSave::Job {
 
   void run() {
     const auto t0 = Clock::now();
+    trace::Span span(fmt::format("background write of step {}", meta.step), trace::checkpoint);
     hdf5_yield_between_tensors(true);  // this thread's writes let the data loader in per tensor
     try {
       path = mgr.save(meta, shards);
@@ -91,6 +95,7 @@ double BackgroundSave::start(const CheckpointMeta& meta, std::span<const Checkpo
   if (job_->thread.joinable()) job_->thread.join();
   const auto t0 = Clock::now();
   Job& j = *job_;
+  std::optional<trace::Span> span(std::in_place, fmt::format("snapshot of step {}", meta.step), trace::checkpoint);
   j.meta = meta;
   j.shards.assign(shards.begin(), shards.end());
   size_t b = 0;
@@ -108,6 +113,7 @@ double BackgroundSave::start(const CheckpointMeta& meta, std::span<const Checkpo
       r.data = buf.data();
     }
   j.bufs.resize(b);
+  span.reset();  // the snapshot's event ends before the write's begins
   j.snapshot_s = seconds_since(t0);
   j.error.clear();
   j.path.clear();

@@ -45,6 +45,8 @@ std::string track_name(int t) {
   if (t == compute) return "compute";
   if (t == data) return "data";
   if (t == tp) return "tp";
+  if (t == ep) return "ep";
+  if (t == checkpoint) return "checkpoint";
   if (t == pp_recv) return "pp recv";
   if (t >= cp) return fmt::format("cp {}", t - cp);
   if (t >= pp_send) return fmt::format("pp send {}", t - pp_send);

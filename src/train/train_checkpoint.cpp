@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/core/trace.hpp"
 #include "mpitron/core/version.hpp"
 #include "mpitron/distributed/activity.hpp"
 #include "mpitron/distributed/comm_wait.hpp"
@@ -345,6 +346,7 @@ void TrainCheckpointer::finish_background(const char* why) {
     std::fflush(stdout);
   }
   ActivityPhase phase("checkpoint save (waiting for the background write)");
+  trace::Span span("waiting for " + what);
   CommWait io(io_wait(what.c_str(), cfg_.checkpoint.timeout_s));  // the hang watchdog's limit
   if (auto d = background_->wait()) announce(*d);
 }

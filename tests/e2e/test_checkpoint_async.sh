@@ -101,6 +101,26 @@ for layout in "dp2:" "zero3:--parallel.zero=3" "tp2:--parallel.tp=2" "pp2:--para
   echo "$name: steps 2, 4, 6 in the background, 8 in the foreground; files and losses identical"
 done
 
+say "the trace: the snapshot and the background write on the checkpoint track"
+# Steps 3 and 4 take 300 ms more each (timing only): step 2's write (tens of ms) ends inside the window.
+MPITRON_FAULT="slow@step_begin,ms=300" ok_run trace 2 --checkpoint.async=true --train.trace_steps='[2, 4]'
+/usr/bin/python3 tests/e2e/check_trace_nesting.py "$tmp/trace/trace" 2 || fail "trace: events overlap partly"
+/usr/bin/python3 - "$tmp/trace/trace" <<'PY' || fail "trace: the checkpoint track"
+import json, sys
+for rank in (0, 1):
+    t = json.load(open(f"{sys.argv[1]}/rank_{rank}.json"))
+    names = {e["tid"]: e["args"]["name"] for e in t["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    ck = [e for e in t["traceEvents"] if e["ph"] == "X" and names.get(e["tid"]) == "checkpoint"]
+    got = sorted(e["name"] for e in ck)
+    assert got == ["background write of step 2", "snapshot of step 2"], f"rank {rank}: {got}"
+    snap = next(e for e in ck if e["name"].startswith("snapshot"))
+    write = next(e for e in ck if e["name"].startswith("background"))
+    assert snap["ts"] + snap["dur"] <= write["ts"] + 1, "the write starts after the snapshot"
+    step3 = next(e for e in t["traceEvents"] if e["ph"] == "X" and e["name"] == "step 3")
+    print(f"rank {rank}: snapshot {snap['dur']:.0f} us, background write {write['dur']:.0f} us, "
+          f"step 3 began {step3['ts'] - write['ts']:.0f} us after the write did")
+PY
+
 say "SIGUSR1 while the background write of step 2 is held up (1.5 s): it is waited for, then step 3 is saved"
 MPITRON_FAULT="slow@ckpt_write,rank=0,ms=1500;usr1@step_begin,rank=1,step=3" train usr1 2 --checkpoint.async=true
 [ $rc -eq 75 ] || { cat "$tmp/usr1.log"; fail "SIGUSR1 during a background write: exit $rc, want 75"; }
@@ -145,7 +165,6 @@ if mount -t tmpfs -o size=$((ckpt_bytes * 3 / 2 / 1024))k tmpfs "$mnt" 2>"$tmp/m
   latest_is full 2
   no_temp_left full
   echo "disk full: exit $rc after $secs s, last step logged: $(grep -oE '^step +[0-9]+' "$tmp/full.log" | tail -1)"
-  umount "$mnt"
 else
   echo "SKIP disk-full case: cannot mount a tmpfs here ($(head -1 "$tmp/mount.err"))"
 fi

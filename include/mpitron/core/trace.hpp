@@ -10,6 +10,8 @@
 //            per collective in flight at once, so events on a track never overlap;
 //   tp       each tensor-parallel collective (blocking, on the compute thread);
 //   ep       each expert-parallel token exchange (MoE dispatch and combine, blocking);
+//   checkpoint  checkpoint.async: the snapshot (blocking the step) and the background write
+//            (its own thread, while training goes on);
 //   cp N     each context-parallel ring hop from its post to the end of its wait;
 //   pp recv  each pipeline receive from its post to the end of its wait; pp send N: each send
 //            from its post until it was seen complete.
@@ -28,7 +30,7 @@ namespace mpitron::trace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Track : int { compute = 1, data = 2, tp = 3, ep = 4, pp_recv = 5, comm = 10, pp_send = 30, cp = 40 };  // comm, pp_send, cp: + lane
+enum Track : int { compute = 1, data = 2, tp = 3, ep = 4, pp_recv = 5, checkpoint = 6, comm = 10, pp_send = 30, cp = 40 };  // comm, pp_send, cp: + lane
 
 bool enabled();
 void set_enabled(bool on);
