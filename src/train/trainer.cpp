@@ -191,7 +191,13 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   // preempted, the checkpoint is written and every rank stops here.
   auto end_of_step = [&](int step, double loss) {
     set_activity_phase("checkpoint");
+    const auto t = Clock::now();
     result.preempted = ckpt.end_of_step(step, loss);
+    // What a save (or the wait for a background one) held the step up: bench/checkpoint's figure.
+    if (ckpt.last_started() == step && rank0)
+      metrics.write({{"step", int64_t{step}}, {"checkpoint_blocked_ms", ms_since(t)},
+                     {"checkpoint_mode", std::string(cfg.checkpoint.async && !result.preempted && step != cfg.train.steps
+                                                         ? "background" : "foreground")}});
     return result.preempted != 0;
   };
   for (int step = start_step + 1; step <= cfg.train.steps; ++step) {

@@ -76,6 +76,8 @@ class TrainCheckpointer {
   // parameters are untouched until the optimizer runs). Returns the path written, or "" when
   // that state holds NaN/inf too (not saved; `why` says where).
   std::string save_last_good(int failed_step, double last_good_loss, std::string* why);
+  // The newest save's step (complete or still being written in the background); -1: none yet.
+  int last_started() const { return last_started_; }
   // "ckpt/latest names step N" or "no checkpoint was written", for error messages.
   std::string last_saved_note() const;
 
