@@ -13,7 +13,6 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/core/trace.hpp"
-#include "mpitron/data/hdf5_lock.hpp"
 
 namespace mpitron {
 namespace {
@@ -55,9 +54,8 @@ struct BackgroundSave::Job {
   void run() {
     const auto t0 = Clock::now();
     trace::Span span(fmt::format("background write of step {}", meta.step), trace::checkpoint);
-    hdf5_yield_between_tensors(true);  // this thread's writes let the data loader in per tensor
     try {
-      path = mgr.save(meta, shards);
+      path = mgr.save(meta, shards, CheckpointWriteOptions{.background = true});
     } catch (const std::exception& e) {
       error = e.what();
     } catch (...) {

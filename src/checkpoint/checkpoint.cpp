@@ -176,7 +176,8 @@ std::string diagnose_write_failure(const std::string& tmp, const std::string& di
 
 }  // namespace
 
-std::string CheckpointManager::save(const CheckpointMeta& meta, std::span<const CheckpointShard> shards) {
+std::string CheckpointManager::save(const CheckpointMeta& meta, std::span<const CheckpointShard> shards,
+                                    const CheckpointWriteOptions& opt) {
   int rank = 0;
   MPI_Comm_rank(comm_, &rank);
   const std::string name = file_name(meta.step);
@@ -194,7 +195,7 @@ std::string CheckpointManager::save(const CheckpointMeta& meta, std::span<const 
   }
   MPI_Barrier(comm_);
   try {
-    write_checkpoint_file(tmp, comm_, meta, shards);
+    write_checkpoint_file(tmp, comm_, meta, shards, opt);
   } catch (const std::exception& e) {
     // Only this rank knows; it is about to abort the job (fatal.cpp). Free the space it took.
     // `latest` and the older files were not touched: nothing is renamed or pruned before here.

@@ -16,6 +16,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "mpitron/data/h5.hpp"
@@ -301,7 +302,7 @@ void ckpt_format::fill_params_from_full(std::span<CheckpointShard> shards, const
 }
 
 void write_checkpoint_file(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta_in,
-                           std::span<const CheckpointShard> shards) {
+                           std::span<const CheckpointShard> shards, const CheckpointWriteOptions& opt) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   // Rank 0's metadata is the truth (attributes must be identical on every rank).
@@ -333,6 +334,10 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   check_h5(f.valid(), "cannot create checkpoint file '{}' (does the folder exist and is it writable?)", path);
   Id dxpl = collective_dxpl();
   write_meta(f, meta, rank == 0, dxpl);
+  // The tensors' data (write_meta's small datasets stay collective).
+  Id data_dxpl = collective_dxpl();
+  if (opt.background)
+    check(H5Pset_dxpl_mpio(data_dxpl, H5FD_MPIO_INDEPENDENT) >= 0, "HDF5: cannot set independent transfers");
   ckpt_meta::write_attr_u64(f, "meta_checksum", ckpt_format::meta_checksum(meta));
   { Id g = make_group(f, "optim"); }
 
@@ -346,7 +351,11 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
     if (k.range != &CheckpointShard::params && !has_optimizer) continue;
     Id g = make_group(f, k.group);
     for (const auto& full : table) {
-      hdf5_yield_point(lock);  // between tensors, no HDF5 call open (the background writer)
+      if (opt.background) {  // between tensors (no HDF5 call open): the data loader's reads go in
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      }
       std::vector<hsize_t> dims = file_dims(full, cfg);
       Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
       Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
@@ -358,7 +367,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
         sel = select(*p, (*sh).*k.range, static_cast<int64_t>(dims[0]));
       Id fs = sel.file_space(dims), ms = sel.mem_space();
       const float* buf = sel.data ? sel.data : reinterpret_cast<const float*>(&n);  // any valid pointer
-      check_h5(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf) >= 0, "cannot write checkpoint '{}': dataset '{}/{}'",
+      check_h5(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, data_dxpl, buf) >= 0, "cannot write checkpoint '{}': dataset '{}/{}'",
                path, k.group, full.name);
       sums.push_back(sel.checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])));
       written.push_back({std::move(ds), 0});

@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <thread>
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/hdf5_lock.hpp"
@@ -15,18 +14,6 @@ std::mutex& hdf5_mutex() {
   return m;
 }
 
-namespace {
-thread_local bool yield_between_tensors = false;
-}
-
-void hdf5_yield_between_tensors(bool on) { yield_between_tensors = on; }
-
-void hdf5_yield_point(std::unique_lock<std::mutex>& lock) {
-  if (!yield_between_tensors) return;
-  lock.unlock();
-  std::this_thread::yield();  // a waiting thread takes the mutex now, not after the whole write
-  lock.lock();
-}
 
 namespace h5 {
 

@@ -10,7 +10,8 @@
 // file size limit) is reported by poll() / wait() on that rank as an Error with the writer's
 // message; the trainer calls poll() at every step boundary, so the job stops at the next one.
 // The HDF5 library is not thread-safe: the writer holds hdf5_mutex() per tensor (the data
-// loader's prefetch thread reads shards between them).
+// loader's prefetch thread reads shards between them), and it moves the data with independent
+// MPI-IO transfers (CheckpointWriteOptions::background says why).
 #pragma once
 #include <mpi.h>
 

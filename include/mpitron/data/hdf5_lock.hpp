@@ -10,14 +10,3 @@ namespace mpitron {
 std::mutex& hdf5_mutex();
 
 }  // namespace mpitron
-
-namespace mpitron {
-
-// A long run of HDF5 calls (a checkpoint write) may let other threads in between its steps:
-// hdf5_yield_point releases `lock` and takes it again, when this thread asked for that with
-// hdf5_yield_between_tensors(true) (the background checkpoint writer: the data loader's reads
-// must not wait for a whole write). The caller holds no HDF5 call across it.
-void hdf5_yield_between_tensors(bool on);
-void hdf5_yield_point(std::unique_lock<std::mutex>& lock);
-
-}  // namespace mpitron
