@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -29,6 +31,25 @@ bool copied(const CheckpointShard& s, CkptRange CheckpointShard::*k) {
   return r.data && r.owner && (k == &CheckpointShard::params || s.has_optimizer);
 }
 
+bool all_finite(const float* x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad |= (~std::bit_cast<uint32_t>(x[i]) & 0x7f800000u) == 0;
+  return bad == 0;
+}
+
+// memcpy of n floats that also says whether they are all finite (exponent bits not all ones),
+// block by block while the block is in cache: the snapshot's NaN check reads the state once.
+bool copy_finite(float* dst, const float* src, size_t n) {
+  constexpr size_t kBlock = 4096;
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i += kBlock) {
+    const size_t m = std::min(kBlock, n - i);
+    std::memcpy(dst + i, src + i, m * sizeof(float));
+    for (size_t k = 0; k < m; ++k) bad |= (~std::bit_cast<uint32_t>(dst[i + k]) & 0x7f800000u) == 0;
+  }
+  return bad == 0;
+}
+
 }  // namespace
 
 int64_t snapshot_bytes_of(std::span<const CheckpointShard> shards) {
@@ -48,6 +69,7 @@ struct BackgroundSave::Job {
   std::atomic<bool> done{false};
   std::string error, path;
   double snapshot_s = 0, write_s = 0;
+  bool finite = true;  // the last snapshot's values
 
   Job(std::string dir, int keep, MPI_Comm comm) : mgr(std::move(dir), keep, comm) {}
 
@@ -88,38 +110,51 @@ BackgroundSave::~BackgroundSave() {
   job_->thread.detach();
 }
 
-double BackgroundSave::start(const CheckpointMeta& meta, std::span<const CheckpointShard> shards) {
-  check(!in_flight(), "BackgroundSave::start with the save of step {} still in flight", in_flight_step());
+double BackgroundSave::snapshot(const CheckpointMeta& meta, std::span<const CheckpointShard> shards) {
+  check(!in_flight(), "BackgroundSave::snapshot with the save of step {} still in flight", in_flight_step());
   if (job_->thread.joinable()) job_->thread.join();
   const auto t0 = Clock::now();
   Job& j = *job_;
-  std::optional<trace::Span> span(std::in_place, fmt::format("snapshot of step {}", meta.step), trace::checkpoint);
+  trace::Span span(fmt::format("snapshot of step {}", meta.step), trace::checkpoint);
   j.meta = meta;
   j.shards.assign(shards.begin(), shards.end());
+  j.finite = true;
   size_t b = 0;
   for (auto& s : j.shards)
     for (auto k : kRanges) {
       CkptRange& r = s.*k;
       if (!copied(s, k)) {
-        r.data = nullptr;  // never read: not this rank's to write
+        if (r.data && (k == &CheckpointShard::params || s.has_optimizer))
+          j.finite &= all_finite(r.data, r.end - r.begin);
+        r.data = nullptr;  // never read by the writer: not this rank's to write
         continue;
       }
       if (b == j.bufs.size()) j.bufs.emplace_back();
       Buffer<float>& buf = j.bufs[b++];
       if (buf.size() != r.end - r.begin) buf = Buffer<float>(Mem::checkpoint, r.end - r.begin);
-      std::memcpy(buf.data(), r.data, buf.bytes());
+      j.finite &= copy_finite(buf.data(), r.data, buf.size());
       r.data = buf.data();
     }
   j.bufs.resize(b);
-  span.reset();  // the snapshot's event ends before the write's begins
   j.snapshot_s = seconds_since(t0);
+  return j.snapshot_s;
+}
+
+std::string BackgroundSave::snapshot_non_finite(std::span<const CheckpointShard> shards) const {
+  // The copy saw a NaN/inf somewhere in the buffers; first_non_finite names it (alignment gaps
+  // between tensors hold nothing and do not count).
+  return job_->finite ? std::string() : first_non_finite(shards);
+}
+
+void BackgroundSave::launch() {
+  Job& j = *job_;
+  check(!j.thread.joinable(), "BackgroundSave::launch without a snapshot");
   j.error.clear();
   j.path.clear();
   j.done.store(false, std::memory_order_relaxed);
   std::shared_ptr<Job> keep = job_;  // the thread's own reference (see the destructor)
   j.thread = std::thread([keep] { keep->run(); });
   pthread_setname_np(j.thread.native_handle(), "mpitron-ckpt");  // named in top, gdb and /proc
-  return j.snapshot_s;
 }
 
 bool BackgroundSave::in_flight() const {

@@ -355,10 +355,16 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
                                     bool background) {
   const CheckpointMeta m = meta_for(step, loss, sampler);
   const std::vector<CheckpointShard> shards = state_.shards();
+  // In the background: the snapshot first, checked while it is copied (one pass over the state).
+  double snapshot_s = 0;
+  if (background) {
+    ActivityPhase phase("checkpoint snapshot");
+    snapshot_s = background_->snapshot(m, shards);
+  }
   // A non-finite state is never saved, whatever train.nan_policy says: resume = auto would pick
   // it up. The lowest rank that holds one says where.
   {
-    const std::string bad = first_non_finite(shards);
+    const std::string bad = background ? background_->snapshot_non_finite(shards) : first_non_finite(shards);
     const int me = grid_.rank();
     int first_bad = bad.empty() ? std::numeric_limits<int>::max() : me;
     MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -371,13 +377,9 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
   }
   last_started_ = step;
   if (background) {
-    double secs = 0;
-    {
-      ActivityPhase phase("checkpoint snapshot");
-      secs = background_->start(m, shards);
-    }
+    background_->launch();
     if (grid_.rank() == 0) {
-      std::printf("checkpoint step %d: snapshot taken in %.3f s, writing in the background\n", step, secs);
+      std::printf("checkpoint step %d: snapshot taken in %.3f s, writing in the background\n", step, snapshot_s);
       std::fflush(stdout);
     }
     return mgr_.dir() + "/" + CheckpointManager::file_name(step);

@@ -122,6 +122,7 @@ for rank in (0, 1):
 PY
 
 say "SIGUSR1 while the background write of step 2 is held up (1.5 s): it is waited for, then step 3 is saved"
+# (The write of step 2 takes place while step 3 updates the model: its file must still hold step 2.)
 MPITRON_FAULT="slow@ckpt_write,rank=0,ms=1500;usr1@step_begin,rank=1,step=3" train usr1 2 --checkpoint.async=true
 [ $rc -eq 75 ] || { cat "$tmp/usr1.log"; fail "SIGUSR1 during a background write: exit $rc, want 75"; }
 expect_log usr1 "^checkpoint step 2: snapshot taken" "step 2 in the background"
@@ -134,6 +135,7 @@ expect_log usr1 "^preempted \(signal 10" "the preemption"
   "$(grep -nE '^checkpoint step 3 -> ' "$tmp/usr1.log" | cut -d: -f1)" ] || { cat "$tmp/usr1.log"; fail "order"; }
 latest_is usr1 3
 no_temp_left usr1
+same_files sync_dp2 usr1 2
 for s in 2 3; do
   timeout 60 "$MPITRON" inspect --verify "$tmp/usr1/ckpt/step_0000000$s.h5" >/dev/null || fail "usr1: step $s does not verify"
 done
@@ -152,6 +154,14 @@ ok_run bgkill 2 --checkpoint.async=true
 expect_log bgkill "^resumed from .*step_00000002.h5: step 2 " "resume from step 2"
 no_temp_left bgkill
 same_as sync_dp2 bgkill
+
+say "a NaN in rank 1's parameters at a background save: refused on every rank, as a synchronous save refuses"
+MPITRON_FAULT="poison@params,step=4,rank=1" train nan 2 --checkpoint.async=true
+[ $rc -eq 1 ] || { cat "$tmp/nan.log"; fail "NaN at a background save: exit $rc, want 1"; }
+expect_log nan "step 4: the model state holds NaN/inf \(rank 1's parameter 'wte.weight'" "the rank and tensor"
+expect_log nan "checkpoint step 4 not written, .*/ckpt/latest names step 2 \(the last good state\)" "what latest names"
+latest_is nan 2
+no_temp_left nan
 
 say "disk full during the background write of step 4 (tmpfs with room for one checkpoint and a half)"
 ckpt_bytes=$(stat -c %s "$tmp/sync_dp2/ckpt/step_00000002.h5")

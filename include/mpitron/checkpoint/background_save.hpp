@@ -41,9 +41,16 @@ class BackgroundSave {
   BackgroundSave(const BackgroundSave&) = delete;
   BackgroundSave& operator=(const BackgroundSave&) = delete;
 
-  // Copies what this rank writes of `shards` into the snapshot, then starts the write. No save
-  // may be in flight (wait() first). Returns the seconds the copy took.
-  double start(const CheckpointMeta& meta, std::span<const CheckpointShard> shards);
+  // Copies what this rank writes of `shards` into the snapshot, checking on the way that every
+  // value is finite (one pass over the state; the ranges it does not copy are checked too, as a
+  // synchronous save checks them). No save may be in flight (wait() first). Returns the seconds
+  // the copy took.
+  double snapshot(const CheckpointMeta& meta, std::span<const CheckpointShard> shards);
+  // first_non_finite(shards) (the same shards, still unchanged) when the snapshot saw a NaN/inf,
+  // else "" without a second pass.
+  std::string snapshot_non_finite(std::span<const CheckpointShard> shards) const;
+  // Starts writing the snapshot (after the ranks agreed it is finite).
+  void launch();
   bool in_flight() const;
   int64_t in_flight_step() const;
   // Non-blocking: the save that finished since the last call, if any. Error (with the writer's
