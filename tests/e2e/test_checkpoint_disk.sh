@@ -12,55 +12,8 @@
 #     size limit (ulimit -f): the job ends within 30 s naming the file and "No space left on
 #     device" / "File too large", the partial file is removed, the last checkpoint loads.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
-say() { echo "== $*"; }
-mnt="$tmp/tmpfs"
-# Lazy unmount: a hung rank of a failed run may still hold a file there. TERM (the suite's
-# timeout) runs the EXIT trap too, so no tmpfs is left mounted.
-trap 'umount -l "$mnt" 2>/dev/null || true; rm -rf "$tmp"' EXIT
-trap 'exit 143' TERM INT
-
-prep_fortunes "$tmp/data" 200000 fortunes computers science
-
-common=(--data.path="$tmp/data" --train.steps=8 --train.micro_batch=2 --train.global_batch=4 --checkpoint.every=2
-        --checkpoint.keep=0 --eval.every=0 --eval.batches=0 --log.every=1 --train.peak_flops=1e11 --model.seq_len=32)
-# train NAME NP [args...]: np ranks on run dir $tmp/NAME, log $tmp/NAME.log; sets $rc and $secs.
-train() {
-  local name=$1 np=$2
-  shift 2
-  local t0=$SECONDS
-  rc=0
-  timeout 120 $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
-    >"$tmp/$name.log" 2>&1 || rc=$?
-  secs=$((SECONDS - t0))
-  [ $rc -ne 124 ] || { cat "$tmp/$name.log"; fail "$name: still running after 120 s (hang)"; }
-}
-ok_run() { train "$@"; [ $rc -eq 0 ] || { cat "$tmp/$1.log"; fail "$1 exited $rc"; }; }
-expect_log() {  # name pattern why
-  grep -Eq -- "$2" "$tmp/$1.log" || { cat "$tmp/$1.log"; fail "$1: $3 (no line matching: $2)"; }
-}
-latest_is() {  # name step
-  local l
-  l=$(readlink "$tmp/$1/ckpt/latest" || true)
-  [ "$l" = "$(printf 'step_%08d.h5' "$2")" ] || fail "$1: latest -> '$l', want step $2"
-}
-no_temp_left() { ! ls -a "$tmp/$1/ckpt" | grep -q '\.tmp$' || fail "$1: a partial file is left: $(ls -a "$tmp/$1/ckpt")"; }
-# Losses of every step in NAME's metrics.jsonl: each step 1..8 once, bit-identical to the reference.
-same_as_ref() {
-  /usr/bin/python3 - "$tmp/ref/metrics.jsonl" "$tmp/$1/metrics.jsonl" <<'PY' || fail "$1: losses vs the reference"
-import collections, json, sys
-def losses(p):
-    rows = [r for r in map(json.loads, open(p)) if "loss" in r]
-    dup = [s for s, n in collections.Counter(r["step"] for r in rows).items() if n > 1]
-    assert not dup, f"{p}: steps logged twice: {dup}"
-    return {r["step"]: r["loss"] for r in rows}
-ref, run = losses(sys.argv[1]), losses(sys.argv[2])
-assert sorted(run) == list(range(1, 9)), f"steps {sorted(run)}"
-bad = {s: (run[s], ref[s]) for s in run if run[s] != ref[s]}
-assert not bad, f"losses differ from the uninterrupted run: {bad}"
-print(f"{sys.argv[2]}: steps 1-8 once each, bit-identical to the uninterrupted run")
-PY
-}
+source "$(dirname "$0")/ckpt_lib.sh"
+same_as_ref() { same_as ref "$1"; }
 copy_ref() { cp -a "$tmp/ref" "$tmp/$1"; }  # a finished run: step_2 .. step_8, latest -> step_8
 
 say "reference: np 2, 8 steps, a checkpoint every 2"
