@@ -27,7 +27,10 @@ declare -A MAX_LEN=([job_config]=4096 [tokenizer]=16384 [shard]=65536 [checkpoin
 # or operator new. detect_leaks: per input (libFuzzer reruns an input whose mallocs and frees
 # do not match); not at exit, where MPI and HDF5 keep their start-up allocations.
 # intercept_tls_get_addr=0: see tests/sanitizers/env.sh (a leak check that segfaults at random).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:leak_check_at_exit=0:allocator_may_return_null=1:intercept_tls_get_addr=0}
+# quarantine_size_mb=16 (default 256): the checkpoint target forks a checking child per input, and
+# fork copies the page tables of every resident page; a 256 MB quarantine kept the fuzzer at
+# ~380 MB RSS and made fork 30% of its time (2000 inputs: 77 s -> 60 s, AMD EPYC).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:leak_check_at_exit=0:allocator_may_return_null=1:intercept_tls_get_addr=0:quarantine_size_mb=16}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # Singleton MPI (the checkpoint target) without mpirun, on a host with no network set up.
