@@ -30,13 +30,18 @@ CheckpointShard checkpoint_shard_for(const ModelConfig& cfg, const GridShape& sh
   return checkpoint_shard_of(cfg, model_shard_for(cfg, shape, coord, pp_layers), coord, zero);
 }
 
-CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& shard, const GridCoord& coord, int zero) {
+CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& shard, const GridCoord& coord, int zero,
+                                    ParamSet set) {
   CheckpointShard s;
   s.shard = shard;
   s.table = model_param_table(cfg, s.shard);
+  std::erase_if(s.table, [&](const ParamInfo& p) { return !in_param_set(p, set); });
   // One copy of each model shard per (tp, pp) coordinate: dp 0 / cp 0 writes it, unless ZeRO
-  // splits it over DP x CP (then every rank of that group writes its own range).
-  const bool first = coord.dp == 0 && coord.cp == 0;
+  // splits it over DP x CP (then every rank of that group writes its own range). Routed experts
+  // under expert parallel: the first rank of their expert_dp group (data x context rank
+  // f = dp * cp + cp_rank below ep), or each its ZeRO range of them.
+  const int f = coord.dp * shard.cp_size + coord.cp;
+  const bool first = set == ParamSet::experts ? f < shard.ep_size : f == 0;
   s.params.owner = zero >= 3 || first;
   s.exp_avg.owner = s.exp_avg_sq.owner = zero >= 1 || first;
   return s;

@@ -113,6 +113,9 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
         tp_size);
   check((shard.cp_size == 1) == (cp == nullptr) && (!cp || (cp->size() == shard.cp_size && cp->rank() == shard.cp_rank)),
         "GPT: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank, shard.cp_size);
+  check((ep ? ep->size() : 1) == shard.ep_size && (ep ? ep->rank() : 0) == shard.ep_rank,
+        "GPT: the shard says ep rank {} of {}, the EP group rank {} of {}", shard.ep_rank, shard.ep_size,
+        ep ? ep->rank() : 0, ep ? ep->size() : 1);
   shard_.sequence_parallel = geo_.sp;
   tp_ = TpContext{tp, shard_.sequence_parallel, tp_comm_s_.get()};
   check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
@@ -339,7 +342,7 @@ void GPT::check_fused(const LayerW& x, const char* what) const {
   if (!x.router) return;
   const int64_t Fe = cfg_.moe.d_ff, Fs = int64_t{cfg_.moe.n_shared} * Fe / shard_.tp_size;
   for (size_t e = 0; e < x.w1.size(); ++e)
-    check(x.w3[e] == x.w1[e] + Fe * C, "GPT: expert {}'s w1/w3 {} are not contiguous", e, what);
+    check(!x.w1[e] || x.w3[e] == x.w1[e] + Fe * C, "GPT: expert {}'s w1/w3 {} are not contiguous", e, what);  // null: another ep rank's
   check(!x.sh_up || x.sh_up == x.sh_fc + Fs * C, "GPT: the shared experts' gate/up {} are not contiguous", what);
 }
 

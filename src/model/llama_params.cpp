@@ -8,18 +8,33 @@ namespace mpitron {
 namespace {
 
 // A MoE block's MLP (Hugging Face Mixtral names): the router, then per expert w1 (gate), w3 (up,
-// right behind w1: one GEMM) and w2 (down), every expert whole on every rank (replicated over
-// tp; expert parallel splits the work, moe_mlp.hpp), then the shared experts, column/row
-// parallel as a dense MLP.
-void add_moe_params(ParamTableBuilder& t, const ModelConfig& cfg, const std::string& p, int l) {
+// right behind w1: one GEMM) and w2 (down), each expert whole (replicated over tp), then the
+// shared experts, column/row parallel as a dense MLP. Expert parallel (ep > 1): only this rank's
+// experts, and they go to `experts` (laid out after the chunk's other parameters), so the flat
+// buffer is one dense range synchronised over dp x cp and one expert range synchronised over
+// expert_dp (data_parallel.hpp); with ep = 1 they stay in their block.
+struct MoeExpertTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int layer;
+};
+
+void add_moe_params(ParamTableBuilder& t, const ModelConfig& cfg, const std::string& p, int l,
+                    std::vector<MoeExpertTensor>& experts) {
   const int64_t C = cfg.d_model, E = cfg.moe.n_experts, Fe = cfg.moe.d_ff, Fs = int64_t{cfg.moe.n_shared} * Fe;
+  const int ep = t.shard.ep_size;
+  usage_check(ep >= 1 && E % ep == 0, "model.moe.n_experts = {} must be divisible by parallel.ep = {}", E, ep);
   const std::string m = p + "block_sparse_moe.";
   t.add(m + "gate.weight", {E, C}, -1, 1, l);
-  for (int64_t e = 0; e < E; ++e) {
+  const int64_t el = E / ep, e0 = int64_t{t.shard.ep_rank} * el;
+  for (int64_t e = e0; e < e0 + el; ++e) {
     const std::string x = m + "experts." + std::to_string(e) + ".";
-    t.add(x + "w1.weight", {Fe, C}, -1, 1, l);
-    t.add(x + "w3.weight", {Fe, C}, -1, 1, l);
-    t.add(x + "w2.weight", {C, Fe}, -1, 1, l);
+    for (auto [n, shape] : {std::pair<const char*, std::vector<int64_t>>{"w1.weight", {Fe, C}},
+                            {"w3.weight", {Fe, C}},
+                            {"w2.weight", {C, Fe}}}) {
+      if (ep > 1) experts.push_back({x + n, shape, l});
+      else t.add(x + n, shape, -1, 1, l);
+    }
   }
   if (Fs == 0) return;
   t.add(m + "shared_experts.gate_proj.weight", {Fs, C}, 0, 1, l);
@@ -39,6 +54,7 @@ std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShar
               "tensor parallel {} must divide the query heads ({}) and the key/value heads ({}) of {}", tp, H, KV,
               cfg.name);
   ParamTableBuilder t{shard, {}, 0};
+  std::vector<MoeExpertTensor> experts;  // ep > 1: this rank's routed experts, added last
   const bool tied = cfg.tied_embeddings;
   if (shard.has_embedding || (tied && shard.has_head)) t.add("embed_tokens.weight", {V, C}, 0, 1, -1);
   for (int l = lb; l < le; ++l) {
@@ -50,7 +66,7 @@ std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShar
     t.add(p + "self_attn.o_proj.weight", {C, H * hd}, 1, 1, l);
     t.add(p + "post_attention_layernorm.weight", {C}, -1, 1, l);
     if (cfg.moe.is_moe_layer(l)) {
-      add_moe_params(t, cfg, p, l);
+      add_moe_params(t, cfg, p, l, experts);
       continue;
     }
     t.add(p + "mlp.gate_proj.weight", {F, C}, 0, 1, l);
@@ -61,6 +77,8 @@ std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShar
     t.add("norm.weight", {C}, -1, 1, -1);
     if (!tied) t.add("lm_head.weight", {V, C}, 0, 1, -1);
   }
+  for (MoeExpertTensor& x : experts) t.add(std::move(x.name), std::move(x.shape), -1, 1, x.layer);
+  for (ParamInfo& q : t.out) q.expert = q.name.find(".experts.") != std::string::npos;
   return t.out;
 }
 

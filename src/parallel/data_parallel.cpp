@@ -21,10 +21,18 @@ DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const Data
   const ModelShard& ms = model.shard();
   n_layers_ = local_layers(model.config(), ms);
   n_ = model.num_params();
-  shard_ = opt.zero == 0 ? FlatRange{0, n_} : zero_shard(n_, dp.size(), dp.rank());
-  bucket_floats_ = grad_bucket_floats(opt.bucket_mb, n_);
+  region_ = param_set_range(model.params(), n_, opt.params);
+  check(region_.size() > 0, "DataParallel: no parameters in this set");
+  check(opt.params == ParamSet::all || !ops.allocator(), "DataParallel: expert parallel runs on the CPU backend only");
+  if (opt.zero == 0) {
+    shard_ = region_;
+  } else {
+    const FlatRange z = zero_shard(region_.size(), dp.size(), dp.rank());
+    shard_ = {region_.begin + z.begin, region_.begin + z.end};
+  }
+  bucket_floats_ = grad_bucket_floats(opt.bucket_mb, region_.size());
   check(!opt.tied_copy || opt.tied_group, "DataParallel: tied_copy without a tied_group");
-  buckets_ = plan_grad_buckets(model.params(), n_, bucket_floats_, ms, n_layers_, opt.tied_group != nullptr);
+  buckets_ = plan_grad_buckets(model.params(), n_, bucket_floats_, ms, n_layers_, opt.tied_group != nullptr, opt.params);
   bucket_bufs_.resize(buckets_.size());
   bucket_ops_.assign(buckets_.size(), 0);
   bucket_in_flight_.assign(buckets_.size(), false);
@@ -41,25 +49,34 @@ DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const Data
     grad_shard_ = Buffer<float>(Mem::grads, shard_.size(), ops.allocator());
     model.release_grad_buffer();
   }
-  if (opt.zero == 3) zero3_ = std::make_unique<ShardedParams>(model, dp, ops, progress_);
+  if (opt.zero == 3) {
+    zero3_ = std::make_unique<ShardedParams>(model, dp, ops, progress_, opt.params);
+    // The dense set is built first and leaves the buffer to the experts' shard (StageModel).
+    if (opt.params != ParamSet::dense) model.release_param_buffer();
+  }
   // ZeRO-1/2 on the CPU: the parameter all-gather per unit, overlapped with the next forward.
   if ((opt.zero == 1 || opt.zero == 2) && dp.size() > 1 && !ops.allocator())
-    param_gather_ = std::make_unique<ParamAllGather>(model, dp, progress_);
+    param_gather_ = std::make_unique<ParamAllGather>(model, dp, progress_, opt.params);
   optim_ = std::make_unique<AdamW>(opt.adamw, ops, shard_table_, 0, shard_.size());
-  model.set_unit_hook([this](Ev ev, int unit) { on_event(ev, unit); });
+  if (opt.params == ParamSet::all) model.set_unit_hook([this](Ev ev, int unit) { on_event(ev, unit); });
 }
 
-DataParallel::~DataParallel() { model_.set_unit_hook({}); }
+DataParallel::~DataParallel() {
+  if (opt_.params == ParamSet::all) model_.set_unit_hook({});
+}
 
 std::string DataParallel::describe() const {
   size_t biggest = 0;
   for (const auto& b : buckets_) biggest = std::max(biggest, b.end - b.begin);
   std::string s = fmt::format(
-      "data parallel: dp {} zero {} | {} gradient bucket(s) (cap {:.3g} MiB{}, largest {:.2f} MiB) | progress {} | "
+      "data parallel: {} {} zero {} | {} gradient bucket(s) (cap {:.3g} MiB{}, largest {:.2f} MiB) | progress {} | "
       "flat params {} floats, this rank's shard [{}, {})",
+      opt_.params == ParamSet::experts ? "routed experts over expert_dp"
+      : opt_.params == ParamSet::dense ? "the other parameters over dp x cp"
+                                       : "dp",
       dp_.size(), opt_.zero, buckets_.size(), bucket_floats_ * 4.0 / (1 << 20),
       opt_.bucket_mb > 0 ? "" : ": auto, a quarter of the model up to 25", biggest * 4.0 / (1 << 20),
-      progress_mode_name(opt_.progress), n_, shard_.begin, shard_.end);
+      progress_mode_name(opt_.progress), region_.size(), shard_.begin, shard_.end);
   if (zero3_) s += fmt::format(" | largest gathered unit {} floats", zero3_->largest_unit_floats());
   if (param_gather_)
     s += fmt::format(" | parameters all-gathered in {} units, each awaited at its next forward", param_gather_->units());
@@ -106,7 +123,7 @@ void DataParallel::trace_unit(Ev ev, int unit) {
 }
 
 void DataParallel::on_event(Ev ev, int unit) {
-  if (trace::enabled()) trace_unit(ev, unit);
+  if (trace::enabled() && opt_.params != ParamSet::experts) trace_unit(ev, unit);  // once per chunk
   progress_.poll();
   if (param_gather_ && ev == Ev::pre_forward) param_gather_->wait_unit(unit);
   if (zero3_) zero3_->on_event(ev, unit);
@@ -149,7 +166,7 @@ void DataParallel::launch_bucket(size_t b, bool last_backward) {
     bucket_in_flight_[b] = true;
     return;
   }
-  std::vector<size_t> counts = shard_counts(bk.begin, bk.end, n_, dp_.size());
+  std::vector<size_t> counts = shard_counts(bk.begin - region_.begin, bk.end - region_.begin, region_.size(), dp_.size());
   const size_t mine = counts[dp_.rank()];
   auto tmp = std::make_shared<Buffer<float>>(Mem::comm, mine, ops_.allocator());
   const float* send = opt_.zero == 1 ? model_.grad_data() + bk.begin : bucket_bufs_[b].data();
@@ -204,6 +221,14 @@ double DataParallel::grad_sum_squares(int tp_rank) {
     size_t lo = std::max(shard_.begin, p->offset), hi = std::min(shard_.end, p->offset + p->numel);
     if (hi > lo) local -= ops_.sum_squares(grad_shard() + (lo - shard_.begin), hi - lo);
   }
+  if (opt_.params == ParamSet::experts) {  // this rank's experts; the other ranks of ep hold the others
+    double total = local;
+    progress_.blocking([&] {
+      if (opt_.zero > 0 && dp_.size() > 1) total = dp_.all_reduce_scalar(total, ReduceOp::sum);
+      if (opt_.ep && opt_.ep->size() > 1) total = opt_.ep->all_reduce_scalar(total, ReduceOp::sum);
+    });
+    return total;
+  }
   if (opt_.zero == 0 || dp_.size() == 1) return local;  // every rank holds the same full gradient
   double total = 0;
   progress_.blocking([&] { total = dp_.all_reduce_scalar(local, ReduceOp::sum); });
@@ -221,9 +246,9 @@ void DataParallel::optimizer_step(double lr) {
     param_gather_->launch();
   } else if ((opt_.zero == 1 || opt_.zero == 2) && dp_.size() > 1) {
     // Everyone's updated shard, in place (this rank's part is already where it belongs).
-    std::vector<size_t> counts = shard_counts(0, n_, n_, dp_.size());
+    std::vector<size_t> counts = shard_counts(0, region_.size(), region_.size(), dp_.size());
     float* p = model_.param_data();
-    progress_.blocking([&] { dp_.all_gatherv(p + shard_.begin, p, counts.data(), DType::f32); });
+    progress_.blocking([&] { dp_.all_gatherv(p + shard_.begin, p + region_.begin, counts.data(), DType::f32); });
   }
   if (!zero3_) model_.params_changed();  // ZeRO-3 units are gathered (and converted) when used
 }
@@ -232,7 +257,13 @@ void DataParallel::sync_params() {
   if (param_gather_) param_gather_->wait_all();
 }
 
+void DataParallel::gather_params_into(float* out) {
+  check(zero3_ && !ops_.allocator(), "DataParallel::gather_params_into: for ZeRO-3 on the host");
+  zero3_->gather_full(out);
+}
+
 const float* DataParallel::full_params(Buffer<float>& scratch) {
+  check(opt_.params == ParamSet::all, "DataParallel::full_params: one parameter set of two (StageModel::full_params)");
   sync_params();
   if (!zero3_ && !ops_.allocator()) return model_.param_data();
   scratch = Buffer<float>(Mem::workspace, n_);

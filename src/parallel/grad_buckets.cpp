@@ -12,15 +12,32 @@ int backward_position(int unit, int n_local_layers) {
   return n_local_layers - unit;
 }
 
+FlatRange param_set_range(const std::vector<ParamInfo>& params, size_t n_flat, ParamSet s) {
+  FlatRange r{n_flat, 0};
+  size_t first = params.size(), last = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!in_param_set(params[i], s)) continue;
+    first = std::min(first, i), last = i;
+    r.begin = std::min(r.begin, params[i].offset);
+    r.end = std::max(r.end, i + 1 < params.size() ? params[i + 1].offset : n_flat);
+  }
+  if (first == params.size()) return {};
+  for (size_t i = first; i <= last; ++i)
+    check(in_param_set(params[i], s), "parameter {} lies inside another parameter set's flat range", params[i].name);
+  return r;
+}
+
 std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t n_flat, size_t bucket_floats,
-                                          const ModelShard& shard, int n_local_layers, bool tied_across_stages) {
+                                          const ModelShard& shard, int n_local_layers, bool tied_across_stages,
+                                          ParamSet set) {
   check(bucket_floats > 0, "gradient bucket size must be > 0");
-  std::vector<size_t> order(params.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (in_param_set(params[i], set)) order.push_back(i);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return params[a].offset > params[b].offset; });
   std::vector<GradBucket> out;
   GradBucket cur;
-  size_t hi = n_flat;  // the open bucket's end: where the parameter above it starts
+  size_t hi = param_set_range(params, n_flat, set).end;  // the open bucket's end: where the parameter above it starts
   auto close = [&] {
     if (cur.params.empty()) return;
     cur.end = hi;
@@ -66,11 +83,13 @@ std::vector<size_t> shard_counts(size_t begin, size_t end, size_t n, int size) {
 }
 
 std::vector<UnitRange> unit_ranges(const std::vector<ParamInfo>& params, size_t n_flat, const ModelShard& shard,
-                                   int n_local_layers) {
+                                   int n_local_layers, ParamSet set) {
   std::vector<UnitRange> units(2 + static_cast<size_t>(n_local_layers));
+  const size_t set_end = param_set_range(params, n_flat, set).end;
   for (size_t i = 0; i < params.size(); ++i) {
+    if (!in_param_set(params[i], set)) continue;
     UnitRange& u = units[unit_index(param_unit(params[i], shard))];
-    const size_t end = i + 1 < params.size() ? params[i + 1].offset : n_flat;
+    const size_t end = i + 1 < params.size() && in_param_set(params[i + 1], set) ? params[i + 1].offset : set_end;
     if (u.params.empty()) u.begin = params[i].offset;
     check(u.params.empty() || u.end == params[i].offset, "the unit of parameter {} is not contiguous", params[i].name);
     u.end = end;

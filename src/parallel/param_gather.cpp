@@ -5,10 +5,12 @@
 
 namespace mpitron {
 
-ParamAllGather::ParamAllGather(ModelChunk& model, Comm& dp, CommProgress& progress)
-    : dp_(dp), progress_(progress), n_(model.num_params()), params_(model.param_data()) {
+ParamAllGather::ParamAllGather(ModelChunk& model, Comm& dp, CommProgress& progress, ParamSet set)
+    : dp_(dp), progress_(progress), region_(param_set_range(model.params(), model.num_params(), set)),
+      params_(model.param_data()) {
   const int layers = local_layers(model.config(), model.shard());
-  for (UnitRange& r : unit_ranges(model.params(), n_, model.shard(), layers)) units_.push_back({std::move(r)});
+  for (UnitRange& r : unit_ranges(model.params(), model.num_params(), model.shard(), layers, set))
+    units_.push_back({std::move(r)});
   // Forward order: the embedding, block 0 .. L-1, the head.
   std::vector<size_t> order{unit_index(ModelChunk::kEmbeddingUnit)};
   for (int l = 0; l < layers; ++l) order.push_back(unit_index(l));
@@ -30,7 +32,8 @@ void ParamAllGather::launch() {
 
 void ParamAllGather::start(Unit& un) {
   // In place: this rank's part of the unit is already where it belongs (MPI_IN_PLACE).
-  const std::vector<size_t> counts = shard_counts(un.range.begin, un.range.end, n_, dp_.size());
+  const std::vector<size_t> counts =
+      shard_counts(un.range.begin - region_.begin, un.range.end - region_.begin, region_.size(), dp_.size());
   size_t mine = un.range.begin;
   for (int r = 0; r < dp_.rank(); ++r) mine += counts[r];
   un.handle = progress_.add(dp_.iall_gatherv(params_ + mine, params_ + un.range.begin, counts.data(), DType::f32));

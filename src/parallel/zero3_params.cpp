@@ -9,19 +9,20 @@ namespace mpitron {
 
 using Ev = ModelChunk::UnitEvent;
 
-ShardedParams::ShardedParams(ModelChunk& model, Comm& dp, FlatOps& ops, CommProgress& progress)
-    : model_(model), dp_(dp), ops_(ops), progress_(progress), n_(model.num_params()) {
+ShardedParams::ShardedParams(ModelChunk& model, Comm& dp, FlatOps& ops, CommProgress& progress, ParamSet set)
+    : model_(model), dp_(dp), ops_(ops), progress_(progress),
+      region_(param_set_range(model.params(), model.num_params(), set)) {
   check(model.param_data() != nullptr, "ZeRO-3: the model's flat parameters were already released");
-  range_ = zero_shard(n_, dp.size(), dp.rank());
+  const FlatRange z = zero_shard(region_.size(), dp.size(), dp.rank());
+  range_ = {region_.begin + z.begin, region_.begin + z.end};
   shard_ = Buffer<float>(Mem::params, range_.size(), ops.allocator());
   ops.copy(shard_.data(), model.param_data() + range_.begin, range_.size());
   const ModelShard& ms = model.shard();
   n_layers_ = local_layers(model.config(), ms);
-  for (UnitRange& r : unit_ranges(model.params(), n_, ms, n_layers_)) {
+  for (UnitRange& r : unit_ranges(model.params(), model.num_params(), ms, n_layers_, set)) {
     units_.emplace_back();
     static_cast<UnitRange&>(units_.back()) = std::move(r);
   }
-  model.release_param_buffer();
 }
 
 ShardedParams::Unit* ShardedParams::unit(int u) {
@@ -40,7 +41,7 @@ void ShardedParams::start_gather(int u) {
   if (!un || un->present || un->pending) return;
   un->buf = Buffer<float>(Mem::params, un->end - un->begin, ops_.allocator());
   for (size_t i : un->params) model_.bind_param(i, un->buf.data() + (model_.params()[i].offset - un->begin));
-  std::vector<size_t> counts = shard_counts(un->begin, un->end, n_, dp_.size());
+  std::vector<size_t> counts = shard_counts(un->begin - region_.begin, un->end - region_.begin, region_.size(), dp_.size());
   size_t lo = std::max(un->begin, range_.begin);
   const float* send = counts[dp_.rank()] > 0 ? shard_.data() + (lo - range_.begin) : shard_.data();
   if (dp_.size() == 1) {
@@ -100,8 +101,8 @@ void ShardedParams::on_event(Ev ev, int u) {
 }
 
 void ShardedParams::gather_full(float* out) {
-  std::vector<size_t> counts = shard_counts(0, n_, n_, dp_.size());
-  progress_.blocking([&] { dp_.all_gatherv(shard_.data(), out, counts.data(), DType::f32); });
+  std::vector<size_t> counts = shard_counts(0, region_.size(), region_.size(), dp_.size());
+  progress_.blocking([&] { dp_.all_gatherv(shard_.data(), out + region_.begin, counts.data(), DType::f32); });
 }
 
 }  // namespace mpitron

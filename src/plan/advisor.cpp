@@ -304,7 +304,7 @@ std::string format_advice(const Advice& a, int top) {
                               "{:.3f} s exposed)",
                               l.cp, best.in.model.seq_len, l.cp, fmt_gb(best.est.cp_bytes), best.est.cp_s));
   if (l.ep > 1)
-    why.push_back(fmt::format("ep {} splits the experts' work (all-to-all {} per step{})", l.ep,
+    why.push_back(fmt::format("ep {} splits the experts' work and parameters (all-to-all {} per step{})", l.ep,
                               fmt_gb(best.predicted ? best.pred.ep_bytes : best.est.ep_bytes),
                               best.predicted ? fmt::format(", {:.3g} s", best.pred.ep_s) : ""));
   if (l.zero > 0)

@@ -80,7 +80,7 @@ int act_slots_in_flight(const PlanLayout& l, int stage, int chunk) {
 
 namespace {
 
-GridShape shape_of(const PlanLayout& l) { return GridShape{l.tp, l.cp, l.dp, l.pp}; }
+GridShape shape_of(const PlanLayout& l) { return GridShape{l.tp, l.cp, l.dp, l.pp, l.ep}; }
 
 
 struct Chunk {
@@ -163,12 +163,22 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   if (r.shard.has_head) r.layers += " H";
   const int64_t B = l.micro_batch, s = m.seq_len / l.cp;
 
-  // Parameters: one flat buffer per chunk.
-  int64_t n = 0;
-  for (const auto& c : chunks) n += static_cast<int64_t>(flat_param_floats(model_param_table(m, c.shard)));
+  // Parameters: one flat buffer per chunk; under expert parallel its dense range and this rank's
+  // routed experts (the end of the buffer) are two sets (data_parallel.hpp ParamSet).
+  int64_t n = 0, n_exp = 0;
+  for (const auto& c : chunks) {
+    const std::vector<ParamInfo> t = model_param_table(m, c.shard);
+    const size_t nf = flat_param_floats(t);
+    n += static_cast<int64_t>(nf);
+    if (l.ep > 1) n_exp += static_cast<int64_t>(param_set_range(t, nf, ParamSet::experts).size());
+  }
   r.local_params = n;
-  // ZeRO shards over DP x CP (the trainer's gradient group; its rank order: dp major, cp minor).
-  const int64_t shard_n = zero_shard_elems(n, l.dp * l.cp, r.coord.dp * l.cp + r.coord.cp);
+  r.local_expert_params = n_exp;
+  // ZeRO shards over DP x CP (the trainer's gradient group; its rank order: dp major, cp minor),
+  // the experts' over expert_dp (the data x context ranks f with the same f % ep; rank f / ep).
+  const int f = r.coord.dp * l.cp + r.coord.cp;
+  const int64_t shard_n =
+      zero_shard_elems(n - n_exp, l.dp * l.cp, f) + (n_exp ? zero_shard_elems(n_exp, l.dp * l.cp / l.ep, f / l.ep) : 0);
   const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;
   if (in.precision == Precision::bf16_fp32_grads) {  // GptCuda + DataParallel: the master sits with the bf16 copy
     // (ZeRO-3: only the fp32 shard between steps; a unit's bf16 copy lives while it is gathered)
@@ -181,8 +191,13 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   }
   r.optim_moments = 8 * n_o;
   if (in.async_checkpoint) {  // the ranges a save writes from this rank (checkpoint_shard_of's owner flags)
-    const bool first = r.coord.dp == 0 && r.coord.cp == 0;
-    r.ckpt_snapshot = 4 * ((l.zero >= 3 || first ? n_p : 0) + 2 * (l.zero >= 1 || first ? n_o : 0));
+    // Per set: the dense parameters' first rank is f = 0, the experts' f < ep (checkpoint_shard_of).
+    const int64_t nd = n - n_exp, zd = zero_shard_elems(nd, l.dp * l.cp, f),
+                  ze = n_exp ? zero_shard_elems(n_exp, l.dp * l.cp / l.ep, f / l.ep) : 0;
+    auto set_bytes = [&](int64_t all, int64_t shard, bool first) {
+      return (l.zero >= 3 || first ? (l.zero >= 3 ? shard : all) : 0) + 2 * (l.zero >= 1 || first ? (l.zero >= 1 ? shard : all) : 0);
+    };
+    r.ckpt_snapshot = 4 * (set_bytes(nd, zd, f == 0) + set_bytes(n_exp, ze, f < l.ep));
   }
 
   // Activations.

@@ -263,42 +263,46 @@ StepPrediction predict_step(const PlanInput& in, const MachineProfile& prof) {
     makespan += out.shared_cores_s;
   }
 
-  // DP / ZeRO, per pipeline rank (its own parameters); the slowest decides.
-  const int dpn = l.dp * l.cp;  // the gradient group (dp x cp)
+  // DP / ZeRO, per pipeline rank (its own parameters); the slowest decides. Under expert parallel
+  // the rank's routed experts are a second set, synchronised over expert_dp (dp x cp / ep).
   double tail = 0;
   for (int r = 0; r < P; ++r) {
     const RankLedger& rl = led.stages[std::min<size_t>(r, led.stages.size() - 1)];
-    const double n_flat = static_cast<double>(rl.local_params);
     const double g_bytes = in.precision == Precision::bf16 ? 2 : 4;
-    double exposed = 0, total = 0;
-    if (dpn > 1) {
-      const double bucket = static_cast<double>(grad_bucket_floats(l.bucket_mb, static_cast<size_t>(n_flat)));
-      const double n_buckets = std::max(1.0, std::ceil(n_flat / bucket));
-      const double bucket_bytes = std::min(bucket, n_flat) * g_bytes;
-      const char* red = l.zero == 0 ? "all_reduce" : "reduce_scatter";
-      const double per_bucket = c.coll(red, dpn, bucket_bytes, l.tp);
-      const double reduce = n_buckets * per_bucket;
-      const double rounds = l.zero >= 2 ? mb : 1;  // ZeRO-2/3 reduce every micro-batch
-      const double window = last_bwd[r];
-      const double hidden = std::min(std::max(0.0, reduce - per_bucket), window);
-      exposed += rounds * (reduce - hidden + hidden * (prof.overlap_factor(c.k) - 1));
-      total += rounds * reduce;
-      if (l.zero >= 1) {  // the updated parameters gathered after the step
-        const double ag = c.coll("all_gather", dpn, n_flat * 4, l.tp);
-        exposed += ag, total += ag;
+    double exposed = 0, total = 0, opt = 0;
+    const double n_exp = static_cast<double>(rl.local_expert_params);
+    for (int set = 0; set < (n_exp > 0 ? 2 : 1); ++set) {
+      const int dpn = set == 0 ? l.dp * l.cp : l.dp * l.cp / l.ep;  // the set's gradient group
+      const double n_flat = set == 0 ? static_cast<double>(rl.local_params) - n_exp : n_exp;
+      if (dpn > 1) {
+        const double bucket = static_cast<double>(grad_bucket_floats(l.bucket_mb, static_cast<size_t>(n_flat)));
+        const double n_buckets = std::max(1.0, std::ceil(n_flat / bucket));
+        const double bucket_bytes = std::min(bucket, n_flat) * g_bytes;
+        const char* red = l.zero == 0 ? "all_reduce" : "reduce_scatter";
+        const double per_bucket = c.coll(red, dpn, bucket_bytes, l.tp);
+        const double reduce = n_buckets * per_bucket;
+        const double rounds = l.zero >= 2 ? mb : 1;  // ZeRO-2/3 reduce every micro-batch
+        const double window = last_bwd[r];
+        const double hidden = std::min(std::max(0.0, reduce - per_bucket), window);
+        exposed += rounds * (reduce - hidden + hidden * (prof.overlap_factor(c.k) - 1));
+        total += rounds * reduce;
+        if (l.zero >= 1) {  // the updated parameters gathered after the step
+          const double ag = c.coll("all_gather", dpn, n_flat * 4, l.tp);
+          exposed += ag, total += ag;
+        }
+        if (l.zero >= 3) {  // each unit gathered ahead of forward and backward, overlapped
+          const double ag = c.coll("all_gather", dpn, n_flat * c.e, l.tp);
+          double fwd_sum = 0;
+          for (int ch = 0; ch < V; ++ch) fwd_sum += f[ch * P + r];
+          exposed += mb * (std::max(0.0, ag - fwd_sum) + std::max(0.0, ag - window) +
+                           std::min(ag, fwd_sum + window) * (prof.overlap_factor(c.k) - 1));
+          total += 2 * mb * ag;
+        }
       }
-      if (l.zero >= 3) {  // each unit gathered ahead of forward and backward, overlapped
-        const double ag = c.coll("all_gather", dpn, n_flat * c.e, l.tp);
-        double fwd_sum = 0;
-        for (int ch = 0; ch < V; ++ch) fwd_sum += f[ch * P + r];
-        exposed += mb * (std::max(0.0, ag - fwd_sum) + std::max(0.0, ag - window) +
-                         std::min(ag, fwd_sum + window) * (prof.overlap_factor(c.k) - 1));
-        total += 2 * mb * ag;
-      }
+      // AdamW over this rank's shard: read p, g, m, v, write p, m, v; plus the grad-norm pass.
+      const double shard = l.zero >= 1 && dpn > 1 ? n_flat / dpn : n_flat;
+      opt += c.stream(shard * 4 * 8 + n_flat * 4 * 2);  // + zeroing and the norm over the full gradient
     }
-    // AdamW over this rank's shard: read p, g, m, v, write p, m, v; plus the grad-norm pass.
-    const double shard = l.zero >= 1 && dpn > 1 ? n_flat / dpn : n_flat;
-    const double opt = c.stream(shard * 4 * 8 + n_flat * 4 * 2);  // + zeroing and the norm over the full gradient
     if (exposed + opt > tail) {
       tail = exposed + opt;
       out.dp_s = exposed;

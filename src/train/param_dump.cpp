@@ -26,8 +26,10 @@ struct FullTensors {
   std::map<std::string, std::vector<float>> data;
   std::map<std::string, std::vector<hsize_t>> shape;
 
-  void add_shard(const ModelConfig& cfg, const std::vector<ParamInfo>& table, const float* values, int tp_rank) {
+  void add_shard(const ModelConfig& cfg, const std::vector<ParamInfo>& table, const float* values, int tp_rank,
+                 ParamSet set) {
     for (const auto& p : table) {
+      if (!in_param_set(p, set)) continue;
       int64_t full = 1;
       for (auto d : p.full_shape) full *= d;
       auto& dst = data[p.name];
@@ -74,8 +76,11 @@ void dump_full_params(const std::string& path, const ModelConfig& cfg, const std
     for (const ModelShard& s : model_chunks_for(cfg, gs, c, pp_layers, virtual_stages)) t.push_back(model_param_table(cfg, s));
     return t;
   };
+  // Contributors: data x context rank f = dp * cp + cp_rank 0 (everything), and under expert
+  // parallel f = 1 .. ep - 1 (their routed experts; grid.hpp's ep group of f = 0).
+  auto data_rank = [&](const GridCoord& c) { return c.dp * gs.cp + c.cp; };
   if (grid.rank() != 0) {
-    if (grid.coord().dp == 0 && grid.coord().cp == 0) {
+    if (data_rank(grid.coord()) < gs.ep) {
       auto t = tables(grid.coord());
       check(t.size() == chunk_params.size(), "parameter dump: {} chunk buffers for {} model chunks", chunk_params.size(),
             t.size());
@@ -93,7 +98,7 @@ void dump_full_params(const std::string& path, const ModelConfig& cfg, const std
   std::vector<float> buf;
   for (int r = 0; r < grid.world_size(); ++r) {
     GridCoord c = grid_coord(gs, r);
-    if (c.dp != 0 || c.cp != 0) continue;
+    if (data_rank(c) >= gs.ep) continue;
     auto t = tables(c);
     for (size_t k = 0; k < t.size(); ++k) {
       const float* values = r == 0 ? chunk_params.at(k).data : nullptr;
@@ -102,7 +107,7 @@ void dump_full_params(const std::string& path, const ModelConfig& cfg, const std
         world.recv(buf.data(), buf.size(), DType::f32, r, kTag);
         values = buf.data();
       }
-      full.add_shard(cfg, t[k], values, c.tp);
+      full.add_shard(cfg, t[k], values, c.tp, data_rank(c) == 0 ? ParamSet::all : ParamSet::experts);
     }
   }
   write_h5(path, full);

@@ -118,48 +118,57 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& cfg, ProcessGrid& grid, co
 std::vector<CheckpointShard> StageCheckpointState::shards() {
   FlatOps& ops = model_.ops();
   const bool device = ops.allocator() != nullptr;
-  host_.resize(model_.size());
   std::vector<CheckpointShard> out;
+  size_t k = 0;  // host_ index: one per parameter set
   for (int c = 0; c < model_.size(); ++c) {
     ModelChunk& model = model_.chunk(c);
-    DataParallel& ddp = model_.ddp(c);
-    const int zero = ddp.zero();
-    ddp.sync_params();  // ZeRO-1/2: the last step's parameter gathers
-    CheckpointShard s = checkpoint_shard_of(mc_, model.shard(), coord_, zero);
-    const FlatRange r = ddp.shard();
-    AdamW& opt = ddp.optimizer();
-    float* p = zero >= 3 ? ddp.shard_params() : model.param_data();
-    const size_t np = zero >= 3 ? r.size() : model.num_params();
-    float *m = opt.exp_avg(), *v = opt.exp_avg_sq();
-    if (device) {
-      HostCopy& h = host_[c];
-      h.p.resize(np), h.m.resize(r.size()), h.v.resize(r.size());
-      ops.to_host(h.p.data(), p, np);
-      ops.to_host(h.m.data(), m, r.size());
-      ops.to_host(h.v.data(), v, r.size());
-      p = h.p.data(), m = h.m.data(), v = h.v.data();
+    for (DataParallel* set : model_.sets(c)) {
+      DataParallel& ddp = *set;
+      const int zero = ddp.zero();
+      ddp.sync_params();  // ZeRO-1/2: the last step's parameter gathers
+      CheckpointShard s = checkpoint_shard_of(mc_, model.shard(), coord_, zero, ddp.param_set());
+      const FlatRange r = ddp.shard(), g = ddp.region();
+      AdamW& opt = ddp.optimizer();
+      // The set's parameters: its range of the flat buffer, or (ZeRO-3) this rank's shard of it.
+      const FlatRange pr = zero >= 3 ? r : g;
+      float* p = zero >= 3 ? ddp.shard_params() : model.param_data() + g.begin;
+      float *m = opt.exp_avg(), *v = opt.exp_avg_sq();
+      if (device) {
+        if (host_.size() <= k) host_.resize(k + 1);
+        HostCopy& h = host_[k];
+        h.p.resize(pr.size()), h.m.resize(r.size()), h.v.resize(r.size());
+        ops.to_host(h.p.data(), p, pr.size());
+        ops.to_host(h.m.data(), m, r.size());
+        ops.to_host(h.v.data(), v, r.size());
+        p = h.p.data(), m = h.m.data(), v = h.v.data();
+      }
+      ++k;
+      s.params = {p, pr.begin, pr.end, s.params.owner};
+      s.exp_avg = {m, r.begin, r.end, s.exp_avg.owner};
+      s.exp_avg_sq = {v, r.begin, r.end, s.exp_avg_sq.owner};
+      out.push_back(std::move(s));
     }
-    if (zero >= 3) s.params = {p, r.begin, r.end, s.params.owner};
-    else s.params = {p, 0, np, s.params.owner};
-    s.exp_avg = {m, r.begin, r.end, s.exp_avg.owner};
-    s.exp_avg_sq = {v, r.begin, r.end, s.exp_avg_sq.owner};
-    out.push_back(std::move(s));
   }
   return out;
 }
 
 void StageCheckpointState::loaded() {
   FlatOps& ops = model_.ops();
+  size_t k = 0;
   for (int c = 0; c < model_.size(); ++c) {
     ModelChunk& model = model_.chunk(c);
-    DataParallel& ddp = model_.ddp(c);
-    if (ops.allocator()) {  // the file was read into the host copies
-      const HostCopy& h = host_.at(c);
-      ops.from_host(ddp.zero() >= 3 ? ddp.shard_params() : model.param_data(), h.p.data(), h.p.size());
-      ops.from_host(ddp.optimizer().exp_avg(), h.m.data(), h.m.size());
-      ops.from_host(ddp.optimizer().exp_avg_sq(), h.v.data(), h.v.size());
+    for (DataParallel* set : model_.sets(c)) {
+      DataParallel& ddp = *set;
+      if (ops.allocator()) {  // the file was read into the host copies
+        const HostCopy& h = host_.at(k);
+        ops.from_host(ddp.zero() >= 3 ? ddp.shard_params() : model.param_data() + ddp.region().begin, h.p.data(),
+                      h.p.size());
+        ops.from_host(ddp.optimizer().exp_avg(), h.m.data(), h.m.size());
+        ops.from_host(ddp.optimizer().exp_avg_sq(), h.v.data(), h.v.size());
+      }
+      ++k;
     }
-    if (ddp.zero() < 3) model.params_changed();
+    if (model_.ddp(c).zero() < 3) model.params_changed();
   }
 }
 

@@ -34,7 +34,8 @@ grep "dp 2 (ep 2 x expert-dp 1)" "$tmp/ep2.log" >/dev/null || fail "ep2 layout l
 golden ep4 4 --parallel.ep=4
 golden ep2_tp2 4 --parallel.ep=2 --parallel.tp=2
 golden ep2_pp2 4 --parallel.ep=2 --parallel.pp=2
-golden ep2_dp2_zero1 4 --parallel.ep=2 --parallel.zero=1
+golden ep2_dp2_zero1 4 --parallel.ep=2 --parallel.zero=1 --checkpoint.every=3 --checkpoint.async=true \
+  --train.check_ledger=true
 golden ep2_dp2_zero3 4 --parallel.ep=2 --parallel.zero=3 --checkpoint.every=3
 golden ep2_recompute 2 --parallel.ep=2 --train.recompute=full
 # Context parallel: the aux loss's per-sequence sums over the cp ranks; ep over a cp pair, and
@@ -62,14 +63,39 @@ print("routing metrics: 6 steps x 2 blocks, dropless, aux >= 1 (its minimum at p
 PY
 grep "step 6 moe | L0 tokens/expert" "$tmp/ep2.log" >/dev/null || fail "no MoE log line"
 
-# Checkpoints: the ep2 x dp2 ZeRO-3 run's step-3 checkpoint resumes at ep1 (np 1) and ep4 (np 4).
-ckpt="$tmp/ep2_dp2_zero3/ckpt/step_00000003.h5"
-for layout in "1:" "4:--parallel.ep=4"; do
+# Expert parallel splits the experts' parameters: each rank holds E / ep of them, after its dense
+# parameters, synchronised (and ZeRO-sharded) over expert_dp; the memory ledger predicts the
+# parameter, gradient, optimizer and snapshot bytes exactly.
+/usr/bin/python3 - "$tmp" <<'PY'
+import re, sys
+def sets(name):
+    log = open(f"{sys.argv[1]}/{name}.log").read()
+    d = re.search(r"data parallel: the other parameters over dp x cp (\d+) .*? flat params (\d+) floats", log)
+    e = re.search(r"data parallel: routed experts over expert_dp (\d+) .*? flat params (\d+) floats", log)
+    assert d and e, f"{name}: no dense/expert data-parallel lines"
+    return int(d[1]), int(d[2]), int(e[1]), int(e[2])
+ep2, ep4, z1 = sets("ep2"), sets("ep4"), sets("ep2_dp2_zero1")
+assert ep2[:2] == (2, ep4[1]) and ep4[0] == 4 and ep2[2] == 1 and ep4[2] == 1 and z1[2] == 2, (ep2, ep4, z1)
+assert ep2[3] == 2 * ep4[3], f"experts per rank: ep2 {ep2[3]} floats, ep4 {ep4[3]}"
+log = open(f"{sys.argv[1]}/ep2_dp2_zero1.log").read()
+lines = [l for l in log.splitlines() if l.startswith("ledger rank")]
+assert len(lines) >= 8, lines
+for l in lines:
+    for cat in ("params", "grads", "optim", "checkpoint snapshot"):
+        assert re.search(cat + r" tracked (\d+) predicted \1 EXACT", l), f"{cat} not exact: {l}"
+print(f"experts split: {ep2[3]} floats of experts per rank at ep2, {ep4[3]} at ep4; ledger exact at ep2 x dp2 ZeRO-1")
+PY
+
+# Checkpoints: the ep2 x dp2 ZeRO-3 run's step-3 checkpoint resumes at ep1 (np 1) and ep4 (np 4),
+# the ZeRO-1 one (written in the background, each expert by the first rank of its expert_dp) at ep1.
+for layout in "ep2_dp2_zero3:1:" "ep2_dp2_zero3:4:--parallel.ep=4" "ep2_dp2_zero1:1:"; do
+  src=${layout%%:*} layout=${layout#*:}
   np=${layout%%:*}
+  ckpt="$tmp/$src/ckpt/step_00000003.h5"
   # shellcheck disable=SC2086
   run "resume$np" "$np" ${layout#*:} --train.resume="$ckpt"
   grep "resumed from $ckpt" "$tmp/resume$np.log" >/dev/null || fail "np=$np did not resume"
-  /usr/bin/python3 - "$tmp/ep2_dp2_zero3" "$tmp/resume$np" "$np" <<'PY'
+  /usr/bin/python3 - "$tmp/$src" "$tmp/resume$np" "$np" <<'PY'
 import json, sys
 def steps(d):
     return {r["step"]: (r["loss"], r["grad_norm"]) for r in map(json.loads, open(f"{d}/metrics.jsonl")) if "loss" in r}
@@ -77,7 +103,7 @@ full, res = steps(sys.argv[1]), steps(sys.argv[2])
 assert sorted(res) == [4, 5, 6], sorted(res)
 worst = max(abs(a - b) / abs(a) for s in res for a, b in zip(full[s], res[s]))
 assert worst < 1e-5, f"resume at np={sys.argv[3]} differs: {worst:.3g}"
-print(f"ep2 x dp2 ZeRO-3 checkpoint resumed at np={sys.argv[3]}: steps 4-6 max rel diff {worst:.2e}")
+print(f"{sys.argv[1].split('/')[-1]} checkpoint resumed at np={sys.argv[3]}: steps 4-6 max rel diff {worst:.2e}")
 PY
 done
 

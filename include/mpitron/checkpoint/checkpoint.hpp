@@ -72,8 +72,10 @@ struct CheckpointShard {
 // zero >= 3 also the parameters.
 CheckpointShard checkpoint_shard_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
                                      const std::vector<int>& pp_layers, int zero);
-// The same for a given model shard (an interleaved pipeline's chunk: partition.hpp).
-CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& shard, const GridCoord& coord, int zero);
+// The same for a given model shard (an interleaved pipeline's chunk: partition.hpp), its tensors of
+// `set` only (expert parallel: a chunk's dense and expert parameters are two shards).
+CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& shard, const GridCoord& coord, int zero,
+                                    ParamSet set = ParamSet::all);
 
 // Everything that is not a tensor.
 struct CheckpointMeta {

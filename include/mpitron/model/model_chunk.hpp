@@ -28,6 +28,9 @@ struct ModelShard {
   // Context parallel (parallel.cp): every sequence split over cp_size ranks in 2 cp_size chunks,
   // this rank holding chunks cp_rank and 2 cp_size - 1 - cp_rank (causal load balance).
   int cp_rank = 0, cp_size = 1;
+  // Expert parallel (parallel.ep): this rank holds routed experts [ep_rank E/ep, (ep_rank+1) E/ep)
+  // of each MoE block, laid out after every other parameter of the chunk (param_tables.hpp).
+  int ep_rank = 0, ep_size = 1;
 };
 
 // Positions (tokens) of a sequence a shard holds: seq_len / cp_size.
@@ -62,7 +65,17 @@ struct ParamInfo {
   size_t numel = 0;
   bool decay = false;  // weight decay: 2-D weights only
   int layer = -1;      // global layer index, -1 for embeddings / final LN
+  bool expert = false;  // a routed expert's tensor: split over ep, synchronised over expert_dp
 };
+
+// The parameters one DataParallel (and one checkpoint shard) covers. Expert parallel (ep > 1)
+// lays a chunk's routed experts out after its other parameters (param_tables.hpp), and the two
+// contiguous ranges are synchronised over different groups: `dense` over dp x cp, `experts` over
+// expert_dp. Without ep, `all`: one range, the whole buffer.
+enum class ParamSet { all, dense, experts };
+inline bool in_param_set(const ParamInfo& p, ParamSet s) {
+  return s == ParamSet::all || p.expert == (s == ParamSet::experts);
+}
 
 // How a model chunk keeps its activations, the same options on every device.
 struct ModelOptions {

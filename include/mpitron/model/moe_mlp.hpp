@@ -10,10 +10,9 @@
 // [r E/ep, (r+1) E/ep). Dispatch: the per-expert copy counts are all-gathered over ep, then the
 // copies' rows go to their experts' ranks by one all-to-all-v; the owner reorders what it got
 // (source-major) expert-major, runs its experts, and the combine all-to-all-v sends the outputs
-// back. Backward runs the same two exchanges on the gradients. Every rank holds every expert's
-// parameters (replicated like a dense parameter, so the data-parallel gradient sum and ZeRO
-// treat them as dense ones: the experts a rank did not run have zero gradient there); the
-// work and the activations are split.
+// back. Backward runs the same two exchanges on the gradients. A rank holds only its experts'
+// parameters (the parameter table's; their gradients are reduced over expert_dp, the ranks with
+// the same experts: data_parallel.hpp ParamSet), so w13/w2 of other experts are null here.
 //
 // Tensor parallel: the router and the routed experts are replicated over tp (every TP rank
 // routes the same rows and computes the same outputs, no communication); the shared experts are

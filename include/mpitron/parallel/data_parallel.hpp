@@ -1,7 +1,8 @@
 // Data parallelism over the DP group: gradient buckets reduced while backward still runs, and
 // ZeRO stages 1-3 (optimizer state, gradients, parameters sharded over the group).
 //
-// Per rank, with P = model.num_params() floats (the flat layout), N = dp size and S this rank's
+// Per rank, with P = model.num_params() floats (the flat layout; under expert parallel each of the
+// two parameter sets on its own, P its range and N its group's size), N = dp size and S this rank's
 // ZeRO shard (grad_buckets.hpp: ~P/N, 16-float aligned):
 //   stage  params                  grads                     AdamW moments  communication per step
 //   0      4P                      4P                        8P             all-reduce per bucket
@@ -58,6 +59,11 @@ struct DataParallelOptions {
   // its pipeline (grid.embedding()); nullptr otherwise (pp = 1, middle stages).
   Comm* tied_group = nullptr;
   bool tied_copy = false;  // the last stage's copy: left out of grad_sum_squares (counted once)
+  // The parameters this object synchronises (grad_buckets.hpp ParamSet). Expert parallel gives a
+  // chunk two: `dense` over dp x cp and `experts` over expert_dp (StageModel builds them in that
+  // order and installs one unit hook that calls both); `all` installs its own hook.
+  ParamSet params = ParamSet::all;
+  Comm* ep = nullptr;  // `experts`: the ep group (the gradient norm adds the other ranks' experts)
 };
 
 class DataParallel {
@@ -89,6 +95,12 @@ class DataParallel {
   // Every parameter in the flat layout, in host memory (ZeRO-3: gathered, a collective call; a
   // device's: copied to `scratch`).
   const float* full_params(Buffer<float>& scratch);
+  // ZeRO-3 on the host: this set's parameters, gathered, at their flat offsets in `out` (n floats).
+  void gather_params_into(float* out);
+  // The model's unit events (installed as its hook for ParamSet::all; StageModel calls it otherwise).
+  void on_unit_event(ModelChunk::UnitEvent ev, int unit) { on_event(ev, unit); }
+  ParamSet param_set() const { return opt_.params; }
+  FlatRange region() const { return region_; }
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   FlatRange shard() const { return shard_; }
   // Checkpoints (train/train_checkpoint.cpp): this rank's AdamW (moments over shard()) and its
@@ -111,8 +123,9 @@ class DataParallel {
   FlatOps& ops_;
   DataParallelOptions opt_;
   int n_layers_ = 0;
-  size_t n_ = 0;
-  FlatRange shard_;  // [0, n) without ZeRO
+  size_t n_ = 0;         // the chunk's flat buffer
+  FlatRange region_;     // this object's parameters' range of it (param_set_range; [0, n) for `all`)
+  FlatRange shard_;      // this rank's ZeRO shard of region_ (region_ without ZeRO), flat offsets
   void trace_unit(ModelChunk::UnitEvent ev, int unit);
   std::map<int, std::chrono::steady_clock::time_point> trace_open_[2];  // forward, backward: unit -> start
   std::vector<GradBucket> buckets_;

@@ -27,6 +27,15 @@
 
 namespace mpitron {
 
+struct FlatRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
+// The set's (ParamSet, model_chunk.hpp) flat range: from its first parameter to where the parameter after its last one starts
+// (or n_flat); empty when no parameter is in the set. Fails if another set's parameter lies inside.
+FlatRange param_set_range(const std::vector<ParamInfo>& params, size_t n_flat, ParamSet s);
+
 struct GradBucket {
   size_t begin = 0, end = 0;   // flat range (whole parameters plus their alignment padding)
   std::vector<size_t> params;  // indices into the parameter table
@@ -42,17 +51,15 @@ int backward_position(int unit, int n_local_layers);
 // quarters left to run (one 25 MiB bucket for the whole demo model overlapped nothing).
 size_t grad_bucket_floats(double bucket_mb, size_t n_flat);
 
+// Over the parameters of `set` only (their range: param_set_range).
 std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t n_flat, size_t bucket_floats,
-                                          const ModelShard& shard, int n_local_layers, bool tied_across_stages = false);
+                                          const ModelShard& shard, int n_local_layers, bool tied_across_stages = false,
+                                          ParamSet set = ParamSet::all);
 
 // ZeRO: rank r of N owns the flat range [r*S, (r+1)*S) clipped to [0, n), with
 // S = ceil(n / (16 N)) * 16 (shards start on 64-byte boundaries). When N*16 does not divide n the
 // last shards are shorter, possibly empty: e.g. n = 170,560 floats over N = 3 gives S = 56,864
 // and shards of 56,864, 56,864 and 56,832.
-struct FlatRange {
-  size_t begin = 0, end = 0;
-  size_t size() const { return end - begin; }
-};
 FlatRange zero_shard(size_t n, int size, int rank);
 // counts[r] = |[begin, end) ∩ shard(r)|: the v-collective counts for one bucket or unit.
 std::vector<size_t> shard_counts(size_t begin, size_t end, size_t n, int size);
@@ -68,7 +75,8 @@ struct UnitRange {
 inline size_t unit_index(int unit) {
   return unit == ModelChunk::kEmbeddingUnit ? 0 : unit == ModelChunk::kHeadUnit ? 1 : 2 + static_cast<size_t>(unit);
 }
+// The units' parameters of `set` only.
 std::vector<UnitRange> unit_ranges(const std::vector<ParamInfo>& params, size_t n_flat, const ModelShard& shard,
-                                   int n_local_layers);
+                                   int n_local_layers, ParamSet set = ParamSet::all);
 
 }  // namespace mpitron

@@ -29,7 +29,7 @@ namespace mpitron {
 
 class ParamAllGather {
  public:
-  ParamAllGather(ModelChunk& model, Comm& dp, CommProgress& progress);
+  ParamAllGather(ModelChunk& model, Comm& dp, CommProgress& progress, ParamSet set = ParamSet::all);
   ~ParamAllGather() { wait_all(); }  // never leave MPI writing into the model's buffer
   ParamAllGather(const ParamAllGather&) = delete;
   ParamAllGather& operator=(const ParamAllGather&) = delete;
@@ -50,7 +50,7 @@ class ParamAllGather {
   void wait(Unit& un);
   Comm& dp_;
   CommProgress& progress_;
-  size_t n_;
+  FlatRange region_;  // the parameter set's flat range (its ZeRO shards are cut from it)
   // The model's flat parameters (never released under ZeRO-1/2); the caller says they changed
   // (DataParallel::optimizer_step: params_changed), not each gather's start.
   float* params_;

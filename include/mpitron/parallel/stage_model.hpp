@@ -41,7 +41,10 @@ class StageModel {
 
   int size() const { return static_cast<int>(models_.size()); }
   ModelChunk& chunk(int c) { return *models_[c]; }
-  DataParallel& ddp(int c) { return *ddps_[c]; }
+  DataParallel& ddp(int c) { return *ddps_[c]; }  // the chunk's (dense, under expert parallel) parameters
+  // The chunk's parameter sets: its DataParallel, or under expert parallel the dense one and the
+  // experts' (data_parallel.hpp ParamSet), in that order.
+  std::vector<DataParallel*> sets(int c);
   FlatOps& ops() { return ops_; }
   size_t num_params() const;      // floats over all chunks (the tied copy included)
   double tp_comm_seconds() const;
@@ -68,7 +71,9 @@ class StageModel {
  private:
   FlatOps& ops_;
   std::vector<std::unique_ptr<ModelChunk>> models_;
+  std::vector<DataParallel*> all_sets();
   std::vector<std::unique_ptr<DataParallel>> ddps_;
+  std::vector<std::unique_ptr<DataParallel>> edps_;  // per chunk: its experts' (expert parallel), or null
 };
 
 }  // namespace mpitron

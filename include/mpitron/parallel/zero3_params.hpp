@@ -3,7 +3,7 @@
 // before the model reads them and freed right after, with the next unit's gather prefetched.
 //
 // How the full parameters really go away: the model is built as usual (initialisation is defined
-// on full tensors), this class copies its shard out of model.param_data() and calls
+// on full tensors), this class copies its shard out of model.param_data() and DataParallel calls
 // model.release_param_buffer() (GPT::release_param_buffer): the flat Mem::params buffer is freed and every weight pointer is
 // null until a unit is gathered and bound (GPT::bind_param) into its working buffer. So the
 // tracked params bytes are 4*S (the shard) between steps, and during a step 4*S plus the working
@@ -28,11 +28,13 @@ namespace mpitron {
 
 class ShardedParams {
  public:
-  ShardedParams(ModelChunk& model, Comm& dp, FlatOps& ops, CommProgress& progress);
+  // Takes this rank's shard of `set`'s range; the caller then releases the model's flat buffer
+  // (model.release_param_buffer(), once every set took its shard).
+  ShardedParams(ModelChunk& model, Comm& dp, FlatOps& ops, CommProgress& progress, ParamSet set = ParamSet::all);
   float* shard() { return shard_.data(); }
   FlatRange range() const { return range_; }
   void on_event(ModelChunk::UnitEvent ev, int unit);
-  void gather_full(float* out);      // every parameter, flat layout (n floats), e.g. for a dump
+  void gather_full(float* out);      // every parameter of the set, at its flat offsets in out, e.g. for a dump
   size_t largest_unit_floats() const;  // the biggest working buffer
 
  private:
@@ -50,8 +52,8 @@ class ShardedParams {
   Comm& dp_;
   FlatOps& ops_;
   CommProgress& progress_;
-  size_t n_;
-  FlatRange range_;
+  FlatRange region_;  // the set's flat range
+  FlatRange range_;   // this rank's shard of it (flat offsets)
   Buffer<float> shard_;
   std::vector<Unit> units_;  // [0] embedding, [1] head, [2 + l] block l
   int n_layers_ = 0;

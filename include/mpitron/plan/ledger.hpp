@@ -86,6 +86,7 @@ struct RankLedger {
   GridCoord coord;
   ModelShard shard;
   int64_t local_params = 0;  // parameter elements this rank's model holds (flat layout, with padding)
+  int64_t local_expert_params = 0;  // of which routed experts under expert parallel (synchronised over expert_dp)
   int64_t params = 0, grads = 0, optim_master = 0, optim_moments = 0;
   int64_t optim() const { return optim_master + optim_moments; }
   // Activations: the peak of the activations category during a step.

@@ -3,7 +3,8 @@
 // golden-rule tests to compare parallel layouts with the single-rank run (job key
 // train.dump_params). Collective over the world.
 //
-// Contributors are the ranks with dp = cp = 0 (one copy of each model shard); rank 0 knows each
+// Contributors are the ranks with dp = cp = 0 (one copy of each model shard; under expert
+// parallel also the other ranks of their ep group, for their experts); rank 0 knows each
 // contributor's parameter tables from model_chunks_for(), so only the values travel.
 #pragma once
 #include <string>
