@@ -123,10 +123,6 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   n_local_layers_ = local_layers(cfg, shard);
   block_ = std::make_unique<TransformerBlock<CpuDevice>>(dev_, cfg_, geo_, tp_);
   if (cfg.moe.enabled()) {
-    usage_check(shard.cp_size == 1 || cfg.moe.capacity_factor == 0,
-                "model.moe.capacity_factor = {} with parallel.cp = {}: capacity drops go in row order, which context "
-                "parallel splits; use dropless routing (capacity_factor = 0) with cp",
-                cfg.moe.capacity_factor, shard.cp_size);
     // Under sequence parallel the block hands the MoE all BT rows (gathered): its shared experts
     // then run as plain tensor parallel (all-reduce), not sequence parallel.
     moe_ = std::make_unique<MoeMlp<CpuDevice>>(dev_, cfg_, TpContext{tp, false, tp_comm_s_.get()}, ep, cp);

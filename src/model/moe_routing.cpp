@@ -8,7 +8,8 @@
 
 namespace mpitron {
 
-void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, MoeRouting& r) {
+void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, MoeRouting& r,
+               const MoeCapacityHook& cp_prior) {
   const int E = cfg.n_experts, k = cfg.top_k;
   check(E >= 1 && k >= 1 && k <= E, "moe_route: top_k {} of {} experts", k, E);
   check(T > 0 && R % T == 0, "moe_route: {} rows are not whole sequences of {}", R, T);
@@ -52,17 +53,30 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, 
     if (cfg.router == MoeRouter::softmax_topk || cfg.norm_topk_prob)
       for (int j = 0; j < k; ++j) w[j] = static_cast<float>(w[j] / wsum);
   }
-  // Capacity drops in token order, then the stable expert-sorted order of the kept copies.
+  // Capacity drops in token order (a copy is kept while fewer than cap copies to its expert came
+  // before it, here or, under cp, in the other ranks' earlier chunks), then the stable
+  // expert-sorted order of the kept copies.
+  MoeCapacityPrior prior;
+  if (cfg.capacity_factor > 0 && cp_prior) {
+    prior = cp_prior(r);
+    check(prior.chunk_rows > 0 && R % prior.chunk_rows == 0 &&
+              prior.before.size() == static_cast<size_t>(R / prior.chunk_rows * E) && prior.total_rows >= R,
+          "moe_route: a capacity prior of {} values for {} rows in chunks of {}", prior.before.size(), R,
+          prior.chunk_rows);
+  }
+  const int64_t base_rows = prior.total_rows > 0 ? prior.total_rows : R;
   const int64_t cap = cfg.capacity_factor > 0
-                          ? static_cast<int64_t>(std::ceil(cfg.capacity_factor * double(R) * k / E))
+                          ? static_cast<int64_t>(std::ceil(cfg.capacity_factor * double(base_rows) * k / E))
                           : INT64_MAX;
   r.counts.assign(static_cast<size_t>(E), 0);
   r.pos.assign(static_cast<size_t>(R * k), -1);
   r.dropped = 0;
   std::vector<uint8_t> kept(static_cast<size_t>(R * k), 0);
+  std::vector<int64_t> seen(static_cast<size_t>(E), 0);  // copies routed so far here, before drops
   for (int64_t a = 0; a < R * k; ++a) {
     const int e = r.expert[a];
-    if (r.counts[e] < cap) {
+    const int64_t before = prior.chunk_rows ? prior.before[(a / k) / prior.chunk_rows * E + e] : 0;
+    if (seen[e]++ + before < cap) {
       ++r.counts[e];
       kept[a] = 1;
     } else {

@@ -158,10 +158,6 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   usage_check(!mc.moe.enabled() || mc.moe.n_experts % gs.ep == 0,
               "model.moe.n_experts = {} must be divisible by parallel.ep = {} (each ep rank runs n_experts / ep experts)",
               mc.moe.n_experts, gs.ep);
-  usage_check(!mc.moe.enabled() || gs.cp == 1 || mc.moe.capacity_factor == 0,
-              "model.moe.capacity_factor = {} with parallel.cp = {}: capacity drops go in row order, which context "
-              "parallel splits; use dropless routing (capacity_factor = 0) with cp",
-              mc.moe.capacity_factor, gs.cp);
 
   // The backend: this rank's model chunks with their data parallel and optimizer, as a pipeline
   // (train_backend.hpp). The schedule decides how many micro-batches' activations each chunk keeps.

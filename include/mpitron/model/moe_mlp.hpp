@@ -20,8 +20,9 @@
 // holds T / cp rows of each sequence; routing is per row, and the load-balancing loss, per whole
 // sequence, gets its per-sequence sums (routed copies, probabilities) over the cp ranks, so every
 // cp rank trains the single-rank objective. Sequence parallel: the block gathers the rows, every
-// TP rank runs this layer on all of them (as without sp) and keeps its own. Capacity drops go in row order over a rank's rows, so a capacity factor with cp > 1 would
-// drop other copies than one rank: refused.
+// TP rank runs this layer on all of them (as without sp) and keeps its own. Capacity drops go in
+// the micro-batch's token order: under cp each rank adds the copies the other cp ranks routed in
+// the chunks before each of its own (cp_capacity_prior), so it drops what one rank would.
 //
 // Device: the routing and the row permutations run on the host, so the layer runs on CPU devices
 // (A = float); the GEMMs and SwiGLU are the device's.
@@ -127,7 +128,9 @@ class MoeMlp {
     const int E = m_.n_experts;
     a.logits.resize(static_cast<size_t>(R * E));
     dev_.matmul_forward(a.logits.data(), x, w.router, nullptr, R, c_, E);
-    moe_route(m_, a.logits.data(), R, std::min<int64_t>(seq_len_, R), a.route);
+    MoeCapacityHook prior;
+    if (cp_ && m_.capacity_factor > 0) prior = [this](const MoeRouting& r) { return cp_capacity_prior(r); };
+    moe_route(m_, a.logits.data(), R, std::min<int64_t>(seq_len_, R), a.route, prior);
     if (cp_) whole_sequence_aux(a.route);
     const MoeRouting& r = a.route;
     const int64_t kept = static_cast<int64_t>(r.order.size());
@@ -251,6 +254,29 @@ class MoeMlp {
     for (size_t i = 0; i < n; ++i) r.seq_routed[i] = static_cast<int64_t>(v[i]), r.seq_psum[i] = v[n + i];
     r.seq_tokens = r.seq_len * cp_->size();
     moe_aux_loss(r);
+  }
+
+  // Capacity under context parallel (moe_routing.hpp MoeCapacityPrior): this rank's rows are two
+  // chunks of T / (2 cp) rows per sequence, chunks cp_rank and 2 cp - 1 - cp_rank; the per-chunk
+  // routed counts are all-gathered over cp, and each chunk gets the other ranks' counts of the
+  // chunks before it in token order (earlier sequences, then earlier chunks of its own).
+  MoeCapacityPrior cp_capacity_prior(const MoeRouting& r) {
+    const int P = cp_->size(), me = cp_->rank(), E = m_.n_experts, k = m_.top_k;
+    const int64_t half = seq_len_ / 2, n = r.rows / half;
+    std::vector<float> mine(static_cast<size_t>(n * E), 0.f), all(static_cast<size_t>(P * n * E));
+    for (int64_t a = 0; a < r.rows * k; ++a) mine[(a / k) / half * E + r.expert[a]] += 1.f;  // exact below 2^24
+    cp_->all_gather(mine.data(), all.data(), mine.size(), DType::f32);
+    auto key = [&](int rank, int64_t c) { return c / 2 * 2 * P + (c % 2 == 0 ? rank : 2 * P - 1 - rank); };
+    MoeCapacityPrior pr;
+    pr.chunk_rows = half, pr.total_rows = r.rows * P;
+    pr.before.assign(static_cast<size_t>(n * E), 0);
+    for (int64_t c = 0; c < n; ++c)
+      for (int s = 0; s < P; ++s)
+        for (int64_t c2 = 0; c2 < n && s != me; ++c2)
+          if (key(s, c2) < key(me, c))
+            for (int e = 0; e < E; ++e)
+              pr.before[c * E + e] += static_cast<int64_t>(all[(static_cast<size_t>(s) * n + c2) * E + e]);
+    return pr;
   }
 
   // Counts over ep: every rank's per-expert copies (all-gathered), so each rank knows what it

@@ -22,6 +22,7 @@
 // micro-batches and data-parallel ranks changes nothing: every layout trains the same objective.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "mpitron/model/config.hpp"
@@ -64,8 +65,22 @@ struct MoeStats {
   }
 };
 
+// Capacity drops under context parallel: the single-rank run keeps an expert's first copies in
+// the micro-batch's token order over all of its rows, and a cp rank holds only some chunks of each
+// sequence (model_chunk.hpp, cp_global_position). Per chunk of `chunk_rows` local rows and expert:
+// the copies the other cp ranks' rows that come before the chunk in token order routed to it
+// (before drops); `total_rows` the micro-batch's rows on all of them (the capacity's base).
+struct MoeCapacityPrior {
+  int64_t chunk_rows = 0, total_rows = 0;
+  std::vector<int64_t> before;  // [rows / chunk_rows, E]
+};
+// Called with the routing before drops, when a capacity factor is set (MoeMlp: an all-gather of
+// the per-chunk counts over cp).
+using MoeCapacityHook = std::function<MoeCapacityPrior(const MoeRouting&)>;
+
 // Routing of R rows of router logits [R, E] (E = cfg.n_experts), sequences of seq_len rows.
-void moe_route(const MoeConfig& cfg, const float* logits, int64_t rows, int64_t seq_len, MoeRouting& r);
+void moe_route(const MoeConfig& cfg, const float* logits, int64_t rows, int64_t seq_len, MoeRouting& r,
+               const MoeCapacityHook& cp_prior = {});
 
 // Bytes of a MoE block's saved state (MoeActs in moe_mlp.hpp: the routing, the router logits,
 // the copies' inputs, gate|up, SwiGLU and outputs, the exchange plan, the shared experts') for
