@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${1:-8}
 BIN=${MPITRON:-build/mpitron}
-OUT=bench/results/moe.md
+OUT=${OUT:-bench/results/moe.md}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ -d data/demo ] || make data >/dev/null
