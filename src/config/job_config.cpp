@@ -30,7 +30,7 @@ struct TomlCheckFailed : std::logic_error {
 #pragma pop_macro("NDEBUG")
 
 #include "mpitron/core/error.hpp"
-#include "toml_guard.hpp"
+#include "mpitron/config/toml_guard.hpp"
 #include "toml_text.hpp"
 
 namespace mpitron {

@@ -1,5 +1,5 @@
 // A small TOML lexer (strings and comments only) for check_toml_text: see toml_guard.hpp.
-#include "toml_guard.hpp"
+#include "mpitron/config/toml_guard.hpp"
 
 #include "mpitron/core/error.hpp"
 

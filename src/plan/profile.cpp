@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "../config/toml_guard.hpp"
+#include "mpitron/config/toml_guard.hpp"
 #include "mpitron/core/error.hpp"
 
 namespace mpitron {

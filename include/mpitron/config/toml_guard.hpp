@@ -1,4 +1,4 @@
-// A pre-check of a job file's text before toml++ parses it (load_job_file).
+// A pre-check of a TOML file's text before toml++ parses it (load_job_file, the plan profile reader).
 //
 // toml++ 3.3 (Debian's) has undefined behaviour on some inputs: a non-ASCII code point where
 // its parser asks "is this whitespace?" reaches __builtin_unreachable (upstream
