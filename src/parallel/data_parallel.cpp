@@ -24,12 +24,7 @@ DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const Data
   region_ = param_set_range(model.params(), n_, opt.params);
   check(region_.size() > 0, "DataParallel: no parameters in this set");
   check(opt.params == ParamSet::all || !ops.allocator(), "DataParallel: expert parallel runs on the CPU backend only");
-  if (opt.zero == 0) {
-    shard_ = region_;
-  } else {
-    const FlatRange z = zero_shard(region_.size(), dp.size(), dp.rank());
-    shard_ = {region_.begin + z.begin, region_.begin + z.end};
-  }
+  shard_ = opt.zero == 0 ? region_ : zero_shard(region_, dp.size(), dp.rank());
   bucket_floats_ = grad_bucket_floats(opt.bucket_mb, region_.size());
   check(!opt.tied_copy || opt.tied_group, "DataParallel: tied_copy without a tied_group");
   buckets_ = plan_grad_buckets(model.params(), n_, bucket_floats_, ms, n_layers_, opt.tied_group != nullptr, opt.params);
@@ -166,7 +161,7 @@ void DataParallel::launch_bucket(size_t b, bool last_backward) {
     bucket_in_flight_[b] = true;
     return;
   }
-  std::vector<size_t> counts = shard_counts(bk.begin - region_.begin, bk.end - region_.begin, region_.size(), dp_.size());
+  std::vector<size_t> counts = shard_counts(region_, bk.begin, bk.end, dp_.size());
   const size_t mine = counts[dp_.rank()];
   auto tmp = std::make_shared<Buffer<float>>(Mem::comm, mine, ops_.allocator());
   const float* send = opt_.zero == 1 ? model_.grad_data() + bk.begin : bucket_bufs_[b].data();
@@ -246,7 +241,7 @@ void DataParallel::optimizer_step(double lr) {
     param_gather_->launch();
   } else if ((opt_.zero == 1 || opt_.zero == 2) && dp_.size() > 1) {
     // Everyone's updated shard, in place (this rank's part is already where it belongs).
-    std::vector<size_t> counts = shard_counts(0, region_.size(), region_.size(), dp_.size());
+    std::vector<size_t> counts = shard_counts(region_, region_.begin, region_.end, dp_.size());
     float* p = model_.param_data();
     progress_.blocking([&] { dp_.all_gatherv(p + shard_.begin, p + region_.begin, counts.data(), DType::f32); });
   }

@@ -82,6 +82,15 @@ std::vector<size_t> shard_counts(size_t begin, size_t end, size_t n, int size) {
   return c;
 }
 
+FlatRange zero_shard(FlatRange region, int size, int rank) {
+  const FlatRange z = zero_shard(region.size(), size, rank);
+  return {region.begin + z.begin, region.begin + z.end};
+}
+
+std::vector<size_t> shard_counts(FlatRange region, size_t begin, size_t end, int size) {
+  return shard_counts(begin - region.begin, end - region.begin, region.size(), size);
+}
+
 std::vector<UnitRange> unit_ranges(const std::vector<ParamInfo>& params, size_t n_flat, const ModelShard& shard,
                                    int n_local_layers, ParamSet set) {
   std::vector<UnitRange> units(2 + static_cast<size_t>(n_local_layers));

@@ -32,8 +32,7 @@ void ParamAllGather::launch() {
 
 void ParamAllGather::start(Unit& un) {
   // In place: this rank's part of the unit is already where it belongs (MPI_IN_PLACE).
-  const std::vector<size_t> counts =
-      shard_counts(un.range.begin - region_.begin, un.range.end - region_.begin, region_.size(), dp_.size());
+  const std::vector<size_t> counts = shard_counts(region_, un.range.begin, un.range.end, dp_.size());
   size_t mine = un.range.begin;
   for (int r = 0; r < dp_.rank(); ++r) mine += counts[r];
   un.handle = progress_.add(dp_.iall_gatherv(params_ + mine, params_ + un.range.begin, counts.data(), DType::f32));

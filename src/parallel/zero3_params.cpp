@@ -13,8 +13,7 @@ ShardedParams::ShardedParams(ModelChunk& model, Comm& dp, FlatOps& ops, CommProg
     : model_(model), dp_(dp), ops_(ops), progress_(progress),
       region_(param_set_range(model.params(), model.num_params(), set)) {
   check(model.param_data() != nullptr, "ZeRO-3: the model's flat parameters were already released");
-  const FlatRange z = zero_shard(region_.size(), dp.size(), dp.rank());
-  range_ = {region_.begin + z.begin, region_.begin + z.end};
+  range_ = zero_shard(region_, dp.size(), dp.rank());
   shard_ = Buffer<float>(Mem::params, range_.size(), ops.allocator());
   ops.copy(shard_.data(), model.param_data() + range_.begin, range_.size());
   const ModelShard& ms = model.shard();
@@ -41,7 +40,7 @@ void ShardedParams::start_gather(int u) {
   if (!un || un->present || un->pending) return;
   un->buf = Buffer<float>(Mem::params, un->end - un->begin, ops_.allocator());
   for (size_t i : un->params) model_.bind_param(i, un->buf.data() + (model_.params()[i].offset - un->begin));
-  std::vector<size_t> counts = shard_counts(un->begin - region_.begin, un->end - region_.begin, region_.size(), dp_.size());
+  std::vector<size_t> counts = shard_counts(region_, un->begin, un->end, dp_.size());
   size_t lo = std::max(un->begin, range_.begin);
   const float* send = counts[dp_.rank()] > 0 ? shard_.data() + (lo - range_.begin) : shard_.data();
   if (dp_.size() == 1) {
@@ -101,7 +100,7 @@ void ShardedParams::on_event(Ev ev, int u) {
 }
 
 void ShardedParams::gather_full(float* out) {
-  std::vector<size_t> counts = shard_counts(0, region_.size(), region_.size(), dp_.size());
+  std::vector<size_t> counts = shard_counts(region_, region_.begin, region_.end, dp_.size());
   progress_.blocking([&] { dp_.all_gatherv(shard_.data(), out + region_.begin, counts.data(), DType::f32); });
 }
 

@@ -63,6 +63,10 @@ std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, 
 FlatRange zero_shard(size_t n, int size, int rank);
 // counts[r] = |[begin, end) ∩ shard(r)|: the v-collective counts for one bucket or unit.
 std::vector<size_t> shard_counts(size_t begin, size_t end, size_t n, int size);
+// The same over a parameter set's flat range (param_set_range) instead of [0, n): the shard of
+// rank r is cut from `region` and given in flat offsets; begin / end are flat offsets too.
+FlatRange zero_shard(FlatRange region, int size, int rank);
+std::vector<size_t> shard_counts(FlatRange region, size_t begin, size_t end, int size);
 
 // The flat range of each unit (ModelChunk's unit events): its parameters are contiguous, and the
 // range runs to where the next parameter starts (alignment padding included). Indexed by
