@@ -40,7 +40,7 @@ CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& sh
   // splits it over DP x CP (then every rank of that group writes its own range). Routed experts
   // under expert parallel: the first rank of their expert_dp group (data x context rank
   // f = dp * cp + cp_rank below ep), or each its ZeRO range of them.
-  const int f = coord.dp * shard.cp_size + coord.cp;
+  const int f = data_context_rank(coord, shard.cp_size);
   const bool first = set == ParamSet::experts ? f < shard.ep_size : f == 0;
   s.params.owner = zero >= 3 || first;
   s.exp_avg.owner = s.exp_avg_sq.owner = zero >= 1 || first;

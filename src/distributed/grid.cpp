@@ -111,12 +111,12 @@ std::vector<int> group_members(const GridShape& s, int rank, Group g) {
     // Expert parallel: runs of ep consecutive data x context ranks, numbered f = dp * cp + cp_rank
     // (cp fastest: ep over a cp group first); expert_dp: the ranks with the same f % ep.
     case Group::ep: {
-      const int f0 = (me.dp * s.cp + me.cp) / s.ep * s.ep;
+      const int f0 = data_context_rank(me, s.cp) / s.ep * s.ep;
       for (int f = f0; f < f0 + s.ep; ++f) add({me.tp, f % s.cp, f / s.cp, me.pp});
       break;
     }
     case Group::expert_dp:
-      for (int f = (me.dp * s.cp + me.cp) % s.ep; f < s.dp * s.cp; f += s.ep) add({me.tp, f % s.cp, f / s.cp, me.pp});
+      for (int f = data_context_rank(me, s.cp) % s.ep; f < s.dp * s.cp; f += s.ep) add({me.tp, f % s.cp, f / s.cp, me.pp});
       break;
     case Group::embedding:
       if (me.pp == 0 || me.pp == s.pp - 1) {

@@ -23,9 +23,8 @@ ModelShard virtual_stage_shard(const ModelConfig& cfg, const GridShape& shape, c
   s.tp_size = shape.tp;
   s.cp_rank = coord.cp;
   s.cp_size = shape.cp;
-  // grid.cpp's ep group: runs of ep consecutive data x context ranks f = dp * cp + cp_rank.
   s.ep_size = shape.ep;
-  s.ep_rank = (coord.dp * shape.cp + coord.cp) % shape.ep;
+  s.ep_rank = data_context_rank(coord, shape.cp) % shape.ep;  // grid.cpp's ep group
   const std::vector<int> layers = pipeline_stage_layers(L, nv, pp_layers);  // schedule.hpp: the same rule for `plan`
   s.layer_begin = std::accumulate(layers.begin(), layers.begin() + vs, 0);
   s.layer_end = s.layer_begin + layers[vs];

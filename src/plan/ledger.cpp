@@ -176,9 +176,10 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   r.local_expert_params = n_exp;
   // ZeRO shards over DP x CP (the trainer's gradient group; its rank order: dp major, cp minor),
   // the experts' over expert_dp (the data x context ranks f with the same f % ep; rank f / ep).
-  const int f = r.coord.dp * l.cp + r.coord.cp;
-  const int64_t shard_n =
-      zero_shard_elems(n - n_exp, l.dp * l.cp, f) + (n_exp ? zero_shard_elems(n_exp, l.dp * l.cp / l.ep, f / l.ep) : 0);
+  const int f = data_context_rank(r.coord, l.cp);
+  const int64_t n_dense = n - n_exp, shard_dense = zero_shard_elems(n_dense, l.dp * l.cp, f),
+                shard_exp = n_exp ? zero_shard_elems(n_exp, l.dp * l.cp / l.ep, f / l.ep) : 0;
+  const int64_t shard_n = shard_dense + shard_exp;
   const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;
   if (in.precision == Precision::bf16_fp32_grads) {  // GptCuda + DataParallel: the master sits with the bf16 copy
     // (ZeRO-3: only the fp32 shard between steps; a unit's bf16 copy lives while it is gathered)
@@ -192,12 +193,10 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   r.optim_moments = 8 * n_o;
   if (in.async_checkpoint) {  // the ranges a save writes from this rank (checkpoint_shard_of's owner flags)
     // Per set: the dense parameters' first rank is f = 0, the experts' f < ep (checkpoint_shard_of).
-    const int64_t nd = n - n_exp, zd = zero_shard_elems(nd, l.dp * l.cp, f),
-                  ze = n_exp ? zero_shard_elems(n_exp, l.dp * l.cp / l.ep, f / l.ep) : 0;
     auto set_bytes = [&](int64_t all, int64_t shard, bool first) {
       return (l.zero >= 3 || first ? (l.zero >= 3 ? shard : all) : 0) + 2 * (l.zero >= 1 || first ? (l.zero >= 1 ? shard : all) : 0);
     };
-    r.ckpt_snapshot = 4 * (set_bytes(nd, zd, f == 0) + set_bytes(n_exp, ze, f < l.ep));
+    r.ckpt_snapshot = 4 * (set_bytes(n_dense, shard_dense, f == 0) + set_bytes(n_exp, shard_exp, f < l.ep));
   }
 
   // Activations.

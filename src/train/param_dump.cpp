@@ -78,7 +78,7 @@ void dump_full_params(const std::string& path, const ModelConfig& cfg, const std
   };
   // Contributors: data x context rank f = dp * cp + cp_rank 0 (everything), and under expert
   // parallel f = 1 .. ep - 1 (their routed experts; grid.hpp's ep group of f = 0).
-  auto data_rank = [&](const GridCoord& c) { return c.dp * gs.cp + c.cp; };
+  auto data_rank = [&](const GridCoord& c) { return data_context_rank(c, gs.cp); };
   if (grid.rank() != 0) {
     if (data_rank(grid.coord()) < gs.ep) {
       auto t = tables(grid.coord());

@@ -24,6 +24,10 @@ struct GridCoord {
   int tp = 0, cp = 0, dp = 0, pp = 0;
 };
 
+// A rank's place f = dp * cp + cp_rank among the data x context ranks of its (tp, pp): the order
+// of the dp_cp group and of expert parallel's groups (ep rank f % ep, expert_dp rank f / ep).
+inline int data_context_rank(const GridCoord& c, int cp) { return c.dp * cp + c.cp; }
+
 // Pure rank arithmetic (no MPI): usable by tests and by `mpitron plan`.
 GridShape resolve_grid_shape(GridShape s, int world);  // UsageError if it does not divide
 int grid_rank(const GridShape& s, const GridCoord& c);
