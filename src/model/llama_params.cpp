@@ -32,8 +32,12 @@ void add_moe_params(ParamTableBuilder& t, const ModelConfig& cfg, const std::str
     for (auto [n, shape] : {std::pair<const char*, std::vector<int64_t>>{"w1.weight", {Fe, C}},
                             {"w3.weight", {Fe, C}},
                             {"w2.weight", {C, Fe}}}) {
-      if (ep > 1) experts.push_back({x + n, shape, l});
-      else t.add(x + n, shape, -1, 1, l);
+      if (ep > 1) {
+        experts.push_back({x + n, shape, l});
+      } else {
+        t.add(x + n, shape, -1, 1, l);
+        t.out.back().expert = true;
+      }
     }
   }
   if (Fs == 0) return;
@@ -77,8 +81,10 @@ std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShar
     t.add("norm.weight", {C}, -1, 1, -1);
     if (!tied) t.add("lm_head.weight", {V, C}, 0, 1, -1);
   }
-  for (MoeExpertTensor& x : experts) t.add(std::move(x.name), std::move(x.shape), -1, 1, x.layer);
-  for (ParamInfo& q : t.out) q.expert = q.name.find(".experts.") != std::string::npos;
+  for (MoeExpertTensor& x : experts) {
+    t.add(std::move(x.name), std::move(x.shape), -1, 1, x.layer);
+    t.out.back().expert = true;
+  }
   return t.out;
 }
 

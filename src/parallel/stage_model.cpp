@@ -46,11 +46,14 @@ StageModel::StageModel(std::vector<std::unique_ptr<ModelChunk>> chunks, FlatOps&
       x->on_unit_event(ev, unit);
     });
   }
+  for (int c = 0; c < size(); ++c)
+    for (DataParallel* d : sets(c)) all_sets_.push_back(d);
 }
 
 StageModel::~StageModel() {  // before the models they hook into
   for (size_t c = 0; c < models_.size(); ++c)
     if (edps_[c]) models_[c]->set_unit_hook({});
+  all_sets_.clear();
   edps_.clear();
   ddps_.clear();
 }
@@ -58,13 +61,6 @@ StageModel::~StageModel() {  // before the models they hook into
 std::vector<DataParallel*> StageModel::sets(int c) {
   std::vector<DataParallel*> out{ddps_[c].get()};
   if (edps_[c]) out.push_back(edps_[c].get());
-  return out;
-}
-
-std::vector<DataParallel*> StageModel::all_sets() {
-  std::vector<DataParallel*> out;
-  for (int c = 0; c < size(); ++c)
-    for (DataParallel* d : sets(c)) out.push_back(d);
   return out;
 }
 
@@ -109,30 +105,30 @@ double StageModel::cp_wait_seconds() const {
 }
 
 void StageModel::begin_step(int micro_batches) {
-  for (DataParallel* d : all_sets()) d->begin_step(micro_batches);
+  for (DataParallel* d : all_sets_) d->begin_step(micro_batches);
 }
 
 void StageModel::finish_backward() {
-  for (DataParallel* d : all_sets()) d->finish_backward();
+  for (DataParallel* d : all_sets_) d->finish_backward();
 }
 
 double StageModel::grad_sum_squares(int tp_rank) {
   double s = 0;
-  for (DataParallel* d : all_sets()) s += d->grad_sum_squares(tp_rank);
+  for (DataParallel* d : all_sets_) s += d->grad_sum_squares(tp_rank);
   return s;
 }
 
 void StageModel::scale_grads(float s) {
-  for (DataParallel* d : all_sets()) d->scale_grads(s);
+  for (DataParallel* d : all_sets_) d->scale_grads(s);
 }
 
 void StageModel::optimizer_step(double lr) {
-  for (DataParallel* d : all_sets()) d->optimizer_step(lr);
+  for (DataParallel* d : all_sets_) d->optimizer_step(lr);
 }
 
 CommTiming StageModel::take_timing() {
   CommTiming t;
-  for (DataParallel* d : all_sets()) {
+  for (DataParallel* d : all_sets_) {
     CommTiming c = d->take_timing();
     t.comm_ms += c.comm_ms;
     t.exposed_ms += c.exposed_ms;
@@ -143,7 +139,7 @@ CommTiming StageModel::take_timing() {
 int StageModel::optimizer_steps() const { return ddps_.front()->optimizer().steps_taken(); }
 
 void StageModel::set_optimizer_steps(int n) {
-  for (DataParallel* d : all_sets()) d->optimizer().set_steps_taken(n);
+  for (DataParallel* d : all_sets_) d->optimizer().set_steps_taken(n);
 }
 
 std::string StageModel::describe() const {

@@ -71,9 +71,9 @@ class StageModel {
  private:
   FlatOps& ops_;
   std::vector<std::unique_ptr<ModelChunk>> models_;
-  std::vector<DataParallel*> all_sets();
   std::vector<std::unique_ptr<DataParallel>> ddps_;
   std::vector<std::unique_ptr<DataParallel>> edps_;  // per chunk: its experts' (expert parallel), or null
+  std::vector<DataParallel*> all_sets_;  // every chunk's sets(c), in chunk order: the step protocol's loop
 };
 
 }  // namespace mpitron
