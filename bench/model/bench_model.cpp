@@ -105,6 +105,22 @@ class TimedOps final : public Ops {
     time("residual", [&] { in_.residual_forward(o, a, b, n); });
   }
   void add_inplace(float* a, const float* b, size_t n) override { time("residual", [&] { in_.add_inplace(a, b, n); }); }
+  void moe_gather_rows(float* d, const float* s, const int64_t* i, int64_t n, int64_t C) override {
+    time("moe_rows", [&] { in_.moe_gather_rows(d, s, i, n, C); });
+  }
+  void moe_scatter_rows(float* d, const float* s, const int64_t* i, int64_t n, int64_t C) override {
+    time("moe_rows", [&] { in_.moe_scatter_rows(d, s, i, n, C); });
+  }
+  void moe_combine(float* o, const float* y, const int64_t* p, const float* w, int64_t R, int k, int64_t C) override {
+    time("moe_rows", [&] { in_.moe_combine(o, y, p, w, R, k, C); });
+  }
+  void moe_combine_backward(float* dy, float* dw, const float* d, const float* y, const int64_t* p, const float* w,
+                            int64_t R, int k, int64_t C) override {
+    time("moe_rows", [&] { in_.moe_combine_backward(dy, dw, d, y, p, w, R, k, C); });
+  }
+  void moe_uncombine_add(float* dx, const float* s, const int64_t* p, int64_t R, int k, int64_t C) override {
+    time("moe_rows", [&] { in_.moe_uncombine_add(dx, s, p, R, k, C); });
+  }
   void scale_inplace(float* a, float s, size_t n) override { time("residual", [&] { in_.scale_inplace(a, s, n); }); }
   void axpy(float* y, float a, const float* x, size_t n) override { time("residual", [&] { in_.axpy(y, a, x, n); }); }
   void crossentropy_forward(float* l, float* lse, const float* x, const int32_t* tg, int64_t R, int64_t Vp,

@@ -203,6 +203,37 @@ class FakeCudaOps final : public CudaOps {
     cpu_->swiglu_backward(dg.data(), g.data(), d.data(), rows, F);
     down(dgate_up, dg.data(), dg.size());
   }
+  // MoE rows: the permutations copy bf16 bits; the rest runs the CPU op on the rows the copies
+  // name (pos: a permutation of the kept rows 0 .. max).
+  void moe_gather_rows(bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C) override {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * C, src + idx[i] * C, sizeof(bf16) * C);
+  }
+  void moe_scatter_rows(bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C) override {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + idx[i] * C, src + i * C, sizeof(bf16) * C);
+  }
+  static int64_t kept_rows(const int64_t* pos, int64_t n) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, pos[i] + 1);
+    return m;
+  }
+  void moe_combine(bf16* out, const bf16* ys, const int64_t* pos, const float* weight, int64_t R, int k,
+                   int64_t C) override {
+    Vec y = up(ys, kept_rows(pos, R * k) * C), o(R * C);
+    cpu_->moe_combine(o.data(), y.data(), pos, weight, R, k, C);
+    down(out, o.data(), o.size());
+  }
+  void moe_combine_backward(bf16* dys, float* dweight, const bf16* dout, const bf16* ys, const int64_t* pos,
+                            const float* weight, int64_t R, int k, int64_t C) override {
+    const int64_t n = kept_rows(pos, R * k) * C;
+    Vec y = up(ys, n), d = up(dout, R * C), dy(n);
+    cpu_->moe_combine_backward(dy.data(), dweight, d.data(), y.data(), pos, weight, R, k, C);
+    down(dys, dy.data(), n);
+  }
+  void moe_uncombine_add(bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C) override {
+    Vec x = up(dx, R * C), s = up(dxs, kept_rows(pos, R * k) * C);
+    cpu_->moe_uncombine_add(x.data(), s.data(), pos, R, k, C);
+    down(dx, x.data(), x.size());
+  }
   // positions: wpe's rows gathered into a [T, C] table for the CPU op, its gradient scattered back.
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
                          int64_t vb, int64_t ve, const int32_t* pos) override {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "mpitron/model/device_vector.hpp"
 #include "mpitron/ops/ops.hpp"
 
 namespace mpitron {
@@ -113,6 +114,34 @@ struct CpuDevice {
   void crossentropy_backward_shard(float* logits, const float* lse, const int32_t* targets, int64_t rows, int64_t Vp,
                                    int64_t V, float scale, int64_t vocab_begin);
   void copy_f32(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+  // ---- the MoE MLP (moe_mlp.hpp): its token-copy rows, and its arrays' memory (host) ----
+  void moe_gather_rows(float* dst, const float* src, const int64_t* idx, int64_t n, int64_t C) {
+    ops.moe_gather_rows(dst, src, idx, n, C);
+  }
+  void moe_scatter_rows(float* dst, const float* src, const int64_t* idx, int64_t n, int64_t C) {
+    ops.moe_scatter_rows(dst, src, idx, n, C);
+  }
+  void moe_combine(float* out, const float* ys, const int64_t* pos, const float* weight, int64_t R, int k, int64_t C) {
+    ops.moe_combine(out, ys, pos, weight, R, k, C);
+  }
+  void moe_combine_backward(float* dys, float* dweight, const float* dout, const float* ys, const int64_t* pos,
+                            const float* weight, int64_t R, int k, int64_t C) {
+    ops.moe_combine_backward(dys, dweight, dout, ys, pos, weight, R, k, C);
+  }
+  void moe_uncombine_add(float* dx, const float* dxs, const int64_t* pos, int64_t R, int k, int64_t C) {
+    ops.moe_uncombine_add(dx, dxs, pos, R, k, C);
+  }
+  DeviceAllocator* allocator() const { return nullptr; }  // host memory
+  // A host array for the device's kernels: here they read it where it is.
+  template <class T>
+  const T* stage(DeviceVector<T>& /*device copy*/, const std::vector<T>& host) {
+    return host.data();
+  }
+  void to_host(float* host, const float* dev, size_t n) { std::memcpy(host, dev, n * sizeof(float)); }
+  void from_host(float* dev, const float* host, size_t n) { std::memcpy(dev, host, n * sizeof(float)); }
+  void copy(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+  void zero(float* x, size_t n) { std::memset(x, 0, n * sizeof(float)); }
 
   std::vector<int32_t> ce_targets_;  // crossentropy_partial's scratch: targets shifted into the slice
   std::vector<float> ce_losses_;

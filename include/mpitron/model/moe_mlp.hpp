@@ -24,13 +24,18 @@
 // the micro-batch's token order: under cp each rank adds the copies the other cp ranks routed in
 // the chunks before each of its own (cp_capacity_prior), so it drops what one rank would.
 //
-// Device: the routing and the row permutations run on the host, so the layer runs on CPU devices
-// (A = float); the GEMMs and SwiGLU are the device's.
+// Device: the routing runs on the host (the router logits [R, E] come over, the gradient of the
+// routing weights too; dlogits go back), everything else on the device: the token copies' rows
+// are gathered, exchanged, scattered and combined by the device's MoE row ops (Ops / CudaOps
+// moe_*), the expert GEMMs and SwiGLU are the device's, the arrays DeviceVectors in its memory.
+// The host index arrays the kernels read (source rows, exchange order, positions, weights) are
+// staged to the device per micro-batch (the CPU reads them where they are).
 #pragma once
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "mpitron/core/error.hpp"
@@ -39,32 +44,45 @@
 #include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/block_tensors.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/device_vector.hpp"
 #include "mpitron/model/moe_routing.hpp"
 #include "mpitron/model/parallel_layers.hpp"
 
 namespace mpitron {
 
-// What a MoE block keeps from forward for backward (one per block and activation slot).
+// What a MoE block keeps from forward for backward (one per block and activation slot): the
+// routing and the exchange plan on the host, the expert rows in the device's memory.
 template <class A>
 struct MoeActs {
   std::vector<float> logits;       // [R, E]
   MoeRouting route;
-  std::vector<A> ys;               // [kept, C] expert outputs in this rank's expert-sorted order
+  DeviceVector<A> ys;              // [kept, C] expert outputs in this rank's expert-sorted order
   // Owner side (this rank's experts): rows expert-major, and where each came from.
-  std::vector<A> xe, h, act;       // [n, C], [n, 2 Fe], [n, Fe]
+  DeviceVector<A> xe, h, act;      // [n, C], [n, 2 Fe], [n, Fe]
   std::vector<int64_t> idx;        // [n] row of the source-major exchange buffer
   std::vector<int64_t> ne;         // [El] rows per local expert
   std::vector<size_t> send_rows, recv_rows;  // per ep rank
-  std::vector<A> sh_h, sh_act;     // shared experts: [R, 2 Fs/tp], [R, Fs/tp]
-  HeldBytes held;                  // the vectors' capacities, in the tracker as activations
+  DeviceVector<A> sh_h, sh_act;    // shared experts: [R, 2 Fs/tp], [R, Fs/tp]
+  // The device's view of route.pos, route.weight and idx (staged copies on the GPU; the host
+  // arrays themselves on the CPU), set by forward for backward.
+  DeviceVector<int64_t> pos_d, idx_d;
+  DeviceVector<float> weight_d;
+  const int64_t *pos_dev = nullptr, *idx_dev = nullptr;
+  const float* weight_dev = nullptr;
+  HeldBytes held;                  // the host vectors' capacities, in the tracker as activations
 
-  int64_t capacity_bytes() const {
+  int64_t host_bytes() const {
     auto b = [](const auto& v) { return static_cast<int64_t>(v.capacity() * sizeof(v[0])); };
     const MoeRouting& r = route;
     return b(r.probs) + b(r.lse) + b(r.expert) + b(r.weight) + b(r.pos) + b(r.order) + b(r.counts) + b(r.routed) +
-           b(r.seq_routed) + b(r.seq_psum) + b(logits) + b(ys) + b(xe) + b(h) + b(act) + b(sh_h) + b(sh_act) +
-           b(idx) + b(ne) + b(send_rows) + b(recv_rows);
+           b(r.seq_routed) + b(r.seq_psum) + b(logits) + b(idx) + b(ne) + b(send_rows) + b(recv_rows);
   }
+  // The device arrays (counted by their own buffers in the device's tracker).
+  int64_t device_bytes() const {
+    auto b = [](const auto& v) { return static_cast<int64_t>(v.capacity() * sizeof(*v.data())); };
+    return b(ys) + b(xe) + b(h) + b(act) + b(sh_h) + b(sh_act) + b(pos_d) + b(idx_d) + b(weight_d);
+  }
+  int64_t capacity_bytes() const { return host_bytes() + device_bytes(); }
 };
 
 template <class Dev>
@@ -93,13 +111,23 @@ class MoeMlp {
                 m_.n_experts, P);
     el_ = m_.n_experts / P;
     e0_ = (ep_ ? ep_->rank() : 0) * el_;
+    for (DeviceVector<A>* v : {&xs_, &ye_, &so_, &lg_, &dys_, &dye_, &dxe_, &dact_, &dh_, &dxs_, &dsa_, &dsh_, &dl_,
+                               &dxr_, &buf_})
+      v->bind(Mem::workspace, dev_.allocator());
+    srow_d_.bind(Mem::workspace, dev_.allocator());
+    dweight_d_.bind(Mem::workspace, dev_.allocator());
   }
   // Allocates a block's saved state for up to R rows at balanced routing (moe_activation_bytes,
-  // checked), so the memory is there, and counted, before the first step.
+  // checked on the CPU, whose arrays it counts), so the memory is there, and counted, before the
+  // first step.
   void reserve(Acts& a, int64_t R) {
     const int64_t E = m_.n_experts, Rk = R * m_.top_k, T = std::min<int64_t>(seq_len_, R), S = R / T;
     const int64_t fl = fs_ / tp_.size();
     const size_t P = ep_ ? static_cast<size_t>(ep_->size()) : 1;
+    for (DeviceVector<A>* v : {&a.ys, &a.xe, &a.h, &a.act, &a.sh_h, &a.sh_act}) v->bind(Mem::activations, dev_.allocator());
+    a.pos_d.bind(Mem::activations, dev_.allocator());
+    a.idx_d.bind(Mem::activations, dev_.allocator());
+    a.weight_d.bind(Mem::activations, dev_.allocator());
     MoeRouting& r = a.route;
     r.probs.reserve(R * E), r.lse.reserve(R), r.expert.reserve(Rk), r.weight.reserve(Rk);
     r.pos.reserve(Rk), r.order.reserve(Rk), r.counts.reserve(E), r.routed.reserve(E);
@@ -107,10 +135,11 @@ class MoeMlp {
     a.logits.reserve(R * E), a.ys.reserve(Rk * c_), a.xe.reserve(Rk * c_), a.h.reserve(Rk * 2 * fe_);
     a.act.reserve(Rk * fe_), a.idx.reserve(Rk), a.ne.reserve(el_), a.send_rows.reserve(P), a.recv_rows.reserve(P);
     if (fl > 0) a.sh_h.reserve(R * 2 * fl), a.sh_act.reserve(R * fl);
-    a.held.set(a.capacity_bytes());
-    check(a.held.bytes() == moe_activation_bytes_of(R),
-          "MoeMlp::reserve: {} bytes allocated for {} rows, moe_activation_bytes says {}", a.held.bytes(), R,
-          moe_activation_bytes_of(R));
+    a.held.set(a.host_bytes());
+    if constexpr (std::is_same_v<A, float>)
+      check(a.capacity_bytes() == moe_activation_bytes_of(R),
+            "MoeMlp::reserve: {} bytes allocated for {} rows, moe_activation_bytes says {}", a.capacity_bytes(), R,
+            moe_activation_bytes_of(R));
   }
   int64_t moe_activation_bytes_of(int64_t R) const {
     ModelConfig c;
@@ -125,9 +154,11 @@ class MoeMlp {
 
   // out [R, C] = the MoE MLP of x [R, C].
   void forward(const MoeTensors<const Wt>& w, Acts& a, A* out, const A* x, int64_t R) {
-    const int E = m_.n_experts;
+    const int E = m_.n_experts, k = m_.top_k;
+    lg_.resize(static_cast<size_t>(R * E));
+    dev_.matmul_forward(lg_.data(), x, w.router, nullptr, R, c_, E);
     a.logits.resize(static_cast<size_t>(R * E));
-    dev_.matmul_forward(a.logits.data(), x, w.router, nullptr, R, c_, E);
+    dev_.to_host(a.logits.data(), lg_.data(), a.logits.size());
     MoeCapacityHook prior;
     if (cp_ && m_.capacity_factor > 0) prior = [this](const MoeRouting& r) { return cp_capacity_prior(r); };
     moe_route(m_, a.logits.data(), R, std::min<int64_t>(seq_len_, R), a.route, prior);
@@ -135,17 +166,18 @@ class MoeMlp {
     const MoeRouting& r = a.route;
     const int64_t kept = static_cast<int64_t>(r.order.size());
     // Dispatch: the copies' rows in expert-sorted order, to the experts' ranks.
-    std::vector<A> xs(static_cast<size_t>(kept * c_));
-    for (int64_t i = 0; i < kept; ++i)
-      std::memcpy(&xs[i * c_], x + (r.order[i] / m_.top_k) * c_, sizeof(A) * c_);
+    srow_.resize(static_cast<size_t>(kept));
+    for (int64_t i = 0; i < kept; ++i) srow_[i] = r.order[i] / k;
+    xs_.resize(static_cast<size_t>(kept * c_));
+    dev_.moe_gather_rows(xs_.data(), x, dev_.stage(srow_d_, srow_), kept, c_);
     plan_exchange(a);
-    a.xe.resize(a.idx.size() * c_);
-    exchange_to_owners(xs.data(), a.xe.data(), a, "ep dispatch");
-    // The local experts, one GEMM each over their rows.
     const int64_t n = static_cast<int64_t>(a.idx.size());
+    a.xe.resize(static_cast<size_t>(n * c_));
+    exchange_to_owners(xs_.data(), a.xe.data(), a, "ep dispatch");
+    // The local experts, one GEMM each over their rows.
     a.h.resize(static_cast<size_t>(n * 2 * fe_));
     a.act.resize(static_cast<size_t>(n * fe_));
-    std::vector<A> ye(static_cast<size_t>(n * c_));
+    ye_.resize(static_cast<size_t>(n * c_));
     for (int el = 0, off = 0; el < el_; off += static_cast<int>(a.ne[el]), ++el) {
       const int64_t ni = a.ne[el];
       if (ni == 0) continue;
@@ -153,33 +185,25 @@ class MoeMlp {
       A* act = a.act.data() + off * fe_;
       dev_.matmul_forward(h, a.xe.data() + off * c_, w.w13[e0_ + el], nullptr, ni, c_, 2 * fe_);
       dev_.swiglu_forward(act, h, ni, fe_);
-      dev_.matmul_forward(ye.data() + off * c_, act, w.w2[e0_ + el], nullptr, ni, fe_, c_);
+      dev_.matmul_forward(ye_.data() + off * c_, act, w.w2[e0_ + el], nullptr, ni, fe_, c_);
     }
     a.ys.resize(static_cast<size_t>(kept * c_));
-    exchange_to_sources(ye.data(), a.ys.data(), a, "ep combine");
+    exchange_to_sources(ye_.data(), a.ys.data(), a, "ep combine");
     // Combine, each token's copies in rank order.
-    for (int64_t t = 0; t < R; ++t) {
-      A* o = out + t * c_;
-      std::fill(o, o + c_, A{});
-      for (int j = 0; j < m_.top_k; ++j) {
-        const int64_t p = r.pos[t * m_.top_k + j];
-        if (p < 0) continue;
-        const float wt = r.weight[t * m_.top_k + j];
-        const A* y = a.ys.data() + p * c_;
-        for (int64_t c = 0; c < c_; ++c) o[c] += wt * y[c];
-      }
-    }
+    a.pos_dev = dev_.stage(a.pos_d, r.pos);
+    a.weight_dev = dev_.stage(a.weight_d, r.weight);
+    dev_.moe_combine(out, a.ys.data(), a.pos_dev, a.weight_dev, R, k, c_);
     if (fs_ > 0) {  // the shared experts, added to the routed output
       const int64_t fl = fs_ / tp_.size();
       a.sh_h.resize(static_cast<size_t>(R * 2 * fl));
       a.sh_act.resize(static_cast<size_t>(R * fl));
-      std::vector<A> so(static_cast<size_t>(R * c_));
+      so_.resize(static_cast<size_t>(R * c_));
       sh_fc_.forward(a.sh_h.data(), x, nullptr, w.sh_fc, nullptr, R);
       dev_.swiglu_forward(a.sh_act.data(), a.sh_h.data(), R, fl);
-      sh_fcp_.forward(so.data(), a.sh_act.data(), w.sh_fcp, nullptr, R, nullptr);
-      dev_.residual_forward(out, out, so.data(), static_cast<size_t>(R * c_));
+      sh_fcp_.forward(so_.data(), a.sh_act.data(), w.sh_fcp, nullptr, R, nullptr);
+      dev_.residual_forward(out, out, so_.data(), static_cast<size_t>(R * c_));
     }
-    a.held.set(a.capacity_bytes());
+    a.held.set(a.host_bytes());
   }
 
   // dx [R, C] = d/dx of the MoE MLP (overwritten) from dout [R, C]; the parameters' gradients
@@ -189,58 +213,46 @@ class MoeMlp {
     const MoeRouting& r = a.route;
     const int E = m_.n_experts, k = m_.top_k;
     const int64_t kept = static_cast<int64_t>(r.order.size());
-    // Through the combine: d weight and d y per copy.
-    std::vector<float> dweight(static_cast<size_t>(R * k), 0.f);
-    std::vector<A> dys(static_cast<size_t>(kept * c_));
-    for (int64_t t = 0; t < R; ++t)
-      for (int j = 0; j < k; ++j) {
-        const int64_t p = r.pos[t * k + j];
-        if (p < 0) continue;
-        const A* d = dout + t * c_;
-        const A* y = a.ys.data() + p * c_;
-        A* dy = dys.data() + p * c_;
-        const float wt = r.weight[t * k + j];
-        double s = 0;
-        for (int64_t c = 0; c < c_; ++c) s += double(d[c]) * y[c], dy[c] = wt * d[c];
-        dweight[t * k + j] = static_cast<float>(s);
-      }
+    // Through the combine: d weight (to the host, for the router) and d y per copy.
+    dys_.resize(static_cast<size_t>(kept * c_));
+    dweight_d_.resize(static_cast<size_t>(R * k));
+    dev_.moe_combine_backward(dys_.data(), dweight_d_.data(), dout, a.ys.data(), a.pos_dev, a.weight_dev, R, k, c_);
+    dweight_.resize(static_cast<size_t>(R * k));
+    dev_.to_host(dweight_.data(), dweight_d_.data(), dweight_.size());
     const int64_t n = static_cast<int64_t>(a.idx.size());
-    std::vector<A> dye(static_cast<size_t>(n * c_)), dxe(static_cast<size_t>(n * c_));
-    exchange_to_owners(dys.data(), dye.data(), a, "ep dispatch (backward)");
-    std::vector<A> dact(static_cast<size_t>(n * fe_)), dh(static_cast<size_t>(n * 2 * fe_));
+    dye_.resize(static_cast<size_t>(n * c_)), dxe_.resize(static_cast<size_t>(n * c_));
+    exchange_to_owners(dys_.data(), dye_.data(), a, "ep dispatch (backward)");
+    dact_.resize(static_cast<size_t>(n * fe_)), dh_.resize(static_cast<size_t>(n * 2 * fe_));
     for (int el = 0, off = 0; el < el_; off += static_cast<int>(a.ne[el]), ++el) {
       const int64_t ni = a.ne[el];
       if (ni == 0) continue;
       const int e = e0_ + el;
-      dev_.matmul_backward(dact.data() + off * fe_, g.w2[e], nullptr, dye.data() + off * c_, a.act.data() + off * fe_,
-                           w.w2[e], ni, fe_, c_);
-      dev_.swiglu_backward(dh.data() + off * 2 * fe_, a.h.data() + off * 2 * fe_, dact.data() + off * fe_, ni, fe_);
-      dev_.matmul_backward(dxe.data() + off * c_, g.w13[e], nullptr, dh.data() + off * 2 * fe_,
+      dev_.matmul_backward(dact_.data() + off * fe_, g.w2[e], nullptr, dye_.data() + off * c_,
+                           a.act.data() + off * fe_, w.w2[e], ni, fe_, c_);
+      dev_.swiglu_backward(dh_.data() + off * 2 * fe_, a.h.data() + off * 2 * fe_, dact_.data() + off * fe_, ni, fe_);
+      dev_.matmul_backward(dxe_.data() + off * c_, g.w13[e], nullptr, dh_.data() + off * 2 * fe_,
                            a.xe.data() + off * c_, w.w13[e], ni, c_, 2 * fe_);
     }
-    std::vector<A> dxs(static_cast<size_t>(kept * c_));
-    exchange_to_sources(dxe.data(), dxs.data(), a, "ep combine (backward)");
+    dxs_.resize(static_cast<size_t>(kept * c_));
+    exchange_to_sources(dxe_.data(), dxs_.data(), a, "ep combine (backward)");
     // dx: the shared experts' (overwriting), or zero; then every copy's, then the router's.
     if (fs_ > 0) {
       const int64_t fl = fs_ / tp_.size();
-      std::vector<A> dsa(static_cast<size_t>(R * fl)), dsh(static_cast<size_t>(R * 2 * fl));
-      sh_fcp_.backward(dsa.data(), g.sh_fcp, nullptr, dout, nullptr, a.sh_act.data(), w.sh_fcp, R);
-      dev_.swiglu_backward(dsh.data(), a.sh_h.data(), dsa.data(), R, fl);
-      sh_fc_.backward(dx, g.sh_fc, nullptr, dsh.data(), x, w.sh_fc, R, nullptr);
+      dsa_.resize(static_cast<size_t>(R * fl)), dsh_.resize(static_cast<size_t>(R * 2 * fl));
+      sh_fcp_.backward(dsa_.data(), g.sh_fcp, nullptr, dout, nullptr, a.sh_act.data(), w.sh_fcp, R);
+      dev_.swiglu_backward(dsh_.data(), a.sh_h.data(), dsa_.data(), R, fl);
+      sh_fc_.backward(dx, g.sh_fc, nullptr, dsh_.data(), x, w.sh_fc, R, nullptr);
     } else {
-      std::fill(dx, dx + R * c_, A{});
+      dev_.zero(dx, static_cast<size_t>(R * c_));
     }
-    for (int64_t t = 0; t < R; ++t)
-      for (int j = 0; j < k; ++j) {
-        const int64_t p = r.pos[t * k + j];
-        if (p < 0) continue;
-        dev_.add_grad(dx + t * c_, dxs.data() + p * c_, static_cast<size_t>(c_));
-      }
-    std::vector<float> dlogits(static_cast<size_t>(R * E));
-    moe_router_backward(m_, r, dweight.data(), loss_scale_, dlogits.data());
-    std::vector<A> dxr(static_cast<size_t>(R * c_));
-    dev_.matmul_backward(dxr.data(), g.router, nullptr, dlogits.data(), x, w.router, R, c_, E);
-    dev_.add_grad(dx, dxr.data(), static_cast<size_t>(R * c_));
+    dev_.moe_uncombine_add(dx, dxs_.data(), a.pos_dev, R, k, c_);
+    dlogits_.resize(static_cast<size_t>(R * E));
+    moe_router_backward(m_, r, dweight_.data(), loss_scale_, dlogits_.data());
+    dl_.resize(dlogits_.size());
+    dev_.from_host(dl_.data(), dlogits_.data(), dlogits_.size());
+    dxr_.resize(static_cast<size_t>(R * c_));
+    dev_.matmul_backward(dxr_.data(), g.router, nullptr, dl_.data(), x, w.router, R, c_, E);
+    dev_.residual_forward(dx, dx, dxr_.data(), static_cast<size_t>(R * c_));
   }
 
  private:
@@ -307,26 +319,23 @@ class MoeMlp {
         for (int64_t i = 0; i < c; ++i) a.idx.push_back(at + i);
         a.ne[el] += c;
       }
+    if (ep_) a.idx_dev = dev_.stage(a.idx_d, a.idx);
   }
   // Source-side rows (expert-sorted) -> this rank's experts' rows (expert-major).
   void exchange_to_owners(const A* src, A* owner, const Acts& a, const char* what) {
-    if (!ep_) {
-      std::memcpy(owner, src, sizeof(A) * a.idx.size() * c_);
-      return;
-    }
-    std::vector<A> buf(a.idx.size() * c_);
-    exchange(src, a.send_rows, buf.data(), a.recv_rows, what);
-    for (size_t i = 0; i < a.idx.size(); ++i) std::memcpy(owner + i * c_, &buf[a.idx[i] * c_], sizeof(A) * c_);
+    const size_t n = a.idx.size();
+    if (!ep_) return dev_.copy(owner, src, n * c_);
+    buf_.resize(n * c_);
+    exchange(src, a.send_rows, buf_.data(), a.recv_rows, what);
+    dev_.moe_gather_rows(owner, buf_.data(), a.idx_dev, static_cast<int64_t>(n), c_);
   }
   // The reverse: expert-major rows back to the ranks (and the order) they came from.
   void exchange_to_sources(const A* owner, A* src, const Acts& a, const char* what) {
-    if (!ep_) {
-      std::memcpy(src, owner, sizeof(A) * a.idx.size() * c_);
-      return;
-    }
-    std::vector<A> buf(a.idx.size() * c_);
-    for (size_t i = 0; i < a.idx.size(); ++i) std::memcpy(&buf[a.idx[i] * c_], owner + i * c_, sizeof(A) * c_);
-    exchange(buf.data(), a.recv_rows, src, a.send_rows, what);
+    const size_t n = a.idx.size();
+    if (!ep_) return dev_.copy(src, owner, n * c_);
+    buf_.resize(n * c_);
+    dev_.moe_scatter_rows(buf_.data(), owner, a.idx_dev, static_cast<int64_t>(n), c_);
+    exchange(buf_.data(), a.recv_rows, src, a.send_rows, what);
   }
   void exchange(const A* send, const std::vector<size_t>& send_rows, A* recv, const std::vector<size_t>& recv_rows,
                 const char* what) {
@@ -351,6 +360,12 @@ class MoeMlp {
   RowParallelLinear<Dev> sh_fcp_;
   int el_ = 0, e0_ = 0;
   double loss_scale_ = 1.0, ep_seconds_ = 0.0;
+  // Per-call scratch in the device's memory (workspace), and the host arrays behind it.
+  DeviceVector<A> xs_, ye_, so_, lg_, dys_, dye_, dxe_, dact_, dh_, dxs_, dsa_, dsh_, dl_, dxr_, buf_;
+  DeviceVector<int64_t> srow_d_;
+  DeviceVector<float> dweight_d_;
+  std::vector<int64_t> srow_;
+  std::vector<float> dweight_, dlogits_;
 };
 
 }  // namespace mpitron

@@ -42,8 +42,6 @@ class TransformerBlock {
   using Grads = BlockTensors<float>;
   using Acts = BlockActs<A>;
   using Scratch = BlockScratch<A>;
-  // MoE blocks (moe_mlp.hpp) route on the host: devices with host fp32 activations (the CPU).
-  static constexpr bool kMoe = std::is_same_v<A, float> && std::is_same_v<Wt, float>;
 
   // cfg with n_kv_head set (kv_heads); geo: this shard's widths and positions; tp: the TP group.
   // All three must outlive the block. set_ring: the context-parallel ring (none: local
@@ -62,7 +60,10 @@ class TransformerBlock {
   void set_ring(RingAttention* ring) { ring_ = ring; }
   void set_norm_grad_scratch(float* ln_grad) { ln_grad_ = ln_grad; }
   // The MoE MLP that blocks with a router (w.moe.router) run in place of the dense MLP.
-  void set_moe(MoeMlp<Dev>* moe) { moe_ = moe; }
+  void set_moe(MoeMlp<Dev>* moe) {
+    moe_ = moe;
+    moe_dx_.bind(Mem::workspace, dev_.allocator());
+  }
 
   // Block forward for micro-batch B. Input: res_in, or, with `prev` (the previous block's
   // activations, its output pending), prev->res2 + s.proj_out, written to prev->res3 (= res_in)
@@ -81,19 +82,17 @@ class TransformerBlock {
     proj_.forward(s.proj_out, a.atty, w.proj_w, w.proj_b, BT, s.full);
     const A* x = prev ? prev->res3 : res_in;
     residual_norm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, s.proj_out, w.ln2_w, w.ln2_b, Rl);
-    if constexpr (kMoe) {
-      if (w.moe.router) {  // MoE: its whole forward even when recomputing (backward reads its state)
-        check(moe_ && a.moe, "TransformerBlock: a MoE block needs the MoE MLP and its activations");
-        if (tp_.sp()) {  // every TP rank runs the MoE on all BT rows (its experts are replicated); keeps its own
-          moe_->forward(w.moe, *a.moe, s.full, gather_rows(a.ln2, s.gath, BT), BT);
-          const int64_t C = cfg_.d_model;
-          std::copy(s.full + tp_.rank() * Rl * C, s.full + (tp_.rank() + 1) * Rl * C, s.proj_out);
-        } else {
-          moe_->forward(w.moe, *a.moe, s.proj_out, a.ln2, Rl);
-        }
-        if (full && out) dev_.residual_forward(out, a.res2, s.proj_out, static_cast<size_t>(Rl * cfg_.d_model));
-        return;
+    if (w.moe.router) {  // MoE: its whole forward even when recomputing (backward reads its state)
+      check(moe_ && a.moe, "TransformerBlock: a MoE block needs the MoE MLP and its activations");
+      if (tp_.sp()) {  // every TP rank runs the MoE on all BT rows (its experts are replicated); keeps its own
+        moe_->forward(w.moe, *a.moe, s.full, gather_rows(a.ln2, s.gath, BT), BT);
+        const int64_t C = cfg_.d_model;
+        dev_.copy(s.proj_out, s.full + tp_.rank() * Rl * C, static_cast<size_t>(Rl * C));
+      } else {
+        moe_->forward(w.moe, *a.moe, s.proj_out, a.ln2, Rl);
       }
+      if (full && out) dev_.residual_forward(out, a.res2, s.proj_out, static_cast<size_t>(Rl * cfg_.d_model));
+      return;
     }
     if (spec_.mlp == MlpKind::swiglu) {  // fch = [gate | up], fch_gelu = silu(gate) * up
       fc_.forward(a.fch, a.ln2, s.gath, w.fc_w, w.fc_b, BT);
@@ -114,22 +113,19 @@ class TransformerBlock {
     const int T = geo_.Tl, hd = cfg_.head_dim(), H = static_cast<int>(geo_.h_local), KV = static_cast<int>(geo_.kv_local);
     const int64_t BT = int64_t{B} * T, Rl = rows(BT), Cl = geo_.c_local;
     if (recompute) forward(w, a, s, res_in, nullptr, nullptr, B, /*full=*/false);
-    bool moe_block = false;
-    if constexpr (kMoe) {
-      if (w.moe.router) {  // MoE: d ln2 into dC, from dres
-        if (tp_.sp()) {  // the same on all BT rows: d out gathered, this rank's rows of d x kept
-          const int64_t C = cfg_.d_model;
-          std::vector<A> dx(static_cast<size_t>(BT * C));
-          const A* dout = gather_rows(s.dres, s.dres_full, BT);
-          moe_->backward(w.moe, g.moe, *a.moe, dx.data(), dout, gather_rows(a.ln2, s.gath, BT), BT);
-          std::copy(dx.begin() + tp_.rank() * Rl * C, dx.begin() + (tp_.rank() + 1) * Rl * C, s.dC);
-        } else {
-          moe_->backward(w.moe, g.moe, *a.moe, s.dC, s.dres, a.ln2, Rl);
-        }
-        moe_block = true;
+    if (w.moe.router) {  // MoE: d ln2 into dC, from dres
+      if (tp_.sp()) {  // the same on all BT rows: d out gathered, this rank's rows of d x kept
+        const int64_t C = cfg_.d_model;
+        moe_dx_.resize(static_cast<size_t>(BT * C));
+        const A* dout = gather_rows(s.dres, s.dres_full, BT);
+        moe_->backward(w.moe, g.moe, *a.moe, moe_dx_.data(), dout, gather_rows(a.ln2, s.gath, BT), BT);
+        dev_.copy(s.dC, moe_dx_.data() + tp_.rank() * Rl * C, static_cast<size_t>(Rl * C));
+      } else {
+        moe_->backward(w.moe, g.moe, *a.moe, s.dC, s.dres, a.ln2, Rl);
       }
+    } else {
+      dense_mlp_backward(w, g, a, s, BT);
     }
-    if (!moe_block) dense_mlp_backward(w, g, a, s, BT);
     norm_backward(s.dres, g.ln2_w, g.ln2_b, s.dC, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Rl);
     // Attention: proj, attention (d qkv), RoPE's inverse, qkv, ln1 (adds into dres).
     proj_.backward(s.dC, g.proj_w, g.proj_b, s.dres, s.dres_full, a.atty, w.proj_w, BT);
@@ -217,6 +213,7 @@ class TransformerBlock {
   RowParallelLinear<Dev> fcp_;
   RingAttention* ring_ = nullptr;
   MoeMlp<Dev>* moe_ = nullptr;
+  DeviceVector<A> moe_dx_;  // sequence parallel: a MoE block's d x over all rows
   float* ln_grad_ = nullptr;
 };
 

@@ -98,6 +98,22 @@ class Ops : public FlatOps {
   virtual void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) = 0;
   virtual void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t rows, int64_t F) = 0;
 
+  // ---- mixture of experts: a MoE MLP's token copies (moe_mlp.hpp), rows of C ----
+  // dst[i] = src[idx[i]] for i < n.
+  virtual void moe_gather_rows(float* dst, const float* src, const int64_t* idx, int64_t n, int64_t C) = 0;
+  // dst[idx[i]] = src[i] for i < n (idx without repeats).
+  virtual void moe_scatter_rows(float* dst, const float* src, const int64_t* idx, int64_t n, int64_t C) = 0;
+  // out[t] = sum_j weight[t k + j] ys[pos[t k + j]] over token t's kept copies (pos >= 0), t < R
+  // (overwritten; 0 where every copy was dropped).
+  virtual void moe_combine(float* out, const float* ys, const int64_t* pos, const float* weight, int64_t R, int k,
+                           int64_t C) = 0;
+  // Its backward: dys[pos[t k + j]] = weight[t k + j] dout[t] (each kept copy's row overwritten),
+  // dweight[t k + j] = dout[t] . ys[pos[t k + j]] (0 for a dropped copy).
+  virtual void moe_combine_backward(float* dys, float* dweight, const float* dout, const float* ys, const int64_t* pos,
+                                    const float* weight, int64_t R, int k, int64_t C) = 0;
+  // dx[t] += sum_j dxs[pos[t k + j]] over token t's kept copies.
+  virtual void moe_uncombine_add(float* dx, const float* dxs, const int64_t* pos, int64_t R, int k, int64_t C) = 0;
+
   // ---- embeddings: out[b,t,:] = wte[tok - vocab_begin] + wpe[t] ----
   // wte holds rows [vocab_begin, vocab_end) of the (vocab-parallel) table; tokens outside
   // contribute 0 (the TP all-reduce adds the owner's row). wpe may be nullptr.

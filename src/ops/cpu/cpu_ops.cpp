@@ -106,6 +106,23 @@ class CpuOps final : public Ops {
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t rows, int64_t F) override {
     cpu::swiglu_backward(dgate_up, gate_up, dout, rows, F);
   }
+  void moe_gather_rows(float* dst, const float* src, const int64_t* idx, int64_t n, int64_t C) override {
+    cpu::moe_gather_rows(dst, src, idx, n, C);
+  }
+  void moe_scatter_rows(float* dst, const float* src, const int64_t* idx, int64_t n, int64_t C) override {
+    cpu::moe_scatter_rows(dst, src, idx, n, C);
+  }
+  void moe_combine(float* out, const float* ys, const int64_t* pos, const float* weight, int64_t R, int k,
+                   int64_t C) override {
+    cpu::moe_combine(out, ys, pos, weight, R, k, C);
+  }
+  void moe_combine_backward(float* dys, float* dweight, const float* dout, const float* ys, const int64_t* pos,
+                            const float* weight, int64_t R, int k, int64_t C) override {
+    cpu::moe_combine_backward(dys, dweight, dout, ys, pos, weight, R, k, C);
+  }
+  void moe_uncombine_add(float* dx, const float* dxs, const int64_t* pos, int64_t R, int k, int64_t C) override {
+    cpu::moe_uncombine_add(dx, dxs, pos, R, k, C);
+  }
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
                          int64_t vocab_begin, int64_t vocab_end) override {
     cpu::embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);

@@ -207,6 +207,24 @@ class CudaOpsImpl final : public CudaOps {
     cuda::swiglu_backward(stream_, dgate_up, gate_up, dout, rows, F);
   }
 
+  void moe_gather_rows(bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C) override {
+    cuda::moe_gather_rows(stream_, dst, src, idx, n, C);
+  }
+  void moe_scatter_rows(bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C) override {
+    cuda::moe_scatter_rows(stream_, dst, src, idx, n, C);
+  }
+  void moe_combine(bf16* out, const bf16* ys, const int64_t* pos, const float* weight, int64_t R, int k,
+                   int64_t C) override {
+    cuda::moe_combine(stream_, out, ys, pos, weight, R, k, C);
+  }
+  void moe_combine_backward(bf16* dys, float* dweight, const bf16* dout, const bf16* ys, const int64_t* pos,
+                            const float* weight, int64_t R, int k, int64_t C) override {
+    cuda::moe_combine_backward(stream_, dys, dweight, dout, ys, pos, weight, R, k, C);
+  }
+  void moe_uncombine_add(bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C) override {
+    cuda::moe_uncombine_add(stream_, dx, dxs, pos, R, k, C);
+  }
+
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) override {
     cuda::embedding_forward(stream_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end, positions);

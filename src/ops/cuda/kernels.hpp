@@ -54,6 +54,15 @@ void rope(cudaStream_t s, bf16* x, int B, int T, int n_heads, int hd, int64_t ro
 void swiglu_forward(cudaStream_t s, bf16* out, const bf16* gate_up, int64_t rows, int64_t F);
 void swiglu_backward(cudaStream_t s, bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F);
 
+// moe.cu: a MoE MLP's token-copy rows (CudaOps::moe_*; src/ops/cpu/moe_rows.cpp). C % 8 == 0.
+void moe_gather_rows(cudaStream_t s, bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C);
+void moe_scatter_rows(cudaStream_t s, bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C);
+void moe_combine(cudaStream_t s, bf16* out, const bf16* ys, const int64_t* pos, const float* weight, int64_t R, int k,
+                 int64_t C);
+void moe_combine_backward(cudaStream_t s, bf16* dys, float* dweight, const bf16* dout, const bf16* ys,
+                          const int64_t* pos, const float* weight, int64_t R, int k, int64_t C);
+void moe_uncombine_add(cudaStream_t s, bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C);
+
 // attention_block.cu: one key/value block of ring attention (CudaOps::attention_block_*).
 void attention_block_forward(cudaStream_t s, float* o, float* m, float* l, const bf16* q, int64_t q_stride,
                              const bf16* kv, int B, int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos,

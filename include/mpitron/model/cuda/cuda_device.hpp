@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "mpitron/model/device_vector.hpp"
 #include "mpitron/ops/cuda/check.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
@@ -16,6 +18,7 @@ struct CudaDevice {
   using act_t = bf16;
   using weight_t = bf16;
   CudaOps& ops;
+  DeviceAllocator* alloc = nullptr;  // the model's arrays sized per call (MoE): stream-ordered on ops' stream
 
   // out = inp W^T + b; with gelu_pre: gelu_pre = inp W^T + b and out = gelu(gelu_pre) in one
   // cuBLASLt call (GELU_AUX_BIAS epilogue).
@@ -99,6 +102,61 @@ struct CudaDevice {
   void copy_f32(float* dst, const float* src, size_t n) {
     cuda::cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, ops.stream()),
                      "cudaMemcpyAsync(fp32)");
+  }
+  // ---- the MoE MLP (moe_mlp.hpp): its token-copy rows, and its arrays' memory (device) ----
+  void moe_gather_rows(bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C) {
+    ops.moe_gather_rows(dst, src, idx, n, C);
+  }
+  void moe_scatter_rows(bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C) {
+    ops.moe_scatter_rows(dst, src, idx, n, C);
+  }
+  void moe_combine(bf16* out, const bf16* ys, const int64_t* pos, const float* weight, int64_t R, int k, int64_t C) {
+    ops.moe_combine(out, ys, pos, weight, R, k, C);
+  }
+  void moe_combine_backward(bf16* dys, float* dweight, const bf16* dout, const bf16* ys, const int64_t* pos,
+                            const float* weight, int64_t R, int k, int64_t C) {
+    ops.moe_combine_backward(dys, dweight, dout, ys, pos, weight, R, k, C);
+  }
+  void moe_uncombine_add(bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C) {
+    ops.moe_uncombine_add(dx, dxs, pos, R, k, C);
+  }
+  DeviceAllocator* allocator() const { return alloc; }
+  // A host array for the kernels: copied into `dev` (from pageable memory: the host array may
+  // change once this returns).
+  template <class T>
+  const T* stage(DeviceVector<T>& dev, const std::vector<T>& host) {
+    dev.resize(host.size());
+    if (!host.empty())
+      cuda::cuda_check(cudaMemcpyAsync(dev.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice,
+                                       ops.stream()),
+                       "cudaMemcpyAsync(MoE indices)");
+    return dev.data();
+  }
+  // Device -> host in fp32 (syncs: the router runs on the host).
+  void to_host(float* host, const bf16* dev, size_t n) {
+    std::vector<bf16> h(n);
+    cuda::cuda_check(cudaMemcpyAsync(h.data(), dev, n * sizeof(bf16), cudaMemcpyDeviceToHost, ops.stream()),
+                     "cudaMemcpyAsync(router logits)");
+    cuda::cuda_check(cudaStreamSynchronize(ops.stream()), "cudaStreamSynchronize(router logits)");
+    for (size_t i = 0; i < n; ++i) host[i] = to_f32(h[i]);
+  }
+  void to_host(float* host, const float* dev, size_t n) {
+    cuda::cuda_check(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, ops.stream()),
+                     "cudaMemcpyAsync(routing weight gradients)");
+    cuda::cuda_check(cudaStreamSynchronize(ops.stream()), "cudaStreamSynchronize(routing weight gradients)");
+  }
+  void from_host(bf16* dev, const float* host, size_t n) {
+    std::vector<bf16> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = to_bf16(host[i]);
+    cuda::cuda_check(cudaMemcpyAsync(dev, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice, ops.stream()),
+                     "cudaMemcpyAsync(router logit gradients)");
+  }
+  void copy(bf16* dst, const bf16* src, size_t n) {
+    cuda::cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(bf16), cudaMemcpyDeviceToDevice, ops.stream()),
+                     "cudaMemcpyAsync(bf16)");
+  }
+  void zero(bf16* x, size_t n) {
+    cuda::cuda_check(cudaMemsetAsync(x, 0, n * sizeof(bf16), ops.stream()), "cudaMemsetAsync(bf16)");
   }
   void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) { ops.residual_forward(out, a, b, n); }
   void add_grad(float* g, const float* x, size_t n) { ops.add_inplace(g, x, n); }

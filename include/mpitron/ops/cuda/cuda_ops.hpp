@@ -29,6 +29,7 @@
 //   rmsnorm_forward/backward      same (bf16 in/out, f32 rstd); backward as layernorm_backward:
 //                                   bf16 dinp +=, f32 dweight +=.
 //   rope, swiglu_forward/backward same, bf16 (rope's angles in double, as Ops).
+//   moe_gather_rows ... (MoE)     same, bf16 rows; device int64 indices, fp32 routing weights.
 //   embedding_forward/backward    same; wte/wpe bf16, dwte/dwpe f32 +=, deterministic (sorted tokens).
 //   residual_forward              residual_forward (bf16); add_inplace/scale_inplace/axpy on f32 grads.
 //   crossentropy_forward/backward same (bf16 logits, f32 losses/lse); backward overwrites the bf16
@@ -137,6 +138,18 @@ class CudaOps {
   // overwrites dgate_up[rows,2F] (it may alias gate_up).
   virtual void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) = 0;
   virtual void swiglu_backward(bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F) = 0;
+
+  // ---- mixture of experts: a MoE MLP's token copies (Ops' moe_*; moe_mlp.hpp), bf16 rows of C ----
+  // Index arrays (idx, pos: int64; weight: fp32) are device memory. Gather / scatter copy rows
+  // bit for bit; combine sums in fp32 and rounds once; combine_backward's dweight is fp32 (a dot
+  // product over C in fp32, fixed order: deterministic); uncombine_add adds in fp32, rounds once.
+  virtual void moe_gather_rows(bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C) = 0;
+  virtual void moe_scatter_rows(bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C) = 0;
+  virtual void moe_combine(bf16* out, const bf16* ys, const int64_t* pos, const float* weight, int64_t R, int k,
+                           int64_t C) = 0;
+  virtual void moe_combine_backward(bf16* dys, float* dweight, const bf16* dout, const bf16* ys, const int64_t* pos,
+                                    const float* weight, int64_t R, int k, int64_t C) = 0;
+  virtual void moe_uncombine_add(bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C) = 0;
 
   // ---- embeddings ----
   // positions (device [T]; nullptr: 0..T-1): wpe's row for local position t (context parallel).
