@@ -111,6 +111,13 @@ int64_t moe_activation_bytes(const ModelConfig& cfg, int64_t R, int64_t T, int e
   return routing + acts;
 }
 
+int64_t moe_gpu_activation_bytes(const ModelConfig& cfg, int64_t R, int tp) {
+  const MoeConfig& m = cfg.moe;
+  const int64_t Rk = R * m.top_k, C = cfg.d_model, Fe = m.d_ff, fl = int64_t{m.n_shared} * Fe / tp;
+  // MoeActs' device arrays: ys, xe, h, act, sh_h, sh_act (bf16); pos_d (int64), weight_d (fp32).
+  return 2 * (Rk * C * 2 + Rk * 3 * Fe + (fl > 0 ? R * 3 * fl : 0)) + 12 * Rk;
+}
+
 void moe_aux_loss(MoeRouting& r) {
   const int E = r.n_experts, k = r.top_k;
   const int64_t S = r.seq_len > 0 ? r.rows / r.seq_len : 0;

@@ -240,12 +240,22 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
     auto bytes = [&](const ModelShard& sh, int slots) {
       return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
     };
-    for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots);
+    // MoE blocks: their device arrays (moe_gpu_activation_bytes: what MoeMlp::reserve holds on a GPU),
+    // per block and slot, or one shared under recompute; the routing stays in host memory.
+    auto moe_bytes = [&](const ModelShard& sh, int slots) -> int64_t {
+      int moe_blocks = 0;
+      for (int b = sh.layer_begin; b < sh.layer_end; ++b) moe_blocks += m.moe.is_moe_layer(b);
+      const int64_t kept = l.recompute ? (moe_blocks > 0) : int64_t{moe_blocks} * slots;
+      return kept * moe_gpu_activation_bytes(m, int64_t{mb} * (m.seq_len / l.cp), l.tp);
+    };
+    for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots) + moe_bytes(c.shard, c.slots);
     if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);
+    if (m.moe.enabled() && !l.recompute) {  // a MoE block's state, averaged over the blocks
+      ModelShard all = one;
+      all.layer_end = m.n_layer;
+      r.act_per_layer += moe_bytes(all, 1) / m.n_layer;
+    }
     r.source = "model_param_table + plan_gpu_activations (the GPU model's allocation functions)";
-    if (m.moe.enabled())  // GptCuda refuses MoE models: nothing of theirs to count yet
-      r.source += "; MoE blocks' routing state not counted: the GPU trainer does not run MoE yet (the CPU "
-                  "trainer's ledger, train.precision = fp32, counts it)";
   }
   r.act_other = r.activations - layer_slots * r.act_per_layer;
   r.korthikanti_per_layer = korthikanti_layer_bytes(s, B, m.d_model, m.n_head, l.tp, l.sp, l.recompute);

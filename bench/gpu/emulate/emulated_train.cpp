@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
     for (const auto& a : load_job_args(cfg, args, nullptr)) usage_fail("emulated_train: unknown option '{}'", a);
     cfg.train.backend = "nccl";  // the GPU trainer ...
     const LaunchInfo& li = init_launch(&argc, &argv);
-    GridShape shape = resolve_grid_shape({cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp}, li.world);
+    GridShape shape = resolve_grid_shape(
+        {cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.ep}, li.world);
     TrainResult r;
     {  // the grid's communicators and the watchdog's are freed before MPI_Finalize
       ProcessGrid grid(li, shape, "cpu");  // ... on MPI groups

@@ -117,9 +117,9 @@ class MoeMlp {
     srow_d_.bind(Mem::workspace, dev_.allocator());
     dweight_d_.bind(Mem::workspace, dev_.allocator());
   }
-  // Allocates a block's saved state for up to R rows at balanced routing (moe_activation_bytes,
-  // checked on the CPU, whose arrays it counts), so the memory is there, and counted, before the
-  // first step.
+  // Allocates a block's saved state for up to R rows at balanced routing (checked against
+  // moe_activation_bytes, or on a GPU moe_gpu_activation_bytes), so the memory is there, and
+  // counted, before the first step.
   void reserve(Acts& a, int64_t R) {
     const int64_t E = m_.n_experts, Rk = R * m_.top_k, T = std::min<int64_t>(seq_len_, R), S = R / T;
     const int64_t fl = fs_ / tp_.size();
@@ -136,10 +136,18 @@ class MoeMlp {
     a.act.reserve(Rk * fe_), a.idx.reserve(Rk), a.ne.reserve(el_), a.send_rows.reserve(P), a.recv_rows.reserve(P);
     if (fl > 0) a.sh_h.reserve(R * 2 * fl), a.sh_act.reserve(R * fl);
     a.held.set(a.host_bytes());
-    if constexpr (std::is_same_v<A, float>)
+    if (dev_.allocator()) {  // device memory: the staged positions and weights too; the routing is the host's
+      a.pos_d.reserve(Rk), a.weight_d.reserve(Rk);
+      ModelConfig c;
+      c.d_model = static_cast<int>(c_), c.moe = m_;
+      check(!ep_ && a.device_bytes() == moe_gpu_activation_bytes(c, R, tp_.size()),
+            "MoeMlp::reserve: {} device bytes for {} rows, moe_gpu_activation_bytes says {}", a.device_bytes(), R,
+            moe_gpu_activation_bytes(c, R, tp_.size()));
+    } else {
       check(a.capacity_bytes() == moe_activation_bytes_of(R),
             "MoeMlp::reserve: {} bytes allocated for {} rows, moe_activation_bytes says {}", a.capacity_bytes(), R,
             moe_activation_bytes_of(R));
+    }
   }
   int64_t moe_activation_bytes_of(int64_t R) const {
     ModelConfig c;

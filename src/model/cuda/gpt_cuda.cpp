@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "mpitron/ops/cuda/check.hpp"
@@ -29,6 +30,7 @@
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/model/tp_mappings.hpp"
+#include "mpitron/ops/cuda/cuda_flat_ops.hpp"
 
 namespace mpitron {
 
@@ -56,10 +58,11 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
                  ModelOptions options, Comm* tp, Comm* cp)
     : cfg_(cfg), spec_(block_spec(cfg)), geo_(cfg, shard), ops_(ops), dev_{ops}, max_B_(max_micro_batch), shard_(shard),
       tp_(tp) {
-  usage_check(!cfg.moe.enabled(),
-              "mixture-of-experts models (model.moe.n_experts = {}) run on the CPU backend only so far (the GPU's "
-              "router, permutation and grouped expert GEMM kernels are not there yet)",
-              cfg.moe.n_experts);
+  usage_check(!cfg.moe.enabled() || (shard.ep_size == 1 && shard.cp_size == 1 && shard.tp_size == 1),
+              "mixture-of-experts models (model.moe.n_experts = {}) run on the GPU backend with data parallel, ZeRO, "
+              "pipeline parallel and recompute so far: parallel.ep, parallel.cp and parallel.tp must be 1 there (got "
+              "ep {}, cp {}, tp {}; the CPU backend runs them all)",
+              cfg.moe.n_experts, shard.ep_size, shard.cp_size, shard.tp_size);
   check(shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank),
         "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
         shard.tp_size);
@@ -108,8 +111,9 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
   for (int l = layer_begin_; l < layer_begin_ + n_local_; ++l) {
     const std::string h = spec_.layer_prefix + std::to_string(l) + ".";
     LayerOffsets o;
+    const bool moe = cfg.moe.is_moe_layer(l);
     for (int r = 0; r < kBlockTensors; ++r) {
-      const char* name = spec_.block[r];
+      const char* name = moe && r >= static_cast<int>(BlockTensor::fc_w) ? nullptr : spec_.block[r];  // a MoE block has no dense MLP
       o.*kRole[r] = name ? at((h + name).c_str()) : kNone;
       check(!name || o.*kRole[r] != kNone, "GptCuda: parameter {}{} missing from the table", h, name);
     }
@@ -120,6 +124,26 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
               (o.up_w == kNone || o.up_w == o.fc_w + geo_.f_local * C),
           "GptCuda: block {}'s q/k/v or gate/up weights are not adjacent", l);
     off_.layers.push_back(o);
+    MoeOffsets mo;
+    if (moe) {
+      const std::string m = h + "block_sparse_moe.";
+      auto need = [&](const std::string& name) {
+        const size_t at_ = at(name.c_str());
+        check(at_ != kNone, "GptCuda: parameter {} missing from the table", name);
+        return at_;
+      };
+      mo.router = need(m + "gate.weight");
+      for (int e = 0; e < cfg.moe.n_experts; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        mo.w1.push_back(need(x + "w1.weight"));
+        mo.w2.push_back(need(x + "w2.weight"));
+        check(need(x + "w3.weight") == mo.w1.back() + size_t(cfg.moe.d_ff) * cfg.d_model,
+              "GptCuda: expert {} of block {}: w1 and w3 are not adjacent", e, l);
+      }
+      if (cfg.moe.n_shared > 0) mo.sh_fc = need(m + "shared_experts.gate_proj.weight"),
+                                mo.sh_fcp = need(m + "shared_experts.down_proj.weight");
+    }
+    off_.moe.push_back(std::move(mo));
   }
   try {
     master_ = static_cast<float*>(device_alloc(Mem::params, n_flat_ * sizeof(float), "fp32 master parameters"));
@@ -157,6 +181,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
         block_->set_ring(ring_.get());
       }
     }
+    if (cfg.moe.enabled()) setup_moe(cfg, shard, options, max_micro_batch);
     slot_B_.assign(slots_.size(), 0);
     slot_pending_.assign(slots_.size(), false);
     const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
@@ -174,6 +199,38 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
 }
 
 GptCuda::~GptCuda() { release(); }
+
+// The MoE MLP on this GPU (moe_mlp.hpp): its arrays from a stream-ordered allocator, the saved
+// state of every MoE block and slot reserved for a full micro-batch at balanced routing.
+void GptCuda::setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch) {
+  moe_alloc_ = make_stream_allocator(ops_.stream());
+  dev_.alloc = moe_alloc_.get();
+  moe_ = std::make_unique<MoeMlp<CudaDevice>>(dev_, cfg_, TpContext{nullptr, false, nullptr}, nullptr, nullptr);
+  block_->set_moe(moe_.get());
+  const int slots = options.recompute ? 1 : options.slots;
+  moe_acts_.assign(slots, std::vector<MoeActs<bf16>>(options.recompute ? 1 : std::max(n_local_, 0)));
+  moe_stats_.assign(std::max(n_local_, 0), {});
+  const int64_t R = int64_t{max_micro_batch} * seq_local();
+  for (int l = 0; l < n_local_; ++l)
+    if (cfg.moe.is_moe_layer(shard.layer_begin + l))
+      for (int s = 0; s < slots; ++s) {
+        MoeActs<bf16>& a = moe_acts_[s][options.recompute ? 0 : l];
+        if (a.held.bytes() == 0) moe_->reserve(a, R);
+      }
+}
+
+std::vector<std::pair<int, MoeStats>> GptCuda::take_moe_stats() {
+  std::vector<std::pair<int, MoeStats>> out;
+  for (int l = 0; l < static_cast<int>(moe_stats_.size()); ++l)
+    if (cfg_.moe.is_moe_layer(layer_begin_ + l)) out.emplace_back(layer_begin_ + l, std::exchange(moe_stats_[l], {}));
+  return out;
+}
+
+GptCuda::LayerAct GptCuda::layer_acts(int l) {
+  LayerAct a = a_.layers[recompute_ ? 0 : l];
+  if (off_.moe[l].router != kNone) a.moe = &moe_acts_[recompute_ ? 0 : slot_][recompute_ ? 0 : l];
+  return a;
+}
 
 void GptCuda::release() {
   for (UnitCopy& u : units_) free_unit_copy(u);  // ZeRO-3 working copies still held (an exception mid-step)
@@ -203,20 +260,36 @@ const bf16* GptCuda::block_output() const {
 void GptCuda::layer_forward(int l, int B) {
   const bool lazy = !recompute_ && l > 0;
   const bf16* res_in = recompute_ ? a_.block_in[l] : l == 0 ? a_.encoded : a_.layers[l - 1].res3;
-  block_->forward(block_weights(l), a_.layers[recompute_ ? 0 : l], scratch(), res_in,
+  block_->forward(block_weights(l), layer_acts(l), scratch(), res_in,
                   lazy ? &a_.layers[l - 1] : nullptr, recompute_ ? a_.block_in[l + 1] : nullptr, B);
 }
 
+// A MoE block's expert pointers live in moe_w13_ ... until the next call (the block reads them
+// during its forward or backward).
 BlockTensors<const bf16> GptCuda::block_weights(int l) const {
   const LayerOffsets& p = off_.layers[l];
+  const MoeOffsets& m = off_.moe[l];
+  MoeTensors<const bf16> moe;
+  if (m.router != kNone) {
+    moe_w13_.clear(), moe_w2_.clear();
+    for (size_t e = 0; e < m.w1.size(); ++e) moe_w13_.push_back(W(m.w1[e])), moe_w2_.push_back(W(m.w2[e]));
+    moe = {W(m.router), moe_w13_.data(), moe_w2_.data(), W(m.sh_fc), W(m.sh_fcp)};
+  }
   return {W(p.ln1_w), W(p.ln1_b), W(p.qkv_w), W(p.qkv_b), W(p.proj_w), W(p.proj_b),
-          W(p.ln2_w), W(p.ln2_b), W(p.fc_w),  W(p.fc_b),  W(p.fcp_w), W(p.fcp_b), {}};
+          W(p.ln2_w), W(p.ln2_b), W(p.fc_w),  W(p.fc_b),  W(p.fcp_w), W(p.fcp_b), moe};
 }
 
 BlockTensors<float> GptCuda::block_grads(int l) const {
   const LayerOffsets& p = off_.layers[l];
+  const MoeOffsets& m = off_.moe[l];
+  MoeTensors<float> moe;
+  if (m.router != kNone) {
+    moe_g13_.clear(), moe_g2_.clear();
+    for (size_t e = 0; e < m.w1.size(); ++e) moe_g13_.push_back(G(m.w1[e])), moe_g2_.push_back(G(m.w2[e]));
+    moe = {G(m.router), moe_g13_.data(), moe_g2_.data(), G(m.sh_fc), G(m.sh_fcp)};
+  }
   return {G(p.ln1_w), G(p.ln1_b), G(p.qkv_w), G(p.qkv_b), G(p.proj_w), G(p.proj_b),
-          G(p.ln2_w), G(p.ln2_b), G(p.fc_w),  G(p.fc_b),  G(p.fcp_w), G(p.fcp_b), {}};
+          G(p.ln2_w), G(p.ln2_b), G(p.fc_w),  G(p.fc_b),  G(p.fcp_w), G(p.fcp_b), moe};
 }
 
 // d4C holds d [gate | up] (or d fc) and, later in the same backward, d qkv.
@@ -258,6 +331,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   const int64_t BT = int64_t{B} * T, max_bt = int64_t{max_B_} * T;
   cudaStream_t s = ops_.stream();
   a_ = slots_[slot];
+  slot_ = slot;
   slot_B_[slot] = 0;  // a forward that throws leaves nothing for backward
   slot_pending_[slot] = false;
   // The previous forward's uploads must have left the staging buffer before it is refilled.
@@ -290,6 +364,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   for (int l = 0; l < n_local_; ++l) {
     pre_event(UnitEvent::pre_forward, l);
     layer_forward(l, B);
+    if (off_.moe[l].router != kNone && grad_enabled_) moe_stats_[l].add(layer_acts(l).moe->route);
     emit(UnitEvent::post_forward, l);
   }
   double loss = 0.0;
@@ -315,13 +390,15 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
 // Block l's backward (transformer_block.hpp): dres in, dres out.
 void GptCuda::layer_backward(int l, int B) {
   const bf16* res_in = recompute_ ? a_.block_in[l] : l > 0 ? a_.layers[l - 1].res3 : a_.encoded;
-  block_->backward(block_weights(l), block_grads(l), a_.layers[recompute_ ? 0 : l], scratch(), res_in, B, recompute_);
+  block_->backward(block_weights(l), block_grads(l), layer_acts(l), scratch(), res_in, B, recompute_);
 }
 
 void GptCuda::backward(float loss_scale, int slot) {
   check(slot >= 0 && slot < static_cast<int>(slots_.size()) && slot_B_[slot] > 0 && slot_pending_[slot],
         "GptCuda::backward needs its own forward in slot {}, with gradients enabled (one backward per forward)", slot);
   a_ = slots_[slot];
+  slot_ = slot;
+  if (moe_) moe_->set_loss_scale(loss_scale);
   const int B = slot_B_[slot], T = seq_local(), C = cfg_.d_model;
   const int64_t BT = int64_t{B} * T, Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();

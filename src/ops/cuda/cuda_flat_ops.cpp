@@ -95,4 +95,6 @@ class CudaFlatOps final : public FlatOps {
 
 std::unique_ptr<FlatOps> make_cuda_flat_ops(CudaOps& ops) { return std::make_unique<CudaFlatOps>(ops); }
 
+std::unique_ptr<DeviceAllocator> make_stream_allocator(cudaStream_t s) { return std::make_unique<StreamAllocator>(s); }
+
 }  // namespace mpitron

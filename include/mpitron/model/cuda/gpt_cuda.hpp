@@ -91,6 +91,8 @@ class GptCuda final : public ModelChunk {
   void bind_param(size_t i, float* data) override;
   void release_param_buffer() override;
   double cp_wait_seconds() const override { return ring_ ? ring_->comm_wait_seconds() : -1.0; }
+  // MoE blocks' routing statistics since the last take (global layer -> stats; empty when dense).
+  std::vector<std::pair<int, MoeStats>> take_moe_stats() override;
   int max_micro_batch() const { return max_B_; }
   int64_t logits_chunk_rows() const { return chunk_rows_; }
 
@@ -139,9 +141,16 @@ class GptCuda final : public ModelChunk {
   struct LayerOffsets {  // BlockTensor's roles
     size_t ln1_w, ln1_b, qkv_w, qkv_b, k_w, v_w, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, up_w, fcp_w, fcp_b;
   };
+  // A MoE block's (moe_mlp.hpp): the router, each expert's w1 (w3 right behind it) and w2, the
+  // shared experts' gate (up behind it) and down (kNone without shared experts).
+  struct MoeOffsets {
+    size_t router = kNone, sh_fc = kNone, sh_fcp = kNone;
+    std::vector<size_t> w1, w2;
+  };
   struct Offsets {
     size_t wte = kNone, wpe = kNone, lnf_w = kNone, lnf_b = kNone, head = kNone;  // head: lm_head or the tied wte
     std::vector<LayerOffsets> layers;
+    std::vector<MoeOffsets> moe;  // per local layer (router kNone: a dense block)
   };
   using LayerAct = GpuLayerActs;  // the activation layout: model/gpu_activations.hpp
   using Acts = GpuActs;
@@ -177,6 +186,8 @@ class GptCuda final : public ModelChunk {
   void free_unit_copy(UnitCopy& u);       // stream-ordered (after the kernels that read it)
   float* G(size_t offset) const;  // the gradient of flat element `offset` (bind_grad may move it)
   const bf16* block_output() const;  // the final LayerNorm's input
+  void setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch);
+  LayerAct layer_acts(int l);  // block l's activations in the current slot (a MoE block's routing state too)
   void layer_forward(int l, int B);
   void layer_backward(int l, int B);
   void head_forward(int B);
@@ -218,6 +229,17 @@ class GptCuda final : public ModelChunk {
   bool grad_enabled_ = true;
   std::unique_ptr<RingBlocks> ring_blocks_;  // context parallel: the GPU blocks, the ring
   std::unique_ptr<RingAttention> ring_;
+  // MoE (moe_mlp.hpp): its arrays' allocator (stream-ordered; declared before what allocates
+  // from it), the MoE MLP, its saved state per slot and MoE block ([slot][local layer]; one
+  // shared under recompute), the routing statistics per local layer, the expert pointers handed
+  // to the block per call.
+  std::unique_ptr<DeviceAllocator> moe_alloc_;
+  std::unique_ptr<MoeMlp<CudaDevice>> moe_;
+  std::vector<std::vector<MoeActs<bf16>>> moe_acts_;
+  std::vector<MoeStats> moe_stats_;
+  int slot_ = 0;  // the slot of the current forward / backward
+  mutable std::vector<const bf16*> moe_w13_, moe_w2_;
+  mutable std::vector<float*> moe_g13_, moe_g2_;
   // The layers, shared with the CPU model: the blocks, the embedding, the head and loss.
   std::unique_ptr<TransformerBlock<CudaDevice>> block_;
   std::unique_ptr<VocabParallelEmbedding<CudaDevice>> emb_;

@@ -15,5 +15,7 @@ namespace mpitron {
 
 // `ops` must outlive the result.
 std::unique_ptr<FlatOps> make_cuda_flat_ops(CudaOps& ops);
+// FlatOps' allocator on its own: stream-ordered on `s`, zero-filling, counted in MemTracker::cuda().
+std::unique_ptr<DeviceAllocator> make_stream_allocator(cudaStream_t s);
 
 }  // namespace mpitron
