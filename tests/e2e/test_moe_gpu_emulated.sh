@@ -3,9 +3,10 @@
 # host, the token copies' rows by CudaOps' moe_* kernels, one GEMM per expert), without a GPU: on
 # the CPU emulation of CudaOps and the CUDA runtime (bench/gpu/emulate). jobs/moe-tiny.toml
 # (LLaMA, 2 MoE blocks, top 2 of 4 experts). Checks, against the CPU trainer's single-rank run:
-#   - the emulated GPU at np 1, dp 2 with ZeRO-1 and ZeRO-3, pp 2 with recompute, and with a shared
+#   - the emulated GPU at np 1, dp 2 with ZeRO-1 and with ZeRO-3 + recompute, pp 2 (1F1B), and with a shared
 #     expert and capacity factor 1.0 (drops) follow it: losses within 2e-3 relative for 10 steps
-#     (bf16 activations and router logits: a near-tie may route a copy elsewhere);
+#     (bf16 activations and router logits: a near-tie may route a copy elsewhere), and pp 2 the
+#     GPU's own np 1 run within 1e-6;
 #   - the routing statistics (tokens per expert) come out in the log;
 #   - train.check_ledger is EXACT on the GPU (params, grads, optim; activations: the MoE blocks'
 #     device arrays, moe_gpu_activation_bytes, counted exactly);
@@ -40,8 +41,8 @@ run gpu "$EMU" 1 --train.check_ledger=true
 grep -q "one emulated GPU (CPU) per rank" "$tmp/gpu.log" || { head "$tmp/gpu.log"; fail "not the GPU trainer"; }
 grep -q "^step 1 moe | L0 tokens/expert" "$tmp/gpu.log" || fail "gpu: no MoE routing statistics"
 run gpu_zero1 "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --checkpoint.every=5 --train.check_ledger=true
-run gpu_zero3 "$EMU" 2 --parallel.dp=2 --parallel.zero=3 --train.check_ledger=true
-run gpu_pp2 "$EMU" 2 --parallel.pp=2 --train.recompute=full --train.check_ledger=true
+run gpu_zero3 "$EMU" 2 --parallel.dp=2 --parallel.zero=3 --train.recompute=full --train.check_ledger=true
+run gpu_pp2 "$EMU" 2 --parallel.pp=2 --train.check_ledger=true  # 1F1B: 2 micro-batches in flight on stage 0
 run gpu_shared "$EMU" 1 "${shared[@]}" --train.check_ledger=true
 grep -q "dropped" "$tmp/gpu_shared.log" || fail "gpu_shared: no dropped copies reported at capacity factor 1.0"
 run gpu_resume "$EMU" 2 --parallel.dp=2 --parallel.zero=1 --train.resume="$tmp/gpu_zero1/ckpt/step_00000005.h5"
@@ -69,6 +70,12 @@ r["gpu_shared"] = rel("gpu_shared", "cpu_shared")
 print("MoE on the emulated GPU vs CPU np1, losses max rel: " + ", ".join(f"{k} {v:.2e}" for k, v in r.items()) +
       " (bound 2e-3)")
 assert max(r.values()) < 2e-3
+# Pipeline parallel against the GPU's own single-rank run: the same bf16 arithmetic per micro-batch
+# and the same gradient sums (measured: identical losses); a micro-batch's MoE state taken from
+# another micro-batch in flight reads ~1e-3.
+pp = rel("gpu_pp2", "gpu")
+print(f"MoE on the emulated GPU, pp2 (1F1B) vs its np1 run: losses max rel {pp:.2e} (bound 1e-6)")
+assert pp < 1e-6
 g = losses("gpu")
 assert g[10] < g[1] - 0.5, "MoE on the GPU trainer did not learn"
 res = range(6, 11)
