@@ -7,7 +7,8 @@
 #    20 tiny-model training steps on GptCuda against the CPU GPT, gpt2-124m/350m step timings + MFU;
 # 3. builds $BUILD/mpitron and runs the trainer end to end on this GPU (train.backend = "nccl",
 #    20 steps of the tiny model on a corpus made of this repository's text) against the same
-#    job on the CPU backend: loss curves within bf16 tolerance (2e-2 relative);
+#    job on the CPU backend: loss curves within bf16 tolerance (2e-2 relative); the same for the
+#    mixture-of-experts model jobs/moe-tiny.toml;
 # 4. writes the results (markdown) to RESULTS.md, default bench/results/gpu_check_<gpu>.md.
 # Each section of step 2 runs in its own process (a sticky CUDA error in one cannot fail the others);
 # where the cuDNN attention fails, the gpt2 step timings and the trainer run are repeated with
@@ -158,8 +159,35 @@ print(f"trainer check: GPU vs CPU backend, 20 steps of the tiny model: max relat
 sys.exit(0 if ok else 1)
 PY
   local prc=$?
+  # The mixture-of-experts model (jobs/moe-tiny.toml: the router on the host, the moe_* row kernels,
+  # one GEMM per expert) the same way, through the attention path that worked above.
+  local att=()
+  [ "$failed" = 1 ] && att=(--model.attention=naive)
+  local moe=(jobs/moe-tiny.toml --data.path="$d/data" --train.steps=20 --log.every=1 --eval.every=0 --eval.batches=0)
+  for b in nccl cpu; do
+    timeout 120 "$BUILD/mpitron" train "${moe[@]}" "${att[@]}" --train.backend=$b --job.run_dir="$d/moe_$b" \
+      >"$d/moe_$b.log" 2>&1 && continue
+    echo "trainer check (MoE): train.backend=$b failed:"; echo '```'; tail -n 15 "$d/moe_$b.log"; echo '```'
+    return 1
+  done
+  echo '```'
+  grep -E "^step +(1|10|20)/|^step (1|20) moe" "$d/moe_nccl.log"
+  echo '```'
+  python3 - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+def losses(b): return {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/{b}/metrics.jsonl")) if "loss" in r}
+g, c = losses("moe_nccl"), losses("moe_cpu")
+rel = max(abs(g[s] - c[s]) / c[s] for s in c)
+ok = rel <= 2e-2 and sorted(g) == sorted(c) and g[20] < g[1]
+print(f"trainer check (MoE): GPU vs CPU backend, 20 steps of moe-tiny: max relative loss difference {rel:.2e} "
+      f"(bound 2e-2), GPU loss {g[1]:.4f} -> {g[20]:.4f}: {'ok' if ok else '**FAIL**'}")
+sys.exit(0 if ok else 1)
+PY
+  local mrc=$?
   [ "$failed" = 1 ] && return 1
-  return $prc
+  [ "$prc" -ne 0 ] && return $prc
+  return $mrc
 }
 { echo; echo "## The trainer on this GPU (mpitron train, train.backend = nccl) vs the CPU backend"; echo; } >>"$OUT"
 trainer_check 2>&1 | tee -a "$OUT"

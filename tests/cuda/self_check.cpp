@@ -476,6 +476,68 @@ void check_swiglu(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   }
 }
 
+// The MoE rows (moe_mlp.hpp): R tokens, top 2 of 4 experts, every 7th copy dropped; the kept
+// copies' rows in a shuffled order. Gather / scatter copy bf16 bits (exact); combine and its
+// backward sum in fp32.
+void check_moe(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  const int64_t R = static_cast<int64_t>(s.B) * s.T, C = s.C;
+  const int k = 2;
+  std::vector<int64_t> pos(R * k, -1), perm;
+  int64_t kept = 0;
+  for (int64_t i = 0; i < R * k; ++i)
+    if (i % 7 != 3) pos[i] = kept++;
+  check(kept % 7919 != 0, "check_moe: {} kept rows", kept);
+  for (int64_t i = 0; i < kept; ++i) perm.push_back((i * 7919) % kept);  // a permutation (7919 is prime)
+  for (int64_t& p : pos)
+    if (p >= 0) p = perm[p];
+  std::vector<int64_t> idx(kept);
+  for (int64_t i = 0; i < kept; ++i) idx[i] = (i * 31) % R;  // gather: rows may repeat
+  Vec w = rnd(R * k, s.seed, 111, 0.3f, 0.5f), x = rnd(R * C, s.seed, 112), ys = rnd(kept * C, s.seed, 113),
+      dout = rnd(R * C, s.seed, 114), dx0 = rnd(R * C, s.seed, 115);
+  round_bf16(x), round_bf16(ys), round_bf16(dout), round_bf16(dx0);
+  auto dx = up_bf16(x), dys_in = up_bf16(ys), ddout = up_bf16(dout), ddx = up_bf16(dx0);
+  auto dpos = up(pos), didx = up(idx), dperm = up(perm), dw = up(w);
+  {
+    Dev out(kept * C * 2);
+    gpu.moe_gather_rows(out.as<bf16>(), dx->as<bf16>(), didx->as<int64_t>(), kept, C);
+    c.sync();
+    Vec ref(kept * C);
+    cpu.moe_gather_rows(ref.data(), x.data(), idx.data(), kept, C);
+    c.add("moe_gather_rows", down_bf16(out, kept * C), ref, kExact);
+    Dev sc(kept * C * 2);
+    gpu.moe_scatter_rows(sc.as<bf16>(), dys_in->as<bf16>(), dperm->as<int64_t>(), kept, C);
+    c.sync();
+    Vec rsc(kept * C);
+    cpu.moe_scatter_rows(rsc.data(), ys.data(), perm.data(), kept, C);
+    c.add("moe_scatter_rows", down_bf16(sc, kept * C), rsc, kExact);
+  }
+  {
+    Dev out(R * C * 2);
+    gpu.moe_combine(out.as<bf16>(), dys_in->as<bf16>(), dpos->as<int64_t>(), dw->as<float>(), R, k, C);
+    c.sync();
+    Vec ref(R * C);
+    cpu.moe_combine(ref.data(), ys.data(), pos.data(), w.data(), R, k, C);
+    c.add("moe_combine", down_bf16(out, R * C), ref, kBf16Out);
+  }
+  {
+    Dev dys(kept * C * 2), dwt(R * k * 4);
+    gpu.moe_combine_backward(dys.as<bf16>(), dwt.as<float>(), ddout->as<bf16>(), dys_in->as<bf16>(),
+                             dpos->as<int64_t>(), dw->as<float>(), R, k, C);
+    c.sync();
+    Vec rdys(kept * C), rdw(R * k);
+    cpu.moe_combine_backward(rdys.data(), rdw.data(), dout.data(), ys.data(), pos.data(), w.data(), R, k, C);
+    c.add("moe_combine_backward.dys", down_bf16(dys, kept * C), rdys, kBf16Out);
+    c.add("moe_combine_backward.dweight", down(dwt, R * k), rdw, kF32Out);
+  }
+  {
+    gpu.moe_uncombine_add(ddx->as<bf16>(), dys_in->as<bf16>(), dpos->as<int64_t>(), R, k, C);
+    c.sync();
+    Vec ref = dx0;
+    cpu.moe_uncombine_add(ref.data(), ys.data(), pos.data(), R, k, C);
+    c.add("moe_uncombine_add(+=)", down_bf16(*ddx, R * C), ref, kBf16Out);
+  }
+}
+
 void check_embedding(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   const int B = s.B, T = s.T, C = s.C;
   const int64_t BT = static_cast<int64_t>(B) * T, vb = 16, ve = vb + s.V / 2, rows = ve - vb;
@@ -629,6 +691,7 @@ std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const Se
       {"rmsnorm", check_rmsnorm},
       {"rope", check_rope},
       {"swiglu", check_swiglu},
+      {"moe rows", check_moe},
       {"embedding", check_embedding},
       {"crossentropy", check_crossentropy},
       {"adamw+sum_squares", check_optimizer}};

@@ -12,8 +12,10 @@
 #     device arrays, moe_gpu_activation_bytes, counted exactly);
 #   - a GPU ZeRO-1 checkpoint resumes bit-identically on the emulated GPU, and on the CPU trainer
 #     within the same bound;
-#   - ep, cp or tp > 1 on the GPU backend with a MoE model are refused with a clear message.
-# The kernels themselves: bench/gpu_check.sh (tests/cuda/self_check.cpp "moe") on a real GPU.
+#   - ep, cp or tp > 1 on the GPU backend with a MoE model are refused with a clear message;
+#   - gpu_check's kernel self-check code runs on the emulation and passes (every family, the MoE
+#     rows' included): the check itself works before a GPU runs it.
+# The kernels themselves: bench/gpu_check.sh (tests/cuda/self_check.cpp "moe rows") on a real GPU.
 # Skipped (one line) when $MPITRON is not a CUDA build.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -24,6 +26,11 @@ if ! "$MPITRON" version | grep cuda >/dev/null; then
 fi
 BUILD="$BUILD" BUILD_ONLY=1 bash bench/gpu/emulate/run.sh >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "emulation build"; }
 EMU="$BUILD/bench/emulated_train"
+# gpu_check's kernel self-check code (tests/cuda/self_check.cpp, its "moe rows" family included)
+# runs on the emulation: every check's reference call and bound hold before the first GPU run.
+"$BUILD/bench/emulated_self_check" >"$tmp/self_check.log" 2>&1 || { cat "$tmp/self_check.log"; fail "emulated self-check"; }
+grep -q "^moe_combine_backward.dweight .* ok$" "$tmp/self_check.log" || { cat "$tmp/self_check.log"; fail "no moe self-check"; }
+echo "ok    gpu_check's self-check on the emulation: $(tail -1 "$tmp/self_check.log")"
 prep_fortunes "$tmp/data" 200000 fortunes computers
 common=(--data.path="$tmp/data" --train.steps=10 --train.micro_batch=2 --train.global_batch=8 --eval.every=5
         --eval.batches=1 --log.every=1 --train.peak_flops=1e11)

@@ -46,6 +46,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { *reinterpret_cast<int
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete reinterpret_cast<int*>(e); return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaMemset(void* p, int v, size_t n) { std::memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { std::memcpy(d, s, n); return cudaSuccess; }
 cudaError_t cudaGetLastError() { return cudaSuccess; }
 // One emulated device (init_launch binds it; the GPU trainer names it in its start-up line).
 cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }

@@ -40,5 +40,9 @@ g++ -o "$BUILD/bench/emulated_train" "$BUILD/obj/bench/gpu/emulate/emulated_trai
 g++ $flags -c bench/gpu/emulate/emulated_tp_grads.cpp -o "$BUILD/obj/bench/gpu/emulate/emulated_tp_grads.o"
 g++ -o "$BUILD/bench/emulated_tp_grads" "$BUILD/obj/bench/gpu/emulate/emulated_tp_grads.o" \
   "$BUILD/obj/bench/gpu/emulate/fake_cuda.o" "$BUILD/libmpitron.a" $libs
+# gpu_check's kernel self-check code on the same emulation (tests/e2e/test_moe_gpu_emulated.sh).
+g++ $flags -c bench/gpu/emulate/emulated_self_check.cpp -o "$BUILD/obj/bench/gpu/emulate/emulated_self_check.o"
+g++ -o "$BUILD/bench/emulated_self_check" "$BUILD/obj/bench/gpu/emulate/emulated_self_check.o" \
+  "$BUILD/obj/bench/gpu/emulate/fake_cuda.o" "$BUILD/obj/tests/cuda/self_check.o" "$BUILD/libmpitron.a" $libs
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$BUILD/bench/emulated_check" "$OUT" "$@"
