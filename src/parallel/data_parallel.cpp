@@ -23,7 +23,6 @@ DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const Data
   n_ = model.num_params();
   region_ = param_set_range(model.params(), n_, opt.params);
   check(region_.size() > 0, "DataParallel: no parameters in this set");
-  check(opt.params == ParamSet::all || !ops.allocator(), "DataParallel: expert parallel runs on the CPU backend only");
   shard_ = opt.zero == 0 ? region_ : zero_shard(region_, dp.size(), dp.rank());
   bucket_floats_ = grad_bucket_floats(opt.bucket_mb, region_.size());
   check(!opt.tied_copy || opt.tied_group, "DataParallel: tied_copy without a tied_group");

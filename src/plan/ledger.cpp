@@ -246,7 +246,7 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
       int moe_blocks = 0;
       for (int b = sh.layer_begin; b < sh.layer_end; ++b) moe_blocks += m.moe.is_moe_layer(b);
       const int64_t kept = l.recompute ? (moe_blocks > 0) : int64_t{moe_blocks} * slots;
-      return kept * moe_gpu_activation_bytes(m, int64_t{mb} * (m.seq_len / l.cp), l.tp);
+      return kept * moe_gpu_activation_bytes(m, int64_t{mb} * (m.seq_len / l.cp), l.ep, l.tp);
     };
     for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots) + moe_bytes(c.shard, c.slots);
     if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);

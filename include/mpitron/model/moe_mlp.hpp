@@ -138,11 +138,12 @@ class MoeMlp {
     a.held.set(a.host_bytes());
     if (dev_.allocator()) {  // device memory: the staged positions and weights too; the routing is the host's
       a.pos_d.reserve(Rk), a.weight_d.reserve(Rk);
+      if (ep_) a.idx_d.reserve(Rk);
       ModelConfig c;
       c.d_model = static_cast<int>(c_), c.moe = m_;
-      check(!ep_ && a.device_bytes() == moe_gpu_activation_bytes(c, R, tp_.size()),
-            "MoeMlp::reserve: {} device bytes for {} rows, moe_gpu_activation_bytes says {}", a.device_bytes(), R,
-            moe_gpu_activation_bytes(c, R, tp_.size()));
+      const int64_t want = moe_gpu_activation_bytes(c, R, static_cast<int>(P), tp_.size());
+      check(a.device_bytes() == want, "MoeMlp::reserve: {} device bytes for {} rows, moe_gpu_activation_bytes says {}",
+            a.device_bytes(), R, want);
     } else {
       check(a.capacity_bytes() == moe_activation_bytes_of(R),
             "MoeMlp::reserve: {} bytes allocated for {} rows, moe_activation_bytes says {}", a.capacity_bytes(), R,
@@ -283,9 +284,10 @@ class MoeMlp {
   MoeCapacityPrior cp_capacity_prior(const MoeRouting& r) {
     const int P = cp_->size(), me = cp_->rank(), E = m_.n_experts, k = m_.top_k;
     const int64_t half = seq_len_ / 2, n = r.rows / half;
-    std::vector<float> mine(static_cast<size_t>(n * E), 0.f), all(static_cast<size_t>(P * n * E));
-    for (int64_t a = 0; a < r.rows * k; ++a) mine[(a / k) / half * E + r.expert[a]] += 1.f;  // exact below 2^24
-    cp_->all_gather(mine.data(), all.data(), mine.size(), DType::f32);
+    std::vector<double> all(static_cast<size_t>(P * n * E), 0.0);
+    double* mine = all.data() + static_cast<size_t>(me) * n * E;
+    for (int64_t a = 0; a < r.rows * k; ++a) mine[(a / k) / half * E + r.expert[a]] += 1.0;
+    gather_host(*cp_, all);
     auto key = [&](int rank, int64_t c) { return c / 2 * 2 * P + (c % 2 == 0 ? rank : 2 * P - 1 - rank); };
     MoeCapacityPrior pr;
     pr.chunk_rows = half, pr.total_rows = r.rows * P;
@@ -299,15 +301,19 @@ class MoeMlp {
     return pr;
   }
 
+  // An all-gather of host counts that works on every Comm (NCCL's collectives take device
+  // memory): each rank has filled its own slice of `all` (the rest zeros), the sum fills the rest.
+  // Counts are exact in fp64.
+  static void gather_host(Comm& c, std::vector<double>& all) { c.all_reduce_host_f64(all.data(), all.size(), ReduceOp::sum); }
+
   // Counts over ep: every rank's per-expert copies (all-gathered), so each rank knows what it
   // sends, receives, and where each received row goes in its expert-major order.
   void plan_exchange(Acts& a) {
     const MoeRouting& r = a.route;
     const int E = m_.n_experts, P = ep_ ? ep_->size() : 1, me = ep_ ? ep_->rank() : 0;
-    std::vector<float> all(static_cast<size_t>(P * E));
-    std::vector<float> mine(r.counts.begin(), r.counts.end());  // exact below 2^24 copies
-    if (ep_) ep_->all_gather(mine.data(), all.data(), static_cast<size_t>(E), DType::f32);
-    else all = mine;
+    std::vector<double> all(static_cast<size_t>(P * E), 0.0);
+    for (int e = 0; e < E; ++e) all[static_cast<size_t>(me) * E + e] = double(r.counts[e]);
+    if (ep_) gather_host(*ep_, all);
     auto cnt = [&](int s, int e) { return static_cast<int64_t>(all[static_cast<size_t>(s) * E + e]); };
     a.send_rows.assign(P, 0), a.recv_rows.assign(P, 0);
     for (int d = 0; d < P; ++d)

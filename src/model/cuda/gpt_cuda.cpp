@@ -55,14 +55,17 @@ void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
 }
 
 GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, int max_micro_batch,
-                 ModelOptions options, Comm* tp, Comm* cp)
+                 ModelOptions options, Comm* tp, Comm* cp, Comm* ep)
     : cfg_(cfg), spec_(block_spec(cfg)), geo_(cfg, shard), ops_(ops), dev_{ops}, max_B_(max_micro_batch), shard_(shard),
       tp_(tp) {
-  usage_check(!cfg.moe.enabled() || (shard.ep_size == 1 && shard.cp_size == 1 && shard.tp_size == 1),
-              "mixture-of-experts models (model.moe.n_experts = {}) run on the GPU backend with data parallel, ZeRO, "
-              "pipeline parallel and recompute so far: parallel.ep, parallel.cp and parallel.tp must be 1 there (got "
-              "ep {}, cp {}, tp {}; the CPU backend runs them all)",
-              cfg.moe.n_experts, shard.ep_size, shard.cp_size, shard.tp_size);
+  usage_check(!cfg.moe.enabled() || (shard.cp_size == 1 && shard.tp_size == 1),
+              "mixture-of-experts models (model.moe.n_experts = {}) run on the GPU backend with data, expert and "
+              "pipeline parallel, ZeRO and recompute so far: parallel.cp and parallel.tp must be 1 there (got cp {}, "
+              "tp {}; the CPU backend runs them all)",
+              cfg.moe.n_experts, shard.cp_size, shard.tp_size);
+  check((ep ? ep->size() : 1) == shard.ep_size && (ep ? ep->rank() : 0) == shard.ep_rank,
+        "GptCuda: the shard says ep rank {} of {}, the EP group rank {} of {}", shard.ep_rank, shard.ep_size,
+        ep ? ep->rank() : 0, ep ? ep->size() : 1);
   check(shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank),
         "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
         shard.tp_size);
@@ -133,7 +136,12 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
         return at_;
       };
       mo.router = need(m + "gate.weight");
+      const int el = cfg.moe.n_experts / shard.ep_size, e0 = shard.ep_rank * el;  // this rank's experts
       for (int e = 0; e < cfg.moe.n_experts; ++e) {
+        if (e < e0 || e >= e0 + el) {  // another ep rank's
+          mo.w1.push_back(kNone), mo.w2.push_back(kNone);
+          continue;
+        }
         const std::string x = m + "experts." + std::to_string(e) + ".";
         mo.w1.push_back(need(x + "w1.weight"));
         mo.w2.push_back(need(x + "w2.weight"));
@@ -157,6 +165,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
     units_.resize(2 + n_local_);
     for (size_t i = 0; i < params_.size(); ++i) {  // a unit's range runs to the next parameter (padding included)
       check(i == 0 || params_[i].offset > params_[i - 1].offset, "GptCuda: parameter table not in flat order");
+      if (params_[i].expert && shard.ep_size > 1) continue;  // after the chunk's other parameters: in no unit (no ZeRO-3)
       UnitCopy& u = unit_copy(param_unit(params_[i], shard_));
       if (u.params.empty()) u.begin = params_[i].offset;
       check(u.params.empty() || u.end == params_[i].offset, "GptCuda: unit of {} is not contiguous", params_[i].name);
@@ -181,7 +190,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
         block_->set_ring(ring_.get());
       }
     }
-    if (cfg.moe.enabled()) setup_moe(cfg, shard, options, max_micro_batch);
+    if (cfg.moe.enabled()) setup_moe(cfg, shard, options, max_micro_batch, ep);
     slot_B_.assign(slots_.size(), 0);
     slot_pending_.assign(slots_.size(), false);
     const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
@@ -202,10 +211,12 @@ GptCuda::~GptCuda() { release(); }
 
 // The MoE MLP on this GPU (moe_mlp.hpp): its arrays from a stream-ordered allocator, the saved
 // state of every MoE block and slot reserved for a full micro-batch at balanced routing.
-void GptCuda::setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch) {
+void GptCuda::setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch,
+                        Comm* ep) {
   moe_alloc_ = make_stream_allocator(ops_.stream());
   dev_.alloc = moe_alloc_.get();
-  moe_ = std::make_unique<MoeMlp<CudaDevice>>(dev_, cfg_, TpContext{nullptr, false, nullptr}, nullptr, nullptr);
+  if (ep && ep->size() > 1) ep->set_compute_stream(ops_.stream());  // the exchanges read what the GEMMs wrote
+  moe_ = std::make_unique<MoeMlp<CudaDevice>>(dev_, cfg_, TpContext{nullptr, false, nullptr}, ep, nullptr);
   block_->set_moe(moe_.get());
   const int slots = options.recompute ? 1 : options.slots;
   moe_acts_.assign(slots, std::vector<MoeActs<bf16>>(options.recompute ? 1 : std::max(n_local_, 0)));

@@ -44,6 +44,10 @@ class GpuBackend final : public TrainBackend {
     const GridShape& gs = grid_.shape();
     usage_check(cfg.train.recompute == "none" || cfg.train.recompute == "full",
                 "train.recompute must be \"none\" or \"full\" (got \"{}\")", cfg.train.recompute);
+    usage_check(gs.ep == 1 || cfg.parallel.zero < 3,
+                "parallel.ep = {} with parallel.zero = 3 runs on the CPU backend only so far (the GPU model's ZeRO-3 "
+                "units do not hold the experts, laid out after the other parameters): use zero <= 2",
+                gs.ep);
     usage_check(launch_.device >= 0, "train.backend = \"nccl\" needs a GPU on every rank ({})", launch_.device_note);
     CudaOpsOptions oo;
     oo.attention = cfg.model.attention;
@@ -55,6 +59,7 @@ class GpuBackend final : public TrainBackend {
     grid_.dp().set_compute_stream(ops_->stream());
     grid_.dp_cp().set_compute_stream(ops_->stream());
     if (gs.pp > 1) grid_.embedding().set_compute_stream(ops_->stream());
+    if (gs.ep > 1) grid_.expert_dp().set_compute_stream(ops_->stream());  // the experts' DataParallel group
     // This rank's pipeline stage(s) and tensor-parallel slice (partition.hpp: one chunk, or
     // parallel.virtual_stages under interleaved 1F1B), each initialised to the CPU model's values.
     std::vector<ModelShard> shards =
@@ -65,7 +70,7 @@ class GpuBackend final : public TrainBackend {
       const ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
                               cfg.train.recompute == "full"};
       auto m = std::make_unique<GptCuda>(s.mc, shards[c], *ops_, s.bp.micro, opts, gs.tp > 1 ? &grid_.tp() : nullptr,
-                                         gs.cp > 1 ? &grid_.cp() : nullptr);
+                                         gs.cp > 1 ? &grid_.cp() : nullptr, gs.ep > 1 ? &grid_.ep() : nullptr);
       m->init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
       chunks.push_back(std::move(m));
     }

@@ -21,6 +21,12 @@
 // Every call is enqueued on ops.stream(); the host waits only where it needs a value: forward
 // (the loss), copy_*_to_host (and load_params, which is not in the step).
 //
+// Mixture of experts (cfg.moe): MoE blocks run the shared MoeMlp<CudaDevice> (moe_mlp.hpp; the
+// router on the host, the rows on the GPU, one GEMM per expert), its saved state per slot and
+// block on a stream-ordered allocator (Mem::activations, moe_gpu_activation_bytes), with data
+// parallel, ZeRO 0-3, pipeline stages, recompute and expert parallel (ZeRO 0-2 there); cp and tp
+// > 1 are refused for now.
+//
 // A ModelChunk (model_chunk.hpp): data parallel, ZeRO 1-2, the gradient norm and AdamW are the
 // backend-neutral DataParallel and AdamW of src/parallel over CudaFlatOps (the AdamW moments live
 // there); after they write the master weights, params_changed() rewrites the bf16 copy.
@@ -63,9 +69,11 @@ class GptCuda final : public ModelChunk {
   // the CPU GPT, each rank holds seq_len / cp positions of every sequence (two load-balanced
   // chunks), attention runs over the ring (ring_attention.hpp, CudaRingBlocks), wpe and RoPE use
   // global positions; forward() still takes the full [B, seq_len] token arrays.
+  // Expert parallel (shard.ep_size > 1, `ep` its group's Comm, ordered after ops.stream()): this
+  // rank's experts only, the token copies exchanged by all-to-all (moe_mlp.hpp).
   // The arguments of the CPU GPT's constructor, in its order (ModelOptions: model_chunk.hpp).
   GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, int max_micro_batch, ModelOptions options = {},
-          Comm* tp = nullptr, Comm* cp = nullptr);
+          Comm* tp = nullptr, Comm* cp = nullptr, Comm* ep = nullptr);
   ~GptCuda();
   GptCuda(const GptCuda&) = delete;
   GptCuda& operator=(const GptCuda&) = delete;
@@ -186,7 +194,7 @@ class GptCuda final : public ModelChunk {
   void free_unit_copy(UnitCopy& u);       // stream-ordered (after the kernels that read it)
   float* G(size_t offset) const;  // the gradient of flat element `offset` (bind_grad may move it)
   const bf16* block_output() const;  // the final LayerNorm's input
-  void setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch);
+  void setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* ep);
   LayerAct layer_acts(int l);  // block l's activations in the current slot (a MoE block's routing state too)
   void layer_forward(int l, int B);
   void layer_backward(int l, int B);
