@@ -58,11 +58,6 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
                  ModelOptions options, Comm* tp, Comm* cp, Comm* ep)
     : cfg_(cfg), spec_(block_spec(cfg)), geo_(cfg, shard), ops_(ops), dev_{ops}, max_B_(max_micro_batch), shard_(shard),
       tp_(tp) {
-  usage_check(!cfg.moe.enabled() || (shard.cp_size == 1 && shard.tp_size == 1),
-              "mixture-of-experts models (model.moe.n_experts = {}) run on the GPU backend with data, expert and "
-              "pipeline parallel, ZeRO and recompute so far: parallel.cp and parallel.tp must be 1 there (got cp {}, "
-              "tp {}; the CPU backend runs them all)",
-              cfg.moe.n_experts, shard.cp_size, shard.tp_size);
   check((ep ? ep->size() : 1) == shard.ep_size && (ep ? ep->rank() : 0) == shard.ep_rank,
         "GptCuda: the shard says ep rank {} of {}, the EP group rank {} of {}", shard.ep_rank, shard.ep_size,
         ep ? ep->rank() : 0, ep ? ep->size() : 1);
@@ -190,7 +185,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
         block_->set_ring(ring_.get());
       }
     }
-    if (cfg.moe.enabled()) setup_moe(cfg, shard, options, max_micro_batch, ep);
+    if (cfg.moe.enabled()) setup_moe(cfg, shard, options, max_micro_batch, ep, cp);
     slot_B_.assign(slots_.size(), 0);
     slot_pending_.assign(slots_.size(), false);
     const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
@@ -212,11 +207,13 @@ GptCuda::~GptCuda() { release(); }
 // The MoE MLP on this GPU (moe_mlp.hpp): its arrays from a stream-ordered allocator, the saved
 // state of every MoE block and slot reserved for a full micro-batch at balanced routing.
 void GptCuda::setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch,
-                        Comm* ep) {
+                        Comm* ep, Comm* cp) {
   moe_alloc_ = make_stream_allocator(ops_.stream());
   dev_.alloc = moe_alloc_.get();
   if (ep && ep->size() > 1) ep->set_compute_stream(ops_.stream());  // the exchanges read what the GEMMs wrote
-  moe_ = std::make_unique<MoeMlp<CudaDevice>>(dev_, cfg_, TpContext{nullptr, false, nullptr}, ep, nullptr);
+  // Under sequence parallel the block hands the MoE all BT rows (gathered): its shared experts
+  // then run as plain tensor parallel, not sequence parallel (as in the CPU GPT).
+  moe_ = std::make_unique<MoeMlp<CudaDevice>>(dev_, cfg_, TpContext{tp_, false, nullptr}, ep, cp);
   block_->set_moe(moe_.get());
   const int slots = options.recompute ? 1 : options.slots;
   moe_acts_.assign(slots, std::vector<MoeActs<bf16>>(options.recompute ? 1 : std::max(n_local_, 0)));

@@ -23,9 +23,8 @@
 //
 // Mixture of experts (cfg.moe): MoE blocks run the shared MoeMlp<CudaDevice> (moe_mlp.hpp; the
 // router on the host, the rows on the GPU, one GEMM per expert), its saved state per slot and
-// block on a stream-ordered allocator (Mem::activations, moe_gpu_activation_bytes), with data
-// parallel, ZeRO 0-3, pipeline stages, recompute and expert parallel (ZeRO 0-2 there); cp and tp
-// > 1 are refused for now.
+// block on a stream-ordered allocator (Mem::activations, moe_gpu_activation_bytes), in every
+// layout of the CPU GPT but expert parallel with ZeRO-3 (its experts are in no ZeRO-3 unit here).
 //
 // A ModelChunk (model_chunk.hpp): data parallel, ZeRO 1-2, the gradient norm and AdamW are the
 // backend-neutral DataParallel and AdamW of src/parallel over CudaFlatOps (the AdamW moments live
@@ -194,7 +193,8 @@ class GptCuda final : public ModelChunk {
   void free_unit_copy(UnitCopy& u);       // stream-ordered (after the kernels that read it)
   float* G(size_t offset) const;  // the gradient of flat element `offset` (bind_grad may move it)
   const bf16* block_output() const;  // the final LayerNorm's input
-  void setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* ep);
+  void setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* ep,
+                 Comm* cp);
   LayerAct layer_acts(int l);  // block l's activations in the current slot (a MoE block's routing state too)
   void layer_forward(int l, int B);
   void layer_backward(int l, int B);
