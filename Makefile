@@ -217,6 +217,15 @@ bench-data: $(BUILD)/bench/bench_data $(BUILD)/mpitron
 	BUILD=$(BUILD) bash bench/data/gpt2.sh bench/results/data.md
 bench: bench-data
 
+# The MoE router's host cost against its block's expert GEMMs (bench/moe/route_host.cpp) ->
+# bench/results/moe_route_host.md.
+$(BUILD)/bench/moe_route_host: $(BUILD)/obj/bench/moe/route_host.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(ALL_LDLIBS)
+bench-moe-route: $(BUILD)/bench/moe_route_host
+	$(BUILD)/bench/moe_route_host bench/results/moe_route_host.md
+bench: bench-moe-route
+
 # Comm layer overhead: `bench-comm --op all_reduce` next to a plain MPI_Allreduce loop at np=2
 # -> bench/results/comm_allreduce_np2.md.
 .PHONY: bench-comm
