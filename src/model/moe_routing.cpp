@@ -23,26 +23,27 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, 
   r.weight.assign(static_cast<size_t>(R * k), 0.f);
   r.routed.assign(static_cast<size_t>(E), 0);
   std::vector<int> idx(static_cast<size_t>(E));
+  std::vector<double> ex(static_cast<size_t>(E));
   double zsum = 0;
   for (int64_t t = 0; t < R; ++t) {
     const float* l = logits + t * E;
     float mx = l[0];
     for (int e = 1; e < E; ++e) mx = std::max(mx, l[e]);
     double sum = 0;
-    for (int e = 0; e < E; ++e) sum += std::exp(double(l[e]) - mx);
+    for (int e = 0; e < E; ++e) sum += (ex[e] = std::exp(double(l[e]) - mx));
     const double lse = mx + std::log(sum);
     r.lse[t] = static_cast<float>(lse);
     zsum += lse * lse;
     float* p = r.probs.data() + t * E;
-    for (int e = 0; e < E; ++e) p[e] = static_cast<float>(std::exp(double(l[e]) - lse));
+    for (int e = 0; e < E; ++e) p[e] = static_cast<float>(ex[e] / sum);  // exp(l - lse), one exp per logit
     for (int e = 0; e < E; ++e) idx[e] = e;
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
                       [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
-    int32_t* ex = r.expert.data() + t * k;
+    int32_t* chosen = r.expert.data() + t * k;
     float* w = r.weight.data() + t * k;
     double wsum = 0;
     for (int j = 0; j < k; ++j) {
-      ex[j] = idx[j];
+      chosen[j] = idx[j];
       ++r.routed[idx[j]];
       ++r.seq_routed[t / T * E + idx[j]];
       // softmax_topk: exp(l - l_best) / sum over the selected, the best logit the max.
