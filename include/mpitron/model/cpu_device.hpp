@@ -138,10 +138,15 @@ struct CpuDevice {
   const T* stage(DeviceVector<T>& /*device copy*/, const std::vector<T>& host) {
     return host.data();
   }
-  void to_host(float* host, const float* dev, size_t n) { std::memcpy(host, dev, n * sizeof(float)); }
-  void from_host(float* dev, const float* host, size_t n) { std::memcpy(dev, host, n * sizeof(float)); }
-  void copy(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
-  void zero(float* x, size_t n) { std::memset(x, 0, n * sizeof(float)); }
+  // (n may be 0 with empty arrays, whose data() is null: no call then.)
+  void to_host(float* host, const float* dev, size_t n) { copy(host, dev, n); }
+  void from_host(float* dev, const float* host, size_t n) { copy(dev, host, n); }
+  void copy(float* dst, const float* src, size_t n) {
+    if (n) std::memcpy(dst, src, n * sizeof(float));
+  }
+  void zero(float* x, size_t n) {
+    if (n) std::memset(x, 0, n * sizeof(float));
+  }
 
   std::vector<int32_t> ce_targets_;  // crossentropy_partial's scratch: targets shifted into the slice
   std::vector<float> ce_losses_;
