@@ -113,6 +113,21 @@ if [ "$BIN" != "$BUILD/bench/gpu_check" ]; then
 fi
 
 # 3. The trainer end to end: `mpitron train` on the GPU against the CPU backend.
+# compare_losses DIR GPU_RUN CPU_RUN LABEL: the two runs' 20 losses (metrics.jsonl) within 2e-2
+# relative, and the GPU run learning; one line; status 0 when so.
+compare_losses() {
+  python3 - "$@" <<'PY'
+import json, sys
+d, gpu, cpu, label = sys.argv[1:]
+def losses(b): return {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/{b}/metrics.jsonl")) if "loss" in r}
+g, c = losses(gpu), losses(cpu)
+rel = max(abs(g[s] - c[s]) / c[s] for s in c)
+ok = rel <= 2e-2 and sorted(g) == sorted(c) and g[20] < g[1]
+print(f"{label}: max relative loss difference {rel:.2e} (bound 2e-2), GPU loss {g[1]:.4f} -> {g[20]:.4f}: "
+      f"{'ok' if ok else '**FAIL**'}")
+sys.exit(0 if ok else 1)
+PY
+}
 trainer_check() {
   left=$((LIMIT - (SECONDS - t0)))
   # Not run (exit 3, the overall result is the kernels' then): no time left, or no mpitron build
@@ -147,17 +162,7 @@ trainer_check() {
   grep -m1 "^layout" "$d/nccl.log"
   grep -E "^step +(1|10|20)/" "$d/nccl.log"
   echo '```'
-  python3 - "$d" <<'PY'
-import json, sys
-d = sys.argv[1]
-def losses(b): return {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/{b}/metrics.jsonl")) if "loss" in r}
-g, c = losses("nccl"), losses("cpu")
-rel = max(abs(g[s] - c[s]) / c[s] for s in c)
-ok = rel <= 2e-2 and sorted(g) == sorted(c) and g[20] < g[1]
-print(f"trainer check: GPU vs CPU backend, 20 steps of the tiny model: max relative loss difference {rel:.2e} "
-      f"(bound 2e-2), GPU loss {g[1]:.4f} -> {g[20]:.4f}: {'ok' if ok else '**FAIL**'}")
-sys.exit(0 if ok else 1)
-PY
+  compare_losses "$d" nccl cpu "trainer check: GPU vs CPU backend, 20 steps of the tiny model"
   local prc=$?
   # The mixture-of-experts model (jobs/moe-tiny.toml: the router on the host, the moe_* row kernels,
   # one GEMM per expert) the same way, through the attention path that worked above.
@@ -173,17 +178,7 @@ PY
   echo '```'
   grep -E "^step +(1|10|20)/|^step (1|20) moe" "$d/moe_nccl.log"
   echo '```'
-  python3 - "$d" <<'PY'
-import json, sys
-d = sys.argv[1]
-def losses(b): return {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/{b}/metrics.jsonl")) if "loss" in r}
-g, c = losses("moe_nccl"), losses("moe_cpu")
-rel = max(abs(g[s] - c[s]) / c[s] for s in c)
-ok = rel <= 2e-2 and sorted(g) == sorted(c) and g[20] < g[1]
-print(f"trainer check (MoE): GPU vs CPU backend, 20 steps of moe-tiny: max relative loss difference {rel:.2e} "
-      f"(bound 2e-2), GPU loss {g[1]:.4f} -> {g[20]:.4f}: {'ok' if ok else '**FAIL**'}")
-sys.exit(0 if ok else 1)
-PY
+  compare_losses "$d" moe_nccl moe_cpu "trainer check (MoE): GPU vs CPU backend, 20 steps of moe-tiny"
   local mrc=$?
   [ "$failed" = 1 ] && return 1
   [ "$prc" -ne 0 ] && return $prc

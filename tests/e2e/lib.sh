@@ -22,3 +22,25 @@ prep_fortunes() {
   "$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$out" --val-fraction 0.05 \
     --doc-separator % --quiet
 }
+
+# ledger_ok "NAME NP"...: run NAME's log ($tmp/NAME.log, a run with train.check_ledger) has both
+# ledger checks (at start, after step 1) OK on each of its NP ranks, and no mismatch.
+ledger_ok() {
+  local r ok
+  for r in "$@"; do
+    set -- $r
+    ok=$(grep -c "ledger OK" "$tmp/$1.log" || true)
+    if [ "$ok" -ne $((2 * $2)) ] || grep -q "MISMATCH\|OFF BY" "$tmp/$1.log"; then
+      grep "ledger rank" "$tmp/$1.log" >&2
+      fail "$1: $ok of $((2 * $2)) ledger checks OK"
+    fi
+  done
+}
+
+# skip_unless_cuda_build: ends the test (status 0, one SKIP line) when $MPITRON is not a CUDA build
+# (`mpitron version` lists the backends): the GPU emulation links that build's objects.
+skip_unless_cuda_build() {
+  "$MPITRON" version | grep cuda >/dev/null && return 0
+  echo "SKIP: $MPITRON is not a CUDA build ($("$MPITRON" version))"
+  exit 0
+}

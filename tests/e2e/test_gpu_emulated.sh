@@ -37,10 +37,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
-if ! "$MPITRON" version | grep cuda >/dev/null; then
-  echo "SKIP: $MPITRON is not a CUDA build ($("$MPITRON" version))"
-  exit 0
-fi
+skip_unless_cuda_build
 BUILD="$BUILD" bash bench/gpu/emulate/run.sh "$tmp/emulated_check.md" >"$tmp/emulated_check.log" 2>&1 ||
   { cat "$tmp/emulated_check.log"; fail "emulated gpu_check training comparison"; }
 grep -m3 "max rel" "$tmp/emulated_check.md" || true
@@ -106,17 +103,6 @@ run gpu_interleaved "$EMU" 4 --model.n_layer=4 --parallel.dp=2 --parallel.pp=2 -
 grep -q "interleaved, 2 model chunks per rank" "$tmp/gpu_interleaved.log" || fail "gpu_interleaved: no model chunks"
 run cpu4_from_interleaved "$MPITRON" 1 --model.n_layer=4 --train.resume="$tmp/gpu_interleaved/ckpt/step_00000005.h5"
 # The ledger check: at start and after step 1 on every rank, EXACT params / grads / optim bytes.
-ledger_ok() {  # "name np"...
-  local r
-  for r in "$@"; do
-    set -- $r
-    ok=$(grep -c "ledger OK" "$tmp/$1.log" || true)
-    if [ "$ok" -ne $((2 * $2)) ] || grep -q "MISMATCH\|OFF BY" "$tmp/$1.log"; then
-      grep "ledger rank" "$tmp/$1.log" >&2
-      fail "$1: $ok of $((2 * $2)) GPU ledger checks OK"
-    fi
-  done
-}
 for r in "gpu 2" "gpu_zero1 2" "gpu_zero2 2" "gpu_zero3 2" "gpu_tp2_sp 2" "gpu_dp2_pp2_zero2 4" "gpu_dp2_pp2_zero3 4"; do
   ledger_ok "$r"
   set -- $r

@@ -23,10 +23,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
-if ! "$MPITRON" version | grep cuda >/dev/null; then
-  echo "SKIP: $MPITRON is not a CUDA build ($("$MPITRON" version))"
-  exit 0
-fi
+skip_unless_cuda_build
 BUILD="$BUILD" BUILD_ONLY=1 bash bench/gpu/emulate/run.sh >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "emulation build"; }
 EMU="$BUILD/bench/emulated_train"
 # gpu_check's kernel self-check code (tests/cuda/self_check.cpp, its "moe rows" family included)
@@ -71,14 +68,7 @@ for r in 0 1; do
   n=$(grep "ledger rank $r " "$tmp/gpu_ep2.log" | grep -c "params .* EXACT | grads .* EXACT | optim .* EXACT" || true)
   [ "$n" -eq 2 ] || { grep "ledger rank" "$tmp/gpu_ep2.log"; fail "gpu_ep2: rank $r's params / grads / optim not EXACT"; }
 done
-for r in "gpu 1" "gpu_zero1 2" "gpu_zero3 2" "gpu_pp2 2" "gpu_shared 1" "gpu_cp2 2" "gpu_tp2_sp_shared 2"; do
-  set -- $r
-  ok=$(grep -c "ledger OK" "$tmp/$1.log" || true)
-  if [ "$ok" -ne $((2 * $2)) ] || grep -q "MISMATCH\|OFF BY" "$tmp/$1.log"; then
-    grep "ledger rank" "$tmp/$1.log" >&2
-    fail "$1: $ok of $((2 * $2)) GPU ledger checks OK"
-  fi
-done
+ledger_ok "gpu 1" "gpu_zero1 2" "gpu_zero3 2" "gpu_pp2 2" "gpu_shared 1" "gpu_cp2 2" "gpu_tp2_sp_shared 2"
 echo "ok    GPU MoE ledger: $(grep -m1 'ledger rank 0 after step 1' "$tmp/gpu_zero1.log" | sed 's/ | comm.*//')"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
