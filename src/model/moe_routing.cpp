@@ -36,9 +36,16 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, 
     zsum += lse * lse;
     float* p = r.probs.data() + t * E;
     for (int e = 0; e < E; ++e) p[e] = static_cast<float>(ex[e] / sum);  // exp(l - lse), one exp per logit
-    for (int e = 0; e < E; ++e) idx[e] = e;
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                      [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    // The top k by logit, ties to the lower index: one pass in index order, inserting an expert
+    // after every kept one with a logit >= its own (an insertion list of k; the same order as
+    // sorting by (logit descending, index ascending), without a sort per token).
+    int n = 0;
+    for (int e = 0; e < E; ++e) {
+      if (n == k && !(l[e] > l[idx[k - 1]])) continue;
+      int at = n < k ? n++ : k - 1;
+      for (; at > 0 && l[e] > l[idx[at - 1]]; --at) idx[at] = idx[at - 1];
+      idx[at] = e;
+    }
     int32_t* chosen = r.expert.data() + t * k;
     float* w = r.weight.data() + t * k;
     double wsum = 0;
