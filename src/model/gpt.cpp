@@ -125,20 +125,11 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   if (cfg.moe.enabled()) {
     // Under sequence parallel the block hands the MoE all BT rows (gathered): its shared experts
     // then run as plain tensor parallel (all-reduce), not sequence parallel.
-    moe_ = std::make_unique<MoeMlp<CpuDevice>>(dev_, cfg_, TpContext{tp, false, tp_comm_s_.get()}, ep, cp);
-    block_->set_moe(moe_.get());
-    moe_acts_.assign(opts.recompute ? 1 : opts.slots,
-                     std::vector<MoeActs<float>>(opts.recompute ? 1 : std::max(n_local_layers_, 0)));
-    moe_stats_.assign(std::max(n_local_layers_, 0), {});
-    // The MoE blocks' saved state for a full micro-batch (the memory ledger counts it: one per
-    // MoE block and slot, or one shared under recompute).
-    const int64_t R = int64_t{max_micro_batch} * local_seq_len(cfg, shard);
-    for (int l = 0; l < n_local_layers_; ++l)
-      if (cfg.moe.is_moe_layer(shard.layer_begin + l))
-        for (int slot = 0; slot < (opts.recompute ? 1 : opts.slots); ++slot) {
-          MoeActs<float>* a = moe_acts(slot, l);
-          if (a->held.bytes() == 0) moe_->reserve(*a, R);
-        }
+    // The MoE blocks' saved state for a full micro-batch (the memory ledger counts it).
+    moe_ = std::make_unique<MoeBlocks<CpuDevice>>(dev_, cfg_, TpContext{tp, false, tp_comm_s_.get()}, ep, cp,
+                                                  shard.layer_begin, n_local_layers_, opts.slots, opts.recompute,
+                                                  int64_t{max_micro_batch} * local_seq_len(cfg, shard));
+    block_->set_moe(&moe_->mlp());
   }
   emb_ = std::make_unique<VocabParallelEmbedding<CpuDevice>>(dev_, tp_, cfg.padded_vocab(tp_size), cfg.d_model);
   if (tp_.sp()) ln_grad_ = Buffer<float>(Mem::workspace, 2 * static_cast<size_t>(cfg.d_model));
@@ -290,19 +281,6 @@ float** GPT::field(Weights& w, size_t i) {
   return f.block ? &(w.layers[f.local_layer].*f.block) : &(w.*f.global);
 }
 
-MoeActs<float>* GPT::moe_acts(int slot, int layer) {
-  if (moe_acts_.empty()) return nullptr;
-  return moe_acts_.size() == 1 && moe_acts_[0].size() == 1 && opts_.recompute ? &moe_acts_[0][0]
-                                                                             : &moe_acts_[slot][layer];
-}
-
-std::vector<std::pair<int, MoeStats>> GPT::take_moe_stats() {
-  std::vector<std::pair<int, MoeStats>> out;
-  for (int l = 0; l < static_cast<int>(moe_stats_.size()); ++l)
-    if (cfg_.moe.is_moe_layer(shard_.layer_begin + l)) out.emplace_back(shard_.layer_begin + l, std::exchange(moe_stats_[l], {}));
-  return out;
-}
-
 void GPT::release_param_buffer() {
   if (params_buf_.data()) ops_.unregister_weights(params_buf_.data());
   params_buf_.reset();
@@ -396,10 +374,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
     emit(UnitEvent::pre_forward, l);
     check_fused(w_.layers[l], "weights");
     const bool lazy = !opts_.recompute && l > 0;
-    sa.layers[l].moe = moe_acts(slot, l);
+    sa.layers[l].moe = moe_ ? moe_->acts(slot, l) : nullptr;
     block_->forward(block_weights(w_.layers[l]), sa.layers[l], scratch_, l > 0 ? sa.layers[l - 1].res3 : sa.input,
                     lazy ? &sa.layers[l - 1] : nullptr, opts_.recompute ? sa.layers[l].res3 : nullptr, B);
-    if (w_.layers[l].router && grad_enabled_) moe_stats_[l].add(sa.layers[l].moe->route);
+    if (w_.layers[l].router && grad_enabled_) moe_->record(l, sa.layers[l].moe->route);
     emit(UnitEvent::post_forward, l);
   }
   if (n_local_layers_ > 0 && !opts_.recompute) {  // the last block's output: the stage output
@@ -464,10 +442,10 @@ void GPT::backward(float loss_scale, int slot) {
     block_->norm_backward(dres, g_.lnf_w, g_.lnf_b, sa.dlnf, sa.output, w_.lnf_w, sa.lnf_mean, sa.lnf_rstd, Rl);
     emit(UnitEvent::post_backward, kHeadUnit);
   }
-  if (moe_) moe_->set_loss_scale(loss_scale);
+  if (moe_) moe_->mlp().set_loss_scale(loss_scale);
   for (int l = n_local_layers_ - 1; l >= 0; --l) {
     emit(UnitEvent::pre_backward, l);  // before reading w: ZeRO-3 gathers the block here
-    sa.layers[l].moe = moe_acts(slot, l);
+    sa.layers[l].moe = moe_ ? moe_->acts(slot, l) : nullptr;
     check_fused(g_.layers[l], "gradients");  // gradient buckets keep the fused ranges whole (fused_with_previous)
     block_->backward(block_weights(w_.layers[l]), block_grads(g_.layers[l]), sa.layers[l], scratch_,
                      l > 0 ? sa.layers[l - 1].res3 : sa.input, B, opts_.recompute);

@@ -87,7 +87,7 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x2.data(), w.ln2_w, w.ln2_b, n);
     if (w.router) {  // a MoE block: its routed and shared experts on these rows
       MoeActs<float> moe;
-      moe_->forward(block_weights(w).moe, moe, d.x.data(), d.h.data(), n);
+      moe_->mlp().forward(block_weights(w).moe, moe, d.x.data(), d.h.data(), n);
     } else {
       ops_.matmul_forward(d.fc.data(), d.h.data(), w.fc_w, w.fc_b, n, C, geo_.fc_local);
       mlp_activation(d.act.data(), d.fc.data(), n);

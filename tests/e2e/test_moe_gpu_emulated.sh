@@ -10,7 +10,8 @@
 #     follow it: losses within 2e-3 relative for 10 steps
 #     (bf16 activations and router logits: a near-tie may route a copy elsewhere), and pp 2 the
 #     GPU's own np 1 run within 1e-6;
-#   - the routing statistics (tokens per expert) come out in the log;
+#   - the routing statistics (tokens per expert) come out in the log, the ep exchange time in
+#     metrics.jsonl;
 #   - train.check_ledger is EXACT on the GPU (params, grads, optim; activations: the MoE blocks'
 #     device arrays, moe_gpu_activation_bytes, counted exactly);
 #   - a GPU ZeRO-1 checkpoint resumes bit-identically on the emulated GPU, and on the CPU trainer
@@ -56,6 +57,7 @@ run gpu_ep2_pp2 "$EMU" 4 --parallel.dp=2 --parallel.ep=2 --parallel.pp=2 --paral
 run gpu_cp2 "$EMU" 2 --parallel.cp=2 --train.check_ledger=true
 run gpu_tp2_sp_shared "$EMU" 2 --parallel.tp=2 --parallel.sp=true "${shared[@]}" --train.check_ledger=true
 run gpu_ep2_cp2_shared "$EMU" 4 --parallel.dp=2 --parallel.cp=2 --parallel.ep=2 "${shared[@]}"
+grep -q '"ep_exchange_ms"' "$tmp/gpu_ep2/metrics.jsonl" || fail "gpu_ep2: no ep_exchange_ms in metrics.jsonl"
 grep -q "routed experts over expert_dp 1 zero 1 .* flat params 73728 floats" "$tmp/gpu_ep2.log" ||
   { grep "data parallel" "$tmp/gpu_ep2.log"; fail "gpu_ep2: the experts are not split (73728 floats of them per rank)"; }
 grep -q "dropped" "$tmp/gpu_shared.log" || fail "gpu_shared: no dropped copies reported at capacity factor 1.0"

@@ -158,8 +158,10 @@ class GPT final : public ModelChunk {
   double tp_comm_seconds() const override { return *tp_comm_s_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes()); }
   // MoE blocks' routing statistics since the last take (global layer -> stats; empty when dense).
-  std::vector<std::pair<int, MoeStats>> take_moe_stats() override;
-  double ep_seconds() const override { return moe_ ? moe_->ep_seconds() : -1.0; }
+  std::vector<std::pair<int, MoeStats>> take_moe_stats() override {
+    return moe_ ? moe_->take_stats() : std::vector<std::pair<int, MoeStats>>{};
+  }
+  double ep_seconds() const override { return moe_ ? moe_->mlp().ep_seconds() : -1.0; }
 
  private:
   // Pointers into the params (or grads) buffer for one block. LLaMA: ln1/ln2 are the RMSNorms
@@ -220,7 +222,6 @@ class GPT final : public ModelChunk {
   // A block's weights (or gradients) as the shared block code takes them.
   static BlockTensors<const float> block_weights(const LayerW& w);
   static BlockTensors<float> block_grads(const LayerW& g);
-  MoeActs<float>* moe_acts(int slot, int layer);
 
   ModelConfig cfg_;
   const BlockSpec& spec_;
@@ -256,9 +257,7 @@ class GPT final : public ModelChunk {
   std::unique_ptr<CpuRingBlocks> ring_blocks_;  // context parallel (cp > 1): the blocks, the ring
   std::unique_ptr<RingAttention> ring_;
   std::shared_ptr<DecodeState> decode_;
-  std::unique_ptr<MoeMlp<CpuDevice>> moe_;
-  std::vector<std::vector<MoeActs<float>>> moe_acts_;  // [slot][local layer]; recompute: one, shared
-  std::vector<MoeStats> moe_stats_;                     // [local layer]
+  std::unique_ptr<MoeBlocks<CpuDevice>> moe_;  // MoE models: the MoE MLP, its saved state and statistics
 };
 
 }  // namespace mpitron

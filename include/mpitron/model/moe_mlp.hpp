@@ -35,7 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "mpitron/core/error.hpp"
@@ -139,9 +139,7 @@ class MoeMlp {
     if (dev_.allocator()) {  // device memory: the staged positions and weights too; the routing is the host's
       a.pos_d.reserve(Rk), a.weight_d.reserve(Rk);
       if (ep_) a.idx_d.reserve(Rk);
-      ModelConfig c;
-      c.d_model = static_cast<int>(c_), c.moe = m_;
-      const int64_t want = moe_gpu_activation_bytes(c, R, static_cast<int>(P), tp_.size());
+      const int64_t want = moe_gpu_activation_bytes(sizes(), R, static_cast<int>(P), tp_.size());
       check(a.device_bytes() == want, "MoeMlp::reserve: {} device bytes for {} rows, moe_gpu_activation_bytes says {}",
             a.device_bytes(), R, want);
     } else {
@@ -151,9 +149,7 @@ class MoeMlp {
     }
   }
   int64_t moe_activation_bytes_of(int64_t R) const {
-    ModelConfig c;
-    c.d_model = static_cast<int>(c_), c.moe = m_;
-    return moe_activation_bytes(c, R, std::min<int64_t>(seq_len_, R), ep_ ? ep_->size() : 1, tp_.size());
+    return moe_activation_bytes(sizes(), R, std::min<int64_t>(seq_len_, R), ep_ ? ep_->size() : 1, tp_.size());
   }
 
   // The backward's scale of the routing losses: 1 / counted targets of the global batch, the
@@ -301,6 +297,12 @@ class MoeMlp {
     return pr;
   }
 
+  // What the byte counts (moe_routing.hpp) read of the model: d_model and the MoE section.
+  ModelConfig sizes() const {
+    ModelConfig c;
+    c.d_model = static_cast<int>(c_), c.moe = m_;
+    return c;
+  }
   // An all-gather of host counts that works on every Comm (NCCL's collectives take device
   // memory): each rank has filled its own slice of `all` (the rest zeros), the sum fills the rest.
   // Counts are exact in fp64.
@@ -380,6 +382,47 @@ class MoeMlp {
   DeviceVector<float> dweight_d_;
   std::vector<int64_t> srow_;
   std::vector<float> dweight_, dlogits_;
+};
+
+// A model chunk's MoE blocks, the same for the CPU GPT and GptCuda: the MoE MLP, each MoE block's
+// saved state per activation slot ([slot][local layer]; one shared under recompute, whose blocks
+// run their MoE forward again before backward), reserved at construction for a full micro-batch of
+// `rows` rows (what the memory ledger counts), and the routing statistics per local layer since the
+// last take. The device's allocator must be set before construction.
+template <class Dev>
+class MoeBlocks {
+ public:
+  using A = typename Dev::act_t;
+  MoeBlocks(Dev& dev, const ModelConfig& cfg, TpContext tp, Comm* ep, Comm* cp, int layer_begin, int n_local,
+            int slots, bool recompute, int64_t rows)
+      : moe_(cfg.moe), layer_begin_(layer_begin), recompute_(recompute), mlp_(dev, cfg, tp, ep, cp) {
+    const int n = std::max(n_local, 0), kept_slots = recompute ? 1 : slots;
+    acts_.assign(kept_slots, std::vector<MoeActs<A>>(recompute ? 1 : n));
+    stats_.assign(n, {});
+    for (int l = 0; l < n; ++l)
+      if (moe_.is_moe_layer(layer_begin + l))
+        for (int s = 0; s < kept_slots; ++s)
+          if (MoeActs<A>& a = *acts(s, l); a.held.bytes() == 0) mlp_.reserve(a, rows);
+  }
+  MoeMlp<Dev>& mlp() { return mlp_; }
+  const MoeMlp<Dev>& mlp() const { return mlp_; }
+  MoeActs<A>* acts(int slot, int l) { return &acts_[recompute_ ? 0 : slot][recompute_ ? 0 : l]; }
+  void record(int l, const MoeRouting& r) { stats_[l].add(r); }  // a forward with gradients
+  // The MoE blocks' statistics since the last take (global layer, stats), reset.
+  std::vector<std::pair<int, MoeStats>> take_stats() {
+    std::vector<std::pair<int, MoeStats>> out;
+    for (int l = 0; l < static_cast<int>(stats_.size()); ++l)
+      if (moe_.is_moe_layer(layer_begin_ + l)) out.emplace_back(layer_begin_ + l, std::exchange(stats_[l], {}));
+    return out;
+  }
+
+ private:
+  MoeConfig moe_;
+  int layer_begin_;
+  bool recompute_;
+  MoeMlp<Dev> mlp_;
+  std::vector<std::vector<MoeActs<A>>> acts_;
+  std::vector<MoeStats> stats_;
 };
 
 }  // namespace mpitron

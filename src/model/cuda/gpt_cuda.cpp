@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "mpitron/ops/cuda/check.hpp"
@@ -185,7 +184,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
         block_->set_ring(ring_.get());
       }
     }
-    if (cfg.moe.enabled()) setup_moe(cfg, shard, options, max_micro_batch, ep, cp);
+    if (cfg.moe.enabled()) setup_moe(shard, options, max_micro_batch, ep, cp);
     slot_B_.assign(slots_.size(), 0);
     slot_pending_.assign(slots_.size(), false);
     const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
@@ -204,39 +203,22 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
 
 GptCuda::~GptCuda() { release(); }
 
-// The MoE MLP on this GPU (moe_mlp.hpp): its arrays from a stream-ordered allocator, the saved
-// state of every MoE block and slot reserved for a full micro-batch at balanced routing.
-void GptCuda::setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch,
-                        Comm* ep, Comm* cp) {
+// The MoE blocks on this GPU (moe_mlp.hpp MoeBlocks): their arrays from a stream-ordered allocator.
+void GptCuda::setup_moe(const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* ep, Comm* cp) {
   moe_alloc_ = make_stream_allocator(ops_.stream());
   dev_.alloc = moe_alloc_.get();
   if (ep && ep->size() > 1) ep->set_compute_stream(ops_.stream());  // the exchanges read what the GEMMs wrote
   // Under sequence parallel the block hands the MoE all BT rows (gathered): its shared experts
   // then run as plain tensor parallel, not sequence parallel (as in the CPU GPT).
-  moe_ = std::make_unique<MoeMlp<CudaDevice>>(dev_, cfg_, TpContext{tp_, false, nullptr}, ep, cp);
-  block_->set_moe(moe_.get());
-  const int slots = options.recompute ? 1 : options.slots;
-  moe_acts_.assign(slots, std::vector<MoeActs<bf16>>(options.recompute ? 1 : std::max(n_local_, 0)));
-  moe_stats_.assign(std::max(n_local_, 0), {});
-  const int64_t R = int64_t{max_micro_batch} * seq_local();
-  for (int l = 0; l < n_local_; ++l)
-    if (cfg.moe.is_moe_layer(shard.layer_begin + l))
-      for (int s = 0; s < slots; ++s) {
-        MoeActs<bf16>& a = moe_acts_[s][options.recompute ? 0 : l];
-        if (a.held.bytes() == 0) moe_->reserve(a, R);
-      }
-}
-
-std::vector<std::pair<int, MoeStats>> GptCuda::take_moe_stats() {
-  std::vector<std::pair<int, MoeStats>> out;
-  for (int l = 0; l < static_cast<int>(moe_stats_.size()); ++l)
-    if (cfg_.moe.is_moe_layer(layer_begin_ + l)) out.emplace_back(layer_begin_ + l, std::exchange(moe_stats_[l], {}));
-  return out;
+  moe_ = std::make_unique<MoeBlocks<CudaDevice>>(dev_, cfg_, TpContext{tp_, false, nullptr}, ep, cp, shard.layer_begin,
+                                                 n_local_, options.slots, options.recompute,
+                                                 int64_t{max_micro_batch} * seq_local());
+  block_->set_moe(&moe_->mlp());
 }
 
 GptCuda::LayerAct GptCuda::layer_acts(int l) {
   LayerAct a = a_.layers[recompute_ ? 0 : l];
-  if (off_.moe[l].router != kNone) a.moe = &moe_acts_[recompute_ ? 0 : slot_][recompute_ ? 0 : l];
+  if (off_.moe[l].router != kNone) a.moe = moe_->acts(slot_, l);
   return a;
 }
 
@@ -372,7 +354,7 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   for (int l = 0; l < n_local_; ++l) {
     pre_event(UnitEvent::pre_forward, l);
     layer_forward(l, B);
-    if (off_.moe[l].router != kNone && grad_enabled_) moe_stats_[l].add(layer_acts(l).moe->route);
+    if (off_.moe[l].router != kNone && grad_enabled_) moe_->record(l, layer_acts(l).moe->route);
     emit(UnitEvent::post_forward, l);
   }
   double loss = 0.0;
@@ -406,7 +388,7 @@ void GptCuda::backward(float loss_scale, int slot) {
         "GptCuda::backward needs its own forward in slot {}, with gradients enabled (one backward per forward)", slot);
   a_ = slots_[slot];
   slot_ = slot;
-  if (moe_) moe_->set_loss_scale(loss_scale);
+  if (moe_) moe_->mlp().set_loss_scale(loss_scale);
   const int B = slot_B_[slot], T = seq_local(), C = cfg_.d_model;
   const int64_t BT = int64_t{B} * T, Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();

@@ -98,8 +98,12 @@ class GptCuda final : public ModelChunk {
   void bind_param(size_t i, float* data) override;
   void release_param_buffer() override;
   double cp_wait_seconds() const override { return ring_ ? ring_->comm_wait_seconds() : -1.0; }
-  // MoE blocks' routing statistics since the last take (global layer -> stats; empty when dense).
-  std::vector<std::pair<int, MoeStats>> take_moe_stats() override;
+  // MoE blocks' routing statistics since the last take (global layer -> stats; empty when dense),
+  // and the seconds in their expert-parallel token exchanges (< 0: none).
+  std::vector<std::pair<int, MoeStats>> take_moe_stats() override {
+    return moe_ ? moe_->take_stats() : std::vector<std::pair<int, MoeStats>>{};
+  }
+  double ep_seconds() const override { return moe_ ? moe_->mlp().ep_seconds() : -1.0; }
   int max_micro_batch() const { return max_B_; }
   int64_t logits_chunk_rows() const { return chunk_rows_; }
 
@@ -193,8 +197,7 @@ class GptCuda final : public ModelChunk {
   void free_unit_copy(UnitCopy& u);       // stream-ordered (after the kernels that read it)
   float* G(size_t offset) const;  // the gradient of flat element `offset` (bind_grad may move it)
   const bf16* block_output() const;  // the final LayerNorm's input
-  void setup_moe(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* ep,
-                 Comm* cp);
+  void setup_moe(const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* ep, Comm* cp);
   LayerAct layer_acts(int l);  // block l's activations in the current slot (a MoE block's routing state too)
   void layer_forward(int l, int B);
   void layer_backward(int l, int B);
@@ -238,13 +241,10 @@ class GptCuda final : public ModelChunk {
   std::unique_ptr<RingBlocks> ring_blocks_;  // context parallel: the GPU blocks, the ring
   std::unique_ptr<RingAttention> ring_;
   // MoE (moe_mlp.hpp): its arrays' allocator (stream-ordered; declared before what allocates
-  // from it), the MoE MLP, its saved state per slot and MoE block ([slot][local layer]; one
-  // shared under recompute), the routing statistics per local layer, the expert pointers handed
-  // to the block per call.
+  // from it), the MoE blocks (the MLP, saved state, statistics), the expert pointers handed to
+  // the block per call.
   std::unique_ptr<DeviceAllocator> moe_alloc_;
-  std::unique_ptr<MoeMlp<CudaDevice>> moe_;
-  std::vector<std::vector<MoeActs<bf16>>> moe_acts_;
-  std::vector<MoeStats> moe_stats_;
+  std::unique_ptr<MoeBlocks<CudaDevice>> moe_;
   int slot_ = 0;  // the slot of the current forward / backward
   mutable std::vector<const bf16*> moe_w13_, moe_w2_;
   mutable std::vector<float*> moe_g13_, moe_g2_;
