@@ -74,17 +74,24 @@ class CpuBackend final : public TrainBackend {
   void choose_precision() {
     const std::string& want = cfg_.train.precision;
     if (want == "fp32" || want == "bf16") {
-      ops_->set_gemm_bf16(want == "bf16");
+      usage_check(ops_->set_gemm_bf16(want == "bf16"),
+                  "train.precision = \"bf16\": this CPU has no bf16 GEMM in oneDNN (it needs AVX-512); use "
+                  "\"fp32\" or \"auto\"");
       precision_note_ = want == "bf16" ? "bf16 GEMMs (train.precision)" : "fp32 (train.precision)";
       return;
     }
     const double f32 = measure_peak_flops(*ops_);
-    ops_->set_gemm_bf16(true);
-    const double b16 = measure_peak_flops(*ops_);
+    // Every rank takes the same decision: a rank without bf16 GEMMs counts as a ratio of 0.
+    const bool have_bf16 = ops_->set_gemm_bf16(true);
+    const double b16 = have_bf16 ? measure_peak_flops(*ops_) : 0.0;
     const double ratio = -grid_.world().all_reduce_scalar(-(b16 / f32), ReduceOp::max);  // the minimum over ranks
     const bool use = ratio >= 1.3;
     ops_->set_gemm_bf16(use);
-    probe_ = use ? b16 : f32;  // the chosen precision's probe: peak_flops() need not run it again
+    probe_ = use ? b16 : f32;
+    if (!have_bf16) {
+      precision_note_ = "fp32 (auto: this CPU has no bf16 GEMM in oneDNN)";
+      return;
+    }  // the chosen precision's probe: peak_flops() need not run it again
     precision_note_ = fmt::format("{} (auto: bf16 GEMM probe {:.0f} vs fp32 {:.0f} GFLOP/s, {:.2f}x {} 1.3x)",
                                   use ? "bf16 GEMMs" : "fp32", b16 / 1e9, f32 / 1e9, ratio, use ? ">=" : "<");
   }

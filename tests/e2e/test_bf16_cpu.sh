@@ -20,10 +20,18 @@ run() {  # name np extra...
     >"$tmp/$name.log" 2>&1 || { tail -20 "$tmp/$name.log"; fail "$name"; }
 }
 run fp32 1 --train.precision=fp32 --train.check_ledger=true
+# A CPU without oneDNN's bf16 matmul (AVX2 only): auto picks fp32 and says why, bf16 is refused.
+run auto 1 --train.precision=auto --train.steps=1
+if grep -q "fp32 (auto: this CPU has no bf16 GEMM in oneDNN)" "$tmp/auto.log"; then
+  ! timeout 60 "$MPITRON" train jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/refused" --train.precision=bf16 \
+    >"$tmp/refused.log" 2>&1 || fail "bf16 on a CPU without bf16 GEMMs was not refused"
+  grep -q 'train.precision = "bf16": this CPU has no bf16 GEMM' "$tmp/refused.log" || fail "bf16 refusal: $(tail -2 "$tmp/refused.log")"
+  echo "SKIP: this CPU has no bf16 GEMM in oneDNN (auto chose fp32, bf16 refused: checked)"
+  exit 0
+fi
 run bf16 1 --train.precision=bf16 --train.check_ledger=true
 run bf16_dp2 2 --train.precision=bf16 --parallel.dp=2
 run bf16_tp2 2 --train.precision=bf16 --parallel.tp=2
-run auto 1 --train.precision=auto --train.steps=1
 grep -q "bf16 GEMMs (train.precision)" "$tmp/bf16.log" || fail "bf16: not in the layout line"
 grep -Eq "(fp32|bf16 GEMMs) \(auto: bf16 GEMM probe [0-9]+ vs fp32 [0-9]+ GFLOP/s, [0-9.]+x (<|>=) 1.3x\)" "$tmp/auto.log" ||
   { grep "^layout" "$tmp/auto.log"; fail "auto: no choice and probe rates in the layout line"; }

@@ -365,7 +365,10 @@ BOOST_AUTO_TEST_CASE(bf16_gemm_is_fp32_gemm_of_rounded_inputs) {
   };
   std::vector<float> y16(M * N), yref(M * N), y32(M * N), dx16(M * K, 0.5f), dxref(M * K, 0.5f), dw16(N * K, 0.25f),
       dwref(N * K, 0.25f);
-  BOOST_REQUIRE(ops->set_gemm_bf16(true));
+  if (!ops->set_gemm_bf16(true)) {  // an AVX2-only CPU: oneDNN has no bf16 matmul
+    BOOST_TEST_MESSAGE("skipped: this CPU has no bf16 GEMM in oneDNN");
+    return;
+  }
   BOOST_TEST(ops->gemm_bf16());
   ops->matmul_forward(y16.data(), x.data(), w.data(), b.data(), M, K, N);
   ops->matmul_backward(dx16.data(), dw16.data(), nullptr, dy.data(), x.data(), w.data(), M, K, N, true);
@@ -411,7 +414,10 @@ BOOST_AUTO_TEST_CASE(bf16_registered_weights_rounded_once_per_change) {
   const int64_t before = MemTracker::host().stats().of(Mem::params);
   ops->register_weights(w.data(), w.size());
   BOOST_TEST(MemTracker::host().stats().of(Mem::params) == before);  // fp32 mode: no copy
-  BOOST_REQUIRE(ops->set_gemm_bf16(true));
+  if (!ops->set_gemm_bf16(true)) {  // an AVX2-only CPU: oneDNN has no bf16 matmul
+    BOOST_TEST_MESSAGE("skipped: this CPU has no bf16 GEMM in oneDNN");
+    return;
+  }
   BOOST_TEST(MemTracker::host().stats().of(Mem::params) == before + int64_t(2 * w.size()));
   std::vector<float> y(M * N);
   ops->matmul_forward(y.data(), x.data(), w.data() + 40, nullptr, M, K, N);

@@ -22,7 +22,8 @@ class Ops : public FlatOps {
  public:
   virtual const char* name() const = 0;
   // train.precision = bf16: the linear layers' GEMMs round their inputs to bf16 and accumulate in
-  // fp32 (the GPU backend's rounding points); everything else stays fp32. false: unsupported.
+  // fp32 (the GPU backend's rounding points); everything else stays fp32. false: unsupported (here:
+  // a CPU without oneDNN's bf16 matmul), the GEMMs stay fp32.
   virtual bool set_gemm_bf16(bool on) { return !on; }
   virtual bool gemm_bf16() const { return false; }
   // A model's flat parameter buffer [base, base + n): under bf16 GEMMs its weights are rounded
@@ -59,11 +60,13 @@ class Ops : public FlatOps {
   // ---- causal multi-head self-attention, softmax scale 1/sqrt(hd) ----
   // kv_heads (0: H): grouped-query attention, qkv[B, T, (H + 2 kv_heads) hd] = [q | k | v], query
   // head h attending with kv head h / (H / kv_heads); kv_heads = H is the [B, T, 3, H, hd] layout.
+  // doc_start [B, T] (nullptr: all 0): document masking, query t sees keys doc_start[t] .. t only
+  // (its document's); the key blocks before a row block's first document are not computed.
   virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd,
-                                 int kv_heads = 0) = 0;
-  // dqkv = gradient (overwritten) from dout[B,T,C].
+                                 int kv_heads = 0, const int32_t* doc_start = nullptr) = 0;
+  // dqkv = gradient (overwritten) from dout[B,T,C]; doc_start as the forward's.
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                                  int H, int hd, int kv_heads = 0) = 0;
+                                  int H, int hd, int kv_heads = 0, const int32_t* doc_start = nullptr) = 0;
 
   // ---- one key/value block of blockwise (ring) attention: context parallel's per-step compute ----
   // Queries: Tq rows per sequence of q (H heads of hd, row stride q_stride); the block kv[B, Tk,

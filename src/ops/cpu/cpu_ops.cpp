@@ -35,6 +35,7 @@ class CpuOps final : public Ops {
   CpuOps() { tune_malloc_once(); }
   const char* name() const override { return "cpu"; }
   bool set_gemm_bf16(bool on) override {
+    if (on && !cpu::Gemm::bf16_available()) return false;
     gemm_.set_bf16(on);
     return true;
   }
@@ -66,15 +67,15 @@ class CpuOps final : public Ops {
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
     cpu::gelu_backward(dinp, inp, dout, n);
   }
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd,
-                         int kv_heads) override {
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, int kv_heads,
+                         const int32_t* doc_start) override {
     cpu::attention_forward(out, att, qkv, B, T, H, hd, scratch(cpu::attention_scratch_floats(T, hd, false)),
-                           kv_heads_of(H, kv_heads));
+                           kv_heads_of(H, kv_heads), doc_start);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int H,
-                          int hd, int kv_heads) override {
+                          int hd, int kv_heads, const int32_t* doc_start) override {
     cpu::attention_backward(dqkv, dout, qkv, att, B, T, H, hd, scratch(cpu::attention_scratch_floats(T, hd, true)),
-                            kv_heads_of(H, kv_heads));
+                            kv_heads_of(H, kv_heads), doc_start);
   }
   void attention_block_forward(float* o, float* m, float* l, const float* q, int64_t q_stride, const float* kv, int B,
                                int Tq, int Tk, int H, int KV, int hd, const int* qpos, const int* kpos) override {

@@ -61,6 +61,22 @@ Gemm::~Gemm() = default;
 
 size_t Gemm::cached_primitives() const { return cache_->prims.size(); }
 
+bool Gemm::bf16_available() {
+  static const bool ok = [] {
+    try {
+      using dt = memory::data_type;
+      dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+      memory::desc a({16, 16}, dt::bf16, memory::dims{16, 1}), b({16, 16}, dt::bf16, memory::dims{16, 1}),
+          c({16, 16}, dt::f32, memory::dims{16, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 void Gemm::set_bf16(bool on) {
   bf16_ = on;
   for (auto& m : cache_->mirrors) {

@@ -36,6 +36,9 @@ class Gemm {
   // Back end per case: index 0 = NN (dX = dY*W), 1 = NT (Y = X*W^T), 2 = TN (dW = dY^T*X).
   void set_impl(int which, GemmImpl impl) { impl_[which] = impl; }
   void set_bf16(bool on);  // allocates (on) or frees (off) the registered ranges' mirrors
+  // Whether oneDNN has a bf16 matmul on this CPU (it needs AVX-512 at least; an AVX2-only CPU
+  // has none): checked once, by creating one.
+  static bool bf16_available();
   bool bf16() const { return bf16_; }
   GemmImpl impl(int which) const { return impl_[which]; }
   size_t cached_primitives() const;
