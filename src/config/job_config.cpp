@@ -347,6 +347,8 @@ const std::vector<Key>& registry() {
       make_key("data.prefetch", "batches the loader thread keeps ready", &C::data, &DataSection::prefetch, at_least(1, "no loader thread: read when needed")),
       make_key("data.drop_last", "drop the tail that does not fill every DP rank (else pad)", &C::data,
                &DataSection::drop_last),
+      make_key("data.document_mask", "attention only within each document of a window, positions restarting per document",
+               &C::data, &DataSection::document_mask),
       make_key("train.steps", "optimizer steps", &C::train, &TrainSection::steps, at_least(1)),
       make_key("train.micro_batch", "sequences per micro-batch per rank", &C::train, &TrainSection::micro_batch, at_least(1)),
       make_key("train.global_batch", "sequences per optimizer step, all ranks (0: micro_batch*dp)", &C::train,

@@ -16,9 +16,37 @@ namespace mpitron {
 
 struct TokenDataset::Shard {
   std::string path;
-  h5::Id file, tokens;
+  h5::Id file, tokens, mask;  // mask: /loss_mask, when the shard has one
   int64_t n = 0;
 };
+
+namespace {
+
+// A 1-D integer dataset of exactly n elements, or UsageError naming the shard.
+h5::Id open_parallel_1d(hid_t file, const char* name, int64_t n, const std::string& path) {
+  h5::Id ds(H5Dopen2(file, name, H5P_DEFAULT));
+  usage_check(ds.valid(), "{}: cannot open /{} (corrupt?)", path, name);
+  h5::Id space(H5Dget_space(ds));
+  h5::Id type(H5Dget_type(ds));
+  hsize_t len = 0;
+  usage_check(H5Sget_simple_extent_ndims(space) == 1 && H5Tget_class(type) == H5T_INTEGER,
+              "{}: /{} must be a 1-D integer dataset", path, name);
+  H5Sget_simple_extent_dims(space, &len, nullptr);
+  usage_check(static_cast<int64_t>(len) == n, "{}: /{} has {} entries but /tokens has {}: they must be parallel", path,
+              name, len, n);
+  return ds;
+}
+
+// Elements [off, off + cnt) of a 1-D dataset into out, as memtype.
+void read_1d(hid_t ds, hsize_t off, hsize_t cnt, hid_t memtype, void* out, const std::string& path, const char* name) {
+  h5::Id fspace(H5Dget_space(ds));
+  H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &off, nullptr, &cnt, nullptr);
+  h5::Id mspace(H5Screate_simple(1, &cnt, nullptr));
+  check(H5Dread(ds, memtype, mspace, fspace, H5P_DEFAULT, out) >= 0,
+        "{}: HDF5 read of /{} [{}, {}) failed (truncated or corrupt?)", path, name, off, off + cnt);
+}
+
+}  // namespace
 
 std::vector<std::string> list_shards(const std::string& dir, const std::string& split) {
   std::vector<std::string> out;
@@ -87,6 +115,10 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : d
                   "{}: /tokens claims {} tokens but the file stores {} bytes of them (truncated or corrupt?)", path,
                   s->n, stored);
     }
+    if (H5Lexists(s->file, "loss_mask", H5P_DEFAULT) > 0) {
+      s->mask = open_parallel_1d(s->file, "loss_mask", s->n, path);
+      has_mask_ = true;
+    }
     if (shards_.empty()) {
       vocab_size_ = static_cast<int>(vocab);
       eot_ = static_cast<int>(eot);
@@ -137,11 +169,7 @@ void TokenDataset::read(int64_t start, int64_t n, int32_t* out) const {
     hsize_t off = static_cast<hsize_t>(start - starts_[s]);
     hsize_t cnt = static_cast<hsize_t>(std::min<int64_t>(n, sh.n - static_cast<int64_t>(off)));
     if (cnt > 0) {
-      h5::Id fspace(H5Dget_space(sh.tokens));
-      H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &off, nullptr, &cnt, nullptr);
-      h5::Id mspace(H5Screate_simple(1, &cnt, nullptr));
-      check(H5Dread(sh.tokens, H5T_NATIVE_INT32, mspace, fspace, H5P_DEFAULT, out) >= 0,
-            "{}: HDF5 read of tokens [{}, {}) failed (truncated or corrupt?)", sh.path, off, off + cnt);
+      read_1d(sh.tokens, off, cnt, H5T_NATIVE_INT32, out, sh.path, "tokens");
       // The cheap load-time check: every token handed to the model is inside the vocabulary.
       for (hsize_t i = 0; i < cnt; ++i)
         if (static_cast<uint32_t>(out[i]) >= static_cast<uint32_t>(vocab_size_))
@@ -151,6 +179,53 @@ void TokenDataset::read(int64_t start, int64_t n, int32_t* out) const {
     n -= static_cast<int64_t>(cnt);
     start += static_cast<int64_t>(cnt);
     ++s;
+  }
+}
+
+void TokenDataset::read_loss_mask(int64_t start, int64_t n, uint8_t* out) const {
+  check(start >= 0 && n >= 0 && start + n <= total_, "loss mask [{}, {}) beyond the {} tokens of {}", start, start + n,
+        total_, describe());
+  size_t s = std::upper_bound(starts_.begin(), starts_.end(), start) - starts_.begin() - 1;
+  std::lock_guard lock(hdf5_mutex());
+  while (n > 0) {
+    const Shard& sh = *shards_[s];
+    hsize_t off = static_cast<hsize_t>(start - starts_[s]);
+    hsize_t cnt = static_cast<hsize_t>(std::min<int64_t>(n, sh.n - static_cast<int64_t>(off)));
+    if (cnt > 0) {
+      if (sh.mask.valid()) {
+        read_1d(sh.mask, off, cnt, H5T_NATIVE_UINT8, out, sh.path, "loss_mask");
+        for (hsize_t i = 0; i < cnt; ++i) out[i] = out[i] != 0;
+      } else {
+        std::fill(out, out + cnt, uint8_t{1});
+      }
+    }
+    out += cnt;
+    n -= static_cast<int64_t>(cnt);
+    start += static_cast<int64_t>(cnt);
+    ++s;
+  }
+}
+
+void TokenDataset::load_doc_starts() {
+  if (!doc_starts_.empty()) return;
+  std::lock_guard lock(hdf5_mutex());
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    const Shard& sh = *shards_[k];
+    usage_check(H5Lexists(sh.file, "doc_offsets", H5P_DEFAULT) > 0,
+                "{}: no /doc_offsets: data.document_mask needs the document boundaries `mpitron prep` records", sh.path);
+    h5::Id ds(H5Dopen2(sh.file, "doc_offsets", H5P_DEFAULT));
+    usage_check(ds.valid(), "{}: cannot open /doc_offsets (corrupt?)", sh.path);
+    h5::Id space(H5Dget_space(ds));
+    usage_check(H5Sget_simple_extent_ndims(space) == 1, "{}: /doc_offsets must be 1-D", sh.path);
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(space, &n, nullptr);
+    std::vector<uint64_t> offs(n);
+    if (n > 0) read_1d(ds, 0, n, H5T_NATIVE_UINT64, offs.data(), sh.path, "doc_offsets");
+    for (size_t i = 0; i < offs.size(); ++i) {
+      usage_check(offs[i] < static_cast<uint64_t>(sh.n) && (i == 0 || offs[i] > offs[i - 1]),
+                  "{}: /doc_offsets[{}] = {} is not ascending inside the shard's {} tokens", sh.path, i, offs[i], sh.n);
+      doc_starts_.push_back(starts_[k] + static_cast<int64_t>(offs[i]));
+    }
   }
 }
 

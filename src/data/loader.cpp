@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <algorithm>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -24,7 +25,7 @@ namespace mpitron {
 // One corpus, or a blend of several (blend.hpp): what both loaders read samples from.
 class Corpora {
  public:
-  explicit Corpora(const LoaderOptions& opt) : seq_len_(opt.seq_len) {
+  explicit Corpora(const LoaderOptions& opt) : seq_len_(opt.seq_len), document_mask_(opt.document_mask) {
     usage_check(opt.seq_len >= 1, "seq_len must be >= 1 (got {})", opt.seq_len);
     usage_check(opt.micro_batch >= 1, "micro_batch must be >= 1 (got {})", opt.micro_batch);
     std::vector<std::pair<std::string, double>> list = opt.blend;
@@ -43,6 +44,7 @@ class Corpora {
                     "every corpus of a blend must use the same one",
                     a.describe(), ds->describe(), a.vocab_size(), a.eot(), ds->vocab_size(), ds->eot());
       }
+      if (opt.document_mask) ds->load_doc_starts();
       n.push_back(ds->num_samples(opt.seq_len));
       w.push_back(weight);
       names_.push_back(dir);
@@ -75,19 +77,44 @@ class Corpora {
     b.seq_len = seq_len_;
     b.inputs.resize(positions.size() * T);
     b.targets.resize(positions.size() * T);
+    b.positions.resize(document_mask_ ? positions.size() * T : 0);
     std::vector<int32_t> win(T + 1);
+    std::vector<uint8_t> mask(T);
     for (size_t i = 0; i < positions.size(); ++i) {
       int k = 0;
       int64_t s = positions[i];
       if (blend_) std::tie(k, s) = blend_->sample(s, epoch);
-      ds_[k]->read(s * static_cast<int64_t>(seq_len_), static_cast<int64_t>(T + 1), win.data());
+      const TokenDataset& ds = *ds_[k];
+      const int64_t w = s * static_cast<int64_t>(seq_len_);
+      ds.read(w, static_cast<int64_t>(T + 1), win.data());
       std::copy(win.begin(), win.end() - 1, b.inputs.begin() + i * T);
       std::copy(win.begin() + 1, win.end(), b.targets.begin() + i * T);
+      if (ds.has_loss_mask()) {  // the targets' mask: tokens w + 1 .. w + T
+        ds.read_loss_mask(w + 1, static_cast<int64_t>(T), mask.data());
+        for (size_t t = 0; t < T; ++t)
+          if (!mask[t]) b.targets[i * T + t] = -1;
+      }
+      if (document_mask_) document_positions(ds.doc_starts(), w, b.positions.data() + i * T);
+    }
+  }
+  // Positions in their segments of tokens [w, w + T): a segment opens at the token before each
+  // document's first (its predecessor's end-of-text), at the dataset's first token and at w.
+  void document_positions(const std::vector<int64_t>& docs, int64_t w, int32_t* pos) const {
+    auto next = std::upper_bound(docs.begin(), docs.end(), w + 1);  // first document opening after w
+    int64_t open = w;
+    for (int64_t t = 0; t < seq_len_; ++t) {
+      const int64_t g = w + t;
+      if (next != docs.end() && *next - 1 == g) {
+        open = g;
+        ++next;
+      }
+      pos[t] = static_cast<int32_t>(g - open);
     }
   }
 
  private:
   int seq_len_;
+  bool document_mask_;
   std::vector<std::unique_ptr<TokenDataset>> ds_;
   std::vector<std::string> names_;
   std::unique_ptr<BlendIndex> blend_;

@@ -12,7 +12,7 @@
 namespace mpitron {
 
 struct ShardWriter::H5 {
-  h5::Id file, tokens, docs;
+  h5::Id file, tokens, mask, docs;
 };
 
 namespace {
@@ -38,13 +38,14 @@ void append_1d(hid_t ds, hsize_t at, hsize_t n, hid_t memtype, const void* data,
 
 }  // namespace
 
-ShardWriter::ShardWriter(std::string path, const Tokenizer& tok, int64_t chunk_tokens)
+ShardWriter::ShardWriter(std::string path, const Tokenizer& tok, int64_t chunk_tokens, bool loss_mask)
     : h5_(std::make_unique<H5>()),
       path_(std::move(path)),
       vocab_size_(tok.vocab_size()),
       eot_(tok.eot()),
       tokenizer_json_(tok.to_json()),
       wide_(tok.vocab_size() > 65536),
+      with_mask_(loss_mask),
       chunk_(static_cast<size_t>(chunk_tokens)) {
   std::lock_guard lock(hdf5_mutex());
   h5::quiet();
@@ -77,13 +78,15 @@ void ShardWriter::add_source(const std::string& file) {
   if (sources_.empty() || sources_.back() != file) sources_.push_back(file);
 }
 
-void ShardWriter::append(const int32_t* ids, size_t n) {
+void ShardWriter::append(const int32_t* ids, size_t n, const uint8_t* mask) {
   check(!closed_, "{}: append after close", path_);
+  check(with_mask_ || !mask, "{}: a loss mask given to a writer made without one", path_);
   for (size_t i = 0; i < n; ++i) {
     int32_t id = ids[i];
     check(id >= 0 && id < vocab_size_, "{}: token {} at index {} is outside the vocabulary [0, {})", path_, id,
           num_tokens_ + static_cast<int64_t>(i), vocab_size_);
     buf_.push_back(static_cast<uint32_t>(id));
+    if (with_mask_) mask_buf_.push_back(mask ? static_cast<uint8_t>(mask[i] != 0) : uint8_t{1});
     if (buf_.size() == chunk_) flush();
   }
   num_tokens_ += static_cast<int64_t>(n);
@@ -97,12 +100,18 @@ void ShardWriter::flush() {
     hsize_t chunk = std::max<hsize_t>(1, std::min<hsize_t>(chunk_, buf_.size()));
     h5_->tokens = create_extendible(h5_->file, "tokens", wide_ ? H5T_STD_U32LE : H5T_STD_U16LE, chunk);
     check(h5_->tokens.valid(), "{}: cannot create /tokens", tmp_path());
+    if (with_mask_) {
+      h5_->mask = create_extendible(h5_->file, "loss_mask", H5T_STD_U8LE, chunk);
+      check(h5_->mask.valid(), "{}: cannot create /loss_mask", tmp_path());
+    }
   }
   if (buf_.empty()) return;
   // HDF5 converts uint32 memory to the file's uint16 type (values were range-checked above).
   append_1d(h5_->tokens, written_, buf_.size(), H5T_NATIVE_UINT32, buf_.data(), tmp_path());
+  if (with_mask_) append_1d(h5_->mask, written_, mask_buf_.size(), H5T_NATIVE_UINT8, mask_buf_.data(), tmp_path());
   written_ += static_cast<int64_t>(buf_.size());
   buf_.clear();
+  mask_buf_.clear();
 }
 
 void ShardWriter::close() {
@@ -122,6 +131,7 @@ void ShardWriter::close() {
   h5::write_attr_fixed_str(f, "tokenizer", tokenizer_json_);
   h5::write_attr_fixed_strs(f, "source", sources_);
   h5_->tokens.reset();
+  h5_->mask.reset();
   h5_->docs.reset();
   check(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "{}: HDF5 flush failed (disk full?)", tmp);
   h5_->file.reset();

@@ -99,7 +99,7 @@ int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& s, int B
 int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B, ModelOptions ao) {
   const int64_t BT = static_cast<int64_t>(B) * local_seq_len(cfg, s);
   const int64_t last_logits = s.has_head ? int64_t{B} * (cfg.padded_vocab(s.tp_size) / s.tp_size) : 0;
-  return 4 * (gpt_activation_floats(cfg, s, B, ao) + last_logits) + 4 * 2 * BT * ao.slots;
+  return 4 * (gpt_activation_floats(cfg, s, B, ao) + last_logits) + 4 * 4 * BT * ao.slots;
 }
 
 GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts,
@@ -149,7 +149,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
 
   act_buf_ = Buffer<float>(Mem::activations, gpt_activation_floats(cfg, shard_, max_micro_batch, opts));
   const int64_t BT = static_cast<int64_t>(max_micro_batch) * local_seq_len(cfg, shard_);
-  tok_buf_ = Buffer<int32_t>(Mem::activations, 2 * BT * opts.slots);
+  tok_buf_ = Buffer<int32_t>(Mem::activations, 4 * BT * opts.slots);
   last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * geo_.vp : 0);
   check(static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes() + last_logits_.bytes()) ==
             gpt_activation_bytes(cfg, shard, max_micro_batch, opts),
@@ -201,7 +201,9 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
       sa.lnf = q[0], sa.lnf_mean = q[1], sa.lnf_rstd = q[2], sa.losses = q[3], sa.lse = q[4], sa.dlnf = q[5];
       sa.dwte_head = q[6];
     }
-    sa.tokens = tok_buf_.data() + 2 * BT * k;
+    sa.tokens = tok_buf_.data() + 4 * BT * k;
+    sa.doc_pos = sa.tokens + 2 * BT;
+    sa.doc_start = sa.doc_pos + BT;
     slots_.push_back(std::move(sa));
   }
 }
@@ -340,7 +342,8 @@ BlockTensors<float> GPT::block_grads(const LayerW& g) {
           {g.router, g.w1.data(), g.w2.data(), g.sh_fc, g.sh_fcp}};
 }
 
-double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
+double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
+                    const int32_t* positions) {
   check(B > 0 && B <= max_B_, "GPT::forward: micro-batch {} outside [1, {}]", B, max_B_);
   check(slot >= 0 && slot < opts_.slots, "GPT::forward: activation slot {} outside [0, {})", slot,
         opts_.slots);
@@ -353,6 +356,18 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   sa.had_grad = grad_enabled_;
   int32_t* toks = sa.tokens;
   int32_t* tgts = toks + static_cast<int64_t>(max_B_) * T;
+  sa.had_docs = positions != nullptr;
+  if (positions) {  // this rank's rows: the position in the document, the document's first sequence index
+    for (int64_t i = 0; i < BT; ++i) {
+      const int64_t at = geo_.full_index(i);
+      const int32_t p = positions[at], g = static_cast<int32_t>(at % cfg_.seq_len);
+      check(p >= 0 && p <= g && (g == 0 || p == 0 || positions[at - 1] == p - 1),
+            "GPT::forward: document position {} at {} does not continue its document", p, at);
+      sa.doc_pos[i] = p;
+      sa.doc_start[i] = g - p;
+    }
+  }
+  block_->set_documents(sa.docs());
   emit(UnitEvent::pre_forward, kEmbeddingUnit);
   PostEvent post_emb{[this] { emit(UnitEvent::post_forward, kEmbeddingUnit); }};
   if (shard_.has_embedding) {
@@ -364,8 +379,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
             cfg_.vocab_size);
       toks[i] = tok;
     }
-    // Under cp the positions are not 0..T-1: wpe's rows are added by global position.
-    emb_->forward(sa.input, toks, w_.wte, w_.wpe, B, T, act_.dfull, shard_.cp_size > 1 ? geo_.positions() : nullptr);
+    // Under cp the positions are not 0..T-1: wpe's rows are added by global position; with
+    // document masking by position in the document.
+    if (sa.had_docs) emb_->forward(sa.input, toks, w_.wte, w_.wpe, B, T, act_.dfull, sa.doc_pos, /*per_row=*/true);
+    else emb_->forward(sa.input, toks, w_.wte, w_.wpe, B, T, act_.dfull, shard_.cp_size > 1 ? geo_.positions() : nullptr);
   }
   // Each block's output is added lazily, by the next block's first norm (block l writes res3 of
   // block l - 1); with recompute every block writes its own at once (the only tensor it keeps).
@@ -433,6 +450,7 @@ void GPT::backward(float loss_scale, int slot) {
   check(B > 0, "GPT::backward without a forward");
   const int32_t* toks = sa.tokens;
   float* dres = act_.dres;
+  block_->set_documents(sa.docs());
   if (shard_.has_head) {
     check(sa.had_targets && sa.had_grad, "GPT::backward: the last forward had no targets or no gradients");
     emit(UnitEvent::pre_backward, kHeadUnit);
@@ -453,7 +471,8 @@ void GPT::backward(float loss_scale, int slot) {
   }
   emit(UnitEvent::pre_backward, kEmbeddingUnit);
   if (shard_.has_embedding) {
-    emb_->backward(g_.wte, g_.wpe, dres, act_.dfull, toks, B, T, shard_.cp_size > 1 ? geo_.positions() : nullptr);
+    if (sa.had_docs) emb_->backward(g_.wte, g_.wpe, dres, act_.dfull, toks, B, T, sa.doc_pos, /*per_row=*/true);
+    else emb_->backward(g_.wte, g_.wpe, dres, act_.dfull, toks, B, T, shard_.cp_size > 1 ? geo_.positions() : nullptr);
   }
   emit(UnitEvent::post_backward, kEmbeddingUnit);
 }

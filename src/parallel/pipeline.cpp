@@ -13,6 +13,9 @@
 namespace mpitron {
 namespace {
 
+// A batch's document positions for ModelChunk::forward (nullptr without document masking).
+const int32_t* positions_of(const Batch& b) { return b.positions.empty() ? nullptr : b.positions.data(); }
+
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -173,7 +176,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<Batch>& batches, float
         release_buffer(buf);
       }
       int64_t count = 0;
-      st.loss_sum += m.forward(b.inputs.data(), b.targets.data(), b.batch, &count, slot);
+      st.loss_sum += m.forward(b.inputs.data(), b.targets.data(), b.batch, &count, slot, positions_of(b));
       st.n_targets += count;
     } else {
       int slot = slot_of_[a.chunk].at(a.mb);
@@ -218,7 +221,7 @@ double PipelineExecutor::forward_only(const Batch& b, int64_t* n_targets) {
     }
     m.set_grad_enabled(false);
     int64_t count = 0;
-    loss += m.forward(b.inputs.data(), b.targets.data(), b.batch, &count, 0);
+    loss += m.forward(b.inputs.data(), b.targets.data(), b.batch, &count, 0, positions_of(b));
     m.set_grad_enabled(true);
     *n_targets += count;
     if (vs < V_ - 1) {

@@ -248,6 +248,7 @@ void StepReporter::end_step(int step, const StepOutcome& r, double lr, double st
   report_moe(step, logger_.due(step));
   if (logger_.due(step)) {
     StepStats extra;
+    extra.trained_tokens = static_cast<int64_t>(r.trained_tokens);
     straggler_.gather(step_ms, extra);  // collective: every rank, on the logged steps
     if (rank0_)
       logger_.log(step, r.loss, lr, r.grad_norm, step_ms, data_ms, comm.comm_ms, comm.overlap,

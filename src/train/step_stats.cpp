@@ -17,10 +17,14 @@ std::string format_step_line(const StepStats& s) {
   if (s.slowest_rank >= 0)
     slowest = fmt::format(" | slowest rank {} busy {:.1f} ms (+{:.0f}% vs median)", s.slowest_rank, s.slowest_busy_ms,
                           s.median_busy_ms > 0 ? 100.0 * (s.slowest_busy_ms / s.median_busy_ms - 1.0) : 0.0);
+  // Loss masks: how many of the step's targets the loss counted.
+  const std::string trained = s.trained_tokens >= 0 && s.trained_tokens < s.step_tokens
+                                  ? fmt::format(" ({} of {} targets)", s.trained_tokens, s.step_tokens)
+                                  : std::string();
   return fmt::format(
-      "step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.1f} ms | {} tok/s | {:.1f} GFLOP/s/rank | "
+      "step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.1f} ms | {} tok/s | {:.1f} GFLOP/s/rank | "
       "MFU {:.1f}%{} | comm {:.1f} ms ({:.0f}% overlapped) | mem params {} grads {} optim {} act {} peak {}",
-      s.step, std::to_string(s.total_steps).size(), s.total_steps, s.loss, s.lr, s.grad_norm, s.step_ms,
+      s.step, std::to_string(s.total_steps).size(), s.total_steps, s.loss, trained, s.lr, s.grad_norm, s.step_ms,
       human_rate(s.tokens_per_s), s.gflops_per_rank, 100.0 * s.mfu,
       s.probe_frac > 0 ? fmt::format(" ({:.0f}% of GEMM probe)", 100.0 * s.probe_frac) : std::string(), s.comm_ms, 100.0 * s.overlap, format_bytes(s.mem.of(Mem::params)),
       format_bytes(s.mem.of(Mem::grads)), format_bytes(s.mem.of(Mem::optim)),
@@ -46,6 +50,7 @@ void write_step_metrics(MetricsSink& w, const StepStats& s) {
       {"mem_optim", int64_t{s.mem.of(Mem::optim)}},
       {"mem_activations_peak", int64_t{s.mem.peak_of(Mem::activations)}},
       {"mem_total_peak", int64_t{s.mem.total_peak}}};
+  if (s.trained_tokens >= 0) rec.push_back({"trained_tokens", s.trained_tokens});
   if (s.slowest_rank >= 0) {
     rec.push_back({"slowest_rank", int64_t{s.slowest_rank}});
     rec.push_back({"slowest_busy_ms", s.slowest_busy_ms});

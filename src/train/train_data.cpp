@@ -43,6 +43,7 @@ TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int
   lo.shuffle = true;
   lo.drop_last = cfg.data.drop_last;
   lo.prefetch = cfg.data.prefetch;
+  lo.document_mask = cfg.data.document_mask;
   d.train = std::make_unique<DataLoader>(lo);
   // The data's tokenizer decides the vocabulary unless the job sets it.
   if (cfg.model.vocab_size == 0 && !from_hf) {

@@ -69,6 +69,7 @@ void StepLogger::log(int step, double loss, double lr, double grad_norm, double 
   s.grad_norm = grad_norm;
   s.step_ms = step_ms;
   s.tokens_per_s = tokens_ / (step_ms / 1e3);
+  s.step_tokens = static_cast<int64_t>(tokens_);
   s.gflops_per_rank = flops_ * tokens_ / world_ / (step_ms / 1e3) / 1e9;
   // A measured peak (the clock estimate, or a probe taken in a busy moment) below what a step
   // achieves is raised to it, once said: MFU never reads above 100%. A peak the job sets stays.

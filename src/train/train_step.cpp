@@ -1,5 +1,6 @@
 #include "mpitron/train/train_step.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "mpitron/core/trace.hpp"
@@ -13,11 +14,14 @@ StepOutcome train_step(TrainBackend& backend, ProcessGrid& grid, const std::vect
   const GridShape& gs = grid.shape();
   StageModel& model = backend.stage();
   StepOutcome out;
+  out.trained_tokens = n_tokens;
   set_activity_phase("forward/backward");
   fault_point("forward");
   model.begin_step(static_cast<int>(batches.size()));
   // Backward launches each gradient bucket's reduction as its last unit finishes.
-  out.schedule = backend.pipeline().run(batches, static_cast<float>(1.0 / n_tokens));
+  // A global batch whose targets are all loss-masked trains on nothing: loss 0, zero gradients.
+  const double norm = std::max(n_tokens, 1.0);
+  out.schedule = backend.pipeline().run(batches, static_cast<float>(1.0 / norm));
   set_activity_phase("grad sync");
   fault_point("grad_sync");
   {
@@ -29,7 +33,7 @@ StepOutcome train_step(TrainBackend& backend, ProcessGrid& grid, const std::vect
   double loss = out.schedule.loss_sum;
   if (gs.dp * gs.cp > 1) loss = grid.dp_cp().all_reduce_scalar(loss, ReduceOp::sum);
   if (gs.pp > 1) loss = grid.pp().all_reduce_scalar(loss, ReduceOp::sum);
-  out.loss = loss / n_tokens;
+  out.loss = loss / norm;
   // Every gradient element once: TP-sharded ones by every TP rank, replicated ones by TP rank 0.
   double grad_sq = model.grad_sum_squares(backend.tp_rank());
   if (gs.pp > 1) grad_sq = grid.pp().all_reduce_scalar(grad_sq, ReduceOp::sum);

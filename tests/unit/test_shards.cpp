@@ -243,4 +243,62 @@ BOOST_AUTO_TEST_CASE(loader_rejects_seq_len_larger_than_data) {
   BOOST_TEST(has(error_of([&] { ValidationLoader v(o); }), "no val_*.h5 shards"));
 }
 
+// Loss masks and document positions through the loader, against answers worked by hand: two
+// shards, documents of lengths 5, 9 and 12 (each followed by the eot id 256), the second shard
+// without a /loss_mask (all trained), the first masking every third token.
+BOOST_AUTO_TEST_CASE(loader_loss_mask_and_document_positions) {
+  TempDir d;
+  const Tokenizer tok = Tokenizer::byte();
+  std::vector<int32_t> all;
+  std::vector<int64_t> starts;
+  for (int len : {5, 9, 12}) {
+    starts.push_back(static_cast<int64_t>(all.size()));
+    for (int t = 0; t < len; ++t) all.push_back(97 + t);
+    all.push_back(tok.eot());
+  }
+  const int64_t split = 18;  // inside the second document: it continues in the next shard
+  {
+    ShardWriter w(d.str() + "/train_00000.h5", tok, 8, /*loss_mask=*/true);
+    std::vector<uint8_t> mask(split);
+    for (int64_t i = 0; i < split; ++i) mask[i] = i % 3 != 0;
+    for (size_t k = 0; k < starts.size() && starts[k] < split; ++k) {  // document by document
+      const int64_t end = std::min(k + 1 < starts.size() ? starts[k + 1] : split, split);
+      w.begin_document();
+      w.append(all.data() + starts[k], static_cast<size_t>(end - starts[k]), mask.data() + starts[k]);
+    }
+    w.commit();
+    // The rest: no document starts here (the third starts at 16), no /loss_mask.
+    ShardWriter v(d.str() + "/train_00001.h5", tok, 8);
+    v.append(all.data() + split, all.size() - split);
+    v.commit();
+  }
+  BOOST_TEST(starts[2] == 16);
+  TokenDataset ds(d.str(), "train");
+  BOOST_TEST(ds.has_loss_mask());
+  ds.load_doc_starts();
+  BOOST_TEST((ds.doc_starts() == std::vector<int64_t>{0, 6, 16}));
+  std::vector<uint8_t> m(10);
+  ds.read_loss_mask(12, 10, m.data());  // 12..17 from the first shard's mask, 18..21 all ones
+  BOOST_TEST((m == std::vector<uint8_t>{0, 1, 1, 0, 1, 1, 1, 1, 1, 1}));
+
+  LoaderOptions lo;
+  lo.dir = d.str();
+  lo.seq_len = 10;
+  lo.shuffle = false;
+  lo.prefetch = 0;
+  lo.document_mask = true;
+  DataLoader dl(lo);
+  Batch b;
+  dl.next(b);  // window [0, 11): segments open at 0 and at 5 (the first document's eot)
+  BOOST_TEST((b.positions == std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
+  BOOST_TEST((b.targets == std::vector<int32_t>{98, 99, -1, 101, tok.eot(), -1, 98, 99, -1, 101}));
+  dl.next(b);  // window [10, 21): 15 (the second document's eot) opens the third
+  BOOST_TEST((b.positions == std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
+  BOOST_TEST((b.targets == std::vector<int32_t>{102, -1, 104, 105, -1, 97, 98, 99, 100, 101}));
+  lo.document_mask = false;
+  DataLoader plain(lo);
+  plain.next(b);
+  BOOST_TEST(b.positions.empty());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

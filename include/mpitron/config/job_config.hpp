@@ -82,6 +82,7 @@ struct DataSection {
   uint64_t seed = 1234;
   int prefetch = 4;  // batches kept ready by the loader thread
   bool drop_last = true;
+  bool document_mask = false;  // attention block-causal over the documents of a window (loader.hpp)
 };
 
 struct TrainSection {

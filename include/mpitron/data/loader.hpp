@@ -13,6 +13,11 @@
 // weight through a BlendIndex (blend.hpp) over their samples; validation blends their val
 // splits the same way, unshuffled.
 //
+// Loss masks (a shard's /loss_mask, shard.hpp): a target whose mask byte is 0 becomes -1.
+// Document masking (document_mask): a document's segment is the token before its first one (the
+// previous document's end-of-text, which opens it as GPT-2's <|endoftext|> opens a prompt) and its
+// tokens, so its own end-of-text is its last target; Batch::positions restart at every segment.
+//
 // Both throw UsageError naming the folder/file for bad input (no shards, not HDF5, no /tokens,
 // disagreeing shards or tokenizers, seq_len larger than the data) and Error for tokens >= vocab_size.
 #pragma once
@@ -32,7 +37,13 @@ struct SamplerState {
 
 struct Batch {
   int batch = 0, seq_len = 0;
-  std::vector<int32_t> inputs, targets;  // [batch * seq_len] row-major; targets = inputs shifted by one
+  // [batch * seq_len] row-major; targets = inputs shifted by one, -1 where the data's loss mask
+  // says the token is not trained on.
+  std::vector<int32_t> inputs, targets;
+  // data.document_mask: each input token's position in its document ([batch * seq_len]; a window
+  // starts at position 0 and every document's segment at its own), which attention is masked
+  // by (a token sees the tokens of its own segment); empty: positions 0 .. seq_len - 1, causal.
+  std::vector<int32_t> positions;
 };
 
 struct LoaderOptions {
@@ -47,6 +58,7 @@ struct LoaderOptions {
   bool shuffle = true;
   bool drop_last = true;
   int prefetch = 4;  // batches kept ready; 0 = read synchronously in next()
+  bool document_mask = false;  // fill Batch::positions from the shards' /doc_offsets
 };
 
 class TokenDataset;

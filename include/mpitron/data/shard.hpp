@@ -1,6 +1,8 @@
 // HDF5 token shards (docs/data.md): one file per shard with
 //   /tokens       1-D, chunked; uint16 when vocab_size <= 65536, else uint32
 //   /doc_offsets  1-D uint64: index in /tokens where each document that starts here starts
+//   /loss_mask    optional, 1-D uint8 parallel to /tokens: 0 = this token is never a training
+//                 target (fine-tuning data: prompts, padding); a shard without it trains on all
 //   attributes    format="mpitron-shard-v1", vocab_size, eot, tokenizer (JSON), num_tokens,
 //                 source (the input files that contributed text)
 // Every document is followed by the eot id.
@@ -18,13 +20,15 @@ namespace mpitron {
 // writer removes the temporary file, so an error never leaves a half-written shard.
 class ShardWriter {
  public:
-  ShardWriter(std::string path, const Tokenizer& tok, int64_t chunk_tokens = 1 << 20);
+  // loss_mask: the shard gets a /loss_mask (append's mask; nullptr there = all ones).
+  ShardWriter(std::string path, const Tokenizer& tok, int64_t chunk_tokens = 1 << 20, bool loss_mask = false);
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   void begin_document();                          // the next token starts a document
-  void append(const int32_t* ids, size_t n);      // ids must be < vocab_size (checked)
+  // ids must be < vocab_size (checked); mask: n loss-mask bytes (only with a loss_mask writer).
+  void append(const int32_t* ids, size_t n, const uint8_t* mask = nullptr);
   void add_source(const std::string& file);       // once per file (deduplicated)
   int64_t num_tokens() const { return num_tokens_; }
   void close();                                   // flush + attributes; file complete as .tmp
@@ -42,6 +46,8 @@ class ShardWriter {
   bool wide_ = false;
   int64_t num_tokens_ = 0, written_ = 0;
   std::vector<uint32_t> buf_;
+  std::vector<uint8_t> mask_buf_;
+  bool with_mask_ = false;
   std::vector<uint64_t> docs_;
   std::vector<std::string> sources_;
   size_t chunk_;
@@ -64,6 +70,15 @@ class TokenDataset {
   int64_t num_tokens() const { return total_; }
   // Windows of seq_len + 1 tokens starting at multiples of seq_len: (num_tokens-1) / seq_len.
   int64_t num_samples(int seq_len) const;
+  // Whether any shard holds a /loss_mask; read_loss_mask gives [start, start + n) of it (1 for
+  // the tokens of shards without one).
+  bool has_loss_mask() const { return has_mask_; }
+  void read_loss_mask(int64_t start, int64_t n, uint8_t* out) const;
+  // Every document's first token as a global index, ascending, from the shards' /doc_offsets
+  // (read and checked by load_doc_starts(); UsageError naming the shard when one is missing or
+  // out of order).
+  void load_doc_starts();
+  const std::vector<int64_t>& doc_starts() const { return doc_starts_; }
   int vocab_size() const { return vocab_size_; }
   int eot() const { return eot_; }
   const std::string& tokenizer_json() const { return tokenizer_json_; }
@@ -77,6 +92,8 @@ class TokenDataset {
   std::vector<std::string> files_;
   std::string dir_, split_;
   int64_t total_ = 0;
+  bool has_mask_ = false;
+  std::vector<int64_t> doc_starts_;
   int vocab_size_ = 0, eot_ = 0;
   std::string tokenizer_json_;
 };

@@ -54,12 +54,14 @@ struct CpuDevice {
     ops.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, rows, C);
   }
   // att: the probabilities [B, H, T, T]; the backward reads them (not the output).
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, int KV) {
-    ops.attention_forward(out, att, qkv, B, T, H, hd, KV);
+  // doc_start: document masking ([B, T] host; Ops::attention_forward), nullptr: causal.
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, int KV,
+                         const int32_t* doc_start = nullptr) {
+    ops.attention_forward(out, att, qkv, B, T, H, hd, KV, doc_start);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/, const float* att,
-                          int B, int T, int H, int hd, int KV) {
-    ops.attention_backward(dqkv, dout, qkv, att, B, T, H, hd, KV);
+                          int B, int T, int H, int hd, int KV, const int32_t* doc_start = nullptr) {
+    ops.attention_backward(dqkv, dout, qkv, att, B, T, H, hd, KV, doc_start);
   }
   void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) {
     ops.swiglu_forward(out, gate_up, rows, F);
@@ -68,20 +70,21 @@ struct CpuDevice {
     ops.swiglu_backward(dgate_up, gate_up, dout, rows, F);
   }
   // out[b, t] = wte[token - vocab_begin] (0 outside [vocab_begin, vocab_end)) + wpe[positions[t]]
-  // (positions nullptr: t); the backward scatters dout into dwte's rows and dwpe's.
+  // (positions nullptr: t; per_row: positions[b T + t], document masking's); the backward scatters
+  // dout into dwte's rows and dwpe's.
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
-                         int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) {
+                         int64_t vocab_begin, int64_t vocab_end, const int32_t* positions, bool per_row = false) {
     ops.embedding_forward(out, tokens, wte, positions ? nullptr : wpe, B, T, C, vocab_begin, vocab_end);
     if (positions && wpe)
       for (int64_t r = 0; r < int64_t{B} * T; ++r)
-        ops.add_inplace(out + r * C, wpe + int64_t{positions[r % T]} * C, static_cast<size_t>(C));
+        ops.add_inplace(out + r * C, wpe + int64_t{positions[per_row ? r : r % T]} * C, static_cast<size_t>(C));
   }
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
-                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) {
+                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions, bool per_row = false) {
     ops.embedding_backward(dwte, positions ? nullptr : dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
     if (positions && dwpe)
       for (int64_t r = 0; r < int64_t{B} * T; ++r)
-        ops.add_inplace(dwpe + int64_t{positions[r % T]} * C, dout + r * C, static_cast<size_t>(C));
+        ops.add_inplace(dwpe + int64_t{positions[per_row ? r : r % T]} * C, dout + r * C, static_cast<size_t>(C));
   }
   void residual_forward(float* out, const float* a, const float* b, size_t n) { ops.residual_forward(out, a, b, n); }
 

@@ -66,7 +66,8 @@ inline size_t flat_param_floats(const std::vector<ParamInfo>& table) {
 int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
                               ModelOptions opts = {});
 // Every byte the GPT constructor allocates under Mem::activations: the planned buffer above, each
-// slot's token ids (inputs + targets, int32) and the last-position logits on the head shard.
+// slot's token ids (inputs + targets) and document rows (positions + starts), int32, and the
+// last-position logits on the head shard.
 // The memory ledger (src/plan) predicts the activation category with this.
 int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
                              ModelOptions opts = {});
@@ -123,7 +124,7 @@ class GPT final : public ModelChunk {
   // ModelChunk's forward and backward. targets == nullptr (gradients off): no loss; last_logits()
   // then holds the logits at position T-1. Backward needs a forward with targets on the head shard.
   double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr,
-                 int slot = 0) override;
+                 int slot = 0, const int32_t* positions = nullptr) override;
   void backward(float loss_scale, int slot = 0) override;
   // Pipeline stage tensors (ModelChunk): copies of the host buffers below.
   size_t stage_floats(int B) const override {
@@ -196,8 +197,11 @@ class GPT final : public ModelChunk {
     float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr, *lse = nullptr,
           *dlnf = nullptr, *dwte_head = nullptr;
     int32_t* tokens = nullptr;  // inputs + targets
+    int32_t* doc_pos = nullptr;    // document masking: [max B, Tl] positions in the documents ...
+    int32_t* doc_start = nullptr;  // ... and each row's document start (DocumentRows)
     int B = 0;
-    bool had_targets = false, had_grad = false;
+    bool had_targets = false, had_grad = false, had_docs = false;
+    DocumentRows docs() const { return had_docs ? DocumentRows{doc_pos, doc_start} : DocumentRows{}; }
   };
   struct Acts {  // shared by all slots
     float *logits = nullptr;
@@ -234,7 +238,7 @@ class GPT final : public ModelChunk {
   std::vector<ParamInfo> params_;
   std::vector<FieldRef> fields_;  // per params_ entry
   Buffer<float> params_buf_, grads_buf_, act_buf_, last_logits_;
-  Buffer<int32_t> tok_buf_;  // inputs + targets of the last forward
+  Buffer<int32_t> tok_buf_;  // per slot: inputs, targets, document positions and starts
   Weights w_, g_;
   ModelOptions opts_;
   std::vector<SlotActs> slots_;

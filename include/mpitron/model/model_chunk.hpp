@@ -115,8 +115,10 @@ class ModelChunk {
   // sets *n_targets (may be nullptr). `slot` (< ModelOptions::slots) keeps this micro-batch's
   // activations until its backward. A pipeline stage without the head returns 0 and leaves its
   // output for get_stage_output; one without the embedding starts from set_stage_input.
+  // positions ([B, T] like the tokens; nullptr: none): document masking (Batch::positions), every
+  // stage's attention sees only the keys of each token's own document.
   virtual double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr,
-                         int slot = 0) = 0;
+                         int slot = 0, const int32_t* positions = nullptr) = 0;
   // Accumulates d(loss_sum * loss_scale) of the slot's forward into the gradients. Without the
   // head it starts from set_stage_output_grad; without the embedding it leaves this stage's input
   // gradient for get_stage_input_grad.

@@ -135,7 +135,7 @@ class RowParallelLinear {
 // reduce-scatter to local rows with SP). Backward: g's backward, then this rank's wte rows and the
 // full dwpe (replicated, identical on every rank). positions (the device's memory; nullptr:
 // 0 .. T-1): the global position of each of the T local positions, wpe's row for it (context
-// parallel).
+// parallel); per_row: one per row [B*T] instead (document masking).
 template <class Dev>
 class VocabParallelEmbedding {
  public:
@@ -152,17 +152,17 @@ class VocabParallelEmbedding {
   int64_t vocab_end() const { return ve_; }
   // out: [local rows, C]; scratch: [B*T, C] with SP (else unused). wpe may be nullptr.
   void forward(A* out, const int32_t* tokens, const Wt* wte, const Wt* wpe, int B, int T, A* scratch,
-               const int32_t* positions = nullptr) {
+               const int32_t* positions = nullptr, bool per_row = false) {
     const int64_t rows = int64_t{B} * T;
     const Wt* pos = tp_.rank() == 0 ? wpe : nullptr;  // positions added once, before the sum
     if (tp_.sp()) {
       check(scratch != nullptr, "VocabParallelEmbedding: sequence parallel needs a [B*T, C] scratch");
-      dev_.embedding_forward(scratch, tokens, wte, pos, B, T, static_cast<int>(c_), vb_, ve_, positions);
+      dev_.embedding_forward(scratch, tokens, wte, pos, B, T, static_cast<int>(c_), vb_, ve_, positions, per_row);
       TpCommTimer timer(tp_);
       reduce_scatter_to_sequence_forward(*tp_.comm, scratch, out, static_cast<size_t>(sequence_local_rows(tp_, rows) * c_));
       return;
     }
-    dev_.embedding_forward(out, tokens, wte, pos, B, T, static_cast<int>(c_), vb_, ve_, positions);
+    dev_.embedding_forward(out, tokens, wte, pos, B, T, static_cast<int>(c_), vb_, ve_, positions, per_row);
     if (tp_.active()) {
       TpCommTimer timer(tp_);
       reduce_from_tp_region_forward(*tp_.comm, out, static_cast<size_t>(rows * c_));
@@ -170,7 +170,7 @@ class VocabParallelEmbedding {
   }
   // dout: [local rows, C]; dout_full: [B*T, C] scratch with SP (else unused). dwpe may be nullptr.
   void backward(float* dwte, float* dwpe, const A* dout, A* dout_full, const int32_t* tokens, int B, int T,
-                const int32_t* positions = nullptr) {
+                const int32_t* positions = nullptr, bool per_row = false) {
     const A* g = dout;
     if (tp_.sp()) {
       check(dout_full != nullptr, "VocabParallelEmbedding: sequence parallel backward needs a [B*T, C] buffer");
@@ -179,7 +179,7 @@ class VocabParallelEmbedding {
                                           static_cast<size_t>(sequence_local_rows(tp_, int64_t{B} * T) * c_));
       g = dout_full;
     }
-    dev_.embedding_backward(dwte, dwpe, g, tokens, B, T, static_cast<int>(c_), vb_, ve_, positions);
+    dev_.embedding_backward(dwte, dwpe, g, tokens, B, T, static_cast<int>(c_), vb_, ve_, positions, per_row);
   }
 
  private:

@@ -12,6 +12,16 @@
 
 namespace mpitron {
 
+// Document masking (data.document_mask) of one micro-batch, per local row ([B, Tl], this rank's
+// positions under cp; host memory): pos, the token's position in its document (wpe's row, RoPE's
+// angle); start, the sequence index of its document's first token (the first key it attends to).
+// Both nullptr: no document masking.
+struct DocumentRows {
+  const int32_t* pos = nullptr;
+  const int32_t* start = nullptr;
+  explicit operator bool() const { return pos != nullptr; }
+};
+
 struct ShardGeometry {
   // Checks that the shard can split this model (UsageError naming the sizes when it cannot).
   ShardGeometry(const ModelConfig& cfg, const ModelShard& shard);
@@ -38,10 +48,23 @@ struct ShardGeometry {
   // Rotary embedding of this rank's query and key heads in x ([B * Tl, qkv_local] rows, q first,
   // then k) at their global positions: each chunk's positions are consecutive, so one call per
   // sequence and chunk under cp, one for the whole batch without. inverse: the rotation back
-  // (the backward). Ops is Ops (fp32) or CudaOps (bf16).
+  // (the backward). Ops is Ops (fp32) or CudaOps (bf16). With doc_pos ([B, Tl] positions in the
+  // documents) one call per run of consecutive positions (a document's part of a chunk).
   template <class Ops, class T>
-  void rope(Ops& ops, T* x, int B, bool inverse) const {
+  void rope(Ops& ops, T* x, int B, bool inverse, const int32_t* doc_pos = nullptr) const {
     const int chunk = cp > 1 ? Tl / 2 : Tl;
+    if (doc_pos) {
+      for (int64_t r = 0; r < int64_t{B} * Tl;) {
+        int64_t e = r + 1;
+        while (e % chunk != 0 && doc_pos[e] == doc_pos[e - 1] + 1) ++e;
+        T* q = x + r * qkv_local;
+        const int n = static_cast<int>(e - r);
+        ops.rope(q, 1, n, static_cast<int>(h_local), hd, qkv_local, rope_theta, doc_pos[r], inverse);
+        ops.rope(q + c_local, 1, n, static_cast<int>(kv_local), hd, qkv_local, rope_theta, doc_pos[r], inverse);
+        r = e;
+      }
+      return;
+    }
     for (int b = 0; b < (cp > 1 ? B : 1); ++b)
       for (int c = 0; c < Tl / chunk; ++c) {
         T* q = x + (int64_t{b} * Tl + int64_t{c} * chunk) * qkv_local;
@@ -52,8 +75,8 @@ struct ShardGeometry {
   }
   // Attention's backward passes through the rotation: dq, dk rotated back.
   template <class Ops, class T>
-  void rope_backward(Ops& ops, T* dqkv, int B) const {
-    rope(ops, dqkv, B, /*inverse=*/true);
+  void rope_backward(Ops& ops, T* dqkv, int B, const int32_t* doc_pos = nullptr) const {
+    rope(ops, dqkv, B, /*inverse=*/true, doc_pos);
   }
 };
 

@@ -59,6 +59,8 @@ class TransformerBlock {
         fcp_(dev, tp, geo.f_local * tp.size(), cfg.d_model) {}
   void set_ring(RingAttention* ring) { ring_ = ring; }
   void set_norm_grad_scratch(float* ln_grad) { ln_grad_ = ln_grad; }
+  // The next forward or backward's micro-batch's documents (data.document_mask; default: none).
+  void set_documents(DocumentRows docs) { docs_ = docs; }
   // The MoE MLP that blocks with a router (w.moe.router) run in place of the dense MLP.
   void set_moe(MoeMlp<Dev>* moe) {
     moe_ = moe;
@@ -76,9 +78,9 @@ class TransformerBlock {
     if (prev) residual_norm_forward(prev->res3, a.ln1, a.ln1_mean, a.ln1_rstd, prev->res2, s.proj_out, w.ln1_w, w.ln1_b, Rl);
     else norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, w.ln1_w, w.ln1_b, Rl);
     qkv_.forward(a.qkv, a.ln1, s.gath, w.qkv_w, w.qkv_b, BT);
-    if (spec_.rope()) geo_.rope(dev_.ops, a.qkv, B, /*inverse=*/false);  // this rank's heads, global positions
+    if (spec_.rope()) geo_.rope(dev_.ops, a.qkv, B, /*inverse=*/false, docs_.pos);  // this rank's heads, global positions
     if (ring_) ring_->forward(a.atty, a.att, a.qkv, B);  // context parallel: k|v around the cp ring
-    else dev_.attention_forward(a.atty, a.att, a.qkv, B, T, H, hd, KV);
+    else dev_.attention_forward(a.atty, a.att, a.qkv, B, T, H, hd, KV, docs_.start);
     proj_.forward(s.proj_out, a.atty, w.proj_w, w.proj_b, BT, s.full);
     const A* x = prev ? prev->res3 : res_in;
     residual_norm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, s.proj_out, w.ln2_w, w.ln2_b, Rl);
@@ -130,8 +132,8 @@ class TransformerBlock {
     // Attention: proj, attention (d qkv), RoPE's inverse, qkv, ln1 (adds into dres).
     proj_.backward(s.dC, g.proj_w, g.proj_b, s.dres, s.dres_full, a.atty, w.proj_w, BT);
     if (ring_) ring_->backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B);
-    else dev_.attention_backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B, T, H, hd, KV);
-    if (spec_.rope()) geo_.rope_backward(dev_.ops, s.dqkv, B);
+    else dev_.attention_backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B, T, H, hd, KV, docs_.start);
+    if (spec_.rope()) geo_.rope_backward(dev_.ops, s.dqkv, B, docs_.pos);
     qkv_.backward(s.dC, g.qkv_w, g.qkv_b, s.dqkv, gather_rows(a.ln1, s.gath, BT), w.qkv_w, BT, s.full);
     // The key bias adds q.b_k to every score of a softmax row, so its gradient is exactly zero;
     // computed, it is pure rounding noise that Adam would amplify into lr-sized steps (and into
@@ -212,6 +214,7 @@ class TransformerBlock {
   ColumnParallelLinear<Dev> fc_;
   RowParallelLinear<Dev> fcp_;
   RingAttention* ring_ = nullptr;
+  DocumentRows docs_;
   MoeMlp<Dev>* moe_ = nullptr;
   DeviceVector<A> moe_dx_;  // sequence parallel: a MoE block's d x over all rows
   float* ln_grad_ = nullptr;

@@ -18,6 +18,8 @@ struct StepStats {
   double data_wait_ms = 0;     // time next() blocked on the loader
   double comm_ms = 0;          // DP communication in flight (gradient buckets, ZeRO gathers)
   double overlap = 1;          // fraction of comm_ms hidden behind compute (1 - exposed / comm)
+  // Targets the loss counted (the global batch's, all but the loss-masked ones) of step_tokens.
+  int64_t trained_tokens = -1, step_tokens = 0;
   MemStats mem;
   // The straggler report (several ranks): the rank that was busy longest in this step (step
   // time minus the time it sat waiting on communication) and by how much, against the median.

@@ -312,7 +312,9 @@ void GptCuda::head_forward(int B) {
                  });
 }
 
-double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot) {
+double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
+                        const int32_t* positions) {
+  usage_check(!positions, "data.document_mask is not available on the GPU backend yet (train.backend = \"nccl\"); use the CPU backend");
   check(B > 0 && B <= max_B_, "GptCuda::forward: micro-batch {} outside [1, {}]", B, max_B_);
   check(slot >= 0 && slot < static_cast<int>(slots_.size()), "GptCuda::forward: slot {} outside [0, {})", slot,
         slots_.size());

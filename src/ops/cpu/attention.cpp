@@ -5,6 +5,8 @@
 // Grouped-query attention: H query heads share KV key/value heads in groups of H / KV (query
 // head h reads kv head h / (H / KV)); the backward runs one task per (batch, kv head) and sums
 // its group's dK, dV in order (deterministic). KV = H is plain multi-head attention.
+// Document masking (doc_start): row i sees keys [doc_start[i], i]; a block of query rows starts its
+// products at its rows' first document start, so key blocks no row of it sees are skipped.
 #include <omp.h>
 
 #include <algorithm>
@@ -25,8 +27,17 @@ size_t attention_scratch_floats(int T, int hd, bool backward) {
   return static_cast<size_t>(hd) * t + (backward ? t * t : 0) + 16;
 }
 
+namespace {
+// The first key any of rows [i0, i0 + mb) of sequence b sees (0 without document masking).
+int first_key(const int32_t* doc_start, int b, int T, int i0, int mb) {
+  if (!doc_start) return 0;
+  const int32_t* d = doc_start + static_cast<int64_t>(b) * T;
+  return *std::min_element(d + i0, d + i0 + mb);
+}
+}  // namespace
+
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, float* scratch,
-                       int KV) {
+                       int KV, const int32_t* doc_start) {
   const int64_t C = static_cast<int64_t>(H) * hd, Ckv = static_cast<int64_t>(KV) * hd, C3 = C + 2 * Ckv;
   const int group = H / KV;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
@@ -45,25 +56,28 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       float* o = out + static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd;
       transpose(k, T, hd, C3, Kt, T);
       for (int i0 = 0; i0 < T; i0 += kRowBlock) {
-        int mb = std::min(kRowBlock, T - i0), n = i0 + mb;
-        small_gemm(mb, n, hd, q + i0 * C3, C3, Kt, T, P + static_cast<int64_t>(i0) * T, T, scale, false);
+        const int mb = std::min(kRowBlock, T - i0), n = i0 + mb, lo = first_key(doc_start, b, T, i0, mb);
+        small_gemm(mb, n - lo, hd, q + i0 * C3, C3, Kt + lo, T, P + static_cast<int64_t>(i0) * T + lo, T, scale, false);
         for (int i = i0; i < n; ++i) {
           float* p = P + static_cast<int64_t>(i) * T;
-          float mx = max_n(p, i + 1);
-          float sum = exp_shift_n(p, p, i + 1, mx, 1.f);
+          const int d = doc_start ? doc_start[static_cast<int64_t>(b) * T + i] : 0;
+          std::fill(p, p + d, 0.f);
+          float mx = max_n(p + d, i + 1 - d);
+          float sum = exp_shift_n(p + d, p + d, i + 1 - d, mx, 1.f);
           float inv = 1.f / sum;
 #pragma omp simd
-          for (int j = 0; j <= i; ++j) p[j] *= inv;
+          for (int j = d; j <= i; ++j) p[j] *= inv;
           std::fill(p + i + 1, p + T, 0.f);
         }
-        small_gemm(mb, hd, n, P + static_cast<int64_t>(i0) * T, T, v, C3, o + i0 * C, C, 1.f, false);
+        small_gemm(mb, hd, n - lo, P + static_cast<int64_t>(i0) * T + lo, T, v + static_cast<int64_t>(lo) * C3, C3,
+                   o + i0 * C, C, 1.f, false);
       }
     }
   }
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int H,
-                        int hd, float* scratch, int KV) {
+                        int hd, float* scratch, int KV, const int32_t* doc_start) {
   const int64_t C = static_cast<int64_t>(H) * hd, Ckv = static_cast<int64_t>(KV) * hd, C3 = C + 2 * Ckv;
   const int64_t TT = static_cast<int64_t>(T) * T;
   const int group = H / KV;
@@ -89,19 +103,22 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         const float* P = att + static_cast<int64_t>(bh) * TT;
         const float* dO = dout + static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd;
         for (int i0 = 0; i0 < T; i0 += kRowBlock) {
-          int mb = std::min(kRowBlock, T - i0), n = i0 + mb;
-          small_gemm(mb, n, hd, dO + i0 * C, C, Vt, T, dS + static_cast<int64_t>(i0) * T, T, 1.f, false);
+          const int mb = std::min(kRowBlock, T - i0), n = i0 + mb, lo = first_key(doc_start, b, T, i0, mb);
+          small_gemm(mb, n - lo, hd, dO + i0 * C, C, Vt + lo, T, dS + static_cast<int64_t>(i0) * T + lo, T, 1.f, false);
           for (int i = i0; i < n; ++i) {
             float* d = dS + static_cast<int64_t>(i) * T;
             const float* p = P + static_cast<int64_t>(i) * T;
+            const int d0 = doc_start ? doc_start[static_cast<int64_t>(b) * T + i] : 0;
+            std::fill(d, d + d0, 0.f);  // dK, dV below read whole columns
             float s = 0.f;
 #pragma omp simd reduction(+ : s)
-            for (int j = 0; j <= i; ++j) s += p[j] * d[j];
+            for (int j = d0; j <= i; ++j) s += p[j] * d[j];
 #pragma omp simd
-            for (int j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - s) * scale;
+            for (int j = d0; j <= i; ++j) d[j] = p[j] * (d[j] - s) * scale;
             std::fill(d + i + 1, d + T, 0.f);
           }
-          small_gemm(mb, hd, n, dS + static_cast<int64_t>(i0) * T, T, k, C3, dq + i0 * C3, C3, 1.f, false);
+          small_gemm(mb, hd, n - lo, dS + static_cast<int64_t>(i0) * T + lo, T, k + static_cast<int64_t>(lo) * C3, C3,
+                     dq + i0 * C3, C3, 1.f, false);
         }
         // dK = dS^T Q and dV = P^T dO read dS and P transposed (rows t >= j0 only: causal).
         for (int j0 = 0; j0 < T; j0 += kRowBlock) {

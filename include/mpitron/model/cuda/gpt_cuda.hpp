@@ -120,7 +120,7 @@ class GptCuda final : public ModelChunk {
   // only host waits). With gradients enabled (the default) the LM head's backward runs here too,
   // unscaled, as in the CPU GPT; backward() applies loss_scale.
   double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr,
-                 int slot = 0) override;
+                 int slot = 0, const int32_t* positions = nullptr) override;
   void backward(float loss_scale, int slot = 0) override;
   // Pipeline stage tensors (ModelChunk), staged through host memory (sync).
   size_t stage_floats(int B) const override;
