@@ -33,10 +33,10 @@ void RingAttention::wait(Request& hop, std::chrono::steady_clock::time_point pos
   }
 }
 
-void RingAttention::forward(void* out, float* lse, const void* qkv, int B) {
+void RingAttention::forward(void* out, float* lse, const void* qkv, int B, const int32_t* doc_start) {
   const int C = cp_.size(), r = cp_.rank();
   const size_t n_blk = static_cast<size_t>(int64_t{B} * Tl_ * kv_row_);
-  blocks_.forward_begin(out, qkv, B);
+  blocks_.forward_begin(out, qkv, B, doc_start);
   for (int s = 0; s < C; ++s) {
     const void* cur = blocks_.kv(s % 2);
     Request hop;
@@ -49,10 +49,10 @@ void RingAttention::forward(void* out, float* lse, const void* qkv, int B) {
 }
 
 void RingAttention::backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
-                             int B) {
+                             int B, const int32_t* doc_start) {
   const int C = cp_.size(), r = cp_.rank();
   const size_t n_blk = static_cast<size_t>(int64_t{B} * Tl_ * kv_row_);
-  blocks_.backward_begin(dqkv, qkv, dout, out, lse, B);
+  blocks_.backward_begin(dqkv, qkv, dout, out, lse, B, doc_start);
   for (int s = 0; s < C; ++s) {
     const void* cur = blocks_.kv(s % 2);
     void* dcur = blocks_.dkv(s % 2);
@@ -105,8 +105,8 @@ void CpuRingBlocks::pack_own_block(const float* qkv, int B) {
     std::memcpy(kv_[0] + i * blk_row, qkv + i * row_ + int64_t{H_} * hd_, blk_row * sizeof(float));
 }
 
-void CpuRingBlocks::forward_begin(void* out, const void* qkv, int B) {
-  q_ = static_cast<const float*>(qkv), o_ = static_cast<float*>(out);
+void CpuRingBlocks::forward_begin(void* out, const void* qkv, int B, const int32_t* doc_start) {
+  q_ = static_cast<const float*>(qkv), o_ = static_cast<float*>(out), doc_start_ = doc_start;
   pack_own_block(q_, B);
   const int64_t stats = int64_t{B} * H_ * Tl_;
   std::fill(m_, m_ + stats, -INFINITY);
@@ -116,7 +116,7 @@ void CpuRingBlocks::forward_begin(void* out, const void* qkv, int B) {
 
 void CpuRingBlocks::forward_block(const void* kv, int src, int B) {
   ops_.attention_block_forward(o_, m_, l_, q_, row_, static_cast<const float*>(kv), B, Tl_, Tl_, H_, KV_, hd_,
-                               pos_[r_].data(), pos_[src].data());
+                               pos_[r_].data(), pos_[src].data(), doc_start_);
 }
 
 void CpuRingBlocks::forward_end(void*, float* lse, int B) {  // out is o_, accumulated in place
@@ -132,8 +132,9 @@ void CpuRingBlocks::forward_end(void*, float* lse, int B) {  // out is o_, accum
 }
 
 void CpuRingBlocks::backward_begin(void* dqkv, const void* qkv, const void* dout, const void* out, const float* lse,
-                                   int B) {
+                                   int B, const int32_t* doc_start) {
   const int Tl = Tl_, H = H_, hd = hd_;
+  doc_start_ = doc_start;
   q_ = static_cast<const float*>(qkv), dout_ = static_cast<const float*>(dout), lse_ = lse;
   dq_ = static_cast<float*>(dqkv);
   const float* o = static_cast<const float*>(out);
@@ -151,7 +152,7 @@ void CpuRingBlocks::backward_begin(void* dqkv, const void* qkv, const void* dout
 
 void CpuRingBlocks::backward_block(const void* kv, void* dkv, int src, int B) {
   ops_.attention_block_backward(dq_, row_, static_cast<float*>(dkv), q_, row_, static_cast<const float*>(kv), dout_,
-                                lse_, dsum_, B, Tl_, Tl_, H_, KV_, hd_, pos_[r_].data(), pos_[src].data());
+                                lse_, dsum_, B, Tl_, Tl_, H_, KV_, hd_, pos_[r_].data(), pos_[src].data(), doc_start_);
 }
 
 void CpuRingBlocks::backward_end(void* dqkv, const void* dkv_home, int B) {

@@ -145,9 +145,6 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   usage_check(!cfg.data.document_mask || cfg.train.backend == "cpu",
               "data.document_mask = true is not available on the GPU backend yet (train.backend = \"{}\"): use "
               "train.backend = \"cpu\", or leave the documents unmasked", cfg.train.backend);
-  usage_check(!cfg.data.document_mask || gs.cp == 1,
-              "data.document_mask = true is not available with context parallel yet (parallel.cp = {}): the ring "
-              "attention blocks do not take document boundaries; use parallel.cp = 1", gs.cp);
   usage_check(mc.n_head % gs.tp == 0, "model.n_head ({}) must be divisible by parallel.tp ({}): attention heads are "
               "split over the TP ranks", mc.n_head, gs.tp);
   usage_check(mc.seq_len % (2 * gs.cp) == 0,

@@ -18,7 +18,9 @@
 //             the compute) and dk|dv (after it) on; after cp steps a final hop brings each block's
 //             dk|dv home. dq stays local. Scores are recomputed from q, k and the log-sum-exp
 //             (flash attention's backward), so no [T, T] matrix is kept.
-// Masking is by global position (key position <= query position). Grouped-query attention: query
+// Masking is by global position (key position <= query position; with document masking also >=
+// the first position of the query's document: blocks of keys no query row sees are skipped,
+// ring_attention's row blocks). Grouped-query attention: query
 // head h reads kv head h / (H / KV); dk, dv are summed over each group in order (deterministic).
 #pragma once
 #include <chrono>
@@ -44,8 +46,10 @@ class RingBlocks {
   virtual void* kv(int i) = 0;   // i = 0, 1: the two k|v blocks in flight
   virtual void* dkv(int i) = 0;  // the two dk|dv blocks
   // forward_begin: kv(0) <- this rank's own k|v (from qkv); accumulators reset. out is where
-  // forward_end will write (a backend may accumulate there directly).
-  virtual void forward_begin(void* out, const void* qkv, int B) = 0;
+  // forward_end will write (a backend may accumulate there directly). doc_start: document
+  // masking, the first sequence index each local row sees ([B, Tl] host; nullptr: none), for
+  // this pass's blocks (backward_begin's too).
+  virtual void forward_begin(void* out, const void* qkv, int B, const int32_t* doc_start) = 0;
   // The block of cp rank `src` (its positions) merged into the accumulators.
   virtual void forward_block(const void* kv, int src, int B) = 0;
   // out[B*Tl, H hd] and lse[B, H, Tl] (fp32) from the accumulators.
@@ -53,7 +57,7 @@ class RingBlocks {
   // backward_begin: kv(0) <- own k|v, dkv(0) <- 0, dq accumulator <- 0, D = rowsum(dout * out).
   // dqkv is where backward_end will write (a backend may accumulate dq there directly).
   virtual void backward_begin(void* dqkv, const void* qkv, const void* dout, const void* out, const float* lse,
-                              int B) = 0;
+                              int B, const int32_t* doc_start) = 0;
   // Block `src`'s contribution: dq accumulator +=, dkv +=.
   virtual void backward_block(const void* kv, void* dkv, int src, int B) = 0;
   // dqkv[B*Tl, (H + 2 KV) hd] <- [dq | this rank's own dk|dv (dkv_home)].
@@ -65,10 +69,11 @@ class RingAttention {
   // blocks: the backend's half (the caller keeps it alive); Tl rows per sequence and rank, B <=
   // the max_B the blocks were made for; kv_row = 2 KV hd.
   RingAttention(Comm& cp, RingBlocks& blocks, int Tl, int64_t kv_row);
-  // out[B*Tl, H*hd] (overwritten), lse[B, H, Tl] (kept for backward).
-  void forward(void* out, float* lse, const void* qkv, int B);
+  // out[B*Tl, H*hd] (overwritten), lse[B, H, Tl] (kept for backward). doc_start: RingBlocks'.
+  void forward(void* out, float* lse, const void* qkv, int B, const int32_t* doc_start = nullptr);
   // dqkv[B*Tl, (H + 2 KV) hd] overwritten from dout and the forward's out, lse.
-  void backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B);
+  void backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B,
+                const int32_t* doc_start = nullptr);
   double comm_wait_seconds() const { return wait_s_; }  // time blocked on the ring (not overlapped)
 
  private:
@@ -97,11 +102,11 @@ class CpuRingBlocks final : public RingBlocks {
   DType dkv_type() const override { return DType::f32; }
   void* kv(int i) override { return kv_[i]; }
   void* dkv(int i) override { return dkv_[i]; }
-  void forward_begin(void* out, const void* qkv, int B) override;
+  void forward_begin(void* out, const void* qkv, int B, const int32_t* doc_start) override;
   void forward_block(const void* kv, int src, int B) override;
   void forward_end(void* out, float* lse, int B) override;
-  void backward_begin(void* dqkv, const void* qkv, const void* dout, const void* out, const float* lse,
-                      int B) override;
+  void backward_begin(void* dqkv, const void* qkv, const void* dout, const void* out, const float* lse, int B,
+                      const int32_t* doc_start) override;
   void backward_block(const void* kv, void* dkv, int src, int B) override;
   void backward_end(void* dqkv, const void* dkv_home, int B) override;
 
@@ -114,6 +119,7 @@ class CpuRingBlocks final : public RingBlocks {
   float *m_, *l_, *dsum_;   // per (b, h, t): running max, sum; D = rowsum(dout * out)
   float* o_ = nullptr;      // forward: the output being accumulated (the caller's out)
   const float *q_ = nullptr, *dout_ = nullptr, *lse_ = nullptr;  // this pass's inputs
+  const int32_t* doc_start_ = nullptr;
   float* dq_ = nullptr;     // backward: the caller's dqkv (dq accumulates in its q columns)
   std::vector<std::vector<int>> pos_;  // per cp rank: the global positions of its rows
 };

@@ -79,7 +79,7 @@ class TransformerBlock {
     else norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, w.ln1_w, w.ln1_b, Rl);
     qkv_.forward(a.qkv, a.ln1, s.gath, w.qkv_w, w.qkv_b, BT);
     if (spec_.rope()) geo_.rope(dev_.ops, a.qkv, B, /*inverse=*/false, docs_.pos);  // this rank's heads, global positions
-    if (ring_) ring_->forward(a.atty, a.att, a.qkv, B);  // context parallel: k|v around the cp ring
+    if (ring_) ring_->forward(a.atty, a.att, a.qkv, B, docs_.start);  // context parallel: k|v around the cp ring
     else dev_.attention_forward(a.atty, a.att, a.qkv, B, T, H, hd, KV, docs_.start);
     proj_.forward(s.proj_out, a.atty, w.proj_w, w.proj_b, BT, s.full);
     const A* x = prev ? prev->res3 : res_in;
@@ -131,7 +131,7 @@ class TransformerBlock {
     norm_backward(s.dres, g.ln2_w, g.ln2_b, s.dC, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Rl);
     // Attention: proj, attention (d qkv), RoPE's inverse, qkv, ln1 (adds into dres).
     proj_.backward(s.dC, g.proj_w, g.proj_b, s.dres, s.dres_full, a.atty, w.proj_w, BT);
-    if (ring_) ring_->backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B);
+    if (ring_) ring_->backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B, docs_.start);
     else dev_.attention_backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B, T, H, hd, KV, docs_.start);
     if (spec_.rope()) geo_.rope_backward(dev_.ops, s.dqkv, B, docs_.pos);
     qkv_.backward(s.dC, g.qkv_w, g.qkv_b, s.dqkv, gather_rows(a.ln1, s.gath, BT), w.qkv_w, BT, s.full);

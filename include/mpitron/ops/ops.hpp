@@ -71,17 +71,20 @@ class Ops : public FlatOps {
   // ---- one key/value block of blockwise (ring) attention: context parallel's per-step compute ----
   // Queries: Tq rows per sequence of q (H heads of hd, row stride q_stride); the block kv[B, Tk,
   // 2 KV hd] = [k | v] per row, its two halves each position-contiguous (the load-balanced
-  // chunks); key j visible to query i when kpos[j] <= qpos[i]. Forward: online softmax into the
+  // chunks); key j visible to query i when kpos[j] <= qpos[i], and with qstart ([B, Tq]: document
+  // masking, nullptr: none) qstart[b, i] <= kpos[j] (key blocks no row of a row block sees are
+  // skipped; a row that sees nothing of a block leaves m, l, o as they were). Forward: online softmax into the
   // running max m, sum l [B, H, Tq] and the unnormalised output o[B, Tq, H hd] (the caller
   // starts them at -inf, 0, 0 and divides o by l at the end; log-sum-exp = m + log l).
   virtual void attention_block_forward(float* o, float* m, float* l, const float* q, int64_t q_stride, const float* kv,
                                        int B, int Tq, int Tk, int H, int KV, int hd, const int* qpos,
-                                       const int* kpos) = 0;
+                                       const int* kpos, const int32_t* qstart = nullptr) = 0;
   // Backward of one block from the final lse and D = rowsum(dout * out) [B, H, Tq]: dq (row
   // stride dq_stride) += and dkv[B, Tk, 2 KV hd] = [dk | dv] +=.
   virtual void attention_block_backward(float* dq, int64_t dq_stride, float* dkv, const float* q, int64_t q_stride,
                                         const float* kv, const float* dout, const float* lse, const float* dsum, int B,
-                                        int Tq, int Tk, int H, int KV, int hd, const int* qpos, const int* kpos) = 0;
+                                        int Tq, int Tk, int H, int KV, int hd, const int* qpos, const int* kpos,
+                                        const int32_t* qstart = nullptr) = 0;
 
   // ---- the LLaMA block ----
   // RMSNorm over C: out = inp * rstd * weight, rstd[rows] = (mean(inp^2) + eps)^-1/2.

@@ -16,7 +16,8 @@ void CudaRingBlocks::pack_own_block(const bf16* qkv, int B) {
              "cudaMemcpy2DAsync(ring: own k|v block)");
 }
 
-void CudaRingBlocks::forward_begin(void*, const void* qkv, int B) {
+void CudaRingBlocks::forward_begin(void*, const void* qkv, int B, const int32_t* doc_start) {
+  check(!doc_start, "CudaRingBlocks: document masking is not implemented on the GPU");
   q_ = static_cast<const bf16*>(qkv);
   pack_own_block(q_, B);
   first_ = true;  // the first block starts the accumulators (no fill)
@@ -33,7 +34,8 @@ void CudaRingBlocks::forward_end(void* out, float* lse, int B) {
 }
 
 void CudaRingBlocks::backward_begin(void*, const void* qkv, const void* dout, const void* out, const float* lse,
-                                    int B) {
+                                    int B, const int32_t* doc_start) {
+  check(!doc_start, "CudaRingBlocks: document masking is not implemented on the GPU");
   q_ = static_cast<const bf16*>(qkv), dout_ = static_cast<const bf16*>(dout), lse_ = lse;
   ops_.attention_block_dsum(b_.dsum, dout_, static_cast<const bf16*>(out), B, Tl_, H_, hd_);
   pack_own_block(q_, B);

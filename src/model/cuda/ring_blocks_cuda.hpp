@@ -23,11 +23,11 @@ class CudaRingBlocks final : public RingBlocks {
   DType dkv_type() const override { return DType::f32; }
   void* kv(int i) override { return b_.kv[i]; }
   void* dkv(int i) override { return b_.dkv[i]; }
-  void forward_begin(void* out, const void* qkv, int B) override;
+  void forward_begin(void* out, const void* qkv, int B, const int32_t* doc_start) override;
   void forward_block(const void* kv, int src, int B) override;
   void forward_end(void* out, float* lse, int B) override;
-  void backward_begin(void* dqkv, const void* qkv, const void* dout, const void* out, const float* lse,
-                      int B) override;
+  void backward_begin(void* dqkv, const void* qkv, const void* dout, const void* out, const float* lse, int B,
+                      const int32_t* doc_start) override;
   void backward_block(const void* kv, void* dkv, int src, int B) override;
   void backward_end(void* dqkv, const void* dkv_home, int B) override;
 

@@ -1,6 +1,7 @@
 // One key/value block of blockwise (ring) attention, the per-step compute of context parallel
 // (model/ring_attention.hpp), on register-blocked small GEMMs (small_gemm.hpp) as attention.cpp.
-// Masking is by global position: key j is visible to query i when kpos[j] <= qpos[i]. A block is
+// Masking is by global position: key j is visible to query i when kpos[j] <= qpos[i] (and, with
+// document masking, kpos[j] >= qstart[i], the first position of i's document). A block is
 // two position-contiguous halves (the load-balanced chunks), so for a block of query rows only
 // each half's leading keys up to the rows' last position are computed: the causally masked half
 // of the work is skipped.
@@ -26,18 +27,23 @@ namespace {
 constexpr int kRows = 48;  // query rows per block (a multiple of the 6-row micro-tile)
 
 // The two halves of a key block: [begin, begin + n) of columns whose positions are <= the last
-// position of query rows [i0, i0 + rows). Returns whether any column is visible.
+// position of query rows [i0, i0 + rows) and >= their first document start (qstart: this
+// sequence's [Tq] starts, nullptr: 0). Returns whether any column is visible.
 struct Seg {
   int begin, n;
 };
-bool visible_segments(const int* qpos, int i0, int rows, const int* kpos, int Tk, Seg out[2]) {
-  int last = qpos[i0];
+bool visible_segments(const int* qpos, const int32_t* qstart, int i0, int rows, const int* kpos, int Tk, Seg out[2]) {
+  int last = qpos[i0], first = qstart ? qstart[i0] : 0;
   for (int i = i0; i < i0 + rows; ++i) last = std::max(last, qpos[i]);
+  if (qstart)
+    for (int i = i0; i < i0 + rows; ++i) first = std::min(first, static_cast<int>(qstart[i]));
   const int half = Tk / 2;
   for (int s = 0; s < 2; ++s) {
-    const int b = s * half, e = s == 0 ? half : Tk;
+    int b = s * half;
+    const int e = s == 0 ? half : Tk;
+    while (b < e && kpos[b] < first) ++b;  // positions increase inside a half
     int n = 0;
-    while (b + n < e && kpos[b + n] <= last) ++n;  // positions increase inside a half
+    while (b + n < e && kpos[b + n] <= last) ++n;
     out[s] = {b, n};
   }
   return out[0].n + out[1].n > 0;
@@ -50,7 +56,8 @@ size_t attention_block_scratch_floats(int Tk, int hd) {
 }
 
 void attention_block_forward(float* o, float* m, float* l, const float* q, int64_t q_stride, const float* kv, int B,
-                             int Tq, int Tk, int H, int KV, int hd, const int* qpos, const int* kpos, float* scratch) {
+                             int Tq, int Tk, int H, int KV, int hd, const int* qpos, const int* kpos,
+                             const int32_t* qstart, float* scratch) {
   const int group = H / KV;
   const int64_t kv_row = 2 * int64_t{KV} * hd, o_row = int64_t{H} * hd;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
@@ -65,20 +72,21 @@ void attention_block_forward(float* o, float* m, float* l, const float* q, int64
       const float* k = kv + int64_t{b} * Tk * kv_row + int64_t{h / group} * hd;
       const float* v = k + int64_t{KV} * hd;
       transpose(k, Tk, hd, kv_row, Kt, Tk);
+      const int32_t* qs = qstart ? qstart + int64_t{b} * Tq : nullptr;
       for (int i0 = 0; i0 < Tq; i0 += kRows) {
         const int rows = std::min(kRows, Tq - i0);
         Seg seg[2];
-        if (!visible_segments(qpos, i0, rows, kpos, Tk, seg)) continue;
+        if (!visible_segments(qpos, qs, i0, rows, kpos, Tk, seg)) continue;
         const float* qi = q + (int64_t{b} * Tq + i0) * q_stride + int64_t{h} * hd;
         for (const Seg& g : seg)
           if (g.n) small_gemm(rows, g.n, hd, qi, q_stride, Kt + g.begin, Tk, S + g.begin, Tk, scale, false);
         for (int r = 0; r < rows; ++r) {
           float* s = S + int64_t{r} * Tk;
-          const int qp = qpos[i0 + r];
+          const int qp = qpos[i0 + r], q0 = qs ? qs[i0 + r] : 0;
           float mx = -INFINITY;
           for (const Seg& g : seg)
             for (int j = g.begin; j < g.begin + g.n; ++j) {
-              if (kpos[j] > qp) s[j] = -INFINITY;
+              if (kpos[j] > qp || kpos[j] < q0) s[j] = -INFINITY;
               mx = std::max(mx, s[j]);
             }
           const int64_t st = (int64_t{b} * H + h) * Tq + i0 + r;
@@ -92,7 +100,7 @@ void attention_block_forward(float* o, float* m, float* l, const float* q, int64
           for (const Seg& g : seg) {
             sum += exp_shift_n(s + g.begin, s + g.begin, g.n, m_new, 1.f);  // masked -inf -> ~1e-38: zeroed
             for (int j = g.begin; j < g.begin + g.n; ++j)
-              if (kpos[j] > qp) s[j] = 0.f;
+              if (kpos[j] > qp || kpos[j] < q0) s[j] = 0.f;
           }
           l[st] = l[st] * corr + sum;
           m[st] = m_new;
@@ -109,7 +117,8 @@ void attention_block_forward(float* o, float* m, float* l, const float* q, int64
 
 void attention_block_backward(float* dq, int64_t dq_stride, float* dkv, const float* q, int64_t q_stride,
                               const float* kv, const float* dout, const float* lse, const float* dsum, int B, int Tq,
-                              int Tk, int H, int KV, int hd, const int* qpos, const int* kpos, float* scratch) {
+                              int Tk, int H, int KV, int hd, const int* qpos, const int* kpos, const int32_t* qstart,
+                              float* scratch) {
   const int group = H / KV;
   const int64_t kv_row = 2 * int64_t{KV} * hd, o_row = int64_t{H} * hd;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
@@ -129,12 +138,13 @@ void attention_block_backward(float* dq, int64_t dq_stride, float* dkv, const fl
       float* dv = dk + int64_t{KV} * hd;
       transpose(k, Tk, hd, kv_row, Kt, Tk);
       transpose(v, Tk, hd, kv_row, Vt, Tk);
+      const int32_t* qs = qstart ? qstart + int64_t{b} * Tq : nullptr;
       for (int g = 0; g < group; ++g) {
         const int h = kh * group + g;
         for (int i0 = 0; i0 < Tq; i0 += kRows) {
           const int rows = std::min(kRows, Tq - i0);
           Seg seg[2];
-          if (!visible_segments(qpos, i0, rows, kpos, Tk, seg)) continue;
+          if (!visible_segments(qpos, qs, i0, rows, kpos, Tk, seg)) continue;
           const float* qi = q + (int64_t{b} * Tq + i0) * q_stride + int64_t{h} * hd;
           const float* doi = dout + (int64_t{b} * Tq + i0) * o_row + int64_t{h} * hd;
           for (const Seg& sg : seg)
@@ -144,14 +154,14 @@ void attention_block_backward(float* dq, int64_t dq_stride, float* dkv, const fl
             }
           for (int r = 0; r < rows; ++r) {
             const int64_t st = (int64_t{b} * H + h) * Tq + i0 + r;
-            const int qp = qpos[i0 + r];
+            const int qp = qpos[i0 + r], q0 = qs ? qs[i0 + r] : 0;
             float *p = P + int64_t{r} * Tk, *ds = dS + int64_t{r} * Tk;
             for (const Seg& sg : seg) {
               exp_shift_n(p + sg.begin, p + sg.begin, sg.n, lse[st], 1.f);
               const float d = dsum[st];
 #pragma omp simd
               for (int j = sg.begin; j < sg.begin + sg.n; ++j) {
-                p[j] = kpos[j] > qp ? 0.f : p[j];
+                p[j] = kpos[j] > qp || kpos[j] < q0 ? 0.f : p[j];
                 ds[j] = p[j] * (ds[j] - d) * scale;
               }
             }

@@ -78,15 +78,17 @@ class CpuOps final : public Ops {
                             kv_heads_of(H, kv_heads), doc_start);
   }
   void attention_block_forward(float* o, float* m, float* l, const float* q, int64_t q_stride, const float* kv, int B,
-                               int Tq, int Tk, int H, int KV, int hd, const int* qpos, const int* kpos) override {
-    cpu::attention_block_forward(o, m, l, q, q_stride, kv, B, Tq, Tk, H, KV, hd, qpos, kpos,
+                               int Tq, int Tk, int H, int KV, int hd, const int* qpos, const int* kpos,
+                               const int32_t* qstart) override {
+    cpu::attention_block_forward(o, m, l, q, q_stride, kv, B, Tq, Tk, H, KV, hd, qpos, kpos, qstart,
                                  scratch(cpu::attention_block_scratch_floats(Tk, hd)));
   }
   void attention_block_backward(float* dq, int64_t dq_stride, float* dkv, const float* q, int64_t q_stride,
                                 const float* kv, const float* dout, const float* lse, const float* dsum, int B, int Tq,
-                                int Tk, int H, int KV, int hd, const int* qpos, const int* kpos) override {
+                                int Tk, int H, int KV, int hd, const int* qpos, const int* kpos,
+                                const int32_t* qstart) override {
     cpu::attention_block_backward(dq, dq_stride, dkv, q, q_stride, kv, dout, lse, dsum, B, Tq, Tk, H, KV, hd, qpos,
-                                  kpos, scratch(cpu::attention_block_scratch_floats(Tk, hd)));
+                                  kpos, qstart, scratch(cpu::attention_block_scratch_floats(Tk, hd)));
   }
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t rows, int64_t C,
                        float eps) override {
