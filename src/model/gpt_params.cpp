@@ -77,6 +77,10 @@ double gpt_flops_per_token(const ModelConfig& cfg) {
   return 6 * n_nonembed + 6 * V * C + 12 * L * T * C;
 }
 
+double gpt_attention_flops_per_token(const ModelConfig& cfg) {
+  return 12.0 * cfg.n_layer * cfg.seq_len * cfg.d_model;
+}
+
 // Initialisation on the full logical tensor: normal(0, 0.02), the residual projections (GPT-2
 // attn.c_proj and mlp.c_proj, LLaMA o_proj and down_proj weights) scaled by 1/sqrt(2*n_layer)
 // (GPT-2's rule; torchtitan's LLaMA uses the same depth scaling); biases 0; norm weights 1, bias

@@ -98,7 +98,7 @@ StepReporter::StepReporter(const TrainSetup& s, TrainBackend& backend, MetricsSi
       predicted_(predicted_ledger(s, backend)),
       predicted_step_(predicted_step(s, backend, &prediction_text_)),
       logger_(s.cfg, metrics, int64_t{s.bp.global} * s.mc.seq_len, gpt_flops_per_token(s.mc), s.launch.world, peak.peak,
-              peak.probe),
+              peak.probe, gpt_attention_flops_per_token(s.mc)),
       straggler_(s.grid.world()),
       cp_wait_prev_(std::max(0.0, backend.stage().cp_wait_seconds())) {}
 
@@ -249,6 +249,7 @@ void StepReporter::end_step(int step, const StepOutcome& r, double lr, double st
   if (logger_.due(step)) {
     StepStats extra;
     extra.trained_tokens = static_cast<int64_t>(r.trained_tokens);
+    extra.attention_fraction = r.attention_fraction;
     straggler_.gather(step_ms, extra);  // collective: every rank, on the logged steps
     if (rank0_)
       logger_.log(step, r.loss, lr, r.grad_norm, step_ms, data_ms, comm.comm_ms, comm.overlap,

@@ -51,6 +51,7 @@ void write_step_metrics(MetricsSink& w, const StepStats& s) {
       {"mem_activations_peak", int64_t{s.mem.peak_of(Mem::activations)}},
       {"mem_total_peak", int64_t{s.mem.total_peak}}};
   if (s.trained_tokens >= 0) rec.push_back({"trained_tokens", s.trained_tokens});
+  if (s.attention_fraction < 1) rec.push_back({"attention_fraction", s.attention_fraction});
   if (s.slowest_rank >= 0) {
     rec.push_back({"slowest_rank", int64_t{s.slowest_rank}});
     rec.push_back({"slowest_busy_ms", s.slowest_busy_ms});

@@ -17,6 +17,17 @@ double fetch_step_batches(DataLoader& data, std::vector<Batch>& batches) {
   return targets;
 }
 
+double document_attention_fraction(const std::vector<Batch>& batches, Comm& dp) {
+  double v[2] = {0, 0};  // keys seen, keys causal attention sees
+  for (const Batch& b : batches)
+    for (size_t i = 0; i < b.positions.size(); ++i) {
+      v[0] += b.positions[i] + 1.0;
+      v[1] += static_cast<double>(i % static_cast<size_t>(b.seq_len)) + 1.0;
+    }
+  if (dp.size() > 1) dp.all_reduce_host_f64(v, 2, ReduceOp::sum);
+  return v[1] > 0 ? v[0] / v[1] : 1.0;
+}
+
 bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainResult& result, int step, double loss,
                           double grad_norm, bool rank0) {
   if (cfg.train.nan_policy == "skip") {
@@ -70,7 +81,9 @@ void StepLogger::log(int step, double loss, double lr, double grad_norm, double 
   s.step_ms = step_ms;
   s.tokens_per_s = tokens_ / (step_ms / 1e3);
   s.step_tokens = static_cast<int64_t>(tokens_);
-  s.gflops_per_rank = flops_ * tokens_ / world_ / (step_ms / 1e3) / 1e9;
+  // Document masking: only the attention work the queries' documents need counts.
+  const double flops = flops_ - attn_flops_ * (1.0 - s.attention_fraction);
+  s.gflops_per_rank = flops * tokens_ / world_ / (step_ms / 1e3) / 1e9;
   // A measured peak (the clock estimate, or a probe taken in a busy moment) below what a step
   // achieves is raised to it, once said: MFU never reads above 100%. A peak the job sets stays.
   if (peak_ > 0 && cfg_.train.peak_flops <= 0 && s.gflops_per_rank * 1e9 > peak_) {

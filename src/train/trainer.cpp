@@ -212,7 +212,9 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(my_tokens, ReduceOp::sum) : my_tokens;
 
     const double lr = sched.at(step);
-    const StepOutcome r = train_step(*backend, grid, batches, n_tokens, lr, cfg.optim.grad_clip);
+    const double att_frac = cfg.data.document_mask ? document_attention_fraction(batches, grid.dp()) : 1.0;
+    StepOutcome r = train_step(*backend, grid, batches, n_tokens, lr, cfg.optim.grad_clip);
+    r.attention_fraction = att_frac;
     if (!r.updated) {  // throws unless train.nan_policy = "skip" allows one more
       skip_non_finite_step(cfg, ckpt, result, step, r.loss, r.grad_norm, rank0);
       report.skipped_step();  // the state is the previous step's: checkpoints and preemption as on any step

@@ -83,6 +83,10 @@ int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, const
 // FLOPs per token, forward + backward: 6*N_nonembedding + 6*V*d + 12*L*T*d (PERF-NOTES.md), for
 // either architecture (LLaMA: N counts the (H + 2 KV) hd x d attention input and the 3 d x F MLP).
 double gpt_flops_per_token(const ModelConfig& cfg);
+// Its attention term, 12*L*T*d: every query against all T keys, the convention (PaLM, nanoGPT)
+// that counts causal attention in full. Document masking does a fraction of it (the trainer's
+// step line scales this term by the keys the step's queries actually saw).
+double gpt_attention_flops_per_token(const ModelConfig& cfg);
 
 class GPT final : public ModelChunk {
  public:

@@ -20,6 +20,9 @@ struct StepStats {
   double overlap = 1;          // fraction of comm_ms hidden behind compute (1 - exposed / comm)
   // Targets the loss counted (the global batch's, all but the loss-masked ones) of step_tokens.
   int64_t trained_tokens = -1, step_tokens = 0;
+  // Document masking: the share of causal attention's work the step's documents needed (the
+  // model FLOPs, and so MFU, count only that share of the attention term).
+  double attention_fraction = 1;
   MemStats mem;
   // The straggler report (several ranks): the rank that was busy longest in this step (step
   // time minus the time it sat waiting on communication) and by how much, against the median.

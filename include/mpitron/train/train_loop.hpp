@@ -17,6 +17,9 @@ namespace mpitron {
 // Fills every micro-batch of the step; returns this rank's target tokens (targets >= 0). The
 // loss normaliser is the global batch's target count, needed before the first backward.
 double fetch_step_batches(DataLoader& data, std::vector<Batch>& batches);
+// Document masking: the keys the global batch's queries see (each its position in its document
+// + 1) over those causal attention would (its index + 1), summed over the dp group; 1 without.
+double document_attention_fraction(const std::vector<Batch>& batches, Comm& dp);
 
 // train.nan_policy for a step whose loss or grad norm is not finite: "skip" -> true (the caller
 // skips the optimizer step), an Error at train.nan_skip_limit consecutive ones; "stop" ->
@@ -46,10 +49,11 @@ class StepLogger {
  public:
   // peak_flops: MFU's reference (0: unknown); probe_flops: a GEMM probe (0: none), reported as
   // "% of GEMM probe" beside it.
+  // attention_flops_per_token: the part of flops_per_token that StepStats::attention_fraction scales.
   StepLogger(const JobConfig& cfg, MetricsSink& metrics, int64_t tokens_per_step, double flops_per_token,
-             int world, double peak_flops, double probe_flops = 0)
+             int world, double peak_flops, double probe_flops = 0, double attention_flops_per_token = 0)
       : cfg_(cfg), metrics_(metrics), tokens_(tokens_per_step), flops_(flops_per_token), world_(world), peak_(peak_flops),
-        probe_(probe_flops) {}
+        probe_(probe_flops), attn_flops_(attention_flops_per_token) {}
   bool due(int step) const { return step % cfg_.log.every == 0 || step == cfg_.train.steps || step == 1; }
   // Rates from step_ms; MFU 0 when the peak is unknown (0).
   // `s` carries what the caller measured beyond the arguments (the straggler report).
@@ -64,7 +68,7 @@ class StepLogger {
   int64_t tokens_;
   double flops_;
   int world_;
-  double peak_, probe_;
+  double peak_, probe_, attn_flops_;
   bool warned_mfu_ = false, raised_peak_ = false;
 };
 
