@@ -16,7 +16,7 @@ PKGS=(
   libdnnl-dev libboost-test-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   zlib1g-dev libzstd-dev libpcre2-dev zstd libsentencepiece-dev sentencepiece python3-sentencepiece nodejs
   fortunes fortunes-min
-  python3 python3-numpy python3-h5py python3-matplotlib
+  python3 python3-numpy python3-h5py python3-matplotlib python3-jinja2  # jinja2: tests/e2e/test_chat_prep.sh
   qemu-user  # tests/e2e/test_portable_isa.sh runs the default build on an emulated CPU without AVX-512
 )
 # PyTorch is needed only to regenerate test fixtures and for bench/ comparisons.

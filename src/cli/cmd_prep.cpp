@@ -32,7 +32,12 @@ tokenizer, num_tokens, source; see docs/data.md). Every document ends with the e
   --doc-separator LINE   text: a line equal to LINE separates documents (fortune files: %);
                          default: each file is one document
   --format F             auto (default: .jsonl / .ndjson files, compressed or not, are JSONL;
-                         the rest text), text or jsonl
+                         the rest text), text, jsonl or chat
+  --chat-template T      chat: JSONL lines {"messages": [{"role": system|user|assistant,
+                         "content": ...}, ...]}, rendered as the model family's published chat
+                         template: chatml, llama3, llama2 or mistral; the shards get a /loss_mask
+  --loss-on W            chat: assistant (default: only the assistant's replies and their
+                         end-of-turn markers are trained on) or all
   --jsonl-field NAME     JSONL: the string field with a document's text (default text)
   --on-bad-line M        JSONL: error (default: stop at the first line that is not a JSON object
                          with that string field, naming file and line) or skip (count, report)
@@ -107,6 +112,10 @@ int cmd_prep(const Args& args) {
       opt.doc_separator = value(i);
     } else if (a == "--format") {
       opt.format = value(i);
+    } else if (a == "--chat-template") {
+      opt.chat_template = value(i);
+    } else if (a == "--loss-on") {
+      opt.loss_on = value(i);
     } else if (a == "--jsonl-field") {
       opt.jsonl_field = value(i);
     } else if (a == "--on-bad-line") {
@@ -130,6 +139,12 @@ int cmd_prep(const Args& args) {
               static_cast<long long>(r.documents), r.bytes / 1e6, static_cast<long long>(r.train_tokens),
               static_cast<long long>(r.val_tokens), r.shards.size(), r.shards.size() == 1 ? "" : "s", opt.out.c_str(),
               r.seconds, r.seconds > 0 ? r.bytes / 1e6 / r.seconds : 0.0);
+  if (r.trained_tokens >= 0) {
+    const long long all = r.train_tokens + r.val_tokens;
+    std::printf("prep: chat template %s, loss on %s: %lld of %lld tokens trained (%.1f%%)\n", opt.chat_template.c_str(),
+                opt.loss_on.c_str(), static_cast<long long>(r.trained_tokens), all,
+                all > 0 ? 100.0 * static_cast<double>(r.trained_tokens) / static_cast<double>(all) : 0.0);
+  }
   if (r.bad_lines > 0) {
     std::fprintf(stderr, "prep: warning: skipped %lld bad JSONL line%s (--on-bad-line skip); the first:\n",
                  static_cast<long long>(r.bad_lines), r.bad_lines == 1 ? "" : "s");

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/chat.hpp"
 #include "mpitron/data/shard.hpp"
 #include "mpitron/data/text_input.hpp"
 #include "mpitron/data/tokenizer.hpp"
@@ -30,10 +31,11 @@ namespace {
 // Consecutive shards of one split: train_00000.h5, train_00001.h5, ...
 class ShardSeries {
  public:
-  ShardSeries(std::string dir, std::string split, const Tokenizer& tok, int64_t per_shard)
-      : dir_(std::move(dir)), split_(std::move(split)), tok_(tok), per_shard_(per_shard) {}
+  // loss_mask: the shards carry a /loss_mask (add_document's mask).
+  ShardSeries(std::string dir, std::string split, const Tokenizer& tok, int64_t per_shard, bool loss_mask)
+      : dir_(std::move(dir)), split_(std::move(split)), tok_(tok), per_shard_(per_shard), loss_mask_(loss_mask) {}
 
-  void add_document(const std::vector<int32_t>& ids, const std::string& source) {
+  void add_document(const std::vector<int32_t>& ids, const std::string& source, const std::vector<uint8_t>* mask) {
     bool first = true;
     size_t at = 0;
     while (at < ids.size()) {
@@ -42,7 +44,7 @@ class ShardSeries {
       first = false;
       w.add_source(source);
       size_t n = std::min<size_t>(ids.size() - at, static_cast<size_t>(per_shard_ - w.num_tokens()));
-      w.append(ids.data() + at, n);
+      w.append(ids.data() + at, n, mask ? mask->data() + at : nullptr);
       at += n;
     }
     total_ += static_cast<int64_t>(ids.size());
@@ -65,13 +67,14 @@ class ShardSeries {
     if (writers_.empty() || writers_.back()->num_tokens() >= per_shard_) {
       if (!writers_.empty()) writers_.back()->close();
       std::string path = fmt::format("{}/{}_{:05d}.h5", dir_, split_, writers_.size());
-      writers_.push_back(std::make_unique<ShardWriter>(path, tok_, std::min<int64_t>(per_shard_, 1 << 20)));
+      writers_.push_back(std::make_unique<ShardWriter>(path, tok_, std::min<int64_t>(per_shard_, 1 << 20), loss_mask_));
     }
     return *writers_.back();
   }
   std::string dir_, split_;
   const Tokenizer& tok_;
   int64_t per_shard_, total_ = 0;
+  bool loss_mask_;
   std::vector<std::unique_ptr<ShardWriter>> writers_;
 };
 
@@ -188,8 +191,15 @@ PrepResult run_prep(const PrepOptions& opt) {
   usage_check(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction must be in [0, 1) (got {})", opt.val_fraction);
   usage_check(opt.shard_tokens >= 1, "--shard-tokens must be >= 1");
   usage_check(opt.workers >= 1 && opt.workers <= 256, "--workers must be in [1, 256] (got {})", opt.workers);
-  usage_check(opt.format == "auto" || opt.format == "text" || opt.format == "jsonl",
-              "--format must be auto, text or jsonl (got '{}')", opt.format);
+  usage_check(opt.format == "auto" || opt.format == "text" || opt.format == "jsonl" || opt.format == "chat",
+              "--format must be auto, text, jsonl or chat (got '{}')", opt.format);
+  const bool chat = opt.format == "chat";
+  const auto& names = chat_template_names();
+  usage_check(!chat || std::find(names.begin(), names.end(), opt.chat_template) != names.end(),
+              "--format chat needs --chat-template chatml, llama3, llama2 or mistral (got '{}')", opt.chat_template);
+  usage_check(chat || opt.chat_template.empty(), "--chat-template is for --format chat");
+  usage_check(opt.loss_on == "assistant" || opt.loss_on == "all", "--loss-on must be assistant or all (got '{}')",
+              opt.loss_on);
   usage_check(!opt.jsonl_field.empty(), "--jsonl-field must not be empty");
   std::vector<std::string> files = expand_inputs(opt.inputs);
   Tokenizer tok = Tokenizer::load(opt.tokenizer);
@@ -201,14 +211,16 @@ PrepResult run_prep(const PrepOptions& opt) {
   for (auto& f : files) total_bytes += static_cast<int64_t>(fs::file_size(f));
 
   PrepResult res;
-  ShardSeries train(opt.out, "train", tok, opt.shard_tokens), val(opt.out, "val", tok, opt.shard_tokens);
+  if (chat) res.trained_tokens = 0;
+  ShardSeries train(opt.out, "train", tok, opt.shard_tokens, chat), val(opt.out, "val", tok, opt.shard_tokens, chat);
+  const bool loss_on_all = opt.loss_on == "all";
   std::vector<EncodeCache> caches(opt.workers);
   Progress progress(opt.progress, total_bytes);
   int64_t doc_index = 0, done_bytes = 0;  // done_bytes: of the input files as stored (the progress)
   BadLines bad;
   for (size_t fi = 0; fi < files.size(); ++fi) {
     std::string text = read_input_file(files[fi]);
-    const bool jsonl = opt.format == "jsonl" || (opt.format == "auto" && input_format_of(files[fi]) == "jsonl");
+    const bool jsonl = chat || opt.format == "jsonl" || (opt.format == "auto" && input_format_of(files[fi]) == "jsonl");
     // Work items: a JSONL line (parsed by the workers too: with one big file, the parse is a
     // large share of prep) or a text document.
     std::vector<JsonlLine> lines;
@@ -217,11 +229,21 @@ PrepResult run_prep(const PrepOptions& opt) {
     else docs = split_documents(text, opt.doc_separator);
     const size_t n = jsonl ? lines.size() : docs.size();
     std::vector<std::vector<int32_t>> ids(n);
+    std::vector<std::vector<uint8_t>> masks(chat ? n : 0);  // chat: the loss mask per token
     std::vector<std::string> why(jsonl ? n : 0);  // a bad line's cause
     std::vector<char> empty(n, 0);                 // a JSONL document with no text (dropped)
     auto work = [&](size_t d, EncodeCache& cache) {
       if (!jsonl) {
         ids[d] = tok.encode(docs[d], &cache);
+        return;
+      }
+      if (chat) {  // a conversation: rendered, tokenized with its loss mask
+        std::vector<ChatMessage> msgs;
+        std::vector<ChatPiece> pieces;
+        if (!parse_chat_record(lines[d].text, &msgs, &why[d])) return;
+        if (!render_chat(opt.chat_template, msgs, &pieces, &why[d])) return;
+        tokenize_chat(tok, pieces, loss_on_all, &ids[d], &masks[d]);
+        empty[d] = ids[d].empty();
         return;
       }
       std::string doc;
@@ -255,11 +277,15 @@ PrepResult run_prep(const PrepOptions& opt) {
       }
       if (empty[d]) continue;
       ids[d].push_back(tok.eot());
+      if (chat) {
+        masks[d].push_back(loss_on_all);  // the end-of-text after a conversation: trained with --loss-on all
+        res.trained_tokens += std::count(masks[d].begin(), masks[d].end(), uint8_t{1});
+      }
       // Validation documents are spread evenly: doc k (k >= 1) goes to val when k * f crosses
       // an integer, so the second document is the first val one and then every ~1/f-th.
       bool is_val = doc_index >= 1 && opt.val_fraction > 0 &&
                     std::ceil(doc_index * opt.val_fraction) > std::ceil((doc_index - 1) * opt.val_fraction);
-      (is_val ? val : train).add_document(ids[d], files[fi]);
+      (is_val ? val : train).add_document(ids[d], files[fi], chat ? &masks[d] : nullptr);
       ++doc_index, ++file_docs;
     }
     res.bytes += static_cast<int64_t>(text.size());

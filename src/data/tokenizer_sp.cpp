@@ -55,6 +55,14 @@ int Tokenizer::vocab_size() const {
 
 int Tokenizer::eot() const { return sp_ ? sp_->proc.eos_id() : vocab_size() - 1; }
 
+int Tokenizer::special_id(std::string_view marker) const {
+  if (sp_) {
+    const int id = sp_->proc.PieceToId(marker);
+    return id >= 0 && id != sp_->proc.unk_id() && sp_->proc.IsControl(id) ? id : -1;
+  }
+  return pretok_ == "gpt2" && marker == "<|endoftext|>" ? eot() : -1;
+}
+
 bool Tokenizer::operator==(const Tokenizer& o) const {
   if (sp_ || o.sp_) return sp_ && o.sp_ && sp_->bytes == o.sp_->bytes;
   return type_ == o.type_ && merges_ == o.merges_ && byte_ids_ == o.byte_ids_ && pretok_ == o.pretok_;

@@ -14,15 +14,20 @@ struct PrepOptions {
   double val_fraction = 0.005;       // of the documents, spread evenly; 0 = no val split
   int workers = 1;                   // tokenizer threads
   std::string doc_separator;         // a line equal to this separates documents ("" = one per file)
-  std::string format = "auto";       // "auto" (by extension: .jsonl/.ndjson[.gz|.zst]), "text", "jsonl"
+  std::string format = "auto";       // "auto" (by extension: .jsonl/.ndjson[.gz|.zst]), "text", "jsonl", "chat"
   std::string jsonl_field = "text";  // JSONL: the string field holding a document's text
   bool skip_bad_lines = false;       // JSONL: count and skip bad lines instead of stopping
+  // format "chat" (chat.hpp): JSONL conversations rendered with this template; the shards get a
+  // /loss_mask: "assistant" trains the assistant's replies only, "all" every token.
+  std::string chat_template;
+  std::string loss_on = "assistant";
   int progress = -1;                 // -1: a bar on a terminal, plain lines otherwise; 0: quiet; 1: lines
 };
 
 struct PrepResult {
   int64_t bytes = 0, documents = 0, train_tokens = 0, val_tokens = 0;  // bytes: decompressed text
   int64_t bad_lines = 0;                     // JSONL lines skipped (skip_bad_lines)
+  int64_t trained_tokens = -1;               // chat: tokens the loss mask trains on (train + val)
   std::vector<std::string> first_bad_lines;  // "FILE:LINE: why" of the first few
   std::vector<std::string> shards;
   double seconds = 0;

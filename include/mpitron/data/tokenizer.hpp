@@ -68,6 +68,9 @@ class Tokenizer {
   std::string decode_one(int32_t id) const;
   int vocab_size() const;
   int eot() const;
+  // The id of a special marker this tokenizer holds as one token (SentencePiece's control pieces
+  // such as <s> and </s>; GPT-2's <|endoftext|> for the gpt2 pre-tokenizer), or -1: plain text.
+  int special_id(std::string_view marker) const;
   const std::string& type() const { return type_; }  // "byte" | "bpe" | "sentencepiece"
   const std::vector<std::pair<int32_t, int32_t>>& merges() const { return merges_; }
   const std::array<int32_t, 256>& byte_ids() const { return byte_ids_; }
