@@ -41,6 +41,10 @@ tokenizer, num_tokens, source; see docs/data.md). Every document ends with the e
   --jsonl-field NAME     JSONL: the string field with a document's text (default text)
   --on-bad-line M        JSONL: error (default: stop at the first line that is not a JSON object
                          with that string field, naming file and line) or skip (count, report)
+  --pack SEQ_LEN         pack whole documents greedily into windows of SEQ_LEN + 1 tokens (the
+                         job's model.seq_len): padding fills each window's rest and is never
+                         trained; a document longer than a window is split (/doc_continued);
+                         prints the packing efficiency
   --workers N            tokenizer threads (default 1)
   --quiet                no progress output
   -h, --help             this text
@@ -112,6 +116,8 @@ int cmd_prep(const Args& args) {
       opt.doc_separator = value(i);
     } else if (a == "--format") {
       opt.format = value(i);
+    } else if (a == "--pack") {
+      opt.pack = option_int("--pack", value(i), 1);
     } else if (a == "--chat-template") {
       opt.chat_template = value(i);
     } else if (a == "--loss-on") {
@@ -139,6 +145,14 @@ int cmd_prep(const Args& args) {
               static_cast<long long>(r.documents), r.bytes / 1e6, static_cast<long long>(r.train_tokens),
               static_cast<long long>(r.val_tokens), r.shards.size(), r.shards.size() == 1 ? "" : "s", opt.out.c_str(),
               r.seconds, r.seconds > 0 ? r.bytes / 1e6 / r.seconds : 0.0);
+  if (opt.pack > 0) {
+    const long long all = r.train_tokens + r.val_tokens;
+    std::printf("prep: packed into windows of %d + 1 tokens: %lld padding tokens, efficiency %.1f%% (document "
+                "tokens / all), %lld document%s split over windows\n",
+                opt.pack, static_cast<long long>(r.padding_tokens),
+                all > 0 ? 100.0 * static_cast<double>(all - r.padding_tokens) / static_cast<double>(all) : 0.0,
+                static_cast<long long>(r.split_documents), r.split_documents == 1 ? "" : "s");
+  }
   if (r.trained_tokens >= 0) {
     const long long all = r.train_tokens + r.val_tokens;
     std::printf("prep: chat template %s, loss on %s: %lld of %lld tokens trained (%.1f%%)\n", opt.chat_template.c_str(),

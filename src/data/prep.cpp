@@ -31,27 +31,46 @@ namespace {
 // Consecutive shards of one split: train_00000.h5, train_00001.h5, ...
 class ShardSeries {
  public:
-  // loss_mask: the shards carry a /loss_mask (add_document's mask).
-  ShardSeries(std::string dir, std::string split, const Tokenizer& tok, int64_t per_shard, bool loss_mask)
-      : dir_(std::move(dir)), split_(std::move(split)), tok_(tok), per_shard_(per_shard), loss_mask_(loss_mask) {}
+  // loss_mask: the shards carry a /loss_mask (add_document's mask). pack > 0 (--pack): documents
+  // go into blocks of `pack` tokens (shard.hpp, "packing").
+  ShardSeries(std::string dir, std::string split, const Tokenizer& tok, int64_t per_shard, bool loss_mask, int pack)
+      : dir_(std::move(dir)), split_(std::move(split)), tok_(tok), per_shard_(per_shard),
+        loss_mask_(loss_mask || pack > 0), pack_(pack) {}
 
   void add_document(const std::vector<int32_t>& ids, const std::string& source, const std::vector<uint8_t>* mask) {
-    bool first = true;
-    size_t at = 0;
-    while (at < ids.size()) {
-      ShardWriter& w = current();
-      if (first) w.begin_document();
-      first = false;
-      w.add_source(source);
-      size_t n = std::min<size_t>(ids.size() - at, static_cast<size_t>(per_shard_ - w.num_tokens()));
-      w.append(ids.data() + at, n, mask ? mask->data() + at : nullptr);
+    source_ = source;
+    if (pack_ <= 0) {
+      append(ids.data(), mask ? mask->data() : nullptr, ids.size(), true, false);
+      return;
+    }
+    // Packing: the whole document in the current block, or padding to the block's end and the
+    // next block; a document longer than a block is split into blocks (each piece recorded as a
+    // continuation). A block's first token is never a target: the window before it ends there.
+    std::vector<uint8_t> m = mask ? *mask : std::vector<uint8_t>(ids.size(), 1);
+    const int64_t len = static_cast<int64_t>(ids.size());
+    if (fill_ > 0 && len > pack_ - fill_) pad(pack_ - fill_);
+    splits_ += len > pack_ - fill_;
+    for (int64_t at = 0; at < len;) {
+      const int64_t n = std::min(len - at, pack_ - fill_);
+      if (fill_ == 0) m[static_cast<size_t>(at)] = 0;
+      append(ids.data() + at, m.data() + at, static_cast<size_t>(n), true, at > 0);
+      fill_ = (fill_ + n) % pack_;
       at += n;
     }
-    total_ += static_cast<int64_t>(ids.size());
+    real_ += len;
+  }
+  // Packing: the last block padded to its end, and one more padding token, so that every block
+  // is a whole window of pack + 1 tokens.
+  void finish() {
+    if (pack_ <= 0 || total_ == 0) return;
+    if (fill_ > 0) pad(pack_ - fill_);
+    pad(1);
   }
   void close_all() {
     for (auto& w : writers_) w->close();
   }
+  int64_t padding() const { return pack_ > 0 ? total_ - real_ : 0; }
+  int64_t split_documents() const { return splits_; }
   void commit_all() {
     for (auto& w : writers_) w->commit();
   }
@@ -68,13 +87,37 @@ class ShardSeries {
       if (!writers_.empty()) writers_.back()->close();
       std::string path = fmt::format("{}/{}_{:05d}.h5", dir_, split_, writers_.size());
       writers_.push_back(std::make_unique<ShardWriter>(path, tok_, std::min<int64_t>(per_shard_, 1 << 20), loss_mask_));
+      if (pack_ > 0) writers_.back()->set_packing(static_cast<int>(pack_));
     }
     return *writers_.back();
   }
   std::string dir_, split_;
   const Tokenizer& tok_;
+  // n tokens (and mask bytes, nullptr: all trained) into the current shard and the next ones.
+  void append(const int32_t* ids, const uint8_t* mask, size_t len, bool begin, bool continued) {
+    size_t at = 0;
+    while (at < len) {
+      ShardWriter& w = current();
+      if (begin && at == 0) w.begin_document(continued);
+      w.add_source(source_);
+      size_t n = std::min<size_t>(len - at, static_cast<size_t>(per_shard_ - w.num_tokens()));
+      w.append(ids + at, n, mask ? mask + at : nullptr);
+      at += n;
+    }
+    total_ += static_cast<int64_t>(len);
+  }
+  // Padding (the end-of-text id, never trained), belonging to no document.
+  void pad(int64_t n) {
+    const std::vector<int32_t> ids(static_cast<size_t>(n), tok_.eot());
+    const std::vector<uint8_t> zero(static_cast<size_t>(n), 0);
+    append(ids.data(), zero.data(), ids.size(), false, false);
+    fill_ = (fill_ + n) % pack_;
+  }
   int64_t per_shard_, total_ = 0;
   bool loss_mask_;
+  int64_t pack_;
+  int64_t fill_ = 0, real_ = 0, splits_ = 0;  // packing: tokens in the open block; documents' tokens
+  std::string source_;
   std::vector<std::unique_ptr<ShardWriter>> writers_;
 };
 
@@ -212,7 +255,9 @@ PrepResult run_prep(const PrepOptions& opt) {
 
   PrepResult res;
   if (chat) res.trained_tokens = 0;
-  ShardSeries train(opt.out, "train", tok, opt.shard_tokens, chat), val(opt.out, "val", tok, opt.shard_tokens, chat);
+  usage_check(opt.pack >= 0, "--pack must be >= 1 (got {})", opt.pack);
+  ShardSeries train(opt.out, "train", tok, opt.shard_tokens, chat, opt.pack),
+      val(opt.out, "val", tok, opt.shard_tokens, chat, opt.pack);
   const bool loss_on_all = opt.loss_on == "all";
   std::vector<EncodeCache> caches(opt.workers);
   Progress progress(opt.progress, total_bytes);
@@ -298,6 +343,10 @@ PrepResult run_prep(const PrepOptions& opt) {
   usage_check(train.total() > 0, "the inputs hold no text for the train split ({})",
               bad.count > 0 ? fmt::format("{} bad JSONL lines skipped, first: {}", bad.count, bad.first.front())
                             : fmt::format("only '{}' separator lines or empty documents?", opt.doc_separator));
+  train.finish();
+  val.finish();
+  res.padding_tokens = train.padding() + val.padding();
+  res.split_documents = train.split_documents() + val.split_documents();
   train.close_all();
   val.close_all();
   // Every shard is complete: replace the folder's old shards, then rename the new ones in.

@@ -72,7 +72,10 @@ ShardWriter::~ShardWriter() {
   std::filesystem::remove(tmp_path(), ec);
 }
 
-void ShardWriter::begin_document() { docs_.push_back(static_cast<uint64_t>(num_tokens_)); }
+void ShardWriter::begin_document(bool continued) {
+  docs_.push_back(static_cast<uint64_t>(num_tokens_));
+  continued_.push_back(continued ? 1 : 0);
+}
 
 void ShardWriter::add_source(const std::string& file) {
   if (sources_.empty() || sources_.back() != file) sources_.push_back(file);
@@ -122,6 +125,13 @@ void ShardWriter::close() {
   h5_->docs = create_extendible(h5_->file, "doc_offsets", H5T_STD_U64LE, std::max<hsize_t>(1, std::min<hsize_t>(docs_.size(), 4096)));
   check(h5_->docs.valid(), "{}: cannot create /doc_offsets", tmp);
   append_1d(h5_->docs, 0, docs_.size(), H5T_NATIVE_UINT64, docs_.data(), tmp);
+  if (packed_seq_len_ > 0) {
+    h5::Id cont = create_extendible(h5_->file, "doc_continued", H5T_STD_U8LE,
+                                    std::max<hsize_t>(1, std::min<hsize_t>(continued_.size(), 4096)));
+    check(cont.valid(), "{}: cannot create /doc_continued", tmp);
+    append_1d(cont, 0, continued_.size(), H5T_NATIVE_UINT8, continued_.data(), tmp);
+    h5::write_attr_i64(h5_->file, "packed_seq_len", packed_seq_len_);
+  }
   hid_t f = h5_->file;
   // Fixed-length strings: no global heap (h5.hpp). h5py reads them as bytes; json.loads takes those.
   h5::write_attr_fixed_str(f, "format", "mpitron-shard-v1");

@@ -21,6 +21,11 @@ struct PrepOptions {
   // /loss_mask: "assistant" trains the assistant's replies only, "all" every token.
   std::string chat_template;
   std::string loss_on = "assistant";
+  // --pack SEQ_LEN (0: off): whole documents packed greedily into blocks of SEQ_LEN tokens, each
+  // block a training window of SEQ_LEN + 1 (the next block's first token, never a target, ends
+  // it); the rest of a block is padding (the end-of-text id, never trained); a document longer
+  // than a block is split (recorded in /doc_continued). The shards get a /loss_mask.
+  int pack = 0;
   int progress = -1;                 // -1: a bar on a terminal, plain lines otherwise; 0: quiet; 1: lines
 };
 
@@ -28,6 +33,7 @@ struct PrepResult {
   int64_t bytes = 0, documents = 0, train_tokens = 0, val_tokens = 0;  // bytes: decompressed text
   int64_t bad_lines = 0;                     // JSONL lines skipped (skip_bad_lines)
   int64_t trained_tokens = -1;               // chat: tokens the loss mask trains on (train + val)
+  int64_t padding_tokens = 0, split_documents = 0;  // --pack: padding written, documents split
   std::vector<std::string> first_bad_lines;  // "FILE:LINE: why" of the first few
   std::vector<std::string> shards;
   double seconds = 0;

@@ -26,7 +26,11 @@ class ShardWriter {
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
-  void begin_document();                          // the next token starts a document
+  // The next token starts a document (continued: a packed document's next block, /doc_continued).
+  void begin_document(bool continued = false);
+  // prep --pack: the shard records /doc_continued (uint8 per /doc_offsets entry) and the
+  // attribute packed_seq_len.
+  void set_packing(int seq_len) { packed_seq_len_ = seq_len; }
   // ids must be < vocab_size (checked); mask: n loss-mask bytes (only with a loss_mask writer).
   void append(const int32_t* ids, size_t n, const uint8_t* mask = nullptr);
   void add_source(const std::string& file);       // once per file (deduplicated)
@@ -49,6 +53,8 @@ class ShardWriter {
   std::vector<uint8_t> mask_buf_;
   bool with_mask_ = false;
   std::vector<uint64_t> docs_;
+  std::vector<uint8_t> continued_;
+  int packed_seq_len_ = 0;
   std::vector<std::string> sources_;
   size_t chunk_;
   bool closed_ = false, committed_ = false;
