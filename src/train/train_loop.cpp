@@ -1,7 +1,9 @@
 #include "mpitron/train/train_loop.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/distributed/comm_wait.hpp"
@@ -30,6 +32,10 @@ double document_attention_fraction(const std::vector<Batch>& batches, Comm& dp) 
 
 bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainResult& result, int step, double loss,
                           double grad_norm, bool rank0) {
+  // x86 makes a NaN with the sign bit set ("-nan") out of an invalid operation and passes a NaN
+  // operand on as it is: the message says "nan" either way.
+  if (std::isnan(loss)) loss = std::numeric_limits<double>::quiet_NaN();
+  if (std::isnan(grad_norm)) grad_norm = std::numeric_limits<double>::quiet_NaN();
   if (cfg.train.nan_policy == "skip") {
     ++result.skipped_steps;
     const int run = ++result.consecutive_skips;
