@@ -115,6 +115,17 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : d
                   "{}: /tokens claims {} tokens but the file stores {} bytes of them (truncated or corrupt?)", path,
                   s->n, stored);
     }
+    if (h5::has_attr(s->file, "packed_seq_len")) {
+      int64_t p = 0;
+      try {
+        p = h5::read_attr_i64(s->file, "packed_seq_len", path);
+      } catch (const Error& e) {
+        usage_fail("{}", e.what());
+      }
+      usage_check(shards_.empty() || p == packed_seq_len_, "shards disagree: {} was packed for windows of {} + 1, the "
+                  "ones before it for {} + 1", path, p, packed_seq_len_);
+      packed_seq_len_ = p;
+    }
     if (H5Lexists(s->file, "loss_mask", H5P_DEFAULT) > 0) {
       s->mask = open_parallel_1d(s->file, "loss_mask", s->n, path);
       has_mask_ = true;

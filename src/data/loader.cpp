@@ -45,6 +45,11 @@ class Corpora {
                     a.describe(), ds->describe(), a.vocab_size(), a.eot(), ds->vocab_size(), ds->eot());
       }
       if (opt.document_mask) ds->load_doc_starts();
+      usage_check(ds->packed_seq_len() == 0 || ds->packed_seq_len() == opt.seq_len,
+                  "{} was packed for windows of {} + 1 tokens (prep --pack {}), but model.seq_len is {}: its windows "
+                  "would cut documents and train on padding; set model.seq_len = {} or prep again with --pack {}",
+                  ds->describe(), ds->packed_seq_len(), ds->packed_seq_len(), opt.seq_len, ds->packed_seq_len(),
+                  opt.seq_len);
       n.push_back(ds->num_samples(opt.seq_len));
       w.push_back(weight);
       names_.push_back(dir);

@@ -66,4 +66,8 @@ timeout -k 5 120 "$MPITRON" train jobs/tiny.toml --data.path="$tmp/packed" --mod
   --train.steps=2 --train.micro_batch=2 --eval.every=0 --job.run_dir="$tmp/run" >"$tmp/train.log" 2>&1 ||
   { tail -5 "$tmp/train.log"; fail "training on packed data"; }
 grep -q "targets)" "$tmp/train.log" || fail "the packed run does not log its trained targets"
+! "$MPITRON" train jobs/tiny.toml --data.path="$tmp/packed" --model.seq_len=64 --train.steps=1 --job.run_dir="$tmp/bad" \
+  >"$tmp/bad.log" 2>&1 || fail "a seq_len other than the packed one was accepted"
+grep -q "was packed for windows of $T + 1 tokens (prep --pack $T), but model.seq_len is 64" "$tmp/bad.log" ||
+  fail "no packed-length error: $(tail -2 "$tmp/bad.log")"
 echo "    trains: $(grep -m1 '^step 2' "$tmp/train.log" | cut -d'|' -f2)"

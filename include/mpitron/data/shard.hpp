@@ -79,6 +79,8 @@ class TokenDataset {
   // Whether any shard holds a /loss_mask; read_loss_mask gives [start, start + n) of it (1 for
   // the tokens of shards without one).
   bool has_loss_mask() const { return has_mask_; }
+  // prep --pack's window length (the shards' packed_seq_len; 0: not packed).
+  int64_t packed_seq_len() const { return packed_seq_len_; }
   void read_loss_mask(int64_t start, int64_t n, uint8_t* out) const;
   // Every document's first token as a global index, ascending, from the shards' /doc_offsets
   // (read and checked by load_doc_starts(); UsageError naming the shard when one is missing or
@@ -99,6 +101,7 @@ class TokenDataset {
   std::string dir_, split_;
   int64_t total_ = 0;
   bool has_mask_ = false;
+  int64_t packed_seq_len_ = 0;
   std::vector<int64_t> doc_starts_;
   int vocab_size_ = 0, eot_ = 0;
   std::string tokenizer_json_;
