@@ -15,6 +15,7 @@
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
+#include "mpitron/data/chat.hpp"
 #include "mpitron/data/tokenizer.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/ops/ops.hpp"
@@ -26,12 +27,16 @@ namespace {
 
 const char* kHelp =
     "usage: mpitron generate CHECKPOINT --prompt TEXT [--max-tokens 200] [--temperature 0.8]\n"
-    "                        [--top-k 50] [--seed 1] [--no-kv-cache] [--logprobs-out FILE]\n\n"
+    "                        [--top-k 50] [--seed 1] [--no-kv-cache] [--logprobs-out FILE]\n"
+    "                        [--chat chatml|llama3|llama2|mistral [--system TEXT]]\n\n"
     "Samples a continuation of TEXT from a checkpoint (a step_*.h5 file, a ckpt folder or its\n"
     "`latest`, or a run folder) on one process, with the tokenizer stored in the checkpoint.\n"
     "  --max-tokens N     tokens to generate (stops early at the end-of-text token)\n"
     "  --temperature T    softmax temperature; 0 = greedy (argmax)\n"
     "  --top-k K          sample among the K most likely tokens (0 = all)\n"
+    "  --chat T           the prompt is a user turn rendered with chat template T (as prep --format\n"
+    "                     chat renders it) up to the assistant's reply, which ends at T's end-of-turn\n"
+    "                     marker; --system TEXT puts a system message first\n"
     "  --seed S           sampling seed (the same seed and checkpoint give the same text)\n"
     "  --no-kv-cache      recompute the whole context for every token (slow; for checking)\n"
     "  --logprobs-out F   write the prompt's ids and, at every position, the log-probabilities of\n"
@@ -90,7 +95,7 @@ void write_logprobs(GPT& model, const std::vector<int32_t>& ids, int32_t eot, in
 }  // namespace
 
 int cmd_generate(const Args& args) {
-  std::string ckpt, prompt;
+  std::string ckpt, prompt, chat, system;
   int max_tokens = 200, top_k = 50;
   double temperature = 0.8;
   uint64_t seed = 1;
@@ -117,6 +122,10 @@ int cmd_generate(const Args& args) {
     } else if (a == "--prompt") {
       prompt = value();
       have_prompt = true;
+    } else if (a == "--chat") {
+      chat = value();
+    } else if (a == "--system") {
+      system = value();
     } else if (a == "--max-tokens") {
       max_tokens = option_int("--max-tokens", value(), 0);
     } else if (a == "--temperature") {
@@ -133,8 +142,8 @@ int cmd_generate(const Args& args) {
       kv_cache = false;
     } else if (a.rfind("--", 0) == 0) {
       usage_fail(
-          "generate: unknown option '{}' (allowed: --prompt, --max-tokens, --temperature, --top-k, --seed, "
-          "--no-kv-cache, --logprobs-out)",
+          "generate: unknown option '{}' (allowed: --prompt, --chat, --system, --max-tokens, --temperature, --top-k, "
+          "--seed, --no-kv-cache, --logprobs-out)",
           a);
     } else {
       usage_check(ckpt.empty(), "generate: one checkpoint only (got '{}' and '{}')", ckpt, a);
@@ -165,7 +174,28 @@ int cmd_generate(const Args& args) {
     std::copy(v.begin(), v.end(), base + p.offset);
   }
 
-  std::vector<int32_t> ids = tok.encode(prompt);
+  // --chat: the prompt is a user turn (after --system's message), rendered as prep --format chat
+  // renders it, up to the assistant's reply; the reply ends at the template's end-of-turn marker.
+  const auto& names = chat_template_names();
+  usage_check(chat.empty() || std::find(names.begin(), names.end(), chat) != names.end(),
+              "generate: --chat must be chatml, llama3, llama2 or mistral (got '{}')", chat);
+  usage_check(system.empty() || !chat.empty(), "generate: --system needs --chat");
+  std::vector<int32_t> ids;
+  std::string end_marker;
+  if (!chat.empty()) {
+    std::vector<ChatMessage> msgs;
+    if (!system.empty()) msgs.push_back({"system", system});
+    msgs.push_back({"user", prompt});
+    std::vector<ChatPiece> pieces;
+    std::string why;
+    usage_check(render_chat(chat, msgs, &pieces, &why, /*generation_prompt=*/true), "generate --chat {}: {}", chat, why);
+    std::vector<uint8_t> unused_mask;
+    tokenize_chat(tok, pieces, true, &ids, &unused_mask);
+    prompt = chat_text(pieces);
+    end_marker = chat_end_marker(chat);
+  } else {
+    ids = tok.encode(prompt);
+  }
   if (ids.empty()) ids.push_back(tok.eot());  // an empty prompt starts a new document
   const int T = cfg.seq_len, V = std::min(cfg.vocab_size, tok.vocab_size()), Vp = cfg.padded_vocab(1);
   std::vector<float> logits(Vp);
@@ -190,13 +220,21 @@ int cmd_generate(const Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   context_logits(start);
   int produced = 0;
+  const int end_id = end_marker.empty() ? -1 : tok.special_id(end_marker);
+  std::string reply;
   for (int n = 0; n < max_tokens; ++n) {
     int32_t next = sample(logits.data(), V, temperature, top_k, seed, static_cast<uint64_t>(n));
-    if (next == tok.eot()) break;
+    if (next == tok.eot() || next == end_id) break;
     ids.push_back(next);
     ++produced;
-    std::printf("%s", tok.decode_one(next).c_str());
+    const std::string piece = tok.decode_one(next);
+    std::printf("%s", piece.c_str());
     std::fflush(stdout);
+    reply += piece;
+    // A marker the tokenizer spells as text ends the reply once it is all there.
+    if (!end_marker.empty() && reply.size() >= end_marker.size() &&
+        reply.compare(reply.size() - end_marker.size(), end_marker.size(), end_marker) == 0)
+      break;
     if (n + 1 == max_tokens) break;
     size_t first_new = ids.size() - 1;
     if (ids.size() - start > static_cast<size_t>(T)) start = first_new = ids.size() - T / 2;  // restart the context

@@ -124,8 +124,12 @@ bool parse_chat_record(std::string_view line, std::vector<ChatMessage>* messages
   return true;
 }
 
+std::string chat_end_marker(const std::string& name) {
+  return name == "chatml" ? "<|im_end|>" : name == "llama3" ? "<|eot_id|>" : "</s>";
+}
+
 bool render_chat(const std::string& name, const std::vector<ChatMessage>& m, std::vector<ChatPiece>* pieces,
-                 std::string* why) {
+                 std::string* why, bool generation_prompt) {
   pieces->clear();
   Render r{*pieces};
   if (name == "chatml") {
@@ -136,6 +140,10 @@ bool render_chat(const std::string& name, const std::vector<ChatMessage>& m, std
       r.text(x.content, a);
       r.special("<|im_end|>", a);
       r.text("\n");
+    }
+    if (generation_prompt) {
+      r.special("<|im_start|>");
+      r.text("assistant\n");
     }
     return true;
   }
@@ -149,6 +157,12 @@ bool render_chat(const std::string& name, const std::vector<ChatMessage>& m, std
       r.text("\n\n");
       r.text(py_strip(x.content), a);
       r.special("<|eot_id|>", a);
+    }
+    if (generation_prompt) {
+      r.special("<|start_header_id|>");
+      r.text("assistant");
+      r.special("<|end_header_id|>");
+      r.text("\n\n");
     }
     return true;
   }

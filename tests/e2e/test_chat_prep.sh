@@ -10,6 +10,7 @@
 #     (--loss-on assistant), every token with --loss-on all;
 #   - with a SentencePiece model (spm_train), llama2's <s> and </s> become its control ids and the
 #     token ids equal python3-sentencepiece's encoding of the text between them;
+#   - generate --chat feeds the model jinja2's rendering with add_generation_prompt;
 #   - bad records are named by file and line.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -146,6 +147,30 @@ got = [tok[a:b] for a, b in zip(offs, offs[1:])]
 assert [list(map(int, g)) for g in got] == want, (got[:2], want[:2])
 assert sp.piece_to_id("<s>") == 1 and sp.piece_to_id("</s>") == 2
 print(f"    sentencepiece llama2: {len(want)} conversations, ids equal python3-sentencepiece's (<s> = 1, </s> = 2)")
+PY
+
+# generate --chat: the prompt ids are the template's rendering with its generation prompt.
+timeout -k 5 120 "$MPITRON" train jobs/tiny.toml --data.path="$tmp/chatml-assistant" --model.seq_len=256 --train.steps=1 \
+  --train.micro_batch=1 --eval.every=0 --job.run_dir="$tmp/run" >"$tmp/run.log" 2>&1 || { tail -3 "$tmp/run.log"; fail "train"; }
+for t in chatml llama3 llama2; do
+  "$MPITRON" generate "$tmp/run" --chat $t --system "Be brief." --prompt " Hi ☕ " --max-tokens 0 \
+    --logprobs-out "$tmp/gen-$t.json" >/dev/null 2>&1 || fail "generate --chat $t"
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+import jinja2
+tmp = sys.argv[1]
+T = {
+ "chatml": ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}", ""),
+ "llama3": ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}", "<|begin_of_text|>"),
+ "llama2": ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}", "<s>"),
+}
+msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Hi ☕ "}]
+for t, (src, bos) in T.items():
+    text = jinja2.Environment().from_string(src).render(messages=msgs, bos_token=bos, eos_token="</s>", add_generation_prompt=True)
+    ids = json.load(open(f"{tmp}/gen-{t}.json"))["ids"]
+    assert ids == list(text.encode()), (t, bytes(ids), text)
+print("    generate --chat: the prompt is jinja2's rendering with add_generation_prompt (chatml, llama3, llama2)")
 PY
 
 # Bad records, named by file and line.

@@ -10,7 +10,8 @@
 #   - tests/reference/hf_reference.py writes random models with its own safetensors writer (GPT-2
 #     in bf16 named as the Hub's gpt2, LLaMA with GQA in 3 shards, Mixtral in 2): imported, mpitron's log-probs
 #     equal the reference's fp64 HF-convention model within 1e-5.
-#   - jobs/llama-continue.toml runs (tp 2, the model from config.json).
+#   - jobs/llama-continue.toml runs (tp 2, the model from config.json); so does jobs/llama-sft.toml
+#     on chat data prepped with the folder's tokenizer, packed, and generate --chat answers after it.
 #   - Bad folders and disagreeing jobs are clear errors naming the file, tensor or key.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -112,6 +113,25 @@ train continue 2 jobs/llama-continue.toml --train.init_from="hf:$tmp/ref_llama" 
   --data.path="$tmp/data" --job.run_dir="$tmp/continue" --checkpoint.every=0
 grep -q "initialized from hf:$tmp/ref_llama" "$tmp/continue.log" || fail "llama-continue did not start from the folder"
 grep -q "layout world 2 = dp 1 x tp 2" "$tmp/continue.log" || fail "llama-continue is not tp 2: $(grep layout "$tmp/continue.log")"
+
+echo "== jobs/llama-sft.toml (tp 2, chat data with the folder's tokenizer, packed, assistant-only loss)"
+/usr/bin/python3 -c "
+import json
+for i in range(60):
+    print(json.dumps({'messages': [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': f'What is {i} + {i}?'},
+                                   {'role': 'assistant', 'content': f'{i} + {i} = {2 * i}.'}]}))" >"$tmp/chats.jsonl"
+seq=$(/usr/bin/python3 -c "import json; print(json.load(open('$tmp/ref_llama/config.json'))['max_position_embeddings'])")
+"$MPITRON" prep --input "$tmp/chats.jsonl" --format chat --chat-template chatml --tokenizer "hf:$tmp/ref_llama" \
+  --pack "$seq" --out "$tmp/sft" --val-fraction 0 --quiet >"$tmp/sft-prep.log"
+grep -q "tokens trained" "$tmp/sft-prep.log" || fail "chat prep: $(cat "$tmp/sft-prep.log")"
+train sft 2 jobs/llama-sft.toml --train.init_from="hf:$tmp/ref_llama" --train.steps=2 --data.path="$tmp/sft" \
+  --job.run_dir="$tmp/sft" --checkpoint.every=0 --train.global_batch=4 --train.micro_batch=2
+grep -q "initialized from hf:$tmp/ref_llama" "$tmp/sft.log" || fail "llama-sft did not start from the folder"
+grep -q "layout world 2 = dp 1 x tp 2" "$tmp/sft.log" || fail "llama-sft is not tp 2"
+grep -q "targets)" "$tmp/sft.log" || fail "llama-sft does not train on the assistant replies only: $(grep '^step' "$tmp/sft.log")"
+"$MPITRON" generate "$tmp/sft" --chat chatml --prompt "What is 2 + 2?" --max-tokens 4 >"$tmp/sft-gen.log" 2>&1 ||
+  { cat "$tmp/sft-gen.log"; fail "generate --chat on the fine-tuned model"; }
+grep -q "<|im_start|>user" "$tmp/sft-gen.log" || fail "generate --chat did not render the prompt: $(cat "$tmp/sft-gen.log")"
 
 echo "== errors"
 expect() {  # words... -- command...

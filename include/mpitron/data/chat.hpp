@@ -44,8 +44,13 @@ bool parse_chat_record(std::string_view line, std::vector<ChatMessage>* messages
 
 // The conversation through template `name` (chat_template_names()). A conversation the template
 // refuses (roles not alternating, a system message where it has none) is bad: false and *why.
+// generation_prompt: the template's add_generation_prompt (chatml, llama3: the assistant's header;
+// llama2 and mistral end a user turn ready for the reply).
 bool render_chat(const std::string& name, const std::vector<ChatMessage>& messages, std::vector<ChatPiece>* pieces,
-                 std::string* why);
+                 std::string* why, bool generation_prompt = false);
+
+// The marker that ends an assistant turn: <|im_end|>, <|eot_id|> or </s>.
+std::string chat_end_marker(const std::string& name);
 
 // The rendered text (the pieces concatenated).
 std::string chat_text(const std::vector<ChatPiece>& pieces);
