@@ -61,7 +61,9 @@ layout=$(grep -m1 '^layout' "$tmp/true.log" | sed 's/.*| peak/peak/')
   echo
   echo "Masked / unmasked step time: **${ratio}x**. The mask must cost at most the attention work it"
   echo "skips: a ratio <= 1. The attention kernel computes, per 48-query row block, the keys from the"
-  echo "block's first document start to its last query; the blocks' partial overlap with earlier"
-  echo "documents is masked, not skipped, so the work done is somewhat more than the fraction above."
+  echo "block's first document start to its last query, and the backward's dK, dV products per 48-key"
+  echo "block only the queries up to the end of the block's last document; a block's partial overlap"
+  echo "with another document is masked, not skipped, so the work done is somewhat more than the"
+  echo "fraction above. The softmax rows are still written [T] wide (zeros outside the document)."
 } >"$OUT"
 cat "$OUT"

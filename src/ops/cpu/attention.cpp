@@ -120,12 +120,18 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           small_gemm(mb, hd, n - lo, dS + static_cast<int64_t>(i0) * T + lo, T, k + static_cast<int64_t>(lo) * C3, C3,
                      dq + i0 * C3, C3, 1.f, false);
         }
-        // dK = dS^T Q and dV = P^T dO read dS and P transposed (rows t >= j0 only: causal).
+        // dK = dS^T Q and dV = P^T dO read dS and P transposed (rows t >= j0 only: causal; with
+        // documents only up to the last query whose document starts at or before the block's
+        // last key: document starts do not decrease along a sequence).
         for (int j0 = 0; j0 < T; j0 += kRowBlock) {
-          int mb = std::min(kRowBlock, T - j0);
+          int mb = std::min(kRowBlock, T - j0), end = T;
+          if (doc_start) {
+            const int32_t* d = doc_start + static_cast<int64_t>(b) * T;
+            end = static_cast<int>(std::upper_bound(d + j0, d + T, j0 + mb - 1) - d);
+          }
           int64_t off = static_cast<int64_t>(j0) * T + j0;
-          small_gemm<true>(mb, hd, T - j0, dS + off, T, q + j0 * C3, C3, dk + j0 * C3, C3, 1.f, g > 0);
-          small_gemm<true>(mb, hd, T - j0, P + off, T, dO + j0 * C, C, dv + j0 * C3, C3, 1.f, g > 0);
+          small_gemm<true>(mb, hd, end - j0, dS + off, T, q + j0 * C3, C3, dk + j0 * C3, C3, 1.f, g > 0);
+          small_gemm<true>(mb, hd, end - j0, P + off, T, dO + j0 * C, C, dv + j0 * C3, C3, 1.f, g > 0);
         }
       }
     }
