@@ -170,51 +170,44 @@ std::string TokenDataset::describe() const {
   return fmt::format("{}/{}_*.h5 ({} shard{}, {} tokens)", dir_, split_, files_.size(), files_.size() == 1 ? "" : "s", total_);
 }
 
-void TokenDataset::read(int64_t start, int64_t n, int32_t* out) const {
-  check(start >= 0 && n >= 0 && start + n <= total_, "read [{}, {}) beyond the {} tokens of {}", start, start + n, total_,
-        describe());
-  size_t s = std::upper_bound(starts_.begin(), starts_.end(), start) - starts_.begin() - 1;
-  std::lock_guard lock(hdf5_mutex());
-  while (n > 0) {
-    const Shard& sh = *shards_[s];
-    hsize_t off = static_cast<hsize_t>(start - starts_[s]);
-    hsize_t cnt = static_cast<hsize_t>(std::min<int64_t>(n, sh.n - static_cast<int64_t>(off)));
-    if (cnt > 0) {
-      read_1d(sh.tokens, off, cnt, H5T_NATIVE_INT32, out, sh.path, "tokens");
-      // The cheap load-time check: every token handed to the model is inside the vocabulary.
-      for (hsize_t i = 0; i < cnt; ++i)
-        if (static_cast<uint32_t>(out[i]) >= static_cast<uint32_t>(vocab_size_))
-          fail("{}: token {} at index {} is >= vocab_size {}", sh.path, static_cast<uint32_t>(out[i]), off + i, vocab_size_);
-    }
-    out += cnt;
-    n -= static_cast<int64_t>(cnt);
-    start += static_cast<int64_t>(cnt);
-    ++s;
-  }
-}
-
-void TokenDataset::read_loss_mask(int64_t start, int64_t n, uint8_t* out) const {
-  check(start >= 0 && n >= 0 && start + n <= total_, "loss mask [{}, {}) beyond the {} tokens of {}", start, start + n,
+// Calls f(shard, offset in it, count, elements done before) for each shard [start, start + n)
+// touches, in order, under the HDF5 lock.
+template <class F>
+void TokenDataset::each_shard_range(int64_t start, int64_t n, const char* what, F&& f) const {
+  check(start >= 0 && n >= 0 && start + n <= total_, "{} [{}, {}) beyond the {} tokens of {}", what, start, start + n,
         total_, describe());
   size_t s = std::upper_bound(starts_.begin(), starts_.end(), start) - starts_.begin() - 1;
   std::lock_guard lock(hdf5_mutex());
-  while (n > 0) {
+  for (int64_t done = 0; done < n; ++s) {
     const Shard& sh = *shards_[s];
-    hsize_t off = static_cast<hsize_t>(start - starts_[s]);
-    hsize_t cnt = static_cast<hsize_t>(std::min<int64_t>(n, sh.n - static_cast<int64_t>(off)));
-    if (cnt > 0) {
-      if (sh.mask.valid()) {
-        read_1d(sh.mask, off, cnt, H5T_NATIVE_UINT8, out, sh.path, "loss_mask");
-        for (hsize_t i = 0; i < cnt; ++i) out[i] = out[i] != 0;
-      } else {
-        std::fill(out, out + cnt, uint8_t{1});
-      }
-    }
-    out += cnt;
-    n -= static_cast<int64_t>(cnt);
-    start += static_cast<int64_t>(cnt);
-    ++s;
+    const hsize_t off = static_cast<hsize_t>(start + done - starts_[s]);
+    const hsize_t cnt = static_cast<hsize_t>(std::min<int64_t>(n - done, sh.n - static_cast<int64_t>(off)));
+    if (cnt > 0) f(sh, off, cnt, done);
+    done += static_cast<int64_t>(cnt);
   }
+}
+
+void TokenDataset::read(int64_t start, int64_t n, int32_t* out) const {
+  each_shard_range(start, n, "read", [&](const Shard& sh, hsize_t off, hsize_t cnt, int64_t done) {
+    int32_t* o = out + done;
+    read_1d(sh.tokens, off, cnt, H5T_NATIVE_INT32, o, sh.path, "tokens");
+    // The cheap load-time check: every token handed to the model is inside the vocabulary.
+    for (hsize_t i = 0; i < cnt; ++i)
+      if (static_cast<uint32_t>(o[i]) >= static_cast<uint32_t>(vocab_size_))
+        fail("{}: token {} at index {} is >= vocab_size {}", sh.path, static_cast<uint32_t>(o[i]), off + i, vocab_size_);
+  });
+}
+
+void TokenDataset::read_loss_mask(int64_t start, int64_t n, uint8_t* out) const {
+  each_shard_range(start, n, "loss mask", [&](const Shard& sh, hsize_t off, hsize_t cnt, int64_t done) {
+    uint8_t* o = out + done;
+    if (!sh.mask.valid()) {
+      std::fill(o, o + cnt, uint8_t{1});
+      return;
+    }
+    read_1d(sh.mask, off, cnt, H5T_NATIVE_UINT8, o, sh.path, "loss_mask");
+    for (hsize_t i = 0; i < cnt; ++i) o[i] = o[i] != 0;
+  });
 }
 
 void TokenDataset::load_doc_starts() {

@@ -95,6 +95,8 @@ class TokenDataset {
 
  private:
   struct Shard;
+  template <class F>
+  void each_shard_range(int64_t start, int64_t n, const char* what, F&& f) const;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<int64_t> starts_;  // global index of each shard's first token; back() = total
   std::vector<std::string> files_;
