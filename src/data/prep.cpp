@@ -91,8 +91,6 @@ class ShardSeries {
     }
     return *writers_.back();
   }
-  std::string dir_, split_;
-  const Tokenizer& tok_;
   // n tokens (and mask bytes, nullptr: all trained) into the current shard and the next ones.
   void append(const int32_t* ids, const uint8_t* mask, size_t len, bool begin, bool continued) {
     size_t at = 0;
@@ -113,10 +111,12 @@ class ShardSeries {
     append(ids.data(), zero.data(), ids.size(), false, false);
     fill_ = (fill_ + n) % pack_;
   }
+  std::string dir_, split_;
+  const Tokenizer& tok_;
   int64_t per_shard_, total_ = 0;
   bool loss_mask_;
   int64_t pack_;
-  int64_t fill_ = 0, real_ = 0, splits_ = 0;  // packing: tokens in the open block; documents' tokens
+  int64_t fill_ = 0, real_ = 0, splits_ = 0;  // packing: tokens in the open block, documents' tokens, documents split
   std::string source_;
   std::vector<std::unique_ptr<ShardWriter>> writers_;
 };

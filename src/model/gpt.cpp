@@ -379,10 +379,8 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
             cfg_.vocab_size);
       toks[i] = tok;
     }
-    // Under cp the positions are not 0..T-1: wpe's rows are added by global position; with
-    // document masking by position in the document.
-    if (sa.had_docs) emb_->forward(sa.input, toks, w_.wte, w_.wpe, B, T, act_.dfull, sa.doc_pos, /*per_row=*/true);
-    else emb_->forward(sa.input, toks, w_.wte, w_.wpe, B, T, act_.dfull, shard_.cp_size > 1 ? geo_.positions() : nullptr);
+    const WpeRows rows = wpe_rows(sa);
+    emb_->forward(sa.input, toks, w_.wte, w_.wpe, B, T, act_.dfull, rows.positions, rows.per_row);
   }
   // Each block's output is added lazily, by the next block's first norm (block l writes res3 of
   // block l - 1); with recompute every block writes its own at once (the only tensor it keeps).
@@ -471,8 +469,8 @@ void GPT::backward(float loss_scale, int slot) {
   }
   emit(UnitEvent::pre_backward, kEmbeddingUnit);
   if (shard_.has_embedding) {
-    if (sa.had_docs) emb_->backward(g_.wte, g_.wpe, dres, act_.dfull, toks, B, T, sa.doc_pos, /*per_row=*/true);
-    else emb_->backward(g_.wte, g_.wpe, dres, act_.dfull, toks, B, T, shard_.cp_size > 1 ? geo_.positions() : nullptr);
+    const WpeRows rows = wpe_rows(sa);
+    emb_->backward(g_.wte, g_.wpe, dres, act_.dfull, toks, B, T, rows.positions, rows.per_row);
   }
   emit(UnitEvent::post_backward, kEmbeddingUnit);
 }

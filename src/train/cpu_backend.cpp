@@ -87,11 +87,11 @@ class CpuBackend final : public TrainBackend {
     const double ratio = -grid_.world().all_reduce_scalar(-(b16 / f32), ReduceOp::max);  // the minimum over ranks
     const bool use = ratio >= 1.3;
     ops_->set_gemm_bf16(use);
-    probe_ = use ? b16 : f32;
+    probe_ = use ? b16 : f32;  // the chosen precision's probe: peak_flops() need not run it again
     if (!have_bf16) {
       precision_note_ = "fp32 (auto: this CPU has no bf16 GEMM in oneDNN)";
       return;
-    }  // the chosen precision's probe: peak_flops() need not run it again
+    }
     precision_note_ = fmt::format("{} (auto: bf16 GEMM probe {:.0f} vs fp32 {:.0f} GFLOP/s, {:.2f}x {} 1.3x)",
                                   use ? "bf16 GEMMs" : "fp32", b16 / 1e9, f32 / 1e9, ratio, use ? ">=" : "<");
   }

@@ -10,24 +10,17 @@
 
 namespace mpitron {
 
-double fetch_step_batches(DataLoader& data, std::vector<Batch>& batches) {
-  double targets = 0;
+StepTokenCounts fetch_step_batches(DataLoader& data, std::vector<Batch>& batches) {
+  StepTokenCounts c;
   for (auto& b : batches) {
     data.next(b);
-    for (int32_t t : b.targets) targets += t >= 0;
-  }
-  return targets;
-}
-
-double document_attention_fraction(const std::vector<Batch>& batches, Comm& dp) {
-  double v[2] = {0, 0};  // keys seen, keys causal attention sees
-  for (const Batch& b : batches)
+    for (int32_t t : b.targets) c.targets += t >= 0;
     for (size_t i = 0; i < b.positions.size(); ++i) {
-      v[0] += b.positions[i] + 1.0;
-      v[1] += static_cast<double>(i % static_cast<size_t>(b.seq_len)) + 1.0;
+      c.keys_seen += b.positions[i] + 1.0;
+      c.keys_causal += static_cast<double>(i % static_cast<size_t>(b.seq_len)) + 1.0;
     }
-  if (dp.size() > 1) dp.all_reduce_host_f64(v, 2, ReduceOp::sum);
-  return v[1] > 0 ? v[0] / v[1] : 1.0;
+  }
+  return c;
 }
 
 bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainResult& result, int step, double loss,

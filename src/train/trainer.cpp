@@ -206,15 +206,16 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     set_activity_phase("data");
     fault_point("step_begin");
     ckpt.begin_step();
-    const double my_tokens = fetch_step_batches(train_data, batches);
+    const StepTokenCounts mine = fetch_step_batches(train_data, batches);
     const double data_ms = ms_since(t0);
     if (trace::enabled()) trace::event("next batches", trace::data, t0, Clock::now());
-    const double n_tokens = dp > 1 ? grid.dp().all_reduce_scalar(my_tokens, ReduceOp::sum) : my_tokens;
+    double sums[3] = {mine.targets, mine.keys_seen, mine.keys_causal};  // the global batch's: one reduction
+    if (dp > 1) grid.dp().all_reduce_host_f64(sums, 3, ReduceOp::sum);
+    const StepTokenCounts global{sums[0], sums[1], sums[2]};
 
     const double lr = sched.at(step);
-    const double att_frac = cfg.data.document_mask ? document_attention_fraction(batches, grid.dp()) : 1.0;
-    StepOutcome r = train_step(*backend, grid, batches, n_tokens, lr, cfg.optim.grad_clip);
-    r.attention_fraction = att_frac;
+    StepOutcome r = train_step(*backend, grid, batches, global.targets, lr, cfg.optim.grad_clip);
+    r.attention_fraction = global.attention_fraction();
     if (!r.updated) {  // throws unless train.nan_policy = "skip" allows one more
       skip_non_finite_step(cfg, ckpt, result, step, r.loss, r.grad_norm, rank0);
       report.skipped_step();  // the state is the previous step's: checkpoints and preemption as on any step

@@ -214,6 +214,17 @@ class GPT final : public ModelChunk {
     float *xg = nullptr, *dfull = nullptr;  // sequence parallel: gathered [B*T, C] input / full-rows scratch
     float* proj_out = nullptr;              // [rows, C]: a projection's output before its residual add
   };
+  // wpe's row of each token (VocabParallelEmbedding's positions): by global position under cp
+  // (one [Tl] array for every sequence), by position in the document with document masking (per
+  // row), 0 .. T-1 otherwise (nullptr).
+  struct WpeRows {
+    const int32_t* positions = nullptr;
+    bool per_row = false;
+  };
+  WpeRows wpe_rows(const SlotActs& sa) const {
+    if (sa.had_docs) return {sa.doc_pos, true};
+    return {shard_.cp_size > 1 ? geo_.positions() : nullptr, false};
+  }
   std::vector<FieldRef> field_refs() const;  // from the table's names
   static void moe_field(const std::string& rest, FieldRef& f);
   Weights resolve(float* base) const;

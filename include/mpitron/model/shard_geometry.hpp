@@ -53,25 +53,23 @@ struct ShardGeometry {
   template <class Ops, class T>
   void rope(Ops& ops, T* x, int B, bool inverse, const int32_t* doc_pos = nullptr) const {
     const int chunk = cp > 1 ? Tl / 2 : Tl;
+    // nb sequences of n rows from q at positions pos0 .. pos0 + n - 1: the query heads, then the key heads.
+    auto rotate = [&](T* q, int nb, int n, int pos0) {
+      ops.rope(q, nb, n, static_cast<int>(h_local), hd, qkv_local, rope_theta, pos0, inverse);
+      ops.rope(q + c_local, nb, n, static_cast<int>(kv_local), hd, qkv_local, rope_theta, pos0, inverse);
+    };
     if (doc_pos) {
       for (int64_t r = 0; r < int64_t{B} * Tl;) {
         int64_t e = r + 1;
         while (e % chunk != 0 && doc_pos[e] == doc_pos[e - 1] + 1) ++e;
-        T* q = x + r * qkv_local;
-        const int n = static_cast<int>(e - r);
-        ops.rope(q, 1, n, static_cast<int>(h_local), hd, qkv_local, rope_theta, doc_pos[r], inverse);
-        ops.rope(q + c_local, 1, n, static_cast<int>(kv_local), hd, qkv_local, rope_theta, doc_pos[r], inverse);
+        rotate(x + r * qkv_local, 1, static_cast<int>(e - r), doc_pos[r]);
         r = e;
       }
       return;
     }
     for (int b = 0; b < (cp > 1 ? B : 1); ++b)
-      for (int c = 0; c < Tl / chunk; ++c) {
-        T* q = x + (int64_t{b} * Tl + int64_t{c} * chunk) * qkv_local;
-        const int nb = cp > 1 ? 1 : B, pos0 = positions()[c * chunk];
-        ops.rope(q, nb, chunk, static_cast<int>(h_local), hd, qkv_local, rope_theta, pos0, inverse);
-        ops.rope(q + c_local, nb, chunk, static_cast<int>(kv_local), hd, qkv_local, rope_theta, pos0, inverse);
-      }
+      for (int c = 0; c < Tl / chunk; ++c)
+        rotate(x + (int64_t{b} * Tl + int64_t{c} * chunk) * qkv_local, cp > 1 ? 1 : B, chunk, positions()[c * chunk]);
   }
   // Attention's backward passes through the rotation: dq, dk rotated back.
   template <class Ops, class T>

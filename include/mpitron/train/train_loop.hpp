@@ -14,12 +14,17 @@
 
 namespace mpitron {
 
-// Fills every micro-batch of the step; returns this rank's target tokens (targets >= 0). The
-// loss normaliser is the global batch's target count, needed before the first backward.
-double fetch_step_batches(DataLoader& data, std::vector<Batch>& batches);
-// Document masking: the keys the global batch's queries see (each its position in its document
-// + 1) over those causal attention would (its index + 1), summed over the dp group; 1 without.
-double document_attention_fraction(const std::vector<Batch>& batches, Comm& dp);
+// What one rank's micro-batches of a step hold, summed: target tokens (targets >= 0; the loss
+// normaliser is the global batch's count, needed before the first backward) and, with document
+// masking, the keys their queries see (each its position in its document + 1) and the keys
+// causal attention would (its index + 1). The trainer sums them over dp in one reduction.
+struct StepTokenCounts {
+  double targets = 0, keys_seen = 0, keys_causal = 0;
+  // The share of causal attention's work the documents need (1 without document masking).
+  double attention_fraction() const { return keys_causal > 0 ? keys_seen / keys_causal : 1.0; }
+};
+// Fills every micro-batch of the step; returns this rank's counts.
+StepTokenCounts fetch_step_batches(DataLoader& data, std::vector<Batch>& batches);
 
 // train.nan_policy for a step whose loss or grad norm is not finite: "skip" -> true (the caller
 // skips the optimizer step), an Error at train.nan_skip_limit consecutive ones; "stop" ->

@@ -16,7 +16,7 @@ namespace mpitron {
 struct StepOutcome {
   double loss = 0, grad_norm = 0;  // over the whole grid: every rank holds the same values
   double trained_tokens = 0;       // the targets the loss counted (train_step's n_tokens)
-  double attention_fraction = 1;   // the trainer's document_attention_fraction
+  double attention_fraction = 1;   // StepTokenCounts::attention_fraction of the global batch
   // false: the loss or the gradient norm is not finite; nothing was updated (train.nan_policy
   // decides what happens next).
   bool updated = false;
