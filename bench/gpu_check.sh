@@ -5,7 +5,7 @@
 # 2. runs it: every CUDA kernel against the CPU backend (relative error, bound per op), cuDNN
 #    attention against the naive path, kernel timings at gpt2-124m shapes, the cuBLASLt GEMM rate,
 #    20 tiny-model training steps on GptCuda against the CPU GPT, gpt2-124m/350m step timings + MFU;
-# 3. builds $BUILD/mpitron and runs the trainer end to end on this GPU (train.backend = "nccl",
+# 3. builds $BUILD/mpitron (or uses the carried one) and runs the trainer end to end on this GPU (train.backend = "nccl",
 #    20 steps of the tiny model on a corpus made of this repository's text) against the same
 #    job on the CPU backend: loss curves within bf16 tolerance (2e-2 relative); the same for the
 #    mixture-of-experts model jobs/moe-tiny.toml;
@@ -30,31 +30,13 @@ mkdir -p "$BUILD"
 
 echo "gpu_check: $(nvidia-smi -L 2>/dev/null | head -1 || echo 'nvidia-smi not found')"
 BIN="$BUILD/bench/gpu_check"
-# A gpu_check prebuilt on the build machine (bench/gpu/prepare_carry.sh, carried to this one): used
-# when the build here fails, e.g. because this image lacks oneDNN, fmt or the cuDNN/NCCL headers.
-CARRY=${GPU_CHECK_CARRY:-build-gpu-carry}
-use_carried() {
-  [ -x "$CARRY/bench/gpu_check" ] || return 1
-  BIN="$CARRY/bench/gpu_check"
-  local extra
-  extra=$(cd "$CARRY" && pwd)/lib
-  # CUDA libraries this image keeps elsewhere than /usr/local/cuda/lib64 (e.g. cuDNN and NCCL only
-  # in the Python packages' nvidia/*/lib folders): added only when the loader misses some.
-  if LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$BIN" | grep -q "not found"; then
-    local d
-    for d in $(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in sorted(os.listdir(p))]' 2>/dev/null) \
-        /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-      [ -d "$d" ] && extra="$extra:$d"
-    done
-  fi
-  export LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  echo "gpu_check: using the carried $BIN (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
-  if ldd "$BIN" | grep "not found"; then
-    echo "gpu_check: the carried binary still misses the libraries above"
-    return 1
-  fi
-  return 0
-}
+MPITRON="$BUILD/mpitron"
+# gpu_check and mpitron prebuilt on the build machine: bench/gpu/carried.sh (use_carried).
+source bench/gpu/carried.sh
+if [ "${USE_CARRY:-0}" = 1 ]; then
+  use_carried || { echo "gpu_check: USE_CARRY=1 but no usable $CARRY/bundle.tar.gz"; exit 2; }
+  NO_BUILD=1
+fi
 if [ "${NO_BUILD:-0}" != 1 ]; then
   echo "gpu_check: building $BUILD/bench/gpu_check (make BUILD=$BUILD CUDA=1 -j$(nproc)) ..."
   if ! timeout $((LIMIT - 120)) make --no-print-directory BUILD="$BUILD" CUDA=1 -j"$(nproc)" \
@@ -95,7 +77,7 @@ for sec in device:30 kernels:150 attention:120 timings:120 tiny:120 steps:150; d
   [ "$first" = 1 ] || args+=(--append)
   first=0
   ts=$SECONDS
-  timeout --kill-after=10 "$left" "$BIN" "${args[@]}" "$name"
+  timeout --kill-after=10 "$left" "${RUNENV[@]}" "$BIN" "${args[@]}" "$name"
   src=$?
   echo "gpu_check: section $name exit $src after $((SECONDS - ts)) s"
   if [ "$src" -eq 124 ] || [ "$src" -eq 137 ]; then
@@ -107,7 +89,7 @@ for sec in device:30 kernels:150 attention:120 timings:120 tiny:120 steps:150; d
   [ "$src" -ne 0 ] && rc=1
 done
 [ "$rc" -eq 2 ] && { echo "gpu_check: exit 2 (no usable GPU)"; exit 2; }
-if [ "$BIN" != "$BUILD/bench/gpu_check" ]; then
+if [ "$BIN" != "$BUILD/bench/gpu_check" ] && [ "${USE_CARRY:-0}" != 1 ]; then
   { echo; echo "Note: the build on this machine failed ($log: $(grep -m1 -E 'error|Error' "$log" || tail -n1 "$log"));"
     echo "the sections above ran the gpu_check prebuilt on the build machine ($BIN)."; } | tee -a "$OUT"
 fi
@@ -133,28 +115,28 @@ trainer_check() {
   # Not run (exit 3, the overall result is the kernels' then): no time left, or no mpitron build
   # here (the whole program needs Open MPI, HDF5, oneDNN and fmt, which a bare GPU image may lack).
   if [ "$left" -lt 90 ]; then echo "trainer check skipped: ${left} s left"; return 3; fi
-  timeout $((left - 60)) make --no-print-directory BUILD="$BUILD" CUDA=1 -j"$(nproc)" "$BUILD/mpitron" \
-    >>"$log" 2>&1 || {
-    echo "trainer check NOT RUN: build of $BUILD/mpitron failed on this machine (missing MPI/HDF5/oneDNN/fmt?):"
+  if [ "$MPITRON" = "$BUILD/mpitron" ] &&
+      ! timeout $((left - 60)) make --no-print-directory BUILD="$BUILD" CUDA=1 -j"$(nproc)" "$BUILD/mpitron" >>"$log" 2>&1; then
+    echo "build of $BUILD/mpitron failed on this machine (missing MPI/HDF5/oneDNN/fmt?):"
     echo '```'; grep -m5 -E "error|No such file" "$log"; echo '```'
-    return 3
-  }
+    use_carried || { echo "trainer check NOT RUN: no carried mpitron either"; return 3; }
+  fi
   local d="$BUILD/gpu_check_train"
   rm -rf "$d" && mkdir -p "$d"
   cat README.md docs/*.md $(find src include -name '*.[ch]pp' | sort) >"$d/corpus.txt"
-  "$BUILD/mpitron" prep --input "$d/corpus.txt" --tokenizer byte --out "$d/data" --val-fraction 0.05 --quiet ||
+  "${RUNENV[@]}" "$MPITRON" prep --input "$d/corpus.txt" --tokenizer byte --out "$d/data" --val-fraction 0.05 --quiet ||
     { echo "trainer check: prep failed"; return 1; }
   local job=(jobs/tiny.toml --data.path="$d/data" --train.steps=20 --log.every=1 --eval.every=0 --eval.batches=0)
   local failed=0
   for b in nccl cpu; do
-    timeout 120 "$BUILD/mpitron" train "${job[@]}" --train.backend=$b --job.run_dir="$d/$b" >"$d/$b.log" 2>&1 && continue
+    timeout 120 "${RUNENV[@]}" "$MPITRON" train "${job[@]}" --train.backend=$b --job.run_dir="$d/$b" >"$d/$b.log" 2>&1 && continue
     echo "trainer check: train.backend=$b failed:"; echo '```'; tail -n 15 "$d/$b.log"; echo '```'
     [ "$b" = nccl ] && grep -q "cuDNN" "$d/$b.log" || return 1  # cuDNN errors say "cuDNN"
     # A cuDNN failure: still compare the trainer on the GPU through the other attention path (the
     # failure stays a failure).
     failed=1
     echo "trainer check: retrying train.backend=nccl with model.attention = naive"
-    timeout 120 "$BUILD/mpitron" train "${job[@]}" --train.backend=nccl --model.attention=naive \
+    timeout 120 "${RUNENV[@]}" "$MPITRON" train "${job[@]}" --train.backend=nccl --model.attention=naive \
       --job.run_dir="$d/$b" >"$d/$b.log" 2>&1 ||
       { echo '```'; tail -n 15 "$d/$b.log"; echo '```'; return 1; }
   done
@@ -170,7 +152,7 @@ trainer_check() {
   [ "$failed" = 1 ] && att=(--model.attention=naive)
   local moe=(jobs/moe-tiny.toml --data.path="$d/data" --train.steps=20 --log.every=1 --eval.every=0 --eval.batches=0)
   for b in nccl cpu; do
-    timeout 120 "$BUILD/mpitron" train "${moe[@]}" "${att[@]}" --train.backend=$b --job.run_dir="$d/moe_$b" \
+    timeout 120 "${RUNENV[@]}" "$MPITRON" train "${moe[@]}" "${att[@]}" --train.backend=$b --job.run_dir="$d/moe_$b" \
       >"$d/moe_$b.log" 2>&1 && continue
     echo "trainer check (MoE): train.backend=$b failed:"; echo '```'; tail -n 15 "$d/moe_$b.log"; echo '```'
     return 1
