@@ -24,6 +24,7 @@ if [ "${1:-}" = --reference ]; then
   mkdir -p "$REF_DIR"
   for j in "${JOBS[@]}"; do
     r=build/demo_reference/$j
+    mkdir -p build/demo_reference
     rm -rf "$r"
     build/mpitron train "jobs/$j.toml" "${COMMON[@]}" --train.backend=cpu --train.precision=fp32 \
       --train.resume=never --job.run_dir="$r" >"$r.log" 2>&1 || { tail "$r.log"; exit 1; }

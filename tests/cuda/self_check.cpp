@@ -670,6 +670,10 @@ void check_optimizer(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c
   double ref = cpu.sum_squares(g.data(), n);
   double got = gpu.sum_squares_host(dg->as<float>(), n);
   c.add("sum_squares", {static_cast<float>(got)}, {static_cast<float>(ref)}, kExact);
+  // From an element past a 16-byte boundary: the elements before the kernel's first whole pack.
+  ref = cpu.sum_squares(g.data() + 1, n - 2);
+  got = gpu.sum_squares_host(dg->as<float>() + 1, n - 2);
+  c.add("sum_squares(unaligned)", {static_cast<float>(got)}, {static_cast<float>(ref)}, kExact);
 }
 
 }  // namespace

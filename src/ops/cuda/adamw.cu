@@ -29,11 +29,34 @@ __global__ void adamw_kernel(float* p, bf* p_bf16, const float* g, float* m, flo
 
 constexpr unsigned kSumThreads = 512;
 
+// Each thread keeps four 16-byte loads in flight (one 4-byte load at a time reached ~1.3 TB/s on an
+// H200). The elements before x's first 16-byte boundary and after the last whole pack go one per
+// thread. The order depends only on x's alignment, n and the grid: the same every step.
 __global__ void sumsq_partial_kernel(double* partial, const float* x, size_t n) {
   __shared__ double sh[kSumThreads / 32];
+  const size_t head = min(n, static_cast<size_t>((16 - (reinterpret_cast<uintptr_t>(x) & 15)) & 15) / sizeof(float));
+  const size_t packs = (n - head) / 4, rest = n - head - 4 * packs;
+  const F4* body = reinterpret_cast<const F4*>(x + head);
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   double acc = 0.0;
-  size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) acc += static_cast<double>(x[i]) * x[i];
+  size_t i = tid;
+  for (; i + 3 * stride < packs; i += 4 * stride) {
+    F4 q[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) q[u] = body[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc += static_cast<double>(q[u].v[k]) * q[u].v[k];
+  }
+  for (; i < packs; i += stride) {
+    const F4 q = body[i];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc += static_cast<double>(q.v[k]) * q.v[k];
+  }
+  if (tid < head) acc += static_cast<double>(x[tid]) * x[tid];
+  if (tid < rest) acc += static_cast<double>(x[head + 4 * packs + tid]) * x[head + 4 * packs + tid];
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = acc;
   __syncthreads();
@@ -44,11 +67,12 @@ __global__ void sumsq_partial_kernel(double* partial, const float* x, size_t n) 
   }
 }
 
+// One warp: lane j adds the partials j, j + 32, ..., then the lanes' sums meet in a fixed tree.
 __global__ void sumsq_finish_kernel(double* dst, const double* partial, unsigned blocks, bool accumulate) {
-  if (threadIdx.x != 0) return;
   double s = 0.0;
-  for (unsigned b = 0; b < blocks; ++b) s += partial[b];
-  *dst = accumulate ? *dst + s : s;
+  for (unsigned b = threadIdx.x; b < blocks; b += 32) s += partial[b];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x == 0) *dst = accumulate ? *dst + s : s;
 }
 
 }  // namespace

@@ -2,14 +2,11 @@
 // a one-pass backward. bf16 data, fp32 statistics; C must be a multiple of 8 (16-byte packs).
 //
 // Forward: one warp per row; the row is read three times (sum, centred variance, output), the
-// second and third from L1/L2. Backward: one block per chunk of rows, each thread owning 8
-// columns for the whole chunk, so dout and inp are read once: per row a block reduction gives
-// the two row means (of w*dy and of w*dy*xhat), then dinp += ... and the thread's dweight/dbias
-// registers accumulate. Per-chunk partials are summed in chunk order by a second kernel: the
-// result does not depend on scheduling (no float atomics).
-#include <algorithm>
+// second and third from L1/L2. Backward: the row groups of row_groups.cuh, each thread owning 8
+// columns, so dout and inp are read once: per row its group's reduction gives the two row means (of
+// w*dy and of w*dy*xhat), then dinp += ... and the thread's dweight/dbias registers accumulate.
 
-#include "common.cuh"
+#include "row_groups.cuh"
 
 namespace mpitron::cuda {
 namespace {
@@ -66,75 +63,61 @@ __global__ void ln_fwd_kernel(bf* residual, bf* out, float* mean, float* rstd, c
   }
 }
 
-__global__ void ln_bwd_kernel(bf* dinp, float* partial, const bf* dout, const bf* inp, const bf* w, const float* mean,
-                              const float* rstd, int64_t rows, int C, int64_t rows_per_chunk) {
-  __shared__ float sh[2][32];
-  const int c0 = threadIdx.x * 8;
+__global__ void __launch_bounds__(1024) ln_bwd_kernel(bf* dinp, float* partial, const bf* dout, const bf* inp, const bf* w, const float* mean,
+                              const float* rstd, int64_t rows, int C, int64_t rows_per_chunk, int G, int R) {
+  __shared__ float sh[kMaxRowGroups * 2 * 32];
+  extern __shared__ float buf[];
+  const int g = static_cast<int>(threadIdx.x) / G;
+  const int c0 = (static_cast<int>(threadIdx.x) - g * G) * 8;
   const bool active = c0 < C;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  float wv[8], dw[8] = {}, db[8] = {};
+  float wv[8] = {}, acc[16] = {};  // acc: this thread's dweight sums, then its dbias sums
   if (active) {
     Bf8 p = *reinterpret_cast<const Bf8*>(w + c0);
 #pragma unroll
     for (int k = 0; k < 8; ++k) wv[k] = __bfloat162float(p.v[k]);
   }
   const int64_t r0 = blockIdx.x * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
-  for (int64_t r = r0; r < r1; ++r) {
-    float xn[8] = {}, dn[8] = {}, sa = 0.f, sb = 0.f;
-    const float m = mean[r], rs = rstd[r];
-    if (active) {
+  for (int64_t rb = r0; rb < r1; rb += R) {
+    const int64_t r = rb + g;
+    const bool live = active && r < r1;
+    float xn[8] = {}, dn[8] = {}, sums[2] = {0.f, 0.f}, rs = 0.f;
+    Bf8 old{};
+    if (live) {
+      const float m = mean[r];
+      rs = rstd[r];
+      // dinp's old values are loaded with the inputs, before the row sums (one memory wait per row).
       Bf8 px = *reinterpret_cast<const Bf8*>(inp + r * C + c0), pd = *reinterpret_cast<const Bf8*>(dout + r * C + c0);
+      old = *reinterpret_cast<const Bf8*>(dinp + r * C + c0);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         float dy = __bfloat162float(pd.v[k]);
         xn[k] = (__bfloat162float(px.v[k]) - m) * rs;
         dn[k] = wv[k] * dy;
-        sa += dn[k];
-        sb += dn[k] * xn[k];
-        dw[k] += dy * xn[k];
-        db[k] += dy;
+        sums[0] += dn[k];
+        sums[1] += dn[k] * xn[k];
+        acc[k] += dy * xn[k];
+        acc[8 + k] += dy;
       }
     }
-    sa = warp_sum(sa);
-    sb = warp_sum(sb);
-    __syncthreads();  // the previous row's readers are done with sh
-    if (lane == 0) {
-      sh[0][warp] = sa;
-      sh[1][warp] = sb;
-    }
-    __syncthreads();
-    sa = lane < nw ? sh[0][lane] : 0.f;
-    sb = lane < nw ? sh[1][lane] : 0.f;
-    const float a = warp_sum(sa) / C, b = warp_sum(sb) / C;
-    if (active) {
-      bf* dx = dinp + r * C + c0;
-      Bf8 old = *reinterpret_cast<const Bf8*>(dx), o;
+    group_sum(sums, sh, g, G / 32);
+    if (live) {
+      const float a = sums[0] / C, b = sums[1] / C;
+      Bf8 o;
 #pragma unroll
       for (int k = 0; k < 8; ++k)
         o.v[k] = __float2bfloat16_rn(__bfloat162float(old.v[k]) + (dn[k] - a - xn[k] * b) * rs);
-      *reinterpret_cast<Bf8*>(dx) = o;
+      *reinterpret_cast<Bf8*>(dinp + r * C + c0) = o;
     }
   }
-  if (active) {
+  combine_groups(acc, buf, g, R, G);
+  if (g == 0 && active) {
     float* pw = partial + static_cast<int64_t>(blockIdx.x) * 2 * C;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      pw[c0 + k] = dw[k];
-      pw[C + c0 + k] = db[k];
+      pw[c0 + k] = acc[k];
+      pw[C + c0 + k] = acc[8 + k];
     }
   }
-}
-
-__global__ void ln_bwd_finish_kernel(float* dweight, float* dbias, const float* partial, int chunks, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float sw = 0.f, sb = 0.f;
-  for (int i = 0; i < chunks; ++i) {
-    sw += partial[static_cast<int64_t>(i) * 2 * C + c];
-    sb += partial[static_cast<int64_t>(i) * 2 * C + C + c];
-  }
-  if (dweight) dweight[c] += sw;
-  if (dbias) dbias[c] += sb;
 }
 
 }  // namespace
@@ -157,21 +140,15 @@ void layernorm_backward(cudaStream_t s, Scratch& scratch, bf16* dinp, float* dwe
   if (rows <= 0) return;
   require_packable(C, "layernorm_backward", {dinp, dout, inp, weight});
   if (C / 8 > 1024) throw_error("layernorm_backward: C = " + std::to_string(C) + " is above the 8192 this kernel handles");
-  unsigned threads = static_cast<unsigned>((C / 8 + 31) / 32 * 32);
-  int64_t chunks = std::min<int64_t>(rows, 2 * static_cast<int64_t>(sm_count()));
-  int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  float* partial = static_cast<float*>(scratch.get(static_cast<size_t>(chunks) * 2 * C * sizeof(float)));
-  ln_bwd_kernel<<<static_cast<unsigned>(chunks), threads, 0, s>>>(as_bf(dinp), partial, as_bf(dout), as_bf(inp),
-                                                                  as_bf(weight), mean, rstd, rows, static_cast<int>(C),
-                                                                  rows_per_chunk);
+  const RowGroupShape g = row_group_shape(rows, C);
+  float* partial = static_cast<float*>(scratch.get(static_cast<size_t>(g.chunks) * 2 * C * sizeof(float)));
+  ln_bwd_kernel<<<static_cast<unsigned>(g.chunks), g.groups * g.group_threads,
+                  (g.groups - 1) * g.group_threads * 16 * sizeof(float), s>>>(
+      as_bf(dinp), partial, as_bf(dout), as_bf(inp), as_bf(weight), mean, rstd, rows, static_cast<int>(C),
+      g.rows_per_chunk, static_cast<int>(g.group_threads), static_cast<int>(g.groups));
   launch_check("ln_bwd_kernel");
-  if (dweight || dbias) {
-    ln_bwd_finish_kernel<<<static_cast<unsigned>((C + 255) / 256), 256, 0, s>>>(dweight, dbias, partial,
-                                                                                static_cast<int>(chunks),
-                                                                                static_cast<int>(C));
-    launch_check("ln_bwd_finish_kernel");
-  }
+  if (dweight) column_sum(s, dweight, partial, g.chunks, 2 * C, C);
+  if (dbias) column_sum(s, dbias, partial + C, g.chunks, 2 * C, C);
 }
 
 }  // namespace mpitron::cuda

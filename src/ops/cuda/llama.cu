@@ -1,10 +1,10 @@
 // The LLaMA block's kernels, twins of src/ops/cpu/llama.cpp: RMSNorm (forward and a one-pass
 // backward), rotary position embeddings and the SwiGLU gate. bf16 data, fp32 math and statistics.
 //
-// RMSNorm is laid out as LayerNorm (layernorm.cu): forward one warp per row; backward one block per
-// chunk of rows, each thread owning 8 columns for the whole chunk (dout and inp read once), one block
-// reduction per row for <w dy, x>, dinp +=, dweight partials per chunk summed in chunk order by a
-// second kernel (deterministic, no float atomics). C must be a multiple of 8, <= 8192 backward.
+// RMSNorm is laid out as LayerNorm (layernorm.cu): forward one warp per row; backward the row groups
+// of row_groups.cuh, each thread owning 8 columns (dout and inp read once), one group reduction per
+// row for <w dy, x>, dinp +=, dweight partials per chunk summed in a fixed order (deterministic, no
+// float atomics). C must be a multiple of 8, <= 8192 backward.
 //
 // RoPE: one thread per (row, pair i), looping over the row's heads, so the angle is computed once per
 // (position, frequency) and shared by every head. The angle is (pos0 + t) * theta^(-2i/hd) in double
@@ -14,7 +14,7 @@
 // next to the bf16 traffic (and the pair data itself rotates in fp32).
 #include <algorithm>
 
-#include "common.cuh"
+#include "row_groups.cuh"
 
 namespace mpitron::cuda {
 namespace {
@@ -53,10 +53,12 @@ __global__ void rms_fwd_kernel(bf* out, float* rstd, const bf* inp, const bf* w,
 
 // y = x r w, r = (mean(x^2) + eps)^-1/2: dx = r (w dy) - x r^3 <w dy, x> / C; dw = sum_rows dy x r.
 // partial (nullptr: no dweight) gets this chunk's dw sums, [chunks, C].
-__global__ void rms_bwd_kernel(bf* dinp, float* partial, const bf* dout, const bf* inp, const bf* w,
-                               const float* rstd, int64_t rows, int C, int64_t rows_per_chunk) {
-  __shared__ float sh[32];
-  const int c0 = threadIdx.x * 8;
+__global__ void __launch_bounds__(1024) rms_bwd_kernel(bf* dinp, float* partial, const bf* dout, const bf* inp, const bf* w,
+                               const float* rstd, int64_t rows, int C, int64_t rows_per_chunk, int G, int R) {
+  __shared__ float sh[kMaxRowGroups * 32];
+  extern __shared__ float buf[];
+  const int g = static_cast<int>(threadIdx.x) / G;
+  const int c0 = (static_cast<int>(threadIdx.x) - g * G) * 8;
   const bool active = c0 < C;
   float wv[8] = {}, dw[8] = {};
   if (active) {
@@ -65,42 +67,41 @@ __global__ void rms_bwd_kernel(bf* dinp, float* partial, const bf* dout, const b
     for (int k = 0; k < 8; ++k) wv[k] = __bfloat162float(p.v[k]);
   }
   const int64_t r0 = blockIdx.x * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
-  for (int64_t r = r0; r < r1; ++r) {
-    float x[8] = {}, dn[8] = {}, dot = 0.f;
-    const float rs = rstd[r];
-    if (active) {
+  for (int64_t rb = r0; rb < r1; rb += R) {
+    const int64_t r = rb + g;
+    const bool live = active && r < r1;
+    float x[8] = {}, dn[8] = {}, dot[1] = {0.f}, rs = 0.f;
+    Bf8 old{};
+    if (live) {
+      rs = rstd[r];
+      // dinp's old values are loaded with the inputs, before the row sum (one memory wait per row).
       Bf8 px = *reinterpret_cast<const Bf8*>(inp + r * C + c0), pd = *reinterpret_cast<const Bf8*>(dout + r * C + c0);
+      old = *reinterpret_cast<const Bf8*>(dinp + r * C + c0);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const float dy = __bfloat162float(pd.v[k]);
         x[k] = __bfloat162float(px.v[k]);
         dn[k] = wv[k] * dy;
-        dot += dn[k] * x[k];
+        dot[0] += dn[k] * x[k];
         dw[k] += dy * x[k] * rs;
       }
     }
-    const float a = block_sum(dot, sh) * rs * rs * rs / C;
-    if (active) {
-      bf* dx = dinp + r * C + c0;
-      Bf8 old = *reinterpret_cast<const Bf8*>(dx), o;
+    group_sum(dot, sh, g, G / 32);
+    if (live) {
+      const float a = dot[0] * rs * rs * rs / C;
+      Bf8 o;
 #pragma unroll
       for (int k = 0; k < 8; ++k) o.v[k] = __float2bfloat16_rn(__bfloat162float(old.v[k]) + dn[k] * rs - x[k] * a);
-      *reinterpret_cast<Bf8*>(dx) = o;
+      *reinterpret_cast<Bf8*>(dinp + r * C + c0) = o;
     }
   }
-  if (active && partial) {
+  if (!partial) return;  // uniform over the block
+  combine_groups(dw, buf, g, R, G);
+  if (g == 0 && active) {
     float* pw = partial + static_cast<int64_t>(blockIdx.x) * C;
 #pragma unroll
     for (int k = 0; k < 8; ++k) pw[c0 + k] = dw[k];
   }
-}
-
-__global__ void rms_bwd_finish_kernel(float* dweight, const float* partial, int chunks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0.f;
-  for (int i = 0; i < chunks; ++i) s += partial[static_cast<int64_t>(i) * C + c];
-  dweight[c] += s;
 }
 
 // ---- RoPE ----
@@ -214,22 +215,15 @@ void rmsnorm_backward(cudaStream_t s, Scratch& scratch, bf16* dinp, float* dweig
   require_packable(C, "rmsnorm_backward", {dinp, dout, inp, weight});
   if (C / 8 > 1024)
     throw_error("rmsnorm_backward: C = " + std::to_string(C) + " is above the 8192 this kernel handles");
-  const unsigned threads = static_cast<unsigned>((C / 8 + 31) / 32 * 32);
-  int64_t chunks = std::min<int64_t>(rows, 2 * static_cast<int64_t>(sm_count()));
-  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  const RowGroupShape g = row_group_shape(rows, C);
   float* partial =
-      dweight ? static_cast<float*>(scratch.get(static_cast<size_t>(chunks) * C * sizeof(float))) : nullptr;
-  rms_bwd_kernel<<<static_cast<unsigned>(chunks), threads, 0, s>>>(as_bf(dinp), partial, as_bf(dout), as_bf(inp),
-                                                                   as_bf(weight), rstd, rows, static_cast<int>(C),
-                                                                   rows_per_chunk);
+      dweight ? static_cast<float*>(scratch.get(static_cast<size_t>(g.chunks) * C * sizeof(float))) : nullptr;
+  rms_bwd_kernel<<<static_cast<unsigned>(g.chunks), g.groups * g.group_threads,
+                   (g.groups - 1) * g.group_threads * 8 * sizeof(float), s>>>(
+      as_bf(dinp), partial, as_bf(dout), as_bf(inp), as_bf(weight), rstd, rows, static_cast<int>(C), g.rows_per_chunk,
+      static_cast<int>(g.group_threads), static_cast<int>(g.groups));
   launch_check("rms_bwd_kernel");
-  if (dweight) {
-    rms_bwd_finish_kernel<<<static_cast<unsigned>((C + 255) / 256), 256, 0, s>>>(dweight, partial,
-                                                                                 static_cast<int>(chunks),
-                                                                                 static_cast<int>(C));
-    launch_check("rms_bwd_finish_kernel");
-  }
+  if (dweight) column_sum(s, dweight, partial, g.chunks, C, C);
 }
 
 void rope(cudaStream_t s, bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
