@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# MFU through the whole trainer (`mpitron train`, train.backend = nccl, one GPU, data loader, logging
+# and all), where gpu_check's "steps" section times GptCuda alone:
+#   bash bench/gpu/trainer_mfu.sh [RESULTS.md] [RUNS_DIR]          (about 2 minutes on an H200)
+# gpt2-124m and gpt2-350m at seq 1024, micro-batch 8; llama-1b at seq 2048, micro-batch 4; each with
+# its real vocabulary (50257 / 32000) on the demo corpus (byte tokens, all below the vocabulary),
+# 30 steps logged every step; the figures are medians of steps 11-30 from metrics.jsonl. The final
+# checkpoint is written as usual and timed apart (not in any step).
+# The carried mpitron (bench/gpu/prepare_carry.sh) is used when $BUILD/mpitron is missing or with
+# USE_CARRY=1. Exit status: 0 every run finished, 1 one failed, 2 nothing could run.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build-gpu}
+OUT=${1:-bench/results/gpu_trainer_mfu.md}
+R=${2:-$BUILD/trainer_mfu}
+MPITRON="$BUILD/mpitron"
+source bench/gpu/carried.sh
+if [ "${USE_CARRY:-0}" = 1 ] || [ ! -x "$MPITRON" ]; then
+  use_carried || { echo "trainer_mfu: no $MPITRON and no carried one"; exit 2; }
+fi
+DATA=data/demo
+[ -d "$CARRY/data/demo" ] && [ "$MPITRON" = "$CARRY/mpitron" ] && DATA="$CARRY/data/demo"
+rm -rf "$R" && mkdir -p "$R" "$(dirname "$OUT")"
+{
+  echo "## MFU through mpitron train on one GPU (train.backend = nccl, bf16, attention cudnn)"
+  echo
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  echo
+  echo "| model | seq x micro-batch | ms/step | tokens/s | MFU (989 TFLOP/s peak) | loss step 1 -> 30 | run wall time | final checkpoint |"
+  echo "|---|---|---|---|---|---|---|---|"
+} >"$OUT"
+rc=0
+for spec in gpt2-124m:1024:8:50257 gpt2-350m:1024:8:50257 llama-1b:2048:4:32000; do
+  IFS=: read -r preset T B V <<<"$spec"
+  t=$SECONDS
+  timeout 240 "${RUNENV[@]}" "$MPITRON" train jobs/demo.toml --model.preset="$preset" --model.n_layer=0 \
+    --model.n_head=0 --model.d_model=0 --model.seq_len="$T" --model.vocab_size="$V" --train.micro_batch="$B" \
+    --train.global_batch="$B" --train.steps=30 --log.every=1 --eval.every=0 --eval.batches=0 \
+    --train.backend=nccl --train.resume=never --data.path="$DATA" --job.run_dir="$R/$preset" >"$R/$preset.log" 2>&1
+  s=$?
+  if [ "$s" -ne 0 ]; then
+    echo "| $preset | $T x $B | exit $s | | | | | |" >>"$OUT"
+    { echo '```'; tail -n 12 "$R/$preset.log"; echo '```'; } >>"$R/failures.md"
+    rc=1
+    continue
+  fi
+  python3 - "$R/$preset" "$preset" "$T" "$B" "$((SECONDS - t))" <<'PY' >>"$OUT"
+import json, statistics, sys
+d, preset, T, B, wall = sys.argv[1:]
+recs = list(map(json.loads, open(f"{d}/metrics.jsonl")))
+steps = {r["step"]: r for r in recs if "loss" in r}
+ck = [r for r in recs if "checkpoint_blocked_ms" in r]
+mid = [steps[s] for s in range(11, 31)]
+med = lambda k: statistics.median(r[k] for r in mid)
+ckpt = f"{ck[-1]['checkpoint_blocked_ms'] / 1e3:.1f} s" if ck else "n/a"
+print(f"| {preset} | {T} x {B} | {med('step_ms'):.1f} | {med('tokens_per_s'):.0f} | {100 * med('mfu'):.1f}% | "
+      f"{steps[1]['loss']:.3f} -> {steps[30]['loss']:.3f} | {wall} s | {ckpt} |")
+PY
+done
+[ -f "$R/failures.md" ] && cat "$R/failures.md" >>"$OUT"
+cat "$OUT"
+exit "$rc"
