@@ -170,5 +170,6 @@ trainer_check() {
 trainer_check 2>&1 | tee -a "$OUT"
 trc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] && [ "$trc" -eq 1 ] && rc=1
+{ echo; echo "Run $(date -u '+%F %H:%M UTC'), $((SECONDS - t0)) s in all, exit $rc."; } >>"$OUT"
 echo "gpu_check: exit $rc, $((SECONDS - t0)) s in all; results in $OUT"
 exit "$rc"

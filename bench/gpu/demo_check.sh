@@ -48,7 +48,8 @@ rc=0
 {
   echo "## 200 steps of the demo jobs on this GPU, checkpoints crossing backends"
   echo
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU, driver: /'
+  echo "Run $(date -u '+%F %H:%M UTC'); CUDA, cuBLASLt, cuDNN and NCCL versions: bench/gpu_check.sh's device section"
   echo
 } >"$OUT"
 

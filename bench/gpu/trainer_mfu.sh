@@ -24,7 +24,8 @@ rm -rf "$R" && mkdir -p "$R" "$(dirname "$OUT")"
 {
   echo "## MFU through mpitron train on one GPU (train.backend = nccl, bf16, attention cudnn)"
   echo
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU, driver: /'
+  echo "Run $(date -u '+%F %H:%M UTC'); CUDA, cuBLASLt, cuDNN and NCCL versions: bench/gpu_check.sh's device section"
   echo
   echo "| model | seq x micro-batch | ms/step | tokens/s | MFU (989 TFLOP/s peak) | loss step 1 -> 30 | run wall time | final checkpoint |"
   echo "|---|---|---|---|---|---|---|---|"
