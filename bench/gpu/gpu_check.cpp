@@ -330,8 +330,8 @@ double timing_section(Report& rep) {
     cuda_ok(cudaMemset(pv.p, 0, P * 4), "cudaMemset");
     cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     row("adamw 124M params (fp32 master + bf16 copy)", timed(g, 10, [&] {
-          g.adamw(p.as<float>(), pb.as<bf16>(), pg.as<float>(), pm.as<float>(), pv.as<float>(), P, 1e-4f, 0.9f, 0.95f,
-                  1e-8f, 0.1f, 1);
+          g.adamw(p.as<float>(), pb.as<bf16>(), pg.as<float>(), 1.f, pm.as<float>(), pv.as<float>(), P, 1e-4f, 0.9f,
+                  0.95f, 1e-8f, 0.1f, 1);
         }),
         0, P * 18.0);
     row("sum_squares 124M", timed(g, 10, [&] { g.sum_squares(norm.as<double>(), pg.as<float>(), P, false); }), 0,

@@ -31,18 +31,18 @@ namespace {
 
 constexpr uint64_t kInitSeed = 1234, kDataSeed = 42;
 
-// The trainer's optimizer on one GPU (DataParallel at dp 1, zero 0): clip the gradients to
-// norm `clip`, AdamW (parallel/adamw.hpp) on the fp32 master weights over CudaFlatOps, then the
-// model's bf16 copy. Returns the norm before clipping.
+// The trainer's optimizer on one GPU (DataParallel at dp 1, zero 0): AdamW (parallel/adamw.hpp) on
+// the fp32 master weights over CudaFlatOps with the gradients clipped to norm `clip` (the factor
+// applied as AdamW reads them) and the model's bf16 copy written as it goes. Returns the norm before
+// clipping.
 struct GpuOptimizer {
   GpuOptimizer(CudaOps& ops, GptCuda& m)
       : model(m), flat(make_cuda_flat_ops(ops)), adamw(AdamWOptions{}, *flat, m.params(), 0, m.num_params()) {}
   double step(float lr, double clip) {
     const size_t n = model.num_params();
     const double norm = std::sqrt(flat->sum_squares(model.grad_data(), n));
-    if (norm > clip) flat->scale_inplace(model.grad_data(), static_cast<float>(clip / norm), n);
-    adamw.step(model.param_data(), model.grad_data(), lr);
-    model.params_changed();
+    const float scale = norm > clip ? static_cast<float>(clip / norm) : 1.f;
+    adamw.step(model.param_data(), model.param_bf16_data(), model.grad_data(), scale, lr);
     return norm;
   }
   GptCuda& model;
@@ -149,7 +149,7 @@ Curve tiny_cpu_run(Ops& cpu, const ModelConfig& cfg, const std::vector<std::arra
     if (s == 0) c.step1_grads.assign(model.grad_data(), model.grad_data() + n);
     double norm = std::sqrt(cpu.sum_squares(model.grad_data(), n));
     if (norm > kClip) cpu.scale_inplace(model.grad_data(), static_cast<float>(kClip / norm), n);
-    opt.step(model.param_data(), model.grad_data(), kTinyLr);
+    opt.step(model.param_data(), nullptr, model.grad_data(), 1.f, kTinyLr);  // clipped above, as torch does
     c.loss.push_back(sum / count);
     c.grad_norm.push_back(norm);
   }

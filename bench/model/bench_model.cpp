@@ -131,9 +131,9 @@ class TimedOps final : public Ops {
                              float s) override {
     time("crossentropy", [&] { in_.crossentropy_backward(d, lse, tg, R, Vp, V, s); });
   }
-  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float eps, float wd,
-             int step) override {
-    time("adamw", [&] { in_.adamw(p, g, m, v, n, lr, b1, b2, eps, wd, step); });
+  void adamw(float* p, bf16* pb, const float* g, float gs, float* m, float* v, size_t n, float lr, float b1, float b2,
+             float eps, float wd, int step) override {
+    time("adamw", [&] { in_.adamw(p, pb, g, gs, m, v, n, lr, b1, b2, eps, wd, step); });
   }
   double sum_squares(const float* x, size_t n) override {
     double r = 0;
@@ -208,8 +208,8 @@ void bench_model(ModelConfig cfg, int B, int steps, bool breakdown) {
     double gn = ops.sum_squares(m.grad_data(), m.num_params());
     (void)gn;
     for (const auto& p : m.params())
-      ops.adamw(m.param_data() + p.offset, m.grad_data() + p.offset, mo.data() + p.offset, vo.data() + p.offset,
-                p.numel, 1e-4f, 0.9f, 0.95f, 1e-8f, p.decay ? 0.1f : 0.f, s);
+      ops.adamw(m.param_data() + p.offset, nullptr, m.grad_data() + p.offset, 1.f, mo.data() + p.offset,
+                vo.data() + p.offset, p.numel, 1e-4f, 0.9f, 0.95f, 1e-8f, p.decay ? 0.1f : 0.f, s);
     if (s > 2) ts.push_back(secs(a, Clock::now()));
   }
   double t = median(ts), tok = double(B) * T;

@@ -29,11 +29,12 @@ AdamW::AdamW(const AdamWOptions& opt, FlatOps& ops, const std::vector<ParamInfo>
   }
 }
 
-void AdamW::step(float* params, const float* grads, double lr) {
+void AdamW::step(float* params, bf16* params_bf16, const float* grads, float grad_scale, double lr) {
   ++step_;
   for (const auto& s : segments_) {
     size_t local = s.offset - begin_;
-    ops_.adamw(params + s.offset, grads + s.offset, m_.data() + local, v_.data() + local, s.n,
+    ops_.adamw(params + s.offset, params_bf16 ? params_bf16 + s.offset : nullptr, grads + s.offset, grad_scale,
+               m_.data() + local, v_.data() + local, s.n,
                static_cast<float>(lr), static_cast<float>(opt_.beta1), static_cast<float>(opt_.beta2),
                static_cast<float>(opt_.eps), s.decay ? static_cast<float>(opt_.weight_decay) : 0.0f, step_);
   }

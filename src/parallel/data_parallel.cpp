@@ -88,6 +88,7 @@ float* DataParallel::param_shard() { return zero3_ ? zero3_->shard() : model_.pa
 void DataParallel::begin_step(int micro_batches) {
   micro_batches_ = micro_batches;
   backwards_done_ = 0;
+  grad_scale_ = 1.f;
   progress_.take_timing();  // drop what ran between steps (ZeRO-3 gathers of an evaluation)
   if (opt_.zero >= 2) {
     ops_.zero(grad_shard_.data(), grad_shard_.size());
@@ -229,13 +230,14 @@ double DataParallel::grad_sum_squares(int tp_rank) {
   return total;
 }
 
-void DataParallel::scale_grads(float s) {
-  if (shard_.size()) ops_.scale_inplace(grad_shard(), s, shard_.size());
-}
+void DataParallel::scale_grads(float s) { grad_scale_ *= s; }
 
 void DataParallel::optimizer_step(double lr) {
   sync_params();  // (the forward waited for every unit already)
-  optim_->step(param_shard(), grad_shard(), lr);
+  const bool in_place = !zero3_ && !param_gather_ && (opt_.zero == 0 || dp_.size() == 1);  // nothing gathered after
+  bf16* bf = in_place ? model_.param_bf16_data() : nullptr;
+  optim_->step(param_shard(), bf ? bf + shard_.begin : nullptr, grad_shard(), grad_scale_, lr);
+  grad_scale_ = 1.f;
   if (param_gather_) {
     param_gather_->launch();
   } else if ((opt_.zero == 1 || opt_.zero == 2) && dp_.size() > 1) {
@@ -244,7 +246,7 @@ void DataParallel::optimizer_step(double lr) {
     float* p = model_.param_data();
     progress_.blocking([&] { dp_.all_gatherv(p + shard_.begin, p + region_.begin, counts.data(), DType::f32); });
   }
-  if (!zero3_) model_.params_changed();  // ZeRO-3 units are gathered (and converted) when used
+  if (!zero3_ && !bf) model_.params_changed();  // ZeRO-3 units are gathered (and converted) when used
 }
 
 void DataParallel::sync_params() {

@@ -653,11 +653,12 @@ void check_optimizer(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c
   for (size_t i = 0; i < n; ++i) v[i] = vr[i] * vr[i];
   auto dp = up(p), dg = up(g), dm = up(m), dv = up(v);
   Dev pb(n * 2);
-  gpu.adamw(dp->as<float>(), pb.as<bf16>(), dg->as<float>(), dm->as<float>(), dv->as<float>(), n, 1e-3f, 0.9f, 0.95f,
-            1e-8f, 0.1f, 3);
+  // A clipping step: both use the gradients times 0.7.
+  gpu.adamw(dp->as<float>(), pb.as<bf16>(), dg->as<float>(), 0.7f, dm->as<float>(), dv->as<float>(), n, 1e-3f, 0.9f,
+            0.95f, 1e-8f, 0.1f, 3);
   c.sync();
   Vec p0 = p;
-  cpu.adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+  cpu.adamw(p.data(), nullptr, g.data(), 0.7f, m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
   Vec gp = down(*dp, n), dgot(n), dref(n);
   for (size_t i = 0; i < n; ++i) dgot[i] = gp[i] - p0[i], dref[i] = p[i] - p0[i];
   c.add("adamw.update(p_new - p_old)", dgot, dref, kF32Out);

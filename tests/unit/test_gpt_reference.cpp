@@ -147,8 +147,8 @@ void check_against_fixture(const char* fixture, const char* preset) {
     m.forward(inputs.data(), targets.data(), B, &n);
     m.backward(1.f / static_cast<float>(n));
     for (const auto& p : m.params())
-      ops->adamw(m.param_data() + p.offset, m.grad_data() + p.offset, mo.data() + p.offset, vo.data() + p.offset,
-                 p.numel, lr, b1, b2, eps, p.decay ? wd : 0.f, step);
+      ops->adamw(m.param_data() + p.offset, nullptr, m.grad_data() + p.offset, 1.f, mo.data() + p.offset,
+                 vo.data() + p.offset, p.numel, lr, b1, b2, eps, p.decay ? wd : 0.f, step);
   }
   worst = 0;
   for (const auto& p : m.params()) {

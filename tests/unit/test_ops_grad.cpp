@@ -321,7 +321,9 @@ BOOST_AUTO_TEST_CASE(adamw_matches_double_reference) {
   const double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
   for (int step = 1; step <= 3; ++step) {
     auto g = randn(n, 20 + step);
-    ops().adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step);
+    const float scale = step == 2 ? 0.5f : 1.f;  // a clipping step: the gradients are used times scale
+    ops().adamw(p.data(), nullptr, g.data(), scale, m.data(), v.data(), n, lr, b1, b2, eps, wd, step);
+    for (auto& x : g) x *= scale;
     for (size_t i = 0; i < n; ++i) {
       pd[i] *= 1 - lr * wd;
       md[i] = b1 * md[i] + (1 - b1) * g[i];

@@ -364,9 +364,9 @@ class FakeCudaOps final : public CudaOps {
       losses[r] = (t && t[r] >= 0) ? lse[r] - tl[r] : 0.f;
     }
   }
-  void adamw(float* p, bf16* pb, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
-             float wd, int step) override {
-    cpu_->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+  void adamw(float* p, bf16* pb, const float* g, float gs, float* m, float* v, size_t n, float lr, float b1, float b2,
+             float eps, float wd, int step) override {
+    cpu_->adamw(p, nullptr, g, gs, m, v, n, lr, b1, b2, eps, wd, step);
     if (pb) down(pb, p, n);
   }
   void sum_squares(double* dst, const float* x, size_t n, bool acc) override {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "mpitron/core/dtype.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/moe_routing.hpp"
 
@@ -110,6 +111,10 @@ class ModelChunk {
   // that computes from a low-precision copy (the GPU's bf16 weights, the CPU's bf16 GEMM inputs
   // under train.precision = bf16) refreshes it here.
   virtual void params_changed() {}
+  // That low-precision copy where it is a bf16 buffer laid out as param_data() (the GPU's), so the
+  // optimizer can write it as it updates the master weights instead of params_changed() converting
+  // all of them again; nullptr: none such (the CPU model, ZeRO-3's released buffers).
+  virtual bf16* param_bf16_data() { return nullptr; }
   // One micro-batch [B, T] of token ids (T = cfg.seq_len, 1 <= B <= the model's max micro-batch;
   // targets may hold -1 = ignore). Returns the SUM of per-token losses over counted targets and
   // sets *n_targets (may be nullptr). `slot` (< ModelOptions::slots) keeps this micro-batch's

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "mpitron/core/dtype.hpp"
 #include "mpitron/core/memory.hpp"
 
 namespace mpitron {
@@ -23,9 +24,12 @@ class FlatOps {
 
   virtual void scale_inplace(float* a, float s, size_t n) = 0;         // a *= s
   virtual void axpy(float* y, float a, const float* x, size_t n) = 0;  // y += a * x
-  // torch.optim.AdamW: p -= lr*wd*p; m,v moments; bias correction with `step` (1-based).
-  virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                     float eps, float weight_decay, int step) = 0;
+  // torch.optim.AdamW: p -= lr*wd*p; m,v moments; bias correction with `step` (1-based). The
+  // gradients are used times grad_scale (gradient-norm clipping folded in, where a pass of its own
+  // would read and write them once more; 1: as they are). p_bf16 (nullptr: none) receives the new
+  // weights rounded to bf16, the GPU model's working copy; the CPU's Ops have none.
+  virtual void adamw(float* p, bf16* p_bf16, const float* g, float grad_scale, float* m, float* v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int step) = 0;
   virtual double sum_squares(const float* x, size_t n) = 0;  // for global grad-norm clipping
   // Sum over the ranges [offset, offset + n) of base, in this order, fp64: one host wait on GPU.
   virtual double sum_squares_ranges(const float* base, const std::vector<std::pair<size_t, size_t>>& ranges) {

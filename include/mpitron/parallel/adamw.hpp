@@ -20,8 +20,10 @@ class AdamW {
  public:
   AdamW(const AdamWOptions& opt, FlatOps& ops, const std::vector<ParamInfo>& params, size_t begin, size_t end);
 
-  // One update of params[begin, end) from grads[begin, end) (both point at the FULL flat buffers).
-  void step(float* params, const float* grads, double lr);
+  // One update of params[begin, end) from grads[begin, end) times grad_scale (the clipping factor; 1:
+  // none). params, grads and params_bf16 point at the FULL flat buffers; params_bf16 (nullptr: none)
+  // receives the updated weights rounded to bf16 (the GPU model's working copy, same layout).
+  void step(float* params, bf16* params_bf16, const float* grads, float grad_scale, double lr);
 
   int steps_taken() const { return step_; }
   void set_steps_taken(int s) { step_ = s; }

@@ -83,9 +83,13 @@ class DataParallel {
   // parameters (replicated ones are counted by TP rank 0; tp_grad_norm.hpp). The tied wte copy
   // of the last stage is left out (the first stage counts it).
   double grad_sum_squares(int tp_rank = 0);
-  void scale_grads(float s);           // clipping
+  // Clipping: the gradients times s in the next optimizer_step (AdamW reads them scaled; they stay
+  // as they are in memory, one pass over them saved).
+  void scale_grads(float s);
   // AdamW on this rank's shard, then the parameters all-gathered: ZeRO-1/2 on the CPU launches
-  // one gather per unit and the next forward waits for each at its unit (param_gather.hpp).
+  // one gather per unit and the next forward waits for each at its unit (param_gather.hpp). Where
+  // this rank updates every weight of its set in place, AdamW also writes the model's bf16 copy
+  // (ModelChunk::param_bf16_data) instead of params_changed() converting the weights again.
   void optimizer_step(double lr);
   // Every parameter of the flat buffer current (the ZeRO-1/2 gathers of the last step done):
   // before reading or writing the whole buffer outside a forward (checkpoints).
@@ -140,6 +144,7 @@ class DataParallel {
   std::vector<ParamInfo> shard_table_;  // the parameter table cut to the shard, offsets from its start
   std::unique_ptr<AdamW> optim_;
   int micro_batches_ = 1, backwards_done_ = 0;
+  float grad_scale_ = 1.f;  // scale_grads' factor, applied by the next optimizer_step
 };
 
 }  // namespace mpitron

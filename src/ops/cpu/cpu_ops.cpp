@@ -148,9 +148,10 @@ class CpuOps final : public Ops {
                              int64_t V, float scale) override {
     cpu::crossentropy_backward(dlogits, lse, targets, rows, Vp, V, scale);
   }
-  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
-             float weight_decay, int step) override {
-    cpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+  void adamw(float* p, bf16* p_bf16, const float* g, float grad_scale, float* m, float* v, size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int step) override {
+    check(p_bf16 == nullptr, "Ops::adamw: the CPU model keeps no bf16 copy of its weights (p_bf16 must be null)");
+    cpu::adamw(p, g, grad_scale, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
   }
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
 

@@ -38,8 +38,9 @@ void column_sums(float* sums, const float* x, int64_t M, int64_t N) {
 }
 
 // torch.optim.AdamW (foreach=False path), same operation order so fp32 results match closely.
-void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
-           float weight_decay, int step) {
+// The gradients times grad_scale, rounded to fp32 before use: what scaling them in place first gave.
+void adamw(float* p, const float* g, float grad_scale, float* m, float* v, size_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, int step) {
   // torch computes the bias corrections in Python floats (double).
   double bc1 = 1.0 - std::pow(static_cast<double>(beta1), step);
   double bc2 = 1.0 - std::pow(static_cast<double>(beta2), step);
@@ -52,12 +53,12 @@ void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, flo
   const int64_t blocks = static_cast<int64_t>((n + 15) / 16);
   const __m512 b1 = _mm512_set1_ps(beta1), b1c = _mm512_set1_ps(1.f - beta1), b2 = _mm512_set1_ps(beta2),
                b2c = _mm512_set1_ps(1.f - beta2), ss = _mm512_set1_ps(step_size), bc2s = _mm512_set1_ps(bc2_sqrt),
-               ep = _mm512_set1_ps(eps), dec = _mm512_set1_ps(decay);
+               ep = _mm512_set1_ps(eps), dec = _mm512_set1_ps(decay), gs = _mm512_set1_ps(grad_scale);
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t i = b * 16;
     const __mmask16 k = tail_mask(static_cast<int64_t>(n) - i);
-    __m512 gi = _mm512_maskz_loadu_ps(k, g + i);
+    __m512 gi = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, g + i), gs);
     __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, m + i)), _mm512_mul_ps(b1c, gi));
     __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(k, v + i)), _mm512_mul_ps(_mm512_mul_ps(b2c, gi), gi));
     _mm512_mask_storeu_ps(m + i, k, mi);
@@ -69,7 +70,7 @@ void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, flo
 #else
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * grad_scale;
     const float mi = beta1 * m[i] + (1.f - beta1) * gi;
     const float vi = beta2 * v[i] + (1.f - beta2) * gi * gi;
     m[i] = mi, v[i] = vi;

@@ -9,13 +9,13 @@ namespace mpitron::cuda {
 namespace {
 
 struct AdamArgs {
-  float beta1, beta2, step_size, bc2_sqrt, eps, decay;
+  float grad_scale, beta1, beta2, step_size, bc2_sqrt, eps, decay;
 };
 
 __global__ void adamw_kernel(float* p, bf* p_bf16, const float* g, float* m, float* v, size_t n, AdamArgs a) {
   size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    float gi = g[i];
+    float gi = g[i] * a.grad_scale;  // the clipping factor: a pass of its own would read and write g again
     float mi = a.beta1 * m[i] + (1.f - a.beta1) * gi;
     float vi = a.beta2 * v[i] + (1.f - a.beta2) * gi * gi;
     m[i] = mi;
@@ -77,14 +77,15 @@ __global__ void sumsq_finish_kernel(double* dst, const double* partial, unsigned
 
 }  // namespace
 
-void adamw(cudaStream_t s, float* p, bf16* p_bf16, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, int step) {
+void adamw(cudaStream_t s, float* p, bf16* p_bf16, const float* g, float grad_scale, float* m, float* v, size_t n,
+           float lr, float beta1, float beta2, float eps, float weight_decay, int step) {
   if (!n) return;
   if (step < 1) throw_error("adamw: step must be >= 1 (got " + std::to_string(step) + ")");
   // torch computes the bias corrections in double (Python floats); the CPU kernel does the same.
   double bc1 = 1.0 - std::pow(static_cast<double>(beta1), step);
   double bc2 = 1.0 - std::pow(static_cast<double>(beta2), step);
-  AdamArgs a{beta1,
+  AdamArgs a{grad_scale,
+             beta1,
              beta2,
              static_cast<float>(lr / bc1),
              static_cast<float>(std::sqrt(bc2)),

@@ -44,9 +44,9 @@ class CudaFlatOps final : public FlatOps {
 
   void scale_inplace(float* a, float s, size_t n) override { ops_.scale_inplace(a, s, n); }
   void axpy(float* y, float a, const float* x, size_t n) override { ops_.axpy(y, a, x, n); }
-  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
-             float weight_decay, int step) override {
-    ops_.adamw(p, /*p_bf16=*/nullptr, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+  void adamw(float* p, bf16* p_bf16, const float* g, float grad_scale, float* m, float* v, size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int step) override {
+    ops_.adamw(p, p_bf16, g, grad_scale, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
   }
   double sum_squares(const float* x, size_t n) override { return n ? ops_.sum_squares_host(x, n) : 0.0; }
   // Accumulated on the device in order (deterministic), one host wait.

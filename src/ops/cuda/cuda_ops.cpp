@@ -274,9 +274,9 @@ class CudaOpsImpl final : public CudaOps {
     cuda::crossentropy_combine(stream_, losses, lse, global_max, sumexp, target_logit, targets, rows);
   }
 
-  void adamw(float* p, bf16* p_bf16, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-             float eps, float weight_decay, int step) override {
-    cuda::adamw(stream_, p, p_bf16, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+  void adamw(float* p, bf16* p_bf16, const float* g, float grad_scale, float* m, float* v, size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int step) override {
+    cuda::adamw(stream_, p, p_bf16, g, grad_scale, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
   }
   void sum_squares(double* dst, const float* x, size_t n, bool accumulate) override {
     cuda::sum_squares(stream_, *scratch_, dst, x, n, accumulate);

@@ -99,8 +99,8 @@ void embedding_backward(cudaStream_t s, Scratch& scratch, float* dwte, float* dw
                         const int32_t* positions);
 
 // adamw.cu
-void adamw(cudaStream_t s, float* p, bf16* p_bf16, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, int step);
+void adamw(cudaStream_t s, float* p, bf16* p_bf16, const float* g, float grad_scale, float* m, float* v, size_t n,
+           float lr, float beta1, float beta2, float eps, float weight_decay, int step);
 void sum_squares(cudaStream_t s, Scratch& scratch, double* dst, const float* x, size_t n, bool accumulate);
 
 }  // namespace mpitron::cuda

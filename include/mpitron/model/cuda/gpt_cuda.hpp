@@ -86,6 +86,7 @@ class GptCuda final : public ModelChunk {
   float* grad_data() override { return grads_; }  // nullptr after release_grad_buffer()
   void zero_grad() override;
   void params_changed() override;  // the bf16 copy from the master weights
+  bf16* param_bf16_data() override { return sharded_params_ ? nullptr : params_bf16_; }
   void set_grad_enabled(bool on) override { grad_enabled_ = on; }
   bool grad_enabled() const override { return grad_enabled_; }
   void set_unit_hook(UnitHook h) override { hook_ = std::move(h); }

@@ -198,8 +198,8 @@ class CudaOps {
                                     const float* target_logit, const int32_t* targets, int64_t rows) = 0;
 
   // ---- optimizer ----
-  virtual void adamw(float* p, bf16* p_bf16, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, int step) = 0;
+  virtual void adamw(float* p, bf16* p_bf16, const float* g, float grad_scale, float* m, float* v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int step) = 0;
   virtual void sum_squares(double* dst, const float* x, size_t n, bool accumulate) = 0;
   virtual double sum_squares_host(const float* x, size_t n) = 0;  // syncs
 };
