@@ -34,3 +34,15 @@ use_carried() {
   fi
   return 0
 }
+
+# For the device scripts that run mpitron (demo_check.sh, trainer_mfu.sh): MPITRON is $BUILD/mpitron,
+# or the carried one when that is missing or USE_CARRY=1 (exit 2 when neither is there); DATA is the
+# demo corpus that goes with it.
+pick_mpitron() {
+  MPITRON="$BUILD/mpitron"
+  if [ "${USE_CARRY:-0}" = 1 ] || [ ! -x "$MPITRON" ]; then
+    use_carried || { echo "$1: no $MPITRON and no carried one"; exit 2; }
+  fi
+  DATA=data/demo
+  if [ -d "$CARRY/data/demo" ] && [ "$MPITRON" = "$CARRY/mpitron" ]; then DATA="$CARRY/data/demo"; fi
+}

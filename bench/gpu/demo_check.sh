@@ -36,13 +36,8 @@ fi
 
 OUT=${1:-bench/results/gpu_demo_check.md}
 R=${2:-$BUILD/demo_check}
-MPITRON="$BUILD/mpitron"
 source bench/gpu/carried.sh
-if [ "${USE_CARRY:-0}" = 1 ] || [ ! -x "$MPITRON" ]; then
-  use_carried || { echo "demo_check: no $MPITRON and no carried one"; exit 2; }
-fi
-DATA=data/demo
-[ -d "$CARRY/data/demo" ] && [ "$MPITRON" = "$CARRY/mpitron" ] && DATA="$CARRY/data/demo"
+pick_mpitron demo_check
 rm -rf "$R" && mkdir -p "$R" "$(dirname "$OUT")"
 rc=0
 {

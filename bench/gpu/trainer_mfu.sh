@@ -13,13 +13,8 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}
 OUT=${1:-bench/results/gpu_trainer_mfu.md}
 R=${2:-$BUILD/trainer_mfu}
-MPITRON="$BUILD/mpitron"
 source bench/gpu/carried.sh
-if [ "${USE_CARRY:-0}" = 1 ] || [ ! -x "$MPITRON" ]; then
-  use_carried || { echo "trainer_mfu: no $MPITRON and no carried one"; exit 2; }
-fi
-DATA=data/demo
-[ -d "$CARRY/data/demo" ] && [ "$MPITRON" = "$CARRY/mpitron" ] && DATA="$CARRY/data/demo"
+pick_mpitron trainer_mfu
 rm -rf "$R" && mkdir -p "$R" "$(dirname "$OUT")"
 {
   echo "## MFU through mpitron train on one GPU (train.backend = nccl, bf16, attention cudnn)"
