@@ -108,7 +108,10 @@ $MPIRUN -np 2 "$MPITRON" train jobs/tiny.toml "${args[@]}" --train.steps=30 --ch
 echo "healthy run: no report"
 
 echo "== straggler report: world rank 2 sleeps 30 ms in every forward (MPITRON_FAULT=slow)"
+# Timeouts of 60 s, not the 4 s of the hang cases: this run checks the report, and its final
+# checkpoint save once took more than 4 s on a loaded 2-core machine (the watchdog rightly fired).
 MPITRON_FAULT="slow@forward,rank=2,ms=30" $MPIRUN -x MPITRON_FAULT -np 4 "$MPITRON" train jobs/tiny.toml "${args[@]}" \
+  --comm.timeout_s=60 --checkpoint.timeout_s=60 \
   --parallel.tp=2 --train.steps=12 --log.every=4 --job.run_dir="$tmp/slow" >"$tmp/slow.log" 2>&1 ||
   { cat "$tmp/slow.log"; fail "straggler run failed"; }
 /usr/bin/python3 - "$tmp/slow/metrics.jsonl" <<'PY' || { grep "^step" "$tmp/slow.log"; fail "straggler not named"; }
