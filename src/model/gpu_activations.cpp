@@ -78,7 +78,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
       a.lnf = bf(R * C), a.lnf_mean = f32(Rm), a.lnf_rstd = f32(R), a.losses = f32(BT), a.lse = f32(BT);
       a.dlnf = bf(R * C), a.dwte_head = f32(Vp * C);
     }
-    a.tokens = i32(BT), a.targets = i32(BT);
+    a.tokens = i32(BT), a.targets = i32(BT), a.doc_pos = i32(BT), a.doc_start = i32(BT);
   }
   // Shared by the micro-batches: scratch of one forward or backward at a time.
   GpuActs& s = slots.front();

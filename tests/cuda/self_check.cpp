@@ -303,6 +303,39 @@ void check_attention_kv(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker
 void check_attention(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   check_attention_kv(gpu, cpu, s, c, s.H);
 }
+
+// Document masking (the naive path; cuDNN refuses it): documents of T/3, T/4 and the rest in every
+// sequence, shifted by the sequence index; out and dqkv against the CPU op with the same starts.
+void check_attention_documents(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  if (gpu.attention_kind() != "naive") return;
+  const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H, KV = s.KV > 0 ? s.KV : H;
+  const int kv_arg = KV == H ? 0 : KV;
+  const int64_t C = s.C, W = C + 2 * static_cast<int64_t>(KV) * hd;
+  const int64_t n3 = static_cast<int64_t>(B) * T * W, n = static_cast<int64_t>(B) * T * C;
+  std::vector<int32_t> start(static_cast<size_t>(B) * T);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0, st = 0; t < T; ++t) {
+      if (t == T / 3 + b || t == T / 3 + T / 4 + b) st = t;
+      start[static_cast<size_t>(b) * T + t] = st;
+    }
+  Vec qkv = rnd(n3, s.seed, 33), dout = rnd(n, s.seed, 34);
+  round_bf16(qkv), round_bf16(dout);
+  auto dqkv_in = up_bf16(qkv), ddout = up_bf16(dout), dstart = up(start);
+  Dev out(n * 2), stats(static_cast<size_t>(B) * H * T * 4), dqkv(n3 * 2);
+  const std::string tag = "attention[naive] documents" + std::string(KV == H ? "" : " gqa KV" + std::to_string(KV));
+  gpu.attention_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), B, T, H, hd, kv_arg,
+                        dstart->as<int32_t>());
+  c.sync();
+  Vec rout(n), att(static_cast<size_t>(B) * H * T * T);
+  cpu.attention_forward(rout.data(), att.data(), qkv.data(), B, T, H, hd, kv_arg, start.data());
+  c.add(tag + "_forward.out", down_bf16(out, n), rout, kBf16Out);
+  gpu.attention_backward(dqkv.as<bf16>(), ddout->as<bf16>(), dqkv_in->as<bf16>(), out.as<bf16>(), stats.as<float>(),
+                         B, T, H, hd, kv_arg, dstart->as<int32_t>());
+  c.sync();
+  Vec rd(n3);
+  cpu.attention_backward(rd.data(), dout.data(), qkv.data(), att.data(), B, T, H, hd, kv_arg, start.data());
+  c.add(tag + "_backward.dqkv", down_bf16(dqkv, n3), rd, kBf16Out);
+}
 void check_attention_gqa(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   if (s.KV > 0) check_attention_kv(gpu, cpu, s, c, s.KV);
 }
@@ -562,6 +595,31 @@ void check_embedding(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c
   cpu.embedding_backward(gwte.data(), gwpe.data(), dout.data(), tok.data(), B, T, C, vb, ve);
   c.add("embedding_backward.dwte", down(*dgwte, rows * C), gwte, kF32Out);
   c.add("embedding_backward.dwpe", down(*dgwpe, static_cast<int64_t>(T) * C), gwpe, kF32Out);
+
+  // Per-row positions (document masking): every row its own wpe row, positions restarting every
+  // T/3 + 1 rows; dwpe sums the rows that share one (a reference in fp64 here).
+  std::vector<int32_t> pos(BT);
+  for (int64_t i = 0; i < BT; ++i) pos[i] = static_cast<int32_t>((i % T) % (T / 3 + 1));
+  auto dpos = up(pos);
+  Dev out2(BT * C * 2);
+  gpu.embedding_forward(out2.as<bf16>(), dtok->as<int32_t>(), dwte->as<bf16>(), dwpe->as<bf16>(), B, T, C, vb, ve,
+                        dpos->as<int32_t>(), true);
+  c.sync();
+  Vec rout2(BT * C), rgwpe(static_cast<int64_t>(T) * C, 0.f);
+  std::vector<double> acc(rgwpe.size(), 0.0);
+  for (int64_t i = 0; i < BT; ++i)
+    for (int64_t k = 0; k < C; ++k) {
+      const bool mine = tok[i] >= vb && tok[i] < ve;
+      rout2[i * C + k] = (mine ? wte[(tok[i] - vb) * C + k] : 0.f) + wpe[pos[i] * C + k];
+      acc[pos[i] * C + k] += dout[i * C + k];
+    }
+  for (size_t i = 0; i < acc.size(); ++i) rgwpe[i] = static_cast<float>(acc[i]);
+  c.add("embedding_forward(per_row)", down_bf16(out2, BT * C), rout2, kBf16Out);
+  auto dgwpe2 = up(Vec(static_cast<size_t>(T) * C, 0.f));
+  gpu.embedding_backward(nullptr, dgwpe2->as<float>(), ddout->as<bf16>(), dtok->as<int32_t>(), B, T, C, vb, ve,
+                         dpos->as<int32_t>(), true);
+  c.sync();
+  c.add("embedding_backward(per_row).dwpe", down(*dgwpe2, static_cast<int64_t>(T) * C), rgwpe, kF32Out);
 }
 
 void check_crossentropy(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
@@ -692,6 +750,7 @@ std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const Se
       {"gelu+elementwise", check_gelu_elementwise},
       {"attention", check_attention},
       {"attention gqa", check_attention_gqa},
+      {"attention documents", check_attention_documents},
       {"attention block (ring)", check_attention_block},
       {"rmsnorm", check_rmsnorm},
       {"rope", check_rope},

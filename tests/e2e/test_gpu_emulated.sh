@@ -31,7 +31,9 @@
 #   - context parallel (ring attention on CudaRingBlocks): cp 2, dp 2 x cp 2 ZeRO-1, cp 2 x tp 2 +
 #     SP and LLaMA cp 2 follow the CPU run, the ledger is EXACT with the ring's buffers, plan's
 #     activations equal the tracked ones, and a cp 2 checkpoint resumes on the CPU trainer;
-#   - a seq_len that cp cannot split is refused with a clear message.
+#   - a seq_len that cp cannot split is refused with a clear message;
+#   - document masking (data.document_mask, naive attention): GPT-2 at dp 2 (ledger exact) and
+#     pp 2, LLaMA at dp 2 follow the CPU trainer's masked run; cuDNN attention and cp 2 refused.
 # Skipped (one line) when $MPITRON is not a CUDA build (`mpitron version` lists the backends).
 # The real kernels: bench/gpu_check.sh.
 set -euo pipefail
@@ -269,5 +271,44 @@ cc = rel(losses("cpu_from_cp2"), losses("gpu_cp2"), range(6, 11))
 print(f"GPU context parallel vs CPU np1: cp2 {c1:.2e} (val {cv:.2e}), dp2 x cp2 ZeRO-1 {c2:.2e}, cp2 x tp2 + sp "
       f"{c3:.2e}, LLaMA cp2 {cl:.2e}; the cp2 checkpoint on CPU np1: steps 6-10 within {cc:.2e} (bound 2e-3)")
 assert max(c1, c2, c3, cl, cv, cc) < 2e-3
+PY
+# Document masking on the GPU trainer (data.document_mask: the naive attention path with each
+# row's document start, per-row wpe rows, RoPE from each document's start): GPT-2 at dp 2 and pp 2,
+# LLaMA at dp 2, against the CPU trainer's masked single-rank runs; masked and unmasked differ;
+# cuDNN attention and cp 2 are refused by name.
+docs=(--data.document_mask=true --model.attention=naive)
+JOB=jobs/tiny.toml run cpu_docs "$MPITRON" 1 "${docs[@]}"
+JOB=jobs/tiny.toml run gpu_docs_dp2 "$EMU" 2 "${docs[@]}" --parallel.dp=2 --train.check_ledger=true
+JOB=jobs/tiny.toml run gpu_docs_pp2 "$EMU" 2 "${docs[@]}" --parallel.pp=2
+JOB=jobs/llama-tiny.toml run cpu_docs_llama "$MPITRON" 1 "${docs[@]}"
+JOB=jobs/llama-tiny.toml run gpu_docs_llama "$EMU" 2 "${docs[@]}" --parallel.dp=2
+ledger_ok "gpu_docs_dp2 2"
+refused() {  # name message np extra...: the run fails and says why
+  local name=$1 msg=$2 np=$3
+  shift 3
+  if timeout -k 5 60 $MPIRUN -np "$np" "$EMU" jobs/tiny.toml "${common[@]}" --job.run_dir="$tmp/$name" "$@" \
+    >"$tmp/$name.log" 2>&1; then fail "$name: ran"; fi
+  grep -qF "$msg" "$tmp/$name.log" || { tail -5 "$tmp/$name.log"; fail "$name: not refused with '$msg'"; }
+  echo "ok    $name: refused ($msg)"
+}
+refused gpu_docs_cudnn 'needs model.attention = "naive"' 1 --data.document_mask=true
+refused gpu_docs_cp2 'with context parallel (parallel.cp = 2) is not available on the GPU' 2 "${docs[@]}" --parallel.cp=2
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+def losses(d): return {r["step"]: r["loss"] for r in map(json.loads, open(f"{t}/{d}/metrics.jsonl")) if "loss" in r}
+def rel(a, b):
+    a, b = losses(a), losses(b)
+    assert sorted(a) == sorted(b) == list(range(1, 11)), (sorted(a), sorted(b))
+    return max(abs(a[s] - b[s]) / b[s] for s in b)
+d, p, l = rel("gpu_docs_dp2", "cpu_docs"), rel("gpu_docs_pp2", "cpu_docs"), rel("gpu_docs_llama", "cpu_docs_llama")
+# The mask moves 10 steps' losses by only ~2e-3 here, about the bf16 bound: so the masked GPU runs
+# must also be at least 3x closer to the masked CPU run than to the unmasked one (the documents
+# reach the GPU model; its attention mask itself is checked by emulated_tp_grads' gradients, which
+# an unmasked attention moves by 0.2-0.5).
+u = min(rel("gpu_docs_dp2", "cpu"), rel("gpu_docs_pp2", "cpu"))
+print(f"GPU document masking vs CPU np1 (masked): dp2 {d:.2e}, pp2 {p:.2e}, LLaMA dp2 {l:.2e} (bound 2e-3); "
+      f"the GPU runs vs the unmasked CPU run: {u:.2e} (must be >= 3x {max(d, p):.2e})")
+assert max(d, p, l) < 2e-3 and u >= 3 * max(d, p)
 PY
 echo ok

@@ -130,16 +130,16 @@ class FakeCudaOps final : public CudaOps {
   // qkv rows [q H hd | k KV hd | v KV hd] (KV = kv heads, 0: H), Ops' grouped-query layout.
   static int kv_of(int H, int kv) { return kv == 0 ? H : kv; }
   static int64_t row_width(int H, int hd, int kv) { return int64_t{H + 2 * kv_of(H, kv)} * hd; }
-  void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
-                         int kv) override {
+  void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd, int kv,
+                         const int32_t* doc_start) override {
     const int64_t C = int64_t{H} * hd, BT = int64_t{B} * T;
     Vec q = up(qkv, BT * row_width(H, hd, kv)), o(BT * C), att(int64_t{B} * H * T * T);
-    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd, kv);
+    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd, kv, doc_start);
     down(out, o.data(), o.size());
-    lse(q, B, T, H, hd, kv, stats);
+    lse(q, B, T, H, hd, kv, stats, doc_start);
   }
-  // logsumexp of the scaled causal scores, [B, H, T]
-  static void lse(const Vec& q, int B, int T, int H, int hd, int kv, float* st) {
+  // logsumexp of the scaled causal scores, [B, H, T]; keys from the row's document start.
+  static void lse(const Vec& q, int B, int T, int H, int hd, int kv, float* st, const int32_t* doc_start) {
     const int64_t C = int64_t{H} * hd, W = row_width(H, hd, kv);
     const int group = H / kv_of(H, kv);
     for (int b = 0; b < B; ++b)
@@ -148,29 +148,30 @@ class FakeCudaOps final : public CudaOps {
           const float* qt = &q[(int64_t{b} * T + t) * W + h * hd];
           double m = -1e300, s = 0;
           std::vector<double> sc(t + 1);
-          for (int u = 0; u <= t; ++u) {
+          const int u0 = doc_start ? doc_start[int64_t{b} * T + t] : 0;
+          for (int u = u0; u <= t; ++u) {
             const float* ku = &q[(int64_t{b} * T + u) * W + C + (h / group) * hd];
             double d = 0;
             for (int i = 0; i < hd; ++i) d += double(qt[i]) * ku[i];
             sc[u] = d / std::sqrt(double(hd));
             m = std::max(m, sc[u]);
           }
-          for (int u = 0; u <= t; ++u) s += std::exp(sc[u] - m);
+          for (int u = u0; u <= t; ++u) s += std::exp(sc[u] - m);
           st[(int64_t{b} * H + h) * T + t] = float(m + std::log(s));
         }
   }
   void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats, int B,
-                          int T, int H, int hd, int kv) override {
+                          int T, int H, int hd, int kv, const int32_t* doc_start) override {
     const int64_t C = int64_t{H} * hd, BT = int64_t{B} * T, W = row_width(H, hd, kv);
     Vec q = up(qkv, BT * W), o(BT * C), att(int64_t{B} * H * T * T), d = up(dout, BT * C), dq(BT * W);
-    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd, kv);
+    cpu_->attention_forward(o.data(), att.data(), q.data(), B, T, H, hd, kv, doc_start);
     // the caller must hand back this forward's out and stats
     Vec st(int64_t{B} * H * T);
-    lse(q, B, T, H, hd, kv, st.data());
+    lse(q, B, T, H, hd, kv, st.data(), doc_start);
     for (size_t i = 0; i < st.size(); ++i) check(std::fabs(st[i] - stats[i]) < 1e-4, "fake: stats differ at {}", i);
     for (int64_t i = 0; i < BT * C; ++i)
       check(std::fabs(mpitron::to_f32(out[i]) - o[i]) <= 1e-2 * (1 + std::fabs(o[i])), "fake: out differs at {}", i);
-    cpu_->attention_backward(dq.data(), d.data(), q.data(), att.data(), B, T, H, hd, kv);
+    cpu_->attention_backward(dq.data(), d.data(), q.data(), att.data(), B, T, H, hd, kv, doc_start);
     down(dqkv, dq.data(), dq.size());
   }
   void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int64_t rows, int64_t C,
@@ -237,20 +238,42 @@ class FakeCudaOps final : public CudaOps {
     cpu_->moe_uncombine_add(x.data(), s.data(), pos, R, k, C);
     down(dx, x.data(), x.size());
   }
-  // positions: wpe's rows gathered into a [T, C] table for the CPU op, its gradient scattered back.
+  // positions: wpe's rows gathered into a [T, C] table for the CPU op, its gradient scattered back;
+  // per_row (positions [B, T]): the CPU op sees each row as a sequence of one (B*T rows of T = 1).
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
-                         int64_t vb, int64_t ve, const int32_t* pos) override {
-    Vec e = up(wte, (ve - vb) * C), p, y(int64_t{B} * T * C);
-    for (int t = 0; wpe && t < T; ++t) {
-      Vec row = up(wpe + int64_t{pos ? pos[t] : t} * C, C);
+                         int64_t vb, int64_t ve, const int32_t* pos, bool per_row) override {
+    const int64_t BT = int64_t{B} * T;
+    const int rows = per_row ? static_cast<int>(BT) : T;
+    Vec e = up(wte, (ve - vb) * C), p, y(BT * C);
+    for (int r = 0; wpe && r < rows; ++r) {
+      Vec row = up(wpe + int64_t{pos ? pos[r] : r} * C, C);
       p.insert(p.end(), row.begin(), row.end());
     }
-    cpu_->embedding_forward(y.data(), tokens, e.data(), wpe ? p.data() : nullptr, B, T, C, vb, ve);
+    if (per_row) {
+      Vec one(C);
+      for (int64_t r = 0; r < BT; ++r) {
+        cpu_->embedding_forward(one.data(), tokens + r, e.data(), wpe ? p.data() + r * C : nullptr, 1, 1, C, vb, ve);
+        std::copy(one.begin(), one.end(), y.begin() + r * C);
+      }
+    } else {
+      cpu_->embedding_forward(y.data(), tokens, e.data(), wpe ? p.data() : nullptr, B, T, C, vb, ve);
+    }
     down(out, y.data(), y.size());
   }
   void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T, int C,
-                          int64_t vb, int64_t ve, const int32_t* pos) override {
-    Vec d = up(dout, int64_t{B} * T * C), dp(dwpe ? int64_t{T} * C : 0, 0.f);
+                          int64_t vb, int64_t ve, const int32_t* pos, bool per_row) override {
+    const int64_t BT = int64_t{B} * T;
+    Vec d = up(dout, BT * C);
+    if (per_row) {  // every row in order: the GPU kernel's sorted runs add in row order too
+      Vec dp(C);
+      for (int64_t r = 0; r < BT; ++r) {
+        std::fill(dp.begin(), dp.end(), 0.f);
+        cpu_->embedding_backward(dwte, dwpe ? dp.data() : nullptr, d.data() + r * C, tokens + r, 1, 1, C, vb, ve);
+        for (int c = 0; dwpe && c < C; ++c) dwpe[int64_t{pos[r]} * C + c] += dp[c];
+      }
+      return;
+    }
+    Vec dp(dwpe ? int64_t{T} * C : 0, 0.f);
     cpu_->embedding_backward(dwte, dwpe ? dp.data() : nullptr, d.data(), tokens, B, T, C, vb, ve);
     for (int t = 0; dwpe && t < T; ++t)
       for (int c = 0; c < C; ++c) dwpe[int64_t{pos ? pos[t] : t} * C + c] += dp[int64_t{t} * C + c];

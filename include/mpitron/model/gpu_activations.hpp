@@ -44,6 +44,7 @@ struct GpuActs {
   bf16 *dres = nullptr, *dC = nullptr, *d4C = nullptr;  // backward scratch: [BT,C] x2, [BT,F] (also dqkv)
   bf16* dmlp = nullptr;  // LLaMA: [BT, F/tp] the gradient at the SwiGLU output (d4C then holds d gate|up)
   int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
+  int32_t *doc_pos = nullptr, *doc_start = nullptr;     // [BT] each: document masking (DocumentRows)
   float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]
   std::vector<bf16*> block_in;  // [0] = encoded; with recompute also every block's output
   bf16 *gath = nullptr, *full = nullptr, *dres_full = nullptr;  // SP scratch, [BT, C] each

@@ -13,9 +13,10 @@
 namespace mpitron {
 
 // Document masking (data.document_mask) of one micro-batch, per local row ([B, Tl], this rank's
-// positions under cp; host memory): pos, the token's position in its document (wpe's row, RoPE's
-// angle); start, the sequence index of its document's first token (the first key it attends to).
-// Both nullptr: no document masking.
+// positions under cp): pos, the token's position in its document (wpe's row, RoPE's angle; host
+// memory: RoPE runs once per run of consecutive positions); start, the sequence index of its
+// document's first token (the first key it attends to; the device's memory, which the attention
+// kernels read). Both nullptr: no document masking.
 struct DocumentRows {
   const int32_t* pos = nullptr;
   const int32_t* start = nullptr;

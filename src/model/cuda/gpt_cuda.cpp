@@ -187,8 +187,9 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
     if (cfg.moe.enabled()) setup_moe(shard, options, max_micro_batch, ep, cp);
     slot_B_.assign(slots_.size(), 0);
     slot_pending_.assign(slots_.size(), false);
+    slot_doc_pos_.assign(slots_.size(), {});
     const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
-    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 2 * bt * sizeof(int32_t)),
+    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 4 * bt * sizeof(int32_t)),
                "cudaMallocHost(token staging)");
     cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_losses_), bt * sizeof(float)),
                "cudaMallocHost(losses)");
@@ -314,7 +315,9 @@ void GptCuda::head_forward(int B) {
 
 double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
                         const int32_t* positions) {
-  usage_check(!positions, "data.document_mask is not available on the GPU backend yet (train.backend = \"nccl\"); use the CPU backend");
+  usage_check(!positions || shard_.cp_size == 1,
+              "data.document_mask with context parallel (parallel.cp = {}) is not available on the GPU backend yet; "
+              "use parallel.cp = 1 or the CPU backend", shard_.cp_size);
   check(B > 0 && B <= max_B_, "GptCuda::forward: micro-batch {} outside [1, {}]", B, max_B_);
   check(slot >= 0 && slot < static_cast<int>(slots_.size()), "GptCuda::forward: slot {} outside [0, {})", slot,
         slots_.size());
@@ -338,6 +341,27 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
     count += targets[at] >= 0;
     host_tokens_[i] = inputs[at], host_tokens_[max_bt + i] = targets[at];
   }
+  // Document masking: each row's position in its document and its document's first index (cp = 1:
+  // the rows are the sequences' own), as the CPU model derives them.
+  std::vector<int32_t>& doc_pos = slot_doc_pos_[slot];
+  doc_pos.clear();
+  if (positions) {
+    doc_pos.resize(static_cast<size_t>(BT));
+    for (int64_t i = 0; i < BT; ++i) {
+      const int32_t p = positions[i], g = static_cast<int32_t>(i % cfg_.seq_len);
+      check(p >= 0 && p <= g && (g == 0 || p == 0 || positions[i - 1] == p - 1),
+            "GptCuda::forward: document position {} at {} does not continue its document", p, i);
+      doc_pos[static_cast<size_t>(i)] = host_tokens_[2 * max_bt + i] = p;
+      host_tokens_[3 * max_bt + i] = g - p;
+    }
+    cuda_check(cudaMemcpyAsync(a_.doc_pos, host_tokens_ + 2 * max_bt, static_cast<size_t>(BT) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, s),
+               "cudaMemcpyAsync(document positions)");
+    cuda_check(cudaMemcpyAsync(a_.doc_start, host_tokens_ + 3 * max_bt, static_cast<size_t>(BT) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, s),
+               "cudaMemcpyAsync(document starts)");
+  }
+  block_->set_documents(slot_docs(slot));
   cuda_check(cudaMemcpyAsync(a_.tokens, host_tokens_, static_cast<size_t>(BT) * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s),
              "cudaMemcpyAsync(tokens)");
@@ -351,7 +375,8 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   // input (set_stage_input), already in encoded.
   pre_event(UnitEvent::pre_forward, kEmbeddingUnit);
   if (shard_.has_embedding) {
-    emb_->forward(a_.encoded, a_.tokens, W(off_.wte), W(off_.wpe), B, T, a_.full, cp_positions());
+    emb_->forward(a_.encoded, a_.tokens, W(off_.wte), W(off_.wpe), B, T, a_.full, wpe_positions(slot),
+                  !slot_doc_pos_[slot].empty());
   }
   for (int l = 0; l < n_local_; ++l) {
     pre_event(UnitEvent::pre_forward, l);
@@ -394,6 +419,7 @@ void GptCuda::backward(float loss_scale, int slot) {
   const int B = slot_B_[slot], T = seq_local(), C = cfg_.d_model;
   const int64_t BT = int64_t{B} * T, Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();
+  block_->set_documents(slot_docs(slot));
   if (shard_.has_head) {
     pre_event(UnitEvent::pre_backward, kHeadUnit);  // before the wte gradient is written (ZeRO-2 binds it here)
     // The head's gradients were computed unscaled during forward.
@@ -411,7 +437,8 @@ void GptCuda::backward(float loss_scale, int slot) {
   }
   pre_event(UnitEvent::pre_backward, kEmbeddingUnit);
   if (shard_.has_embedding)
-    emb_->backward(G(off_.wte), G(off_.wpe), a_.dres, a_.dres_full, a_.tokens, B, T, cp_positions());
+    emb_->backward(G(off_.wte), G(off_.wpe), a_.dres, a_.dres_full, a_.tokens, B, T, wpe_positions(slot),
+                   !slot_doc_pos_[slot].empty());
   // else dres holds this stage's input gradient (get_stage_input_grad)
   slot_pending_[slot] = false;
   emit(UnitEvent::post_backward, kEmbeddingUnit);  // the last event of a backward (data parallel counts them)

@@ -19,10 +19,12 @@ namespace mpitron::cuda {
 class Attention {
  public:
   virtual ~Attention() = default;
-  virtual void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
-                       int KV) = 0;
+  // doc_start (device [B, T], nullptr: none): document masking, query t sees keys doc_start[t] .. t;
+  // the naive path only (cuDNN's causal graph has no such mask: it refuses).
+  virtual void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd, int KV,
+                       const int32_t* doc_start) = 0;
   virtual void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                        const float* stats, int B, int T, int H, int hd, int KV) = 0;
+                        const float* stats, int B, int T, int H, int hd, int KV, const int32_t* doc_start) = 0;
 };
 
 std::unique_ptr<Attention> make_naive_attention(cublasHandle_t cublas, Scratch& scratch);

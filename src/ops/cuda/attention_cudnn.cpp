@@ -404,8 +404,15 @@ class CudnnAttention final : public Attention {
  public:
   CudnnAttention(cudnnHandle_t h, Scratch& scratch) : h_(h), scratch_(scratch) {}
 
-  void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
-               int KV) override {
+  // The graphs here are plain causal: a document mask would need a bias tensor [B, 1, T, T].
+  static void refuse_documents(const int32_t* doc_start) {
+    if (doc_start)
+      throw_error("cuDNN attention has no document mask: data.document_mask needs model.attention = \"naive\"");
+  }
+
+  void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd, int KV,
+               const int32_t* doc_start) override {
+    refuse_documents(doc_start);
     Shape sh{B, T, H, hd, KV};
     Plan& p = plan(fwd_, sh, true);
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
@@ -417,7 +424,8 @@ class CudnnAttention final : public Attention {
   }
 
   void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats,
-                int B, int T, int H, int hd, int KV) override {
+                int B, int T, int H, int hd, int KV, const int32_t* doc_start) override {
+    refuse_documents(doc_start);
     Shape sh{B, T, H, hd, KV};
     Plan& p = plan(bwd_, sh, false);
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");

@@ -60,38 +60,45 @@ __global__ void group_sum_kernel(bf* rows, const float* bhtd, int B, int T, int 
   rows[(static_cast<int64_t>(b) * T + t) * W + off + static_cast<int64_t>(kh) * hd + d] = __float2bfloat16_rn(acc);
 }
 
-// One warp per row i of one (b,h): stats = logsumexp(S[i, 0..i]); P = exp(S - stats), 0 above.
-__global__ void softmax_fwd_kernel(bf* P, float* stats, const float* S, int64_t rows, int T) {
+// The first key row i of (b, h) sees: its document's start (doc_start [B, T], document masking), else 0.
+__device__ __forceinline__ int first_key(const int32_t* doc_start, int64_t row, int T, int H) {
+  return doc_start ? doc_start[row / (static_cast<int64_t>(H) * T) * T + row % T] : 0;
+}
+
+// One warp per row i of one (b,h): stats = logsumexp(S[i, lo..i]); P = exp(S - stats), 0 elsewhere
+// (lo = first_key: 0, or the row's document start).
+__global__ void softmax_fwd_kernel(bf* P, float* stats, const float* S, int64_t rows, int T, int H,
+                                   const int32_t* doc_start) {
   int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= rows) return;
-  int i = static_cast<int>(row % T);
+  const int i = static_cast<int>(row % T), lo = first_key(doc_start, row, T, H);
   const float* s = S + row * T;
   float m = -INFINITY;
-  for (int j = lane; j <= i; j += 32) m = fmaxf(m, s[j]);
+  for (int j = lo + lane; j <= i; j += 32) m = fmaxf(m, s[j]);
   m = warp_max(m);
   float sum = 0.f;
-  for (int j = lane; j <= i; j += 32) sum += __expf(s[j] - m);
+  for (int j = lo + lane; j <= i; j += 32) sum += __expf(s[j] - m);
   float lse = m + logf(warp_sum(sum));
   bf* p = P + row * T;
-  for (int j = lane; j < T; j += 32) p[j] = __float2bfloat16_rn(j <= i ? __expf(s[j] - lse) : 0.f);
+  for (int j = lane; j < T; j += 32) p[j] = __float2bfloat16_rn(j >= lo && j <= i ? __expf(s[j] - lse) : 0.f);
   if (lane == 0) stats[row] = lse;
 }
 
 // One warp per row: P = exp(S - stats) (bf16, for dV), dS = P (dP - sum_j P dP) (bf16).
 __global__ void softmax_bwd_kernel(bf* P, bf* dS, const float* S, const float* stats, const float* dP, int64_t rows,
-                                   int T) {
+                                   int T, int H, const int32_t* doc_start) {
   int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= rows) return;
-  int i = static_cast<int>(row % T);
+  const int i = static_cast<int>(row % T), lo = first_key(doc_start, row, T, H);
   const float *s = S + row * T, *dp = dP + row * T;
   float lse = stats[row];
   float acc = 0.f;
-  for (int j = lane; j <= i; j += 32) acc += __expf(s[j] - lse) * dp[j];
+  for (int j = lo + lane; j <= i; j += 32) acc += __expf(s[j] - lse) * dp[j];
   acc = warp_sum(acc);
   for (int j = lane; j < T; j += 32) {
-    float p = j <= i ? __expf(s[j] - lse) : 0.f;
+    float p = j >= lo && j <= i ? __expf(s[j] - lse) : 0.f;
     P[row * T + j] = __float2bfloat16_rn(p);
     dS[row * T + j] = __float2bfloat16_rn(p * (dp[j] - acc));
   }
@@ -115,8 +122,8 @@ class NaiveAttention final : public Attention {
  public:
   NaiveAttention(cublasHandle_t h, Scratch& scratch) : cublas_(h), scratch_(scratch) {}
 
-  void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
-               int KV) override {
+  void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd, int KV,
+               const int32_t* doc_start) override {
     const int64_t BH = static_cast<int64_t>(B) * H, TT = static_cast<int64_t>(T) * T, Thd = static_cast<int64_t>(T) * hd;
     const int64_t C = static_cast<int64_t>(H) * hd, Ckv = static_cast<int64_t>(KV) * hd, W = C + 2 * Ckv;
     const int group = H / KV;
@@ -133,7 +140,7 @@ class NaiveAttention final : public Attention {
     // S[T,T] = scale Q K^T  ->  S^T = K Q^T (col-major): A = K (T), B = Q (N).
     gemm_sb(cublas_, true, false, T, T, hd, scale, k, hd, Thd, q, hd, Thd, S, true, T, TT, static_cast<int>(BH),
             "cublasGemmStridedBatchedEx(S = Q K^T)");
-    softmax_fwd_kernel<<<blocks_for_rows(BH * T), 256, 0, s>>>(P, stats, S, BH * T, T);
+    softmax_fwd_kernel<<<blocks_for_rows(BH * T), 256, 0, s>>>(P, stats, S, BH * T, T, H, doc_start);
     launch_check("softmax_fwd_kernel");
     // O[T,hd] = P V  ->  O^T = V^T P^T: A = V (N), B = P (N).
     gemm_sb(cublas_, false, false, hd, T, T, 1.f, v, hd, Thd, P, T, TT, o, false, hd, Thd, static_cast<int>(BH),
@@ -142,7 +149,7 @@ class NaiveAttention final : public Attention {
   }
 
   void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16*, const float* stats, int B,
-                int T, int H, int hd, int KV) override {
+                int T, int H, int hd, int KV, const int32_t* doc_start) override {
     const int64_t BH = static_cast<int64_t>(B) * H, TT = static_cast<int64_t>(T) * T, Thd = static_cast<int64_t>(T) * hd;
     const int64_t C = static_cast<int64_t>(H) * hd, Ckv = static_cast<int64_t>(KV) * hd, W = C + 2 * Ckv;
     const int group = H / KV;
@@ -166,7 +173,7 @@ class NaiveAttention final : public Attention {
     // dP[T,T] = dO V^T  ->  same form as S with (dO, V).
     gemm_sb(cublas_, true, false, T, T, hd, 1.f, v, hd, Thd, dO, hd, Thd, dP, true, T, TT, nb,
             "cublasGemmStridedBatchedEx(dP = dO V^T)");
-    softmax_bwd_kernel<<<blocks_for_rows(BH * T), 256, 0, s>>>(P, dS, S, stats, dP, BH * T, T);
+    softmax_bwd_kernel<<<blocks_for_rows(BH * T), 256, 0, s>>>(P, dS, S, stats, dP, BH * T, T, H, doc_start);
     launch_check("softmax_bwd_kernel");
     // dQ[T,hd] = scale dS K  ->  dQ^T = K^T dS^T: A = K (N), B = dS (N).
     gemm_sb(cublas_, false, false, hd, T, T, scale, k, hd, Thd, dS, T, TT, dq, false, hd, Thd, nb,

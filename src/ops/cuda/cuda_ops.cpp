@@ -156,13 +156,13 @@ class CudaOpsImpl final : public CudaOps {
     cuda::gelu_backward(stream_, dinp, inp, dout, n);
   }
 
-  void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
-                         int kv_heads) override {
-    attention_->forward(stream_, out, stats, qkv, B, T, H, hd, kv_heads_of(H, kv_heads));
+  void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd, int kv_heads,
+                         const int32_t* doc_start) override {
+    attention_->forward(stream_, out, stats, qkv, B, T, H, hd, kv_heads_of(H, kv_heads), doc_start);
   }
   void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats, int B,
-                          int T, int H, int hd, int kv_heads) override {
-    attention_->backward(stream_, dqkv, dout, qkv, out, stats, B, T, H, hd, kv_heads_of(H, kv_heads));
+                          int T, int H, int hd, int kv_heads, const int32_t* doc_start) override {
+    attention_->backward(stream_, dqkv, dout, qkv, out, stats, B, T, H, hd, kv_heads_of(H, kv_heads), doc_start);
   }
 
   void attention_block_forward(float* o, float* m, float* l, const bf16* q, int64_t q_stride, const bf16* kv, int B,
@@ -226,13 +226,13 @@ class CudaOpsImpl final : public CudaOps {
   }
 
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
-                         int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) override {
-    cuda::embedding_forward(stream_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end, positions);
+                         int64_t vocab_begin, int64_t vocab_end, const int32_t* positions, bool per_row) override {
+    cuda::embedding_forward(stream_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end, positions, per_row);
   }
   void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T, int C,
-                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions) override {
+                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions, bool per_row) override {
     cuda::embedding_backward(stream_, *scratch_, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end,
-                             positions);
+                             positions, per_row);
   }
 
   void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) override {

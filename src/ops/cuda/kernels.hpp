@@ -91,12 +91,13 @@ void crossentropy_combine(cudaStream_t s, float* losses, float* lse, const float
                           const float* target_logit, const int32_t* targets, int64_t rows);
 
 // embedding.cu
-// positions: wpe's row of local position t (device [T]; nullptr: t itself).
+// positions: wpe's row of local position t (device [T]; nullptr: t itself); per_row: positions is
+// [B, T], each row's own (document masking; positions < T).
 void embedding_forward(cudaStream_t s, bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
-                       int T, int C, int64_t vocab_begin, int64_t vocab_end, const int32_t* positions);
+                       int T, int C, int64_t vocab_begin, int64_t vocab_end, const int32_t* positions, bool per_row);
 void embedding_backward(cudaStream_t s, Scratch& scratch, float* dwte, float* dwpe, const bf16* dout,
                         const int32_t* tokens, int B, int T, int C, int64_t vocab_begin, int64_t vocab_end,
-                        const int32_t* positions);
+                        const int32_t* positions, bool per_row);
 
 // adamw.cu
 void adamw(cudaStream_t s, float* p, bf16* p_bf16, const float* g, float grad_scale, float* m, float* v, size_t n,

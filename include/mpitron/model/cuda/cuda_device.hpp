@@ -52,31 +52,27 @@ struct CudaDevice {
     ops.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, rows, C);
   }
   // att: the log-sum-exp statistics [B, H, T]; the backward reads them and the output.
-  // doc_start: document masking, which the GPU backend does not have yet (the trainer refuses it).
+  // doc_start (device [B, T], nullptr: none): document masking (the naive attention path only).
   void attention_forward(bf16* out, float* att, const bf16* qkv, int B, int T, int H, int hd, int KV,
                          const int32_t* doc_start = nullptr) {
-    check(!doc_start, "CudaDevice: document masking is not implemented on the GPU");
-    ops.attention_forward(out, att, qkv, B, T, H, hd, KV);
+    ops.attention_forward(out, att, qkv, B, T, H, hd, KV, doc_start);
   }
   void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* att, int B,
                           int T, int H, int hd, int KV, const int32_t* doc_start = nullptr) {
-    check(!doc_start, "CudaDevice: document masking is not implemented on the GPU");
-    ops.attention_backward(dqkv, dout, qkv, out, att, B, T, H, hd, KV);
+    ops.attention_backward(dqkv, dout, qkv, out, att, B, T, H, hd, KV, doc_start);
   }
   void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) { ops.swiglu_forward(out, gate_up, rows, F); }
   void swiglu_backward(bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F) {
     ops.swiglu_backward(dgate_up, gate_up, dout, rows, F);
   }
-  // positions: device [T] (nullptr: 0 .. T-1); per_row (document masking) is not on the GPU yet.
+  // positions: device [T] (nullptr: 0 .. T-1), or with per_row [B, T] (document masking).
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions, bool per_row = false) {
-    check(!per_row, "CudaDevice: document masking is not implemented on the GPU");
-    ops.embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end, positions);
+    ops.embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end, positions, per_row);
   }
   void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T, int C,
                           int64_t vocab_begin, int64_t vocab_end, const int32_t* positions, bool per_row = false) {
-    check(!per_row, "CudaDevice: document masking is not implemented on the GPU");
-    ops.embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end, positions);
+    ops.embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end, positions, per_row);
   }
   // Softmax cross-entropy over bf16 logits (CudaOps'; the vocab-parallel pieces as there).
   void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets, int64_t rows,

@@ -175,6 +175,15 @@ class GptCuda final : public ModelChunk {
   const int32_t* cp_positions() const {
     return shard_.cp_size > 1 ? a_.ring.positions + int64_t{shard_.cp_rank} * seq_local() : nullptr;
   }
+  // Slot `slot`'s document masking (a_ is that slot's): the host positions and the device starts,
+  // or none; and wpe's rows: each row's position in its document (device [B, T]) or cp_positions().
+  DocumentRows slot_docs(int slot) const {
+    const std::vector<int32_t>& p = slot_doc_pos_[static_cast<size_t>(slot)];
+    return p.empty() ? DocumentRows{} : DocumentRows{p.data(), a_.doc_start};
+  }
+  const int32_t* wpe_positions(int slot) const {
+    return slot_doc_pos_[static_cast<size_t>(slot)].empty() ? cp_positions() : a_.doc_pos;
+  }
   // Block l's weights and gradients, the shared scratch of the current slot (a_), as the shared
   // block code (transformer_block.hpp) takes them.
   BlockTensors<const bf16> block_weights(int l) const;
@@ -223,6 +232,7 @@ class GptCuda final : public ModelChunk {
   std::vector<Acts> slots_;                 // a_ is the slot the current forward/backward uses
   std::vector<int> slot_B_;
   std::vector<bool> slot_pending_;
+  std::vector<std::vector<int32_t>> slot_doc_pos_;  // document masking: each slot's positions (host; empty: none)
   std::vector<ParamInfo> params_;
   size_t n_flat_ = 0;
   Offsets off_;
@@ -235,7 +245,7 @@ class GptCuda final : public ModelChunk {
   std::vector<UnitCopy> units_;    // [0] embedding, [1] head, [2 + l] block l
   bool sharded_params_ = false;    // release_param_buffer() was called (ZeRO-3)
   Acts a_;  // the current slot's activations (a copy of slots_[s]'s pointers)
-  int32_t* host_tokens_ = nullptr;  // pinned staging [2 * max BT]: inputs, then targets
+  int32_t* host_tokens_ = nullptr;  // pinned staging [4 * max BT]: inputs, targets, document positions, starts
   float* host_losses_ = nullptr;    // pinned [max BT]
   cudaEvent_t tokens_sent_ = nullptr, losses_ready_ = nullptr;
   bool grad_enabled_ = true;

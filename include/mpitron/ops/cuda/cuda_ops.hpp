@@ -94,10 +94,13 @@ class CudaOps {
   // kv_heads = KV (0: H, plain multi-head attention on GPT-2's [B,T,3,H,hd]): grouped-query
   // attention, query head h attending with kv head h / (H / KV); KV must divide H. The backward
   // overwrites dqkv, its dk and dv summed over each group's query heads.
+  // doc_start (device [B, T], nullptr: none): document masking as Ops' (the naive path only; cuDNN
+  // refuses it by name).
   virtual void attention_forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd,
-                                 int kv_heads = 0) = 0;
+                                 int kv_heads = 0, const int32_t* doc_start = nullptr) = 0;
   virtual void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                                  const float* stats, int B, int T, int H, int hd, int kv_heads = 0) = 0;
+                                  const float* stats, int B, int T, int H, int hd, int kv_heads = 0,
+                                  const int32_t* doc_start = nullptr) = 0;
 
   // ---- one key/value block of ring attention (context parallel; Ops::attention_block_*) ----
   // Queries: Tq rows per sequence of q (bf16, H heads of hd, row stride q_stride); the block
@@ -152,13 +155,14 @@ class CudaOps {
   virtual void moe_uncombine_add(bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C) = 0;
 
   // ---- embeddings ----
-  // positions (device [T]; nullptr: 0..T-1): wpe's row for local position t (context parallel).
+  // positions (device [T]; nullptr: 0..T-1): wpe's row for local position t (context parallel);
+  // per_row: positions is [B, T], every row's own (document masking: positions in the document).
   virtual void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T,
-                                 int C, int64_t vocab_begin, int64_t vocab_end,
-                                 const int32_t* positions = nullptr) = 0;
+                                 int C, int64_t vocab_begin, int64_t vocab_end, const int32_t* positions = nullptr,
+                                 bool per_row = false) = 0;
   virtual void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B, int T,
-                                  int C, int64_t vocab_begin, int64_t vocab_end,
-                                  const int32_t* positions = nullptr) = 0;
+                                  int C, int64_t vocab_begin, int64_t vocab_end, const int32_t* positions = nullptr,
+                                  bool per_row = false) = 0;
 
   // ---- elementwise ----
   virtual void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n) = 0;
