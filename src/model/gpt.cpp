@@ -357,16 +357,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   int32_t* toks = sa.tokens;
   int32_t* tgts = toks + static_cast<int64_t>(max_B_) * T;
   sa.had_docs = positions != nullptr;
-  if (positions) {  // this rank's rows: the position in the document, the document's first sequence index
-    for (int64_t i = 0; i < BT; ++i) {
-      const int64_t at = geo_.full_index(i);
-      const int32_t p = positions[at], g = static_cast<int32_t>(at % cfg_.seq_len);
-      check(p >= 0 && p <= g && (g == 0 || p == 0 || positions[at - 1] == p - 1),
-            "GPT::forward: document position {} at {} does not continue its document", p, at);
-      sa.doc_pos[i] = p;
-      sa.doc_start[i] = g - p;
-    }
-  }
+  if (positions) geo_.document_rows(positions, BT, sa.doc_pos, sa.doc_start, "GPT::forward");
   block_->set_documents(sa.docs());
   emit(UnitEvent::pre_forward, kEmbeddingUnit);
   PostEvent post_emb{[this] { emit(UnitEvent::post_forward, kEmbeddingUnit); }};

@@ -32,4 +32,16 @@ ShardGeometry::ShardGeometry(const ModelConfig& cfg, const ModelShard& s)
     for (int t = 0; t < Tl; ++t) all_positions.push_back(cp_global_position(t, r, cp, cfg.seq_len));
 }
 
+void ShardGeometry::document_rows(const int32_t* positions, int64_t BT, int32_t* pos, int32_t* start,
+                                  const char* who) const {
+  for (int64_t i = 0; i < BT; ++i) {
+    const int64_t at = full_index(i);
+    const int32_t p = positions[at], g = static_cast<int32_t>(at % seq_len);
+    check(p >= 0 && p <= g && (g == 0 || p == 0 || positions[at - 1] == p - 1),
+          "{}: document position {} at {} does not continue its document", who, p, at);
+    pos[i] = p;
+    start[i] = g - p;
+  }
+}
+
 }  // namespace mpitron

@@ -246,7 +246,7 @@ void check_gelu_elementwise(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Che
 
 // fp64 logsumexp of the scaled causal scores: the reference for the saved statistics. qkv rows
 // [q H hd | k KV hd | v KV hd].
-Vec attention_stats_ref(const Vec& qkv, int B, int T, int H, int hd, int KV) {
+Vec attention_stats_ref(const Vec& qkv, int B, int T, int H, int hd, int KV, const int32_t* start = nullptr) {
   const int64_t C = static_cast<int64_t>(H) * hd, W = C + 2 * static_cast<int64_t>(KV) * hd;
   const int group = H / KV;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -257,7 +257,8 @@ Vec attention_stats_ref(const Vec& qkv, int B, int T, int H, int hd, int KV) {
       for (int i = 0; i < T; ++i) {
         const float* q = &qkv[(static_cast<int64_t>(b) * T + i) * W + h * hd];
         double mx = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
+        const int j0 = start ? start[static_cast<int64_t>(b) * T + i] : 0;  // document masking
+        for (int j = j0; j <= i; ++j) {
           const float* k = &qkv[(static_cast<int64_t>(b) * T + j) * W + C + (h / group) * hd];
           double d = 0;
           for (int e = 0; e < hd; ++e) d += static_cast<double>(q[e]) * k[e];
@@ -265,38 +266,48 @@ Vec attention_stats_ref(const Vec& qkv, int B, int T, int H, int hd, int KV) {
           mx = std::max(mx, row[j]);
         }
         double sum = 0;
-        for (int j = 0; j <= i; ++j) sum += std::exp(row[j] - mx);
+        for (int j = j0; j <= i; ++j) sum += std::exp(row[j] - mx);
         st[(static_cast<size_t>(b) * H + h) * T + i] = static_cast<float>(mx + std::log(sum));
       }
   return st;
 }
 
 // KV = H: plain multi-head attention (through the default kv_heads, as GPT-2 calls it); KV < H:
-// grouped-query attention (dk, dv summed over each group).
-void check_attention_kv(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c, int KV) {
+// grouped-query attention (dk, dv summed over each group). docs: document masking, documents of
+// T/3, T/4 and the rest in every sequence, shifted by the sequence index.
+void check_attention_kv(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c, int KV, bool docs = false) {
   check(KV > 0 && s.H % KV == 0, "self-check shape: KV = {} must divide H = {}", KV, s.H);
   const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H;
   const int kv_arg = KV == H ? 0 : KV;
   const int64_t C = s.C, W = C + 2 * static_cast<int64_t>(KV) * hd;
   const int64_t n3 = static_cast<int64_t>(B) * T * W, n = static_cast<int64_t>(B) * T * C;
-  Vec qkv = rnd(n3, s.seed, 31), dout = rnd(n, s.seed, 32);
+  std::vector<int32_t> start(docs ? static_cast<size_t>(B) * T : 0);
+  for (int b = 0; docs && b < B; ++b)
+    for (int t = 0, st = 0; t < T; ++t) {
+      if (t == T / 3 + b || t == T / 3 + T / 4 + b) st = t;
+      start[static_cast<size_t>(b) * T + t] = st;
+    }
+  Vec qkv = rnd(n3, s.seed, docs ? 33 : 31), dout = rnd(n, s.seed, docs ? 34 : 32);
   round_bf16(qkv), round_bf16(dout);
   auto dqkv_in = up_bf16(qkv), ddout = up_bf16(dout);
+  std::unique_ptr<Dev> dstart = docs ? up(start) : nullptr;
+  const int32_t* gstart = docs ? dstart->as<int32_t>() : nullptr;
+  const int32_t* cstart = docs ? start.data() : nullptr;
   Dev out(n * 2), stats(static_cast<size_t>(B) * H * T * 4), dqkv(n3 * 2);
-  const std::string tag =
-      "attention[" + gpu.attention_kind() + "]" + (KV == H ? "" : " gqa KV" + std::to_string(KV));
-  gpu.attention_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), B, T, H, hd, kv_arg);
+  const std::string tag = "attention[" + gpu.attention_kind() + "]" + (docs ? " documents" : "") +
+                          (KV == H ? "" : " gqa KV" + std::to_string(KV));
+  gpu.attention_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), B, T, H, hd, kv_arg, gstart);
   c.sync();
   Vec rout(n), att(static_cast<size_t>(B) * H * T * T);
-  cpu.attention_forward(rout.data(), att.data(), qkv.data(), B, T, H, hd, kv_arg);
+  cpu.attention_forward(rout.data(), att.data(), qkv.data(), B, T, H, hd, kv_arg, cstart);
   c.add(tag + "_forward.out", down_bf16(out, n), rout, kBf16Out);
   c.add(tag + "_forward.stats", down(stats, static_cast<size_t>(B) * H * T),
-        attention_stats_ref(qkv, B, T, H, hd, KV), kF32Out);
+        attention_stats_ref(qkv, B, T, H, hd, KV, cstart), kF32Out);
   gpu.attention_backward(dqkv.as<bf16>(), ddout->as<bf16>(), dqkv_in->as<bf16>(), out.as<bf16>(), stats.as<float>(),
-                         B, T, H, hd, kv_arg);
+                         B, T, H, hd, kv_arg, gstart);
   c.sync();
   Vec rd(n3);
-  cpu.attention_backward(rd.data(), dout.data(), qkv.data(), att.data(), B, T, H, hd, kv_arg);
+  cpu.attention_backward(rd.data(), dout.data(), qkv.data(), att.data(), B, T, H, hd, kv_arg, cstart);
   c.add(tag + "_backward.dqkv", down_bf16(dqkv, n3), rd, kBf16Out);
 }
 
@@ -304,40 +315,12 @@ void check_attention(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c
   check_attention_kv(gpu, cpu, s, c, s.H);
 }
 
-// Document masking (the naive path; cuDNN refuses it): documents of T/3, T/4 and the rest in every
-// sequence, shifted by the sequence index; out and dqkv against the CPU op with the same starts.
-void check_attention_documents(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
-  if (gpu.attention_kind() != "naive") return;
-  const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H, KV = s.KV > 0 ? s.KV : H;
-  const int kv_arg = KV == H ? 0 : KV;
-  const int64_t C = s.C, W = C + 2 * static_cast<int64_t>(KV) * hd;
-  const int64_t n3 = static_cast<int64_t>(B) * T * W, n = static_cast<int64_t>(B) * T * C;
-  std::vector<int32_t> start(static_cast<size_t>(B) * T);
-  for (int b = 0; b < B; ++b)
-    for (int t = 0, st = 0; t < T; ++t) {
-      if (t == T / 3 + b || t == T / 3 + T / 4 + b) st = t;
-      start[static_cast<size_t>(b) * T + t] = st;
-    }
-  Vec qkv = rnd(n3, s.seed, 33), dout = rnd(n, s.seed, 34);
-  round_bf16(qkv), round_bf16(dout);
-  auto dqkv_in = up_bf16(qkv), ddout = up_bf16(dout), dstart = up(start);
-  Dev out(n * 2), stats(static_cast<size_t>(B) * H * T * 4), dqkv(n3 * 2);
-  const std::string tag = "attention[naive] documents" + std::string(KV == H ? "" : " gqa KV" + std::to_string(KV));
-  gpu.attention_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), B, T, H, hd, kv_arg,
-                        dstart->as<int32_t>());
-  c.sync();
-  Vec rout(n), att(static_cast<size_t>(B) * H * T * T);
-  cpu.attention_forward(rout.data(), att.data(), qkv.data(), B, T, H, hd, kv_arg, start.data());
-  c.add(tag + "_forward.out", down_bf16(out, n), rout, kBf16Out);
-  gpu.attention_backward(dqkv.as<bf16>(), ddout->as<bf16>(), dqkv_in->as<bf16>(), out.as<bf16>(), stats.as<float>(),
-                         B, T, H, hd, kv_arg, dstart->as<int32_t>());
-  c.sync();
-  Vec rd(n3);
-  cpu.attention_backward(rd.data(), dout.data(), qkv.data(), att.data(), B, T, H, hd, kv_arg, start.data());
-  c.add(tag + "_backward.dqkv", down_bf16(dqkv, n3), rd, kBf16Out);
-}
 void check_attention_gqa(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   if (s.KV > 0) check_attention_kv(gpu, cpu, s, c, s.KV);
+}
+// Document masking: the naive path only (cuDNN refuses it).
+void check_attention_documents(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  if (gpu.attention_kind() == "naive") check_attention_kv(gpu, cpu, s, c, s.KV > 0 ? s.KV : s.H, true);
 }
 
 // Ring attention's block kernels (context parallel) as rank 0 of a cp 2 ring runs them: its

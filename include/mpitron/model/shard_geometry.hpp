@@ -43,6 +43,11 @@ struct ShardGeometry {
   const int32_t* positions() const { return all_positions.data() + int64_t{cp_rank} * Tl; }  // this rank's
   // Local row i of a micro-batch ([B, Tl]) in the trainer's full [B, seq_len] arrays.
   int64_t full_index(int64_t i) const { return cp == 1 ? i : i / Tl * seq_len + positions()[i % Tl]; }
+  // Document masking: this rank's BT rows of a micro-batch from the trainer's positions (each token's
+  // position in its document, full [B, seq_len] layout): pos[i], the row's position in its document;
+  // start[i], the sequence index of its document's first token (DocumentRows). Throws (naming
+  // `who`) where a position does not continue its document.
+  void document_rows(const int32_t* positions, int64_t BT, int32_t* pos, int32_t* start, const char* who) const;
   // Rows of a [B * Tl, ...] activation this rank holds outside the TP layers: all, or 1/tp under SP.
   int64_t local_rows(int64_t BT) const { return sp ? BT / tp : BT; }
 

@@ -341,19 +341,13 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
     count += targets[at] >= 0;
     host_tokens_[i] = inputs[at], host_tokens_[max_bt + i] = targets[at];
   }
-  // Document masking: each row's position in its document and its document's first index (cp = 1:
-  // the rows are the sequences' own), as the CPU model derives them.
+  // Document masking: each row's position in its document (kept on the host for RoPE) and its
+  // document's first index, staged for the device.
   std::vector<int32_t>& doc_pos = slot_doc_pos_[slot];
   doc_pos.clear();
   if (positions) {
-    doc_pos.resize(static_cast<size_t>(BT));
-    for (int64_t i = 0; i < BT; ++i) {
-      const int32_t p = positions[i], g = static_cast<int32_t>(i % cfg_.seq_len);
-      check(p >= 0 && p <= g && (g == 0 || p == 0 || positions[i - 1] == p - 1),
-            "GptCuda::forward: document position {} at {} does not continue its document", p, i);
-      doc_pos[static_cast<size_t>(i)] = host_tokens_[2 * max_bt + i] = p;
-      host_tokens_[3 * max_bt + i] = g - p;
-    }
+    geo_.document_rows(positions, BT, host_tokens_ + 2 * max_bt, host_tokens_ + 3 * max_bt, "GptCuda::forward");
+    doc_pos.assign(host_tokens_ + 2 * max_bt, host_tokens_ + 2 * max_bt + BT);
     cuda_check(cudaMemcpyAsync(a_.doc_pos, host_tokens_ + 2 * max_bt, static_cast<size_t>(BT) * sizeof(int32_t),
                                cudaMemcpyHostToDevice, s),
                "cudaMemcpyAsync(document positions)");
