@@ -1,8 +1,7 @@
-# Sourced by bench/gpu_check.sh and bench/gpu/demo_check.sh: use_carried switches BIN, MPITRON and
-# RUNENV to the programs bench/gpu/prepare_carry.sh prebuilt on the build machine.
-# gpu_check and mpitron prebuilt on the build machine (bench/gpu/prepare_carry.sh, carried to this
-# one as $CARRY/bundle.tar.gz): used when the build here fails (this image lacks oneDNN, fmt, Open
-# MPI and HDF5), or at once with USE_CARRY=1.
+# Sourced by bench/gpu_check.sh, bench/gpu/demo_check.sh and bench/gpu/trainer_mfu.sh: use_carried
+# switches BIN, MPITRON and RUNENV to gpu_check and mpitron as bench/gpu/prepare_carry.sh prebuilt
+# them on the build machine (carried to this one as $CARRY/bundle.tar.gz): used when the build here
+# fails (this image lacks oneDNN, fmt, Open MPI and HDF5), or at once with USE_CARRY=1.
 CARRY=${GPU_CHECK_CARRY:-build-gpu-carry}
 RUNENV=()  # the environment the carried programs run in (not exported: python3 here keeps its own libraries)
 use_carried() {

@@ -43,18 +43,19 @@ __global__ void iota_kernel(int32_t* v, int64_t n) {
   if (i < n) v[i] = static_cast<int32_t>(i);
 }
 
-// Block i handles the run of equal sorted tokens that starts at i (other blocks exit at once).
-__global__ void emb_bwd_wte_kernel(float* dwte, const bf* dout, const int32_t* keys, const int32_t* pos, int64_t BT,
-                                   int C, int64_t vocab_begin, int64_t vocab_end) {
+// Block i handles the run of equal sorted keys (tokens, or document positions) that starts at i
+// (other blocks exit at once): dst's row key - key_begin += the run's dout rows, in row order.
+__global__ void sum_rows_by_key_kernel(float* dst, const bf* dout, const int32_t* keys, const int32_t* rows, int64_t n,
+                                       int C, int64_t key_begin, int64_t key_end) {
   int64_t i = blockIdx.x;
-  int32_t tok = keys[i];
-  if ((i > 0 && keys[i - 1] == tok) || tok < vocab_begin || tok >= vocab_end) return;
+  int32_t key = keys[i];
+  if ((i > 0 && keys[i - 1] == key) || key < key_begin || key >= key_end) return;
   int64_t j1 = i + 1;
-  while (j1 < BT && keys[j1] == tok) ++j1;
-  float* d = dwte + (tok - vocab_begin) * static_cast<int64_t>(C);
+  while (j1 < n && keys[j1] == key) ++j1;
+  float* d = dst + (key - key_begin) * static_cast<int64_t>(C);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = 0.f;
-    for (int64_t j = i; j < j1; ++j) acc += __bfloat162float(dout[static_cast<int64_t>(pos[j]) * C + c]);
+    for (int64_t j = i; j < j1; ++j) acc += __bfloat162float(dout[static_cast<int64_t>(rows[j]) * C + c]);
     d[c] += acc;
   }
 }
@@ -107,8 +108,9 @@ void scatter_rows_by_key(cudaStream_t s, Scratch& scratch, float* dst, const bf1
   // Stable LSD radix sort over all 32 bits (keys are >= 0; a negative one only sorts last).
   cuda_check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys, iota, pos, n, 0, 32, s),
              "cub::DeviceRadixSort::SortPairs");
-  emb_bwd_wte_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(dst, as_bf(dout), keys, pos, n, C, key_begin, key_end);
-  launch_check("emb_bwd_wte_kernel");
+  sum_rows_by_key_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(dst, as_bf(dout), keys, pos, n, C, key_begin,
+                                                                   key_end);
+  launch_check("sum_rows_by_key_kernel");
 }
 
 }  // namespace

@@ -63,8 +63,9 @@ __global__ void ln_fwd_kernel(bf* residual, bf* out, float* mean, float* rstd, c
   }
 }
 
-__global__ void __launch_bounds__(1024) ln_bwd_kernel(bf* dinp, float* partial, const bf* dout, const bf* inp, const bf* w, const float* mean,
-                              const float* rstd, int64_t rows, int C, int64_t rows_per_chunk, int G, int R) {
+__global__ void __launch_bounds__(1024)
+    ln_bwd_kernel(bf* dinp, float* partial, const bf* dout, const bf* inp, const bf* w, const float* mean,
+                  const float* rstd, int64_t rows, int C, int64_t rows_per_chunk, int G, int R) {
   __shared__ float sh[kMaxRowGroups * 2 * 32];
   extern __shared__ float buf[];
   const int g = static_cast<int>(threadIdx.x) / G;
@@ -143,7 +144,7 @@ void layernorm_backward(cudaStream_t s, Scratch& scratch, bf16* dinp, float* dwe
   const RowGroupShape g = row_group_shape(rows, C);
   float* partial = static_cast<float*>(scratch.get(static_cast<size_t>(g.chunks) * 2 * C * sizeof(float)));
   ln_bwd_kernel<<<static_cast<unsigned>(g.chunks), g.groups * g.group_threads,
-                  (g.groups - 1) * g.group_threads * 16 * sizeof(float), s>>>(
+                  g.combine_bytes(16), s>>>(
       as_bf(dinp), partial, as_bf(dout), as_bf(inp), as_bf(weight), mean, rstd, rows, static_cast<int>(C),
       g.rows_per_chunk, static_cast<int>(g.group_threads), static_cast<int>(g.groups));
   launch_check("ln_bwd_kernel");

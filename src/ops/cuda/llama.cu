@@ -53,8 +53,9 @@ __global__ void rms_fwd_kernel(bf* out, float* rstd, const bf* inp, const bf* w,
 
 // y = x r w, r = (mean(x^2) + eps)^-1/2: dx = r (w dy) - x r^3 <w dy, x> / C; dw = sum_rows dy x r.
 // partial (nullptr: no dweight) gets this chunk's dw sums, [chunks, C].
-__global__ void __launch_bounds__(1024) rms_bwd_kernel(bf* dinp, float* partial, const bf* dout, const bf* inp, const bf* w,
-                               const float* rstd, int64_t rows, int C, int64_t rows_per_chunk, int G, int R) {
+__global__ void __launch_bounds__(1024)
+    rms_bwd_kernel(bf* dinp, float* partial, const bf* dout, const bf* inp, const bf* w, const float* rstd, int64_t rows,
+                   int C, int64_t rows_per_chunk, int G, int R) {
   __shared__ float sh[kMaxRowGroups * 32];
   extern __shared__ float buf[];
   const int g = static_cast<int>(threadIdx.x) / G;
@@ -219,7 +220,7 @@ void rmsnorm_backward(cudaStream_t s, Scratch& scratch, bf16* dinp, float* dweig
   float* partial =
       dweight ? static_cast<float*>(scratch.get(static_cast<size_t>(g.chunks) * C * sizeof(float))) : nullptr;
   rms_bwd_kernel<<<static_cast<unsigned>(g.chunks), g.groups * g.group_threads,
-                   (g.groups - 1) * g.group_threads * 8 * sizeof(float), s>>>(
+                   g.combine_bytes(8), s>>>(
       as_bf(dinp), partial, as_bf(dout), as_bf(inp), as_bf(weight), rstd, rows, static_cast<int>(C), g.rows_per_chunk,
       static_cast<int>(g.group_threads), static_cast<int>(g.groups));
   launch_check("rms_bwd_kernel");

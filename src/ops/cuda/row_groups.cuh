@@ -19,6 +19,8 @@ constexpr unsigned kRowGroupThreads = 512;  // R * G where R > 1: two such block
 struct RowGroupShape {
   unsigned group_threads = 0, groups = 0;  // G, R
   int64_t chunks = 0, rows_per_chunk = 0;  // the grid; rows of one block
+  // The dynamic shared memory combine_groups<N> needs.
+  size_t combine_bytes(int N) const { return size_t{groups - 1} * group_threads * N * sizeof(float); }
 };
 
 inline RowGroupShape row_group_shape(int64_t rows, int64_t C) {
