@@ -6,9 +6,11 @@
 # `make test-slurm` starts (slurmctld, slurmd, client tools, munge); plain `make deps` stays lean.
 # `tools/deps.sh stress` (`make deps-stress`, run by `make test-stress`): the usual packages plus
 # clang-14 and libclang-rt-14-dev (libFuzzer and clang's ASan/UBSan runtimes) for tests/fuzz.
+# `tools/deps.sh all` (.ci/run): every package of the three, in one apt-get run.
 set -euo pipefail
+SLURM_PKGS=(slurmctld slurmd slurm-client munge openmpi-bin)
 if [ "${1:-install}" = slurm ]; then
-  PKGS=(slurmctld slurmd slurm-client munge openmpi-bin)
+  PKGS=("${SLURM_PKGS[@]}")
 else
 PKGS=(
   g++ make pkg-config
@@ -21,7 +23,10 @@ PKGS=(
 )
 # PyTorch is needed only to regenerate test fixtures and for bench/ comparisons.
 [ "${MPITRON_DEPS_TORCH:-0}" = 1 ] && PKGS+=(python3-torch libopenblas0-openmp)
-[ "${1:-install}" = stress ] && PKGS+=(clang-14 libclang-rt-14-dev)
+case "${1:-install}" in
+  stress) PKGS+=(clang-14 libclang-rt-14-dev) ;;
+  all) PKGS+=(clang-14 libclang-rt-14-dev "${SLURM_PKGS[@]}") ;;
+esac
 fi
 
 missing=()

@@ -9,7 +9,9 @@
 #     same layout) starts at that checkpoint's step + 1, having removed a save the kill cut short;
 #   - metrics.jsonl then holds every step exactly once (none repeated, none skipped) and every
 #     loss is bit-identical to an uninterrupted run of the same layout (log.every = 1).
-# KILL_SEED=N repeats a sequence of trials (the seed is printed); KILL_TRIALS=N (default 10).
+# KILL_SEED=N repeats a sequence of trials (the seed is printed); KILL_TRIALS=N (default 10; 4
+# in a sanitizer build: one of each np x save kind, the same code paths; the random moments are
+# the plain run's job, and each trial there takes 2-3x as long).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 say() { echo "== $*"; }
@@ -23,7 +25,7 @@ cleanup() {
 trap cleanup EXIT
 
 seed=${KILL_SEED:-$(( $(date +%s%N) % 1000000 ))}
-trials=${KILL_TRIALS:-10}
+trials=${KILL_TRIALS:-$([ -n "${SAN:-}" ] && echo 4 || echo 10)}
 RANDOM=$seed
 echo "seed $seed (KILL_SEED=$seed repeats these trials), $trials trials"
 
