@@ -383,13 +383,14 @@ double timing_section(Report& rep) {
       cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
       row("attention block fwd (ring, cp)", timed(g, 5, [&] {
             g.attention_block_forward(acc.as<float>(), mm.as<float>(), ll.as<float>(), qkv.as<bf16>(), 3 * C,
-                                      kvb.as<bf16>(), B, T, T, H, H, hd, dpos.as<int32_t>(), dpos.as<int32_t>(), true);
+                                      kvb.as<bf16>(), B, T, T, H, H, hd, dpos.as<int32_t>(), dpos.as<int32_t>(), nullptr,
+                                      true);
           }),
           af, 0);
       row("attention block bwd (ring, cp)", timed(g, 5, [&] {
             g.attention_block_backward(acc.as<float>(), dkv.as<float>(), qkv.as<bf16>(), 3 * C, kvb.as<bf16>(),
                                        o.as<bf16>(), st.as<float>(), ds.as<float>(), B, T, T, H, H, hd,
-                                       dpos.as<int32_t>(), dpos.as<int32_t>());
+                                       dpos.as<int32_t>(), dpos.as<int32_t>(), nullptr);
           }),
           2.5 * af, 0);
     } catch (const std::exception& e) {

@@ -143,14 +143,11 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   ValidationLoader* val_data = data.val.get();
 
   // The GPU backend masks documents in the naive attention path (cuDNN's graphs are plainly causal)
-  // and not yet across the context-parallel ring.
+  // and in the context-parallel ring's block kernels (cp > 1 uses those instead of either path).
   const bool gpu_docs = cfg.data.document_mask && cfg.train.backend != "cpu";
-  usage_check(!gpu_docs || cfg.model.attention == "naive",
+  usage_check(!gpu_docs || gs.cp > 1 || cfg.model.attention == "naive",
               "data.document_mask = true on the GPU backend needs model.attention = \"naive\" (cuDNN's attention "
               "graphs here have no document mask; model.attention = \"{}\")", cfg.model.attention);
-  usage_check(!gpu_docs || gs.cp == 1,
-              "data.document_mask = true with context parallel (parallel.cp = {}) is not available on the GPU "
-              "backend yet: use parallel.cp = 1, or train.backend = \"cpu\"", gs.cp);
   usage_check(mc.n_head % gs.tp == 0, "model.n_head ({}) must be divisible by parallel.tp ({}): attention heads are "
               "split over the TP ranks", mc.n_head, gs.tp);
   usage_check(mc.seq_len % (2 * gs.cp) == 0,

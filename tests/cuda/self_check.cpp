@@ -272,21 +272,28 @@ Vec attention_stats_ref(const Vec& qkv, int B, int T, int H, int hd, int KV, con
   return st;
 }
 
+// Each position's document start [B, T] for documents of T/3, T/4 and the rest in every sequence,
+// shifted by the sequence index.
+std::vector<int32_t> document_starts(int B, int T) {
+  std::vector<int32_t> start(static_cast<size_t>(B) * T);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0, st = 0; t < T; ++t) {
+      if (t == T / 3 + b || t == T / 3 + T / 4 + b) st = t;
+      start[static_cast<size_t>(b) * T + t] = st;
+    }
+  return start;
+}
+
 // KV = H: plain multi-head attention (through the default kv_heads, as GPT-2 calls it); KV < H:
-// grouped-query attention (dk, dv summed over each group). docs: document masking, documents of
-// T/3, T/4 and the rest in every sequence, shifted by the sequence index.
+// grouped-query attention (dk, dv summed over each group). docs: document masking
+// (document_starts).
 void check_attention_kv(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c, int KV, bool docs = false) {
   check(KV > 0 && s.H % KV == 0, "self-check shape: KV = {} must divide H = {}", KV, s.H);
   const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H;
   const int kv_arg = KV == H ? 0 : KV;
   const int64_t C = s.C, W = C + 2 * static_cast<int64_t>(KV) * hd;
   const int64_t n3 = static_cast<int64_t>(B) * T * W, n = static_cast<int64_t>(B) * T * C;
-  std::vector<int32_t> start(docs ? static_cast<size_t>(B) * T : 0);
-  for (int b = 0; docs && b < B; ++b)
-    for (int t = 0, st = 0; t < T; ++t) {
-      if (t == T / 3 + b || t == T / 3 + T / 4 + b) st = t;
-      start[static_cast<size_t>(b) * T + t] = st;
-    }
+  const std::vector<int32_t> start = docs ? document_starts(B, T) : std::vector<int32_t>{};
   Vec qkv = rnd(n3, s.seed, docs ? 33 : 31), dout = rnd(n, s.seed, docs ? 34 : 32);
   round_bf16(qkv), round_bf16(dout);
   auto dqkv_in = up_bf16(qkv), ddout = up_bf16(dout);
@@ -326,8 +333,9 @@ void check_attention_documents(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, 
 // Ring attention's block kernels (context parallel) as rank 0 of a cp 2 ring runs them: its
 // queries (chunks 0 and 3 of T) over its own k|v block, then rank 1's (chunks 1 and 2); forward,
 // finish, D, backward of both blocks and the final dqkv, against the CPU's block kernels on the
-// same bf16 inputs. Grouped-query when the shape has KV.
-void check_attention_block(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+// same bf16 inputs. Grouped-query when the shape has KV. docs: document masking, rank 0's rows'
+// document starts (document_starts at their global positions): some rows see none of rank 1's keys.
+void check_attention_block(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c, bool docs) {
   const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H, KV = s.KV > 0 ? s.KV : s.H, Tl = T / 2;
   check(T % 4 == 0, "self-check shape: T = {} must split into 4 chunks", T);
   const int64_t W = static_cast<int64_t>(H + 2 * KV) * hd, kvw = 2 * static_cast<int64_t>(KV) * hd;
@@ -340,23 +348,32 @@ void check_attention_block(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Chec
   std::vector<int32_t> pos(2 * static_cast<size_t>(Tl));  // [rank 0 | rank 1]
   for (int r = 0; r < 2; ++r)
     for (int t = 0; t < Tl; ++t) pos[static_cast<size_t>(r) * Tl + t] = cp_global_position(t, r, 2, T);
+  std::vector<int32_t> qstart;  // [B, Tl] at rank 0's global positions
+  if (docs) {
+    const std::vector<int32_t> full = document_starts(B, T);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < Tl; ++t) qstart.push_back(full[static_cast<size_t>(b) * T + pos[static_cast<size_t>(t)]]);
+  }
   auto d_qkv = up_bf16(qkv), d_own = up_bf16(own), d_other = up_bf16(other), d_dout = up_bf16(dout), d_pos = up(pos);
-  const int32_t *p0 = d_pos->as<int32_t>(), *p1 = p0 + Tl;
+  std::unique_ptr<Dev> d_qstart = docs ? up(qstart) : nullptr;
+  const int32_t *p0 = d_pos->as<int32_t>(), *p1 = p0 + Tl, *gs = docs ? d_qstart->as<int32_t>() : nullptr;
+  const int32_t* cs = docs ? qstart.data() : nullptr;
   Dev acc(no * 4), m(ns * 4), l(ns * 4), out(no * 2), lse(ns * 4), dsum(ns * 4), dkv0(nkv * 4), dkv1(nkv * 4),
       dqkv(rows * W * 2);
-  const std::string tag = "attention_block" + std::string(KV < H ? " gqa KV" + std::to_string(KV) : "");
+  const std::string tag =
+      "attention_block" + std::string(docs ? " documents" : "") + (KV < H ? " gqa KV" + std::to_string(KV) : "");
   gpu.attention_block_forward(acc.as<float>(), m.as<float>(), l.as<float>(), d_qkv->as<bf16>(), W, d_own->as<bf16>(),
-                              B, Tl, Tl, H, KV, hd, p0, p0, true);
+                              B, Tl, Tl, H, KV, hd, p0, p0, gs, true);
   gpu.attention_block_forward(acc.as<float>(), m.as<float>(), l.as<float>(), d_qkv->as<bf16>(), W,
-                              d_other->as<bf16>(), B, Tl, Tl, H, KV, hd, p0, p1, false);
+                              d_other->as<bf16>(), B, Tl, Tl, H, KV, hd, p0, p1, gs, false);
   gpu.attention_block_finish(out.as<bf16>(), lse.as<float>(), acc.as<float>(), m.as<float>(), l.as<float>(), B, Tl, H,
                              hd);
   c.sync();
   Vec ro(no, 0.f), rm(ns, -INFINITY), rl(ns, 0.f), rlse(ns);
   cpu.attention_block_forward(ro.data(), rm.data(), rl.data(), qkv.data(), W, own.data(), B, Tl, Tl, H, KV, hd,
-                              pos.data(), pos.data());
+                              pos.data(), pos.data(), cs);
   cpu.attention_block_forward(ro.data(), rm.data(), rl.data(), qkv.data(), W, other.data(), B, Tl, Tl, H, KV, hd,
-                              pos.data(), pos.data() + Tl);
+                              pos.data(), pos.data() + Tl, cs);
   for (int64_t st = 0; st < ns; ++st) {
     const int64_t b = st / (int64_t{H} * Tl), h = st / Tl % H, i = st % Tl;
     for (int e = 0; e < hd; ++e) ro[((b * Tl + i) * H + h) * hd + e] /= rl[st];
@@ -377,17 +394,17 @@ void check_attention_block(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Chec
   cuda_check(cudaMemset(dkv0.ptr(), 0, nkv * 4), "cudaMemset");
   cuda_check(cudaMemset(dkv1.ptr(), 0, nkv * 4), "cudaMemset");
   gpu.attention_block_backward(acc.as<float>(), dkv0.as<float>(), d_qkv->as<bf16>(), W, d_own->as<bf16>(),
-                               d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p0);
+                               d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p0, gs);
   gpu.attention_block_backward(acc.as<float>(), dkv1.as<float>(), d_qkv->as<bf16>(), W, d_other->as<bf16>(),
-                               d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p1);
+                               d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p1, gs);
   gpu.attention_block_grads(dqkv.as<bf16>(), acc.as<float>(), dkv0.as<float>(), rows, H, KV, hd);
   c.sync();
   c.add(tag + "_dsum", down(dsum, ns), rdsum, kF32Out);
   Vec rdq(no, 0.f), rdkv0(nkv, 0.f), rdkv1(nkv, 0.f);
   cpu.attention_block_backward(rdq.data(), int64_t{H} * hd, rdkv0.data(), qkv.data(), W, own.data(), dout.data(),
-                               glse.data(), rdsum.data(), B, Tl, Tl, H, KV, hd, pos.data(), pos.data());
+                               glse.data(), rdsum.data(), B, Tl, Tl, H, KV, hd, pos.data(), pos.data(), cs);
   cpu.attention_block_backward(rdq.data(), int64_t{H} * hd, rdkv1.data(), qkv.data(), W, other.data(), dout.data(),
-                               glse.data(), rdsum.data(), B, Tl, Tl, H, KV, hd, pos.data(), pos.data() + Tl);
+                               glse.data(), rdsum.data(), B, Tl, Tl, H, KV, hd, pos.data(), pos.data() + Tl, cs);
   c.add(tag + "_backward.dq", down(acc, no), rdq, kF32Out);
   c.add(tag + "_backward.dkv(own)", down(dkv0, nkv), rdkv0, kF32Out);
   c.add(tag + "_backward.dkv(other)", down(dkv1, nkv), rdkv1, kF32Out);
@@ -397,6 +414,13 @@ void check_attention_block(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Chec
     std::copy(rdkv0.begin() + i * kvw, rdkv0.begin() + (i + 1) * kvw, rdqkv.begin() + i * W + int64_t{H} * hd);
   }
   c.add(tag + "_grads.dqkv", down_bf16(dqkv, rows * W), rdqkv, kBf16Out);
+}
+
+void check_attention_block_causal(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  check_attention_block(gpu, cpu, s, c, false);
+}
+void check_attention_block_documents(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
+  check_attention_block(gpu, cpu, s, c, true);
 }
 
 void check_rmsnorm(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
@@ -734,7 +758,8 @@ std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const Se
       {"attention", check_attention},
       {"attention gqa", check_attention_gqa},
       {"attention documents", check_attention_documents},
-      {"attention block (ring)", check_attention_block},
+      {"attention block (ring)", check_attention_block_causal},
+      {"attention block (ring) documents", check_attention_block_documents},
       {"rmsnorm", check_rmsnorm},
       {"rope", check_rope},
       {"swiglu", check_swiglu},

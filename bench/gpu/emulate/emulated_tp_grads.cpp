@@ -11,9 +11,10 @@
 // and compared with the full model's the same way. Catches a wrong block mask or position that
 // moves the loss curves by less than their bf16 bound (e.g. every k|v block masked with the
 // rank's own key positions: loss curves within 1.1e-3, gradients off by far more).
-// Document masking (tp 1 and tp 2 + sp, GPT-2 and LLaMA): both models get the same document
-// positions (sequence 0 packs documents of 5, 7 and 4 tokens, sequence 1 of 9 and 7); the
-// gradients catch an attention mask the loss curves barely show.
+// Document masking (tp 1, tp 2 + sp and cp 2, GPT-2 and LLaMA): both models get the same document
+// positions (sequence 0 packs documents of 5, 7 and 4 tokens, sequence 1 of 9 and 7; at cp 2 rank
+// 0's last chunk, positions 12-15, is a document that sees none of rank 1's keys); the gradients
+// catch an attention mask the loss curves barely show.
 //   mpirun -np 2 emulated_tp_grads        (exit 0: every tensor within the bound)
 #include <mpi.h>
 
@@ -140,6 +141,8 @@ int main(int argc, char** argv) {
       failures += compare(tp, false, false, true);         // cp
       failures += compare(tp, false, false, true, true);   // cp, LLaMA (RoPE per chunk, GQA)
       failures += compare(tp, false, true, true, true);    // cp + recompute
+      failures += compare(tp, false, false, true, false, true);  // cp, document masking (the ring's block kernels)
+      failures += compare(tp, false, false, true, true, true);   // and LLaMA
     }
   } catch (const std::exception& e) {
     std::printf("emulated_tp_grads: %s\n", e.what());

@@ -281,7 +281,7 @@ class FakeCudaOps final : public CudaOps {
   // Ring attention's blocks: the CPU block ops on fp32 copies (q keeps its row stride).
   void attention_block_forward(float* o, float* m, float* l, const bf16* q, int64_t q_stride, const bf16* kv, int B,
                                int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos,
-                               bool first) override {
+                               const int32_t* qstart, bool first) override {
     const int64_t stats = int64_t{B} * H * Tq;
     if (first) {
       std::fill(m, m + stats, -INFINITY);
@@ -289,7 +289,7 @@ class FakeCudaOps final : public CudaOps {
       std::fill(o, o + int64_t{B} * Tq * H * hd, 0.f);
     }
     Vec qf = up(q, (int64_t{B} * Tq - 1) * q_stride + int64_t{H} * hd), k = up(kv, int64_t{B} * Tk * 2 * KV * hd);
-    cpu_->attention_block_forward(o, m, l, qf.data(), q_stride, k.data(), B, Tq, Tk, H, KV, hd, qpos, kpos);
+    cpu_->attention_block_forward(o, m, l, qf.data(), q_stride, k.data(), B, Tq, Tk, H, KV, hd, qpos, kpos, qstart);
   }
   void attention_block_finish(bf16* out, float* lse, const float* o, const float* m, const float* l, int B, int T,
                               int H, int hd) override {
@@ -309,11 +309,12 @@ class FakeCudaOps final : public CudaOps {
   }
   void attention_block_backward(float* dq, float* dkv, const bf16* q, int64_t q_stride, const bf16* kv,
                                 const bf16* dout, const float* lse, const float* dsum, int B, int Tq, int Tk, int H,
-                                int KV, int hd, const int32_t* qpos, const int32_t* kpos) override {
+                                int KV, int hd, const int32_t* qpos, const int32_t* kpos,
+                                const int32_t* qstart) override {
     Vec qf = up(q, (int64_t{B} * Tq - 1) * q_stride + int64_t{H} * hd), k = up(kv, int64_t{B} * Tk * 2 * KV * hd),
         d = up(dout, int64_t{B} * Tq * H * hd);
     cpu_->attention_block_backward(dq, int64_t{H} * hd, dkv, qf.data(), q_stride, k.data(), d.data(), lse, dsum, B, Tq,
-                                   Tk, H, KV, hd, qpos, kpos);
+                                   Tk, H, KV, hd, qpos, kpos, qstart);
   }
   void attention_block_grads(bf16* dqkv, const float* dq, const float* dkv, int64_t rows, int H, int KV,
                              int hd) override {

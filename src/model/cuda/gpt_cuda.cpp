@@ -315,9 +315,6 @@ void GptCuda::head_forward(int B) {
 
 double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
                         const int32_t* positions) {
-  usage_check(!positions || shard_.cp_size == 1,
-              "data.document_mask with context parallel (parallel.cp = {}) is not available on the GPU backend yet; "
-              "use parallel.cp = 1 or the CPU backend", shard_.cp_size);
   check(B > 0 && B <= max_B_, "GptCuda::forward: micro-batch {} outside [1, {}]", B, max_B_);
   check(slot >= 0 && slot < static_cast<int>(slots_.size()), "GptCuda::forward: slot {} outside [0, {})", slot,
         slots_.size());

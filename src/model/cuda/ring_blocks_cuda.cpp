@@ -17,15 +17,14 @@ void CudaRingBlocks::pack_own_block(const bf16* qkv, int B) {
 }
 
 void CudaRingBlocks::forward_begin(void*, const void* qkv, int B, const int32_t* doc_start) {
-  check(!doc_start, "CudaRingBlocks: document masking is not implemented on the GPU");
-  q_ = static_cast<const bf16*>(qkv);
+  q_ = static_cast<const bf16*>(qkv), doc_start_ = doc_start;
   pack_own_block(q_, B);
   first_ = true;  // the first block starts the accumulators (no fill)
 }
 
 void CudaRingBlocks::forward_block(const void* kv, int src, int B) {
   ops_.attention_block_forward(b_.acc, b_.m, b_.l, q_, row_, static_cast<const bf16*>(kv), B, Tl_, Tl_, H_, KV_, hd_,
-                               pos(r_), pos(src), first_);
+                               pos(r_), pos(src), doc_start_, first_);
   first_ = false;
 }
 
@@ -35,8 +34,7 @@ void CudaRingBlocks::forward_end(void* out, float* lse, int B) {
 
 void CudaRingBlocks::backward_begin(void*, const void* qkv, const void* dout, const void* out, const float* lse,
                                     int B, const int32_t* doc_start) {
-  check(!doc_start, "CudaRingBlocks: document masking is not implemented on the GPU");
-  q_ = static_cast<const bf16*>(qkv), dout_ = static_cast<const bf16*>(dout), lse_ = lse;
+  q_ = static_cast<const bf16*>(qkv), dout_ = static_cast<const bf16*>(dout), lse_ = lse, doc_start_ = doc_start;
   ops_.attention_block_dsum(b_.dsum, dout_, static_cast<const bf16*>(out), B, Tl_, H_, hd_);
   pack_own_block(q_, B);
   const int64_t rows = int64_t{B} * Tl_;
@@ -48,7 +46,7 @@ void CudaRingBlocks::backward_begin(void*, const void* qkv, const void* dout, co
 
 void CudaRingBlocks::backward_block(const void* kv, void* dkv, int src, int B) {
   ops_.attention_block_backward(b_.acc, static_cast<float*>(dkv), q_, row_, static_cast<const bf16*>(kv), dout_, lse_,
-                                b_.dsum, B, Tl_, Tl_, H_, KV_, hd_, pos(r_), pos(src));
+                                b_.dsum, B, Tl_, Tl_, H_, KV_, hd_, pos(r_), pos(src), doc_start_);
 }
 
 void CudaRingBlocks::backward_end(void* dqkv, const void* dkv_home, int B) {

@@ -41,6 +41,7 @@ class CudaRingBlocks final : public RingBlocks {
   bool first_ = true;
   const bf16 *q_ = nullptr, *dout_ = nullptr;
   const float* lse_ = nullptr;
+  const int32_t* doc_start_ = nullptr;  // device [B, Tl]: each query row's document start (global), or none
 };
 
 }  // namespace mpitron

@@ -1,8 +1,9 @@
 // One key/value block of ring attention (context parallel, model/ring_attention.hpp) on the GPU:
 // the same contract as the CPU's Ops::attention_block_* (src/ops/cpu/attention_block.cpp), with
 // bf16 queries, blocks and dout and fp32 accumulators. Masking by global position (key j visible
-// to query i when kpos[j] <= qpos[i]); grouped-query attention (query head h reads kv head
-// h / (H / KV)).
+// to query i when kpos[j] <= qpos[i], and with document masking kpos[j] >= qstart[b, i], the first
+// position of i's document: the keys of other documents are skipped, no score is computed for
+// them); grouped-query attention (query head h reads kv head h / (H / KV)).
 //
 // Simple kernels (CUDA cores, one warp per row, the head dimension over the lanes, <= 8 elements
 // a lane: hd <= 256), written for correctness first: each score is one warp reduction.
@@ -33,7 +34,7 @@ struct RowIdx {
 
 __global__ void block_fwd_kernel(float* o, float* m, float* l, const bf* q, int64_t q_stride, const bf* kv, int B,
                                  int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos,
-                                 float scale, bool first) {
+                                 const int32_t* qstart, float scale, bool first) {
   const int64_t st = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (st >= static_cast<int64_t>(B) * H * Tq) return;
@@ -50,9 +51,9 @@ __global__ void block_fwd_kernel(float* o, float* m, float* l, const bf* q, int6
     acc[k] = e < hd && !first ? oi[e] : 0.f;
   }
   float mx = first ? -INFINITY : m[st], sum = first ? 0.f : l[st];
-  const int qp = qpos[r.i];
+  const int qp = qpos[r.i], qs = qstart ? qstart[static_cast<int64_t>(r.b) * Tq + r.i] : 0;
   for (int j = 0; j < Tk; ++j) {
-    if (kpos[j] > qp) continue;  // the same for the whole warp
+    if (kpos[j] > qp || kpos[j] < qs) continue;  // the same for the whole warp
     const bf *kj = kb + j * kv_row, *vj = kj + static_cast<int64_t>(KV) * hd;
     float s = 0.f;
 #pragma unroll
@@ -111,7 +112,7 @@ __global__ void block_dsum_kernel(float* dsum, const bf* dout, const bf* out, in
 
 __global__ void block_bwd_dq_kernel(float* dq, const bf* q, int64_t q_stride, const bf* kv, const bf* dout,
                                     const float* lse, const float* dsum, int B, int Tq, int Tk, int H, int KV, int hd,
-                                    const int32_t* qpos, const int32_t* kpos, float scale) {
+                                    const int32_t* qpos, const int32_t* kpos, const int32_t* qstart, float scale) {
   const int64_t st = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (st >= static_cast<int64_t>(B) * H * Tq) return;
@@ -130,9 +131,9 @@ __global__ void block_bwd_dq_kernel(float* dq, const bf* q, int64_t q_stride, co
     acc[k] = 0.f;
   }
   const float L = lse[st], D = dsum[st];
-  const int qp = qpos[r.i];
+  const int qp = qpos[r.i], qs = qstart ? qstart[row] : 0;
   for (int j = 0; j < Tk; ++j) {
-    if (kpos[j] > qp) continue;
+    if (kpos[j] > qp || kpos[j] < qs) continue;
     const bf *kj = kb + j * kv_row, *vj = kj + static_cast<int64_t>(KV) * hd;
     float s = 0.f, dp = 0.f;
 #pragma unroll
@@ -159,7 +160,8 @@ __global__ void block_bwd_dq_kernel(float* dq, const bf* q, int64_t q_stride, co
 // and the queries that see key j, in order.
 __global__ void block_bwd_dkv_kernel(float* dkv, const bf* q, int64_t q_stride, const bf* kv, const bf* dout,
                                      const float* lse, const float* dsum, int B, int Tq, int Tk, int H, int KV, int hd,
-                                     const int32_t* qpos, const int32_t* kpos, float scale) {
+                                     const int32_t* qpos, const int32_t* kpos, const int32_t* qstart,
+                                     float scale) {
   const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;  // (b KV + kh) Tk + j
   const int lane = threadIdx.x & 31;
   if (w >= static_cast<int64_t>(B) * KV * Tk) return;
@@ -180,8 +182,9 @@ __global__ void block_bwd_dkv_kernel(float* dkv, const bf* q, int64_t q_stride, 
   for (int g = 0; g < group; ++g) {
     const int h = kh * group + g;
     for (int i = 0; i < Tq; ++i) {
-      if (kp > qpos[i]) continue;
-      const int64_t row = static_cast<int64_t>(b) * Tq + i, st = (static_cast<int64_t>(b) * H + h) * Tq + i;
+      const int64_t row = static_cast<int64_t>(b) * Tq + i;
+      if (kp > qpos[i] || (qstart && kp < qstart[row])) continue;
+      const int64_t st = (static_cast<int64_t>(b) * H + h) * Tq + i;
       const bf* qi = q + row * q_stride + static_cast<int64_t>(h) * hd;
       const bf* doi = dout + row * H * hd + static_cast<int64_t>(h) * hd;
       float s = 0.f, dp = 0.f;
@@ -230,12 +233,13 @@ void check_shape(int H, int KV, int hd, const char* what) {
 
 void attention_block_forward(cudaStream_t s, float* o, float* m, float* l, const bf16* q, int64_t q_stride,
                              const bf16* kv, int B, int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos,
-                             const int32_t* kpos, bool first) {
+                             const int32_t* kpos, const int32_t* qstart, bool first) {
   check_shape(H, KV, hd, "attention_block_forward");
   const int64_t rows = static_cast<int64_t>(B) * H * Tq;
   if (rows == 0) return;
   block_fwd_kernel<<<warps_blocks(rows), 256, 0, s>>>(o, m, l, as_bf(q), q_stride, as_bf(kv), B, Tq, Tk, H, KV, hd,
-                                                      qpos, kpos, 1.f / std::sqrt(static_cast<float>(hd)), first);
+                                                      qpos, kpos, qstart, 1.f / std::sqrt(static_cast<float>(hd)),
+                                                      first);
   launch_check("block_fwd_kernel");
 }
 
@@ -257,16 +261,16 @@ void attention_block_dsum(cudaStream_t s, float* dsum, const bf16* dout, const b
 
 void attention_block_backward(cudaStream_t s, float* dq, float* dkv, const bf16* q, int64_t q_stride, const bf16* kv,
                               const bf16* dout, const float* lse, const float* dsum, int B, int Tq, int Tk, int H,
-                              int KV, int hd, const int32_t* qpos, const int32_t* kpos) {
+                              int KV, int hd, const int32_t* qpos, const int32_t* kpos, const int32_t* qstart) {
   check_shape(H, KV, hd, "attention_block_backward");
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int64_t qrows = static_cast<int64_t>(B) * H * Tq, krows = static_cast<int64_t>(B) * KV * Tk;
   if (qrows == 0 || krows == 0) return;
   block_bwd_dq_kernel<<<warps_blocks(qrows), 256, 0, s>>>(dq, as_bf(q), q_stride, as_bf(kv), as_bf(dout), lse, dsum, B,
-                                                          Tq, Tk, H, KV, hd, qpos, kpos, scale);
+                                                          Tq, Tk, H, KV, hd, qpos, kpos, qstart, scale);
   launch_check("block_bwd_dq_kernel");
   block_bwd_dkv_kernel<<<warps_blocks(krows), 256, 0, s>>>(dkv, as_bf(q), q_stride, as_bf(kv), as_bf(dout), lse, dsum,
-                                                           B, Tq, Tk, H, KV, hd, qpos, kpos, scale);
+                                                           B, Tq, Tk, H, KV, hd, qpos, kpos, qstart, scale);
   launch_check("block_bwd_dkv_kernel");
 }
 

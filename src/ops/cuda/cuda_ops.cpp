@@ -167,8 +167,8 @@ class CudaOpsImpl final : public CudaOps {
 
   void attention_block_forward(float* o, float* m, float* l, const bf16* q, int64_t q_stride, const bf16* kv, int B,
                                int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos,
-                               bool first) override {
-    cuda::attention_block_forward(stream_, o, m, l, q, q_stride, kv, B, Tq, Tk, H, KV, hd, qpos, kpos, first);
+                               const int32_t* qstart, bool first) override {
+    cuda::attention_block_forward(stream_, o, m, l, q, q_stride, kv, B, Tq, Tk, H, KV, hd, qpos, kpos, qstart, first);
   }
   void attention_block_finish(bf16* out, float* lse, const float* o, const float* m, const float* l, int B, int T,
                               int H, int hd) override {
@@ -179,9 +179,10 @@ class CudaOpsImpl final : public CudaOps {
   }
   void attention_block_backward(float* dq, float* dkv, const bf16* q, int64_t q_stride, const bf16* kv,
                                 const bf16* dout, const float* lse, const float* dsum, int B, int Tq, int Tk, int H,
-                                int KV, int hd, const int32_t* qpos, const int32_t* kpos) override {
+                                int KV, int hd, const int32_t* qpos, const int32_t* kpos,
+                                const int32_t* qstart) override {
     cuda::attention_block_backward(stream_, dq, dkv, q, q_stride, kv, dout, lse, dsum, B, Tq, Tk, H, KV, hd, qpos,
-                                   kpos);
+                                   kpos, qstart);
   }
   void attention_block_grads(bf16* dqkv, const float* dq, const float* dkv, int64_t rows, int H, int KV,
                              int hd) override {

@@ -66,13 +66,13 @@ void moe_uncombine_add(cudaStream_t s, bf16* dx, const bf16* dxs, const int64_t*
 // attention_block.cu: one key/value block of ring attention (CudaOps::attention_block_*).
 void attention_block_forward(cudaStream_t s, float* o, float* m, float* l, const bf16* q, int64_t q_stride,
                              const bf16* kv, int B, int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos,
-                             const int32_t* kpos, bool first);
+                             const int32_t* kpos, const int32_t* qstart, bool first);
 void attention_block_finish(cudaStream_t s, bf16* out, float* lse, const float* o, const float* m, const float* l,
                             int B, int T, int H, int hd);
 void attention_block_dsum(cudaStream_t s, float* dsum, const bf16* dout, const bf16* out, int B, int T, int H, int hd);
 void attention_block_backward(cudaStream_t s, float* dq, float* dkv, const bf16* q, int64_t q_stride, const bf16* kv,
                               const bf16* dout, const float* lse, const float* dsum, int B, int Tq, int Tk, int H,
-                              int KV, int hd, const int32_t* qpos, const int32_t* kpos);
+                              int KV, int hd, const int32_t* qpos, const int32_t* kpos, const int32_t* qstart);
 void attention_block_grads(cudaStream_t s, bf16* dqkv, const float* dq, const float* dkv, int64_t rows, int H, int KV,
                            int hd);
 

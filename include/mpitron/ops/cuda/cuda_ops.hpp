@@ -105,12 +105,13 @@ class CudaOps {
   // ---- one key/value block of ring attention (context parallel; Ops::attention_block_*) ----
   // Queries: Tq rows per sequence of q (bf16, H heads of hd, row stride q_stride); the block
   // kv[B, Tk, 2 KV hd] (bf16) = [k | v]; key j visible to query i when kpos[j] <= qpos[i] (device
-  // int32 arrays). Forward: online softmax into fp32 running max m, sum l [B, H, Tq] and the
+  // int32 arrays) and, with document masking, kpos[j] >= qstart[b, i] (device [B, Tq]: the global
+  // position of the first token of i's document; nullptr: none). Forward: online softmax into fp32 running max m, sum l [B, H, Tq] and the
   // unnormalised output o[B*Tq, H hd]; first = the first block (m, l, o start at -inf, 0, 0 and
   // are not read). hd <= 256.
   virtual void attention_block_forward(float* o, float* m, float* l, const bf16* q, int64_t q_stride, const bf16* kv,
                                        int B, int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos,
-                                       const int32_t* kpos, bool first) = 0;
+                                       const int32_t* kpos, const int32_t* qstart, bool first) = 0;
   // After the last block: out[B*T, H hd] (bf16) = o / l, lse[B, H, T] = m + log l.
   virtual void attention_block_finish(bf16* out, float* lse, const float* o, const float* m, const float* l, int B,
                                       int T, int H, int hd) = 0;
@@ -120,7 +121,8 @@ class CudaOps {
   // (fp32, deterministic).
   virtual void attention_block_backward(float* dq, float* dkv, const bf16* q, int64_t q_stride, const bf16* kv,
                                         const bf16* dout, const float* lse, const float* dsum, int B, int Tq, int Tk,
-                                        int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos) = 0;
+                                        int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos,
+                                        const int32_t* qstart) = 0;
   // dqkv[rows, (H + 2 KV) hd] (bf16) = [dq[rows, H hd] | dkv[rows, 2 KV hd]].
   virtual void attention_block_grads(bf16* dqkv, const float* dq, const float* dkv, int64_t rows, int H, int KV,
                                      int hd) = 0;
