@@ -57,20 +57,11 @@ HDF5_LIBS := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
 # level without dropping -std=c++20 or the dependency files.
 MT_CPPFLAGS := -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -DMPITRON_CUDA=$(CUDA_ON)
 # -Wno-stringop-overflow: g++ 12 false positive inside fmt 9's fill_t (fmt issue #2708-style), not our code.
-# MT_OPT: -O3, except in a sanitizer build (below).
-MT_OPT := -O3
-MT_CXXFLAGS = -std=c++20 $(MT_OPT) $(ARCH_FLAGS) -fopenmp -g1 -Wall -Wextra -Wno-stringop-overflow -MMD -MP
+MT_CXXFLAGS := -std=c++20 -O3 $(ARCH_FLAGS) -fopenmp -g1 -Wall -Wextra -Wno-stringop-overflow -MMD -MP
 MT_LDLIBS := -ldnnl -lfmt -lpthread -lpcre2-8 -lz -lzstd -lsentencepiece $(HDF5_LIBS) $(MPI_LIBS)
 MT_LDFLAGS := -fopenmp
 SAN_OBJ :=
 ifneq ($(SAN),)
-  # -O1 (ASan's recommended level) for the code that runs once per job or is test glue: the
-  # sources of the unit and MPI tests, the job file, the CLI and the planner. g++ takes 2-3x as
-  # long per file at -O3 with ASan + UBSan, and the sanitizer build was the longest step of
-  # .ci/run (16 min on 2 cores). The rest keeps -O3: at -O1 throughout, the sanitized suite ran
-  # 1.5-2x slower (the kernels, optimizer, checkpoint I/O and data loading are its hot loops).
-  $(BUILD)/obj/tests/%.o $(BUILD)/obj/src/config/%.o $(BUILD)/obj/src/cli/%.o $(BUILD)/obj/src/plan/%.o \
-    $(BUILD)/obj/src/main.o: MT_OPT := -O1
   MT_CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
   MT_LDFLAGS += -fsanitize=$(SAN)
   # Fixes for leak reports of OpenMPI components and for UBSan report files (san_hooks.cpp).
