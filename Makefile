@@ -60,7 +60,7 @@ MT_CPPFLAGS := -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -DMPITRON_CUDA=$(CUDA_ON)
 # MT_OPT: -O3, except in a sanitizer build (below).
 MT_OPT := -O3
 MT_CXXFLAGS = -std=c++20 $(MT_OPT) $(ARCH_FLAGS) -fopenmp -g1 -Wall -Wextra -Wno-stringop-overflow -MMD -MP
-MT_LDLIBS := -ldnnl -lfmt -lpthread -lpcre2-8 -lz -lzstd -lsentencepiece $(HDF5_LIBS) $(MPI_LIBS)
+MT_LDLIBS := -ldnnl -lfmt -lpthread -lpcre2-8 -lutf8proc -lz -lzstd -lsentencepiece $(HDF5_LIBS) $(MPI_LIBS)
 MT_LDFLAGS := -fopenmp
 SAN_OBJ :=
 ifneq ($(SAN),)

@@ -150,6 +150,42 @@ std::string write_tokenizer(const fs::path& dir, const std::optional<Tokenizer>&
   return tok.type() == "byte" ? "tokenizer.json (byte-level, no merges)" : "tokenizer.json (byte-level BPE)";
 }
 
+// The export's files are written into a staging folder inside the output folder and moved into it
+// only once every one is complete: a failure (a corrupt checkpoint, a full disk) leaves the folder
+// as it was, and a folder the export created is removed again.
+class Staging {
+ public:
+  Staging(fs::path dir, bool created) : dir_(std::move(dir)), stage_(dir_ / ".mpitron-export.partial"), created_(created) {
+    std::error_code ec;
+    fs::remove_all(stage_, ec);  // an earlier export's, killed before it finished
+    fs::create_directory(stage_, ec);
+    usage_check(!ec, "export: cannot create '{}': {}", stage_.string(), ec.message());
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() {
+    std::error_code ec;
+    fs::remove_all(stage_, ec);
+    if (!committed_ && created_) fs::remove(dir_, ec);  // only when empty, as it was made
+  }
+  const fs::path& path() const { return stage_; }
+  // Every staged file into the folder (renames within one file system).
+  void commit() {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(stage_, ec)) {
+      const fs::path to = dir_ / e.path().filename();
+      fs::rename(e.path(), to, ec);
+      usage_check(!ec, "export: cannot move '{}' to '{}': {}", e.path().string(), to.string(), ec.message());
+    }
+    usage_check(!ec, "export: cannot list '{}': {}", stage_.string(), ec.message());
+    committed_ = true;
+  }
+
+ private:
+  fs::path dir_, stage_;
+  bool created_, committed_ = false;
+};
+
 }  // namespace
 
 ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, const HfExportOptions& opt) {
@@ -163,8 +199,10 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
   std::error_code ec;
   usage_check(!fs::exists(dir, ec) || fs::is_directory(dir, ec), "export: --out '{}' exists and is not a folder",
               out_dir);
+  const bool created = !fs::exists(dir, ec);
   fs::create_directories(dir, ec);
   usage_check(!ec, "export: cannot create '{}': {}", out_dir, ec.message());
+  Staging stage(dir, created);
 
   // The tensors, their HF shapes and bytes, grouped into files of at most max_shard_bytes.
   const std::vector<ExternalTensor> tensors = external_tensors(cfg);
@@ -192,7 +230,7 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
   size_t next = 0;
   ordered_json weight_map = ordered_json::object();
   for (size_t i = 0; i < nf; ++i) {
-    SafetensorsWriter w((dir / file_name(i)).string(), files[i], {{"format", "pt"}});
+    SafetensorsWriter w((stage.path() / file_name(i)).string(), files[i], {{"format", "pt"}});
     for (const SafetensorsEntry& e : w.entries()) {
       const ExternalTensor& t = tensors[next++];
       std::vector<int64_t> shape;
@@ -213,10 +251,17 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
   }
   if (nf > 1) {
     ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    write_text(dir / "model.safetensors.index.json", index.dump(2) + "\n");
-  } else {
-    std::remove((dir / "model.safetensors.index.json").c_str());  // a stale index would shadow the file
+    write_text(stage.path() / "model.safetensors.index.json", index.dump(2) + "\n");
   }
+  std::optional<Tokenizer> stored;
+  if (!meta.tokenizer_json.empty()) stored = Tokenizer::from_json(meta.tokenizer_json, ckpt + ": tokenizer_json");
+  const int eot = stored ? stored->eot() : cfg.vocab_size - 1;
+  write_text(stage.path() / "config.json", hf_config(cfg, d, eot).dump(2) + "\n");
+  ordered_json gen = {{"bos_token_id", eot}, {"eos_token_id", eot}, {"max_length", cfg.seq_len}};
+  write_text(stage.path() / "generation_config.json", gen.dump(2) + "\n");
+  const std::string tok = write_tokenizer(stage.path(), stored, cfg.seq_len, opt.quiet);
+  stage.commit();
+  if (nf == 1) std::remove((dir / "model.safetensors.index.json").c_str());  // a stale index would shadow the file
   // Shards of an earlier export with another file count would be loaded with this one's.
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
@@ -225,13 +270,6 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
     static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
     if (!ours && std::regex_match(n, shard)) fs::remove(e.path(), ec);
   }
-  std::optional<Tokenizer> stored;
-  if (!meta.tokenizer_json.empty()) stored = Tokenizer::from_json(meta.tokenizer_json, ckpt + ": tokenizer_json");
-  const int eot = stored ? stored->eot() : cfg.vocab_size - 1;
-  write_text(dir / "config.json", hf_config(cfg, d, eot).dump(2) + "\n");
-  ordered_json gen = {{"bos_token_id", eot}, {"eos_token_id", eot}, {"max_length", cfg.seq_len}};
-  write_text(dir / "generation_config.json", gen.dump(2) + "\n");
-  const std::string tok = write_tokenizer(dir, stored, cfg.seq_len, opt.quiet);
   if (!opt.quiet) std::fprintf(stderr, "export: config.json, generation_config.json; tokenizer: %s\n", tok.c_str());
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return sum;

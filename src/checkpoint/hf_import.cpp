@@ -9,13 +9,16 @@
 #include <filesystem>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "checkpoint_format.hpp"
 #include "mpitron/config/job_config.hpp"
+#include "mpitron/config/value_rules.hpp"
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
@@ -36,14 +39,43 @@ json read_json(const std::string& path) {
   }
 }
 
-template <class T>
-T field(const json& j, const char* key, const std::string& path) {
-  usage_check(j.contains(key) && !j[key].is_null(), "{}: no \"{}\"", path, key);
-  try {
-    return j[key].get<T>();
-  } catch (const std::exception&) {
-    usage_fail("{}: \"{}\" has the wrong type ({})", path, key, j[key].dump());
-  }
+// config.json fields, checked where they enter with the rules every value from outside meets
+// (config/value_rules.hpp): an integer field is a JSON integer in range (2.5 and 4294967298 are
+// refused, never truncated), a float field a finite number in its bounds, a flag a JSON boolean.
+std::string what(const std::string& path, const char* key) { return fmt::format("{}: \"{}\"", path, key); }
+
+bool present(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
+int int_field(const json& j, const char* key, const std::string& path, const Range& r) {
+  usage_check(present(j, key), "{}: no \"{}\"", path, key);
+  const json& v = j[key];
+  if (!v.is_number_integer()) value_refused(what(path, key), v.dump(), integer_rule(r));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})
+    value_refused(what(path, key), v.dump(), integer_rule(r.within<int>()));
+  return checked_int<int>(what(path, key), static_cast<double>(v.get<int64_t>()), r, v.dump());
+}
+
+int int_field(const json& j, const char* key, const std::string& path, const Range& r, int absent) {
+  return present(j, key) ? int_field(j, key, path, r) : absent;
+}
+
+double float_field(const json& j, const char* key, const std::string& path, const Range& r, double absent) {
+  if (!present(j, key)) return absent;
+  const json& v = j[key];
+  if (!v.is_number()) value_refused(what(path, key), v.dump(), r.text(false));
+  return checked_float(what(path, key), v.get<double>(), r, v.dump());
+}
+
+bool bool_field(const json& j, const char* key, const std::string& path, bool absent) {
+  if (!present(j, key)) return absent;
+  usage_check(j[key].is_boolean(), "{}: \"{}\" must be true or false, not {}", path, key, j[key].dump());
+  return j[key].get<bool>();
+}
+
+std::string string_field(const json& j, const char* key, const std::string& path, const std::string& absent) {
+  if (!present(j, key)) return absent;
+  usage_check(j[key].is_string(), "{}: \"{}\" must be a string, not {}", path, key, j[key].dump());
+  return j[key].get<std::string>();
 }
 
 // GPT-2 checkpoints on the Hub name their tensors with or without the "transformer." prefix.
@@ -68,76 +100,86 @@ std::string shape_str(const std::vector<int64_t>& s) {
 ModelConfig hf_model_config(const std::string& path) {
   const json j = read_json(path);
   usage_check(j.is_object(), "{}: not a JSON object", path);
-  const std::string type = j.value("model_type", std::string());
+  const std::string type = string_field(j, "model_type", path, "");
   ModelConfig c;
   c.name = "hf";
+  const char *k_head = "num_attention_heads", *k_hidden = "hidden_size";
   if (type == "gpt2") {
+    k_head = "n_head", k_hidden = "n_embd";
     c.arch = Arch::gpt2;
-    c.n_layer = field<int>(j, "n_layer", path);
-    c.n_head = field<int>(j, "n_head", path);
+    c.n_layer = int_field(j, "n_layer", path, at_least(1));
+    c.n_head = int_field(j, "n_head", path, at_least(1));
     c.n_kv_head = c.n_head;
-    c.d_model = field<int>(j, "n_embd", path);
-    c.d_ff = j.contains("n_inner") && !j["n_inner"].is_null() ? field<int>(j, "n_inner", path) : 4 * c.d_model;
-    c.seq_len = field<int>(j, "n_positions", path);
-    c.vocab_size = field<int>(j, "vocab_size", path);
-    c.tied_embeddings = j.value("tie_word_embeddings", true);
+    c.d_model = int_field(j, "n_embd", path, at_least(1));
+    c.d_ff = int_field(j, "n_inner", path, at_least(1), 4 * c.d_model);
+    c.seq_len = int_field(j, "n_positions", path, at_least(2));
+    c.vocab_size = int_field(j, "vocab_size", path, at_least(1));
+    c.tied_embeddings = bool_field(j, "tie_word_embeddings", path, true);
     usage_check(c.tied_embeddings, "{}: an untied GPT-2 head is not supported (mpitron's GPT-2 ties it)", path);
-    const std::string act = j.value("activation_function", std::string("gelu_new"));
+    const std::string act = string_field(j, "activation_function", path, "gelu_new");
     usage_check(act == "gelu_new" || act == "gelu_pytorch_tanh",
                 "{}: activation_function '{}' (mpitron's GPT-2 uses the tanh GELU: gelu_new)", path, act);
-    const double eps = j.value("layer_norm_epsilon", 1e-5);
+    const double eps = float_field(j, "layer_norm_epsilon", path, above(0), 1e-5);
     usage_check(std::fabs(eps - 1e-5) < 1e-12, "{}: layer_norm_epsilon {} (mpitron's GPT-2 uses 1e-5)", path, eps);
   } else if (type == "llama" || type == "mixtral") {
     c.arch = Arch::llama;
-    c.n_layer = field<int>(j, "num_hidden_layers", path);
-    c.n_head = field<int>(j, "num_attention_heads", path);
-    c.n_kv_head = j.contains("num_key_value_heads") ? field<int>(j, "num_key_value_heads", path) : c.n_head;
-    c.d_model = field<int>(j, "hidden_size", path);
-    c.d_ff = field<int>(j, "intermediate_size", path);
-    c.seq_len = field<int>(j, "max_position_embeddings", path);
-    c.vocab_size = field<int>(j, "vocab_size", path);
-    c.norm_eps = static_cast<float>(j.value("rms_norm_eps", 1e-6));
-    c.rope_theta = j.value("rope_theta", 10000.0);
-    c.tied_embeddings = j.value("tie_word_embeddings", false);
-    usage_check(!j.contains("rope_scaling") || j["rope_scaling"].is_null(),
-                "{}: rope_scaling {} is not supported (plain RoPE only)", path, j.contains("rope_scaling") ? j["rope_scaling"].dump() : "");
-    usage_check(!j.value("attention_bias", false) && !j.value("mlp_bias", false),
+    c.n_layer = int_field(j, "num_hidden_layers", path, at_least(1));
+    c.n_head = int_field(j, "num_attention_heads", path, at_least(1));
+    c.n_kv_head = int_field(j, "num_key_value_heads", path, at_least(1), c.n_head);
+    c.d_model = int_field(j, "hidden_size", path, at_least(1));
+    c.d_ff = int_field(j, "intermediate_size", path, at_least(1));
+    c.seq_len = int_field(j, "max_position_embeddings", path, at_least(2));
+    c.vocab_size = int_field(j, "vocab_size", path, at_least(1));
+    // The job keys' bounds (model.norm_eps, model.rope_theta): a theta <= 1 turns RoPE's
+    // frequencies into growth or NaN, an epsilon outside (0, 1) is no RMSNorm epsilon.
+    c.norm_eps = static_cast<float>(float_field(j, "rms_norm_eps", path, epsilon_range(), 1e-6));
+    c.rope_theta = float_field(j, "rope_theta", path, above(1), 10000.0);
+    c.tied_embeddings = bool_field(j, "tie_word_embeddings", path, false);
+    usage_check(!present(j, "rope_scaling"), "{}: rope_scaling {} is not supported (plain RoPE only)", path,
+                j.contains("rope_scaling") ? j["rope_scaling"].dump() : "");
+    usage_check(!bool_field(j, "attention_bias", path, false) && !bool_field(j, "mlp_bias", path, false),
                 "{}: attention_bias / mlp_bias are not supported (LLaMA has no biases)", path);
-    usage_check(j.value("hidden_act", std::string("silu")) == "silu", "{}: hidden_act '{}' (LLaMA's is silu)", path,
-                j.value("hidden_act", std::string()));
+    const std::string act = string_field(j, "hidden_act", path, "silu");
+    usage_check(act == "silu", "{}: hidden_act '{}' (LLaMA's is silu)", path, act);
     if (type == "mixtral") {  // LLaMA's block, the MLP a sparse mixture in every layer
       MoeConfig& m = c.moe;
-      m.n_experts = field<int>(j, "num_local_experts", path);
-      m.top_k = field<int>(j, "num_experts_per_tok", path);
+      m.n_experts = int_field(j, "num_local_experts", path, at_least(1));
+      m.top_k = int_field(j, "num_experts_per_tok", path, between(1, m.n_experts));
       m.d_ff = c.d_ff;  // intermediate_size: each expert's width
       m.router = MoeRouter::softmax_topk;
       usage_check(m.d_ff % 16 == 0, "{}: intermediate_size {} is not a multiple of 16 (mpitron's experts run gate and "
                   "up as one GEMM of 16-wide blocks)", path, m.d_ff);
-      m.aux_loss_coef = j.value("router_aux_loss_coef", 0.001);  // MixtralConfig's default
-      m.z_loss_coef = j.value("router_z_loss_coef", 0.0);
-      usage_check(m.n_experts > 0 && m.top_k > 0 && m.top_k <= m.n_experts,
-                  "{}: num_experts_per_tok {} must be in [1, num_local_experts {}]", path, m.top_k, m.n_experts);
-      const bool window = j.contains("sliding_window") && !j["sliding_window"].is_null();
-      usage_check(!window || field<int64_t>(j, "sliding_window", path) >= c.seq_len,
+      m.aux_loss_coef = float_field(j, "router_aux_loss_coef", path, at_least(0), 0.001);  // MixtralConfig's default
+      m.z_loss_coef = float_field(j, "router_z_loss_coef", path, at_least(0), 0.0);
+      const int window = int_field(j, "sliding_window", path, at_least(1), c.seq_len);
+      usage_check(window >= c.seq_len,
                   "{}: sliding_window {} below max_position_embeddings {} is not supported (full attention only)",
-                  path, window ? j["sliding_window"].dump() : "", c.seq_len);
+                  path, window, c.seq_len);
     }
-    if (j.contains("head_dim") && !j["head_dim"].is_null())
-      usage_check(field<int>(j, "head_dim", path) * c.n_head == c.d_model,
-                  "{}: head_dim {} x {} heads != hidden_size {} (not supported)", path, field<int>(j, "head_dim", path),
-                  c.n_head, c.d_model);
   } else {
     usage_fail("{}: model_type '{}' is not supported (allowed: gpt2, llama, mixtral)", path, type);
   }
-  usage_check(c.n_layer > 0 && c.n_head > 0 && c.d_model > 0 && c.d_model % c.n_head == 0 && c.seq_len > 1 &&
-                  c.vocab_size > 0 && c.d_ff > 0 && c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0,
-              "{}: inconsistent sizes (layers {}, heads {}/{}, hidden {}, ffn {}, positions {}, vocab {})", path,
-              c.n_layer, c.n_head, c.n_kv_head, c.d_model, c.d_ff, c.seq_len, c.vocab_size);
+  // The model the sizes describe: heads that divide the hidden size and the query heads, and (RoPE)
+  // a head size it can cut into pairs.
+  usage_check(c.d_model % c.n_head == 0, "{}: \"{}\" {} is not a multiple of \"{}\" {} (the head size must be whole)",
+              path, k_hidden, c.d_model, k_head, c.n_head);
+  usage_check(c.n_head % c.n_kv_head == 0,
+              "{}: \"num_attention_heads\" {} is not a multiple of \"num_key_value_heads\" {} (each key/value head "
+              "serves a whole group of query heads)", path, c.n_head, c.n_kv_head);
+  const int head = c.d_model / c.n_head;
+  usage_check(c.arch != Arch::llama || head % 2 == 0,
+              "{}: head size {} (\"hidden_size\" {} / \"num_attention_heads\" {}) is odd: RoPE rotates pairs of a head's "
+              "dimensions, so it must be even", path, head, c.d_model, c.n_head);
+  if (c.arch == Arch::llama && present(j, "head_dim"))
+    usage_check(int_field(j, "head_dim", path, at_least(1)) == head,
+                "{}: \"head_dim\" {} x {} heads != \"hidden_size\" {} (not supported)", path,
+                int_field(j, "head_dim", path, at_least(1)), c.n_head, c.d_model);
   return c;
 }
 
 HfModel::HfModel(const std::string& dir) : dir_(dir) {
   std::error_code ec;
+  usage_check(!dir.empty(), "hf:: no folder after 'hf:' (give hf:DIR, the Hugging Face model folder)");
   usage_check(fs::is_directory(dir, ec), "hf:{}: not a folder", dir);
   cfg_ = hf_model_config(dir + "/config.json");
   table_ = external_tensors(cfg_);
@@ -200,13 +242,28 @@ HfModel::HfModel(const std::string& dir) : dir_(dir) {
   usage_check(missing.empty(), "hf:{}: tensors missing: {}", dir, fmt::format("{}", fmt::join(missing, ", ")));
 }
 
-std::string HfModel::tokenizer_json() const {
+std::string hf_tokenizer_json(const std::string& dir, int vocab_size) {
   std::error_code ec;
-  if (fs::exists(dir_ + "/tokenizer.json", ec)) return Tokenizer::hf_json(dir_ + "/tokenizer.json").to_json();
-  if (fs::exists(dir_ + "/tokenizer.model", ec))
-    return Tokenizer::sentencepiece_file(dir_ + "/tokenizer.model").to_json();
-  return {};
+  std::string file;
+  std::optional<Tokenizer> tok;
+  if (fs::exists(dir + "/tokenizer.json", ec)) {
+    file = dir + "/tokenizer.json";
+    tok = Tokenizer::hf_json(file);
+  } else if (fs::exists(dir + "/tokenizer.model", ec)) {
+    file = dir + "/tokenizer.model";
+    tok = Tokenizer::sentencepiece_file(file);
+  } else {
+    return {};
+  }
+  // Every id the tokenizer can produce needs a row of the embedding, or generation and training
+  // fail later naming neither file.
+  usage_check(tok->vocab_size() <= vocab_size,
+              "{}: {} ids, more than {}/config.json's \"vocab_size\" {} (the embedding has a row per id)", file,
+              tok->vocab_size(), dir, vocab_size);
+  return tok->to_json();
 }
+
+std::string HfModel::tokenizer_json() const { return hf_tokenizer_json(dir_, cfg_.vocab_size); }
 
 std::vector<float> HfModel::tensor(const std::string& name) const {
   auto w = where_.find(name);
@@ -236,11 +293,21 @@ std::vector<float> HfModel::tensor(const std::string& name) const {
       v[i] = e.dtype == "BF16" ? to_f32(bf16{h}) : fp16_bits_to_f32(h);
     }
   }
+  // A checkpoint never holds a non-finite value (training refuses to save one): an import that
+  // carried a NaN in would start every run from it.
+  for (uint64_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i]))
+      fail("{}: tensor '{}' holds {} at element {} ({}); mpitron never stores a non-finite value in a checkpoint",
+           at.file, e.name, v[i], i, e.dtype);
   std::vector<int64_t> shape = e.shape;
   return from_hf_layout(*at.tensor, std::move(v), &shape);
 }
 
 ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {
+  std::error_code ec;
+  usage_check(!dir.empty() && fs::is_directory(dir, ec),
+              "train.init_from = \"hf:{}\": {} (give hf:DIR, a Hugging Face model folder with config.json)", dir,
+              dir.empty() ? "no folder after 'hf:'" : "not a folder");
   const std::string path = dir + "/config.json";
   ModelConfig c = hf_model_config(path);
   c.name = "hf:" + fs::path(dir).filename().string();
@@ -255,7 +322,10 @@ ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {
   same("d_ff", s.d_ff, c.d_ff, s.d_ff != 0);
   same("vocab_size", s.vocab_size, c.vocab_size, s.vocab_size != 0);
   same("seq_len", s.seq_len, c.seq_len, s.seq_len != 0);
-  same("norm_eps", s.norm_eps, c.norm_eps, s.norm_eps != 0 && c.arch == Arch::llama);
+  // The model holds norm_eps as float: the job's value is compared at that precision (1e-6 in the
+  // job and "rms_norm_eps": 1e-06 agree), and shown as the float it becomes.
+  if (s.norm_eps != 0 && c.arch == Arch::llama && static_cast<float>(s.norm_eps) != c.norm_eps)
+    bad.push_back(fmt::format("model.norm_eps = {} (config.json: {})", s.norm_eps, c.norm_eps));
   same("rope_theta", s.rope_theta, c.rope_theta, s.rope_theta != 0 && c.arch == Arch::llama);
   const ModelSection def;
   same("moe.n_experts", s.moe_n_experts, c.moe.n_experts, s.moe_n_experts != def.moe_n_experts);

@@ -37,8 +37,11 @@ class TmpFile {
     f_ = nullptr;
     if (!ok) std::remove(tmp_.c_str());
     usage_check(ok, "cannot write '{}': {}", tmp_, std::strerror(err));
-    usage_check(std::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot rename '{}' to '{}': {}", tmp_, path_,
-                std::strerror(errno));
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      const int rerr = errno;
+      std::remove(tmp_.c_str());  // e.g. PATH is a folder: the whole file goes, not only the rename
+      usage_fail("cannot rename '{}' to '{}': {}", tmp_, path_, std::strerror(rerr));
+    }
   }
   const std::string& path() const { return path_; }
 

@@ -1,6 +1,7 @@
 // `mpitron calibrate`: measures this machine for the step-time model and writes a profile
 // (plan/calibrate.hpp says what it measures, plan/profile.hpp what the file holds).
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "mpitron/cli/commands.hpp"
@@ -60,6 +61,9 @@ int cmd_calibrate(const Args& args) {
     else if (a == "--max-bytes") o.max_bytes = option_int(a, val(), 4096);
     else usage_fail("calibrate: unknown option '{}' (allowed: --out, --quick, --max-bytes, --help)", a);
   }
+  // Refused before a minute of measuring, not after: the profile replaces a file, never a folder.
+  std::error_code ec;
+  usage_check(!std::filesystem::is_directory(out, ec), "calibrate: --out '{}' is a folder; give a file name", out);
   const LaunchInfo& launch = init_launch();
   const MachineProfile p = calibrate_machine(launch, o);
   if (launch.rank == 0) {

@@ -7,6 +7,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"
 #include "option_values.hpp"
+#include "output_paths.hpp"
 
 namespace mpitron {
 namespace {
@@ -74,6 +75,7 @@ int cmd_export(const Args& args) {
   usage_check(format == "hf" || format == "gguf", "export: unknown --format '{}' (allowed: hf, gguf)", format);
   usage_check(!out.empty(), "export: give --out {}", format == "hf" ? "DIR" : "FILE.gguf");
   const std::string path = resolve_checkpoint_path(ckpt);
+  check_output_apart("export", "--out", out, {path});
   const ExportSummary s = format == "hf" ? export_hf(path, out, opt) : export_gguf(path, out, opt);
   std::fprintf(stderr, "export: %d tensors (%s) in %d file(s), %.1f MB in %.2f s (%.0f MB/s) -> %s\n", s.tensors,
                opt.dtype.c_str(), s.files, s.bytes / 1e6, s.seconds, s.bytes / 1e6 / std::max(s.seconds, 1e-9),

@@ -107,15 +107,6 @@ int cmd_generate(const Args& args) {
       usage_check(i + 1 < args.size(), "generate: {} needs a value", a);
       return args[++i];
     };
-    auto number = [&](const std::string& v) {
-      try {
-        size_t used = 0;
-        double d = std::stod(v, &used);
-        if (used == v.size()) return d;
-      } catch (...) {
-      }
-      usage_fail("generate: {} expects a number, got '{}'", a, v);
-    };
     if (a == "--help" || a == "-h") {
       std::printf("%s", kHelp);
       return 0;
@@ -129,9 +120,7 @@ int cmd_generate(const Args& args) {
     } else if (a == "--max-tokens") {
       max_tokens = option_int("--max-tokens", value(), 0);
     } else if (a == "--temperature") {
-      temperature = number(value());
-      usage_check(std::isfinite(temperature) && temperature >= 0,
-                  "option --temperature expects a finite number >= 0 (0: greedy), not '{}'", args[i]);
+      temperature = option_float("--temperature", value(), at_least(0, "greedy"));
     } else if (a == "--top-k") {
       top_k = option_int("--top-k", value(), 0);
     } else if (a == "--seed") {

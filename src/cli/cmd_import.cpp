@@ -11,6 +11,7 @@
 #include "mpitron/distributed/launch.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"
+#include "output_paths.hpp"
 
 namespace mpitron {
 namespace {
@@ -49,14 +50,20 @@ int cmd_import(const Args& args) {
   usage_check(!out.empty(), "import: give --out FILE.h5");
   std::error_code ec;
   usage_check(!std::filesystem::is_directory(out, ec), "import: --out '{}' is a folder; give a file name", out);
+  check_output_apart("import", "--out", out, {src.substr(3)});
   const auto t0 = std::chrono::steady_clock::now();
-  const HfModel hf(src.substr(3));
+  // The tokenizer before the tensors: one with more ids than config.json's vocab_size is named as
+  // such, not as an embedding of the wrong shape.
+  const std::string dir = src.substr(3);
+  std::string tokenizer;
+  if (std::filesystem::is_directory(dir, ec)) tokenizer = hf_tokenizer_json(dir, hf_model_config(dir + "/config.json").vocab_size);
+  const HfModel hf(dir);
   init_launch();  // the checkpoint writer is MPI-IO (over this one process)
 
   CheckpointMeta meta;
   meta.model = hf.config();
   meta.layout = GridShape{1, 1, 1, 1};
-  meta.tokenizer_json = hf.tokenizer_json();
+  meta.tokenizer_json = tokenizer;
   meta.job_toml = fmt::format("# imported from {}\n", src);
   meta.version = kVersion;
   check_meta_savable(meta);
@@ -68,7 +75,12 @@ int cmd_import(const Args& args) {
   s.params = {params.data(), 0, n, true};
   load_hf_into_shards(hf, std::span<CheckpointShard>(&s, 1));
   const std::string tmp = out + ".tmp";
-  write_checkpoint_file(tmp, MPI_COMM_SELF, meta, s);
+  try {
+    write_checkpoint_file(tmp, MPI_COMM_SELF, meta, s);
+  } catch (...) {
+    std::filesystem::remove(tmp, ec);  // nothing half-written stays behind
+    throw;
+  }
   usage_check(std::rename(tmp.c_str(), out.c_str()) == 0, "import: cannot rename '{}' to '{}'", tmp, out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "import: %s -> %s: %s, %zu parameters, tokenizer %s (%.2f s)\n", src.c_str(), out.c_str(),

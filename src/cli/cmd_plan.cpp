@@ -78,9 +78,9 @@ constexpr const char* kPlanHelp =
     "  --nvlink-gbs X      GB/s per GPU inside a node (default 900)\n"
     "  --ib-gbps X         Gbit/s per GPU across nodes (default 400)\n"
     "  --peak-tflops X     dense TFLOP/s per GPU (default 989, H100 bf16)\n"
-    "  --mfu X             fraction of peak reached (default 0.5)\n"
-    "  --headroom X        fraction of GPU memory --advise leaves free (default 0.1: CUDA context,\n"
-    "                      allocator fragmentation)\n"
+    "  --mfu X             fraction of peak reached, 0 < X <= 1 (default 0.5)\n"
+    "  --headroom X        fraction of GPU memory --advise leaves free, 0 <= X < 1 (default 0.1:\n"
+    "                      CUDA context, allocator fragmentation)\n"
     "  --top N             layouts listed by --advise (default 5)\n\n"
     "examples:\n"
     "  mpitron plan --model llama2-7b --seq 2048 --gpus 1 --gpu-mem 80\n"
@@ -97,19 +97,6 @@ struct PlanArgs {
   double gpu_mem = 80, nvlink = 900, ib = 400, peak = 989, mfu = 0.5, headroom = 0.1;
 };
 
-
-double to_double(const std::string& opt, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  usage_check(used == v.size() && used > 0 && x > 0, "option {} expects a positive number, not '{}'", opt, v);
-  return x;
-}
-
 PlanArgs parse(const std::vector<std::string>& rest) {
   PlanArgs a;
   for (size_t i = 0; i < rest.size(); ++i) {
@@ -121,7 +108,7 @@ PlanArgs parse(const std::vector<std::string>& rest) {
     if (o == "--model") a.model = val();
     else if (o == "--gpus") a.gpus = option_int(o, val(), 1);
     else if (o == "--gpus-per-node") a.gpus_per_node = option_int(o, val(), 1);
-    else if (o == "--gpu-mem") a.gpu_mem = to_double(o, val());
+    else if (o == "--gpu-mem") a.gpu_mem = option_float(o, val(), above(0));
     else if (o == "--tp") a.tp = option_int(o, val(), 1);
     else if (o == "--pp") a.pp = option_int(o, val(), 1);
     else if (o == "--dp") a.dp = option_int(o, val(), 1);
@@ -143,14 +130,11 @@ PlanArgs parse(const std::vector<std::string>& rest) {
     else if (o == "--emit-job") a.emit_job = val();
     else if (o == "--schedule") a.schedule = val();
     else if (o == "--virtual-stages") a.virtual_stages = option_int(o, val(), 1);
-    else if (o == "--nvlink-gbs") a.nvlink = to_double(o, val());
-    else if (o == "--ib-gbps") a.ib = to_double(o, val());
-    else if (o == "--peak-tflops") a.peak = to_double(o, val());
-    else if (o == "--mfu") a.mfu = to_double(o, val());
-    else if (o == "--headroom") {
-      a.headroom = to_double(o, val());
-      usage_check(a.headroom < 1, "--headroom expects a fraction below 1, not {}", a.headroom);
-    }
+    else if (o == "--nvlink-gbs") a.nvlink = option_float(o, val(), above(0));
+    else if (o == "--ib-gbps") a.ib = option_float(o, val(), above(0));
+    else if (o == "--peak-tflops") a.peak = option_float(o, val(), above(0));
+    else if (o == "--mfu") a.mfu = option_float(o, val(), above_between(0, 1));
+    else if (o == "--headroom") a.headroom = option_float(o, val(), between(0, 1, true));
     else if (o == "--top") a.top = option_int(o, val(), 1);
     else if (!o.empty() && o[0] != '-' && a.job_file.empty()) a.job_file = o;
     else usage_fail("unknown option '{}' for plan (see `mpitron plan --help`)", o);

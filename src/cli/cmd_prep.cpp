@@ -1,6 +1,7 @@
 // `mpitron prep`: text files -> tokenized HDF5 shards.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/core/error.hpp"
@@ -8,6 +9,7 @@
 #include "mpitron/data/prep.hpp"
 #include "mpitron/data/shard.hpp"
 #include "option_values.hpp"
+#include "output_paths.hpp"
 
 namespace mpitron {
 namespace {
@@ -27,8 +29,9 @@ tokenizer, num_tokens, source; see docs/data.md). Every document ends with the e
                          hf:tokenizer.json: a Hugging Face byte-level BPE tokenizer.json
                          hf:DIR: a Hugging Face model folder's tokenizer.json or tokenizer.model
                          sp:FILE.model: a SentencePiece model (LLaMA-2's family)
-  --shard-tokens N       tokens per shard, e.g. 50M (default 50M)
-  --val-fraction F       fraction of documents for val_*.h5, spread evenly (default 0.005; 0 = none)
+  --shard-tokens N       tokens per shard, >= 1, e.g. 50M (default 50M)
+  --val-fraction F       fraction of documents for val_*.h5, spread evenly, 0 <= F < 1
+                         (default 0.005; 0 = none)
   --doc-separator LINE   text: a line equal to LINE separates documents (fortune files: %);
                          default: each file is one document
   --format F             auto (default: .jsonl / .ndjson files, compressed or not, are JSONL;
@@ -42,16 +45,18 @@ tokenizer, num_tokens, source; see docs/data.md). Every document ends with the e
   --on-bad-line M        JSONL: error (default: stop at the first line that is not a JSON object
                          with that string field, naming file and line) or skip (count, report)
   --pack SEQ_LEN         pack whole documents greedily into windows of SEQ_LEN + 1 tokens (the
-                         job's model.seq_len): padding fills each window's rest and is never
-                         trained; a document longer than a window is split (/doc_continued);
-                         prints the packing efficiency
-  --workers N            tokenizer threads (default 1)
+                         job's model.seq_len, >= 2; 0 = off, the default): padding fills each
+                         window's rest and is never trained; a document longer than a window is
+                         split (/doc_continued); prints the packing efficiency and how many
+                         tokens the /loss_mask trains
+  --workers N            tokenizer threads, 1 to 256 (default 1)
   --quiet                no progress output
   -h, --help             this text
 
 usage: mpitron prep --check DIR [--seq-len N]
   Opens DIR's train_*.h5 (and val_*.h5 if any) as training would, reads every token once
-  (ids < vocab_size), and prints a summary; with --seq-len, also checks one sample fits.
+  (ids < vocab_size), and prints a summary; with --seq-len (>= 2, as model.seq_len), also checks
+  one sample fits.
 )";
 
 int check_dir(const std::string& dir, int seq_len) {
@@ -100,24 +105,17 @@ int cmd_prep(const Args& args) {
     } else if (a == "--tokenizer") {
       opt.tokenizer = value(i);
     } else if (a == "--shard-tokens") {
-      opt.shard_tokens = parse_count(value(i), "--shard-tokens");
+      opt.shard_tokens = parse_count(value(i), "--shard-tokens", prep_range::shard_tokens());
     } else if (a == "--val-fraction") {
-      const std::string& v = value(i);
-      try {
-        size_t used = 0;
-        opt.val_fraction = std::stod(v, &used);
-        usage_check(used == v.size(), "bad value for --val-fraction: '{}'", v);
-      } catch (const std::logic_error&) {
-        usage_fail("bad value for --val-fraction: '{}'", v);
-      }
+      opt.val_fraction = option_float("--val-fraction", value(i), prep_range::val_fraction());
     } else if (a == "--workers") {
-      opt.workers = option_int("--workers", value(i), 1);
+      opt.workers = option_int("--workers", value(i), prep_range::workers());
     } else if (a == "--doc-separator") {
       opt.doc_separator = value(i);
     } else if (a == "--format") {
       opt.format = value(i);
     } else if (a == "--pack") {
-      opt.pack = option_int("--pack", value(i), 1);
+      opt.pack = option_int("--pack", value(i), prep_range::pack());
     } else if (a == "--chat-template") {
       opt.chat_template = value(i);
     } else if (a == "--loss-on") {
@@ -131,7 +129,7 @@ int cmd_prep(const Args& args) {
     } else if (a == "--check") {
       check = value(i);
     } else if (a == "--seq-len") {
-      seq_len = option_int("--seq-len", value(i), 1);
+      seq_len = option_int("--seq-len", value(i), prep_range::check_seq_len());
     } else if (a == "--quiet") {
       opt.progress = 0;
     } else {
@@ -140,6 +138,12 @@ int cmd_prep(const Args& args) {
   }
   if (!check.empty()) return check_dir(check, seq_len);
   usage_check(!opt.inputs.empty() && !opt.out.empty(), "prep: --input and --out are required (see `mpitron prep --help`)");
+  std::vector<std::string> inputs = opt.inputs;
+  // The tokenizer is an input too when it names a file or folder (not a built-in such as "byte").
+  const std::string tok_path = opt.tokenizer.rfind("hf:", 0) == 0 ? opt.tokenizer.substr(3) : opt.tokenizer;
+  std::error_code ec;
+  if (std::filesystem::exists(tok_path, ec)) inputs.push_back(tok_path);
+  check_output_apart("prep", "--out", opt.out, inputs);
   PrepResult r = run_prep(opt);
   std::printf("prep: %lld documents, %.1f MB -> %lld train + %lld val tokens in %zu shard%s under %s (%.1f s, %.1f MB/s)\n",
               static_cast<long long>(r.documents), r.bytes / 1e6, static_cast<long long>(r.train_tokens),
@@ -153,10 +157,12 @@ int cmd_prep(const Args& args) {
                 all > 0 ? 100.0 * static_cast<double>(all - r.padding_tokens) / static_cast<double>(all) : 0.0,
                 static_cast<long long>(r.split_documents), r.split_documents == 1 ? "" : "s");
   }
-  if (r.trained_tokens >= 0) {
+  if (r.trained_tokens >= 0) {  // the shards carry a /loss_mask (chat, --pack): its ones
     const long long all = r.train_tokens + r.val_tokens;
-    std::printf("prep: chat template %s, loss on %s: %lld of %lld tokens trained (%.1f%%)\n", opt.chat_template.c_str(),
-                opt.loss_on.c_str(), static_cast<long long>(r.trained_tokens), all,
+    const std::string what = opt.format == "chat" ? "chat template " + opt.chat_template + ", loss on " + opt.loss_on
+                                                  : std::string("loss mask");
+    std::printf("prep: %s: %lld of %lld tokens trained (%.1f%%)\n", what.c_str(),
+                static_cast<long long>(r.trained_tokens), all,
                 all > 0 ? 100.0 * static_cast<double>(r.trained_tokens) / static_cast<double>(all) : 0.0);
   }
   if (r.bad_lines > 0) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "mpitron/cli/commands.hpp"
+#include "mpitron/config/value_rules.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/prep.hpp"
 #include "mpitron/data/tokenizer.hpp"
@@ -103,11 +104,7 @@ int encode_decode(const Args& args, bool encode) {
     } else if (a == "--text" && i + 1 < args.size() && encode) {
       text = args[++i];
     } else if (!encode && a.rfind("--", 0) != 0) {
-      try {
-        ids.push_back(std::stoi(a));
-      } catch (const std::logic_error&) {
-        usage_fail("tokenizer decode: '{}' is not a token id", a);
-      }
+      ids.push_back(checked_int<int32_t>("tokenizer decode: token id", a, at_least(0)));
     } else {
       usage_fail("tokenizer: unknown option '{}' (see `mpitron tokenizer --help`)", a);
     }

@@ -5,21 +5,22 @@
 #include <string>
 #include <utility>
 
+#include "mpitron/config/value_rules.hpp"
 #include "mpitron/core/error.hpp"
 
 namespace mpitron {
 
-// "--iters 20" -> 20; UsageError naming the option unless the whole text is an integer >= lo.
-inline int option_int(const std::string& opt, const std::string& v, int lo) {
-  size_t used = 0;
-  int n = 0;
-  try {
-    n = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  usage_check(used == v.size() && used > 0 && n >= lo, "option {} expects an integer >= {}, not '{}'", opt, lo, v);
-  return n;
+// "--iters 20" -> 20; UsageError naming the option unless the whole text is an integer in the range
+// (config/value_rules.hpp: the same rules and wording as job keys and config.json fields).
+inline int option_int(const std::string& opt, const std::string& v, const Range& r) {
+  return checked_int<int>("option " + opt, v, r);
+}
+inline int option_int(const std::string& opt, const std::string& v, int lo) { return option_int(opt, v, at_least(lo)); }
+
+// "--mfu 0.4" -> 0.4; UsageError naming the option unless the whole text is a number in the range
+// (finite always: inf and nan are refused by name).
+inline double option_float(const std::string& opt, const std::string& v, const Range& r) {
+  return checked_float("option " + opt, v, r);
 }
 
 // "--seed 18446744073709551615" -> that uint64; UsageError naming the option unless the whole text

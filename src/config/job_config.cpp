@@ -12,64 +12,13 @@
 #include <sstream>
 #include <stdexcept>
 
-// toml++ 3.3 (Debian's) asserts on some malformed files instead of throwing a parse_error, e.g.
-// on the table header "[+a]" (upstream: marzer/tomlplusplus#301), which aborts the process; under
-// NDEBUG the same check is an optimiser assumption (undefined behaviour). Its internal checks
-// throw here instead, NDEBUG or not, and load_job_file reports them as a TOML error in the file.
-// This is the only file that includes toml++, so the definition is the same everywhere.
-namespace mpitron {
-struct TomlCheckFailed : std::logic_error {
-  using std::logic_error::logic_error;
-};
-[[noreturn]] inline void toml_check_failed(const char* expr) { throw TomlCheckFailed(expr); }
-}  // namespace mpitron
-#pragma push_macro("NDEBUG")
-#undef NDEBUG
-#define TOML_ASSERT(expr) ((expr) ? static_cast<void>(0) : ::mpitron::toml_check_failed(#expr))
-#include <toml++/toml.h>
-#pragma pop_macro("NDEBUG")
-
 #include "mpitron/core/error.hpp"
-#include "mpitron/config/toml_guard.hpp"
+#include "mpitron/config/toml_parse.hpp"
+#include "mpitron/config/value_rules.hpp"
 #include "toml_text.hpp"
 
 namespace mpitron {
 namespace {
-
-// The values a numeric key allows: [lo, hi] with open or closed ends (an infinite end is no bound),
-// always finite, plus 0 where 0 means something else (`zero`: "from the preset", "off", ...). An
-// int list applies it to each item.
-struct Range {
-  double lo = -INFINITY, hi = INFINITY;
-  bool lo_open = false, hi_open = false;
-  std::string zero;  // non-empty: 0 is allowed too, and means this
-
-  bool allows(double v, bool with_zero) const {
-    if (with_zero && !zero.empty() && v == 0) return true;
-    if (!std::isfinite(v)) return false;
-    if (std::isfinite(lo) && (lo_open ? v <= lo : v < lo)) return false;
-    if (std::isfinite(hi) && (hi_open ? v >= hi : v > hi)) return false;
-    return true;
-  }
-  // "finite, > 0", "0 <= v < 1", "0 (off) or > 0"; `integer` drops "finite" (ints always are).
-  std::string text(bool integer, bool with_zero) const {
-    std::string b;
-    if (std::isfinite(lo) && std::isfinite(hi))
-      b = fmt::format("{} {} v {} {}", lo, lo_open ? "<" : "<=", hi_open ? "<" : "<=", hi);
-    else if (std::isfinite(lo))
-      b = fmt::format("{} {}", lo_open ? ">" : ">=", lo);
-    else if (std::isfinite(hi))
-      b = fmt::format("{} {}", hi_open ? "<" : "<=", hi);
-    if (!integer && !(std::isfinite(lo) && std::isfinite(hi))) b = b.empty() ? "finite" : "finite, " + b;
-    if (with_zero && !zero.empty()) b = fmt::format("0 ({}) or {}", zero, b);
-    return b;
-  }
-};
-
-// Range builders for the registry below.
-Range at_least(double lo, std::string zero = {}) { return {lo, INFINITY, false, false, std::move(zero)}; }
-Range above(double lo, std::string zero = {}) { return {lo, INFINITY, true, false, std::move(zero)}; }
-Range between(double lo, double hi, bool hi_open = false) { return {lo, hi, false, hi_open, {}}; }
 
 struct Key {
   std::string name;  // "section.key"
@@ -212,8 +161,7 @@ Key blend_key() {
     const std::string doc = "v = " + trim(text);
     toml::table t;
     try {
-      check_toml_text(doc, "data.paths");
-      t = toml::parse(doc, std::string("data.paths"));
+      t = parse_toml(doc, "data.paths");
     } catch (const std::exception&) {
       usage_fail("bad value for 'data.paths': '{}' is not a TOML array", text);
     }
@@ -296,7 +244,7 @@ const std::vector<Key>& registry() {
                &ModelSection::ffn_multiplier, above(0, "from the preset")),
       make_key("model.multiple_of", "llama: the MLP width is rounded up to a multiple of this (0: from the preset)",
                &C::model, &ModelSection::multiple_of, at_least(1, "from the preset")),
-      make_key("model.norm_eps", "llama: RMSNorm epsilon (0: from the preset, 1e-5)", &C::model, &ModelSection::norm_eps, Range{0, 1, true, true, "from the preset"}),
+      make_key("model.norm_eps", "llama: RMSNorm epsilon (0: from the preset, 1e-5)", &C::model, &ModelSection::norm_eps, epsilon_range("from the preset")),
       make_key("model.rope_theta", "llama: RoPE base (0: from the preset; 10000 LLaMA 2, 500000 LLaMA 3)", &C::model,
                &ModelSection::rope_theta, above(1, "from the preset")),
       make_key("model.tie_embeddings", "LM head reads the token embedding: auto (gpt2 yes, llama no) | true | false",
@@ -487,19 +435,7 @@ void load_job_file(JobConfig& cfg, const std::string& path) {
   ss << in.rdbuf();
   usage_check(!in.bad(), "cannot read job file '{}'", path);
   const std::string text = ss.str();
-  check_toml_text(text, path);  // inputs toml++ 3.3 cannot take safely (toml_guard.hpp)
-  toml::table tbl;
-  try {
-    tbl = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    const auto& src = e.source();
-    if (src.begin.line == 0) usage_fail("cannot read job file '{}': {}", path, e.description());
-    usage_fail("{}:{}:{}: TOML error: {}", path, src.begin.line, src.begin.column, e.description());
-  } catch (const TomlCheckFailed& e) {
-    usage_fail("{}: TOML error: the file is malformed (the parser's check `{}` failed; look for a stray "
-               "character in a [table] header)",
-               path, e.what());
-  }
+  const toml::table tbl = parse_toml(text, path);
   for (const auto& [sec_key, node] : tbl) {
     std::string sec(sec_key.str());
     if (sec == "env_override") {

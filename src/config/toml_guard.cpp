@@ -11,15 +11,23 @@ class Scan {
   Scan(std::string_view t, const std::string& path) : t_(t), path_(path) {}
 
   void run() {
+    char before = '\n';  // the last character outside strings and comments other than a space or tab
     while (i_ < t_.size()) {
       char c = t_[i_];
       if (c == '#') {
         skip_to_line_end();  // comments may hold any UTF-8 (toml++ validates it)
       } else if (c == '"' || c == '\'') {
+        // A string is a value or a key: it follows '=', '[', '{', ',' or '.', or begins a line.
+        // toml++ takes a quote anywhere else (x = 2'...) as part of a bare value and asks
+        // "whitespace?" of the characters after it, non-ASCII ones included.
+        if (std::string_view("\n=[{,.").find(before) == std::string_view::npos)
+          fail_at("a quote where no string can start (a string follows =, [, {, a comma or a dot, or begins a line)");
         string(c);
+        before = c;
       } else {
         if (static_cast<unsigned char>(c) >= 0x80)
           fail_at("a non-ASCII character outside a string or comment (TOML allows them only there)");
+        if (c != ' ' && c != '\t') before = c;
         advance();
       }
     }

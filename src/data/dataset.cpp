@@ -37,6 +37,12 @@ h5::Id open_parallel_1d(hid_t file, const char* name, int64_t n, const std::stri
   return ds;
 }
 
+// How a shard was packed, for the message when shards disagree.
+std::string packing_text(int64_t seq_len) {
+  return seq_len > 0 ? fmt::format("packed for windows of {} + 1 tokens (prep --pack {})", seq_len, seq_len)
+                     : std::string("not packed (prep without --pack)");
+}
+
 // Elements [off, off + cnt) of a 1-D dataset into out, as memtype.
 void read_1d(hid_t ds, hsize_t off, hsize_t cnt, hid_t memtype, void* out, const std::string& path, const char* name) {
   h5::Id fspace(H5Dget_space(ds));
@@ -115,16 +121,26 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) : d
                   "{}: /tokens claims {} tokens but the file stores {} bytes of them (truncated or corrupt?)", path,
                   s->n, stored);
     }
+    // Every shard packed for the same window length, or none packed: an unpacked shard's windows
+    // would cut documents where the packed ones' loss mask expects block starts, and the loader
+    // checks model.seq_len against one length for the whole folder. Compared with the first
+    // shard, so the order of the files does not matter.
+    int64_t packed = 0;
     if (h5::has_attr(s->file, "packed_seq_len")) {
-      int64_t p = 0;
       try {
-        p = h5::read_attr_i64(s->file, "packed_seq_len", path);
+        packed = h5::read_attr_i64(s->file, "packed_seq_len", path);
       } catch (const Error& e) {
         usage_fail("{}", e.what());
       }
-      usage_check(shards_.empty() || p == packed_seq_len_, "shards disagree: {} was packed for windows of {} + 1, the "
-                  "ones before it for {} + 1", path, p, packed_seq_len_);
-      packed_seq_len_ = p;
+      // 0 would read as "not packed"; 1 (prep --pack 1, refused since) masks every target.
+      usage_check(packed >= 2, "{}: packed_seq_len {} (prep --pack needs a window length >= 2; prep it again)", path,
+                  packed);
+    }
+    if (shards_.empty()) {
+      packed_seq_len_ = packed;
+    } else {
+      usage_check(packed == packed_seq_len_, "shards disagree: {} was {}, but {} was {}; prep the folder again with one "
+                  "--pack setting", first_tok_file, packing_text(packed_seq_len_), path, packing_text(packed));
     }
     if (H5Lexists(s->file, "loss_mask", H5P_DEFAULT) > 0) {
       s->mask = open_parallel_1d(s->file, "loss_mask", s->n, path);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -71,6 +72,9 @@ class ShardSeries {
   }
   int64_t padding() const { return pack_ > 0 ? total_ - real_ : 0; }
   int64_t split_documents() const { return splits_; }
+  // The ones written to /loss_mask (0 without one): counted as written, so that it includes what
+  // packing masks (each block's first token) and what a caller's mask says.
+  int64_t trained() const { return trained_; }
   void commit_all() {
     for (auto& w : writers_) w->commit();
   }
@@ -103,6 +107,8 @@ class ShardSeries {
       at += n;
     }
     total_ += static_cast<int64_t>(len);
+    if (loss_mask_)  // the writer stores mask[i] != 0, and all ones for a null mask
+      trained_ += mask ? std::count_if(mask, mask + len, [](uint8_t b) { return b != 0; }) : static_cast<int64_t>(len);
   }
   // Padding (the end-of-text id, never trained), belonging to no document.
   void pad(int64_t n) {
@@ -117,6 +123,7 @@ class ShardSeries {
   bool loss_mask_;
   int64_t pack_;
   int64_t fill_ = 0, real_ = 0, splits_ = 0;  // packing: tokens in the open block, documents' tokens, documents split
+  int64_t trained_ = 0;
   std::string source_;
   std::vector<std::unique_ptr<ShardWriter>> writers_;
 };
@@ -156,26 +163,25 @@ class Progress {
 
 }  // namespace
 
-int64_t parse_count(const std::string& text, const std::string& what) {
+int64_t parse_count(const std::string& text, const std::string& what, const Range& r) {
+  const Range rr = r.within<int64_t>();
   std::string t = text;
-  int64_t mult = 1;
+  double mult = 1;
   if (!t.empty()) {
     char c = static_cast<char>(std::toupper(static_cast<unsigned char>(t.back())));
-    if (c == 'K') mult = 1'000;
-    if (c == 'M') mult = 1'000'000;
-    if (c == 'G') mult = 1'000'000'000;
+    if (c == 'K') mult = 1e3;
+    if (c == 'M') mult = 1e6;
+    if (c == 'G') mult = 1e9;
     if (mult != 1) t.pop_back();
   }
-  try {
-    size_t used = 0;
-    double v = std::stod(t, &used);
-    // v * mult beyond int64 (1e300, inf) would make llround's result unspecified.
-    usage_check(used == t.size() && v > 0 && v * static_cast<double>(mult) < 9.2e18,
-                "bad value for {}: '{}' (e.g. 50M, 1000000)", what, text);
-    return static_cast<int64_t>(std::llround(v * static_cast<double>(mult)));
-  } catch (const std::logic_error&) {
-    usage_fail("bad value for {}: '{}' (e.g. 50M, 1000000)", what, text);
-  }
+  const auto v = float_from_text(t);
+  const double x = v ? *v * mult : NAN;
+  // A whole number ("1.5K" is, "0.5" is not) in the range; below 2^63, where the cast to int64
+  // is defined (the range's int64 end is 2^63 itself as a double). The rule shown is `r`'s: a
+  // count's int64 end (9.2e18) is no limit anyone meets.
+  if (!v || !(x == std::floor(x)) || !rr.allows(x) || !(x < 9.2e18))
+    value_refused("option " + what, text, integer_rule(r) + ", optionally with the suffix K, M or G (50M = 50000000)");
+  return static_cast<int64_t>(x);
 }
 
 std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns) {
@@ -231,9 +237,12 @@ std::vector<std::string> split_documents(const std::string& text, const std::str
 PrepResult run_prep(const PrepOptions& opt) {
   auto t0 = std::chrono::steady_clock::now();
   usage_check(!opt.out.empty(), "prep: --out is required");
-  usage_check(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction must be in [0, 1) (got {})", opt.val_fraction);
-  usage_check(opt.shard_tokens >= 1, "--shard-tokens must be >= 1");
-  usage_check(opt.workers >= 1 && opt.workers <= 256, "--workers must be in [1, 256] (got {})", opt.workers);
+  // The command line's ranges (prep.hpp), for callers that fill PrepOptions themselves.
+  checked_float("option --val-fraction", opt.val_fraction, prep_range::val_fraction(), fmt::format("{}", opt.val_fraction));
+  checked_int("option --shard-tokens", static_cast<double>(opt.shard_tokens), prep_range::shard_tokens(),
+              std::to_string(opt.shard_tokens));
+  checked_int<int>("option --workers", opt.workers, prep_range::workers(), std::to_string(opt.workers));
+  checked_int<int>("option --pack", opt.pack, prep_range::pack(), std::to_string(opt.pack));
   usage_check(opt.format == "auto" || opt.format == "text" || opt.format == "jsonl" || opt.format == "chat",
               "--format must be auto, text, jsonl or chat (got '{}')", opt.format);
   const bool chat = opt.format == "chat";
@@ -254,8 +263,6 @@ PrepResult run_prep(const PrepOptions& opt) {
   for (auto& f : files) total_bytes += static_cast<int64_t>(fs::file_size(f));
 
   PrepResult res;
-  if (chat) res.trained_tokens = 0;
-  usage_check(opt.pack >= 0, "--pack must be >= 1 (got {})", opt.pack);
   ShardSeries train(opt.out, "train", tok, opt.shard_tokens, chat, opt.pack),
       val(opt.out, "val", tok, opt.shard_tokens, chat, opt.pack);
   const bool loss_on_all = opt.loss_on == "all";
@@ -322,10 +329,7 @@ PrepResult run_prep(const PrepOptions& opt) {
       }
       if (empty[d]) continue;
       ids[d].push_back(tok.eot());
-      if (chat) {
-        masks[d].push_back(loss_on_all);  // the end-of-text after a conversation: trained with --loss-on all
-        res.trained_tokens += std::count(masks[d].begin(), masks[d].end(), uint8_t{1});
-      }
+      if (chat) masks[d].push_back(loss_on_all);  // the end-of-text after a conversation: trained with --loss-on all
       // Validation documents are spread evenly: doc k (k >= 1) goes to val when k * f crosses
       // an integer, so the second document is the first val one and then every ~1/f-th.
       bool is_val = doc_index >= 1 && opt.val_fraction > 0 &&
@@ -347,6 +351,7 @@ PrepResult run_prep(const PrepOptions& opt) {
   val.finish();
   res.padding_tokens = train.padding() + val.padding();
   res.split_documents = train.split_documents() + val.split_documents();
+  if (chat || opt.pack > 0) res.trained_tokens = train.trained() + val.trained();
   train.close_all();
   val.close_all();
   // Every shard is complete: replace the folder's old shards, then rename the new ones in.

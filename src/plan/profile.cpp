@@ -2,19 +2,28 @@
 #include "mpitron/plan/profile.hpp"
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <sstream>
 
-#include "mpitron/config/toml_guard.hpp"
+#include "mpitron/config/toml_parse.hpp"
+#include "mpitron/config/value_rules.hpp"
 #include "mpitron/core/error.hpp"
 
 namespace mpitron {
 namespace {
+
+// The collectives the step-time model prices (collective_factor) and `mpitron calibrate` measures.
+constexpr std::string_view kCollectives[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv",
+                                             "all_to_all"};
+// The top-level tables of a profile file.
+constexpr std::string_view kProfileTables[] = {"machine", "grid", "rates", "concurrency", "comm"};
 
 // Position of x on a sorted axis in log space: index i and weight w of axis[i+1] (clamped).
 std::pair<size_t, double> locate(const std::vector<double>& axis, double x) {
@@ -128,8 +137,7 @@ double MachineProfile::collective_s(const std::string& op, int n, double bytes, 
   if (n <= 1 || bytes <= 0) return 0.0;
   const CollectiveFit* f = nearest_fit(op, n, k, inter);
   if (!f && op == "all_to_all") f = nearest_fit("all_gather", n, k, inter);
-  check(f != nullptr, "profile: no measurement of {} (calibrate measures all_reduce, all_gather, reduce_scatter, "
-                      "broadcast, sendrecv, all_to_all)", op);
+  check(f != nullptr, "profile: no measurement of {} (calibrate measures {})", op, fmt::join(kCollectives, ", "));
   const double fac = op == "sendrecv" || op == "broadcast" ? 1.0 : collective_factor(op, n);
   return f->alpha_s + fac * bytes / (f->busbw_gbs * 1e9);
 }
@@ -197,147 +205,283 @@ std::string profile_to_toml(const MachineProfile& p) {
 
 namespace {
 
-struct Reader {
-  const toml::table& t;
-  std::string path;
-  const toml::node& node(const char* section, const char* key) const {
-    const toml::node* n = t.at_path(std::string(section) + "." + key).node();
-    if (!n) fail("{}: [{}] {} is missing (write the file with `mpitron calibrate`)", path, section, key);
-    return *n;
+// A profile's values, each checked where it is read with the rules every value from outside meets
+// (config/value_rules.hpp). Messages start "FILE:LINE: " (the line of the value, or of its table
+// when the key is missing) and name the table and key: "[grid] m[2]", "[[rates]] entry 1: threads".
+class ProfileReader {
+ public:
+  explicit ProfileReader(std::string path) : path_(std::move(path)) {}
+
+  // "FILE:LINE" of a node (the line where it starts), "FILE" when toml++ does not know it.
+  std::string where(const toml::node& n) const {
+    const toml::source_position& b = n.source().begin;
+    return b.line ? fmt::format("{}:{}", path_, b.line) : path_;
   }
-  double num(const char* s, const char* k) const {
-    auto v = node(s, k).value<double>();
-    if (!v) fail("{}: [{}] {} must be a number", path, s, k);
-    return *v;
+  std::string at(const toml::node& n, const std::string& what) const { return where(n) + ": " + what; }
+  const std::string& path() const { return path_; }
+
+  // Keys of a table outside `allowed`: refused, naming the first one and those allowed.
+  void only_keys(const toml::table& t, const std::string& table,
+                 std::initializer_list<std::string_view> allowed) const {
+    for (const auto& [k, v] : t)
+      if (std::find(allowed.begin(), allowed.end(), k.str()) == allowed.end())
+        usage_fail("{}: unknown key '{}' (allowed: {})", at(v, table), k.str(), fmt::join(allowed, ", "));
   }
-  std::string text(const char* s, const char* k, bool required = false) const {
-    const toml::node* n = t.at_path(std::string(s) + "." + k).node();
-    if (!n) {
-      if (required) fail("{}: [{}] {} is missing", path, s, k);
-      return "";
-    }
-    auto v = n->value<std::string>();
-    if (!v) fail("{}: [{}] {} must be a string", path, s, k);
-    return *v;
+
+  const toml::node* find(const toml::table& t, const std::string& table, std::string_view key, bool required) const {
+    const toml::node* n = t.get(key);
+    if (!n && required)
+      usage_fail("{}: {} is missing (write the file with `mpitron calibrate`)", where(t), label(table, key));
+    return n;
   }
-  std::vector<double> nums(const char* s, const char* k, bool required = true) const {
-    const toml::node* n = t.at_path(std::string(s) + "." + k).node();
-    if (!n) {
-      if (required) fail("{}: [{}] {} is missing", path, s, k);
-      return {};
-    }
-    const toml::array* a = n->as_array();
-    if (!a) fail("{}: [{}] {} must be an array of numbers", path, s, k);
+
+  double number(const toml::table& t, const std::string& table, std::string_view key, const Range& r) const {
+    const toml::node& n = *find(t, table, key, true);
+    return number_at(n, at(n, label(table, key)), r);
+  }
+  int integer(const toml::table& t, const std::string& table, std::string_view key, const Range& r,
+              std::optional<int> otherwise = {}) const {
+    const toml::node* n = find(t, table, key, !otherwise);
+    return n ? integer_at(*n, at(*n, label(table, key)), r) : *otherwise;
+  }
+  std::string text(const toml::table& t, const std::string& table, std::string_view key, bool required = false,
+                   const std::string& otherwise = "") const {
+    const toml::node* n = find(t, table, key, required);
+    if (!n) return otherwise;
+    if (const auto* s = n->as_string()) return s->get();
+    value_refused(at(*n, label(table, key)), shown(*n), "a string");
+  }
+  bool flag(const toml::table& t, const std::string& table, std::string_view key, bool otherwise) const {
+    const toml::node* n = find(t, table, key, false);
+    if (!n) return otherwise;
+    if (const auto* b = n->as_boolean()) return b->get();
+    value_refused(at(*n, label(table, key)), shown(*n), "true or false");
+  }
+  // An array of numbers, each in the range; empty when optional and absent.
+  std::vector<double> numbers(const toml::table& t, const std::string& table, std::string_view key, const Range& r,
+                              bool required = true) const {
     std::vector<double> v;
-    for (const auto& e : *a) {
-      auto x = e.value<double>();
-      if (!x || !(*x > 0) || !std::isfinite(*x)) fail("{}: [{}] {} holds '{}': every entry must be a positive number", path, s, k,
-                                                      fmt::format("{}", e.value_or(0.0)));
-      v.push_back(*x);
-    }
+    for_each_item(t, table, key, required, [&](const toml::node& e, const std::string& what) {
+      v.push_back(number_at(e, what, r));
+    });
     return v;
+  }
+  std::vector<int> integers(const toml::table& t, const std::string& table, std::string_view key,
+                            const Range& r) const {
+    std::vector<int> v;
+    for_each_item(t, table, key, true, [&](const toml::node& e, const std::string& what) {
+      v.push_back(integer_at(e, what, r));
+    });
+    return v;
+  }
+
+  // "[grid] m", "[[rates]] entry 2: stream_gbs".
+  static std::string label(const std::string& table, std::string_view key) {
+    return fmt::format("{}{}{}", table, table.back() == ']' ? " " : ": ", key);
+  }
+
+  // A value as TOML writes it, for messages (long strings cut).
+  static std::string shown(const toml::node& n) {
+    if (n.is_array()) return "[...]";
+    if (n.is_table()) return "{...}";
+    std::string s;
+    if (const auto* str = n.as_string()) {
+      s = "\"" + str->get() + "\"";
+    } else {
+      std::ostringstream o;
+      n.visit([&](const auto& v) { o << v; });
+      s = o.str();
+    }
+    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+  }
+
+ private:
+  std::string path_;
+
+  static std::optional<double> as_number(const toml::node& n) {
+    if (const auto* i = n.as_integer()) return static_cast<double>(i->get());
+    if (const auto* f = n.as_floating_point()) return f->get();
+    return std::nullopt;
+  }
+  static double number_at(const toml::node& n, const std::string& what, const Range& r) {
+    const std::optional<double> v = as_number(n);
+    if (!v) value_refused(what, shown(n), r.text(false));
+    return checked_float(what, *v, r, shown(n));
+  }
+  static int integer_at(const toml::node& n, const std::string& what, const Range& r) {
+    const std::optional<double> v = as_number(n);
+    if (!v) value_refused(what, shown(n), integer_rule(r.within<int>()));
+    return checked_int<int>(what, *v, r, shown(n));
+  }
+  template <class F>
+  void for_each_item(const toml::table& t, const std::string& table, std::string_view key, bool required, F&& f) const {
+    const toml::node* n = find(t, table, key, required);
+    if (!n) return;
+    const toml::array* a = n->as_array();
+    if (!a) value_refused(at(*n, label(table, key)), shown(*n), "an array of numbers");
+    for (size_t i = 0; i < a->size(); ++i)
+      f((*a)[i], at((*a)[i], fmt::format("{}[{}]", label(table, key), i)));
   }
 };
 
-void check_axis(const std::vector<double>& a, const std::string& path, const char* what) {
-  check(!a.empty(), "{}: {} is empty", path, what);
-  for (size_t i = 1; i < a.size(); ++i) check(a[i] > a[i - 1], "{}: {} must be increasing", path, what);
+// A grid axis: one value at least, increasing (the lookups interpolate between neighbours).
+void check_axis(const ProfileReader& r, const toml::table& t, const std::string& table, std::string_view key,
+                const std::vector<double>& a) {
+  const toml::node& n = *t.get(key);
+  usage_check(!a.empty(), "{}: is empty (one value at least)", r.at(n, ProfileReader::label(table, key)));
+  for (size_t i = 1; i < a.size(); ++i)
+    usage_check(a[i] > a[i - 1], "{}: must be increasing ({} after {})", r.at(n, ProfileReader::label(table, key)),
+                a[i], a[i - 1]);
+}
+
+// An array that needs one entry per entry of another.
+void check_size(const ProfileReader& r, const toml::table& t, const std::string& table, std::string_view key,
+                size_t have, size_t want, const std::string& per) {
+  if (have != want)
+    usage_fail("{}: has {} entries, needs {} (one per {})", r.at(*t.get(key), ProfileReader::label(table, key)), have,
+               want, per);
+}
+
+// A top-level table of the profile: refused when it is another kind of value.
+const toml::table& section(const ProfileReader& r, const toml::table& root, std::string_view name) {
+  const toml::node* n = root.get(name);
+  if (!n) usage_fail("{}: [{}] is missing (write the file with `mpitron calibrate`)", r.path(), name);
+  const toml::table* t = n->as_table();
+  if (!t) usage_fail("{}: {} must be a table ([{}])", r.where(*n), name, name);
+  return *t;
+}
+
+// [[rates]] and [[comm]]: an array of tables (absent: empty when optional).
+const toml::array* entries(const ProfileReader& r, const toml::table& root, std::string_view name, bool required) {
+  const toml::node* n = root.get(name);
+  const toml::array* a = n ? n->as_array() : nullptr;
+  if (n && (!a || !(a->empty() || a->is_array_of_tables())))
+    usage_fail("{}: {} must be [[{}]] tables (an array of tables)", r.where(*n), name, name);
+  if (required && (!a || a->empty()))
+    usage_fail("{}: no [[{}]] tables (write the file with `mpitron calibrate`)", r.path(), name);
+  return a;
 }
 
 }  // namespace
 
 MachineProfile read_profile(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   usage_check(static_cast<bool>(in), "cannot read the profile {}", path);
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
-  check_toml_text(text, path);  // toml++'s undefined behaviour on some inputs (toml_guard.hpp)
-  toml::table t;
-  try {
-    t = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    fail("{}: not a profile TOML file: {}", path, std::string(e.description()));
-  }
-  Reader r{t, path};
+  usage_check(!in.bad(), "cannot read the profile {}", path);
+  const toml::table root = parse_toml(ss.str(), path);
+  const ProfileReader r(path);
+
+  for (const auto& [k, v] : root)
+    if (std::find(std::begin(kProfileTables), std::end(kProfileTables), k.str()) == std::end(kProfileTables))
+      usage_fail("{}: unknown {} (allowed: [machine], [grid], [[rates]], [concurrency], [[comm]])", r.where(v),
+                 v.is_table() || v.is_array_of_tables() ? fmt::format("table [{}]", k.str())
+                                                        : fmt::format("top-level key '{}'", k.str()));
+
   MachineProfile p;
-  p.source = r.text("machine", "source");
-  p.device = r.text("machine", "device", true);
-  p.backend = r.text("machine", "backend");
-  p.mpi = r.text("machine", "mpi");
-  p.transports = r.text("machine", "transports");
-  p.date = r.text("machine", "date");
-  p.note = r.text("machine", "note");
-  p.cores_per_node = static_cast<int>(r.num("machine", "cores_per_node"));
-  p.nodes = static_cast<int>(r.num("machine", "nodes"));
-  p.ranks = static_cast<int>(r.num("machine", "ranks"));
-  p.seconds = r.num("machine", "seconds");
-  if (const toml::node* pk = t.at_path("machine.peak_gflops").node()) p.datasheet_peak_gflops = pk->value_or(0.0);
-  p.gemm_m = r.nums("grid", "m");
-  p.gemm_n = r.nums("grid", "n");
-  p.gemm_k = r.nums("grid", "k");
-  p.attn_t = r.nums("grid", "attn_t");
-  p.attn_hd = r.num("grid", "attn_hd");
-  check_axis(p.gemm_m, path, "[grid] m");
-  check_axis(p.gemm_n, path, "[grid] n");
-  check_axis(p.gemm_k, path, "[grid] k");
-  check_axis(p.attn_t, path, "[grid] attn_t");
+  const std::string mach = "[machine]";
+  const toml::table& m = section(r, root, "machine");
+  r.only_keys(m, mach, {"source", "device", "backend", "mpi", "transports", "date", "note", "cores_per_node", "nodes",
+                        "ranks", "seconds", "peak_gflops"});
+  p.source = r.text(m, mach, "source", false, p.source);
+  p.device = r.text(m, mach, "device", true);
+  p.backend = r.text(m, mach, "backend", false, p.backend);
+  p.mpi = r.text(m, mach, "mpi");
+  p.transports = r.text(m, mach, "transports");
+  p.date = r.text(m, mach, "date");
+  p.note = r.text(m, mach, "note");
+  p.cores_per_node = r.integer(m, mach, "cores_per_node", at_least(1));
+  p.nodes = r.integer(m, mach, "nodes", at_least(1));
+  p.ranks = r.integer(m, mach, "ranks", at_least(1));
+  p.seconds = r.number(m, mach, "seconds", at_least(0));
+  if (m.get("peak_gflops")) p.datasheet_peak_gflops = r.number(m, mach, "peak_gflops", above(0));
+
+  // Rates and sizes are divided by and their logarithms taken: finite and > 0.
+  const Range positive = above(0);
+  const std::string grid = "[grid]";
+  const toml::table& g = section(r, root, "grid");
+  r.only_keys(g, grid, {"m", "n", "k", "attn_t", "attn_hd"});
+  p.gemm_m = r.numbers(g, grid, "m", positive);
+  p.gemm_n = r.numbers(g, grid, "n", positive);
+  p.gemm_k = r.numbers(g, grid, "k", positive);
+  p.attn_t = r.numbers(g, grid, "attn_t", positive);
+  p.attn_hd = r.number(g, grid, "attn_hd", positive);
+  check_axis(r, g, grid, "m", p.gemm_m);
+  check_axis(r, g, grid, "n", p.gemm_n);
+  check_axis(r, g, grid, "k", p.gemm_k);
+  check_axis(r, g, grid, "attn_t", p.attn_t);
+  // One GEMM rate per cell: a grid with more cells than any file lists is refused before the
+  // product could overflow.
+  const double cells_limit = 1e9;
+  usage_check(double(p.gemm_m.size()) * double(p.gemm_n.size()) * double(p.gemm_k.size()) <= cells_limit,
+              "{}: the grid m x n x k has {} x {} x {} cells (at most {:g})", r.where(g), p.gemm_m.size(),
+              p.gemm_n.size(), p.gemm_k.size(), cells_limit);
   const size_t cells = p.gemm_m.size() * p.gemm_n.size() * p.gemm_k.size();
-  const toml::array* rates = t["rates"].as_array();
-  check(rates && !rates->empty(), "{}: no [[rates]] tables (write the file with `mpitron calibrate`)", path);
-  for (size_t i = 0; i < rates->size(); ++i) {
-    const toml::table* rt = (*rates)[i].as_table();
-    check(rt != nullptr, "{}: [[rates]] entries must be tables", path);
-    const toml::table wrap{{"rates", *rt}};
-    Reader rr{wrap, path};
+  const std::string cells_per = fmt::format("cell of the grid m x n x k, {} x {} x {}", p.gemm_m.size(),
+                                            p.gemm_n.size(), p.gemm_k.size());
+
+  const toml::array& rates = *entries(r, root, "rates", true);
+  for (size_t i = 0; i < rates.size(); ++i) {
+    const toml::table& t = *rates[i].as_table();
+    const std::string e = fmt::format("[[rates]] entry {}", i + 1);
+    r.only_keys(t, e, {"threads", "gemm_fwd_f32", "gemm_bwd_f32", "gemm_fwd_bf16", "gemm_bwd_bf16", "attn_fwd",
+                       "attn_bwd", "stream_gbs"});
     MachineProfile::Rates x;
-    x.threads = static_cast<int>(rr.num("rates", "threads"));
-    check(x.threads >= 1, "{}: [[rates]] {}: threads must be >= 1", path, i + 1);
-    x.gemm_fwd_f32 = rr.nums("rates", "gemm_fwd_f32");
-    x.gemm_bwd_f32 = rr.nums("rates", "gemm_bwd_f32");
-    x.gemm_fwd_bf16 = rr.nums("rates", "gemm_fwd_bf16", false);
-    x.gemm_bwd_bf16 = rr.nums("rates", "gemm_bwd_bf16", false);
-    for (auto [v, name] : {std::pair{&x.gemm_fwd_f32, "gemm_fwd_f32"}, {&x.gemm_bwd_f32, "gemm_bwd_f32"}})
-      check(v->size() == cells, "{}: [[rates]] {}: {} has {} entries, the grid m x n x k has {}", path, i + 1, name, v->size(), cells);
-    for (auto [v, name] : {std::pair{&x.gemm_fwd_bf16, "gemm_fwd_bf16"}, {&x.gemm_bwd_bf16, "gemm_bwd_bf16"}})
-      check(v->empty() || v->size() == cells, "{}: [[rates]] {}: {} has {} entries, the grid m x n x k has {}", path, i + 1, name,
-            v->size(), cells);
-    check(x.gemm_fwd_bf16.size() == x.gemm_bwd_bf16.size(), "{}: [[rates]] {}: gemm_fwd_bf16 and gemm_bwd_bf16 come together", path, i + 1);
-    x.attn_fwd = rr.nums("rates", "attn_fwd");
-    x.attn_bwd = rr.nums("rates", "attn_bwd");
-    check(x.attn_fwd.size() == p.attn_t.size() && x.attn_bwd.size() == p.attn_t.size(),
-          "{}: [[rates]] {}: attn_fwd and attn_bwd need one entry per attn_t ({})", path, i + 1, p.attn_t.size());
-    x.stream_gbs = rr.num("rates", "stream_gbs");
-    check(x.stream_gbs > 0, "{}: [[rates]] {}: stream_gbs must be positive", path, i + 1);
+    x.threads = r.integer(t, e, "threads", at_least(1));
+    x.gemm_fwd_f32 = r.numbers(t, e, "gemm_fwd_f32", positive);
+    x.gemm_bwd_f32 = r.numbers(t, e, "gemm_bwd_f32", positive);
+    x.gemm_fwd_bf16 = r.numbers(t, e, "gemm_fwd_bf16", positive, false);
+    x.gemm_bwd_bf16 = r.numbers(t, e, "gemm_bwd_bf16", positive, false);
+    check_size(r, t, e, "gemm_fwd_f32", x.gemm_fwd_f32.size(), cells, cells_per);
+    check_size(r, t, e, "gemm_bwd_f32", x.gemm_bwd_f32.size(), cells, cells_per);
+    usage_check(t.contains("gemm_fwd_bf16") == t.contains("gemm_bwd_bf16"),
+                "{}: gemm_fwd_bf16 and gemm_bwd_bf16 come together", r.at(t, e));
+    if (t.contains("gemm_fwd_bf16")) {
+      check_size(r, t, e, "gemm_fwd_bf16", x.gemm_fwd_bf16.size(), cells, cells_per);
+      check_size(r, t, e, "gemm_bwd_bf16", x.gemm_bwd_bf16.size(), cells, cells_per);
+    }
+    x.attn_fwd = r.numbers(t, e, "attn_fwd", positive);
+    x.attn_bwd = r.numbers(t, e, "attn_bwd", positive);
+    check_size(r, t, e, "attn_fwd", x.attn_fwd.size(), p.attn_t.size(), "[grid] attn_t");
+    check_size(r, t, e, "attn_bwd", x.attn_bwd.size(), p.attn_t.size(), "[grid] attn_t");
+    x.stream_gbs = r.number(t, e, "stream_gbs", positive);
+    usage_check(i == 0 || x.gemm_fwd_bf16.empty() == p.rates.front().gemm_fwd_bf16.empty(),
+                "{}: bf16 GEMM rates in some [[rates]] tables but not in others (entry 1 {} them)", r.at(t, e),
+                i > 0 && p.rates.front().gemm_fwd_bf16.empty() ? "lacks" : "has");
     p.rates.push_back(std::move(x));
   }
-  check(p.rates.front().gemm_fwd_bf16.empty() ==
-            std::all_of(p.rates.begin(), p.rates.end(), [](const MachineProfile::Rates& x) { return x.gemm_fwd_bf16.empty(); }),
-        "{}: bf16 GEMM rates in some [[rates]] tables but not in others", path);
-  p.active.clear();
-  for (double a : r.nums("concurrency", "active")) p.active.push_back(static_cast<int>(a));
-  p.compute_scale = r.nums("concurrency", "compute_scale");
-  p.stream_scale = r.nums("concurrency", "stream_scale");
-  check(p.compute_scale.size() == p.active.size() && p.stream_scale.size() == p.active.size(),
-        "{}: [concurrency] compute_scale and stream_scale need one entry per active ({})", path, p.active.size());
-  for (size_t i = 1; i < p.active.size(); ++i) check(p.active[i] > p.active[i - 1], "{}: [concurrency] active must be increasing", path);
-  p.overlap_slowdown = r.nums("concurrency", "overlap_slowdown");
-  check(p.overlap_slowdown.size() == p.active.size(), "{}: [concurrency] overlap_slowdown needs one entry per active ({})", path,
-        p.active.size());
-  if (const toml::array* comm = t["comm"].as_array()) {
-    for (const auto& e : *comm) {
-      const toml::table* ct = e.as_table();
-      check(ct != nullptr, "{}: [[comm]] entries must be tables", path);
+
+  const std::string conc = "[concurrency]";
+  const toml::table& c = section(r, root, "concurrency");
+  r.only_keys(c, conc, {"active", "compute_scale", "stream_scale", "overlap_slowdown"});
+  p.active = r.integers(c, conc, "active", at_least(1));
+  usage_check(!p.active.empty(), "{}: is empty (one value at least)", r.at(*c.get("active"), conc + " active"));
+  for (size_t i = 1; i < p.active.size(); ++i)
+    usage_check(p.active[i] > p.active[i - 1], "{}: must be increasing ({} after {})",
+                r.at(*c.get("active"), conc + " active"), p.active[i], p.active[i - 1]);
+  p.compute_scale = r.numbers(c, conc, "compute_scale", positive);
+  p.stream_scale = r.numbers(c, conc, "stream_scale", positive);
+  p.overlap_slowdown = r.numbers(c, conc, "overlap_slowdown", positive);
+  check_size(r, c, conc, "compute_scale", p.compute_scale.size(), p.active.size(), "[concurrency] active");
+  check_size(r, c, conc, "stream_scale", p.stream_scale.size(), p.active.size(), "[concurrency] active");
+  check_size(r, c, conc, "overlap_slowdown", p.overlap_slowdown.size(), p.active.size(), "[concurrency] active");
+
+  if (const toml::array* comm = entries(r, root, "comm", false)) {
+    for (size_t i = 0; i < comm->size(); ++i) {
+      const toml::table& t = *(*comm)[i].as_table();
+      const std::string e = fmt::format("[[comm]] entry {}", i + 1);
+      r.only_keys(t, e, {"op", "group", "active", "inter_node", "alpha_us", "busbw_gbs"});
       CollectiveFit f;
-      f.op = (*ct)["op"].value_or(std::string());
-      f.group = static_cast<int>((*ct)["group"].value_or(int64_t{0}));
-      f.active = static_cast<int>((*ct)["active"].value_or(int64_t{1}));
-      f.inter_node = (*ct)["inter_node"].value_or(false);
-      f.alpha_s = (*ct)["alpha_us"].value_or(-1.0) * 1e-6;
-      f.busbw_gbs = (*ct)["busbw_gbs"].value_or(0.0);
-      check(!f.op.empty() && f.group >= 2 && f.alpha_s >= 0 && f.busbw_gbs > 0,
-            "{}: a [[comm]] entry needs op, group >= 2, alpha_us >= 0 and busbw_gbs > 0 (entry {} of {})", path,
-            p.comm.size() + 1, comm->size());
+      f.op = r.text(t, e, "op", true);
+      if (std::find(std::begin(kCollectives), std::end(kCollectives), f.op) == std::end(kCollectives))
+        value_refused(r.at(*t.get("op"), ProfileReader::label(e, "op")), f.op,
+                      fmt::format("{}", fmt::join(kCollectives, ", ")));
+      f.group = r.integer(t, e, "group", at_least(2));
+      f.active = r.integer(t, e, "active", at_least(1), 1);
+      f.inter_node = r.flag(t, e, "inter_node", false);
+      f.alpha_s = r.number(t, e, "alpha_us", at_least(0)) * 1e-6;
+      f.busbw_gbs = r.number(t, e, "busbw_gbs", positive);
       p.comm.push_back(f);
     }
   }

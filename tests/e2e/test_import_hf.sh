@@ -166,14 +166,151 @@ expect "model.safetensors.index.json: names 'model-00002-of-00003.safetensors'" 
 expect "the job's [model] keys disagree" "model.n_layer = 4 (config.json: 2)" "model.d_model = 128 (config.json: 64)" -- \
   "$MPITRON" train jobs/llama-tiny.toml "${common[@]}" --job.run_dir="$tmp/x" --train.init_from="hf:$tmp/llama.hf" \
   --model.n_layer=4 --model.d_model=128
+# Values compared as the model holds them: the job's norm_eps equal to config.json's agrees, though
+# the model keeps it as float (1e-06 is not exactly representable).
+for eps in 1e-05 1e-06; do
+  rm -rf "$tmp/eps.hf" && cp -r "$tmp/llama.hf" "$tmp/eps.hf"
+  $PY - "$tmp/eps.hf/config.json" "$eps" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["rms_norm_eps"] = float(sys.argv[2]); c["rope_theta"] = 500000.0
+open(sys.argv[1], "w").write(json.dumps(c))
+PY
+  "$MPITRON" train jobs/llama-tiny.toml "${common[@]}" --job.run_dir="$tmp/eps$eps" --train.init_from="hf:$tmp/eps.hf" \
+    --model.norm_eps="$eps" --model.rope_theta=500000.0 --train.steps=1 --checkpoint.every=0 >"$tmp/eps.log" 2>&1 ||
+    { cat "$tmp/eps.log"; fail "norm_eps $eps equal to config.json's was refused"; }
+done
+expect "model.norm_eps = 2e-06 (config.json: 1e-06)" -- "$MPITRON" train jobs/llama-tiny.toml "${common[@]}" \
+  --job.run_dir="$tmp/eps2" --train.init_from="hf:$tmp/eps.hf" --model.norm_eps=2e-6 --train.steps=1
 rm -rf "$tmp/bad" && cp -r "$tmp/moe.hf" "$tmp/bad" && $PY - "$tmp/bad/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); c["num_experts_per_tok"] = 5; json.dump(c, open(sys.argv[1], "w"))
 PY
-expect "num_experts_per_tok 5 must be in [1, num_local_experts 4]" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+expect 'config.json: "num_experts_per_tok": '"'5'"' is not allowed (allowed: an integer, 1 <= v <= 4)' -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
 expect "the job's [model] keys disagree" "model.moe.n_experts = 8 (config.json: 4)" -- \
   "$MPITRON" train jobs/moe-tiny.toml "${common[@]}" --job.run_dir="$tmp/x" --train.init_from="hf:$tmp/moe.hf" \
   --model.moe.n_experts=8
 expect "import: unknown source 'gguf:x' (allowed: hf:DIR)" -- "$MPITRON" import gguf:x --out "$tmp/x.h5"
 [ ! -e "$tmp/x.h5" ] || fail "a failed import left $tmp/x.h5"
+
+echo "== the doors: malformed inputs refused by name, nothing written, no input changed"
+# Each case: a non-zero exit, the words naming the file, key or tensor, no output, and the input
+# (a folder or file) byte for byte as before.
+tree_sum() { find "$@" -type f -print0 2>/dev/null | sort -z | xargs -0 md5sum 2>/dev/null | md5sum; }
+ncase=0
+door() {  # input out words... -- command...
+  local input=$1 out=$2 before
+  shift 2
+  before=$(tree_sum "$input")
+  expect "$@"
+  [ ! -e "$out" ] || fail "a refused command left $out: $*"
+  [ "$(tree_sum "$input")" = "$before" ] || fail "a refused command changed its input $input: $*"
+  if ls -a "$(dirname "$out")" | grep -q '\.tmp$'; then fail "a refused command left a .tmp beside $out"; fi
+  ncase=$((ncase + 1))
+}
+cfg_case() {  # SRC KEY JSON-VALUE (null: remove) words...: config.json of a copy of SRC with KEY set
+  local src=$1 key=$2 value=$3
+  shift 3
+  rm -rf "$tmp/bad" && cp -r "$tmp/$src" "$tmp/bad"
+  $PY - "$tmp/bad/config.json" "$key" "$value" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+v = json.loads(sys.argv[3])
+if v is None: c.pop(sys.argv[2], None)
+else: c[sys.argv[2]] = v
+open(sys.argv[1], "w").write(json.dumps(c))
+PY
+  door "$tmp/bad" "$tmp/x.h5" "$tmp/bad/config.json" "$@" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+}
+# config.json numbers by kind and range, and the model they describe.
+while IFS='|' read -r src key value words; do
+  [ -n "$src" ] || continue
+  cfg_case "$src" "$key" "$value" "$words"
+done <<'CORPUS'
+llama.hf|num_hidden_layers|2.5|"num_hidden_layers": '2.5' is not allowed (allowed: an integer, >= 1)
+llama.hf|num_hidden_layers|4294967298|"num_hidden_layers": '4294967298' is not allowed (allowed: an integer, 1 <= v <= 2147483647)
+llama.hf|num_hidden_layers|-1|"num_hidden_layers": '-1' is not allowed
+llama.hf|num_hidden_layers|"2"|"num_hidden_layers": '"2"' is not allowed
+llama.hf|hidden_size|1e400|not JSON
+llama.hf|rope_theta|-10000.0|"rope_theta": '-10000.0' is not allowed (allowed: finite, > 1)
+llama.hf|rope_theta|0.5|"rope_theta": '0.5' is not allowed
+llama.hf|rms_norm_eps|-1e-05|"rms_norm_eps": '-1e-05' is not allowed (allowed: 1e-30 <= v < 1)
+llama.hf|rms_norm_eps|0|"rms_norm_eps": '0' is not allowed
+llama.hf|max_position_embeddings|1|"max_position_embeddings": '1' is not allowed (allowed: an integer, >= 2)
+llama.hf|vocab_size|0|"vocab_size": '0' is not allowed
+llama.hf|num_key_value_heads|3|"num_attention_heads" 4 is not a multiple of "num_key_value_heads" 3
+llama.hf|num_attention_heads|3|"hidden_size" 64 is not a multiple of "num_attention_heads" 3
+llama.hf|tie_word_embeddings|"no"|"tie_word_embeddings" must be true or false
+llama.hf|hidden_act|7|"hidden_act" must be a string
+llama.hf|rope_scaling|{"rope_type": "llama3", "factor": 8.0}|rope_scaling
+llama.hf|num_hidden_layers|null|no "num_hidden_layers"
+moe.hf|router_aux_loss_coef|-0.01|"router_aux_loss_coef": '-0.01' is not allowed (allowed: finite, >= 0)
+moe.hf|num_local_experts|0|"num_local_experts": '0' is not allowed
+moe.hf|sliding_window|1.5|"sliding_window": '1.5' is not allowed
+gpt2.hf|n_layer|true|"n_layer": 'true' is not allowed
+gpt2.hf|n_positions|1e3|"n_positions": '1000.0' is not allowed
+gpt2.hf|n_inner|-4|"n_inner": '-4' is not allowed
+CORPUS
+# A head size RoPE cannot split (hidden 64 over 64 heads: 1 each; the heads still divide).
+rm -rf "$tmp/bad" && cp -r "$tmp/llama.hf" "$tmp/bad" && $PY - "$tmp/bad/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["num_attention_heads"] = 64; c["num_key_value_heads"] = 64
+open(sys.argv[1], "w").write(json.dumps(c))
+PY
+door "$tmp/bad" "$tmp/x.h5" 'head size 1 ("hidden_size" 64 / "num_attention_heads" 64) is odd' -- \
+  "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+# A tokenizer with more ids than the embedding has rows.
+cfg_case llama.hf vocab_size 200 "$tmp/bad/tokenizer.json" "more than" '"vocab_size" 200'
+# Tensor values: a NaN or inf in an F32 and in a BF16 tensor (the element named).
+poison() {  # SRC TENSOR VALUE
+  rm -rf "$tmp/bad" && cp -r "$tmp/$1" "$tmp/bad"
+  $PY - "$tmp/bad/model.safetensors" "$2" "$3" <<'PY'
+import json, struct, sys, numpy as np
+path, name, value = sys.argv[1], sys.argv[2], float(sys.argv[3])
+raw = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+e = json.loads(raw[8:8 + n])[name]
+at = 8 + n + e["data_offsets"][0] + 3 * (2 if e["dtype"] == "BF16" else 4)
+x = np.array([value], np.float32).view(np.uint32)[0]
+raw[at:at + (2 if e["dtype"] == "BF16" else 4)] = struct.pack("<H", x >> 16) if e["dtype"] == "BF16" else struct.pack("<I", x)
+open(path, "wb").write(raw)
+PY
+}
+poison llama.hf model.layers.1.mlp.down_proj.weight nan
+door "$tmp/bad" "$tmp/x.h5" "tensor 'model.layers.1.mlp.down_proj.weight' holds nan at element 3 (F32)" -- \
+  "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+poison llama.bf16 model.norm.weight -inf
+door "$tmp/bad" "$tmp/x.h5" "tensor 'model.norm.weight' holds -inf at element 3 (BF16)" -- \
+  "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+door "$tmp/bad" "$tmp/none" "tensor 'model.norm.weight' holds -inf" -- \
+  $MPIRUN -np 2 "$MPITRON" train jobs/llama-tiny.toml "${common[@]}" --job.run_dir="$tmp/x/run" \
+  --train.init_from="hf:$tmp/bad" --train.steps=1
+rm -rf "$tmp/x"
+expect 'train.init_from = "hf:": no folder after' -- "$MPITRON" train jobs/llama-tiny.toml "${common[@]}" \
+  --job.run_dir="$tmp/x" --train.init_from="hf:" --train.steps=1
+ncase=$((ncase + 1))
+# Outputs that would destroy an input.
+ck=$(ckpt_of llama)
+door "$ck" "$tmp/none" "--out '$ck' is the input" -- "$MPITRON" export "$ck" --format gguf --out "$ck"
+door "$ck" "$tmp/none" "--out '$ck' is the input" -- "$MPITRON" export "$tmp/llama" --format hf --out "$ck"
+ln -sf "$ck" "$tmp/alias.gguf"
+door "$ck" "$tmp/none" "is the input" -- "$MPITRON" export "$tmp/llama" --format gguf --out "$tmp/alias.gguf"
+rm -f "$tmp/alias.gguf"
+door "$tmp/llama.hf" "$tmp/none" "lies inside the input folder" -- \
+  "$MPITRON" import "hf:$tmp/llama.hf" --out "$tmp/llama.hf/model.safetensors"
+# Half outputs: a sharded export of a checkpoint with a tensor missing leaves no shard, no index,
+# no staging folder; into an existing export, that export stays as it was.
+cp "$ck" "$tmp/broken.h5" && $PY - "$tmp/broken.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "a") as f: del f["model"][sorted(f["model"])[-1]]
+PY
+door "$tmp/broken.h5" "$tmp/shards" "broken.h5" -- \
+  "$MPITRON" export "$tmp/broken.h5" --format hf --out "$tmp/shards" --max-shard-size 20KB --quiet
+door "$tmp/llama.hf" "$tmp/none" "broken.h5" -- \
+  "$MPITRON" export "$tmp/broken.h5" --format hf --out "$tmp/llama.hf" --max-shard-size 20KB --quiet
+[ ! -e "$tmp/llama.hf/.mpitron-export.partial" ] || fail "a failed export left its staging folder"
+door "$tmp/broken.h5" "$tmp/broken.gguf" "broken.h5" -- "$MPITRON" export "$tmp/broken.h5" --format gguf --out "$tmp/broken.gguf"
+mkdir -p "$tmp/prof"
+door "$tmp/prof" "$tmp/none" "calibrate: --out '$tmp/prof' is a folder" -- "$MPITRON" calibrate --quick --out "$tmp/prof"
+[ ! -e "$tmp/prof.tmp" ] || fail "calibrate left $tmp/prof.tmp"
+echo "the doors: $ncase cases refused, nothing written"
 echo "PASS"

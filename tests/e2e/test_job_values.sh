@@ -49,7 +49,7 @@ optim.beta1=1|0 <= v < 1
 optim.beta2=1.5|0 <= v < 1
 optim.weight_decay=-0.1|finite, >= 0
 model.rope_theta=inf|0 (from the preset) or finite, > 1
-model.norm_eps=nan|0 (from the preset) or 0 < v < 1
+model.norm_eps=nan|0 (from the preset) or 1e-30 <= v < 1
 model.n_layer=-2|0 (from the preset) or >= 1
 eval.batches=-1|0 (no validation) or >= 1
 eval.every=-5|0 (only at the end) or >= 1
@@ -134,9 +134,9 @@ expect 2 "this run's checkpoints could not be saved: their metadata field 'model
 ! grep -q "^step " "$tmp/c.log" || { cat "$tmp/c.log"; fail "the unsavable config was found only after training began"; }
 
 # 5. Small options.
-expect 2 "option --workers expects an integer >= 1, not '-3'" "$tmp/o.log" \
+expect 2 "option --workers: '-3' is not allowed (allowed: an integer, 1 <= v <= 256)" "$tmp/o.log" \
   "$MPITRON" prep --input "$tmp/corpus.txt" --out "$tmp/o" --workers -3
-expect 2 "option --max-tokens expects an integer >= 0, not '1e30'" "$tmp/o.log" \
+expect 2 "option --max-tokens: '1e30' is not allowed (allowed: an integer, >= 0)" "$tmp/o.log" \
   "$MPITRON" generate "$tmp/p1/ckpt/latest" --prompt "x" --max-tokens 1e30
 expect 2 "the entry for '$tmp/data' has no weight" "$tmp/o.log" \
   "$MPITRON" train "${base[@]}" --job.run_dir="$tmp/bad" "--data.paths=[{ path = \"$tmp/data\" }]"

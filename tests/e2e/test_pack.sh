@@ -6,7 +6,13 @@
 #   - padding (the end-of-text id) and every block's first token are never trained (/loss_mask 0),
 #     every other document token is; the stream is whole windows of SEQ_LEN + 1;
 #   - the efficiency prep prints is the documents' share of the tokens;
-#   - a packed corpus trains with document masking (the trained-target count in the log).
+#   - a packed corpus trains with document masking (the trained-target count in the log);
+#   - the trained-token count prep prints is the number of ones in the shards' /loss_mask (train +
+#     val), packed text and packed chat alike;
+#   - --pack 1 (a block's only target would be masked) is refused before anything is written, and
+#     --pack 0 is off: the same shards as no --pack;
+#   - a folder mixing packed and unpacked shards, or two pack lengths, is refused whichever file
+#     sorts first, naming both files, and nothing is written or changed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 head -c 40000 /usr/share/games/fortunes/fortunes >"$tmp/corpus.txt"
@@ -71,3 +77,80 @@ grep -q "targets)" "$tmp/train.log" || fail "the packed run does not log its tra
 grep -q "was packed for windows of $T + 1 tokens (prep --pack $T), but model.seq_len is 64" "$tmp/bad.log" ||
   fail "no packed-length error: $(tail -2 "$tmp/bad.log")"
 echo "    trains: $(grep -m1 '^step 2' "$tmp/train.log" | cut -d'|' -f2)"
+
+# The trained-token count prep prints = the ones in the shards' /loss_mask, train + val.
+trained_is_mask() {  # DIR LOG
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import glob, re, sys
+import h5py
+d, log = sys.argv[1], open(sys.argv[2]).read()
+m = re.search(r": (\d+) of (\d+) tokens trained", log)
+assert m, f"no trained-token count in: {log}"
+shards = sorted(glob.glob(f"{d}/train_*.h5") + glob.glob(f"{d}/val_*.h5"))
+assert any("/val_" in p for p in shards), "no val shard: the count must cover both splits"
+ones = sum(int(h5py.File(p)["loss_mask"][:].astype("int64").sum()) for p in shards)
+total = sum(len(h5py.File(p)["tokens"]) for p in shards)
+assert (int(m.group(1)), int(m.group(2))) == (ones, total), f"prep says {m.group(1)} of {m.group(2)}, the masks hold {ones} of {total}"
+print(f"    {d.rsplit('/', 1)[1]}: {ones} of {total} tokens trained = the ones in /loss_mask")
+PY
+}
+trained_is_mask "$tmp/packed" "$tmp/pack.log" || fail "packed text: the trained-token count is not the loss mask's"
+/usr/bin/python3 - "$tmp/chat.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for k in range(12):
+        msgs = [{"role": "user", "content": f"question {k}: " + "why? " * k},
+                {"role": "assistant", "content": f"answer {k}. " + "because. " * (2 * k)}]
+        f.write(json.dumps({"messages": msgs}) + "\n")
+PY
+"$MPITRON" prep --input "$tmp/chat.jsonl" --format chat --chat-template chatml --out "$tmp/chat-packed" --pack 64 \
+  --val-fraction 0.2 --quiet >"$tmp/chat-pack.log"
+grep -q "chat template chatml, loss on assistant: " "$tmp/chat-pack.log" || fail "chat --pack: $(cat "$tmp/chat-pack.log")"
+trained_is_mask "$tmp/chat-packed" "$tmp/chat-pack.log" || fail "packed chat: the trained-token count is not the loss mask's"
+
+# --pack 1: refused (exit 2, naming the option), nothing written. --pack 0: off.
+rc=0
+"$MPITRON" prep --input "$tmp/chat.jsonl" --format chat --chat-template chatml --out "$tmp/pack1" --pack 1 --quiet \
+  >"$tmp/pack1.log" 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "--pack 1: exit $rc, not 2: $(cat "$tmp/pack1.log")"
+grep -q "option --pack: '1' is not allowed (allowed: an integer, 0 (off) or " "$tmp/pack1.log" ||
+  fail "--pack 1: $(cat "$tmp/pack1.log")"
+[ ! -e "$tmp/pack1" ] || fail "--pack 1 wrote $(ls -A "$tmp/pack1")"
+"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/pack0" --doc-separator % --val-fraction 0.05 \
+  --pack 0 --quiet >"$tmp/pack0.log"
+! grep -q "packed\|trained" "$tmp/pack0.log" || fail "--pack 0 packed: $(cat "$tmp/pack0.log")"
+for split in train val; do
+  cmp -s "$tmp/plain/${split}_00000.h5" "$tmp/pack0/${split}_00000.h5" ||  # prep writes the same bytes for the same input
+    fail "--pack 0: $split differs from the unpacked shards"
+done
+echo "    --pack 1 refused: $(grep -o "option --pack.*" "$tmp/pack1.log"); --pack 0 = no --pack"
+
+# Folders that mix packing: refused by training and by prep --check, whichever file sorts first,
+# naming both files; nothing is written, no shard changes.
+"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/packed64" --doc-separator % --val-fraction 0 \
+  --pack 64 --quiet >/dev/null
+mixed() {  # NAME FIRST SECOND WANT_FIRST WANT_SECOND: FIRST as train_00000.h5, SECOND as train_00001.h5
+  local d="$tmp/mix-$1" rc=0
+  mkdir -p "$d"
+  cp "$2" "$d/train_00000.h5" && cp "$3" "$d/train_00001.h5"
+  local sums
+  sums=$(md5sum "$d"/*)
+  "$MPITRON" prep --check "$d" >"$d.check.log" 2>&1 || rc=$?
+  [ "$rc" = 2 ] || fail "$1: prep --check exit $rc, not 2: $(cat "$d.check.log")"
+  grep -qF "shards disagree: $d/train_00000.h5 was $4, but $d/train_00001.h5 was $5" "$d.check.log" ||
+    fail "$1: $(cat "$d.check.log")"
+  rc=0
+  timeout -k 5 120 "$MPITRON" train jobs/tiny.toml --data.path="$d" --model.seq_len=$T --train.steps=1 \
+    --eval.every=0 --job.run_dir="$tmp/run-$1" >"$d.train.log" 2>&1 || rc=$?
+  [ "$rc" = 2 ] || fail "$1: train exit $rc, not 2: $(tail -3 "$d.train.log")"
+  grep -qF "$d/train_00000.h5 was $4, but $d/train_00001.h5 was $5" "$d.train.log" || fail "$1: $(tail -3 "$d.train.log")"
+  [ ! -e "$tmp/run-$1" ] || fail "$1: training made its run directory"
+  [ "$(md5sum "$d"/*)" = "$sums" ] && [ "$(ls "$d")" = "$(printf 'train_00000.h5\ntrain_00001.h5')" ] ||
+    fail "$1: the folder changed"
+  echo "    $1 refused: $(grep -o "shards disagree.*" "$d.check.log" | sed "s|$tmp/||g")"
+}
+P="packed for windows of $T + 1 tokens (prep --pack $T)" U="not packed (prep without --pack)"
+mixed packed-first "$tmp/packed/train_00000.h5" "$tmp/plain/train_00000.h5" "$P" "$U"
+mixed unpacked-first "$tmp/plain/train_00000.h5" "$tmp/packed/train_00000.h5" "$U" "$P"
+mixed two-lengths "$tmp/packed/train_00000.h5" "$tmp/packed64/train_00000.h5" "$P" \
+  "packed for windows of 64 + 1 tokens (prep --pack 64)"

@@ -86,6 +86,25 @@ expect_fail "empty file" "$T/in/empty.txt' is empty" "$MPITRON" prep --input "$T
 rm "$T/in/empty.txt"
 echo '{"format": "mpitron-tokenizer", "version": 1, "type": "bpe", "pretokenizer": "mpitron-v1", "merges": [[400, 1]]}' >"$T/badtok.json"
 expect_fail "bad tokenizer" "$T/badtok.json" "$MPITRON" prep --input "$T/in/a.txt" --tokenizer "$T/badtok.json" --out "$T/o3"
+# Numeric options: the value rules' wording (config/value_rules.hpp), refused before anything is written.
+expect_fail "--val-fraction 1" "option --val-fraction: '1' is not allowed (allowed: 0 <= v < 1)" \
+  "$MPITRON" prep --input "$T/in/a.txt" --out "$T/o4" --val-fraction 1
+expect_fail "--shard-tokens 0.5" "option --shard-tokens: '0.5' is not allowed (allowed: an integer, >= 1, optionally" \
+  "$MPITRON" prep --input "$T/in/a.txt" --out "$T/o5" --shard-tokens 0.5
+expect_fail "--workers 0" "option --workers: '0' is not allowed (allowed: an integer, 1 <= v <= 256)" \
+  "$MPITRON" prep --input "$T/in/a.txt" --out "$T/o6" --workers 0
+expect_fail "--pack -1" "option --pack: '-1' is not allowed (allowed: an integer, 0 (off) or " \
+  "$MPITRON" prep --input "$T/in/a.txt" --out "$T/o7" --pack -1
+for o in o4 o5 o6 o7; do [ ! -e "$T/$o" ] && ok "$o: not made" || bad "$o was made"; done
+# An output that would destroy an input: the input file itself, or a folder inside the tokenizer's.
+sum_a=$(md5sum <"$T/in/a.txt")
+expect_fail "--out is the input" "prep: --out '$T/in/a.txt' is the input '$T/in/a.txt'" \
+  "$MPITRON" prep --input "$T/in/a.txt" --out "$T/in/a.txt"
+[ "$(md5sum <"$T/in/a.txt")" = "$sum_a" ] && ok "the input is unchanged" || bad "prep changed its input"
+mkdir -p "$T/tokdir" && cp "$T/badtok.json" "$T/tokdir/tokenizer.json"
+expect_fail "--out inside the tokenizer folder" "lies inside the input folder '$T/tokdir'" \
+  "$MPITRON" prep --input "$T/in/a.txt" --tokenizer "hf:$T/tokdir" --out "$T/tokdir/data"
+[ ! -e "$T/tokdir/data" ] && ok "tokdir/data: not made" || bad "tokdir/data was made"
 for o in o1 o2 o3; do
   [ -z "$(ls -A "$T/$o" 2>/dev/null)" ] && ok "$o: nothing written" || bad "$o has files: $(ls "$T/$o")"
 done
@@ -109,6 +128,7 @@ expect_fail "tokenizer disagrees" "different tokenizers" "$MPITRON" prep --check
 mk
 expect_fail "seq_len larger than the data" "seq_len 100000 is larger than the data" "$MPITRON" prep --check "$T/s" --seq-len 100000
 expect_fail "no shards" "no train_*.h5 shards in '$T/in'" "$MPITRON" prep --check "$T/in"
+expect_fail "--check --seq-len 1" "option --seq-len: '1' is not allowed (allowed: an integer, " "$MPITRON" prep --check "$T/s" --seq-len 1
 "$MPITRON" prep --help | grep -- "--shard-tokens" >/dev/null && ok "prep --help" || bad "prep --help"
 "$MPITRON" tokenizer --help | grep -- "--vocab" >/dev/null && ok "tokenizer --help" || bad "tokenizer --help"
 

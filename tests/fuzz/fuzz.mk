@@ -2,7 +2,8 @@
 #
 #   make test-fuzz                 every target: its seed corpus + FUZZ_RUNS mutated inputs (fixed seed),
 #                                  FUZZ_JOBS (2) targets at a time
-#   make fuzz-<target>             one target (job_config tokenizer shard checkpoint prep safetensors)
+#   make fuzz-<target>             one target (job_config tokenizer shard checkpoint prep safetensors profile
+#                                  hf_config)
 #   make fuzz-<target> FUZZ_RUNS=1000000 FUZZ_SEED=7     a longer run
 #   make fuzz-seeds                rewrite the writer-made seeds (after a shard/checkpoint format change)
 #
@@ -14,14 +15,14 @@ FUZZ_CXX ?= clang++-14
 FUZZ_RUNS ?= 10000
 FUZZ_SEED ?= 1
 FUZZ_JOBS ?= 2
-FUZZ_TARGETS := prep checkpoint shard job_config tokenizer safetensors  # longest first (FUZZ_JOBS run side by side)
+FUZZ_TARGETS := prep checkpoint shard job_config tokenizer safetensors profile hf_config  # longest first (FUZZ_JOBS run side by side)
 
 # The library sources the targets reach (the linker takes only the objects it needs from the archive).
 FUZZ_LIB_SRC := $(sort $(wildcard src/config/*.cpp)) src/cli/job_args.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \
   $(sort $(wildcard src/core/*.cpp)) src/model/arch.cpp src/model/config.cpp src/model/gpt_params.cpp src/model/llama_params.cpp \
   $(sort $(wildcard src/checkpoint/*.cpp)) \
   src/distributed/fault_inject.cpp src/distributed/activity.cpp src/distributed/launch.cpp src/parallel/partition.cpp \
-  src/parallel/schedule.cpp
+  src/parallel/schedule.cpp src/plan/profile.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_LIB := $(FUZZ_BUILD)/libmpitron-fuzz.a
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
@@ -45,7 +46,7 @@ $(FUZZ_LIB): $(FUZZ_LIB_OBJ)
 
 .SECONDARY: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o)
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB)
-	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ -lfmt -lpcre2-8 -lz -lzstd -lsentencepiece $(HDF5_LIBS) $(MPI_LIBS)
+	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ -lfmt -lpcre2-8 -lutf8proc -lz -lzstd -lsentencepiece $(HDF5_LIBS) $(MPI_LIBS)
 
 .PHONY: deps-stress test-stress test-fuzz fuzz-build fuzz-seeds $(FUZZ_TARGETS:%=fuzz-%)
 # clang-14 + libclang-rt-14-dev (libFuzzer, clang's ASan/UBSan): not part of the lean `make deps`.

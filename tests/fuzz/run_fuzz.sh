@@ -19,7 +19,8 @@ FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-25}
 FUZZ_JOBS=${FUZZ_JOBS:-2}
 # Largest input libFuzzer may build per target: room around the seeds (HDF5 files are 4-35 KB),
 # and long lines for prep.
-declare -A MAX_LEN=([job_config]=4096 [tokenizer]=16384 [shard]=65536 [checkpoint]=65536 [prep]=16384 [safetensors]=8192)
+declare -A MAX_LEN=([job_config]=4096 [tokenizer]=16384 [shard]=65536 [checkpoint]=65536 [prep]=16384 [safetensors]=8192
+  [profile]=8192 [hf_config]=4096)
 
 # halt_on_error: the first report ends the run. allocator_may_return_null: a malloc that cannot
 # be satisfied returns NULL as glibc's does (libhdf5 asks for terabytes when a corrupted size

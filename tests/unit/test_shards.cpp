@@ -301,4 +301,90 @@ BOOST_AUTO_TEST_CASE(loader_loss_mask_and_document_positions) {
   BOOST_TEST(b.positions.empty());
 }
 
+// prep --pack: the trained-token count prep reports is the number of ones its shards' /loss_mask
+// holds (train + val), after packing masked each block's first token; --pack 1, which would mask
+// every target, is refused before anything is written.
+BOOST_AUTO_TEST_CASE(prep_pack_reports_the_loss_mask_it_writes) {
+  TempDir d;
+  std::string text;
+  for (int k = 0; k < 12; ++k) text += std::string(static_cast<size_t>(3 + 5 * k), static_cast<char>('a' + k)) + "\n%\n";
+  write_file(d.p / "in.txt", text);
+  PrepOptions o;
+  o.inputs = {(d.p / "in.txt").string()};
+  o.out = (d.p / "out").string();
+  o.doc_separator = "%";
+  o.val_fraction = 0.25;
+  o.shard_tokens = 40;  // several shards: the count spans them
+  o.progress = 0;
+  o.pack = 16;
+  PrepResult r = run_prep(o);
+  int64_t ones = 0, all = 0;
+  for (const char* split : {"train", "val"}) {
+    TokenDataset ds(o.out, split);
+    BOOST_TEST(ds.packed_seq_len() == 16);
+    std::vector<uint8_t> m(static_cast<size_t>(ds.num_tokens()));
+    ds.read_loss_mask(0, ds.num_tokens(), m.data());
+    ones += std::accumulate(m.begin(), m.end(), int64_t{0});
+    all += ds.num_tokens();
+  }
+  BOOST_TEST(all == r.train_tokens + r.val_tokens);
+  BOOST_TEST(r.trained_tokens == ones);
+  // Every document token but the block starts: the documents (each with its eot) less one per block
+  // a document piece opens.
+  BOOST_TEST(ones < all - r.padding_tokens);
+  BOOST_TEST(ones > 0);
+
+  o.pack = 0;  // off: no /loss_mask, nothing to report
+  o.out = (d.p / "plain").string();
+  BOOST_TEST(run_prep(o).trained_tokens == -1);
+  BOOST_TEST(TokenDataset(o.out, "train").packed_seq_len() == 0);
+
+  o.out = (d.p / "one").string();
+  for (int bad : {1, -1}) {
+    o.pack = bad;
+    BOOST_TEST(has(error_of([&] { run_prep(o); }),
+                   fmt::format("option --pack: '{}' is not allowed (allowed: an integer, 0 (off) or ", bad)));
+  }
+  BOOST_TEST(!fs::exists(o.out));
+}
+
+// A split mixing packed and unpacked shards, or two window lengths, is refused whichever file
+// sorts first, naming both files and how each was packed.
+BOOST_AUTO_TEST_CASE(dataset_refuses_mixed_packing_in_either_order) {
+  const Tokenizer tok = Tokenizer::byte();
+  auto shard = [&](const fs::path& path, int pack) {
+    ShardWriter w(path.string(), tok, 64, /*loss_mask=*/pack > 0);
+    if (pack > 0) w.set_packing(pack);
+    const std::vector<int32_t> x(9, 97);
+    w.begin_document();
+    w.append(x.data(), x.size());
+    w.commit();
+  };
+  for (auto [first, second] : {std::pair{8, 0}, std::pair{0, 8}, std::pair{8, 16}}) {
+    TempDir d;
+    shard(d.p / "train_00000.h5", first);
+    shard(d.p / "train_00001.h5", second);
+    const std::string e = error_of([&] { TokenDataset(d.str(), "train"); });
+    auto packing = [](int p) {
+      return p > 0 ? fmt::format("packed for windows of {} + 1 tokens (prep --pack {})", p, p) : std::string("not packed");
+    };
+    BOOST_TEST(has(e, fmt::format("shards disagree: {}/train_00000.h5 was {}", d.str(), packing(first))), e);
+    BOOST_TEST(has(e, fmt::format("but {}/train_00001.h5 was {}", d.str(), packing(second))), e);
+  }
+  TempDir same;  // the same length throughout loads
+  shard(same.p / "train_00000.h5", 8);
+  shard(same.p / "train_00001.h5", 8);
+  BOOST_TEST(TokenDataset(same.str(), "train").packed_seq_len() == 8);
+}
+
+BOOST_AUTO_TEST_CASE(parse_count_takes_whole_counts_with_a_suffix) {
+  BOOST_TEST(parse_count("50M", "--shard-tokens") == 50'000'000);
+  BOOST_TEST(parse_count("1.5k", "--shard-tokens") == 1500);
+  BOOST_TEST(parse_count("7", "--shard-tokens") == 7);
+  for (const char* bad : {"0", "0.5", "-3", "x", "M", "1e30G", "inf", "", " 5"})
+    BOOST_TEST(has(error_of([&] { parse_count(bad, "--shard-tokens"); }),
+                   fmt::format("option --shard-tokens: '{}' is not allowed (allowed: an integer, >= 1", bad)),
+               bad);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

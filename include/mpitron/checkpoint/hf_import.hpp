@@ -49,6 +49,10 @@ class HfModel {
 // field otherwise.
 ModelConfig hf_model_config(const std::string& config_json_path);
 
+// The folder's tokenizer (tokenizer.json or tokenizer.model) as mpitron's JSON, "" if it has none;
+// UsageError naming the file when it has more ids than `vocab_size` (config.json's).
+std::string hf_tokenizer_json(const std::string& dir, int vocab_size);
+
 // train.init_from = "hf:DIR": the model is config.json's; every [model] key the job sets (not 0
 // or "auto") must agree with it, or a UsageError names each key that does not.
 ModelConfig model_for_hf_init(const ModelSection& job, const std::string& hf_dir);

@@ -5,8 +5,10 @@
 // marzer/tomlplusplus#190, #295). It asks that of characters outside strings and comments, of
 // the character after a backslash in a multi-line basic string, and of the first character after
 // a line-ending backslash. TOML allows non-ASCII only inside strings and comments, so rejecting it
-// elsewhere loses no valid file; the two backslash cases are rejected with a hint. UsageError
-// names the file, line and column.
+// elsewhere loses no valid file; the two backslash cases are rejected with a hint. A quote where
+// no string can start (x = 2'...: toml++ reads on through it as part of the bare value) is
+// rejected too, so that what follows it is never taken for a string. UsageError names the file,
+// line and column.
 #pragma once
 #include <string>
 #include <string_view>

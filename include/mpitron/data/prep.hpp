@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "mpitron/config/value_rules.hpp"
+
 namespace mpitron {
 
 struct PrepOptions {
@@ -21,10 +23,11 @@ struct PrepOptions {
   // /loss_mask: "assistant" trains the assistant's replies only, "all" every token.
   std::string chat_template;
   std::string loss_on = "assistant";
-  // --pack SEQ_LEN (0: off): whole documents packed greedily into blocks of SEQ_LEN tokens, each
-  // block a training window of SEQ_LEN + 1 (the next block's first token, never a target, ends
-  // it); the rest of a block is padding (the end-of-text id, never trained); a document longer
-  // than a block is split (recorded in /doc_continued). The shards get a /loss_mask.
+  // --pack SEQ_LEN (0: off; else >= 2): whole documents packed greedily into blocks of SEQ_LEN
+  // tokens, each block a training window of SEQ_LEN + 1 (the next block's first token, never a
+  // target, ends it); the rest of a block is padding (the end-of-text id, never trained); a
+  // document longer than a block is split (recorded in /doc_continued). The shards get a
+  // /loss_mask. SEQ_LEN 1 would leave nothing to train: a block's only token is its first.
   int pack = 0;
   int progress = -1;                 // -1: a bar on a terminal, plain lines otherwise; 0: quiet; 1: lines
 };
@@ -32,7 +35,9 @@ struct PrepOptions {
 struct PrepResult {
   int64_t bytes = 0, documents = 0, train_tokens = 0, val_tokens = 0;  // bytes: decompressed text
   int64_t bad_lines = 0;                     // JSONL lines skipped (skip_bad_lines)
-  int64_t trained_tokens = -1;               // chat: tokens the loss mask trains on (train + val)
+  // Shards with a /loss_mask (chat, --pack): the ones written in it, train + val (what training
+  // can target: after packing masked each block's first token); -1 when the shards have none.
+  int64_t trained_tokens = -1;
   int64_t padding_tokens = 0, split_documents = 0;  // --pack: padding written, documents split
   std::vector<std::string> first_bad_lines;  // "FILE:LINE: why" of the first few
   std::vector<std::string> shards;
@@ -49,7 +54,18 @@ std::vector<std::string> split_documents(const std::string& text, const std::str
 
 PrepResult run_prep(const PrepOptions& opt);
 
-// "50M" -> 50000000; also K, G and plain numbers. UsageError naming `what` when malformed.
-int64_t parse_count(const std::string& text, const std::string& what);
+// The ranges of prep's numeric options: cmd_prep checks the command line with them and run_prep
+// its PrepOptions, so both refuse a value with the same words (config/value_rules.hpp).
+namespace prep_range {
+inline Range pack() { return at_least(2, "off"); }        // model.seq_len's own rule, or 0
+inline Range val_fraction() { return between(0, 1, true); }
+inline Range workers() { return between(1, 256); }        // threads; more would only cost memory
+inline Range shard_tokens() { return at_least(1); }
+inline Range check_seq_len() { return at_least(2); }      // prep --check --seq-len: model.seq_len's rule
+}  // namespace prep_range
+
+// "50M" -> 50000000; also K, G, plain numbers and "1.5K" (the result must be a whole number in
+// `r`). UsageError "option WHAT: 'TEXT' is not allowed (allowed: ...)" otherwise (value_rules).
+int64_t parse_count(const std::string& text, const std::string& what, const Range& r = at_least(1));
 
 }  // namespace mpitron

@@ -79,7 +79,8 @@ class TokenDataset {
   // Whether any shard holds a /loss_mask; read_loss_mask gives [start, start + n) of it (1 for
   // the tokens of shards without one).
   bool has_loss_mask() const { return has_mask_; }
-  // prep --pack's window length (the shards' packed_seq_len; 0: not packed).
+  // prep --pack's window length (the shards' packed_seq_len; 0: not packed). The same for every
+  // shard: the constructor refuses a split mixing packed and unpacked shards or two lengths.
   int64_t packed_seq_len() const { return packed_seq_len_; }
   void read_loss_mask(int64_t start, int64_t n, uint8_t* out) const;
   // Every document's first token as a global index, ascending, from the shards' /doc_offsets

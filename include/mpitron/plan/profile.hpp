@@ -92,8 +92,9 @@ struct MachineProfile {
   double peak_gflops() const;
 };
 
-// TOML text and back. read_profile: Error naming the file and the key on anything missing or
-// malformed.
+// TOML text and back. read_profile checks every value as it reads it: UsageError naming the
+// file, the line, the table and the key on a TOML error, an unknown table or key, or a value
+// missing, of the wrong type or outside its range (README "Predicting step time").
 std::string profile_to_toml(const MachineProfile& p);
 MachineProfile read_profile(const std::string& path);
 void write_profile(const MachineProfile& p, const std::string& path);  // atomically (tmp + rename)
