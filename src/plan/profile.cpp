@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -489,15 +491,21 @@ MachineProfile read_profile(const std::string& path) {
 }
 
 void write_profile(const MachineProfile& p, const std::string& path) {
+  // Whole or not at all: written beside, renamed; on any failure the .tmp goes too.
   const std::string tmp = path + ".tmp";
+  bool ok = false;
   {
     std::ofstream f(tmp);
     usage_check(static_cast<bool>(f), "cannot write {}", tmp);
     f << profile_to_toml(p);
     f.flush();
-    usage_check(static_cast<bool>(f), "cannot write {}", tmp);
+    ok = static_cast<bool>(f);
   }
-  usage_check(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}", tmp, path);
+  const int err = ok && std::rename(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
+  if (err) {
+    std::remove(tmp.c_str());
+    usage_fail("cannot write the profile {}: {}", path, ok ? std::strerror(err) : "write failed (disk full?)");
+  }
 }
 
 // ---- datasheet profiles ----
