@@ -16,7 +16,7 @@ PKGS=(
   g++ make pkg-config
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libdnnl-dev libboost-test-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
-  zlib1g-dev libzstd-dev libpcre2-dev libutf8proc-dev zstd libsentencepiece-dev sentencepiece python3-sentencepiece nodejs
+  zlib1g-dev libzstd-dev libpcre2-dev libutf8proc-dev libonig5 zstd libsentencepiece-dev sentencepiece python3-sentencepiece nodejs  # libonig5: tests/reference/tokenizer_texts.py (Oniguruma, as HF runs its regexes)
   fortunes fortunes-min
   python3 python3-numpy python3-h5py python3-matplotlib python3-jinja2  # jinja2: tests/e2e/test_chat_prep.sh
   qemu-user  # tests/e2e/test_portable_isa.sh runs the default build on an emulated CPU without AVX-512

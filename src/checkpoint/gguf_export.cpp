@@ -64,6 +64,8 @@ void tokenizer_metadata(Meta& m, const std::string& tokenizer_json, int vocab_si
                         bool quiet) {
   usage_check(!tokenizer_json.empty(), "export: checkpoint '{}' stores no tokenizer; GGUF needs one", ckpt);
   const Tokenizer tok = Tokenizer::from_json(tokenizer_json, ckpt + ": tokenizer_json");
+  usage_check(tok.type() != "hf", "export: GGUF with a Hugging Face tokenizer.json pipeline (type hf) is not written yet "
+              "(export --format hf writes the tokenizer.json)");
   usage_check(tok.type() != "sentencepiece",
               "export: GGUF with a SentencePiece tokenizer is not written yet (export --format hf writes it)");
   if (tok.pretokenizer() != "gpt2" && !tok.merges().empty() && !quiet)

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/hf_tokenizer.hpp"
 #include "mpitron/data/tokenizer.hpp"
 #include "sentencepiece_model.hpp"
 
@@ -93,6 +94,11 @@ void Tokenizer::encode_chunk(std::string_view chunk, std::vector<int32_t>& out) 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeCache* cache) const {
   if (sp_) return sp_encode(*sp_, text);
   std::vector<int32_t> out;
+  if (hf_) {
+    out.reserve(text.size() / 3 + 16);
+    hf::encode(*hf_, text, out, cache);
+    return out;
+  }
   if (merges_.empty()) {
     out.resize(text.size());
     for (size_t i = 0; i < text.size(); ++i) out[i] = byte_ids_[static_cast<unsigned char>(text[i])];

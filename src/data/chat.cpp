@@ -216,10 +216,11 @@ void tokenize_chat(const Tokenizer& tok, const std::vector<ChatPiece>& pieces, b
     if (run.empty()) return;
     const std::vector<int32_t> t = tok.encode(run);
     // Where each token starts in run: its decoded prefix (byte-exact for byte and BPE tokens;
-    // SentencePiece drops its dummy-prefix space in decode, so prefixes line up with the text).
+    // SentencePiece and tokenizer.json decoders such as LLaMA-2's drop the dummy-prefix space in
+    // decode, so prefixes line up with the text).
     size_t start = 0;
     for (size_t k = 0; k < t.size(); ++k) {
-      const size_t end = tok.type() == "sentencepiece"
+      const size_t end = !tok.streams_bytes()
                              ? tok.decode(std::vector<int32_t>(t.begin(), t.begin() + static_cast<ptrdiff_t>(k) + 1)).size()
                              : start + tok.decode_one(t[k]).size();
       const size_t b = std::min(start, run.size()), e = std::clamp(end, b + 1, run.size());

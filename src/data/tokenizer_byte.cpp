@@ -1,6 +1,7 @@
 // The byte tokenizer (ids 0..255 are bytes, 256 is eot), decoding, and the pre-tokenizer that
 // BPE training and encoding share.
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/hf_tokenizer.hpp"
 #include "mpitron/data/tokenizer.hpp"
 #include "sentencepiece_model.hpp"
 
@@ -28,6 +29,7 @@ Tokenizer Tokenizer::byte() { return Tokenizer(); }
 std::string Tokenizer::decode_one(int32_t id) const {
   check(id >= 0 && id < vocab_size(), "token id {} out of range [0, {})", id, vocab_size());
   if (sp_) return sp_decode(*sp_, {id});
+  if (hf_) return hf::decode(*hf_, {id});
   return bytes_of_[id];
 }
 
@@ -36,6 +38,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     for (int32_t id : ids) check(id >= 0 && id < vocab_size(), "token id {} out of range [0, {})", id, vocab_size());
     return sp_decode(*sp_, ids);
   }
+  if (hf_) return hf::decode(*hf_, ids);
   std::string out;
   out.reserve(ids.size() * 2);
   for (int32_t id : ids) {

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/hf_tokenizer.hpp"
 #include "mpitron/data/text_input.hpp"
 #include "mpitron/data/tokenizer.hpp"
 
@@ -202,51 +203,76 @@ Tokenizer Tokenizer::gpt2_files(const std::string& dir) {
   return build(vocab, merges, "<|endoftext|>", dir + " (gpt2)");
 }
 
+namespace {
+
+// GPT-2's exact layout, which the "gpt2" BPE reproduces: no normalizer, the ByteLevel
+// pre-tokenizer alone with GPT-2's regex and no prefix space, a plain BPE model, <|endoftext|> the
+// only added token (and the end-of-text). Its ids must still pass build()'s layout checks.
+bool gpt2_shape(const json& j, const std::string& eos_token) {
+  auto null_or = [&](const char* k, auto&& ok) { return !j.contains(k) || j[k].is_null() || ok(j[k]); };
+  auto byte_level = [](const json& x) { return x.is_object() && x.value("type", std::string()) == "ByteLevel"; };
+  if (!null_or("normalizer", [](const json&) { return false; })) return false;
+  if (!j.contains("pre_tokenizer") || !byte_level(j["pre_tokenizer"])) return false;
+  const json& p = j["pre_tokenizer"];
+  if (p.value("add_prefix_space", true) != false || p.value("use_regex", true) != true) return false;
+  if (!null_or("post_processor", byte_level) || !null_or("decoder", byte_level)) return false;
+  const json& m = j["model"];
+  auto empty = [&](const char* k) { return !m.contains(k) || m[k].is_null() || m[k] == ""; };
+  auto off = [&](const char* k) { return !m.contains(k) || m[k].is_null() || m[k] == false; };
+  if (!empty("dropout") || !empty("unk_token") || !empty("continuing_subword_prefix") || !empty("end_of_word_suffix") ||
+      !off("fuse_unk") || !off("byte_fallback") || !off("ignore_merges"))
+    return false;
+  if (!j.contains("added_tokens") || !j["added_tokens"].is_array() || j["added_tokens"].size() != 1) return false;
+  const json& a = j["added_tokens"][0];
+  return a.is_object() && a.value("content", std::string()) == "<|endoftext|>" && a.value("special", false) &&
+         (eos_token.empty() || eos_token == "<|endoftext|>") && j["model"].value("type", std::string()) == "BPE" &&
+         j["model"].contains("vocab") && j["model"].contains("merges") && j["model"]["merges"].is_array();
+}
+
+bool gpt2_shaped(const json& j, const std::string& eos_token) {
+  try {
+    return gpt2_shape(j, eos_token);
+  } catch (const json::exception&) {  // a field of an unexpected type: the pipeline names it
+    return false;
+  }
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::hf_json(const std::string& path) {
-  const json j = parse_json(read_whole_file(path, "tokenizer.json"), path);
+  const std::string text = read_whole_file(path, "tokenizer.json");
+  json j = parse_json(text, path);
   usage_check(j.is_object() && j.contains("model") && j["model"].is_object(), "{}: no \"model\" object (not a Hugging "
               "Face tokenizer.json?)", path);
-  const json& m = j["model"];
-  usage_check(m.value("type", std::string()) == "BPE", "{}: model type '{}' is not BPE (SentencePiece models: "
-              "--tokenizer sp:FILE.model)", path, m.value("type", std::string("?")));
-  // The byte-level pre-tokenizer, alone or inside a Sequence.
-  bool byte_level = false;
-  if (j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object()) {
-    const json& p = j["pre_tokenizer"];
-    if (p.value("type", std::string()) == "ByteLevel") byte_level = true;
-    if (p.value("type", std::string()) == "Sequence" && p.contains("pretokenizers"))
-      for (const auto& q : p["pretokenizers"]) byte_level = byte_level || q.value("type", std::string()) == "ByteLevel";
-  }
-  usage_check(byte_level, "{}: no ByteLevel pre-tokenizer (only GPT-2-style byte-level BPE is supported)", path);
-  usage_check(m.contains("vocab") && m.contains("merges") && m["merges"].is_array(), "{}: model needs \"vocab\" and "
-              "\"merges\"", path);
-  auto vocab = vocab_of(m["vocab"], path);
-  std::vector<std::pair<std::string, std::string>> merges;
-  for (const auto& x : m["merges"]) {  // "a b" (older files) or ["a", "b"]
-    if (x.is_string()) {
-      const std::string s = x.get<std::string>();
-      const size_t sp = s.find(' ');
-      usage_check(sp != std::string::npos, "{}: merge {} '{}' is not 'LEFT RIGHT'", path, merges.size(), s);
-      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-    } else {
-      usage_check(x.is_array() && x.size() == 2 && x[0].is_string() && x[1].is_string(), "{}: merge {} is not a pair "
-                  "of strings", path, merges.size());
-      merges.emplace_back(x[0].get<std::string>(), x[1].get<std::string>());
+  const std::string eos = hf::eos_token_beside(path);
+  if (gpt2_shaped(j, eos)) {
+    try {
+      auto vocab = vocab_of(j["model"]["vocab"], path);
+      std::vector<std::pair<std::string, std::string>> merges;
+      for (const auto& x : j["model"]["merges"]) {  // "a b" (older files) or ["a", "b"]
+        if (x.is_string()) {
+          const std::string s = x.get<std::string>();
+          const size_t sp = s.find(' ');
+          usage_check(sp != std::string::npos, "{}: merge {} '{}' is not 'LEFT RIGHT'", path, merges.size(), s);
+          merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+        } else {
+          usage_check(x.is_array() && x.size() == 2 && x[0].is_string() && x[1].is_string(), "{}: merge {} is not a "
+                      "pair of strings", path, merges.size());
+          merges.emplace_back(x[0].get<std::string>(), x[1].get<std::string>());
+        }
+      }
+      const json& t = j["added_tokens"][0];
+      vocab["<|endoftext|>"] = t.value("id", int64_t{-1});
+      return build(vocab, merges, "<|endoftext|>", path);
+    } catch (const UsageError&) {
+      // GPT-2's shape with another id layout: the general pipeline takes any layout.
     }
   }
-  // The end-of-text token: an added special token (GPT-2's <|endoftext|>), the only one allowed.
-  std::string eot = "<|endoftext|>";
-  if (j.contains("added_tokens") && j["added_tokens"].is_array())
-    for (const auto& t : j["added_tokens"]) {
-      const std::string c = t.value("content", std::string());
-      usage_check(c == eot, "{}: added token '{}': only <|endoftext|> is supported", path, c);
-      vocab[c] = t.value("id", int64_t{-1});
-    }
-  return build(vocab, merges, eot, path);
+  return hf_json_parsed(std::move(j), path, eos);
 }
 
 std::vector<std::string> Tokenizer::byte_level_tokens() const {
-  if (type_ == "sentencepiece") return {};
+  if (type_ == "sentencepiece" || hf_) return {};
   const auto cp = byte_chars();
   std::vector<std::string> out(vocab_size());
   for (int id = 0; id < vocab_size(); ++id) {
@@ -268,6 +294,7 @@ std::vector<std::string> Tokenizer::byte_level_tokens() const {
 }
 
 std::string Tokenizer::to_hf_json() const {
+  if (hf_) return hf::canonical_json(*hf_);
   if (type_ == "sentencepiece" || (pretok_ != "gpt2" && !merges_.empty())) return {};
   const std::vector<std::string> tokens = byte_level_tokens();
   const std::string eot_text = "<|endoftext|>";

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/data/hf_tokenizer.hpp"
 #include "mpitron/data/tokenizer.hpp"
 #include "sentencepiece_model.hpp"
 
@@ -95,8 +96,18 @@ Tokenizer Tokenizer::from_json(std::string_view text, std::string_view where) {
       usage_check(j.contains("model") && j["model"].is_string() && base64_decode(j["model"].get<std::string>(), &model),
                   "{}: a sentencepiece tokenizer needs \"model\": the .model file in base64", where);
       t = Tokenizer::sentencepiece(model, where);
+    } else if (type == "hf") {
+      usage_check(j.contains("tokenizer_json_zlib") && j["tokenizer_json_zlib"].is_string(),
+                  "{}: an hf tokenizer needs \"tokenizer_json_zlib\": the zlib-compressed tokenizer.json in base64", where);
+      usage_check(j.contains("eot"), "{}: an hf tokenizer needs \"eot\"", where);
+      const std::string packed = j["tokenizer_json_zlib"].get<std::string>();
+      hf::LoadOptions lo;
+      lo.eot_id = static_cast<int>(int_field(j, "eot", where));
+      t.type_ = "hf";
+      t.hf_ = hf::load(hf::unpack_json(packed, where), std::string(where) + " (embedded tokenizer.json)", lo);
+      hf::set_packed(*t.hf_, packed);
     } else {
-      usage_fail("{}: unknown tokenizer type '{}' (allowed: byte, bpe, sentencepiece)", where, type);
+      usage_fail("{}: unknown tokenizer type '{}' (allowed: byte, bpe, sentencepiece, hf)", where, type);
     }
     if (j.contains("vocab_size")) {
       int64_t v = int_field(j, "vocab_size", where);
@@ -140,6 +151,7 @@ std::string Tokenizer::to_json(bool pretty) const {
   std::string s = fmt::format(R"({{"format": "mpitron-tokenizer", "version": 1, "type": "{}", "vocab_size": {}, "eot": {})",
                               type_, vocab_size(), eot());
   if (sp_) s += fmt::format(R"(, "model": "{}")", base64_encode(sp_model_bytes(*sp_)));
+  if (hf_) s += fmt::format(R"(, "tokenizer_json_zlib": "{}")", hf::packed_json(*hf_));
   if (type_ == "bpe") {
     s += fmt::format(R"(, "pretokenizer": "{}")", pretok_);
     if (!identity_bytes_) {

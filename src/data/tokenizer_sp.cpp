@@ -4,6 +4,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/text_input.hpp"
+#include "mpitron/data/hf_tokenizer.hpp"
 #include "mpitron/data/tokenizer.hpp"
 #include "sentencepiece_model.hpp"
 
@@ -50,12 +51,27 @@ Tokenizer Tokenizer::sentencepiece_file(const std::string& path) {
 }
 
 int Tokenizer::vocab_size() const {
+  if (hf_) return hf::vocab_size(*hf_);
   return sp_ ? sp_->proc.GetPieceSize() : 257 + static_cast<int>(merges_.size());
 }
 
-int Tokenizer::eot() const { return sp_ ? sp_->proc.eos_id() : vocab_size() - 1; }
+int Tokenizer::eot() const {
+  if (hf_) return hf::eot(*hf_);
+  return sp_ ? sp_->proc.eos_id() : vocab_size() - 1;
+}
+
+int Tokenizer::bos() const { return hf_ ? hf::bos(*hf_) : -1; }
+
+std::string Tokenizer::eot_token() const {
+  if (hf_) return hf::token_text(*hf_, eot());
+  if (sp_) return sp_->proc.IdToPiece(eot());
+  return pretok_ == "gpt2" ? "<|endoftext|>" : "";
+}
+
+bool Tokenizer::streams_bytes() const { return hf_ ? hf::streams_bytes(*hf_) : !sp_; }
 
 int Tokenizer::special_id(std::string_view marker) const {
+  if (hf_) return hf::added_id(*hf_, marker);
   if (sp_) {
     const int id = sp_->proc.PieceToId(marker);
     return id >= 0 && id != sp_->proc.unk_id() && sp_->proc.IsControl(id) ? id : -1;
@@ -64,6 +80,7 @@ int Tokenizer::special_id(std::string_view marker) const {
 }
 
 bool Tokenizer::operator==(const Tokenizer& o) const {
+  if (hf_ || o.hf_) return hf_ && o.hf_ && hf::same(*hf_, *o.hf_);
   if (sp_ || o.sp_) return sp_ && o.sp_ && sp_->bytes == o.sp_->bytes;
   return type_ == o.type_ && merges_ == o.merges_ && byte_ids_ == o.byte_ids_ && pretok_ == o.pretok_;
 }

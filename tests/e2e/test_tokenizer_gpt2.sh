@@ -116,7 +116,7 @@ expect_fail "fake.jsonl.gz': incorrect header check" "$MPITRON" prep --input "$t
 expect_fail "cannot open GPT-2 encoder.json '$tmp/nowhere/encoder.json'" \
   "$MPITRON" prep --input "$tmp/bad.jsonl" --tokenizer "gpt2:$tmp/nowhere" --out "$tmp/b6"
 echo '{"model": {"type": "Unigram"}}' >"$tmp/uni.json"
-expect_fail "model type 'Unigram' is not BPE" "$MPITRON" prep --input "$tmp/bad.jsonl" --tokenizer "hf:$tmp/uni.json" --out "$tmp/b7"
+expect_fail "uni.json: model: type 'Unigram' is not supported (supported: BPE" "$MPITRON" prep --input "$tmp/bad.jsonl" --tokenizer "hf:$tmp/uni.json" --out "$tmp/b7"
 echo "ok    bad lines named by file:line (or counted with skip); corrupt .gz / .zst and bad tokenizer files named"
 
 echo "== train on GPT-2 tokens, generate with the stored tokenizer"

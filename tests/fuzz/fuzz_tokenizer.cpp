@@ -69,7 +69,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::vector<int32_t> ids = t.encode(text);
         for (int32_t id : ids)
           if (id < 0 || id >= t.vocab_size()) fuzz::bug("encode produced id " + std::to_string(id));
-        if (t.decode(ids) != text) fuzz::bug("decode(encode(text)) != text");
+        // Lossless except through a tokenizer.json pipeline (its normalizers and unknown characters
+        // change text, as Hugging Face's do).
+        if (t.type() != "hf" && t.decode(ids) != text) fuzz::bug("decode(encode(text)) != text");
         try {
           if (!(Tokenizer::from_json(t.to_json(), "round trip") == t)) fuzz::bug("to_json -> from_json changed it");
         } catch (const Error& e) {

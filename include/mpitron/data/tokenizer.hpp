@@ -12,6 +12,10 @@
 // SentencePiece models (LLaMA-2 and its family; BPE or unigram, byte fallback or not) run through
 // libsentencepiece: ids, vocabulary and end-of-text (its eos id) are the model's own.
 //
+// Hugging Face tokenizer.json files other than GPT-2's exact layout (LLaMA-3, Qwen, LLaMA-2's
+// converted one, ...) are type "hf": a pipeline of normalizers, pre-tokenizers, BPE and decoders
+// that gives Hugging Face's ids (hf_tokenizer.hpp; docs/data.md lists what it supports).
+//
 // JSON (docs/data.md has the full description):
 //   {"format": "mpitron-tokenizer", "version": 1, "type": "bpe", "vocab_size": 8192,
 //    "eot": 8191, "pretokenizer": "mpitron-v1", "merges": [[32, 116], [104, 101], ...]}
@@ -24,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -33,6 +38,9 @@
 namespace mpitron {
 
 struct SentencePieceModel;  // tokenizer_sp.cpp
+namespace hf {
+class Pipeline;  // hf_tokenizer.hpp
+}
 
 // Memo of chunk -> ids for one thread (BPE encoding is the cost of prep; words repeat). Looked
 // up by string_view (a transparent hash): a hit allocates nothing.
@@ -52,9 +60,16 @@ class Tokenizer {
                        std::string pretokenizer);
   // GPT-2's tokenizer from OpenAI's files: DIR/encoder.json and DIR/vocab.bpe.
   static Tokenizer gpt2_files(const std::string& dir);
-  // A Hugging Face tokenizer.json of BPE type with the byte-level pre-tokenizer (GPT-2's layout:
-  // the 256 byte tokens first, merge i making id 256 + i, end-of-text last).
+  // A Hugging Face tokenizer.json: GPT-2's exact layout (ByteLevel pre-tokenizer alone, the 256
+  // byte tokens first, merge i making id 256 + i, only <|endoftext|> added, last) becomes type
+  // "bpe" with the "gpt2" pre-tokenizer; any other supported file type "hf". The end-of-text
+  // token: tokenizer_config.json's eos_token when that file sits beside it, else the first of
+  // <|endoftext|>, <|end_of_text|>, </s>, <eos> that is a token.
   static Tokenizer hf_json(const std::string& path);
+  // A tokenizer.json's text as type "hf" (`where` names it in errors; eos_token: as above, empty
+  // for the names).
+  static Tokenizer hf_json_text(std::string_view json, std::string_view where, const std::string& eos_token = "");
+  static Tokenizer hf_json_parsed(nlohmann::json&& json, std::string_view where, const std::string& eos_token);
   // A SentencePiece model file (spm_train's NAME.model), or its bytes.
   static Tokenizer sentencepiece_file(const std::string& path);
   static Tokenizer sentencepiece(const std::string& model_bytes, std::string_view where);
@@ -68,10 +83,20 @@ class Tokenizer {
   std::string decode_one(int32_t id) const;
   int vocab_size() const;
   int eot() const;
+  // The token a tokenizer.json's post-processor (TemplateProcessing) puts before every text
+  // (LLaMA-2's <s>, LLaMA-3's <|begin_of_text|>), or -1: none (every other type). Prep does not
+  // add it yet.
+  int bos() const;
+  // The end-of-text token as text ("<|endoftext|>", "</s>", ...; empty for the byte tokenizer and
+  // mpitron's own BPE, whose end-of-text has no spelling).
+  std::string eot_token() const;
+  // decode(ids) is the concatenation of decode_one(id): true for byte-level tokenizers, false for
+  // SentencePiece and tokenizer.json decoders that look at neighbours (Metaspace, Strip, ...).
+  bool streams_bytes() const;
   // The id of a special marker this tokenizer holds as one token (SentencePiece's control pieces
   // such as <s> and </s>; GPT-2's <|endoftext|> for the gpt2 pre-tokenizer), or -1: plain text.
   int special_id(std::string_view marker) const;
-  const std::string& type() const { return type_; }  // "byte" | "bpe" | "sentencepiece"
+  const std::string& type() const { return type_; }  // "byte" | "bpe" | "sentencepiece" | "hf"
   const std::vector<std::pair<int32_t, int32_t>>& merges() const { return merges_; }
   const std::array<int32_t, 256>& byte_ids() const { return byte_ids_; }
   const std::string& pretokenizer() const { return pretok_; }  // "mpitron-v1" | "gpt2"
@@ -80,7 +105,8 @@ class Tokenizer {
   // A Hugging Face tokenizer.json (byte-level BPE, GPT-2's regex pre-tokenizer, the end-of-text
   // token as <|endoftext|>) that gives the same ids: for the "gpt2" pre-tokenizer and for the byte
   // tokenizer (no merges: every pre-tokenizer gives the same bytes). Empty when there is no exact
-  // equivalent (mpitron-v1 BPE with merges, SentencePiece).
+  // equivalent (mpitron-v1 BPE with merges, SentencePiece). Type "hf": the tokenizer.json it was
+  // read from (compact, keys sorted).
   std::string to_hf_json() const;
   // Byte-level BPE token strings (GPT-2's bytes_to_unicode spelling; the end-of-text token is
   // "<|endoftext|>") by id, as tokenizer.json and GGUF's tokenizer.ggml.tokens list them. Empty
@@ -102,6 +128,7 @@ class Tokenizer {
   std::unordered_map<uint64_t, int32_t> rank_;  // (left << 32 | right) -> merge index
   std::vector<std::string> bytes_of_;           // id -> bytes (eot -> "")
   std::shared_ptr<const SentencePieceModel> sp_;  // type "sentencepiece"
+  std::shared_ptr<const hf::Pipeline> hf_;        // type "hf"
 };
 
 // Pre-tokenization shared by training and encoding: splits text into chunks that BPE merges
