@@ -19,6 +19,7 @@ FUZZ_TARGETS := prep checkpoint shard job_config tokenizer safetensors profile h
 
 # The library sources the targets reach (the linker takes only the objects it needs from the archive).
 FUZZ_LIB_SRC := $(sort $(wildcard src/config/*.cpp)) src/cli/job_args.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \
+  $(sort $(wildcard src/data/*/*.cpp)) \
   $(sort $(wildcard src/core/*.cpp)) src/model/arch.cpp src/model/config.cpp src/model/gpt_params.cpp src/model/llama_params.cpp \
   $(sort $(wildcard src/checkpoint/*.cpp)) \
   src/distributed/fault_inject.cpp src/distributed/activity.cpp src/distributed/launch.cpp src/parallel/partition.cpp \
