@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "checkpoint_format.hpp"
 #include "mpitron/checkpoint/export.hpp"
@@ -16,6 +18,7 @@ namespace mpitron {
 namespace {
 
 using Meta = std::vector<std::pair<std::string, GgufValue>>;
+using json = nlohmann::json;
 
 struct GgufDtype {
   GgmlType matrix;     // 2-D tensors (1-D ones, norms and biases, stay f32 as llama.cpp expects)
@@ -57,15 +60,181 @@ void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint
   }
 }
 
-// tokenizer.ggml.*: byte-level BPE as llama.cpp's "gpt2" tokenizer model, one token per
-// embedding row (llama.cpp requires it): a model.vocab_size above the tokenizer's is padded with
-// unused tokens.
+// Reads a JSON boolean that may be absent or null.
+bool jbool(const json& o, const char* key, bool dflt) {
+  return o.is_object() && o.contains(key) && o[key].is_boolean() ? o[key].get<bool>() : dflt;
+}
+std::string jstr(const json& o, const char* key) {
+  return o.is_object() && o.contains(key) && o[key].is_string() ? o[key].get<std::string>() : std::string();
+}
+std::string short_dump(const json& j) {
+  std::string s = j.dump();
+  return s.size() > 240 ? s.substr(0, 240) + "..." : s;
+}
+
+// llama.cpp's pre-types for byte-level BPE, by the Split regex of a tokenizer.json's
+// Sequence[Split(REGEX, Isolated), ByteLevel(use_regex false)] (the patterns llama-vocab.cpp
+// names as each pre-type's "original regex from tokenizer.json"; convert_hf_to_gguf.py gives these
+// names to LLaMA-3 and Qwen2/Qwen3 files), and whether llama.cpp then ignores merges (LLaMA-3).
+struct PreType {
+  const char* name;
+  const char* regex;
+  bool ignore_merges;
+};
+constexpr PreType kPreTypes[] = {
+    {"llama-bpe",
+     R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re",
+     true},
+    {"qwen2",
+     R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re",
+     false},
+    {"qwen35",
+     R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re",
+     false},
+};
+
+// The pre-type of a byte-level tokenizer.json, or a refusal naming what llama.cpp cannot run.
+PreType byte_level_pre_type(const json& j, const std::string& where) {
+  const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json();
+  auto byte_level_ok = [](const json& b, bool use_regex) {
+    return jstr(b, "type") == "ByteLevel" && !jbool(b, "add_prefix_space", true) &&
+           jbool(b, "use_regex", true) == use_regex;
+  };
+  if (byte_level_ok(pre, true)) return {"gpt-2", "", false};  // ByteLevel alone: GPT-2's regex
+  if (jstr(pre, "type") == "Sequence" && pre.contains("pretokenizers") && pre["pretokenizers"].is_array() &&
+      pre["pretokenizers"].size() == 2) {
+    const json& sp = pre["pretokenizers"][0];
+    const json& bl = pre["pretokenizers"][1];
+    if (jstr(sp, "type") == "Split" && jstr(sp, "behavior") == "Isolated" && !jbool(sp, "invert", false) &&
+        sp.contains("pattern") && sp["pattern"].is_object() && byte_level_ok(bl, false)) {
+      const std::string re = jstr(sp["pattern"], "Regex");
+      for (const PreType& t : kPreTypes)
+        if (re == t.regex) return t;
+      if (!re.empty())
+        usage_fail("export: GGUF: {}: the tokenizer.json's Split regex '{}' is none llama.cpp has a pre-type for "
+                   "(known: LLaMA-3's as llama-bpe, Qwen2/Qwen3's as qwen2, Qwen3.5's as qwen35, GPT-2's ByteLevel "
+                   "as gpt-2); not written rather than written with another pre-tokenizer",
+                   where, re);
+    }
+  }
+  usage_fail("export: GGUF: {}: the tokenizer.json's pre-tokenizer {} has no llama.cpp pre-type (supported: "
+             "ByteLevel with GPT-2's regex and no prefix space, or Sequence[Split(LLaMA-3's or Qwen's regex, "
+             "Isolated), ByteLevel(use_regex false, no prefix space)])",
+             where, short_dump(pre));
+}
+
+// A byte-level BPE tokenizer.json (type hf) as llama.cpp's "gpt2" model: the file's token strings
+// (GPT-2's byte characters; added tokens as written), ids without a token as convert_hf_to_gguf.py
+// fills them ([PADid], unused), special added tokens control (3), the others user-defined (4, which
+// llama.cpp matches in text as Hugging Face matches non-special added tokens), the merges in rank
+// order, and the pre-type recognised from the Split regex.
+void hf_byte_level_metadata(Meta& m, const Tokenizer& tok, const json& j, int vocab_size, const std::string& where,
+                            bool quiet) {
+  const PreType pt = byte_level_pre_type(j, where);
+  const json& model = j["model"];
+  if (jbool(model, "ignore_merges", false) != pt.ignore_merges)
+    usage_fail("export: GGUF: {}: the tokenizer.json's BPE has ignore_merges {}, but llama.cpp's pre-type {} runs "
+               "with ignore_merges {}: ids would differ",
+               where, !pt.ignore_merges, pt.name, pt.ignore_merges);
+  const json& norm = j.contains("normalizer") ? j["normalizer"] : json();
+  if (!norm.is_null()) {
+    usage_check(jstr(norm, "type") == "NFC",
+                "export: GGUF: {}: the tokenizer.json's normalizer {} has no llama.cpp equivalent (llama.cpp's BPE "
+                "runs none; only NFC is written, with a warning)",
+                where, short_dump(norm));
+    if (!quiet)
+      std::fprintf(stderr, "export: warning: llama.cpp runs no NFC normalizer (as for every Qwen GGUF): texts not "
+                           "in NFC may get other ids there\n");
+  }
+  const json& dec = j.contains("decoder") ? j["decoder"] : json();
+  usage_check(dec.is_null() || jstr(dec, "type") == "ByteLevel",
+              "export: GGUF: {}: the tokenizer.json's decoder {} is not ByteLevel (llama.cpp decodes byte-level BPE "
+              "as ByteLevel does)",
+              where, short_dump(dec));
+
+  const int n_tok = tok.vocab_size();
+  usage_check(n_tok <= vocab_size, "export: GGUF: {}: the tokenizer has {} tokens, the model {} embedding rows", where,
+              n_tok, vocab_size);
+  std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
+  std::vector<int32_t> types(static_cast<size_t>(vocab_size), 1);  // normal
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) tokens[it.value().get<size_t>()] = it.key();
+  if (j.contains("added_tokens") && j["added_tokens"].is_array())
+    for (const json& a : j["added_tokens"]) {
+      const auto id = a["id"].get<size_t>();
+      const std::string content = a["content"].get<std::string>();
+      const bool special = jbool(a, "special", false);
+      if (!special)
+        usage_check(!jbool(a, "lstrip", false) && !jbool(a, "rstrip", false) && !jbool(a, "single_word", false),
+                    "export: GGUF: {}: added token '{}' (not special) has lstrip, rstrip or single_word, which "
+                    "llama.cpp does not read (it would match the token elsewhere)",
+                    where, content);
+      tokens[id] = content;
+      types[id] = special ? 3 : 4;  // control : user-defined
+    }
+  for (int id = 0; id < vocab_size; ++id)
+    if (tokens[id].empty()) {
+      tokens[id] = fmt::format("[PAD{}]", id);
+      types[id] = 5;  // unused
+    }
+  // Merges in rank order as "LEFT RIGHT" (llama.cpp splits at the first space after the first
+  // character; tokenizers gives a pair listed twice its later rank, llama.cpp its first).
+  std::vector<std::string> merges;
+  const json& ms = model["merges"];
+  merges.reserve(ms.size());
+  std::unordered_set<std::string> seen;
+  seen.reserve(ms.size() * 2);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    std::string a, b;
+    if (ms[i].is_string()) {
+      const std::string s = ms[i].get<std::string>();
+      const size_t sp = s.find(' ');
+      a = s.substr(0, sp), b = s.substr(sp + 1);
+    } else {
+      a = ms[i][0].get<std::string>(), b = ms[i][1].get<std::string>();
+    }
+    usage_check(a.find(' ', 1) == std::string::npos,
+                "export: GGUF: {}: merges[{}] ['{}', '{}'] has a space inside its left token: llama.cpp would cut it "
+                "elsewhere",
+                where, i, a, b);
+    std::string merge = a + " " + b;
+    usage_check(seen.insert(merge).second,
+                "export: GGUF: {}: merges[{}] '{}' is listed twice (tokenizers keeps the later rank, llama.cpp the "
+                "first)",
+                where, i, merge);
+    merges.push_back(std::move(merge));
+  }
+  const int bos = tok.bos();
+  m.push_back({"tokenizer.ggml.model", {std::string("gpt2")}});
+  m.push_back({"tokenizer.ggml.pre", {std::string(pt.name)}});
+  m.push_back({"tokenizer.ggml.tokens", {tokens}});
+  m.push_back({"tokenizer.ggml.token_type", {types}});
+  m.push_back({"tokenizer.ggml.merges", {merges}});
+  m.push_back({"tokenizer.ggml.bos_token_id", {static_cast<uint32_t>(bos >= 0 ? bos : tok.eot())}});
+  m.push_back({"tokenizer.ggml.eos_token_id", {static_cast<uint32_t>(tok.eot())}});
+  m.push_back({"tokenizer.ggml.add_bos_token", {bos >= 0}});
+  m.push_back({"tokenizer.ggml.add_eos_token", {false}});
+}
+
+// tokenizer.ggml.*: one token per embedding row (llama.cpp requires it): a model.vocab_size above
+// the tokenizer's is padded with unused tokens. mpitron's BPE and GPT-2's as llama.cpp's "gpt2"
+// model with GPT-2's pre-type; a tokenizer.json (type hf) by hf_byte_level_metadata.
 void tokenizer_metadata(Meta& m, const std::string& tokenizer_json, int vocab_size, const std::string& ckpt,
                         bool quiet) {
   usage_check(!tokenizer_json.empty(), "export: checkpoint '{}' stores no tokenizer; GGUF needs one", ckpt);
   const Tokenizer tok = Tokenizer::from_json(tokenizer_json, ckpt + ": tokenizer_json");
-  usage_check(tok.type() != "hf", "export: GGUF with a Hugging Face tokenizer.json pipeline (type hf) is not written yet "
-              "(export --format hf writes the tokenizer.json)");
+  if (tok.type() == "hf") {
+    const json j = json::parse(tok.to_hf_json());
+    const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json();
+    bool byte_level = jstr(pre, "type") == "ByteLevel";
+    if (jstr(pre, "type") == "Sequence" && pre.contains("pretokenizers") && pre["pretokenizers"].is_array())
+      for (const json& p : pre["pretokenizers"]) byte_level = byte_level || jstr(p, "type") == "ByteLevel";
+    usage_check(byte_level,
+                "export: GGUF: {}: the tokenizer.json is not byte-level BPE (a ByteLevel pre-tokenizer); "
+                "SentencePiece-style files (Metaspace, byte_fallback, as LLaMA-2's) are not written to GGUF yet "
+                "(export --format hf writes the tokenizer.json)",
+                ckpt);
+    return hf_byte_level_metadata(m, tok, j, vocab_size, ckpt, quiet);
+  }
   usage_check(tok.type() != "sentencepiece",
               "export: GGUF with a SentencePiece tokenizer is not written yet (export --format hf writes it)");
   if (tok.pretokenizer() != "gpt2" && !tok.merges().empty() && !quiet)

@@ -54,7 +54,7 @@ void write_text(const fs::path& path, const std::string& text) {
   f.commit();
 }
 
-ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int eot) {
+ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int bos, int eot) {
   ordered_json j;
   if (c.arch == Arch::llama) {
     j["architectures"] = {"LlamaForCausalLM"};
@@ -109,11 +109,22 @@ ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int eot) {
     j["initializer_range"] = 0.02;
   }
   j["tie_word_embeddings"] = c.tied_embeddings;
-  j["bos_token_id"] = eot;
+  j["bos_token_id"] = bos;
   j["eos_token_id"] = eot;
   j["use_cache"] = true;
   j["torch_dtype"] = d.torch;
   return j;
+}
+
+// A token's content in a tokenizer.json: an added token's, else the vocabulary's spelling.
+std::string hf_token_content(const std::string& tokenizer_json, int id) {
+  const auto j = nlohmann::json::parse(tokenizer_json);
+  if (j.contains("added_tokens") && j["added_tokens"].is_array())
+    for (const auto& a : j["added_tokens"])
+      if (a.contains("id") && a["id"] == id) return a["content"].get<std::string>();
+  for (auto it = j["model"]["vocab"].begin(); it != j["model"]["vocab"].end(); ++it)
+    if (it.value() == id) return it.key();
+  fail("tokenizer.json: no token with id {}", id);
 }
 
 // The tokenizer files (none without a tokenizer); returns what was written (for the summary).
@@ -143,10 +154,14 @@ std::string write_tokenizer(const fs::path& dir, const std::optional<Tokenizer>&
   }
   write_text(dir / "tokenizer.json", hf + "\n");
   cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
-  cfg["bos_token"] = "<|endoftext|>";
-  cfg["eos_token"] = "<|endoftext|>";
+  // The tokenizer's own end-of-text (and BOS, a tokenizer.json's post-processor's) by content; the
+  // byte tokenizer's end-of-text has no spelling: its tokenizer.json names it <|endoftext|>.
+  const std::string eos = tok.eot_token().empty() ? "<|endoftext|>" : tok.eot_token();
+  cfg["bos_token"] = tok.bos() >= 0 ? hf_token_content(hf, tok.bos()) : eos;
+  cfg["eos_token"] = eos;
   cfg["add_prefix_space"] = false;
   write_text(dir / "tokenizer_config.json", cfg.dump(2) + "\n");
+  if (tok.type() == "hf") return "tokenizer.json (as read)";
   return tok.type() == "byte" ? "tokenizer.json (byte-level, no merges)" : "tokenizer.json (byte-level BPE)";
 }
 
@@ -255,9 +270,11 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
   }
   std::optional<Tokenizer> stored;
   if (!meta.tokenizer_json.empty()) stored = Tokenizer::from_json(meta.tokenizer_json, ckpt + ": tokenizer_json");
+  // The tokenizer's end-of-text; BOS: the one a tokenizer.json's post-processor adds, else the same.
   const int eot = stored ? stored->eot() : cfg.vocab_size - 1;
-  write_text(stage.path() / "config.json", hf_config(cfg, d, eot).dump(2) + "\n");
-  ordered_json gen = {{"bos_token_id", eot}, {"eos_token_id", eot}, {"max_length", cfg.seq_len}};
+  const int bos = stored && stored->bos() >= 0 ? stored->bos() : eot;
+  write_text(stage.path() / "config.json", hf_config(cfg, d, bos, eot).dump(2) + "\n");
+  ordered_json gen = {{"bos_token_id", bos}, {"eos_token_id", eot}, {"max_length", cfg.seq_len}};
   write_text(stage.path() / "generation_config.json", gen.dump(2) + "\n");
   const std::string tok = write_tokenizer(stage.path(), stored, cfg.seq_len, opt.quiet);
   stage.commit();
