@@ -28,7 +28,7 @@ namespace {
 const char* kHelp =
     "usage: mpitron generate CHECKPOINT --prompt TEXT [--max-tokens 200] [--temperature 0.8]\n"
     "                        [--top-k 50] [--seed 1] [--no-kv-cache] [--logprobs-out FILE]\n"
-    "                        [--chat chatml|llama3|llama2|mistral [--system TEXT]]\n\n"
+    "                        [--chat chatml|llama3|llama2|mistral|hf:DIR [--system TEXT]]\n\n"
     "Samples a continuation of TEXT from a checkpoint (a step_*.h5 file, a ckpt folder or its\n"
     "`latest`, or a run folder) on one process, with the tokenizer stored in the checkpoint.\n"
     "  --max-tokens N     tokens to generate (stops early at the end-of-text token)\n"
@@ -36,7 +36,10 @@ const char* kHelp =
     "  --top-k K          sample among the K most likely tokens (0 = all)\n"
     "  --chat T           the prompt is a user turn rendered with chat template T (as prep --format\n"
     "                     chat renders it) up to the assistant's reply, which ends at T's end-of-turn\n"
-    "                     marker; --system TEXT puts a system message first\n"
+    "                     marker; --system TEXT puts a system message first. hf:DIR: the model's\n"
+    "                     own Jinja template from DIR/tokenizer_config.json with add_generation_prompt\n"
+    "                     (its special markers become the checkpoint tokenizer's special ids; the reply\n"
+    "                     ends at DIR's eos_token or <|im_end|> / <|eot_id|> / ...; docs/data.md)\n"
     "  --seed S           sampling seed (the same seed and checkpoint give the same text)\n"
     "  --no-kv-cache      recompute the whole context for every token (slow; for checking)\n"
     "  --logprobs-out F   write the prompt's ids and, at every position, the log-probabilities of\n"
@@ -165,25 +168,29 @@ int cmd_generate(const Args& args) {
 
   // --chat: the prompt is a user turn (after --system's message), rendered as prep --format chat
   // renders it, up to the assistant's reply; the reply ends at the template's end-of-turn marker.
-  const auto& names = chat_template_names();
-  usage_check(chat.empty() || std::find(names.begin(), names.end(), chat) != names.end(),
-              "generate: --chat must be chatml, llama3, llama2 or mistral (got '{}')", chat);
+  usage_check(chat.empty() || chat_template_known(chat),
+              "generate: --chat must be chatml, llama3, llama2, mistral or hf:DIR (got '{}')", chat);
   usage_check(system.empty() || !chat.empty(), "generate: --system needs --chat");
   std::vector<int32_t> ids;
-  std::string end_marker;
+  std::vector<std::string> end_markers;
   if (!chat.empty()) {
+    const ChatTemplate tmpl(chat, tok);
     std::vector<ChatMessage> msgs;
-    if (!system.empty()) msgs.push_back({"system", system});
-    msgs.push_back({"user", prompt});
+    if (!system.empty()) msgs.push_back({"system", system, ""});
+    msgs.push_back({"user", prompt, ""});
     std::vector<ChatPiece> pieces;
     std::string why;
-    usage_check(render_chat(chat, msgs, &pieces, &why, /*generation_prompt=*/true), "generate --chat {}: {}", chat, why);
+    usage_check(tmpl.render(msgs, &pieces, &why, /*generation_prompt=*/true, /*mask=*/false), "generate --chat {}: {}",
+                chat, why);
     std::vector<uint8_t> unused_mask;
     tokenize_chat(tok, pieces, true, &ids, &unused_mask);
     prompt = chat_text(pieces);
-    end_marker = chat_end_marker(chat);
+    end_markers = tmpl.end_markers();
   } else {
     ids = tok.encode(prompt);
+    // A document starts with the tokenizer's BOS where its post-processor adds one (prep puts it
+    // before every document): the prompt is the start of a document.
+    if (tok.bos() >= 0) ids.insert(ids.begin(), tok.bos());
   }
   if (ids.empty()) ids.push_back(tok.eot());  // an empty prompt starts a new document
   const int T = cfg.seq_len, V = std::min(cfg.vocab_size, tok.vocab_size()), Vp = cfg.padded_vocab(1);
@@ -209,21 +216,29 @@ int cmd_generate(const Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   context_logits(start);
   int produced = 0;
-  const int end_id = end_marker.empty() ? -1 : tok.special_id(end_marker);
+  std::vector<int> end_ids;  // the chat template's end-of-turn markers the tokenizer holds as ids
+  for (const auto& m : end_markers)
+    if (tok.special_id(m) >= 0) end_ids.push_back(tok.special_id(m));
   std::string reply;
+  std::vector<int32_t> generated;
   for (int n = 0; n < max_tokens; ++n) {
     int32_t next = sample(logits.data(), V, temperature, top_k, seed, static_cast<uint64_t>(n));
-    if (next == tok.eot() || next == end_id) break;
+    if (next == tok.eot() || std::find(end_ids.begin(), end_ids.end(), next) != end_ids.end()) break;
     ids.push_back(next);
+    generated.push_back(next);
     ++produced;
-    const std::string piece = tok.decode_one(next);
+    // Byte-level tokenizers decode token by token; the others (SentencePiece, LLaMA-2's Metaspace
+    // and Strip decoders) look at neighbours, so the reply is decoded whole and its new part shown.
+    const std::string text = tok.streams_bytes() ? reply + tok.decode_one(next) : tok.decode(generated);
+    const std::string piece = text.compare(0, reply.size(), reply) == 0 ? text.substr(reply.size()) : std::string();
     std::printf("%s", piece.c_str());
     std::fflush(stdout);
-    reply += piece;
+    reply = text;
     // A marker the tokenizer spells as text ends the reply once it is all there.
-    if (!end_marker.empty() && reply.size() >= end_marker.size() &&
-        reply.compare(reply.size() - end_marker.size(), end_marker.size(), end_marker) == 0)
-      break;
+    bool ended = false;
+    for (const auto& m : end_markers)
+      ended = ended || (!m.empty() && reply.size() >= m.size() && reply.compare(reply.size() - m.size(), m.size(), m) == 0);
+    if (ended) break;
     if (n + 1 == max_tokens) break;
     size_t first_new = ids.size() - 1;
     if (ids.size() - start > static_cast<size_t>(T)) start = first_new = ids.size() - T / 2;  // restart the context

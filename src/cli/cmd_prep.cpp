@@ -39,8 +39,18 @@ tokenizer, num_tokens, source; see docs/data.md). Every document ends with the e
   --chat-template T      chat: JSONL lines {"messages": [{"role": system|user|assistant,
                          "content": ...}, ...]}, rendered as the model family's published chat
                          template: chatml, llama3, llama2 or mistral; the shards get a /loss_mask
+                         hf:DIR: the model's own Jinja chat_template from DIR/tokenizer_config.json,
+                         rendered as transformers' apply_chat_template renders it (a Jinja subset:
+                         anything outside it is an error naming the construct and line; messages
+                         may have any role and fields); the tokenizer's special tokens in the
+                         rendered text become their ids, the rest is encoded as text (to see
+                         the rendered text: prep with --tokenizer byte, whose shards hold it byte
+                         for byte, markers included)
   --loss-on W            chat: assistant (default: only the assistant's replies and their
-                         end-of-turn markers are trained on) or all
+                         end-of-turn markers are trained on; hf:DIR: from the end of the rendering
+                         of the messages before the reply with add_generation_prompt, which must
+                         be a prefix of the whole, to the first end-of-turn marker) or all
+                         (docs/data.md: the Jinja subset, the markers, the mask rule)
   --jsonl-field NAME     JSONL: the string field with a document's text (default text)
   --on-bad-line M        JSONL: error (default: stop at the first line that is not a JSON object
                          with that string field, naming file and line) or skip (count, report)

@@ -83,9 +83,10 @@ const std::vector<std::string>& chat_template_names() {
   return names;
 }
 
-bool parse_chat_record(std::string_view line, std::vector<ChatMessage>* messages, std::string* why) {
+bool parse_chat_record(std::string_view line, std::vector<ChatMessage>* messages, std::string* why, bool any_message) {
   messages->clear();
-  const nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+  // ordered: an hf template sees each message's fields in the record's order (tojson prints them so)
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(line.begin(), line.end(), nullptr, false);
   if (j.is_discarded()) {
     *why = "not valid JSON";
     return false;
@@ -111,12 +112,16 @@ bool parse_chat_record(std::string_view line, std::vector<ChatMessage>* messages
       *why = fmt::format("message {} is a {}, not an object", i + 1, m.type_name());
     } else if (role == m.end() || !role->is_string()) {
       *why = fmt::format("message {} has no \"role\" string", i + 1);
+    } else if (any_message) {
+      messages->push_back({role->get<std::string>(), content != m.end() && content->is_string() ? content->get<std::string>() : "",
+                           m.dump()});
+      continue;
     } else if (content == m.end() || !content->is_string()) {
       *why = fmt::format("message {} has no \"content\" string", i + 1);
     } else if (const std::string r = role->get<std::string>(); r != "system" && r != "user" && r != "assistant") {
       *why = fmt::format("message {} has the unknown role '{}' (allowed: system, user, assistant)", i + 1, r);
     } else {
-      messages->push_back({r, content->get<std::string>()});
+      messages->push_back({r, content->get<std::string>(), ""});
       continue;
     }
     return false;

@@ -246,15 +246,17 @@ PrepResult run_prep(const PrepOptions& opt) {
   usage_check(opt.format == "auto" || opt.format == "text" || opt.format == "jsonl" || opt.format == "chat",
               "--format must be auto, text, jsonl or chat (got '{}')", opt.format);
   const bool chat = opt.format == "chat";
-  const auto& names = chat_template_names();
-  usage_check(!chat || std::find(names.begin(), names.end(), opt.chat_template) != names.end(),
-              "--format chat needs --chat-template chatml, llama3, llama2 or mistral (got '{}')", opt.chat_template);
+  usage_check(!chat || chat_template_known(opt.chat_template),
+              "--format chat needs --chat-template chatml, llama3, llama2, mistral or hf:DIR (got '{}')",
+              opt.chat_template);
   usage_check(chat || opt.chat_template.empty(), "--chat-template is for --format chat");
   usage_check(opt.loss_on == "assistant" || opt.loss_on == "all", "--loss-on must be assistant or all (got '{}')",
               opt.loss_on);
   usage_check(!opt.jsonl_field.empty(), "--jsonl-field must not be empty");
   std::vector<std::string> files = expand_inputs(opt.inputs);
   Tokenizer tok = Tokenizer::load(opt.tokenizer);
+  std::unique_ptr<ChatTemplate> chat_tmpl;  // parsed (hf:DIR) before anything is written
+  if (chat) chat_tmpl = std::make_unique<ChatTemplate>(opt.chat_template, tok);
   std::error_code ec;
   fs::create_directories(opt.out, ec);
   usage_check(fs::is_directory(opt.out, ec), "cannot create output folder '{}'", opt.out);
@@ -292,8 +294,8 @@ PrepResult run_prep(const PrepOptions& opt) {
       if (chat) {  // a conversation: rendered, tokenized with its loss mask
         std::vector<ChatMessage> msgs;
         std::vector<ChatPiece> pieces;
-        if (!parse_chat_record(lines[d].text, &msgs, &why[d])) return;
-        if (!render_chat(opt.chat_template, msgs, &pieces, &why[d])) return;
+        if (!parse_chat_record(lines[d].text, &msgs, &why[d], chat_tmpl->hf())) return;
+        if (!chat_tmpl->render(msgs, &pieces, &why[d], false, !loss_on_all)) return;
         tokenize_chat(tok, pieces, loss_on_all, &ids[d], &masks[d]);
         empty[d] = ids[d].empty();
         return;
@@ -328,6 +330,9 @@ PrepResult run_prep(const PrepOptions& opt) {
         continue;
       }
       if (empty[d]) continue;
+      // A document as the model expects it: the BOS the tokenizer's post-processor adds (LLaMA-2's
+      // <s>; a chat template writes its own), the text, the end-of-text.
+      if (!chat && tok.bos() >= 0) ids[d].insert(ids[d].begin(), tok.bos());
       ids[d].push_back(tok.eot());
       if (chat) masks[d].push_back(loss_on_all);  // the end-of-text after a conversation: trained with --loss-on all
       // Validation documents are spread evenly: doc k (k >= 1) goes to val when k * f crosses

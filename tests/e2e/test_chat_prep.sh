@@ -186,5 +186,5 @@ bad '{"messages": "hello"}' '"messages" is a string, not a list'
 bad '{"text": "no messages"}' 'no "messages" field'
 ! "$MPITRON" prep --input "$tmp/chat.jsonl" --format chat --chat-template vicuna --out "$tmp/x" --quiet >"$tmp/x.log" 2>&1 ||
   fail "an unknown template was accepted"
-grep -q "needs --chat-template chatml, llama3, llama2 or mistral (got 'vicuna')" "$tmp/x.log" || fail "$(cat "$tmp/x.log")"
+grep -q "needs --chat-template chatml, llama3, llama2, mistral or hf:DIR (got 'vicuna')" "$tmp/x.log" || fail "$(cat "$tmp/x.log")"
 echo "    bad records and an unknown template named"

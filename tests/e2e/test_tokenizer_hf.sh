@@ -136,6 +136,12 @@ not_eot = [i for i, d in enumerate(docs) if not d or d[-1] != eot]
 if not_eot:
     bad.append(f"{len(not_eot)} documents do not end with eot {eot} (first: text {not_eot[0]})")
 docs = [d[:-1] if d and d[-1] == eot else d for d in docs]
+# ... and each starting with the BOS the tokenizer's post-processor adds (LLaMA-2's <s>), if any.
+bos = ref["info"].get("bos_prefix", [])
+no_bos = [i for i, d in enumerate(docs) if d[:len(bos)] != bos]
+if no_bos:
+    bad.append(f"{len(no_bos)} documents do not start with the post-processor's BOS {bos} (first: text {no_bos[0]})")
+docs = [d[len(bos):] if d[:len(bos)] == bos else d for d in docs]
 # Where Oniguruma cuts other pieces than tokenizers.js but the ids come out the same, the ids
 # are not in doubt: those texts are compared like the rest.
 cut_differs = [i for i in range(len(texts)) if r[i].get("onig_differs")]
@@ -192,7 +198,7 @@ if dec != want:
 back = sum(r[i]["decode"] == texts[i] for i in range(len(texts)))
 n_tok = sum(len(r[i]["ids"]) for i in plain)
 print(f"{name}: {len(plain)} texts, {n_tok} tokens compared: prep agrees on {len(plain) - len(wrong)}/{len(plain)} "
-      f"(eot {eot}); encode --text {'agrees' if [int(x) for x in enc] == r[0]['ids'] else 'DIFFERS'}; "
+      f"(eot {eot}, BOS {bos or 'none'}); encode --text {'agrees' if [int(x) for x in enc] == r[0]['ids'] else 'DIFFERS'}; "
       f"decode {'agrees' if dec == want else 'DIFFERS'} (Hugging Face's decode gives {back}/{len(texts)} texts back); "
       f"JS-vs-Oniguruma ({ref['info']['onig']}): pieces differ on {len(cut_differs)} texts, ids on {len(onig)} (not "
       f"compared: mpitron = Oniguruma-derived on {o_same}, = tokenizers.js on {j_same}); {len(special)} texts with "

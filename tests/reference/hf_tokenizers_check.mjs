@@ -96,6 +96,13 @@ const results = texts.map((text) => {
 const encodeSeconds = (Date.now() - t0) / 1000;
 
 const info = { tokenizer: jsonFile, texts: texts.length, encode_seconds: encodeSeconds, onig: null, js_vs_onig: 0 };
+// What the post-processor puts before a text (TemplateProcessing's BOS: LLaMA-2's <s>), which
+// prep puts before every document: encode with and without special tokens, the ids in front.
+{
+  const withSpecial = hf.encode("a", { add_special_tokens: true }).ids, plainIds = hf.encode("a", { add_special_tokens: false }).ids;
+  const at = withSpecial.findIndex((_, k) => plainIds.every((id, j) => withSpecial[k + j] === id));
+  info.bos_prefix = at > 0 ? withSpecial.slice(0, at) : [];
+}
 const plan = onigPlan(tokenizerJson.pre_tokenizer);
 info.patterns = plan.patterns;
 if (!python) {

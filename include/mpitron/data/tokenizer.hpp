@@ -84,8 +84,8 @@ class Tokenizer {
   int vocab_size() const;
   int eot() const;
   // The token a tokenizer.json's post-processor (TemplateProcessing) puts before every text
-  // (LLaMA-2's <s>, LLaMA-3's <|begin_of_text|>), or -1: none (every other type). Prep does not
-  // add it yet.
+  // (LLaMA-2's <s>, LLaMA-3's <|begin_of_text|>), or -1: none (every other type). Prep puts it
+  // before every non-chat document, generate before a plain prompt.
   int bos() const;
   // The end-of-text token as text ("<|endoftext|>", "</s>", ...; empty for the byte tokenizer and
   // mpitron's own BPE, whose end-of-text has no spelling).
