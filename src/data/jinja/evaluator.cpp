@@ -545,14 +545,24 @@ struct Evaluator {
 
   Value make_macro(const Stmt& s) {
     const Stmt* def = &s;
-    std::vector<std::shared_ptr<Dict>> closure = c.frames;
+    // The frames it was defined in, held weakly: the innermost of them holds the macro, so owning
+    // them would make a cycle that is never freed (LeakSanitizer: test_jinja's macros).
+    std::vector<std::weak_ptr<Dict>> closure(c.frames.begin(), c.frames.end());
     return Value::of_function("macro " + s.text, [def, closure](Context& cx, std::vector<Value>& args, Kwargs& kw, Pos p) {
       if (args.size() > def->params.size())
         cx.runtime(p, fmt::format("macro '{}' takes not more than {} argument(s)", def->text, def->params.size()));
       if (++cx.depth > 64) cx.unsupported(p, "macro calls nested deeper than 64 are not supported");
       auto frame = std::make_shared<Dict>();
       std::vector<std::shared_ptr<Dict>> saved = cx.frames;
-      cx.frames = closure;
+      cx.frames.clear();
+      for (const auto& w : closure) {
+        std::shared_ptr<Dict> f = w.lock();
+        if (!f) {
+          cx.frames = saved;
+          cx.unsupported(p, fmt::format("macro '{}' called after the block that defined it ended", def->text));
+        }
+        cx.frames.push_back(std::move(f));
+      }
       cx.frames.push_back(frame);
       std::string out;
       try {
