@@ -43,26 +43,33 @@ class Split : public PreTokenizer {
   bool invert_;
 };
 
+// Every word rewritten by `write` (which appends the new spelling of a word to the text), the
+// spans following: ByteLevel's prefix space and Metaspace's replacement share this.
+template <class F>
+void rewrite_words(Words& w, F&& write) {
+  thread_local std::string text;
+  thread_local std::vector<Words::Span> spans;
+  text.clear();
+  spans.clear();
+  for (const auto& s : w.spans) {
+    const auto off = static_cast<uint32_t>(text.size());
+    write(text, w.view(s), s);
+    spans.push_back({off, static_cast<uint32_t>(text.size()) - off, s.first});
+  }
+  w.text.swap(text);
+  w.spans.swap(spans);
+}
+
 class ByteLevel : public PreTokenizer {
  public:
   ByteLevel(bool add_prefix_space, bool use_regex, const Ctx& c)
       : prefix_(add_prefix_space), re_(use_regex ? std::make_unique<Regex>(kGpt2Regex, false, c) : nullptr) {}
   void apply(Words& w) const override {
-    if (prefix_) {  // a space before every word that does not start with one
-      thread_local std::string text;
-      thread_local std::vector<Words::Span> spans;
-      text.clear();
-      spans.clear();
-      for (const auto& s : w.spans) {
-        const auto off = static_cast<uint32_t>(text.size());
-        const std::string_view v = w.view(s);
+    if (prefix_)  // a space before every word that does not start with one
+      rewrite_words(w, [](std::string& text, std::string_view v, const Words::Span&) {
         if (v.empty() || v[0] != ' ') text += ' ';
         text += v;
-        spans.push_back({off, static_cast<uint32_t>(text.size()) - off, s.first});
-      }
-      w.text.swap(text);
-      w.spans.swap(spans);
-    }
+      });
     if (re_) split_spans(w, [&](std::string_view s, std::vector<Seg>& segs) { re_->find_matches(s, segs); }, Behavior::isolated);
   }
 
@@ -100,13 +107,8 @@ class Metaspace : public PreTokenizer {
  public:
   Metaspace(std::string rep, Prepend scheme, bool split) : rep_(std::move(rep)), scheme_(scheme), split_(split) {}
   void apply(Words& w) const override {
-    thread_local std::string text;
-    thread_local std::vector<Words::Span> spans;
-    text.clear();
-    spans.clear();
-    for (const auto& s : w.spans) {
-      const auto off = static_cast<uint32_t>(text.size());
-      const std::string_view v = w.view(s);
+    rewrite_words(w, [&](std::string& text, std::string_view v, const Words::Span& s) {
+      const size_t off = text.size();
       for (char ch : v) {
         if (ch == ' ') text += rep_;
         else text += ch;
@@ -114,10 +116,7 @@ class Metaspace : public PreTokenizer {
       const std::string_view done = std::string_view(text).substr(off);
       const bool starts = done.substr(0, rep_.size()) == rep_;
       if (!starts && (scheme_ == Prepend::always || (scheme_ == Prepend::first && s.first))) text.insert(off, rep_);
-      spans.push_back({off, static_cast<uint32_t>(text.size()) - off, s.first});
-    }
-    w.text.swap(text);
-    w.spans.swap(spans);
+    });
     if (split_)
       split_spans(
           w,
