@@ -77,11 +77,15 @@ ifneq ($(SAN),)
   MT_LDFLAGS += -Wl,--export-dynamic-symbol=dlclose
 endif
 
+# The CUDA backend is a library of its own, libmpitron-cuda.so next to the binary, loaded by the
+# first process that uses a GPU (include/mpitron/core/cuda_plugin.hpp): the CUDA libraries cost a
+# process 0.3 s and 220 MB to map, which CPU ranks and commands need not pay. Its objects are
+# position-independent; CUDA_LDLIBS are its libraries, not the binary's.
 ifeq ($(CUDA_ON),1)
   MT_CPPFLAGS += -I$(CUDA_HOME)/include
   MT_NVCCFLAGS := -std=c++20 -O3 -Iinclude -I$(CUDA_HOME)/include -DMPITRON_CUDA=1 \
-    $(CUDA_GENCODE) -Xcompiler -fopenmp,-Wall -MMD -MP
-  MT_LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart
+    $(CUDA_GENCODE) -Xcompiler -fopenmp,-Wall,-fPIC -MMD -MP
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart
 endif
 ALL_CPPFLAGS = $(MT_CPPFLAGS) $(CPPFLAGS)
 ALL_CXXFLAGS = $(MT_CXXFLAGS) $(CXXFLAGS)
@@ -93,24 +97,43 @@ ALL_LDLIBS = $(MT_LDLIBS) $(LDLIBS)
 # objects of two configurations (a -march=native object in a portable binary dies with SIGILL).
 FLAGS_STAMP := $(BUILD)/.flags
 FLAGS_NOW := $(CXX) $(ALL_CPPFLAGS) $(ALL_CXXFLAGS) | $(if $(filter 1,$(CUDA_ON)),$(NVCC) $(MT_NVCCFLAGS) $(NVCCFLAGS))
-ifneq ($(FLAGS_NOW),$(file <$(FLAGS_STAMP)))
-  $(shell mkdir -p $(BUILD))
-  $(file >$(FLAGS_STAMP),$(FLAGS_NOW))
+# Not in a dry run (make -n, compile_commands.json): it would leave the stamp saying flags no
+# object was built with, and the next real make would recompile everything.
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
+ifeq ($(DRY_RUN),)
+  ifneq ($(FLAGS_NOW),$(file <$(FLAGS_STAMP)))
+    $(shell mkdir -p $(BUILD))
+    $(file >$(FLAGS_STAMP),$(FLAGS_NOW))
+  endif
 endif
 
 # Sources: everything under src/; files in a cuda/ folder (and .cu files) only with CUDA on.
 ALL_CPP := $(shell find src -name '*.cpp' | sort)
 CUDA_CPP := $(shell find src -path '*/cuda/*' -name '*.cpp' | sort)
 LIB_CPP := $(filter-out src/main.cpp $(CUDA_CPP),$(ALL_CPP))
-CU_SRC :=
+CUDA_OBJ :=
 ifeq ($(CUDA_ON),1)
-  LIB_CPP += $(CUDA_CPP)
-  CU_SRC := $(shell find src -name '*.cu' | sort)
+  CUDA_OBJ := $(CUDA_CPP:%.cpp=$(BUILD)/obj/%.o) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(shell find src -name '*.cu' | sort))
 endif
 # The CPU kernel files are compiled a second time as their AVX-512 variant (src/ops/cpu/isa.hpp).
 ISA_CPP := $(filter-out src/ops/cpu/cpu_ops.cpp src/ops/cpu/cpu_isa.cpp src/ops/cpu/gemm.cpp,$(wildcard src/ops/cpu/*.cpp))
-LIB_OBJ := $(LIB_CPP:%.cpp=$(BUILD)/obj/%.o) $(ISA_CPP:%.cpp=$(BUILD)/obj/%.avx512.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+LIB_OBJ := $(LIB_CPP:%.cpp=$(BUILD)/obj/%.o) $(ISA_CPP:%.cpp=$(BUILD)/obj/%.avx512.o)
 LIB := $(BUILD)/libmpitron.a
+# The CUDA backend: the shared library mpitron loads, and the same objects as an archive for the
+# programs that link it in (unit tests, gpu_check, the CPU emulation). Those link CUDA_LINKED_IN:
+# the archive with its entry points kept and exported, so that the loader finds them in the program.
+CUDA_PLUGIN := $(if $(CUDA_OBJ),$(BUILD)/libmpitron-cuda.so)
+CUDA_LIB := $(if $(CUDA_OBJ),$(BUILD)/libmpitron-cuda.a)
+CUDA_ENTRIES := mpitron_cuda_probe_devices mpitron_cuda_bind_device mpitron_cuda_alloc mpitron_cuda_free \
+  mpitron_cuda_copy mpitron_cuda_make_nccl_comm mpitron_cuda_make_gpu_backend
+CUDA_KEEP := $(CUDA_ENTRIES:%=-Wl,-u,%) $(CUDA_ENTRIES:%=-Wl,--export-dynamic-symbol=%) $(CUDA_LIB)
+CUDA_LINKED_IN := $(if $(CUDA_OBJ),$(CUDA_KEEP))
+# mpitron itself: every library object (the CUDA backend calls into any of them) and their symbols
+# exported to the library it loads.
+# The CPU emulation of the CUDA backend (bench/gpu/emulate/, rules below), which the tests run.
+EMULATED := $(if $(CUDA_OBJ),$(addprefix $(BUILD)/bench/emulated_,check train tp_grads self_check))
+WHOLE_LIB := -rdynamic -Wl,--whole-archive $(LIB) -Wl,--no-whole-archive
+EXE_LIB := $(if $(CUDA_OBJ),$(WHOLE_LIB),$(LIB))
 
 UNIT_SRC := $(sort $(wildcard tests/unit/*.cpp))
 # Test-only CUDA code (every CudaOps kernel against the CPU Ops; also linked into gpu_check):
@@ -125,14 +148,21 @@ TEST_CPPFLAGS := -DBOOST_TEST_DYN_LINK
 TEST_LIBS := -lboost_unit_test_framework
 
 .PHONY: all help install compile_commands.json deps deps-check deps-slurm test test-unit test-mpi test-e2e test-stress test-slurm demo data bench bench-data clean docs
-all: $(BUILD)/mpitron
+all: $(BUILD)/mpitron $(CUDA_PLUGIN)
 
-$(BUILD)/mpitron: $(BUILD)/obj/src/main.o $(LIB) $(SAN_OBJ)
-	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(ALL_LDLIBS)
+$(BUILD)/mpitron: $(BUILD)/obj/src/main.o $(LIB) $(SAN_OBJ) | $(CUDA_PLUGIN)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $(BUILD)/obj/src/main.o $(EXE_LIB) $(SAN_OBJ) $(ALL_LDLIBS)
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+
+$(CUDA_OBJ): MT_CXXFLAGS += -fPIC
+$(CUDA_LIB): $(CUDA_OBJ)
+	rm -f $@ && ar rcs $@ $^
+# Undefined references are mpitron's own functions, resolved against the binary when it loads this.
+$(CUDA_PLUGIN): $(CUDA_OBJ)
+	$(CXX) -shared $(ALL_LDFLAGS) -Wl,-soname,libmpitron-cuda.so -o $@ $^ $(CUDA_LDLIBS) $(ALL_LDLIBS)
 
 $(BUILD)/obj/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
@@ -150,9 +180,9 @@ $(BUILD)/obj/tests/%.o: tests/%.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(ALL_CPPFLAGS) $(TEST_CPPFLAGS) $(ALL_CXXFLAGS) -c $< -o $@
 
-$(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/obj/%.o) $(LIB) $(SAN_OBJ)
+$(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/obj/%.o) $(LIB) $(SAN_OBJ) $(CUDA_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) $(ALL_LDLIBS)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $(filter-out $(LIB) $(CUDA_LIB),$^) $(CUDA_LINKED_IN) $(LIB) $(TEST_LIBS) $(CUDA_LDLIBS) $(ALL_LDLIBS)
 
 $(BUILD)/tests/mpi/%: $(BUILD)/obj/tests/mpi/%.o $(MPI_MAIN_OBJ) $(LIB) $(SAN_OBJ)
 	@mkdir -p $(dir $@)
@@ -164,7 +194,7 @@ deps:
 deps-check:
 	@bash tools/deps.sh check
 
-tests: $(UNIT_BIN) $(MPI_TEST_BIN) $(BUILD)/mpitron
+tests: $(UNIT_BIN) $(MPI_TEST_BIN) $(BUILD)/mpitron $(EMULATED)
 
 # The README's test command. Runs unit tests, every MPI test at the rank counts its file asks for
 # (a `// np: 1 2 4` line), then tests/e2e/test_*.sh; prints "N passed, N failed" at the end.
@@ -253,23 +283,37 @@ bench: bench-comm
 .PHONY: gpu-check
 GPU_CHECK_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard bench/gpu/*.cpp) tests/cuda/self_check.cpp) \
   $(BUILD)/obj/src/parallel/adamw.o \
-  $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/% $(BUILD)/obj/src/config/% $(BUILD)/obj/src/model/%,$(LIB_OBJ))
+  $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/% $(BUILD)/obj/src/config/% $(BUILD)/obj/src/model/%,$(LIB_OBJ) $(CUDA_OBJ))
 $(BUILD)/bench/gpu_check: $(GPU_CHECK_OBJ)
 	@test "$(CUDA_ON)" = 1 || { echo "gpu_check needs a CUDA build (CUDA=1)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
-	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(ALL_LDLIBS)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(CUDA_LDLIBS) $(ALL_LDLIBS)
 gpu-check:
 	@bash bench/gpu_check.sh
+
+# The CUDA backend on a CPU emulation of CudaOps and of the CUDA runtime (bench/gpu/emulate/):
+# fake_cuda.o first on each link line, so that its make_cuda_ops and runtime calls are the ones
+# linked and the archive's CUDA versions of those are never pulled in. Part of `make tests` in a
+# CUDA build (tests/e2e/test_gpu_emulated.sh and test_moe_gpu_emulated.sh run them).
+EMU_OBJ := $(BUILD)/obj/bench/gpu/emulate
+$(BUILD)/bench/emulated_check: $(EMU_OBJ)/emulated_check.o $(EMU_OBJ)/fake_cuda.o $(BUILD)/obj/bench/gpu/training_check.o
+$(BUILD)/bench/emulated_train: $(EMU_OBJ)/emulated_train.o $(EMU_OBJ)/fake_cuda.o
+$(BUILD)/bench/emulated_tp_grads: $(EMU_OBJ)/emulated_tp_grads.o $(EMU_OBJ)/fake_cuda.o
+$(BUILD)/bench/emulated_self_check: $(EMU_OBJ)/emulated_self_check.o $(EMU_OBJ)/fake_cuda.o $(BUILD)/obj/tests/cuda/self_check.o
+$(EMULATED): $(LIB) $(CUDA_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $(filter-out $(LIB) $(CUDA_LIB),$^) $(CUDA_LINKED_IN) $(LIB) $(CUDA_LDLIBS) $(ALL_LDLIBS)
 
 clean:
 	rm -rf $(BUILD)
 
 # make install [PREFIX=/usr/local] [DESTDIR=staging root]: the binary, the library and the public
 # headers (for programs linking libmpitron.a with the same LDLIBS).
-install: $(BUILD)/mpitron $(LIB)
+install: $(BUILD)/mpitron $(LIB) $(CUDA_PLUGIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(BUILD)/mpitron $(DESTDIR)$(PREFIX)/bin/mpitron
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libmpitron.a
+	$(if $(CUDA_PLUGIN),install -D -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/mpitron/libmpitron-cuda.so)
 	cp -R include/mpitron $(DESTDIR)$(PREFIX)/include/
 	chmod -R u=rwX,go=rX $(DESTDIR)$(PREFIX)/include/mpitron
 
@@ -281,11 +325,12 @@ compile_commands.json:
 
 help:
 	@echo "Targets:"
-	@echo "  all (default)        $(BUILD)/mpitron"
+	@echo "  all (default)        $(BUILD)/mpitron (+ $(BUILD)/libmpitron-cuda.so, the CUDA backend it loads)"
 	@echo "  tests                unit + MPI test binaries"
 	@echo "  test                 deps-check, then every test (unit, mpi, e2e)"
 	@echo "  test-unit test-mpi test-e2e test-stress test-slurm test-mutants test-fuzz"
-	@echo "  install              bin/mpitron, lib/libmpitron.a, include/mpitron under DESTDIR+PREFIX"
+	@echo "  install              bin/mpitron, lib/libmpitron.a, lib/mpitron/libmpitron-cuda.so (CUDA builds),"
+	@echo "                       include/mpitron under DESTDIR+PREFIX"
 	@echo "  compile_commands.json  this build's compile lines, for clangd / clang-tidy"
 	@echo "  deps deps-check      install / check the Debian packages (tools/deps.sh)"
 	@echo "  demo data            the demo corpus and a short 2-rank training run"

@@ -5,12 +5,10 @@
 #include <cstring>
 
 #include "device.hpp"
+#include "mpitron/core/cuda_plugin.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/distributed/comm.hpp"
 #include "mpitron/distributed/mpi_comm.hpp"
-#if MPITRON_CUDA
-#include "cuda/nccl_comm.hpp"
-#endif
 
 namespace mpitron {
 
@@ -42,7 +40,7 @@ std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm comm, const
     usage_fail("{}", why);
   }
 #if MPITRON_CUDA
-  return detail::make_nccl_comm(comm, name, launch.device, timeout_s);
+  return MPITRON_CUDA_ENTRY(mpitron_cuda_make_nccl_comm)(comm, name, launch.device, timeout_s);
 #else
   (void)timeout_s;
   fail("unreachable: nccl backend in a CPU-only build");
@@ -88,7 +86,7 @@ CommBuffer::CommBuffer(const std::string& backend, size_t bytes)
     : device_(normalize_backend(backend) == "nccl"), bytes_(bytes) {
 #if MPITRON_CUDA
   if (device_) {
-    p_ = detail::cuda_alloc(bytes);
+    p_ = MPITRON_CUDA_ENTRY(mpitron_cuda_alloc)(bytes);
     return;
   }
 #else
@@ -100,7 +98,7 @@ CommBuffer::CommBuffer(const std::string& backend, size_t bytes)
 CommBuffer::~CommBuffer() {
 #if MPITRON_CUDA
   if (device_) {
-    detail::cuda_free(p_);
+    MPITRON_CUDA_ENTRY(mpitron_cuda_free)(p_);
     return;
   }
 #endif
@@ -110,7 +108,7 @@ CommBuffer::~CommBuffer() {
 void CommBuffer::upload(const void* host, size_t bytes) {
   check(bytes <= bytes_, "CommBuffer::upload: {} bytes into a buffer of {}", bytes, bytes_);
 #if MPITRON_CUDA
-  if (device_) return detail::cuda_copy(p_, host, bytes);
+  if (device_) return MPITRON_CUDA_ENTRY(mpitron_cuda_copy)(p_, host, bytes);
 #endif
   std::memcpy(p_, host, bytes);
 }
@@ -118,7 +116,7 @@ void CommBuffer::upload(const void* host, size_t bytes) {
 void CommBuffer::download(void* host, size_t bytes) const {
   check(bytes <= bytes_, "CommBuffer::download: {} bytes from a buffer of {}", bytes, bytes_);
 #if MPITRON_CUDA
-  if (device_) return detail::cuda_copy(host, p_, bytes);
+  if (device_) return MPITRON_CUDA_ENTRY(mpitron_cuda_copy)(host, p_, bytes);
 #endif
   std::memcpy(host, p_, bytes);
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "device.hpp"
+#include "mpitron/core/cuda_plugin.hpp"
 #include "mpitron/core/error.hpp"
 
 namespace mpitron {
@@ -127,7 +128,13 @@ LaunchInfo probe_launch() {
   }
 
 #if MPITRON_CUDA
-  detail::DeviceProbe dev = detail::probe_cuda_devices();
+  // Without a GPU driver the CUDA backend's library is not even loaded (core/cuda_plugin.hpp).
+  std::string why;
+  if (!cuda_backend_may_run(&why)) {
+    info.device_note = fmt::format("no usable GPU ({})", why);
+    return info;
+  }
+  detail::DeviceProbe dev = MPITRON_CUDA_ENTRY(mpitron_cuda_probe_devices)();
   info.num_devices = dev.count;
   if (dev.count > 0) {
     // CUDA_VISIBLE_DEVICES is applied by the runtime: device i here is the i-th visible one.
@@ -183,7 +190,7 @@ const LaunchInfo& init_launch(int* argc, char*** argv) {
     info.warnings.push_back(fmt::format("MPI provides only {}; mpitron expects at least MPI_THREAD_FUNNELED",
                                         info.thread_level_name));
 #if MPITRON_CUDA
-  if (info.device >= 0) detail::bind_cuda_device(info.device);
+  if (info.device >= 0) MPITRON_CUDA_ENTRY(mpitron_cuda_bind_device)(info.device);
 #endif
   // One report from rank 0: its device note, and every rank's warnings.
   std::string mine;

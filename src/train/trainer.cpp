@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "mpitron/core/cuda_plugin.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/trace.hpp"
 #include "mpitron/data/loader.hpp"
@@ -169,9 +170,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   // (train_backend.hpp). The schedule decides how many micro-batches' activations each chunk keeps.
   const TrainSetup setup{cfg, launch, grid, mc, bp, pipeline_schedule_for_job(cfg.parallel, gs.pp, bp.accum)};
   std::unique_ptr<TrainBackend> backend;
-#if MPITRON_CUDA
-  if (cfg.train.backend == "nccl") backend = make_gpu_backend(setup);  // ProcessGrid has checked every rank has a GPU
-#endif
+  // ProcessGrid has checked that every rank has a GPU (and so has loaded the CUDA backend).
+  if (cfg.train.backend == "nccl") backend = MPITRON_CUDA_ENTRY(mpitron_cuda_make_gpu_backend)(setup);
   if (!backend) backend = make_cpu_backend(setup);
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   // Resume (train.resume) now; save in the loop (checkpoint.every, last step, preemption).

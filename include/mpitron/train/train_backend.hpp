@@ -108,8 +108,10 @@ std::string chunks_note(const TrainSetup& s);
 std::string batch_note(const TrainSetup& s);
 
 std::unique_ptr<TrainBackend> make_cpu_backend(const TrainSetup& s);
-#if MPITRON_CUDA
+// In the CUDA backend (train/cuda/gpu_backend.cpp); called as its entry point below, through
+// MPITRON_CUDA_ENTRY (core/cuda_plugin.hpp), so that a CPU run never loads the CUDA libraries.
 std::unique_ptr<TrainBackend> make_gpu_backend(const TrainSetup& s);
-#endif
 
 }  // namespace mpitron
+
+extern "C" std::unique_ptr<mpitron::TrainBackend> mpitron_cuda_make_gpu_backend(const mpitron::TrainSetup& s);

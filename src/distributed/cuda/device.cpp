@@ -52,3 +52,13 @@ void cuda_copy(void* dst, const void* src, size_t bytes) {
 }
 
 }  // namespace mpitron::detail
+
+// The entry points (device.hpp): what the dist module calls through MPITRON_CUDA_ENTRY.
+using mpitron::detail::DeviceProbe;
+extern "C" {
+DeviceProbe mpitron_cuda_probe_devices() { return mpitron::detail::probe_cuda_devices(); }
+void mpitron_cuda_bind_device(int device) { mpitron::detail::bind_cuda_device(device); }
+void* mpitron_cuda_alloc(size_t bytes) { return mpitron::detail::cuda_alloc(bytes); }
+void mpitron_cuda_free(void* p) { mpitron::detail::cuda_free(p); }
+void mpitron_cuda_copy(void* dst, const void* src, size_t bytes) { mpitron::detail::cuda_copy(dst, src, bytes); }
+}

@@ -17,6 +17,7 @@
 // operation not done after comm.timeout_s, calls ncclCommAbort and throws an Error naming the
 // group, the collective, the rank and the elapsed time; the top level then aborts the job.
 #include "nccl_comm.hpp"
+#include "../device.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -386,3 +387,9 @@ std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, const std::string& name, int
 }
 
 }  // namespace mpitron::detail
+
+// The entry point (distributed/device.hpp): make_comm's way here, through MPITRON_CUDA_ENTRY.
+extern "C" std::unique_ptr<mpitron::Comm> mpitron_cuda_make_nccl_comm(MPI_Comm comm, const std::string& name,
+                                                                      int device, double timeout_s) {
+  return mpitron::detail::make_nccl_comm(comm, name, device, timeout_s);
+}

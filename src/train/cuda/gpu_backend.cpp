@@ -114,3 +114,8 @@ class GpuBackend final : public TrainBackend {
 std::unique_ptr<TrainBackend> make_gpu_backend(const TrainSetup& s) { return std::make_unique<GpuBackend>(s); }
 
 }  // namespace mpitron
+
+// The entry point (train_backend.hpp): run_training's way here, through MPITRON_CUDA_ENTRY.
+extern "C" std::unique_ptr<mpitron::TrainBackend> mpitron_cuda_make_gpu_backend(const mpitron::TrainSetup& s) {
+  return mpitron::make_gpu_backend(s);
+}
