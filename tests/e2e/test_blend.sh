@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (dataset blending: the loader runs sanitized in mpi/test_sampler_mpi and e2e/test_train)
 # Dataset blends (data.paths): two corpora (the fortunes and the computers
 # fortune files, byte tokenizer) at 0.7 / 0.3.
 #   - the golden rule with a blend: dp 2 and dp 2 ZeRO-1 reproduce the single-rank run (losses,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (timing of background saves; the writer runs sanitized in e2e/test_checkpoint and mpi/test_checkpoint)
 # Asynchronous checkpoints (checkpoint.async = true; the async-checkpoint issue, items 1 and 2):
 #   - the files a background save writes hold the same tensors and checksums, bit for bit, as the
 #     synchronous save's, under dp 2 (ZeRO 0 and 3), tp 2 and pp 2; the losses are the same;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (disk faults and flipped bits: the readers of damaged files run sanitized in the checkpoint fuzzer)
 # Checkpoints survive the disk (reliability issue, item 4). Each case checks that the previous
 # complete checkpoint stays loadable, `latest` never names a partial or corrupt file, the error
 # names the file and the cause, and train.resume = auto skips a corrupt `latest` (saying so) for

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (a layout sweep, context parallel: the ring's attention blocks run sanitized in the unit tests (test_attention_block); every layout against the single rank runs in the release build)
 # Context parallel: every sequence split over the cp group in 2 cp load-balanced
 # chunks, attention over the ring (ring_attention.hpp). DESIGN.md's golden rule against the
 # single-rank run (losses, grad norms, lr at every step and every parameter within 1e-5,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (error paths across ranks and MPI_Abort, which the sanitizers cannot follow past the abort)
 # Error paths of the distributed layer: each must end every rank with one clear message (and the
 # exit code it promises). Also `mpitron env` shows the job's [env] warnings. Needs $MPITRON and
 # $MPIRUN (exported by tests/run_tests.sh).

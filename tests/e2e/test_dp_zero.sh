@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (a ZeRO sweep: its buckets and shards run sanitized in the unit tests (test_dp_buckets); every stage against the single rank runs in the release build)
 # Golden rule for data parallelism and ZeRO: same seed, same data, same global batch (8
 # sequences), 10 steps of the tiny model. dp=2 and dp=4, each with zero 0/1/2/3, without and with
 # gradient accumulation, reproduce the single-rank run: every step's loss within 1e-5 relative and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (the GGUF writer runs sanitized in e2e/test_export_gguf, the tokenizers in e2e/test_tokenizer_hf)
 # `mpitron export --format gguf` of Hugging Face tokenizer.json tokenizers (type hf) against
 # llama.cpp itself (npm node-llama-cpp 3.21.1, its prebuilt CPU build, as test_export_gguf.sh):
 #   - tiny LLaMA models (d_model 64, 1 layer, tied head) with the published LLaMA-3 (vocab 128256)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (timing: the watchdog's deadlines, not memory)
 # The hang watchdog on the MPI backend (distributed/watchdog.hpp). With comm.timeout_s = 4:
 #  - a rank SIGSTOPped from outside (np 4, dp 2 x tp 2): every rank that can still run reports
 #    the operation, group and world ranks, step and phase it waited in; the stopped rank is named

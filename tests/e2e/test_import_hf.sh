@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (import runs sanitized in the safetensors and hf_config fuzzers and e2e/test_export_hf's round trip)
 # Hugging Face folders in: `mpitron import hf:DIR` and `train.init_from`.
 #   - Round trips are exact: fp32 export -> import gives bit-identical parameters (h5py), the same
 #     model config and tokenizer; bf16 export -> import equals the parameters rounded to bf16 (GPT-2,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (job-key values: the parser runs sanitized in the fuzzers and the unit tests)
 # Job values checked at the door, and no NaN ever saved as the last good checkpoint.
 #   1. A corpus of malformed numeric values (flags and job files, np 1 and 2): each refused before
 #      anything runs, exit 2, with the message "bad value for 'KEY': VALUE (allowed: RANGE)".

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (timing: kills at random moments; the same resume paths run sanitized in e2e/test_checkpoint)
 # Kill -9 at random (reliability issue, item 5). Trials alternate np 2 and np 4, and pairs of them
 # synchronous and background (checkpoint.async) saves; each one starts a
 # run, waits for a random step, sleeps a random moment into it (training, a save in progress, the

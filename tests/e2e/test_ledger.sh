@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (memory accounting against the tracked bytes: arithmetic over the same code e2e/test_tp runs sanitized)
 # End-to-end: the memory ledger (mpitron plan) against reality. Each layout trains 2 steps of
 # the tiny model with train.check_ledger = true; every rank prints tracked vs predicted bytes at
 # start-up and after step 1, and must report parameters, gradients and optimizer state EXACT and

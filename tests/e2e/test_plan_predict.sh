@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (the planner's predictions against measured runs: arithmetic; its parsing runs sanitized in the unit tests)
 # End-to-end: the step-time prediction's plumbing (its accuracy is bench/plan's business, never
 # a test's). `mpitron calibrate --quick` at np 2 writes a profile that Python's own TOML reader
 # (tomllib) parses with every part present and positive; `plan --predict` and `plan --advise

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (machine-profile values: the parser runs sanitized in the fuzzers and the unit tests)
 # Machine profiles (`plan --profile FILE`, train.profile) and plan's numeric options checked where
 # they enter. A profile `mpitron calibrate --quick` writes at np 2 is accepted; copies of it, each
 # broken in one place, are refused before anything is written (exit 2, `--emit-job` leaves no

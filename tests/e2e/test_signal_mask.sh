@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (signal delivery on threads, not memory)
 # Job-control signals are blocked in EVERY thread of a training rank (core/signals.hpp: an
 # asynchronous handler running on a oneDNN GEMM thread corrupts the heap), and taken by the
 # watcher thread: /proc/PID/task/*/status SigBlk of every thread of every rank, read while the

