@@ -295,9 +295,10 @@ double timing_section(Report& rep) {
         }),
         0, 4 * act);
     Buf qkv_g(M * Wg * 2), dqkv_g(M * Wg * 2), gu(M * 2 * F * 2), dgu(M * 2 * F * 2), sw(M * F * 2);
+    const RopeFreqs freqs = rope_freqs_plain(5e5, hd);
     row("rope q + k (H 12, KV 4)", timed(g, 20, [&] {
-          g.rope(qkv_g.as<bf16>(), B, T, H, hd, Wg, 5e5, 0, false);
-          g.rope(qkv_g.as<bf16>() + static_cast<int64_t>(H) * hd, B, T, KVg, hd, Wg, 5e5, 0, false);
+          g.rope(qkv_g.as<bf16>(), B, T, H, hd, Wg, freqs, 0, false);
+          g.rope(qkv_g.as<bf16>() + static_cast<int64_t>(H) * hd, B, T, KVg, hd, Wg, freqs, 0, false);
         }),
         0, 2.0 * M * (H + KVg) * hd * 2);
     row("swiglu fwd (F 2048)", timed(g, 20, [&] { g.swiglu_forward(sw.as<bf16>(), gu.as<bf16>(), M, F); }), 0,

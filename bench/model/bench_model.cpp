@@ -84,8 +84,8 @@ class TimedOps final : public Ops {
                         int64_t R, int64_t C) override {
     time("rmsnorm", [&] { in_.rmsnorm_backward(di, dw, d, i, w, r, R, C); });
   }
-  void rope(float* x, int B, int T, int nh, int hd, int64_t stride, double theta, int pos0, bool inv) override {
-    time("rope", [&] { in_.rope(x, B, T, nh, hd, stride, theta, pos0, inv); });
+  void rope(float* x, int B, int T, int nh, int hd, int64_t stride, const RopeFreqs& f, int pos0, bool inv) override {
+    time("rope", [&] { in_.rope(x, B, T, nh, hd, stride, f, pos0, inv); });
   }
   void swiglu_forward(float* o, const float* gu, int64_t R, int64_t F) override {
     time("swiglu", [&] { in_.swiglu_forward(o, gu, R, F); });

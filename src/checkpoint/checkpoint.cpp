@@ -17,6 +17,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/distributed/fault_inject.hpp"
 #include "mpitron/model/param_tables.hpp"
+#include "mpitron/model/rope_scaling.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"
 #include "checkpoint_format.hpp"
@@ -99,6 +100,10 @@ void check_model_compatible(const ModelConfig& have, const ModelConfig& want, co
   if (have.arch == Arch::llama && (have.norm_eps != want.norm_eps || have.rope_theta != want.rope_theta))
     usage_fail("checkpoint '{}' holds a different model: norm_eps {} rope_theta {} there, {} and {} in this job", path,
                have.norm_eps, have.rope_theta, want.norm_eps, want.rope_theta);
+  if (have.arch == Arch::llama && have.rope_scaling != want.rope_scaling)
+    usage_fail("checkpoint '{}' holds a different model: RoPE scaling {}{} there, {}{} in this job (model.rope_*)",
+               path, rope_scaling_name(have.rope_scaling.type), rope_scaling_summary(have.rope_scaling),
+               rope_scaling_name(want.rope_scaling.type), rope_scaling_summary(want.rope_scaling));
 }
 
 CheckpointManager::CheckpointManager(std::string dir, int keep, MPI_Comm comm)

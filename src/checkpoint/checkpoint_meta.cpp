@@ -12,6 +12,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/version.hpp"
+#include "mpitron/model/rope_scaling.hpp"
 
 namespace mpitron::ckpt_meta {
 namespace {
@@ -28,6 +29,16 @@ static json meta_to_json_dense(const CheckpointMeta& m);  // every key but the M
 json meta_to_json(const CheckpointMeta& m) {
   json j = meta_to_json_dense(m);
   const ModelConfig& c = m.model;
+  const RopeScaling& r = c.rope_scaling;
+  if (r.enabled())  // only then, as the MoE keys: a plain RoPE checkpoint's checksum stays what it was
+    j["model"]["rope_scaling"] = {{"type", rope_scaling_name(r.type)},
+                                  {"factor", r.factor},
+                                  {"original_max_pos", r.original_max_pos},
+                                  {"low_freq_factor", r.low_freq_factor},
+                                  {"high_freq_factor", r.high_freq_factor},
+                                  {"beta_fast", r.beta_fast},
+                                  {"beta_slow", r.beta_slow},
+                                  {"attention_factor", r.attention_factor}};
   if (c.moe.enabled())  // only then: a dense checkpoint's checksum (checkpoint_verify.cpp) stays what it was
     j["model"]["moe"] = {{"n_experts", c.moe.n_experts},
                          {"top_k", c.moe.top_k},
@@ -98,6 +109,14 @@ CheckpointMeta meta_from_json(const json& j) {
   m.model.tied_embeddings = c.at("tied_embeddings");
   if (c.contains("norm_eps")) m.model.norm_eps = c.at("norm_eps");  // absent before LLaMA
   if (c.contains("rope_theta")) m.model.rope_theta = c.at("rope_theta");
+  if (c.contains("rope_scaling")) {  // absent: plain RoPE
+    const json& e = c.at("rope_scaling");
+    RopeScaling& r = m.model.rope_scaling;
+    r.type = rope_scaling_type(e.at("type").get<std::string>()).value_or(RopeScalingType::none);
+    r.factor = e.at("factor"), r.original_max_pos = e.at("original_max_pos");
+    r.low_freq_factor = e.at("low_freq_factor"), r.high_freq_factor = e.at("high_freq_factor");
+    r.beta_fast = e.at("beta_fast"), r.beta_slow = e.at("beta_slow"), r.attention_factor = e.at("attention_factor");
+  }
   if (c.contains("moe")) {  // absent before mixture of experts
     const json& e = c.at("moe");
     MoeConfig& x = m.model.moe;
@@ -222,6 +241,38 @@ void check_tensor_shape(hid_t f, hid_t ds, const std::string& path, const std::s
               path, dataset);
 }
 
+// RoPE scaling in config/ (a scaled model only; a file without rope_scaling is plain RoPE).
+static void write_rope_scaling(hid_t g, const RopeScaling& r) {
+  if (!r.enabled()) return;
+  h5::write_attr_str(g, "rope_scaling", rope_scaling_name(r.type));
+  write_attr_f64(g, "rope_factor", r.factor);
+  h5::write_attr_i64(g, "rope_original_max_pos", r.original_max_pos);
+  write_attr_f64(g, "rope_low_freq_factor", r.low_freq_factor);
+  write_attr_f64(g, "rope_high_freq_factor", r.high_freq_factor);
+  write_attr_f64(g, "rope_beta_fast", r.beta_fast);
+  write_attr_f64(g, "rope_beta_slow", r.beta_slow);
+  write_attr_f64(g, "rope_attention_factor", r.attention_factor);
+}
+
+static RopeScaling read_rope_scaling(hid_t g, const std::string& path) {
+  RopeScaling r;
+  if (!h5::has_attr(g, "rope_scaling")) return r;
+  const std::string type = h5::read_attr_str(g, "rope_scaling", path);
+  const auto t = rope_scaling_type(type);
+  usage_check(t && *t != RopeScalingType::none, "checkpoint '{}': config/rope_scaling '{}' is not llama3 or yarn", path,
+              type);
+  r.type = *t;
+  r.factor = read_attr_f64(g, "rope_factor", path);
+  r.original_max_pos = read_model_size(g, "rope_original_max_pos", path, 1 << 30);
+  r.low_freq_factor = read_attr_f64(g, "rope_low_freq_factor", path);
+  r.high_freq_factor = read_attr_f64(g, "rope_high_freq_factor", path);
+  r.beta_fast = read_attr_f64(g, "rope_beta_fast", path);
+  r.beta_slow = read_attr_f64(g, "rope_beta_slow", path);
+  r.attention_factor = read_attr_f64(g, "rope_attention_factor", path);
+  check_rope_scaling(r, fmt::format("checkpoint '{}' (corrupted file?)", path));
+  return r;
+}
+
 // Metadata from an open file (any access mode; every read here is independent).
 CheckpointMeta read_meta(hid_t f, const std::string& path) {
   using h5::read_attr_i64;
@@ -263,6 +314,7 @@ CheckpointMeta read_meta(hid_t f, const std::string& path) {
       const std::string pairing = read_attr_str(g, "rope_pairing", path);
       usage_check(pairing == kRopePairing, "checkpoint '{}': config/rope_pairing '{}' (this build rotates '{}' pairs)",
                   path, pairing, kRopePairing);
+      c.rope_scaling = read_rope_scaling(g, path);
     }
     if (h5::has_attr(g, "moe_n_experts")) {
       MoeConfig& e = c.moe;
@@ -345,6 +397,7 @@ void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl) {
       write_attr_f64(g, "norm_eps", c.norm_eps);
       write_attr_f64(g, "rope_theta", c.rope_theta);
       h5::write_attr_str(g, "rope_pairing", kRopePairing);
+      write_rope_scaling(g, c.rope_scaling);
     }
     if (c.moe.enabled()) {  // mixture of experts (absent: dense)
       const MoeConfig& e = c.moe;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <fmt/ranges.h>
 #include <unordered_set>
 
 #include "checkpoint_format.hpp"
@@ -12,6 +13,7 @@
 #include "mpitron/checkpoint/gguf.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
+#include "mpitron/model/rope_scaling.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"
 
 namespace mpitron {
@@ -58,6 +60,40 @@ void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint
   } else {
     m.push_back({a + ".attention.layer_norm_epsilon", {1e-5f}});
   }
+}
+
+// RoPE scaling as llama.cpp (the version node-llama-cpp 3.21.1 runs) reads it for arch llama, as
+// its convert_hf_to_gguf.py writes it. LLaMA 3.1's llama3 scaling has no key at all: it is only the
+// rope_freqs tensor (rope_freq_factors), and a rope.scaling.type "llama3" would abort the
+// loader (an unknown type), "linear" with the factor would scale a second time. YaRN is
+// rope.scaling.type "yarn" with the factor and the original context; llama.cpp's llama arch
+// reads no beta_fast / beta_slow (it runs 32 / 1) and derives the attention factor as
+// 0.1 ln(factor) + 1, so a YaRN with other values is refused rather than written to run otherwise.
+void rope_scaling_metadata(Meta& m, const std::string& a, const RopeScaling& r, const std::string& ckpt) {
+  if (r.type != RopeScalingType::yarn) return;
+  std::vector<std::string> bad;
+  if (r.beta_fast != 32.0) bad.push_back(fmt::format("model.rope_beta_fast = {} (must be 32)", r.beta_fast));
+  if (r.beta_slow != 1.0) bad.push_back(fmt::format("model.rope_beta_slow = {} (must be 1)", r.beta_slow));
+  if (r.attention_factor != 0.0)
+    bad.push_back(fmt::format("model.rope_attention_factor = {} (must be 0: 0.1 ln(factor) + 1)", r.attention_factor));
+  usage_check(bad.empty(), "export: GGUF: '{}' has a YaRN scaling llama.cpp's llama architecture cannot express: {}",
+              ckpt, fmt::format("{}", fmt::join(bad, "; ")));
+  m.push_back({a + ".rope.scaling.type", {std::string("yarn")}});
+  m.push_back({a + ".rope.scaling.factor", {static_cast<float>(r.factor)}});
+  m.push_back({a + ".rope.scaling.original_context_length", {static_cast<uint32_t>(r.original_max_pos)}});
+}
+
+// llama3 scaling's rope_freqs.weight: per pair, the divisor llama.cpp applies to its own frequency
+// freq_base^(-2i/hd) (convert_hf_to_gguf.py's rope_factors: 1, factor, or the smooth mix's inverse),
+// here the quotient of plain RoPE's frequency and the scaled one mpitron trains with. Empty for
+// other scalings.
+std::vector<float> rope_freq_factors(const ModelConfig& c) {
+  if (c.arch != Arch::llama || c.rope_scaling.type != RopeScalingType::llama3) return {};
+  const RopeFreqs plain = rope_freqs_plain(c.rope_theta, c.head_dim()), scaled = rope_frequencies(c);
+  std::vector<float> f;
+  for (size_t i = 0; i < plain.inv_freq.size(); ++i)
+    f.push_back(static_cast<float>(plain.inv_freq[i] / scaled.inv_freq[i]));
+  return f;
 }
 
 // Reads a JSON boolean that may be absent or null.
@@ -274,6 +310,7 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
               out_file);
   Meta md;
   model_metadata(md, cfg, cfg.name, d.file_type);
+  if (cfg.arch == Arch::llama) rope_scaling_metadata(md, "llama", cfg.rope_scaling, ckpt);
   tokenizer_metadata(md, meta.tokenizer_json, cfg.vocab_size, ckpt, opt.quiet);
 
   // The tensors: the table's, plus output.weight from the embedding when the head is tied. A
@@ -304,6 +341,8 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
     if (type == GgmlType::q8_0 && ne[0] % 32 != 0) type = GgmlType::f16;  // rows not whole q8_0 blocks
     infos.push_back({src.front()->gguf_name, ne, type});
   }
+  const std::vector<float> rope_factors = rope_freq_factors(cfg);  // last, after the checkpoint's tensors
+  if (!rope_factors.empty()) infos.push_back({"rope_freqs.weight", {rope_factors.size()}, GgmlType::f32});
   GgufWriter w(out_file, md, infos);
   ExportSummary sum;
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -314,6 +353,10 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
       v.insert(v.end(), part.begin(), part.end());
     }
     w.write_next(ggml_encode(w.tensors()[i].type, v.data(), v.size()));
+    ++sum.tensors;
+  }
+  if (!rope_factors.empty()) {
+    w.write_next(ggml_encode(GgmlType::f32, rope_factors.data(), rope_factors.size()));
     ++sum.tensors;
   }
   w.finish();

@@ -14,6 +14,7 @@
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
+#include "mpitron/model/rope_scaling.hpp"
 #include "tmp_file.hpp"
 
 namespace mpitron {
@@ -54,6 +55,28 @@ void write_text(const fs::path& path, const std::string& text) {
   f.commit();
 }
 
+// RoPE scaling as transformers (and Meta's LLaMA 3.1 / Qwen's YaRN configs) write it: llama3 with
+// its four fields, yarn with the factor and the original context, plus beta_fast, beta_slow and the
+// attention factor only where they are not transformers' defaults (so a Qwen config comes back as
+// it went in); null for plain RoPE.
+ordered_json rope_scaling_json(const RopeScaling& r) {
+  if (!r.enabled()) return nullptr;
+  ordered_json j;
+  j["factor"] = r.factor;
+  if (r.type == RopeScalingType::llama3) {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+  }
+  j["original_max_position_embeddings"] = r.original_max_pos;
+  if (r.type == RopeScalingType::yarn) {
+    if (r.beta_fast != 32.0) j["beta_fast"] = r.beta_fast;
+    if (r.beta_slow != 1.0) j["beta_slow"] = r.beta_slow;
+    if (r.attention_factor != 0.0) j["attention_factor"] = r.attention_factor;
+  }
+  j["rope_type"] = rope_scaling_name(r.type);
+  return j;
+}
+
 ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int bos, int eot) {
   ordered_json j;
   if (c.arch == Arch::llama) {
@@ -69,7 +92,7 @@ ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int bos, int eot
     j["max_position_embeddings"] = c.seq_len;
     j["rms_norm_eps"] = std::stod(fmt::format("{}", c.norm_eps));  // the float's shortest decimal (1e-05)
     j["rope_theta"] = c.rope_theta;
-    j["rope_scaling"] = nullptr;
+    j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
     j["hidden_act"] = "silu";
     j["attention_bias"] = false;
     j["mlp_bias"] = false;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "checkpoint_format.hpp"
 #include "mpitron/config/job_config.hpp"
@@ -22,6 +23,7 @@
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/tokenizer.hpp"
+#include "mpitron/model/rope_scaling.hpp"
 
 namespace mpitron {
 namespace {
@@ -76,6 +78,53 @@ std::string string_field(const json& j, const char* key, const std::string& path
   if (!present(j, key)) return absent;
   usage_check(j[key].is_string(), "{}: \"{}\" must be a string, not {}", path, key, j[key].dump());
   return j[key].get<std::string>();
+}
+
+// config.json's RoPE scaling as transformers reads it: "rope_scaling" (transformers 5 writes
+// "rope_parameters", rope_theta inside; either is read), null, absent or rope_type "default" for
+// plain RoPE, "type" the older spelling of "rope_type". llama3 needs all four of its fields; yarn
+// its factor (original_max_position_embeddings defaults to the model's context, beta_fast /
+// beta_slow to 32 / 1, the attention factor to 0.1 ln(factor) + 1). Every other type, and the yarn
+// options mpitron does not compute (DeepSeek's mscale, gpt-oss's truncate false), refused by name.
+RopeScaling rope_scaling_field(const json& j, const std::string& path, int max_pos, double* theta) {
+  const char* key = present(j, "rope_scaling") || !present(j, "rope_parameters") ? "rope_scaling" : "rope_parameters";
+  RopeScaling r;
+  if (!present(j, key)) return r;
+  const json& o = j[key];
+  const std::string at = what(path, key);
+  usage_check(o.is_object(), "{} must be an object or null, not {}", at, o.dump());
+  if (std::string(key) == "rope_parameters") *theta = float_field(o, "rope_theta", at, above(1), *theta);
+  usage_check(float_field(o, "partial_rotary_factor", at, above(0), 1.0) == 1.0,
+              "{}: partial_rotary_factor {} is not supported (RoPE over the whole head only)", at,
+              o.value("partial_rotary_factor", 1.0));
+  const std::string type = string_field(o, present(o, "rope_type") ? "rope_type" : "type", at, "default");
+  if (type == "default") return r;
+  usage_check(type == "llama3" || type == "yarn",
+              "{}: rope_type '{}' is not supported (supported: llama3, yarn, default)", at, type);
+  r.type = type == "llama3" ? RopeScalingType::llama3 : RopeScalingType::yarn;
+  auto required = [&](const char* k) {
+    usage_check(present(o, k), "{}: no \"{}\" (rope_type {} needs it)", at, k, type);
+  };
+  required("factor");
+  r.factor = float_field(o, "factor", at, at_least(1), 0);
+  const char* orig = "original_max_position_embeddings";
+  if (r.type == RopeScalingType::llama3) {
+    for (const char* k : {"low_freq_factor", "high_freq_factor", orig}) required(k);
+    r.low_freq_factor = float_field(o, "low_freq_factor", at, above(0), 0);
+    r.high_freq_factor = float_field(o, "high_freq_factor", at, above(0), 0);
+    r.original_max_pos = int_field(o, orig, at, at_least(1));
+  } else {
+    r.original_max_pos = int_field(o, orig, at, at_least(1), max_pos);
+    r.beta_fast = float_field(o, "beta_fast", at, above(0), 32.0);
+    r.beta_slow = float_field(o, "beta_slow", at, above(0), 1.0);
+    r.attention_factor = float_field(o, "attention_factor", at, above(0), 0.0);
+    for (const char* k : {"mscale", "mscale_all_dim"})
+      usage_check(!present(o, k) || (o[k].is_number() && o[k].get<double>() == 0),
+                  "{}: \"{}\" is not supported (DeepSeek's YaRN attention factor; give attention_factor)", at, k);
+    usage_check(bool_field(o, "truncate", at, true), "{}: \"truncate\": false is not supported", at);
+  }
+  check_rope_scaling(r, at);
+  return r;
 }
 
 // GPT-2 checkpoints on the Hub name their tensors with or without the "transformer." prefix.
@@ -135,8 +184,7 @@ ModelConfig hf_model_config(const std::string& path) {
     c.norm_eps = static_cast<float>(float_field(j, "rms_norm_eps", path, epsilon_range(), 1e-6));
     c.rope_theta = float_field(j, "rope_theta", path, above(1), 10000.0);
     c.tied_embeddings = bool_field(j, "tie_word_embeddings", path, false);
-    usage_check(!present(j, "rope_scaling"), "{}: rope_scaling {} is not supported (plain RoPE only)", path,
-                j.contains("rope_scaling") ? j["rope_scaling"].dump() : "");
+    c.rope_scaling = rope_scaling_field(j, path, c.seq_len, &c.rope_theta);
     usage_check(!bool_field(j, "attention_bias", path, false) && !bool_field(j, "mlp_bias", path, false),
                 "{}: attention_bias / mlp_bias are not supported (LLaMA has no biases)", path);
     const std::string act = string_field(j, "hidden_act", path, "silu");
@@ -303,6 +351,25 @@ std::vector<float> HfModel::tensor(const std::string& name) const {
   return from_hf_layout(*at.tensor, std::move(v), &shape);
 }
 
+namespace {
+
+// The job's model.rope_* keys that it sets against config.json's scaling (appended to `bad`).
+void compare_rope_scaling(const ModelSection& s, const RopeScaling& r, std::vector<std::string>& bad) {
+  if (s.rope_scaling != "auto" && s.rope_scaling != rope_scaling_name(r.type))
+    bad.push_back(fmt::format("model.rope_scaling = {} (config.json: {})", s.rope_scaling, rope_scaling_name(r.type)));
+  const double attention = r.type == RopeScalingType::yarn ? yarn_attention_factor(r) : 0;
+  for (auto [key, job, hf] : {std::tuple{"rope_factor", s.rope_factor, r.factor},
+                              {"rope_original_max_pos", double(s.rope_original_max_pos), double(r.original_max_pos)},
+                              {"rope_low_freq_factor", s.rope_low_freq_factor, r.low_freq_factor},
+                              {"rope_high_freq_factor", s.rope_high_freq_factor, r.high_freq_factor},
+                              {"rope_beta_fast", s.rope_beta_fast, r.beta_fast},
+                              {"rope_beta_slow", s.rope_beta_slow, r.beta_slow},
+                              {"rope_attention_factor", s.rope_attention_factor, attention}})
+    if (job != 0 && job != hf) bad.push_back(fmt::format("model.{} = {} (config.json: {})", key, job, hf));
+}
+
+}  // namespace
+
 ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {
   std::error_code ec;
   usage_check(!dir.empty() && fs::is_directory(dir, ec),
@@ -327,6 +394,7 @@ ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {
   if (s.norm_eps != 0 && c.arch == Arch::llama && static_cast<float>(s.norm_eps) != c.norm_eps)
     bad.push_back(fmt::format("model.norm_eps = {} (config.json: {})", s.norm_eps, c.norm_eps));
   same("rope_theta", s.rope_theta, c.rope_theta, s.rope_theta != 0 && c.arch == Arch::llama);
+  compare_rope_scaling(s, c.rope_scaling, bad);
   const ModelSection def;
   same("moe.n_experts", s.moe_n_experts, c.moe.n_experts, s.moe_n_experts != def.moe_n_experts);
   same("moe.top_k", s.moe_top_k, c.moe.top_k, s.moe_top_k != def.moe_top_k && c.moe.enabled());

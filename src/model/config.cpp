@@ -8,6 +8,7 @@
 
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/rope_scaling.hpp"
 
 namespace mpitron {
 namespace {
@@ -121,6 +122,47 @@ void resolve_moe(ModelConfig& c, const ModelSection& s) {
               "model.moe.norm_topk_prob applies to router = \"topk_softmax\" (softmax_topk's weights already sum to 1)");
 }
 
+// The [model] rope_* keys over the preset's RoPE scaling (a llama model: the GPT-2 branch refuses
+// them). Another type than the preset's starts from that type's defaults; the factor and the
+// original context have none and must be given.
+void resolve_rope_scaling(ModelConfig& c, const ModelSection& s) {
+  RopeScaling& r = c.rope_scaling;
+  if (s.rope_scaling != "auto") {
+    const RopeScalingType t = rope_scaling_type(s.rope_scaling).value_or(RopeScalingType::none);
+    if (t != r.type) r = RopeScaling{.type = t};
+  }
+  const bool llama3 = r.type == RopeScalingType::llama3, yarn = r.type == RopeScalingType::yarn;
+  auto only = [&](double v, const char* key, bool applies, const char* types) {
+    usage_check(v == 0 || applies, "model.{} applies to model.rope_scaling = {} (this model's is \"{}\")", key, types,
+                rope_scaling_name(r.type));
+  };
+  only(s.rope_factor, "rope_factor", r.enabled(), "\"llama3\" or \"yarn\"");
+  only(s.rope_original_max_pos, "rope_original_max_pos", r.enabled(), "\"llama3\" or \"yarn\"");
+  only(s.rope_low_freq_factor, "rope_low_freq_factor", llama3, "\"llama3\"");
+  only(s.rope_high_freq_factor, "rope_high_freq_factor", llama3, "\"llama3\"");
+  only(s.rope_beta_fast, "rope_beta_fast", yarn, "\"yarn\"");
+  only(s.rope_beta_slow, "rope_beta_slow", yarn, "\"yarn\"");
+  only(s.rope_attention_factor, "rope_attention_factor", yarn, "\"yarn\"");
+  if (!r.enabled()) return;
+  auto take = [](auto v, auto& dst) {
+    if (v != 0) dst = v;
+  };
+  take(s.rope_factor, r.factor);
+  take(s.rope_original_max_pos, r.original_max_pos);
+  take(s.rope_low_freq_factor, r.low_freq_factor);
+  take(s.rope_high_freq_factor, r.high_freq_factor);
+  take(s.rope_beta_fast, r.beta_fast);
+  take(s.rope_beta_slow, r.beta_slow);
+  take(s.rope_attention_factor, r.attention_factor);
+  usage_check(r.factor != 0 && r.original_max_pos != 0,
+              "model.rope_scaling = \"{}\" needs model.rope_factor and model.rope_original_max_pos (LLaMA 3.1: 8 and "
+              "8192; LLaMA 3.2: 32 and 8192; Qwen's YaRN: 4 and 32768)",
+              rope_scaling_name(r.type));
+  check_job_value("model.rope_factor", r.factor);
+  check_job_value("model.rope_original_max_pos", r.original_max_pos);
+  check_rope_scaling(r, "model.rope_*");
+}
+
 }  // namespace
 
 int llama_ffn_dim(int d_model, double ffn_multiplier, int multiple_of) {
@@ -175,6 +217,13 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     only_llama(s.multiple_of != 0, "multiple_of");
     only_llama(s.norm_eps != 0, "norm_eps");
     only_llama(s.rope_theta != 0, "rope_theta");
+    only_llama(s.rope_scaling != "auto" && s.rope_scaling != "none", "rope_scaling");
+    const double original = s.rope_original_max_pos;
+    for (auto [key, v] : {std::pair{"rope_factor", s.rope_factor}, {"rope_original_max_pos", original},
+                          {"rope_low_freq_factor", s.rope_low_freq_factor},
+                          {"rope_high_freq_factor", s.rope_high_freq_factor}, {"rope_beta_fast", s.rope_beta_fast},
+                          {"rope_beta_slow", s.rope_beta_slow}, {"rope_attention_factor", s.rope_attention_factor}})
+      only_llama(v != 0, key);
     c.n_kv_head = c.n_head;
     c.d_ff = 4 * c.d_model;
   } else {
@@ -195,6 +244,7 @@ ModelConfig resolve_model_config(const ModelSection& s) {
                 c.n_kv_head, c.n_head);
     check_job_value("model.norm_eps", c.norm_eps);
     check_job_value("model.rope_theta", c.rope_theta);
+    resolve_rope_scaling(c, s);
   }
   if (s.tie_embeddings != "auto") c.tied_embeddings = s.tie_embeddings == "true";
   resolve_moe(c, s);
@@ -202,7 +252,8 @@ ModelConfig resolve_model_config(const ModelSection& s) {
                       c.d_model != preset.d_model || c.d_ff != preset.d_ff || c.vocab_size != preset.vocab_size ||
                       c.seq_len != preset.seq_len || c.arch != preset.arch ||
                       c.tied_embeddings != preset.tied_embeddings || c.norm_eps != preset.norm_eps ||
-                      c.rope_theta != preset.rope_theta || c.moe.n_experts != preset.moe.n_experts ||
+                      c.rope_theta != preset.rope_theta || c.rope_scaling != preset.rope_scaling ||
+                      c.moe.n_experts != preset.moe.n_experts ||
                       c.moe.top_k != preset.moe.top_k || c.moe.d_ff != preset.moe.d_ff ||
                       c.moe.n_shared != preset.moe.n_shared || c.moe.layer_freq != preset.moe.layer_freq;
   if (custom) c.name = s.preset + "+custom";

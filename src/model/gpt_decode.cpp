@@ -45,8 +45,8 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x.data(), w.ln1_w, w.ln1_b, n);
     ops_.matmul_forward(d.qkv.data(), d.h.data(), w.qkv_w, w.qkv_b, n, C, Q);
     if (spec_.rope()) {
-      ops_.rope(d.qkv.data(), 1, n, static_cast<int>(H), hd, Q, cfg_.rope_theta, pos, false);
-      ops_.rope(d.qkv.data() + geo_.c_local, 1, n, static_cast<int>(KV), hd, Q, cfg_.rope_theta, pos, false);
+      ops_.rope(d.qkv.data(), 1, n, static_cast<int>(H), hd, Q, geo_.rope_freqs, pos, false);
+      ops_.rope(d.qkv.data() + geo_.c_local, 1, n, static_cast<int>(KV), hd, Q, geo_.rope_freqs, pos, false);
     }
     float *K = d.k[l].data(), *V = d.v[l].data();
     for (int t = 0; t < n; ++t) {

@@ -2,12 +2,13 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/arch.hpp"
+#include "mpitron/model/rope_scaling.hpp"
 
 namespace mpitron {
 
 ShardGeometry::ShardGeometry(const ModelConfig& cfg, const ModelShard& s)
     : tp(s.tp_size), cp(s.cp_size), cp_rank(s.cp_rank), seq_len(cfg.seq_len), hd(cfg.head_dim()),
-      sp(s.sequence_parallel && s.tp_size > 1), rope_theta(cfg.rope_theta) {
+      sp(s.sequence_parallel && s.tp_size > 1) {
   const BlockSpec& spec = block_spec(cfg);
   const int kv = kv_heads(cfg);
   check(tp >= 1 && s.tp_rank >= 0 && s.tp_rank < tp && cp >= 1 && cp_rank >= 0 && cp_rank < cp,
@@ -23,6 +24,7 @@ ShardGeometry::ShardGeometry(const ModelConfig& cfg, const ModelShard& s)
   usage_check(cfg.seq_len % (2 * cp) == 0,
               "context parallel {} needs model.seq_len ({}) divisible by 2 x cp = {} (each rank holds two chunks)", cp,
               cfg.seq_len, 2 * cp);
+  if (spec.rope()) rope_freqs = rope_frequencies(cfg);  // once per model, on the host: both devices read it
   Tl = cfg.seq_len / cp;
   check(!sp || Tl % tp == 0, "sequence parallel needs seq_len / cp ({}) divisible by tp ({})", Tl, tp);
   h_local = cfg.n_head / tp, kv_local = kv / tp, c_local = h_local * hd, f_local = cfg.d_ff / tp;

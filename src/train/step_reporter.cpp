@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "mpitron/model/gpt.hpp"
+#include "mpitron/model/rope_scaling.hpp"
 #include "mpitron/parallel/memory_report.hpp"
 #include "mpitron/plan/check.hpp"
 
@@ -17,8 +18,9 @@ std::string model_line(const ModelConfig& mc, int tp, size_t num_params) {
   const bool llama = mc.arch == Arch::llama;
   std::string heads = llama && mc.n_kv_head != mc.n_head ? fmt::format("{} heads ({} kv)", mc.n_head, mc.n_kv_head)
                                                           : fmt::format("{} heads", mc.n_head);
-  std::string arch = llama ? fmt::format("llama (RMSNorm eps {:g}, RoPE theta {:g}, SwiGLU, {} head)", mc.norm_eps,
-                                         mc.rope_theta, mc.tied_embeddings ? "tied" : "untied")
+  std::string arch = llama ? fmt::format("llama (RMSNorm eps {:g}, RoPE theta {:g}{}, SwiGLU, {} head)", mc.norm_eps,
+                                         mc.rope_theta, rope_scaling_summary(mc.rope_scaling),
+                                         mc.tied_embeddings ? "tied" : "untied")
                            : std::string(mc.tied_embeddings ? "gpt2" : "gpt2 (untied head)");
   const MoeConfig& m = mc.moe;
   const std::string moe =

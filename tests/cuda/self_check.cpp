@@ -457,24 +457,27 @@ void check_rmsnorm(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) 
 }
 
 // RoPE on a grouped-query qkv buffer: the H query heads at positions 0.., theta 1e4, and the KV key
-// heads at positions 8000.. (large angles), theta 5e5; then the inverse of each from the GPU's own
-// output. The v columns must come through bit for bit.
+// heads at positions 8000.. (large angles), theta 5e5 with cos and sin scaled by 1.1 (YaRN's
+// attention factor); then the inverse of each from the GPU's own output. The v columns must come
+// through bit for bit.
 void check_rope(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H, KV = s.KV > 0 ? s.KV : s.H;
   const int64_t C = s.C, W = C + 2 * static_cast<int64_t>(KV) * hd, n = static_cast<int64_t>(B) * T * W;
   struct Part {
     int64_t off;
     int heads, pos0;
-    double theta;
+    RopeFreqs freqs;
   };
-  const Part parts[2] = {{0, H, 0, 1e4}, {C, KV, 8000, 5e5}};
+  RopeFreqs scaled = rope_freqs_plain(5e5, hd);
+  scaled.scale = 1.1;
+  const Part parts[2] = {{0, H, 0, rope_freqs_plain(1e4, hd)}, {C, KV, 8000, scaled}};
   Vec x = rnd(n, s.seed, 91);
   round_bf16(x);
   auto dx = up_bf16(x);
   Vec ref = x;
   for (const Part& p : parts) {
-    gpu.rope(dx->as<bf16>() + p.off, B, T, p.heads, hd, W, p.theta, p.pos0, false);
-    cpu.rope(ref.data() + p.off, B, T, p.heads, hd, W, p.theta, p.pos0, false);
+    gpu.rope(dx->as<bf16>() + p.off, B, T, p.heads, hd, W, p.freqs, p.pos0, false);
+    cpu.rope(ref.data() + p.off, B, T, p.heads, hd, W, p.freqs, p.pos0, false);
   }
   c.sync();
   Vec got = down_bf16(*dx, n);
@@ -488,8 +491,8 @@ void check_rope(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   c.add("rope.v_untouched", got_v, x_v, 0.0);
   Vec back = got;  // the inverse, measured on the GPU's forward output
   for (const Part& p : parts) {
-    gpu.rope(dx->as<bf16>() + p.off, B, T, p.heads, hd, W, p.theta, p.pos0, true);
-    cpu.rope(back.data() + p.off, B, T, p.heads, hd, W, p.theta, p.pos0, true);
+    gpu.rope(dx->as<bf16>() + p.off, B, T, p.heads, hd, W, p.freqs, p.pos0, true);
+    cpu.rope(back.data() + p.off, B, T, p.heads, hd, W, p.freqs, p.pos0, true);
   }
   c.sync();
   c.add("rope(inverse).qk", down_bf16(*dx, n), back, kBf16Out);

@@ -242,7 +242,7 @@ llama.hf|num_key_value_heads|3|"num_attention_heads" 4 is not a multiple of "num
 llama.hf|num_attention_heads|3|"hidden_size" 64 is not a multiple of "num_attention_heads" 3
 llama.hf|tie_word_embeddings|"no"|"tie_word_embeddings" must be true or false
 llama.hf|hidden_act|7|"hidden_act" must be a string
-llama.hf|rope_scaling|{"rope_type": "llama3", "factor": 8.0}|rope_scaling
+llama.hf|rope_scaling|{"rope_type": "linear", "factor": 8.0}|"rope_scaling": rope_type 'linear' is not supported (supported: llama3, yarn, default)
 llama.hf|num_hidden_layers|null|no "num_hidden_layers"
 moe.hf|router_aux_loss_coef|-0.01|"router_aux_loss_coef": '-0.01' is not allowed (allowed: finite, >= 0)
 moe.hf|num_local_experts|0|"num_local_experts": '0' is not allowed

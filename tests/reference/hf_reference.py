@@ -12,6 +12,15 @@ Written from the published formats, not from mpitron's sources:
 - LlamaForCausalLM: RMSNorm, rotate-half RoPE (x * cos + rotate_half(x) * sin, rotate_half(x) =
   cat(-x2, x1) over the two halves of a head, inv_freq = theta^(-2i/head_dim) for both halves),
   grouped-query attention (kv head h // (n_head / n_kv_head)), SwiGLU MLP, lm_head (or tied).
+- RoPE scaling (config.json's rope_scaling, or transformers 5's rope_parameters), as transformers'
+  modeling_rope_utils.py computes the inverse frequencies: "llama3" (_compute_llama3_parameters:
+  wavelength 2 pi / f below original_max_position_embeddings / high_freq_factor kept, above
+  original / low_freq_factor divided by factor, between (1 - s) f / factor + s f with
+  s = (original / wavelength - low) / (high - low)) and "yarn" (_compute_yarn_parameters, truncate:
+  correction dims d(r) = dim ln(original / (2 pi r)) / (2 ln theta), low = max(floor(d(beta_fast)), 0),
+  high = min(ceil(d(beta_slow)), dim - 1), ramp = clip((i - low) / (high - low), 0, 1) over the pair
+  index i, f (1 - ramp) + f / factor ramp; cos and sin times attention_factor, by default
+  0.1 ln(factor) + 1); "type" the older spelling of "rope_type", "default" or null plain RoPE.
 - MixtralForCausalLM: LlamaForCausalLM with, in every layer, block_sparse_moe in place of mlp: router
   logits h @ gate.weight^T, probabilities softmax over all experts, the num_experts_per_tok largest
   kept (ties to the lower index) and renormalised to sum 1, output sum_e p_e * SwiGLU_e(h) with
@@ -22,10 +31,11 @@ Usage:
       the folder's model on LOGPROBS.json's ids (mpitron generate --logprobs-out) in float64;
       fails unless max |ours - theirs| / max |theirs| <= T (default 1e-5); --hub-names accepts
       GPT-2 tensors named as the Hub's gpt2 (write-random's)
-  hf_reference.py write-random DIR gpt2|llama|mixtral [--bf16] [--shards N]
+  hf_reference.py write-random DIR gpt2|llama|mixtral [--bf16] [--shards N] [--heads H] [--rope-scaling JSON]
       this script's own writer: a random model in HF's conventions (GPT-2 named as the Hub's
       gpt2 is, without "transformer." and with its attn.bias mask buffers; LLaMA with grouped-query
-      attention; Mixtral as that LLaMA with 4 experts, top 2), config.json and a byte-level tokenizer.json, for `mpitron import` to read
+      attention; Mixtral as that LLaMA with 4 experts, top 2), config.json and a byte-level tokenizer.json, for `mpitron import` to read;
+      --heads H: LLaMA with H query heads (H / 2 kv heads, H at 2; head size 32 / H), --rope-scaling: config.json's rope_scaling
   hf_reference.py rounded FP32_DIR OTHER_DIR
       every tensor of OTHER_DIR (bf16 or fp16) equals FP32_DIR's rounded to nearest even (numpy's
       float16 cast; bf16: the top 16 bits of float32, rounded on the low 16), bit for bit
@@ -132,15 +142,48 @@ def rotate_half(x):
     return np.concatenate((-x2, x1), axis=-1)
 
 
+def rope_inv_freq(c, hd):
+    """transformers' inverse frequencies and attention factor for config c (float64)."""
+    scaling = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    theta = scaling.get("rope_theta", c.get("rope_theta", 10000.0))
+    inv_freq = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return inv_freq, 1.0
+    factor = scaling["factor"]
+    if kind == "llama3":
+        old = scaling["original_max_position_embeddings"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        return np.where(medium, smoothed, scaled), 1.0
+    assert kind == "yarn", f"rope_type {kind!r}: not in this reference"
+    old = scaling.get("original_max_position_embeddings") or c["max_position_embeddings"]
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        attention = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    beta_fast, beta_slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+    dim_of = lambda rot: (hd * math.log(old / (rot * 2 * math.pi))) / (2 * math.log(theta))
+    low, high = max(math.floor(dim_of(beta_fast)), 0), min(math.ceil(dim_of(beta_slow)), hd - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(hd // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    return (inv_freq / factor) * (1 - extrapolation) + inv_freq * extrapolation, attention
+
+
 def llama_logits(c, p, ids):
     T, C, H, KV = len(ids), c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim", C // H)
     eps = c["rms_norm_eps"]
     rms = lambda x, w: w * (x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps))
-    inv_freq = 1.0 / (c["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    inv_freq, attention = rope_inv_freq(c, hd)
     freqs = np.outer(np.arange(T, dtype=np.float64), inv_freq)
     emb = np.concatenate((freqs, freqs), axis=-1)
-    cos, sin = np.cos(emb), np.sin(emb)
+    cos, sin = np.cos(emb) * attention, np.sin(emb) * attention
     x = t64(p, "model.embed_tokens.weight")[ids]
     for l in range(c["num_hidden_layers"]):
         w = lambda n: t64(p, f"model.layers.{l}.{n}")
@@ -279,7 +322,7 @@ def byte_tokenizer_json():
             "pre_tokenizer": bl, "decoder": bl, "model": {"type": "BPE", "vocab": vocab, "merges": []}}
 
 
-def cmd_write_random(d, arch, bf16, shards):
+def cmd_write_random(d, arch, bf16, shards, heads=4, rope_scaling=None):
     rng = np.random.default_rng(7)
     os.makedirs(d, exist_ok=True)
     V, C, L = 257, 32, 2
@@ -295,11 +338,13 @@ def cmd_write_random(d, arch, bf16, shards):
                            f"h.{l}.mlp.c_fc.weight": (C, 4 * C), f"h.{l}.mlp.c_fc.bias": (4 * C,),
                            f"h.{l}.mlp.c_proj.weight": (4 * C, C), f"h.{l}.mlp.c_proj.bias": (C,)})
     else:
-        H, KV, F = 4, 2, 80
+        H, KV, F = heads, heads // 2 if heads > 2 else heads, 80
         c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": C,
              "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": KV,
              "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
              "tie_word_embeddings": False}
+        if rope_scaling is not None:
+            c["rope_scaling"] = rope_scaling
         shapes = llama_shapes(C, H, KV, F, V, L)
         if arch == "mixtral":  # 4 experts of width F, top 2, in every layer
             c.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
@@ -347,7 +392,9 @@ if __name__ == "__main__":
         tol = float(a[a.index("--tol") + 1]) if "--tol" in a else 1e-5
         cmd_logprobs(a[1], a[2], tol, "--hub-names" in a)
     elif a and a[0] == "write-random":
-        cmd_write_random(a[1], a[2], "--bf16" in a, int(a[a.index("--shards") + 1]) if "--shards" in a else 1)
+        opt = lambda name, conv, default: conv(a[a.index(name) + 1]) if name in a else default
+        cmd_write_random(a[1], a[2], "--bf16" in a, opt("--shards", int, 1), opt("--heads", int, 4),
+                         opt("--rope-scaling", json.loads, None))
     elif a and a[0] == "rounded":
         cmd_rounded(a[1], a[2])
     else:

@@ -199,37 +199,47 @@ BOOST_AUTO_TEST_CASE(rmsnorm) {
 }
 
 BOOST_AUTO_TEST_CASE(rope) {
-  // Two of three heads rotated in rows of stride 3 hd (the q or k part of a fused qkv row).
+  // Two of three heads rotated in rows of stride 3 hd (the q or k part of a fused qkv row): plain
+  // RoPE's table, and a scaled one (frequencies of no formula, cos and sin times 1.25 as YaRN's).
   const int B = 2, T = 9, nh = 2, hd = 8, stride = 3 * hd, pos0 = 5;
-  const double theta = 10000.0;
-  auto x0 = randn(B * T * stride, 60), R = randn(B * T * stride, 61);
-  std::vector<float> x = x0;
-  ops().rope(x.data(), B, T, nh, hd, stride, theta, pos0, false);
-  double err = 0;  // Meta's reference: pairs (2i, 2i+1) as complex numbers times exp(i pos theta^(-2i/hd))
-  for (int bt = 0; bt < B * T; ++bt)
-    for (int h = 0; h < 3; ++h)
-      for (int i = 0; i < hd / 2; ++i) {
-        const int at = bt * stride + h * hd + 2 * i;
-        const double a = (pos0 + bt % T) * std::pow(theta, -2.0 * i / hd), re = x0[at], im = x0[at + 1];
-        const double want_re = h < nh ? re * std::cos(a) - im * std::sin(a) : re;
-        const double want_im = h < nh ? re * std::sin(a) + im * std::cos(a) : im;
-        err = std::max({err, std::fabs(want_re - x[at]), std::fabs(want_im - x[at + 1])});
-      }
-  BOOST_TEST(err < 1e-5);
-  // The backward is the inverse rotation: applied to the output it gives the input back, and to
-  // R it is the gradient of <rope(x), R> (checked by finite differences).
-  ops().rope(x.data(), B, T, nh, hd, stride, theta, pos0, true);
-  double back = 0;
-  for (size_t i = 0; i < x.size(); ++i) back = std::max(back, static_cast<double>(std::fabs(x[i] - x0[i])));
-  BOOST_TEST(back < 1e-5);
-  std::vector<float> dx = R, y(x.size());
-  ops().rope(dx.data(), B, T, nh, hd, stride, theta, pos0, true);
-  auto loss = [&] {
-    y = x;
-    ops().rope(y.data(), B, T, nh, hd, stride, theta, pos0, false);
-    return dot(y.data(), R.data(), y.size());
-  };
-  BOOST_TEST(fd_rel_error(x.data(), x.size(), dx.data(), loss, 1e-2f, 80) < kTol);
+  RopeFreqs scaled{{0.9, 0.03, 0.2, 1e-3}, 1.25};
+  for (const RopeFreqs& f : {rope_freqs_plain(10000.0, hd), scaled}) {
+    auto x0 = randn(B * T * stride, 60), R = randn(B * T * stride, 61);
+    std::vector<float> x = x0;
+    ops().rope(x.data(), B, T, nh, hd, stride, f, pos0, false);
+    double err = 0;  // Meta's reference: pairs (2i, 2i+1) as complex numbers times scale exp(i pos inv_freq[i])
+    for (int bt = 0; bt < B * T; ++bt)
+      for (int h = 0; h < 3; ++h)
+        for (int i = 0; i < hd / 2; ++i) {
+          const int at = bt * stride + h * hd + 2 * i;
+          const double a = (pos0 + bt % T) * f.inv_freq[i], re = x0[at], im = x0[at + 1];
+          const double c = f.scale * std::cos(a), s = f.scale * std::sin(a);
+          const double want_re = h < nh ? re * c - im * s : re;
+          const double want_im = h < nh ? re * s + im * c : im;
+          err = std::max({err, std::fabs(want_re - x[at]), std::fabs(want_im - x[at + 1])});
+        }
+    BOOST_TEST(err < 1e-5);
+    // The backward is the transpose: applied to the output it gives scale^2 times the input on the
+    // rotated heads (the input itself without a scale), and to R it is the gradient of <rope(x), R>
+    // (checked by finite differences).
+    ops().rope(x.data(), B, T, nh, hd, stride, f, pos0, true);
+    double back = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const bool rotated = static_cast<int>(i % stride) < nh * hd;
+      const double want = x0[i] * (rotated ? f.scale * f.scale : 1.0);
+      back = std::max(back, std::fabs(x[i] - want));
+    }
+    BOOST_TEST(back < 1e-5);
+    x = x0;
+    std::vector<float> dx = R, y(x.size());
+    ops().rope(dx.data(), B, T, nh, hd, stride, f, pos0, true);
+    auto loss = [&] {
+      y = x;
+      ops().rope(y.data(), B, T, nh, hd, stride, f, pos0, false);
+      return dot(y.data(), R.data(), y.size());
+    };
+    BOOST_TEST(fd_rel_error(x.data(), x.size(), dx.data(), loss, 1e-2f, 80) < kTol);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(swiglu) {

@@ -188,13 +188,13 @@ class FakeCudaOps final : public CudaOps {
   }
   // x spans B*T rows of row_stride, the last one only up to its heads (x may be a slice of qkv);
   // bf16 -> fp32 -> bf16 is exact for the elements rope leaves alone.
-  void rope(bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
+  void rope(bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, const RopeFreqs& freqs, int pos0,
             bool inverse) override {
     const int64_t rows = int64_t{B} * T;
     if (rows == 0) return;
     const int64_t n = (rows - 1) * row_stride + int64_t{n_heads} * hd;
     Vec v = up(x, n);
-    cpu_->rope(v.data(), B, T, n_heads, hd, row_stride, theta, pos0, inverse);
+    cpu_->rope(v.data(), B, T, n_heads, hd, row_stride, freqs, pos0, inverse);
     down(x, v.data(), n);
   }
   void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) override {

@@ -34,6 +34,15 @@ struct ModelSection {
   int multiple_of = 0;
   double norm_eps = 0;                  // RMSNorm epsilon
   double rope_theta = 0;                // RoPE base
+  // RoPE scaling (model/config.hpp: RopeScaling; "auto" / 0: the preset's, or the type's default).
+  std::string rope_scaling = "auto";    // auto | none | llama3 | yarn
+  double rope_factor = 0;
+  int rope_original_max_pos = 0;
+  double rope_low_freq_factor = 0;      // llama3
+  double rope_high_freq_factor = 0;
+  double rope_beta_fast = 0;            // yarn
+  double rope_beta_slow = 0;
+  double rope_attention_factor = 0;
   std::string tie_embeddings = "auto";  // auto (gpt2 tied, llama untied) | true | false
   std::string attention = "cudnn";  // CUDA backend only: "cudnn" | "naive"
   // [model.moe]: mixture-of-experts MLPs (llama only; moe_n_experts 0: dense). "moe.KEY" in the

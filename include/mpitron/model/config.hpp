@@ -27,6 +27,24 @@ struct MoeConfig {
   bool is_moe_layer(int l) const { return enabled() && l % layer_freq == 0; }
 };
 
+// RoPE scaling (LLaMA family; model/rope_scaling.hpp turns it into the frequencies): none; LLaMA
+// 3.1's "llama3" (wavelengths above original_max_pos / low_freq_factor slowed by factor, those
+// below original_max_pos / high_freq_factor kept, a smooth ramp between); or YaRN (each pair's
+// frequency a ramp between itself and itself / factor over the pairs beta_fast..beta_slow
+// rotations cover in original_max_pos, cos and sin times an attention factor). The fields a type
+// does not use keep these defaults, so two configs are equal exactly when they rotate alike.
+enum class RopeScalingType : uint8_t { none, llama3, yarn };
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::none;
+  double factor = 0.0;                                   // context extension (LLaMA 3.1: 8, 3.2: 32)
+  int original_max_pos = 0;                              // the pretraining context (LLaMA 3.1: 8192)
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  double beta_fast = 32.0, beta_slow = 1.0;              // yarn
+  double attention_factor = 0.0;                         // yarn; 0: transformers' 0.1 ln(factor) + 1
+  bool enabled() const { return type != RopeScalingType::none; }
+  bool operator==(const RopeScaling&) const = default;
+};
+
 struct ModelConfig {
   std::string name = "custom";
   Arch arch = Arch::gpt2;
@@ -41,6 +59,7 @@ struct ModelConfig {
   // LLaMA only (GPT-2: LayerNorm eps 1e-5, learned positions).
   float norm_eps = 1e-5f;       // RMSNorm epsilon
   double rope_theta = 10000.0;  // RoPE base: 10000 (LLaMA 2), 500000 (LLaMA 3)
+  RopeScaling rope_scaling;
   // LLaMA's hidden-size rule, kept to re-derive d_ff when d_model changes: 4d -> 2/3 of it ->
   // times ffn_multiplier -> rounded up to a multiple of multiple_of (llama_ffn_dim).
   double ffn_multiplier = 1.0;

@@ -9,6 +9,7 @@
 
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/model_chunk.hpp"
+#include "mpitron/ops/rope_freqs.hpp"
 
 namespace mpitron {
 
@@ -31,7 +32,7 @@ struct ShardGeometry {
   int seq_len = 0, Tl = 0;  // positions per sequence: in all, and on this rank (seq_len / cp)
   int hd = 0;               // head dim
   bool sp = false;          // sequence parallel (tp > 1 only)
-  double rope_theta = 0;
+  RopeFreqs rope_freqs;  // RoPE models: the rotation of every pair (model/rope_scaling.hpp); empty otherwise
   // Per rank: query heads, key/value heads, attention width (h_local hd), MLP width (F/tp), the
   // fused q|k|v output width ((H + 2 KV) hd / tp), fc's output width (F/tp, or 2F/tp for gate|up),
   // and the vocabulary rows (padded vocab / tp) starting at vocab_begin.
@@ -61,8 +62,8 @@ struct ShardGeometry {
     const int chunk = cp > 1 ? Tl / 2 : Tl;
     // nb sequences of n rows from q at positions pos0 .. pos0 + n - 1: the query heads, then the key heads.
     auto rotate = [&](T* q, int nb, int n, int pos0) {
-      ops.rope(q, nb, n, static_cast<int>(h_local), hd, qkv_local, rope_theta, pos0, inverse);
-      ops.rope(q + c_local, nb, n, static_cast<int>(kv_local), hd, qkv_local, rope_theta, pos0, inverse);
+      ops.rope(q, nb, n, static_cast<int>(h_local), hd, qkv_local, rope_freqs, pos0, inverse);
+      ops.rope(q + c_local, nb, n, static_cast<int>(kv_local), hd, qkv_local, rope_freqs, pos0, inverse);
     };
     if (doc_pos) {
       for (int64_t r = 0; r < int64_t{B} * Tl;) {

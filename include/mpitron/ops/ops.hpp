@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "mpitron/ops/flat_ops.hpp"
+#include "mpitron/ops/rope_freqs.hpp"
 
 namespace mpitron {
 
@@ -94,11 +95,12 @@ class Ops : public FlatOps {
   virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                                 const float* rstd, int64_t rows, int64_t C) = 0;
   // Rotary position embeddings in place on the first n_heads heads of hd floats of every row of
-  // x[B*T, row_stride], at positions pos0 + t, frequencies theta^(-2i/hd) on the element pairs
-  // (2i, 2i+1) (Meta's reference pairing, not the rotate-half layout). inverse = the backward
-  // (rotation by minus the angle: dx from dy, in place).
-  virtual void rope(float* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
-                    bool inverse) = 0;
+  // x[B*T, row_stride], at positions pos0 + t: the element pairs (2i, 2i+1) (Meta's reference
+  // pairing, not the rotate-half layout) turn by (pos0 + t) freqs.inv_freq[i] (hd / 2 entries),
+  // cos and sin times freqs.scale. inverse = the backward, the transpose (rotation by minus the
+  // angle, the same scale: dx from dy, in place).
+  virtual void rope(float* x, int B, int T, int n_heads, int hd, int64_t row_stride, const RopeFreqs& freqs,
+                    int pos0, bool inverse) = 0;
   // SwiGLU: out[rows, F] = silu(gate) * up over gate_up[rows, 2F] = [gate | up]; the backward
   // writes dgate_up[rows, 2F] (overwritten).
   virtual void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) = 0;

@@ -98,10 +98,11 @@ class CpuOps final : public Ops {
                         const float* rstd, int64_t rows, int64_t C) override {
     cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, rows, C);
   }
-  void rope(float* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
+  void rope(float* x, int B, int T, int n_heads, int hd, int64_t row_stride, const RopeFreqs& freqs, int pos0,
             bool inverse) override {
-    check(hd % 2 == 0, "rope: head dim {} is odd", hd);
-    cpu::rope(x, B, T, n_heads, hd, row_stride, theta, pos0, inverse);
+    check(hd % 2 == 0 && freqs.inv_freq.size() == static_cast<size_t>(hd / 2),
+          "rope: head dim {} (even) with a table of {} frequencies (hd / 2)", hd, freqs.inv_freq.size());
+    cpu::rope(x, B, T, n_heads, hd, row_stride, freqs.inv_freq.data(), freqs.scale, pos0, inverse);
   }
   void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) override {
     cpu::swiglu_forward(out, gate_up, rows, F);

@@ -60,17 +60,20 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   }
 }
 
-// Meta's pairing: element pairs (2i, 2i+1) of a head rotate by angle pos * theta^(-2i/hd). The
-// angles are computed in double (position x frequency grows large) and rounded once; the
-// backward is the rotation by the opposite angle (the map is orthogonal).
-void rope(float* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0, bool inverse) {
+// Meta's pairing: element pairs (2i, 2i+1) of a head rotate by angle pos * inv_freq[i] (the host's
+// table: rope_freqs.hpp). The angles are computed in double (position x frequency grows large),
+// cos and sin scaled there and rounded once; the backward is the transpose, the rotation by the
+// opposite angle with the same scale (without a scale the map is orthogonal).
+void rope(float* x, int B, int T, int n_heads, int hd, int64_t row_stride, const double* inv_freq, double scale,
+          int pos0, bool inverse) {
   const int half = hd / 2;
   std::vector<float> cs(static_cast<size_t>(T) * half), sn(cs.size());
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < half; ++i) {
-      const double a = (pos0 + t) * std::pow(theta, -2.0 * i / hd);
-      cs[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(a));
-      sn[static_cast<size_t>(t) * half + i] = static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
+      const double a = (pos0 + t) * inv_freq[i];
+      const double c = std::cos(a) * scale, s = std::sin(a) * scale;  // x 1.0 is exact: plain RoPE unchanged
+      cs[static_cast<size_t>(t) * half + i] = static_cast<float>(c);
+      sn[static_cast<size_t>(t) * half + i] = static_cast<float>(inverse ? -s : s);
     }
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < int64_t{B} * T; ++bt) {

@@ -197,9 +197,11 @@ class CudaOpsImpl final : public CudaOps {
                         const float* rstd, int64_t rows, int64_t C) override {
     cuda::rmsnorm_backward(stream_, *scratch_, dinp, dweight, dout, inp, weight, rstd, rows, C);
   }
-  void rope(bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
+  void rope(bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, const RopeFreqs& freqs, int pos0,
             bool inverse) override {
-    cuda::rope(stream_, x, B, T, n_heads, hd, row_stride, theta, pos0, inverse);
+    check(freqs.inv_freq.size() == static_cast<size_t>(hd / 2), "rope: head dim {} with a table of {} frequencies",
+          hd, freqs.inv_freq.size());
+    cuda::rope(stream_, x, B, T, n_heads, hd, row_stride, freqs.inv_freq.data(), freqs.scale, pos0, inverse);
   }
   void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) override {
     cuda::swiglu_forward(stream_, out, gate_up, rows, F);

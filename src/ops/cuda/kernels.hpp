@@ -49,8 +49,10 @@ void rmsnorm_forward(cudaStream_t s, bf16* out, float* rstd, const bf16* inp, co
                      int64_t C, float eps);
 void rmsnorm_backward(cudaStream_t s, Scratch& scratch, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
                       const bf16* weight, const float* rstd, int64_t rows, int64_t C);
-void rope(cudaStream_t s, bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
-          bool inverse);
+// rope: inv_freq is the host table of hd / 2 frequencies (hd <= 256), copied into the launch's
+// arguments; cos and sin times scale.
+void rope(cudaStream_t s, bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, const double* inv_freq,
+          double scale, int pos0, bool inverse);
 void swiglu_forward(cudaStream_t s, bf16* out, const bf16* gate_up, int64_t rows, int64_t F);
 void swiglu_backward(cudaStream_t s, bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F);
 

@@ -7,11 +7,13 @@
 // float atomics). C must be a multiple of 8, <= 8192 backward.
 //
 // RoPE: one thread per (row, pair i), looping over the row's heads, so the angle is computed once per
-// (position, frequency) and shared by every head. The angle is (pos0 + t) * theta^(-2i/hd) in double
-// and its cosine and sine are taken in double (sincos), then rounded to fp32, exactly as the CPU op
-// does: in fp32, an angle of ~8000 rad has an ulp of ~5e-4 rad and sinf / cosf of it would carry that
-// error into every rotation at long positions. Double math on ~T * hd/2 values per call is negligible
-// next to the bf16 traffic (and the pair data itself rotates in fp32).
+// (position, frequency) and shared by every head. The angle is (pos0 + t) * inv_freq[i] in double
+// (the host's table, rope_freqs.hpp: passed by value in the launch's arguments and staged in shared
+// memory, so there is no device buffer to own) and its cosine and sine are taken in double (sincos),
+// scaled and then rounded to fp32, exactly as the CPU op does: in fp32, an angle of ~8000 rad has an
+// ulp of ~5e-4 rad and sinf / cosf of it would carry that error into every rotation at long positions.
+// Double math on ~T * hd/2 values per call is negligible next to the bf16 traffic (and the pair data
+// itself rotates in fp32).
 #include <algorithm>
 
 #include "row_groups.cuh"
@@ -109,16 +111,26 @@ __global__ void __launch_bounds__(1024)
 
 // Pair i of every head of row `row`: (x[2i], x[2i+1]) <- rotation by the angle (pos0 + t) theta^(-2i/hd)
 // (its opposite when inverse).
-__global__ void rope_kernel(bf* x, int64_t rows, int T, int n_heads, int hd, int64_t row_stride, double theta,
+constexpr int kRopeMaxPairs = 128;  // hd <= 256, as the attention kernels
+struct RopeTable {
+  double inv_freq[kRopeMaxPairs];
+  double scale;
+};
+
+__global__ void rope_kernel(bf* x, int64_t rows, int T, int n_heads, int hd, int64_t row_stride, RopeTable table,
                             int pos0, bool inverse) {
   const int half = hd / 2;
+  __shared__ double freq[kRopeMaxPairs];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) freq[i] = table.inv_freq[i];
+  __syncthreads();
   const int64_t n = rows * half, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n; idx += stride) {
     const int64_t row = idx / half;
     const int i = static_cast<int>(idx % half);
-    const double angle = static_cast<double>(pos0 + static_cast<int>(row % T)) * pow(theta, -2.0 * i / hd);
+    const double angle = static_cast<double>(pos0 + static_cast<int>(row % T)) * freq[i];
     double sd, cd;
     sincos(angle, &sd, &cd);
+    sd *= table.scale, cd *= table.scale;  // x 1.0 is exact: plain RoPE unchanged
     const float c = static_cast<float>(cd), s = static_cast<float>(inverse ? -sd : sd);
     bf* v = x + row * row_stride + 2 * i;
     for (int h = 0; h < n_heads; ++h, v += hd) {
@@ -227,16 +239,22 @@ void rmsnorm_backward(cudaStream_t s, Scratch& scratch, bf16* dinp, float* dweig
   if (dweight) column_sum(s, dweight, partial, g.chunks, C, C);
 }
 
-void rope(cudaStream_t s, bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
-          bool inverse) {
+void rope(cudaStream_t s, bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, const double* inv_freq,
+          double scale, int pos0, bool inverse) {
   if (hd <= 0 || hd % 2 != 0) throw_error("rope: head dim " + std::to_string(hd) + " is not even and positive");
+  if (hd / 2 > kRopeMaxPairs)
+    throw_error("rope: head dim " + std::to_string(hd) + " is above the " + std::to_string(2 * kRopeMaxPairs) +
+                " this kernel handles");
   if (static_cast<int64_t>(n_heads) * hd > row_stride)
     throw_error("rope: " + std::to_string(n_heads) + " heads of " + std::to_string(hd) + " do not fit a row of " +
                 std::to_string(row_stride));
   const int64_t rows = static_cast<int64_t>(B) * T;
   if (rows <= 0 || n_heads <= 0) return;
+  RopeTable table{};
+  std::copy(inv_freq, inv_freq + hd / 2, table.inv_freq);
+  table.scale = scale;
   rope_kernel<<<grid_for(static_cast<size_t>(rows) * (hd / 2), kThreads), kThreads, 0, s>>>(
-      as_bf(x), rows, T, n_heads, hd, row_stride, theta, pos0, inverse);
+      as_bf(x), rows, T, n_heads, hd, row_stride, table, pos0, inverse);
   launch_check("rope_kernel");
 }
 

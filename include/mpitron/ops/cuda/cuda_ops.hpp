@@ -28,7 +28,7 @@
 //                                   Both take Ops' kv_heads (grouped-query attention).
 //   rmsnorm_forward/backward      same (bf16 in/out, f32 rstd); backward as layernorm_backward:
 //                                   bf16 dinp +=, f32 dweight +=.
-//   rope, swiglu_forward/backward same, bf16 (rope's angles in double, as Ops).
+//   rope, swiglu_forward/backward same, bf16 (rope: the host table of angles, in double, as Ops).
 //   moe_gather_rows ... (MoE)     same, bf16 rows; device int64 indices, fp32 routing weights.
 //   embedding_forward/backward    same; wte/wpe bf16, dwte/dwpe f32 +=, deterministic (sorted tokens).
 //   residual_forward              residual_forward (bf16); add_inplace/scale_inplace/axpy on f32 grads.
@@ -49,6 +49,7 @@
 #include <string>
 
 #include "mpitron/core/dtype.hpp"
+#include "mpitron/ops/rope_freqs.hpp"
 
 namespace mpitron {
 
@@ -134,11 +135,12 @@ class CudaOps {
   // As layernorm_backward: dinp[rows,C] += (bf16), dweight[C] += (f32; may be nullptr); C <= 8192.
   virtual void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp, const bf16* weight,
                                 const float* rstd, int64_t rows, int64_t C) = 0;
-  // Rotary position embeddings in place on the first n_heads heads of hd (even) of every row of
-  // x[B*T, row_stride], positions pos0 + t, Meta's pairs (2i, 2i+1) rotated by (pos0 + t) theta^(-2i/hd);
-  // inverse = rotation by minus the angle (the backward, dx from dy in place).
-  virtual void rope(bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, double theta, int pos0,
-                    bool inverse) = 0;
+  // Rotary position embeddings in place on the first n_heads heads of hd (even, <= 256) of every row
+  // of x[B*T, row_stride], positions pos0 + t, Meta's pairs (2i, 2i+1) rotated by (pos0 + t)
+  // freqs.inv_freq[i], cos and sin times freqs.scale (Ops::rope's table, host memory: passed to the
+  // kernel by value); inverse = rotation by minus the angle (the backward, dx from dy in place).
+  virtual void rope(bf16* x, int B, int T, int n_heads, int hd, int64_t row_stride, const RopeFreqs& freqs,
+                    int pos0, bool inverse) = 0;
   // SwiGLU: out[rows,F] = silu(gate) * up over gate_up[rows,2F] = [gate | up]; the backward
   // overwrites dgate_up[rows,2F] (it may alias gate_up).
   virtual void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) = 0;
