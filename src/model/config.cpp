@@ -57,6 +57,16 @@ ModelConfig moe(ModelConfig c, int experts, int top_k, int expert_d_ff, int shar
   return c;
 }
 
+// LLaMA 3.1 / 3.2: LLaMA 3's shape with config.json's rope_scaling {"rope_type": "llama3",
+// "factor": F, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings":
+// 8192} (max_position_embeddings 131072; the preset's seq_len stays at the 8192 of pretraining).
+ModelConfig llama3_scaled(ModelConfig c, double factor, bool tied) {
+  c.rope_scaling = RopeScaling{.type = RopeScalingType::llama3, .factor = factor, .original_max_pos = 8192,
+                               .low_freq_factor = 1.0, .high_freq_factor = 4.0};
+  c.tied_embeddings = tied;
+  return c;
+}
+
 const std::vector<ModelConfig>& presets() {
   static const std::vector<ModelConfig> all = {
       gpt2("tiny", 2, 4, 64, 256, 64),
@@ -77,6 +87,13 @@ const std::vector<ModelConfig>& presets() {
       llama("llama3-8b", 32, 32, 8, 4096, 1.3, 1024, 128256, 8192, 500000.0),
       llama("llama3-70b", 80, 64, 8, 8192, 1.3, 4096, 128256, 8192, 500000.0),
       llama("llama3-405b", 126, 128, 8, 16384, 1.2, 4096, 128256, 8192, 500000.0),
+      // Meta's config.json / params.json for LLaMA 3.1 (rope factor 8, untied head) and 3.2 (factor
+      // 32, tied head; 1B: ffn_dim_multiplier 1.5, 3B: 1.0, multiple_of 256 -> d_ff 8192):
+      // 8,030,261,248, 70,553,706,496, 1,235,814,400 and 3,212,749,824 parameters.
+      llama3_scaled(llama("llama3.1-8b", 32, 32, 8, 4096, 1.3, 1024, 128256, 8192, 500000.0), 8.0, false),
+      llama3_scaled(llama("llama3.1-70b", 80, 64, 8, 8192, 1.3, 4096, 128256, 8192, 500000.0), 8.0, false),
+      llama3_scaled(llama("llama3.2-1b", 16, 32, 8, 2048, 1.5, 256, 128256, 8192, 500000.0), 32.0, true),
+      llama3_scaled(llama("llama3.2-3b", 28, 24, 8, 3072, 1.0, 256, 128256, 8192, 500000.0), 32.0, true),
       // Mixtures of experts (every block MoE, SwiGLU experts, untied head).
       // Tests and CPU runs: 4 experts of width 96, top 2.
       moe(llama("llama-moe-tiny", 2, 4, 2, 64, 1.0, 32, 256, 64, 10000.0), 4, 2, 96, 0),
