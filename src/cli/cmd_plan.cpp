@@ -24,6 +24,7 @@
 #include "mpitron/plan/ledger.hpp"
 #include "mpitron/plan/profile.hpp"
 #include "mpitron/plan/step_time.hpp"
+#include "mpitron/train/train_data.hpp"
 
 namespace mpitron {
 namespace {
@@ -115,7 +116,7 @@ PlanArgs parse(const std::vector<std::string>& rest) {
     else if (o == "--dp") a.dp = option_int(o, val(), 1);
     else if (o == "--cp") a.cp = option_int(o, val(), 1);
     else if (o == "--ep") a.ep = option_int(o, val(), 1);
-    else if (o == "--zero") a.zero = option_int(o, val(), 0);
+    else if (o == "--zero") a.zero = option_int(o, val(), between(0, 3));
     else if (o == "--sp") a.sp = true;
     else if (o == "--recompute") a.recompute = val();
     else if (o == "--micro-batch") a.micro = option_int(o, val(), 1);
@@ -153,6 +154,7 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
   if (!a.model.empty()) {
     job.model = ModelSection{};
     job.model.preset = a.model;
+    job.train.init_from.clear();
   }
   if (a.seq) job.model.seq_len = a.seq;
   if (a.tp) job.parallel.tp = a.tp;
@@ -170,7 +172,7 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
   if (a.micro) job.train.micro_batch = a.micro;
   if (a.microbatches) job.parallel.microbatches = a.microbatches;
   if (a.global) job.train.global_batch = a.global;
-  ModelConfig mc = resolve_model_config(job.model);
+  ModelConfig mc = job_model_config(job);  // as train resolves it (an HF folder's config.json with init_from)
   // As the trainer does: without model.vocab_size the data's tokenizer decides the vocabulary.
   const std::string& data_dir = job.data.paths.empty() ? job.data.path : job.data.paths.front().path;  // a blend: one tokenizer
   if (!a.job_file.empty() && a.model.empty() && job.model.vocab_size == 0 && !list_shards(data_dir, "train").empty())
@@ -185,6 +187,12 @@ PlanInput build_input(const PlanArgs& a, const std::vector<std::string>& args) {
     usage_check(gpus % mp == 0, "--gpus {} is not a multiple of tp x pp x cp = {}", gpus, mp);
     job.parallel.dp = gpus / mp;
   }
+  // A job file's layout passes exactly the rules `train` checks it with, with their messages
+  // (parallel/layout_rules.hpp), before the defaults below fill in what a job left out. Not under
+  // --advise: there the job's layout is what is being replaced (its global batch is kept).
+  if (!a.job_file.empty() && !a.advise)
+    check_layout(mc, layout_request(job, GridShape{job.parallel.tp, job.parallel.cp, job.parallel.dp, job.parallel.pp,
+                                                   job.parallel.ep}));
   if (job.parallel.microbatches == 0 && job.train.global_batch == 0 && job.parallel.pp > 1)
     job.parallel.microbatches = 4 * job.parallel.pp;
   PlanInput in = plan_input_from_job(job, mc, gpus);

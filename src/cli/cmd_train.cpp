@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "mpitron/cli/commands.hpp"
@@ -17,6 +18,8 @@
 #include "mpitron/distributed/launch.hpp"
 #include "mpitron/distributed/watchdog.hpp"
 #include "mpitron/train/preemption.hpp"
+#include "mpitron/parallel/layout_rules.hpp"
+#include "mpitron/train/train_data.hpp"
 #include "mpitron/train/trainer.hpp"
 
 namespace mpitron {
@@ -28,7 +31,8 @@ const char* kHelp =
     "Trains the model the job file describes (see docs/jobs.md for every key and its default).\n"
     "Any job key can be overridden: --train.steps=50 --parallel.tp=2 --optim.lr=3e-4\n\n"
     "options:\n"
-    "  --dry-run   print the fully resolved job (TOML) and the layout for this world size, then exit\n"
+    "  --dry-run   print the fully resolved job (TOML) and the layout for this world size, then exit;\n"
+    "              a layout the run would refuse is refused (exit 2) with the run's message\n"
     "  --help      this text\n\n"
     "Rank 0 prints one line per log.every steps: step, loss, lr, grad norm, ms/step, tokens/s,\n"
     "GFLOP/s per rank, MFU (against train.peak_flops, or a GEMM probe at start-up) and memory by\n"
@@ -78,16 +82,28 @@ int cmd_train(const Args& args) {
   GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.ep};
   if (dry_run) {
     // A job file for a cluster is checked on a workstation: print the job first, then the layout
-    // this world would get, or how many ranks the job needs.
+    // this world would get, or how many ranks the job needs. A layout of this world that the run
+    // would refuse is refused here, with the run's message (parallel/layout_rules.hpp).
+    const int mp = shape.tp * shape.cp * shape.pp;
+    const bool this_world = mp >= 1 && (shape.dp > 0 ? mp * shape.dp == li.world : li.world % mp == 0);
+    std::optional<GridShape> world_grid;
+    std::string problem;
+    if (this_world) {
+      try {
+        world_grid = resolve_grid_shape(shape, li.world);
+        problem = layout_problem(job_model_config(cfg), layout_request(cfg, *world_grid));
+      } catch (const UsageError& e) {  // the grid's own rules (sizes, ep)
+        problem = e.what();
+      }
+    }
     if (li.rank == 0) {
       std::printf("# resolved job%s%s\n%s\n", job_path.empty() ? "" : " from ", job_path.c_str(),
                   job_to_toml(cfg).c_str());
-      try {
-        GridShape g = resolve_grid_shape(shape, li.world);
+      if (world_grid) {
+        const GridShape& g = *world_grid;
         std::printf("# layout: world %d = tp %d x cp %d x dp %d x pp %d; run dir %s\n", li.world, g.tp, g.cp, g.dp,
                     g.pp, cfg.run_dir().c_str());
-      } catch (const UsageError&) {
-        int mp = shape.tp * shape.cp * shape.pp;
+      } else if (!this_world) {
         if (shape.dp > 0)
           std::printf("# layout: needs %d ranks = tp %d x cp %d x dp %d x pp %d (this launch has %d); run dir %s\n",
                       mp * shape.dp, shape.tp, shape.cp, shape.dp, shape.pp, li.world, cfg.run_dir().c_str());
@@ -97,7 +113,9 @@ int cmd_train(const Args& args) {
       }
       // The [env] warnings the real run would print, as comments so the output stays valid TOML.
       for (const auto& w : env_warnings) std::printf("# warning: %s\n", w.c_str());
+      std::fflush(stdout);
     }
+    usage_check(problem.empty(), "{}", problem);
     return 0;
   }
   shape = resolve_grid_shape(shape, li.world);

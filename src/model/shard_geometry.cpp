@@ -17,13 +17,10 @@ ShardGeometry::ShardGeometry(const ModelConfig& cfg, const ModelShard& s)
             (!spec.rope() || hd % 2 == 0) && (!spec.ff_is_4d || cfg.d_ff == 4 * cfg.d_model),
         "model {}: bad config d_model {} n_head {} n_kv_head {} d_ff {}", cfg.name, cfg.d_model, cfg.n_head, kv,
         cfg.d_ff);
-  usage_check(cfg.n_head % tp == 0 && kv % tp == 0 && cfg.d_ff % tp == 0,
-              "tensor parallel {} must divide the query heads ({}), the key/value heads ({}) and the MLP width ({}) "
-              "of {}: whole heads are split over TP ranks",
-              tp, cfg.n_head, kv, cfg.d_ff, cfg.name);
-  usage_check(cfg.seq_len % (2 * cp) == 0,
-              "context parallel {} needs model.seq_len ({}) divisible by 2 x cp = {} (each rank holds two chunks)", cp,
-              cfg.seq_len, 2 * cp);
+  // The layout rules (parallel/layout_rules.hpp) have refused a layout that cannot split the model.
+  check(cfg.n_head % tp == 0 && kv % tp == 0 && cfg.d_ff % tp == 0 && cfg.seq_len % (2 * cp) == 0,
+        "model {}: tp {} / cp {} cannot split heads {} / {}, d_ff {}, seq_len {}", cfg.name, tp, cp, cfg.n_head, kv,
+        cfg.d_ff, cfg.seq_len);
   if (spec.rope()) rope_freqs = rope_frequencies(cfg);  // once per model, on the host: both devices read it
   Tl = cfg.seq_len / cp;
   check(!sp || Tl % tp == 0, "sequence parallel needs seq_len / cp ({}) divisible by tp ({})", Tl, tp);

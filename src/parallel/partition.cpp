@@ -13,11 +13,6 @@ namespace {
 // Virtual stage vs of nv (the pipeline stage itself when nv = pp): blocks, embedding, head.
 ModelShard virtual_stage_shard(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
                                const std::vector<int>& pp_layers, int vs, int nv) {
-  const int L = cfg.n_layer;
-  const bool chunks = nv != shape.pp;
-  usage_check(L >= nv, "model.n_layer ({}) must be >= parallel.pp ({}){}: every {} needs a block", L, shape.pp,
-              chunks ? fmt::format(" x parallel.virtual_stages ({})", nv / shape.pp) : "",
-              chunks ? "model chunk" : "stage");
   ModelShard s;
   s.tp_rank = coord.tp;
   s.tp_size = shape.tp;
@@ -25,7 +20,7 @@ ModelShard virtual_stage_shard(const ModelConfig& cfg, const GridShape& shape, c
   s.cp_size = shape.cp;
   s.ep_size = shape.ep;
   s.ep_rank = data_context_rank(coord, shape.cp) % shape.ep;  // grid.cpp's ep group
-  const std::vector<int> layers = pipeline_stage_layers(L, nv, pp_layers);  // schedule.hpp: the same rule for `plan`
+  const std::vector<int> layers = pipeline_stage_layers(cfg.n_layer, nv, pp_layers);  // schedule.hpp: the same rule for `plan`
   s.layer_begin = std::accumulate(layers.begin(), layers.begin() + vs, 0);
   s.layer_end = s.layer_begin + layers[vs];
   s.has_embedding = vs == 0;
@@ -42,7 +37,7 @@ ModelShard model_shard_for(const ModelConfig& cfg, const GridShape& shape, const
 
 std::vector<ModelShard> model_chunks_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
                                          const std::vector<int>& pp_layers, int virtual_stages) {
-  usage_check(virtual_stages >= 1, "parallel.virtual_stages must be >= 1 (got {})", virtual_stages);
+  check(virtual_stages >= 1, "model_chunks_for: {} virtual stages", virtual_stages);
   std::vector<ModelShard> out;
   for (int c = 0; c < virtual_stages; ++c)
     out.push_back(virtual_stage_shard(cfg, shape, coord, pp_layers, c * shape.pp + coord.pp, shape.pp * virtual_stages));

@@ -80,7 +80,7 @@ std::vector<PipeAction> compute_order(const std::string& kind, int pp, int m, in
 
 }  // namespace
 
-PipelineSchedule make_schedule(const std::string& kind, int pp, int m, int v) {
+void check_schedule(const std::string& kind, int pp, int m, int v) {
   usage_check(kind == "gpipe" || kind == "1f1b" || kind == "interleaved",
               "parallel.schedule = \"{}\" is not a schedule (allowed: gpipe, 1f1b, interleaved)", kind);
   usage_check(pp >= 1, "parallel.pp must be >= 1 (got {})", pp);
@@ -99,6 +99,10 @@ PipelineSchedule make_schedule(const std::string& kind, int pp, int m, int v) {
                 "train.global_batch or use gpipe",
                 pp, m);
   }
+}
+
+PipelineSchedule make_schedule(const std::string& kind, int pp, int m, int v) {
+  check_schedule(kind, pp, m, v);
   PipelineSchedule s{kind, pp, m, v, {}};
   const int V = pp * v;
   for (int r = 0; r < pp; ++r) {
@@ -250,18 +254,10 @@ std::string format_timeline(const PipelineSchedule& s, const PipelineTimeline& t
 }
 
 std::vector<int> pipeline_stage_layers(int n_layer, int n_stages, const std::vector<int>& pp_layers) {
-  usage_check(n_layer >= n_stages,
-              "the model has {} layers but the pipeline has {} stages (parallel.pp x parallel.virtual_stages): "
-              "every stage needs at least one layer",
-              n_layer, n_stages);
-  if (!pp_layers.empty()) {
-    usage_check(static_cast<int>(pp_layers.size()) == n_stages,
-                "parallel.pp_layers has {} entries but the pipeline has {} stages", pp_layers.size(), n_stages);
-    int sum = std::accumulate(pp_layers.begin(), pp_layers.end(), 0);
-    usage_check(sum == n_layer, "parallel.pp_layers sums to {} but the model has {} layers", sum, n_layer);
-    for (int n : pp_layers) usage_check(n >= 1, "parallel.pp_layers: every stage needs at least one layer (got {})", n);
-    return pp_layers;
-  }
+  // The layout rules (layout_rules.hpp) have refused a pipeline this cannot split.
+  check(n_layer >= n_stages && (pp_layers.empty() || static_cast<int>(pp_layers.size()) == n_stages),
+        "pipeline_stage_layers: {} layers over {} stages (pp_layers of {})", n_layer, n_stages, pp_layers.size());
+  if (!pp_layers.empty()) return pp_layers;
   // Same rule as model_shard_for (partition.hpp): stage s holds [s*L/n, (s+1)*L/n).
   std::vector<int> out(n_stages);
   for (int i = 0; i < n_stages; ++i) out[i] = (i + 1) * n_layer / n_stages - i * n_layer / n_stages;

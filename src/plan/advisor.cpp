@@ -49,8 +49,6 @@ std::vector<int> divisors(int n) {
 }
 
 // Interleaving v = 2 needs at least one layer per virtual stage.
-bool m_layers_short(const ModelConfig& m, int virtual_stages) { return m.n_layer < virtual_stages; }
-
 int complexity(const PlanLayout& l) {
   return 100 * ((l.tp > 1) + (l.pp > 1) + (l.cp > 1) + (l.ep > 1)) + 10 * l.zero + 4 * (l.virtual_stages > 1) + 2 * l.recompute + l.sp;
 }
@@ -135,7 +133,7 @@ StepEstimate estimate_step(const PlanInput& in, const Ledger& led) {
 Advice advise(const PlanInput& base, const MachineProfile* profile) {
   const ModelConfig& m = base.model;
   const ClusterSpec& c = base.cluster;
-  const int G = base.global_batch();
+  const int G = base.job_global_batch > 0 ? base.job_global_batch : base.global_batch();
   const int gpus = c.gpus;
   usage_check(gpus >= 1, "--gpus must be >= 1");
   usage_check(c.gpus_per_node >= 1, "--gpus-per-node must be >= 1");
@@ -194,13 +192,13 @@ Advice advise(const PlanInput& base, const MachineProfile* profile) {
   }
 
   // The search.
+  // Which layouts a run accepts is the layout rules' (parallel/layout_rules.hpp) say, asked by
+  // compute_ledger through validate_plan: the search only chooses what to try.
   for (int tp : divisors(std::min(gpus, c.gpus_per_node))) {
-    if (m.n_head % tp || m.d_ff % tp || (m.n_kv_head % tp && tp % m.n_kv_head)) continue;
     for (int pp : divisors(gpus / tp))
-    // Context parallel for long sequences (>= 8192 tokens): cp up to 8, seq_len in 2 cp chunks.
+    // Context parallel for long sequences (>= 8192 tokens): cp up to 8.
     for (int cp : divisors(gpus / tp / pp)) {
-      if (cp > 1 && (m.seq_len < 8192 || cp > 8 || m.seq_len % (2 * cp))) continue;
-      if (pp > m.n_layer) continue;
+      if (cp > 1 && (m.seq_len < 8192 || cp > 8)) continue;
       const int dp = gpus / tp / pp / cp;
       if (G % dp) continue;
       for (int micro : {1, 2, 4, 8}) {
@@ -212,16 +210,14 @@ Advice advise(const PlanInput& base, const MachineProfile* profile) {
           for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
             for (int rc = 0; rc <= 1; ++rc)
               for (const char* sched : {"1f1b", "gpipe", "interleaved"}) {
-                if (ep > 1 && (!m.moe.enabled() || m.moe.n_experts % ep)) continue;
                 // Without a profile the fixed model cannot tell schedules apart: 1F1B only.
                 if (std::string(sched) != "1f1b" && (!profile || pp == 1)) continue;
                 PlanInput in = with_layout(base, dp, tp, pp, zero, sp, rc, micro, G, cp, ep);
                 if (pp > 1) {
                   in.layout.schedule = sched;
                   in.layout.virtual_stages = std::string(sched) == "interleaved" ? 2 : 1;
-                  const int m = in.layout.microbatches;
-                  if (in.layout.virtual_stages > 1 && (m % pp || m < pp || m_layers_short(base.model, pp * 2))) continue;
                 }
+                if (!layout_problem(m, plan_layout_request(in)).empty()) continue;
                 ++a.considered;
                 Candidate cand;
                 if (!try_ledger(in, &cand.ledger) || !fits(cand.ledger, c)) continue;
@@ -320,6 +316,7 @@ std::string format_advice(const Advice& a, int top) {
 }
 
 std::string layout_job_toml(const PlanInput& in, const std::string& profile) {
+  check_layout(in.model, plan_layout_request(in));  // a job `train` accepts, or none
   const PlanLayout& l = in.layout;
   std::string o = "# written by `mpitron plan --advise --emit-job`\n[job]\n";
   // The preset the config came from ("+custom" marks job overrides), with the sizes spelled out.

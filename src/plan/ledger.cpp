@@ -109,34 +109,26 @@ int64_t zero_shard_elems(int64_t n, int dp, int r) {
 
 }  // namespace
 
-void validate_plan(const PlanInput& in) {
-  const ModelConfig& m = in.model;
+LayoutRequest plan_layout_request(const PlanInput& in) {
   const PlanLayout& l = in.layout;
-  usage_check(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.cp >= 1, "parallel sizes must be >= 1 (tp {}, pp {}, dp {}, cp {})",
-              l.tp, l.pp, l.dp, l.cp);
-  usage_check(m.n_head % l.tp == 0, "tp ({}) must divide the number of attention heads ({} for {})", l.tp, m.n_head,
-              m.name);
-  usage_check(m.n_kv_head % l.tp == 0, "tp ({}) must divide the number of key/value heads ({} for {})", l.tp,
-              m.n_kv_head, m.name);
-  usage_check(m.d_ff % l.tp == 0, "tp ({}) must divide d_ff ({})", l.tp, m.d_ff);
-  usage_check(l.pp * l.virtual_stages <= m.n_layer, "pp ({}) x virtual stages ({}) exceeds the model's {} layers",
-              l.pp, l.virtual_stages, m.n_layer);
-  usage_check(l.zero >= 0 && l.zero <= 3, "zero stage must be 0..3 (got {})", l.zero);
-  usage_check(!l.sp || l.tp > 1, "sequence parallelism (--sp) needs tp > 1");
+  LayoutRequest r;
+  r.grid = GridShape{l.tp, l.cp, l.dp, l.pp, l.ep};
+  r.parallel.sp = l.sp;
+  r.parallel.zero = l.zero;
+  r.parallel.schedule = l.schedule;
+  r.parallel.virtual_stages = l.virtual_stages;
+  r.parallel.pp_layers = l.pp_layers;
+  r.micro_batch = l.micro_batch;
+  r.global_batch = l.micro_batch * l.dp * l.microbatches;  // the plan's batch splits by construction
+  r.gpu = in.precision != Precision::fp32;
+  return r;
+}
+
+void validate_plan(const PlanInput& in) {
+  const PlanLayout& l = in.layout;
   usage_check(l.micro_batch >= 1 && l.microbatches >= 1, "micro-batch ({}) and micro-batches ({}) must be >= 1",
               l.micro_batch, l.microbatches);
-  usage_check(m.seq_len % l.cp == 0, "cp ({}) must divide the sequence length ({})", l.cp, m.seq_len);
-  usage_check(l.ep >= 1, "ep must be >= 1 (got {})", l.ep);
-  if (l.ep > 1) {
-    usage_check(m.moe.enabled(), "expert parallel (ep {}) needs a MoE model ([model.moe] n_experts > 0); {} is dense",
-                l.ep, m.name);
-    usage_check(m.moe.n_experts % l.ep == 0, "ep ({}) must divide model.moe.n_experts ({})", l.ep, m.moe.n_experts);
-    usage_check(l.dp * l.cp % l.ep == 0, "ep ({}) must divide the dp x cp ranks ({} x {})", l.ep, l.dp, l.cp);
-  }
-  usage_check(l.schedule == "1f1b" || l.schedule == "gpipe" || l.schedule == "interleaved",
-              "unknown pipeline schedule '{}' (allowed: gpipe, 1f1b, interleaved)", l.schedule);
-  usage_check(l.pp == 1 || l.schedule == "gpipe" || l.microbatches >= l.pp,
-              "schedule {} needs at least pp ({}) micro-batches per step (got {})", l.schedule, l.pp, l.microbatches);
+  check_layout(in.model, plan_layout_request(in));  // what `train` asks of the same layout
   const int world = l.world();
   usage_check(world <= in.cluster.gpus,
               "layout needs {} GPUs (dp {} x tp {} x pp {} x cp {}) but only {} were given (--gpus)", world, l.dp, l.tp,
@@ -324,6 +316,7 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
   l.pp_layers = job.parallel.pp_layers;
   l.bucket_mb = job.parallel.bucket_mb;
   in.async_checkpoint = job.checkpoint.async;
+  in.job_global_batch = job.train.global_batch;
   in.cluster.gpus = world > 0 ? world : l.world();
   return in;
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "mpitron/checkpoint/hf_import.hpp"
@@ -14,22 +15,20 @@ namespace mpitron {
 BatchPlan plan_batches(const JobConfig& cfg, int dp) {
   BatchPlan b;
   b.micro = cfg.train.micro_batch;
-  usage_check(b.micro > 0, "train.micro_batch must be > 0 (got {})", b.micro);
   b.global = cfg.train.global_batch ? cfg.train.global_batch : b.micro * dp;
-  usage_check(b.global % (b.micro * dp) == 0,
-              "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x dp ({})", b.global, b.micro,
-              dp);
-  b.accum = b.global / (b.micro * dp);
-  usage_check(cfg.parallel.microbatches == 0 || cfg.parallel.microbatches == b.accum,
-              "parallel.microbatches ({}) disagrees with train.global_batch / (train.micro_batch x dp) = {}",
-              cfg.parallel.microbatches, b.accum);
+  b.accum = std::max(1, b.global / (b.micro * dp));
   return b;
+}
+
+ModelConfig job_model_config(const JobConfig& cfg) {
+  const bool from_hf = cfg.train.init_from.rfind("hf:", 0) == 0;
+  return from_hf ? model_for_hf_init(cfg.model, cfg.train.init_from.substr(3)) : resolve_model_config(cfg.model);
 }
 
 TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int dp_rank, bool print_notes) {
   TrainData d;
   const bool from_hf = cfg.train.init_from.rfind("hf:", 0) == 0;
-  d.model = from_hf ? model_for_hf_init(cfg.model, cfg.train.init_from.substr(3)) : resolve_model_config(cfg.model);
+  d.model = job_model_config(cfg);
   LoaderOptions lo;
   lo.dir = cfg.data.path;
   for (const auto& e : cfg.data.paths) lo.blend.push_back({e.path, e.weight});  // data.paths replaces data.path

@@ -16,6 +16,7 @@
 #include "mpitron/distributed/activity.hpp"
 #include "mpitron/distributed/fault_inject.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/parallel/layout_rules.hpp"
 #include "mpitron/parallel/pipeline.hpp"
 #include "mpitron/train/lr_schedule.hpp"
 #include "mpitron/train/metrics.hpp"
@@ -118,14 +119,10 @@ StepComm TrainBackend::take_comm() {
 
 TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
   const GridShape& gs = grid.shape();
-  usage_check(!cfg.parallel.sp || gs.tp > 1, "parallel.sp needs parallel.tp > 1 (got tp {})", gs.tp);
-  usage_check(cfg.train.backend == "cpu" || cfg.train.backend == "nccl", "train.backend=\"{}\" is not one of: cpu, nccl",
-              cfg.train.backend);
+  // The ranges of single keys (train.steps, log.every, train.backend's names) are the key registry's.
 #if !MPITRON_CUDA
   usage_check(cfg.train.backend == "cpu", "train.backend = \"nccl\" needs a CUDA build of mpitron (make CUDA=1)");
 #endif
-  usage_check(cfg.train.steps > 0, "train.steps must be > 0 (got {})", cfg.train.steps);
-  usage_check(cfg.log.every > 0, "log.every must be > 0 (got {})", cfg.log.every);
   {
     const std::vector<int>& tr = cfg.train.trace_steps;
     usage_check(tr.empty() || (tr.size() == 2 && tr[0] >= 1 && tr[0] <= tr[1]),
@@ -143,28 +140,9 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   DataLoader& train_data = *data.train;
   ValidationLoader* val_data = data.val.get();
 
-  // The GPU backend masks documents in the naive attention path (cuDNN's graphs are plainly causal)
-  // and in the context-parallel ring's block kernels (cp > 1 uses those instead of either path).
-  const bool gpu_docs = cfg.data.document_mask && cfg.train.backend != "cpu";
-  usage_check(!gpu_docs || gs.cp > 1 || cfg.model.attention == "naive",
-              "data.document_mask = true on the GPU backend needs model.attention = \"naive\" (cuDNN's attention "
-              "graphs here have no document mask; model.attention = \"{}\")", cfg.model.attention);
-  usage_check(mc.n_head % gs.tp == 0, "model.n_head ({}) must be divisible by parallel.tp ({}): attention heads are "
-              "split over the TP ranks", mc.n_head, gs.tp);
-  usage_check(mc.seq_len % (2 * gs.cp) == 0,
-              "parallel.cp = {}: model.seq_len ({}) must be divisible by 2 x cp = {} (each cp rank holds two chunks of "
-              "every sequence, for causal load balance)",
-              gs.cp, mc.seq_len, 2 * gs.cp);
-  usage_check(!cfg.parallel.sp || (mc.seq_len / gs.cp) % gs.tp == 0,
-              "parallel.sp: model.seq_len / parallel.cp ({}) must be divisible by parallel.tp ({})", mc.seq_len / gs.cp,
-              gs.tp);
-  usage_check(gs.ep == 1 || mc.moe.enabled(),
-              "parallel.ep = {} splits a mixture-of-experts model's experts, but model '{}' is dense (set "
-              "model.moe.n_experts, or leave parallel.ep at 1)",
-              gs.ep, mc.name);
-  usage_check(!mc.moe.enabled() || mc.moe.n_experts % gs.ep == 0,
-              "model.moe.n_experts = {} must be divisible by parallel.ep = {} (each ep rank runs n_experts / ep experts)",
-              mc.moe.n_experts, gs.ep);
+  // Every rule that ties the model, the batch and the backend to this layout (also what `plan` and
+  // `train --dry-run` ask): parallel/layout_rules.hpp.
+  check_layout(mc, layout_request(cfg, gs));
 
   // The backend: this rank's model chunks with their data parallel and optimizer, as a pipeline
   // (train_backend.hpp). The schedule decides how many micro-batches' activations each chunk keeps.

@@ -134,7 +134,7 @@ expect_error() {  # pattern args...
   grep -q "$pat" "$tmp/err.log" || fail "plan $*: expected '$pat', got: $(cat "$tmp/err.log")"
 }
 expect_error "unknown model preset 'llama9'" --model llama9
-expect_error "tp (3) must divide the number of attention heads" --model llama2-7b --tp 3 --gpus 3
+expect_error "model.n_head (32) must be divisible by parallel.tp (3)" --model llama2-7b --tp 3 --gpus 3
 expect_error "only 8 were given" --model llama2-7b --tp 8 --pp 2 --gpus 8
 expect_error "unknown option '--bogus'" --bogus
 echo "ok ($checked layouts checked)"

@@ -76,8 +76,8 @@ expect_usage() {  # what-to-find command...
   grep -q -- "$want" "$tmp/err.log" || { cat "$tmp/err.log"; fail "the message does not name '$want'"; }
 }
 expect_usage "--predict needs --profile" "$MPITRON" plan "${job[@]}" --predict
-expect_usage "ep (3) must divide model.moe.n_experts (4)" "$MPITRON" plan "${moe[@]}" --gpus 3 --ep 3
-expect_usage "expert parallel (ep 2) needs a MoE model" "$MPITRON" plan "${job[@]}" --gpus 2 --ep 2
+expect_usage "model.moe.n_experts = 4 must be divisible by parallel.ep = 3" "$MPITRON" plan "${moe[@]}" --gpus 3 --ep 3
+expect_usage "parallel.ep = 2 splits a mixture-of-experts model's experts, but model 'tiny' is dense" "$MPITRON" plan "${job[@]}" --gpus 2 --ep 2
 expect_usage "no-such-profile" "$MPITRON" plan "${job[@]}" --predict --profile no-such-profile
 sed 's/^stream_gbs/stream_gbz/' "$prof" >"$tmp/bad.toml"
 rc=0

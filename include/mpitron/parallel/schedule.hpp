@@ -53,6 +53,9 @@ struct PipelineSchedule {
 // Throws UsageError for a bad combination (microbatches < pp for 1f1b/interleaved, interleaved
 // with v < 2 or microbatches not a multiple of pp, unknown kind).
 PipelineSchedule make_schedule(const std::string& kind, int pp, int microbatches, int virtual_stages = 1);
+// The combinations make_schedule refuses (UsageError): its rules, which the layout rules
+// (layout_rules.hpp) ask too.
+void check_schedule(const std::string& kind, int pp, int microbatches, int virtual_stages);
 
 // Timeline of one step with forward = `t_fwd` and backward = `t_bwd` time units per chunk and free
 // communication. Throws Error naming the stuck ranks if the schedule deadlocks.

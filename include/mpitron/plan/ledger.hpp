@@ -20,6 +20,7 @@
 
 #include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/parallel/layout_rules.hpp"
 #include "mpitron/model/gpt.hpp"
 
 namespace mpitron {
@@ -77,6 +78,9 @@ struct PlanInput {
   // under ZeRO-3 (the gathered units are rounded per GEMM).
   bool cpu_bf16_gemms = false;
   bool async_checkpoint = false;  // checkpoint.async: RankLedger::ckpt_snapshot
+  // The job's train.global_batch (0: none set): what --advise keeps while it searches layouts,
+  // whose micro-batch x dp need not split it the way the job's own layout does.
+  int job_global_batch = 0;
   int global_batch() const { return layout.micro_batch * layout.microbatches * layout.dp; }
 };
 
@@ -113,8 +117,11 @@ struct Ledger {
   int heaviest = 0;                // index into stages
 };
 
-// Layout checks with clear messages (UsageError): tp divides heads (and kv heads), world equals
-// the GPUs given, pp <= layers, zero in 0..3, microbatches >= pp for 1f1b.
+// The layout as the layout rules see it (parallel/layout_rules.hpp); gpu unless the precision is
+// the CPU trainer's fp32.
+LayoutRequest plan_layout_request(const PlanInput& in);
+// UsageError with train's own message for a layout `train` would refuse (check_layout), or for a
+// world that is not the GPUs given.
 void validate_plan(const PlanInput& in);
 // The ledger of one world rank.
 RankLedger rank_ledger(const PlanInput& in, int rank);

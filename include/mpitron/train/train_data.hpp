@@ -10,11 +10,16 @@
 
 namespace mpitron {
 
-// global_batch sequences per step = micro_batch x dp x accumulation steps (UsageError otherwise).
+// global_batch sequences per step = micro_batch x dp x accumulation steps (the layout rules,
+// parallel/layout_rules.hpp, refuse a batch that does not split so).
 struct BatchPlan {
   int micro = 1, global = 1, accum = 1;
 };
 BatchPlan plan_batches(const JobConfig& cfg, int dp);
+
+// The job's model: model.* (a preset and its overrides), or an HF folder's config.json when
+// train.init_from = "hf:DIR"; vocab_size still 0 when the data's tokenizer is to decide it.
+ModelConfig job_model_config(const JobConfig& cfg);
 
 struct TrainData {
   ModelConfig model;  // cfg.model with vocab_size taken from the data when the job leaves it 0

@@ -44,10 +44,7 @@ class GpuBackend final : public TrainBackend {
     const GridShape& gs = grid_.shape();
     usage_check(cfg.train.recompute == "none" || cfg.train.recompute == "full",
                 "train.recompute must be \"none\" or \"full\" (got \"{}\")", cfg.train.recompute);
-    usage_check(gs.ep == 1 || cfg.parallel.zero < 3,
-                "parallel.ep = {} with parallel.zero = 3 runs on the CPU backend only so far (the GPU model's ZeRO-3 "
-                "units do not hold the experts, laid out after the other parameters): use zero <= 2",
-                gs.ep);
+    // (ep with ZeRO-3 is refused by the layout rules: parallel/layout_rules.hpp.)
     usage_check(launch_.device >= 0, "train.backend = \"nccl\" needs a GPU on every rank ({})", launch_.device_note);
     CudaOpsOptions oo;
     oo.attention = cfg.model.attention;
