@@ -22,6 +22,7 @@ FUZZ_TARGETS := prep checkpoint shard job_config tokenizer safetensors profile h
 FUZZ_LIB_SRC := $(sort $(wildcard src/config/*.cpp)) src/cli/job_args.cpp src/cli/cmd_prep.cpp $(sort $(wildcard src/data/*.cpp)) \
   $(sort $(wildcard src/data/*/*.cpp)) \
   $(sort $(wildcard src/core/*.cpp)) src/model/arch.cpp src/model/config.cpp src/model/gpt_params.cpp src/model/llama_params.cpp \
+  src/model/rope_scaling.cpp \
   $(sort $(wildcard src/checkpoint/*.cpp)) \
   src/distributed/fault_inject.cpp src/distributed/activity.cpp src/distributed/launch.cpp src/parallel/partition.cpp \
   src/parallel/schedule.cpp src/plan/profile.cpp
