@@ -13,6 +13,12 @@
 namespace mpitron {
 namespace {
 
+// A job key's value where the job sets one (0: keep the preset's).
+template <class V, class D>
+void take_set(V v, D& dst) {
+  if (v != 0) dst = v;
+}
+
 ModelConfig gpt2(const char* name, int layers, int heads, int d, int vocab = 50257, int seq = 1024) {
   ModelConfig c;
   c.name = name;
@@ -161,16 +167,13 @@ void resolve_rope_scaling(ModelConfig& c, const ModelSection& s) {
   only(s.rope_beta_slow, "rope_beta_slow", yarn, "\"yarn\"");
   only(s.rope_attention_factor, "rope_attention_factor", yarn, "\"yarn\"");
   if (!r.enabled()) return;
-  auto take = [](auto v, auto& dst) {
-    if (v != 0) dst = v;
-  };
-  take(s.rope_factor, r.factor);
-  take(s.rope_original_max_pos, r.original_max_pos);
-  take(s.rope_low_freq_factor, r.low_freq_factor);
-  take(s.rope_high_freq_factor, r.high_freq_factor);
-  take(s.rope_beta_fast, r.beta_fast);
-  take(s.rope_beta_slow, r.beta_slow);
-  take(s.rope_attention_factor, r.attention_factor);
+  take_set(s.rope_factor, r.factor);
+  take_set(s.rope_original_max_pos, r.original_max_pos);
+  take_set(s.rope_low_freq_factor, r.low_freq_factor);
+  take_set(s.rope_high_freq_factor, r.high_freq_factor);
+  take_set(s.rope_beta_fast, r.beta_fast);
+  take_set(s.rope_beta_slow, r.beta_slow);
+  take_set(s.rope_attention_factor, r.attention_factor);
   usage_check(r.factor != 0 && r.original_max_pos != 0,
               "model.rope_scaling = \"{}\" needs model.rope_factor and model.rope_original_max_pos (LLaMA 3.1: 8 and "
               "8192; LLaMA 3.2: 32 and 8192; Qwen's YaRN: 4 and 32768)",
@@ -204,14 +207,11 @@ ModelConfig model_preset(const std::string& name) {
 ModelConfig resolve_model_config(const ModelSection& s) {
   ModelConfig c = model_preset(s.preset);
   const ModelConfig preset = c;
-  auto take = [](auto v, auto& dst) {
-    if (v != 0) dst = v;
-  };
-  take(s.n_layer, c.n_layer);
-  take(s.n_head, c.n_head);
-  take(s.d_model, c.d_model);
-  take(s.vocab_size, c.vocab_size);
-  take(s.seq_len, c.seq_len);
+  take_set(s.n_layer, c.n_layer);
+  take_set(s.n_head, c.n_head);
+  take_set(s.d_model, c.d_model);
+  take_set(s.vocab_size, c.vocab_size);
+  take_set(s.seq_len, c.seq_len);
   if (s.arch != "auto") {
     const Arch want = s.arch == "llama" ? Arch::llama : Arch::gpt2;
     if (want != c.arch) {  // the other family's block on this preset's sizes
@@ -244,16 +244,16 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     c.n_kv_head = c.n_head;
     c.d_ff = 4 * c.d_model;
   } else {
-    take(s.n_kv_head, c.n_kv_head);
-    take(s.ffn_multiplier, c.ffn_multiplier);
-    take(s.multiple_of, c.multiple_of);
+    take_set(s.n_kv_head, c.n_kv_head);
+    take_set(s.ffn_multiplier, c.ffn_multiplier);
+    take_set(s.multiple_of, c.multiple_of);
     check_job_value("model.multiple_of", c.multiple_of);
     check_job_value("model.ffn_multiplier", c.ffn_multiplier);
     if (s.d_ff != 0) c.d_ff = s.d_ff;
     else if (c.d_model != preset.d_model || s.ffn_multiplier != 0 || s.multiple_of != 0 || c.arch != preset.arch)
       c.d_ff = llama_ffn_dim(c.d_model, c.ffn_multiplier, c.multiple_of);
-    take(s.norm_eps, c.norm_eps);
-    take(s.rope_theta, c.rope_theta);
+    take_set(s.norm_eps, c.norm_eps);
+    take_set(s.rope_theta, c.rope_theta);
     check_job_value("model.d_ff", c.d_ff);
     usage_check(c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0,
                 "model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves n_head / n_kv_head "

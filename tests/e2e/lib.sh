@@ -74,3 +74,12 @@ hf_tokenizer_refs() {
     fail "npm install of $pins failed"
   fi
 }
+
+# expect WORDS... -- COMMAND...: COMMAND must fail, and its output (in $tmp/err.log) hold every WORD.
+expect() {  # words... -- command...
+  local words=()
+  while [ "$1" != -- ]; do words+=("$1"); shift; done
+  shift
+  if "$@" >"$tmp/err.log" 2>&1; then fail "succeeded: $*"; fi
+  for w in "${words[@]}"; do grep -qF -- "$w" "$tmp/err.log" || fail "$*: no '$w' in: $(cat "$tmp/err.log")"; done
+}

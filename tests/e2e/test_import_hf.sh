@@ -135,13 +135,6 @@ grep -q "targets)" "$tmp/sft.log" || fail "llama-sft does not train on the assis
 grep -q "<|im_start|>user" "$tmp/sft-gen.log" || fail "generate --chat did not render the prompt: $(cat "$tmp/sft-gen.log")"
 
 echo "== errors"
-expect() {  # words... -- command...
-  local words=()
-  while [ "$1" != -- ]; do words+=("$1"); shift; done
-  shift
-  if "$@" >"$tmp/err.log" 2>&1; then fail "succeeded: $*"; fi
-  for w in "${words[@]}"; do grep -qF -- "$w" "$tmp/err.log" || fail "$*: no '$w' in: $(cat "$tmp/err.log")"; done
-}
 bad() { rm -rf "$tmp/bad" && cp -r "$tmp/llama.hf" "$tmp/bad"; }
 bad && truncate -s 100 "$tmp/bad/model.safetensors"
 expect "model.safetensors" "runs past the end" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"

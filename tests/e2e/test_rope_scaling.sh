@@ -132,13 +132,6 @@ for m in llama3 yarn; do
 done
 
 echo "== refusals"
-expect() {  # words... -- command...
-  local words=()
-  while [ "$1" != -- ]; do words+=("$1"); shift; done
-  shift
-  if "$@" >"$tmp/err.log" 2>&1; then fail "succeeded: $*"; fi
-  for w in "${words[@]}"; do grep -qF -- "$w" "$tmp/err.log" || fail "$*: no '$w' in: $(cat "$tmp/err.log")"; done
-}
 expect "holds a different model: RoPE scaling llama3" -- $MPIRUN -np 1 "$MPITRON" train jobs/llama-tiny.toml \
   --data.path="$tmp/data" --train.steps=4 --job.run_dir="$tmp/keys_llama3" "${keys_llama3[@]}" --model.rope_factor=4
 train keys_llama3 2 "${keys_llama3[@]}" --train.steps=4 --parallel.tp=2  # the same keys resume (the file's scaling read back)
