@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (a sweep of plan, dry-run and train verdicts over 18 layouts: the rules run sanitized in the unit tests (test_layout_rules))
 # One home for the layout rules (parallel/layout_rules.hpp): over a sweep of small layouts (cp with
 # odd sequence lengths, sequence parallel, heads and kv heads tp does not divide, more stages than
 # layers, batches that do not split, experts ep does not divide, a dense model with ep, pp_layers),
