@@ -48,10 +48,10 @@ class StageModel {
   FlatOps& ops() { return ops_; }
   size_t num_params() const;      // floats over all chunks (the tied copy included)
   double tp_comm_seconds() const;
-  double cp_wait_seconds() const;
+  double cp_wait_seconds() const;  // the chunks' ModelChunk::cp_wait_seconds; < 0 if any is unmeasured
   // Every chunk's MoE routing statistics since the last take (ModelChunk::take_moe_stats).
   std::vector<std::pair<int, MoeStats>> take_moe_stats();
-  double ep_seconds() const;  // the chunks' token exchanges; < 0 without expert parallel  // the chunks' ModelChunk::cp_wait_seconds; < 0 if any is unmeasured
+  double ep_seconds() const;  // the chunks' token exchanges; < 0 without expert parallel
 
   // DataParallel's step protocol, over every chunk.
   void begin_step(int micro_batches);

@@ -1,5 +1,6 @@
-// GptCuda (gpt_cuda.hpp): the CPU GPT's forward/backward (src/model/gpt.cpp, tp = pp = 1) on
-// CudaOps, with llm.c's fusions:
+// GptCuda (gpt_cuda.hpp): the CPU GPT's forward/backward (src/model/gpt.cpp) on CudaOps, for any
+// model chunk of any layout (tensor parallel with SP, pipeline stages, context parallel's ring,
+// expert parallel), with llm.c's fusions:
 //   - residual add + LayerNorm in one kernel: block l's ln_1 also writes block l-1's output
 //     (res3 = res2 + mlp projection), the final LayerNorm writes the last block's output;
 //   - c_fc's matmul + bias + GELU in one cuBLASLt call (GELU_AUX_BIAS keeps the GELU input for
