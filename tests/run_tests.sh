@@ -106,6 +106,11 @@ if [ "$what" = all ] || [ "$what" = mpi ]; then
     base=$(basename "$src" .cpp)
     nps=$(sed -n 's|^// np:\(.*\)$|\1|p' "$src" | head -n 1)
     [ -n "$nps" ] || nps=2
+    # A test may run at fewer rank counts under the sanitizers: "// np under the sanitizers: 1 2".
+    if [ -n "$SAN" ]; then
+      san_nps=$(sed -n 's|^// np under the sanitizers:\(.*\)$|\1|p' "$src" | head -n 1)
+      [ -z "$san_nps" ] || nps=$san_nps
+    fi
     for np in $nps; do
       run_one "mpi/$base np=$np" 300 $MPIRUN -np "$np" "$BUILD/tests/mpi/$base" --report_level=short --color_output=no
     done
