@@ -1,6 +1,7 @@
 // The rules of a layout (parallel/layout_rules.hpp), in the order a run meets them.
 #include "mpitron/parallel/layout_rules.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "mpitron/core/error.hpp"
@@ -48,11 +49,11 @@ void check_experts(const ModelConfig& m, const LayoutRequest& l) {
 
 // How the global batch splits over dp ranks and micro-batches.
 void check_batch(const LayoutRequest& l) {
-  const int dp = l.grid.dp, global = l.global_batch ? l.global_batch : l.micro_batch * dp;
+  const int dp = l.grid.dp, global = layout_global_batch(l);
   usage_check(global % (l.micro_batch * dp) == 0,
               "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x dp ({})", global, l.micro_batch,
               dp);
-  const int accum = global / (l.micro_batch * dp);
+  const int accum = layout_accumulation(l);
   usage_check(l.parallel.microbatches == 0 || l.parallel.microbatches == accum,
               "parallel.microbatches ({}) disagrees with train.global_batch / (train.micro_batch x dp) = {}",
               l.parallel.microbatches, accum);
@@ -98,9 +99,10 @@ LayoutRequest layout_request(const JobConfig& job, const GridShape& grid) {
   return l;
 }
 
+int layout_global_batch(const LayoutRequest& l) { return l.global_batch ? l.global_batch : l.micro_batch * l.grid.dp; }
+
 int layout_accumulation(const LayoutRequest& l) {
-  const int per_step = l.micro_batch * l.grid.dp;
-  return std::max(1, (l.global_batch ? l.global_batch : per_step) / per_step);
+  return std::max(1, layout_global_batch(l) / (l.micro_batch * l.grid.dp));
 }
 
 void check_layout(const ModelConfig& model, const LayoutRequest& layout) {

@@ -3,21 +3,20 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <cstdio>
 
 #include "mpitron/checkpoint/hf_import.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/data/shard.hpp"
+#include "mpitron/parallel/layout_rules.hpp"
 
 namespace mpitron {
 
 BatchPlan plan_batches(const JobConfig& cfg, int dp) {
-  BatchPlan b;
-  b.micro = cfg.train.micro_batch;
-  b.global = cfg.train.global_batch ? cfg.train.global_batch : b.micro * dp;
-  b.accum = std::max(1, b.global / (b.micro * dp));
-  return b;
+  GridShape only_dp;  // of the grid, only dp splits the batch
+  only_dp.dp = dp;
+  const LayoutRequest l = layout_request(cfg, only_dp);
+  return BatchPlan{l.micro_batch, layout_global_batch(l), layout_accumulation(l)};
 }
 
 ModelConfig job_model_config(const JobConfig& cfg) {

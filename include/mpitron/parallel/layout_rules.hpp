@@ -34,6 +34,8 @@ void check_layout(const ModelConfig& model, const LayoutRequest& layout);
 // The same as a value: "" when the model fits the layout, else check_layout's message.
 std::string layout_problem(const ModelConfig& model, const LayoutRequest& layout);
 
+// Sequences per step: train.global_batch, or micro-batch x dp when the job leaves it 0.
+int layout_global_batch(const LayoutRequest& layout);
 // Micro-batches per step and pipeline: global batch / (micro-batch x dp), for a checked layout.
 int layout_accumulation(const LayoutRequest& layout);
 
