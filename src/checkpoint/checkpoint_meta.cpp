@@ -76,6 +76,8 @@ static json meta_to_json_dense(const CheckpointMeta& m) {
                 {"tied_embeddings", c.tied_embeddings},
                 {"norm_eps", c.norm_eps},
                 {"rope_theta", c.rope_theta},
+                {"qkv_bias", c.qkv_bias},
+                {"qk_norm", c.qk_norm},
                 {"rope_pairing", c.arch == Arch::llama ? kRopePairing : "none"}}},
               {"layout", {{"tp", m.layout.tp}, {"cp", m.layout.cp}, {"dp", m.layout.dp}, {"pp", m.layout.pp}}},
               {"zero", m.zero},
@@ -109,6 +111,8 @@ CheckpointMeta meta_from_json(const json& j) {
   m.model.tied_embeddings = c.at("tied_embeddings");
   if (c.contains("norm_eps")) m.model.norm_eps = c.at("norm_eps");  // absent before LLaMA
   if (c.contains("rope_theta")) m.model.rope_theta = c.at("rope_theta");
+  if (c.contains("qkv_bias")) m.model.qkv_bias = c.at("qkv_bias");  // absent before Qwen
+  if (c.contains("qk_norm")) m.model.qk_norm = c.at("qk_norm");
   if (c.contains("rope_scaling")) {  // absent: plain RoPE
     const json& e = c.at("rope_scaling");
     RopeScaling& r = m.model.rope_scaling;
@@ -315,6 +319,9 @@ CheckpointMeta read_meta(hid_t f, const std::string& path) {
       usage_check(pairing == kRopePairing, "checkpoint '{}': config/rope_pairing '{}' (this build rotates '{}' pairs)",
                   path, pairing, kRopePairing);
       c.rope_scaling = read_rope_scaling(g, path);
+      // Qwen's additions (absent before them: plain LLaMA).
+      c.qkv_bias = h5::has_attr(g, "qkv_bias") && read_attr_i64(g, "qkv_bias", path) != 0;
+      c.qk_norm = h5::has_attr(g, "qk_norm") && read_attr_i64(g, "qk_norm", path) != 0;
     }
     if (h5::has_attr(g, "moe_n_experts")) {
       MoeConfig& e = c.moe;
@@ -398,6 +405,8 @@ void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl) {
       write_attr_f64(g, "rope_theta", c.rope_theta);
       h5::write_attr_str(g, "rope_pairing", kRopePairing);
       write_rope_scaling(g, c.rope_scaling);
+      h5::write_attr_i64(g, "qkv_bias", c.qkv_bias ? 1 : 0);
+      h5::write_attr_i64(g, "qk_norm", c.qk_norm ? 1 : 0);
     }
     if (c.moe.enabled()) {  // mixture of experts (absent: dense)
       const MoeConfig& e = c.moe;

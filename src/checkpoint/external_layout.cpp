@@ -48,6 +48,15 @@ std::vector<ExternalTensor> llama_tensors(const ModelConfig& c) {
     add("self_attn.q_proj.weight", "attn_q.weight", c.n_head);
     add("self_attn.k_proj.weight", "attn_k.weight", c.n_kv_head);
     add("self_attn.v_proj.weight", "attn_v.weight");
+    if (c.qkv_bias) {  // Qwen2: the biases' rows follow their weights' (q and k permuted alike)
+      add("self_attn.q_proj.bias", "attn_q.bias", c.n_head);
+      add("self_attn.k_proj.bias", "attn_k.bias", c.n_kv_head);
+      add("self_attn.v_proj.bias", "attn_v.bias");
+    }
+    if (c.qk_norm) {  // Qwen3: a weight over one head's dimensions, in that head's pairing
+      add("self_attn.q_norm.weight", "attn_q_norm.weight", 1);
+      add("self_attn.k_norm.weight", "attn_k_norm.weight", 1);
+    }
     add("self_attn.o_proj.weight", "attn_output.weight");
     add("post_attention_layernorm.weight", "ffn_norm.weight");
     if (c.moe.is_moe_layer(l)) {
@@ -79,10 +88,10 @@ std::vector<ExternalTensor> llama_tensors(const ModelConfig& c) {
 // Rows of `heads` heads of head_dim hd: mpitron's row h*hd + 2i + half <-> HF's h*hd + half*hd/2 + i.
 std::vector<float> permute_rope_rows(const std::vector<float>& v, const std::vector<int64_t>& shape, int heads,
                                      bool to_hf) {
-  check(shape.size() == 2 && heads > 0 && shape[0] % heads == 0 && (shape[0] / heads) % 2 == 0,
+  check((shape.size() == 1 || shape.size() == 2) && heads > 0 && shape[0] % heads == 0 && (shape[0] / heads) % 2 == 0,
         "RoPE row permutation: a [{} rows] tensor does not split into {} heads of even size",
         shape.empty() ? 0 : shape[0], heads);
-  const int64_t hd = shape[0] / heads, cols = shape[1];
+  const int64_t hd = shape[0] / heads, cols = shape.size() == 2 ? shape[1] : 1;  // a bias or norm: one column
   std::vector<float> out(v.size());
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < hd / 2; ++i)
@@ -124,6 +133,15 @@ void check_moe_exportable(const ModelConfig& c, const std::string& ckpt, const s
                  ckpt.c_str(), m.capacity_factor, format.c_str());
 }
 
+void check_family_exportable(const ModelConfig& c, const std::string& ckpt, const std::string& format) {
+  usage_check(!(c.qkv_bias && c.qk_norm),
+              "export: '{}' has both q/k/v biases (model.qkv_bias) and q/k norms (model.qk_norm): no architecture {} "
+              "knows has both (Qwen2 has the biases, Qwen3 the norms)", ckpt, format);
+  usage_check(!c.moe.enabled() || !(c.qkv_bias || c.qk_norm),
+              "export: '{}' is a mixture of experts with {}: {} has no such architecture here yet (Mixtral's block has "
+              "neither)", ckpt, c.qkv_bias ? "q/k/v biases (model.qkv_bias)" : "q/k norms (model.qk_norm)", format);
+}
+
 std::vector<ExternalTensor> external_tensors(const ModelConfig& cfg) {
   return cfg.arch == Arch::llama ? llama_tensors(cfg) : gpt2_tensors(cfg);
 }
@@ -132,6 +150,10 @@ std::vector<float> to_hf_layout(const ExternalTensor& t, std::vector<float> v, s
   if (t.rope_heads > 0) v = permute_rope_rows(v, *shape, t.rope_heads, true);
   if (t.hf_transpose) v = transpose(v, shape);
   return v;
+}
+
+std::vector<float> to_rotate_half_layout(const ExternalTensor& t, std::vector<float> v, const std::vector<int64_t>& shape) {
+  return t.rope_heads > 0 ? permute_rope_rows(v, shape, t.rope_heads, true) : v;
 }
 
 std::vector<float> from_hf_layout(const ExternalTensor& t, std::vector<float> v, std::vector<int64_t>* shape) {

@@ -35,8 +35,16 @@ GgufDtype gguf_dtype(const std::string& d) {
   usage_fail("export: unknown --dtype '{}' for gguf (allowed: f32, f16, bf16, q8_0)", d);
 }
 
+// llama.cpp's architecture: "llama" (Mixtral's MoE included), "qwen2" (q/k/v biases), "qwen3"
+// (q/k norms), "gpt2". llama.cpp runs qwen2 and qwen3 with rotate-half RoPE (NEOX): their q and k
+// rows are written in Hugging Face's order (to_gguf_layout).
+std::string gguf_arch(const ModelConfig& c) {
+  if (c.arch == Arch::gpt2) return "gpt2";
+  return c.qkv_bias ? "qwen2" : c.qk_norm ? "qwen3" : "llama";
+}
+
 void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint32_t file_type) {
-  const std::string a = c.arch == Arch::llama ? "llama" : "gpt2";
+  const std::string a = gguf_arch(c);
   m.push_back({"general.architecture", {a}});
   m.push_back({"general.name", {name}});
   m.push_back({"general.file_type", {file_type}});
@@ -51,6 +59,10 @@ void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint
     m.push_back({a + ".attention.head_count_kv", {static_cast<uint32_t>(c.n_kv_head)}});
     m.push_back({a + ".attention.layer_norm_rms_epsilon", {c.norm_eps}});
     m.push_back({a + ".rope.dimension_count", {static_cast<uint32_t>(c.head_dim())}});
+    if (c.qk_norm) {  // llama.cpp's qwen3 reads the head size here (it may differ from hidden / heads)
+      m.push_back({a + ".attention.key_length", {static_cast<uint32_t>(c.head_dim())}});
+      m.push_back({a + ".attention.value_length", {static_cast<uint32_t>(c.head_dim())}});
+    }
     m.push_back({a + ".rope.freq_base", {static_cast<float>(c.rope_theta)}});
     m.push_back({a + ".vocab_size", {static_cast<uint32_t>(c.vocab_size)}});
     if (c.moe.enabled()) {
@@ -310,7 +322,12 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
               out_file);
   Meta md;
   model_metadata(md, cfg, cfg.name, d.file_type);
-  if (cfg.arch == Arch::llama) rope_scaling_metadata(md, "llama", cfg.rope_scaling, ckpt);
+  const std::string arch = gguf_arch(cfg);
+  check_family_exportable(cfg, ckpt, "llama.cpp (GGUF)");
+  usage_check(arch == "llama" || cfg.rope_scaling.type != RopeScalingType::llama3,
+              "export: GGUF: '{}' is a {} with LLaMA 3.1's RoPE scaling (model.rope_scaling = \"llama3\"): llama.cpp's "
+              "{} architecture reads no rope_freqs tensor, so it would run plain RoPE", ckpt, family_name(cfg), arch);
+  if (cfg.arch == Arch::llama) rope_scaling_metadata(md, arch, cfg.rope_scaling, ckpt);
   tokenizer_metadata(md, meta.tokenizer_json, cfg.vocab_size, ckpt, opt.quiet);
 
   // The tensors: the table's, plus output.weight from the embedding when the head is tied. A
@@ -349,7 +366,8 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
     std::vector<float> v;
     for (const ExternalTensor* t : sources[i]) {
       std::vector<int64_t> shape;
-      const std::vector<float> part = read_checkpoint_tensor(ckpt, "model/" + t->name, &shape);
+      std::vector<float> part = read_checkpoint_tensor(ckpt, "model/" + t->name, &shape);
+      if (arch == "qwen2" || arch == "qwen3") part = to_rotate_half_layout(*t, std::move(part), shape);
       v.insert(v.end(), part.begin(), part.end());
     }
     w.write_next(ggml_encode(w.tensors()[i].type, v.data(), v.size()));

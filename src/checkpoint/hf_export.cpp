@@ -77,6 +77,22 @@ ordered_json rope_scaling_json(const RopeScaling& r) {
   return j;
 }
 
+// Qwen2 (q/k/v biases) and Qwen3 (per-head q/k RMSNorm) as transformers' Qwen2Config and
+// Qwen3Config write them: LLaMA's fields, full attention (no sliding window). The checks of
+// hf_exportable have refused a model that is neither.
+void qwen_config(ordered_json& j, const ModelConfig& c) {
+  const bool qwen3 = c.qk_norm;
+  j["architectures"] = {qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"};
+  j["model_type"] = qwen3 ? "qwen3" : "qwen2";
+  j.erase("mlp_bias");
+  j.erase("pretraining_tp");
+  if (qwen3) j["attention_bias"] = false;
+  else j.erase("attention_bias"), j.erase("head_dim");  // Qwen2Config has neither: the biases are the architecture's
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = c.seq_len;
+  j["max_window_layers"] = c.n_layer;
+}
+
 ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int bos, int eot) {
   ordered_json j;
   if (c.arch == Arch::llama) {
@@ -113,6 +129,7 @@ ordered_json hf_config(const ModelConfig& c, const OutDtype& d, int bos, int eot
       j.erase("mlp_bias");
       j.erase("pretraining_tp");
     }
+    if (c.qkv_bias || c.qk_norm) qwen_config(j, c);
   } else {
     j["architectures"] = {"GPT2LMHeadModel"};
     j["model_type"] = "gpt2";
@@ -233,6 +250,7 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
   const CheckpointMeta meta = read_checkpoint_meta(ckpt);
   const ModelConfig& cfg = meta.model;
   check_moe_exportable(cfg, ckpt, "Hugging Face's MixtralForCausalLM", opt.quiet);
+  check_family_exportable(cfg, ckpt, "Hugging Face");
   const fs::path dir(out_dir);
   std::error_code ec;
   usage_check(!fs::exists(dir, ec) || fs::is_directory(dir, ec), "export: --out '{}' exists and is not a folder",

@@ -22,6 +22,7 @@
 #include "mpitron/config/value_rules.hpp"
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/arch.hpp"
 #include "mpitron/data/tokenizer.hpp"
 #include "mpitron/model/rope_scaling.hpp"
 
@@ -170,7 +171,7 @@ ModelConfig hf_model_config(const std::string& path) {
                 "{}: activation_function '{}' (mpitron's GPT-2 uses the tanh GELU: gelu_new)", path, act);
     const double eps = float_field(j, "layer_norm_epsilon", path, above(0), 1e-5);
     usage_check(std::fabs(eps - 1e-5) < 1e-12, "{}: layer_norm_epsilon {} (mpitron's GPT-2 uses 1e-5)", path, eps);
-  } else if (type == "llama" || type == "mixtral") {
+  } else if (type == "llama" || type == "mixtral" || type == "qwen2" || type == "qwen3") {
     c.arch = Arch::llama;
     c.n_layer = int_field(j, "num_hidden_layers", path, at_least(1));
     c.n_head = int_field(j, "num_attention_heads", path, at_least(1));
@@ -185,8 +186,18 @@ ModelConfig hf_model_config(const std::string& path) {
     c.rope_theta = float_field(j, "rope_theta", path, above(1), 10000.0);
     c.tied_embeddings = bool_field(j, "tie_word_embeddings", path, false);
     c.rope_scaling = rope_scaling_field(j, path, c.seq_len, &c.rope_theta);
-    usage_check(!bool_field(j, "attention_bias", path, false) && !bool_field(j, "mlp_bias", path, false),
-                "{}: attention_bias / mlp_bias are not supported (LLaMA has no biases)", path);
+    // Qwen2: LLaMA with q/k/v biases; Qwen3: LLaMA with an RMSNorm over each head's q and k.
+    c.qkv_bias = type == "qwen2";
+    c.qk_norm = type == "qwen3";
+    if (type != "qwen2")
+      usage_check(!bool_field(j, "attention_bias", path, false) && !bool_field(j, "mlp_bias", path, false),
+                  "{}: attention_bias / mlp_bias are not supported ({} has no biases)", path, type);
+    if (type == "qwen2" || type == "qwen3")
+      usage_check(!bool_field(j, "use_sliding_window", path, false),
+                  "{}: use_sliding_window true is not supported (full attention only)", path);
+    usage_check(!c.qkv_bias || (c.d_model / std::max(c.n_head, 1)) % 16 == 0,
+                "{}: a {} with head size {} (a multiple of 16 is needed for its q/k/v biases)", path, type,
+                c.d_model / std::max(c.n_head, 1));
     const std::string act = string_field(j, "hidden_act", path, "silu");
     usage_check(act == "silu", "{}: hidden_act '{}' (LLaMA's is silu)", path, act);
     if (type == "mixtral") {  // LLaMA's block, the MLP a sparse mixture in every layer
@@ -205,7 +216,7 @@ ModelConfig hf_model_config(const std::string& path) {
                   path, window, c.seq_len);
     }
   } else {
-    usage_fail("{}: model_type '{}' is not supported (allowed: gpt2, llama, mixtral)", path, type);
+    usage_fail("{}: model_type '{}' is not supported (allowed: gpt2, llama, mixtral, qwen2, qwen3)", path, type);
   }
   // The model the sizes describe: heads that divide the hidden size and the query heads, and (RoPE)
   // a head size it can cut into pairs.
@@ -272,7 +283,7 @@ HfModel::HfModel(const std::string& dir) : dir_(dir) {
     }
   }
   usage_check(unexpected.empty(), "hf:{}: tensors this {} model does not have: {}", dir,
-              cfg_.arch == Arch::gpt2 ? "GPT-2" : "LLaMA", fmt::format("{}", fmt::join(unexpected, ", ")));
+              family_name(cfg_), fmt::format("{}", fmt::join(unexpected, ", ")));
   // Every tensor present, at its HF shape.
   const auto file_shape = ckpt_format::file_shapes(cfg_);
   std::vector<std::string> missing;
@@ -401,6 +412,8 @@ ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {
   same("moe.expert_d_ff", s.moe_expert_d_ff, c.moe.d_ff, s.moe_expert_d_ff != def.moe_expert_d_ff);
   if (s.arch != "auto" && s.arch != (c.arch == Arch::llama ? "llama" : "gpt2"))
     bad.push_back(fmt::format("model.arch = {} (config.json: {})", s.arch, c.arch == Arch::llama ? "llama" : "gpt2"));
+  for (auto [key, job, hf] : {std::tuple{"qkv_bias", s.qkv_bias, c.qkv_bias}, {"qk_norm", s.qk_norm, c.qk_norm}})
+    if (job != "auto" && (job == "true") != hf) bad.push_back(fmt::format("model.{} = {} (config.json: {})", key, job, hf));
   if (s.tie_embeddings != "auto" && (s.tie_embeddings == "true") != c.tied_embeddings)
     bad.push_back(fmt::format("model.tie_embeddings = {} (config.json: {})", s.tie_embeddings, c.tied_embeddings));
   if (c.moe.enabled()) {  // training-only [model.moe] keys: the job's where it sets them, else config.json's

@@ -7,6 +7,7 @@
 #include "mpitron/checkpoint/hf_import.hpp"
 #include "mpitron/cli/commands.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/arch.hpp"
 #include "mpitron/core/version.hpp"
 #include "mpitron/distributed/launch.hpp"
 #include "mpitron/model/param_tables.hpp"
@@ -86,8 +87,7 @@ int cmd_import(const Args& args) {
   std::fprintf(stderr, "import: %s -> %s: %s, %zu parameters, tokenizer %s (%.2f s)\n", src.c_str(), out.c_str(),
                meta.model.moe.enabled()   ? fmt::format("Mixtral ({} experts, top {})", meta.model.moe.n_experts,
                                                         meta.model.moe.top_k).c_str()
-               : meta.model.arch == Arch::llama ? "LLaMA"
-                                                : "GPT-2",
+                                          : family_name(meta.model),
                n,
                meta.tokenizer_json.empty() ? "none" : "stored", secs);
   return 0;

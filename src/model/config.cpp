@@ -220,6 +220,7 @@ ModelConfig resolve_model_config(const ModelSection& s) {
       c.tied_embeddings = want == Arch::gpt2;
       c.ffn_multiplier = 1.0;
       c.multiple_of = want == Arch::llama ? 32 : 1;
+      c.qkv_bias = c.qk_norm = false;
     }
   }
   if (c.arch == Arch::gpt2) {
@@ -235,6 +236,8 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     only_llama(s.norm_eps != 0, "norm_eps");
     only_llama(s.rope_theta != 0, "rope_theta");
     only_llama(s.rope_scaling != "auto" && s.rope_scaling != "none", "rope_scaling");
+    only_llama(s.qkv_bias == "true", "qkv_bias");
+    only_llama(s.qk_norm == "true", "qk_norm");
     const double original = s.rope_original_max_pos;
     for (auto [key, v] : {std::pair{"rope_factor", s.rope_factor}, {"rope_original_max_pos", original},
                           {"rope_low_freq_factor", s.rope_low_freq_factor},
@@ -262,6 +265,8 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     check_job_value("model.norm_eps", c.norm_eps);
     check_job_value("model.rope_theta", c.rope_theta);
     resolve_rope_scaling(c, s);
+    if (s.qkv_bias != "auto") c.qkv_bias = s.qkv_bias == "true";
+    if (s.qk_norm != "auto") c.qk_norm = s.qk_norm == "true";
   }
   if (s.tie_embeddings != "auto") c.tied_embeddings = s.tie_embeddings == "true";
   resolve_moe(c, s);
@@ -270,6 +275,7 @@ ModelConfig resolve_model_config(const ModelSection& s) {
                       c.seq_len != preset.seq_len || c.arch != preset.arch ||
                       c.tied_embeddings != preset.tied_embeddings || c.norm_eps != preset.norm_eps ||
                       c.rope_theta != preset.rope_theta || c.rope_scaling != preset.rope_scaling ||
+                      c.qkv_bias != preset.qkv_bias || c.qk_norm != preset.qk_norm ||
                       c.moe.n_experts != preset.moe.n_experts ||
                       c.moe.top_k != preset.moe.top_k || c.moe.d_ff != preset.moe.d_ff ||
                       c.moe.n_shared != preset.moe.n_shared || c.moe.layer_freq != preset.moe.layer_freq;
@@ -286,6 +292,9 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     // q, k, v (and gate, up) sit back to back in the flat buffer and run as one GEMM, which needs
     // every tensor's size to be a multiple of the 16-float alignment: d_model % 16 == 0 does it.
     usage_check(c.d_model % 16 == 0, "model.d_model ({}) must be a multiple of 16 for a llama model", c.d_model);
+    // The q, k and v biases too: a rank's k bias is kv_local whole heads.
+    usage_check(!c.qkv_bias || c.head_dim() % 16 == 0,
+                "model.qkv_bias = true needs a head size (d_model / n_head = {}) that is a multiple of 16", c.head_dim());
   }
   return c;
 }

@@ -21,10 +21,10 @@ namespace {
 // the recompute scratch block, one chunk of logits, and the backward scratch. LLaMA's RMSNorm
 // has no mean (0 floats), its fused QKV is (H + 2 KV) hd wide and its fc (gate|up) 2F.
 struct ActPtrs {
-  std::vector<std::vector<float*>> slot;  // [slot][input, 13 per layer (or 1), head 7]
-  std::vector<float*> shared;  // [logits, dres, dC, d3C, d4C, dmlp, proj_out, 12 recompute scratch, ring, xg, dfull]
+  std::vector<std::vector<float*>> slot;  // [slot][input, 15 per layer (or 1), head 7]
+  std::vector<float*> shared;  // [logits, dres, dC, d3C, d4C, dmlp, proj_out, 14 recompute scratch, ring, qk_tmp, xg, dfull]
 };
-constexpr int kLayerBufs = 13;
+constexpr int kLayerBufs = 15;
 constexpr int kScratch = 7;  // index of the first recompute scratch buffer in ActPtrs::shared
 
 // Tensor parallel: the attention width, heads and MLP width are per rank (C/tp, H/tp, F/tp), Vp
@@ -43,7 +43,10 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
   // The attention probabilities [B, H, T, T]; under cp the ring's log-sum-exp [B, H, Tl] instead.
   const int64_t Tl = local_seq_len(cfg, s), att = s.cp_size > 1 ? int64_t{B} * (cfg.n_head / tp) * Tl
                                                                  : int64_t{B} * (cfg.n_head / tp) * Tl * Tl;
-  const int64_t layer_sizes[kLayerBufs] = {Rl * C, mean, Rl, BT * Q, att, BT * Cl, Rl * C, Rl * C, mean, Rl, BT * Fc, BT * F, Rl * C};
+  // Qwen3's q/k norm: its input (this rank's query and key heads) and their rstd.
+  const int64_t qk_heads = cfg.qk_norm ? (cfg.n_head + KV) / tp : 0;
+  const int64_t layer_sizes[kLayerBufs] = {Rl * C, mean, Rl, BT * Q, att, BT * Cl, Rl * C, Rl * C, mean, Rl,
+                                           BT * Fc, BT * F, BT * qk_heads * hd, BT * qk_heads, Rl * C};
   out.slot.assign(ao.slots, {});
   for (auto& p : out.slot) {
     p.push_back(take(Rl * C));  // input: embedding output or previous stage's output
@@ -66,7 +69,8 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
                            ? CpuRingBlocks::buffer_floats(B, static_cast<int>(Tl), cfg.n_head / tp,
                                                           static_cast<int>(KV / tp), static_cast<int>(hd))
                            : 0;
-  out.shared.push_back(ring ? take(ring) : nullptr);  // the ring attention's blocks in flight (third last)
+  out.shared.push_back(ring ? take(ring) : nullptr);  // the ring attention's blocks in flight (fourth last)
+  out.shared.push_back(take(2 * BT * qk_heads * hd));  // q/k norm scratch (third last)
   for (int i = 0; i < 2; ++i) out.shared.push_back(sp ? take(BT * C) : nullptr);  // xg, dfull (last two)
 }
 
@@ -169,12 +173,13 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   act_.xg = p.shared[p.shared.size() - 2], act_.dfull = p.shared.back();
   // full and dres_full are never live at once (block_tensors.hpp): one buffer serves both.
   scratch_ = {.proj_out = act_.proj_out, .dres = act_.dres, .dC = act_.dC, .dqkv = act_.d3C, .d4C = act_.d4C,
-              .dmlp = act_.dmlp, .gath = act_.xg, .full = act_.dfull, .dres_full = act_.dfull};
+              .dmlp = act_.dmlp, .gath = act_.xg, .full = act_.dfull, .dres_full = act_.dfull,
+              .qk_tmp = p.shared[p.shared.size() - 3]};
   if (cp && n_local_layers_ > 0) {
     ring_blocks_ = std::make_unique<CpuRingBlocks>(ops, cp->rank(), cp->size(), max_micro_batch,
                                                    local_seq_len(cfg, shard_), cfg.seq_len, static_cast<int>(geo_.h_local),
                                                    static_cast<int>(geo_.kv_local), cfg.head_dim(),
-                                                   p.shared[p.shared.size() - 3]);
+                                                   p.shared[p.shared.size() - 4]);
     ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, local_seq_len(cfg, shard_), 2 * geo_.kv_local * cfg.head_dim());
     block_->set_ring(ring_.get());
   }
@@ -182,17 +187,18 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
     SlotActs sa;
     float** q = p.slot[k].data();
     sa.input = *q++;
-    // The walk's order: ln1, its mean, rstd, qkv, att, atty, res2, ln2, its mean, rstd, fch, fch_gelu, res3.
+    // The walk's order: ln1, its mean, rstd, qkv, att, atty, res2, ln2, its mean, rstd, fch, fch_gelu,
+    // qk_in, qk_rstd, res3.
     auto acts = [](float* const* r, float* res3) {
       return LayerAct{.ln1 = r[0], .qkv = r[3], .atty = r[5], .res2 = r[6], .ln2 = r[7], .fch = r[10],
                       .fch_gelu = r[11], .res3 = res3, .ln1_mean = r[1], .ln1_rstd = r[2], .att = r[4],
-                      .ln2_mean = r[8], .ln2_rstd = r[9]};
+                      .ln2_mean = r[8], .ln2_rstd = r[9], .qk_in = r[12], .qk_rstd = r[13]};
     };
     for (int l = 0; l < n_local_layers_; ++l) {
       if (opts.recompute) {  // scratch for all but res3
         sa.layers.push_back(acts(&p.shared[kScratch], *q++));
       } else {
-        sa.layers.push_back(acts(q, q[12]));
+        sa.layers.push_back(acts(q, q[kLayerBufs - 1]));
         q += kLayerBufs;
       }
     }
@@ -219,9 +225,9 @@ void GPT::init_weights(uint64_t seed) { init_model_params(cfg_, params_, param_d
 // Table name -> Weights member: the architecture's name for each role (arch.hpp).
 std::vector<GPT::FieldRef> GPT::field_refs() const {
   static constexpr float* LayerW::*kBlock[kBlockTensors] = {
-      &LayerW::ln1_w, &LayerW::ln1_b, &LayerW::qkv_w, &LayerW::qkv_b, &LayerW::k_w,   &LayerW::v_w,  &LayerW::proj_w,
-      &LayerW::proj_b, &LayerW::ln2_w, &LayerW::ln2_b, &LayerW::fc_w, &LayerW::fc_b, &LayerW::up_w, &LayerW::fcp_w,
-      &LayerW::fcp_b};
+      &LayerW::ln1_w,  &LayerW::ln1_b, &LayerW::qkv_w,  &LayerW::qkv_b,  &LayerW::k_w,   &LayerW::v_w,  &LayerW::k_b,
+      &LayerW::v_b,    &LayerW::q_norm, &LayerW::k_norm, &LayerW::proj_w, &LayerW::proj_b, &LayerW::ln2_w,
+      &LayerW::ln2_b,  &LayerW::fc_w,  &LayerW::fc_b,   &LayerW::up_w,   &LayerW::fcp_w, &LayerW::fcp_b};
   static constexpr float* Weights::*kModel[kModelTensors] = {&Weights::wte, &Weights::wpe, &Weights::lnf_w,
                                                              &Weights::lnf_b, &Weights::lm_head};
   std::vector<FieldRef> out;
@@ -313,6 +319,7 @@ struct PostEvent {
 void GPT::check_fused(const LayerW& x, const char* what) const {
   const int64_t C = cfg_.d_model, hd = cfg_.head_dim();
   check((!x.k_w || (x.k_w == x.qkv_w + geo_.h_local * hd * C && x.v_w == x.k_w + geo_.kv_local * hd * C)) &&
+            (!x.k_b || (x.k_b == x.qkv_b + geo_.h_local * hd && x.v_b == x.k_b + geo_.kv_local * hd)) &&
             (!x.up_w || x.up_w == x.fc_w + geo_.f_local * C),
         "GPT: a block's q/k/v or gate/up {} are not contiguous", what);
   if (!x.router) return;
@@ -334,12 +341,12 @@ void GPT::norm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 BlockTensors<const float> GPT::block_weights(const LayerW& w) {
   return {w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, w.proj_w, w.proj_b, w.ln2_w, w.ln2_b, w.fc_w, w.fc_b, w.fcp_w, w.fcp_b,
-          {w.router, w.w1.data(), w.w2.data(), w.sh_fc, w.sh_fcp}};
+          {w.router, w.w1.data(), w.w2.data(), w.sh_fc, w.sh_fcp}, w.q_norm, w.k_norm};
 }
 
 BlockTensors<float> GPT::block_grads(const LayerW& g) {
   return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b, g.ln2_w, g.ln2_b, g.fc_w, g.fc_b, g.fcp_w, g.fcp_b,
-          {g.router, g.w1.data(), g.w2.data(), g.sh_fc, g.sh_fcp}};
+          {g.router, g.w1.data(), g.w2.data(), g.sh_fc, g.sh_fcp}, g.q_norm, g.k_norm};
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,

@@ -2,6 +2,7 @@
 // position so far stay in the cache ([seq_len, KV*hd] each, after RoPE for LLaMA), so a new token
 // costs one row through each GEMM plus attention over the cached rows, instead of the whole
 // window's forward again.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -44,6 +45,17 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     const LayerW& w = w_.layers[l];
     norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x.data(), w.ln1_w, w.ln1_b, n);
     ops_.matmul_forward(d.qkv.data(), d.h.data(), w.qkv_w, w.qkv_b, n, C, Q);
+    if (w.q_norm) {  // Qwen3: RMSNorm over each query head and each key head of every new row
+      std::vector<float> normed((H + KV) * hd), rstd(H + KV);
+      for (int t = 0; t < n; ++t) {
+        float* row = d.qkv.data() + static_cast<int64_t>(t) * Q;
+        ops_.rmsnorm_forward(normed.data(), rstd.data(), row, w.q_norm, H, hd, cfg_.norm_eps);
+        ops_.rmsnorm_forward(normed.data() + H * hd, rstd.data() + H, row + geo_.c_local, w.k_norm, KV, hd,
+                             cfg_.norm_eps);
+        std::copy(normed.begin(), normed.begin() + H * hd, row);
+        std::copy(normed.begin() + H * hd, normed.end(), row + geo_.c_local);
+      }
+    }
     if (spec_.rope()) {
       ops_.rope(d.qkv.data(), 1, n, static_cast<int>(H), hd, Q, geo_.rope_freqs, pos, false);
       ops_.rope(d.qkv.data() + geo_.c_local, 1, n, static_cast<int>(KV), hd, Q, geo_.rope_freqs, pos, false);

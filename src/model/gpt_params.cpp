@@ -67,6 +67,8 @@ double gpt_flops_per_token(const ModelConfig& cfg) {
   const double qkv = (cfg.n_head + 2.0 * kv_heads(cfg)) * cfg.head_dim(), att = double(cfg.n_head) * cfg.head_dim();
   double per_layer = qkv * C + C * att + (spec.fc_factor() + 1) * C * F + 2.0 * spec.norm_params() * C;
   if (spec.biases) per_layer += qkv + C + spec.fc_factor() * F + C;
+  if (cfg.qkv_bias) per_layer += qkv;
+  if (cfg.qk_norm) per_layer += 2.0 * cfg.head_dim();
   double n_nonembed = L * per_layer + 2 * C;
   // A MoE block's MLP as a token sees it: the router, top_k experts and the shared ones (the
   // active parameters), in place of the dense MLP.

@@ -58,6 +58,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   const int64_t Q = (cfg.n_head + 2 * kv_heads(cfg)) / tp * cfg.head_dim();
   const int64_t Fc = spec.fc_factor() * F, Rm = spec.norm_has_mean() ? R : 0;
   const int64_t stats = int64_t{lay.B} * (cfg.n_head / tp) * Tl;
+  const int64_t qk_heads = cfg.qk_norm ? (cfg.n_head + kv_heads(cfg)) / tp : 0;  // Qwen3's q/k norm
   slots.assign(static_cast<size_t>(lay.slots), GpuActs{});
   // Per micro-batch in flight (pipeline parallel keeps several): what its backward reads.
   for (GpuActs& a : slots) {
@@ -73,6 +74,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
       l.qkv = bf(BT * Q), l.atty = bf(BT * Cl), l.att = f32(stats);
       l.res2 = bf(R * C), l.ln2 = bf(R * C), l.ln2_mean = f32(Rm), l.ln2_rstd = f32(R);
       l.fch = bf(BT * Fc), l.fch_gelu = bf(BT * F), l.res3 = bf(R * C);
+      if (qk_heads > 0) l.qk_in = bf(BT * qk_heads * cfg.head_dim()), l.qk_rstd = f32(BT * qk_heads);
     }
     if (lay.head) {
       a.lnf = bf(R * C), a.lnf_mean = f32(Rm), a.lnf_rstd = f32(R), a.losses = f32(BT), a.lse = f32(BT);
@@ -86,6 +88,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   // proj_out and dC hold [BT, ...] column-parallel gradients too (dC: [BT, C/tp] of c_proj).
   s.proj_out = bf(BT * C), s.dres = bf(R * C), s.dC = bf(BT * C), s.d4C = bf(BT * std::max(Fc, Q));
   if (spec.mlp == MlpKind::swiglu) s.dmlp = bf(BT * F);
+  if (qk_heads > 0) s.qk_tmp = bf(2 * BT * qk_heads * cfg.head_dim());
   if (tp > 1 && lay.head) s.ce = f32(4 * lay.chunk_rows);  // vocab-parallel CE: max, global max, sum exp, target logit
   if (lay.sp) {  // all-gathered LayerNorm outputs, partial sums before a reduce-scatter, the gathered dres
     s.gath = bf(BT * C), s.full = bf(BT * C), s.dres_full = bf(BT * C), s.ln_grad = f32(2 * C);
@@ -103,7 +106,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   for (GpuActs& a : slots) {
     a.ring = s.ring;
     a.logits = s.logits, a.proj_out = s.proj_out, a.dres = s.dres, a.dC = s.dC, a.d4C = s.d4C, a.ce = s.ce;
-    a.dmlp = s.dmlp;
+    a.dmlp = s.dmlp, a.qk_tmp = s.qk_tmp;
     a.gath = s.gath, a.full = s.full, a.dres_full = s.dres_full, a.ln_grad = s.ln_grad, a.stage_f32 = s.stage_f32;
   }
   return used;

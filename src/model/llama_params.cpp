@@ -67,6 +67,13 @@ std::vector<ParamInfo> llama_param_table(const ModelConfig& cfg, const ModelShar
     t.add(p + "self_attn.q_proj.weight", {H * hd, C}, 0, 1, l);
     t.add(p + "self_attn.k_proj.weight", {KV * hd, C}, 0, 1, l);
     t.add(p + "self_attn.v_proj.weight", {KV * hd, C}, 0, 1, l);
+    if (cfg.qkv_bias)  // Qwen2: this rank's heads' biases, back to back as the weights are
+      for (auto [n, rows] : {std::pair{"q_proj.bias", H * hd}, {"k_proj.bias", KV * hd}, {"v_proj.bias", KV * hd}})
+        t.add(p + "self_attn." + n, {rows}, 0, 1, l);
+    if (cfg.qk_norm) {  // Qwen3: one weight over every head's q, one over every head's k (replicated)
+      t.add(p + "self_attn.q_norm.weight", {hd}, -1, 1, l);
+      t.add(p + "self_attn.k_norm.weight", {hd}, -1, 1, l);
+    }
     t.add(p + "self_attn.o_proj.weight", {C, H * hd}, 1, 1, l);
     t.add(p + "post_attention_layernorm.weight", {C}, -1, 1, l);
     if (cfg.moe.is_moe_layer(l)) {

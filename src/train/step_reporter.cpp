@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "mpitron/model/arch.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/rope_scaling.hpp"
 #include "mpitron/parallel/memory_report.hpp"
@@ -18,7 +19,12 @@ std::string model_line(const ModelConfig& mc, int tp, size_t num_params) {
   const bool llama = mc.arch == Arch::llama;
   std::string heads = llama && mc.n_kv_head != mc.n_head ? fmt::format("{} heads ({} kv)", mc.n_head, mc.n_kv_head)
                                                           : fmt::format("{} heads", mc.n_head);
-  std::string arch = llama ? fmt::format("llama (RMSNorm eps {:g}, RoPE theta {:g}{}, SwiGLU, {} head)", mc.norm_eps,
+  const std::string family = !(mc.qkv_bias || mc.qk_norm) ? "llama"
+                             : fmt::format("{} = llama + {}", family_name(mc),
+                                           mc.qkv_bias && mc.qk_norm ? "q/k/v biases + q/k RMSNorm"
+                                           : mc.qkv_bias             ? "q/k/v biases"
+                                                                     : "q/k RMSNorm");
+  std::string arch = llama ? fmt::format("{} (RMSNorm eps {:g}, RoPE theta {:g}{}, SwiGLU, {} head)", family, mc.norm_eps,
                                          mc.rope_theta, rope_scaling_summary(mc.rope_scaling),
                                          mc.tied_embeddings ? "tied" : "untied")
                            : std::string(mc.tied_embeddings ? "gpt2" : "gpt2 (untied head)");

@@ -76,6 +76,18 @@ hf_tokenizer_refs() {
 }
 
 # expect WORDS... -- COMMAND...: COMMAND must fail, and its output (in $tmp/err.log) hold every WORD.
+# llama.cpp for the tests (npm node-llama-cpp 3.21.1, its prebuilt CPU build), installed once into
+# MPITRON_NPM_DIR (default ~/.cache/mpitron/npm): prints the node_modules folder for NODE_PATH.
+llama_cpp_modules() {
+  local dir=${MPITRON_NPM_DIR:-$HOME/.cache/mpitron/npm}
+  if [ ! -d "$dir/node_modules/@node-llama-cpp/linux-x64" ]; then
+    mkdir -p "$dir"
+    (cd "$dir" && timeout 600 npm install --silent --no-audit --no-fund -E --omit=optional node-llama-cpp@3.21.1 \
+      @node-llama-cpp/linux-x64@3.21.1) >"$tmp/npm.log" 2>&1 || { cat "$tmp/npm.log" >&2; fail "npm install of node-llama-cpp"; }
+  fi
+  echo "$dir/node_modules"
+}
+
 expect() {  # words... -- command...
   local words=()
   while [ "$1" != -- ]; do words+=("$1"); shift; done

@@ -228,6 +228,26 @@ assert g[10] < g[1] - 0.5, "LLaMA on the GPU trainer did not learn"
 PY
 echo "ok    LLaMA on the emulated GPU trainer: ledger EXACT, plan = tracked activations"
 
+# Qwen's additions on the GPU trainer: q/k/v biases (Qwen2) and the per-head q/k RMSNorm (Qwen3)
+# together, at tp 2 + SP (column-parallel biases, the norms' weight gradients summed over TP),
+# against the CPU single rank; the ledger EXACT with the norm's saved input; plan = tracked.
+qwen=(--model.qkv_bias=true --model.qk_norm=true)
+JOB=jobs/llama-tiny.toml run qwen_cpu "$MPITRON" 1 "${qwen[@]}"
+JOB=jobs/llama-tiny.toml run qwen_gpu_tp2_sp "$EMU" 2 "${qwen[@]}" --parallel.tp=2 --parallel.sp=true \
+  --train.check_ledger=true
+ledger_ok "qwen_gpu_tp2_sp 2"
+[ "$(JOB=jobs/llama-tiny.toml plan_act "${qwen[@]}" --parallel.tp=2 --parallel.sp=true)" = "$(act qwen_gpu_tp2_sp)" ] ||
+  fail "plan's Qwen GPU activations != $(act qwen_gpu_tp2_sp)"
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+losses = lambda n: {r["step"]: r["loss"] for r in map(json.loads, open(f"{sys.argv[1]}/{n}/metrics.jsonl"))
+                    if r.get("loss") is not None}
+cpu, gpu = losses("qwen_cpu"), losses("qwen_gpu_tp2_sp")
+rel = max(abs(gpu[s] - cpu[s]) / cpu[s] for s in cpu)
+print(f"Qwen (q/k/v biases + q/k norm) on the emulated GPU, tp 2 + sp, vs CPU np1: {rel:.2e} (bound 2e-3)")
+assert rel < 2e-3 and gpu[10] < gpu[1] - 0.5
+PY
+
 expect_error() {  # pattern extra...
   local pattern=$1
   shift

@@ -91,13 +91,7 @@ echo -n "yarn cp 2: "
 $PY tests/e2e/compare_runs.py --min-steps 3 "$tmp/hf_yarn" "$tmp/hf_yarn_cp2" || fail "yarn: cp 2 does not follow"
 
 echo "== GGUF under llama.cpp (the imports above)"
-NPM_DIR=${MPITRON_NPM_DIR:-$HOME/.cache/mpitron/npm}
-mods="$NPM_DIR/node_modules"
-if [ ! -d "$mods/@node-llama-cpp/linux-x64" ]; then  # as test_export_gguf.sh installs it
-  mkdir -p "$NPM_DIR"
-  (cd "$NPM_DIR" && timeout 600 npm install --silent --no-audit --no-fund -E --omit=optional node-llama-cpp@3.21.1 \
-    @node-llama-cpp/linux-x64@3.21.1) >"$tmp/npm.log" 2>&1 || { cat "$tmp/npm.log"; fail "npm install of node-llama-cpp"; }
-fi
+mods=$(llama_cpp_modules)
 for m in llama3 yarn; do
   "$MPITRON" export "$tmp/$m.h5" --format gguf --out "$tmp/$m.gguf" >"$tmp/export.log" 2>&1 ||
     { cat "$tmp/export.log"; fail "$m: export gguf"; }

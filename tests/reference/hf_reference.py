@@ -25,17 +25,36 @@ Written from the published formats, not from mpitron's sources:
   logits h @ gate.weight^T, probabilities softmax over all experts, the num_experts_per_tok largest
   kept (ties to the lower index) and renormalised to sum 1, output sum_e p_e * SwiGLU_e(h) with
   experts.E.w1 (gate), w3 (up), w2 (down).
+- Qwen2ForCausalLM: LlamaForCausalLM with biases on q_proj, k_proj and v_proj (none on o_proj).
+- Qwen3ForCausalLM: LlamaForCausalLM (no biases: attention_bias false) with config.json's head_dim
+  (q_proj [heads * head_dim, hidden], o_proj [hidden, heads * head_dim]) and q_norm, k_norm: an
+  RMSNorm of width head_dim (rms_norm_eps), shared by the heads, on each head's q and k after the
+  projection and before RoPE.
+- Qwen3MoeForCausalLM: Qwen3's attention; layer l's mlp sparse when l is not in mlp_only_layers,
+  num_experts > 0 and (l + 1) % decoder_sparse_step == 0, else a SwiGLU of intermediate_size. Sparse:
+  router logits h @ mlp.gate.weight^T, probabilities softmax over all experts, the num_experts_per_tok
+  largest kept (ties to the lower index), renormalised to sum 1 if norm_topk_prob, else the softmax
+  values as they are; output sum_e p_e * SwiGLU_e(h) with mlp.experts.E.{gate,up,down}_proj
+  (moe_intermediate_size). Qwen sliding windows (use_sliding_window) are not in this reference.
 
 Usage:
   hf_reference.py logprobs DIR LOGPROBS.json [--tol T] [--hub-names]
       the folder's model on LOGPROBS.json's ids (mpitron generate --logprobs-out) in float64;
       fails unless max |ours - theirs| / max |theirs| <= T (default 1e-5); --hub-names accepts
       GPT-2 tensors named as the Hub's gpt2 (write-random's)
-  hf_reference.py write-random DIR gpt2|llama|mixtral [--bf16] [--shards N] [--heads H] [--rope-scaling JSON]
+  hf_reference.py write-random DIR gpt2|llama|mixtral|qwen2|qwen3|qwen3_moe [--bf16] [--shards N] [--heads H]
+                   [--rope-scaling JSON] [--tied] [--head-dim N] [--no-norm-topk] [--mlp-only-layers JSON]
+                   [--sparse-step N]
       this script's own writer: a random model in HF's conventions (GPT-2 named as the Hub's
       gpt2 is, without "transformer." and with its attn.bias mask buffers; LLaMA with grouped-query
-      attention; Mixtral as that LLaMA with 4 experts, top 2), config.json and a byte-level tokenizer.json, for `mpitron import` to read;
-      --heads H: LLaMA with H query heads (H / 2 kv heads, H at 2; head size 32 / H), --rope-scaling: config.json's rope_scaling
+      attention; Mixtral as that LLaMA with 4 experts, top 2; Qwen2 as that LLaMA with q, k, v
+      biases; Qwen3 with q_norm, k_norm and config.json's head_dim; Qwen3-MoE as that Qwen3 with
+      4 experts of width 48, top 2), config.json and a byte-level tokenizer.json, for `mpitron import` to read;
+      --heads H: H query heads (H / 2 kv heads, H at 2; head size 32 / H), --rope-scaling: config.json's rope_scaling,
+      --tied: tie_word_embeddings true (no lm_head.weight; not gpt2, always tied),
+      --head-dim N: Qwen3 / Qwen3-MoE's head_dim (default 32 / H), --no-norm-topk: Qwen3-MoE's
+      norm_topk_prob false (default true), --mlp-only-layers JSON, --sparse-step N: Qwen3-MoE's
+      mlp_only_layers (default []) and decoder_sparse_step (default 1)
   hf_reference.py rounded FP32_DIR OTHER_DIR
       every tensor of OTHER_DIR (bf16 or fp16) equals FP32_DIR's rounded to nearest even (numpy's
       float16 cast; bf16: the top 16 bits of float32, rounded on the low 16), bit for bit
@@ -175,9 +194,35 @@ def rope_inv_freq(c, hd):
     return (inv_freq / factor) * (1 - extrapolation) + inv_freq * extrapolation, attention
 
 
+QWEN = ("qwen2", "qwen3", "qwen3_moe")
+
+
+def qwen3_moe_sparse(c, l):
+    """Whether Qwen3MoeDecoderLayer l has the sparse (experts) mlp."""
+    return (l not in (c.get("mlp_only_layers") or []) and c["num_experts"] > 0
+            and (l + 1) % c["decoder_sparse_step"] == 0)
+
+
+def route(probs, top_k, renormalise):
+    """Per row, the top_k largest of probs (ties to the lower index) kept, the rest 0."""
+    top = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
+    keep = np.zeros_like(probs)
+    np.put_along_axis(keep, top, np.take_along_axis(probs, top, -1), -1)
+    if renormalise:
+        keep /= keep.sum(-1, keepdims=True)
+    return keep
+
+
 def llama_logits(c, p, ids):
+    """LLaMA, Mixtral, Qwen2, Qwen3 and Qwen3-MoE logits [T, vocab] in float64."""
     T, C, H, KV = len(ids), c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-    hd = c.get("head_dim", C // H)
+    kind = c["model_type"]
+    hd = c.get("head_dim") or C // H
+    if kind in QWEN:
+        assert not c.get("attention_bias"), "attention_bias true: not in this reference"
+        window = c.get("sliding_window") if c.get("use_sliding_window") else None
+        assert window is None or T <= window or c.get("max_window_layers", 0) >= c["num_hidden_layers"], \
+            "a Qwen sliding window shorter than the ids: not in this reference"
     eps = c["rms_norm_eps"]
     rms = lambda x, w: w * (x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps))
     inv_freq, attention = rope_inv_freq(c, hd)
@@ -188,9 +233,14 @@ def llama_logits(c, p, ids):
     for l in range(c["num_hidden_layers"]):
         w = lambda n: t64(p, f"model.layers.{l}.{n}")
         h = rms(x, w("input_layernorm.weight"))
-        q = (h @ w("self_attn.q_proj.weight").T).reshape(T, H, hd).transpose(1, 0, 2)
-        k = (h @ w("self_attn.k_proj.weight").T).reshape(T, KV, hd).transpose(1, 0, 2)
-        v = (h @ w("self_attn.v_proj.weight").T).reshape(T, KV, hd).transpose(1, 0, 2)
+        q, k, v = (h @ w(f"self_attn.{n}_proj.weight").T for n in "qkv")
+        if kind == "qwen2":
+            q, k, v = (t + w(f"self_attn.{n}_proj.bias") for t, n in zip((q, k, v), "qkv"))
+        q = q.reshape(T, H, hd).transpose(1, 0, 2)
+        k = k.reshape(T, KV, hd).transpose(1, 0, 2)
+        v = v.reshape(T, KV, hd).transpose(1, 0, 2)
+        if kind in ("qwen3", "qwen3_moe"):  # per head, over head_dim, before RoPE
+            q, k = rms(q, w("self_attn.q_norm.weight")), rms(k, w("self_attn.k_norm.weight"))
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k, v = np.repeat(k, H // KV, axis=0), np.repeat(v, H // KV, axis=0)
@@ -198,15 +248,20 @@ def llama_logits(c, p, ids):
         x = x + y @ w("self_attn.o_proj.weight").T
         h = rms(x, w("post_attention_layernorm.weight"))
         swiglu = lambda g, u, d: ((h @ w(g).T) / (1 + np.exp(-(h @ w(g).T))) * (h @ w(u).T)) @ w(d).T
-        if c["model_type"] == "mixtral":
+        if kind == "mixtral":
             probs = softmax(h @ w("block_sparse_moe.gate.weight").T)  # [T, experts]
-            top = np.argsort(-probs, axis=-1, kind="stable")[:, : c["num_experts_per_tok"]]
-            keep = np.zeros_like(probs)
-            np.put_along_axis(keep, top, np.take_along_axis(probs, top, -1), -1)
-            keep /= keep.sum(-1, keepdims=True)
+            keep = route(probs, c["num_experts_per_tok"], True)
             e = "block_sparse_moe.experts.{}.{}.weight"
             for i in range(c["num_local_experts"]):
                 x = x + keep[:, i:i + 1] * swiglu(e.format(i, "w1"), e.format(i, "w3"), e.format(i, "w2"))
+        elif kind == "qwen3_moe" and qwen3_moe_sparse(c, l):
+            probs = softmax(h @ w("mlp.gate.weight").T)  # [T, experts]
+            keep = route(probs, c["num_experts_per_tok"], c["norm_topk_prob"])
+            e = "mlp.experts.{}.{}.weight"
+            out = np.zeros_like(x)
+            for i in range(c["num_experts"]):
+                out += keep[:, i:i + 1] * swiglu(e.format(i, "gate_proj"), e.format(i, "up_proj"), e.format(i, "down_proj"))
+            x = x + out
         else:
             x = x + swiglu("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
     x = rms(x, t64(p, "model.norm.weight"))
@@ -222,15 +277,25 @@ def expected_names(c):
         names = ["transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias"]
         names += [f"transformer.h.{l}.{n}" for l in range(c["n_layer"]) for n in per]
     else:
-        per = ["input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-               "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight"]
-        if c["model_type"] == "mixtral":
-            per += ["block_sparse_moe.gate.weight"] + [f"block_sparse_moe.experts.{e}.{w}.weight"
-                                                       for e in range(c["num_local_experts"]) for w in ("w1", "w2", "w3")]
-        else:
-            per += ["mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
+        kind = c["model_type"]
+        attn = ["input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight"]
+        if kind == "qwen2":
+            attn += ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"]
+        if kind in ("qwen3", "qwen3_moe"):
+            attn += ["self_attn.q_norm.weight", "self_attn.k_norm.weight"]
+        dense = ["mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
+
+        def per(l):
+            if kind == "mixtral":
+                return attn + ["block_sparse_moe.gate.weight"] + [
+                    f"block_sparse_moe.experts.{e}.{w}.weight" for e in range(c["num_local_experts"]) for w in ("w1", "w2", "w3")]
+            if kind == "qwen3_moe" and qwen3_moe_sparse(c, l):
+                return attn + ["mlp.gate.weight"] + [f"mlp.experts.{e}.{w}.weight" for e in range(c["num_experts"])
+                                                     for w in ("gate_proj", "up_proj", "down_proj")]
+            return attn + dense
         names = ["model.embed_tokens.weight", "model.norm.weight"]
-        names += [f"model.layers.{l}.{n}" for l in range(c["num_hidden_layers"]) for n in per]
+        names += [f"model.layers.{l}.{n}" for l in range(c["num_hidden_layers"]) for n in per(l)]
         if not c.get("tie_word_embeddings"):
             names.append("lm_head.weight")
     return set(names)
@@ -291,9 +356,9 @@ def write_safetensors(path, tensors):  # name -> (dtype string, numpy array of t
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def llama_shapes(C, H, KV, F, V, L):
-    """HF LlamaForCausalLM tensor shapes (untied), by name, in the usual order."""
-    hd = C // H
+def llama_shapes(C, H, KV, F, V, L, hd=None):
+    """HF LlamaForCausalLM tensor shapes (untied), by name, in the usual order (head size hd, default C // H)."""
+    hd = hd or C // H
     shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
     for l in range(L):
         p = f"model.layers.{l}."
@@ -302,6 +367,35 @@ def llama_shapes(C, H, KV, F, V, L):
                        p + "self_attn.o_proj.weight": (C, H * hd), p + "post_attention_layernorm.weight": (C,),
                        p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
                        p + "mlp.down_proj.weight": (C, F)})
+    return shapes
+
+
+def qwen_shapes(c):
+    """HF Qwen2 / Qwen3 / Qwen3-MoE ForCausalLM tensor shapes (untied) for config c, by name, in the usual order."""
+    kind, C, V = c["model_type"], c["hidden_size"], c["vocab_size"]
+    H, KV, F = c["num_attention_heads"], c["num_key_value_heads"], c["intermediate_size"]
+    hd = c.get("head_dim") or C // H
+    shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
+    for l in range(c["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        shapes[p + "input_layernorm.weight"] = (C,)
+        for n, width in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
+            shapes[p + f"self_attn.{n}_proj.weight"] = (width, C)
+            if kind == "qwen2":
+                shapes[p + f"self_attn.{n}_proj.bias"] = (width,)
+        shapes[p + "self_attn.o_proj.weight"] = (C, H * hd)
+        if kind != "qwen2":
+            shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+        shapes[p + "post_attention_layernorm.weight"] = (C,)
+        if kind == "qwen3_moe" and qwen3_moe_sparse(c, l):
+            E, M = c["num_experts"], c["moe_intermediate_size"]
+            shapes[p + "mlp.gate.weight"] = (E, C)
+            for e in range(E):
+                x = p + f"mlp.experts.{e}."
+                shapes.update({x + "gate_proj.weight": (M, C), x + "up_proj.weight": (M, C), x + "down_proj.weight": (C, M)})
+        else:
+            shapes.update({p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                           p + "mlp.down_proj.weight": (C, F)})
     return shapes
 
 
@@ -322,7 +416,11 @@ def byte_tokenizer_json():
             "pre_tokenizer": bl, "decoder": bl, "model": {"type": "BPE", "vocab": vocab, "merges": []}}
 
 
-def cmd_write_random(d, arch, bf16, shards, heads=4, rope_scaling=None):
+def cmd_write_random(d, arch, bf16, shards, heads=4, rope_scaling=None, tied=False, head_dim=None,
+                     norm_topk=True, mlp_only_layers=(), sparse_step=1):
+    assert arch in ("gpt2", "llama", "mixtral") + QWEN, f"write-random: no arch {arch!r}"
+    assert head_dim is None or arch in ("qwen3", "qwen3_moe"), "--head-dim: qwen3 and qwen3_moe only"
+    assert not tied or arch != "gpt2", "--tied: gpt2 is always tied"
     rng = np.random.default_rng(7)
     os.makedirs(d, exist_ok=True)
     V, C, L = 257, 32, 2
@@ -357,6 +455,21 @@ def cmd_write_random(d, arch, bf16, shards, heads=4, rope_scaling=None):
                 for e in range(4):
                     x = p + f"block_sparse_moe.experts.{e}."
                     shapes.update({x + "w1.weight": (F, C), x + "w2.weight": (C, F), x + "w3.weight": (F, C)})
+        elif arch in QWEN:  # Qwen2Config / Qwen3Config / Qwen3MoeConfig as transformers writes them
+            c.update({"architectures": [{"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                                         "qwen3_moe": "Qwen3MoeForCausalLM"}[arch]], "model_type": arch,
+                      "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": L,
+                      "attention_dropout": 0.0})
+            if arch != "qwen2":
+                c.update({"head_dim": head_dim or C // H, "attention_bias": False})
+            if arch == "qwen3_moe":
+                c.update({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+                          "norm_topk_prob": norm_topk, "decoder_sparse_step": sparse_step,
+                          "mlp_only_layers": list(mlp_only_layers), "router_aux_loss_coef": 0.001})
+            shapes = qwen_shapes(c)
+        if tied:
+            c["tie_word_embeddings"] = True
+            del shapes["lm_head.weight"]
     c["torch_dtype"] = "bfloat16" if bf16 else "float32"
     tensors = {}
     for name, shape in shapes.items():
@@ -394,7 +507,8 @@ if __name__ == "__main__":
     elif a and a[0] == "write-random":
         opt = lambda name, conv, default: conv(a[a.index(name) + 1]) if name in a else default
         cmd_write_random(a[1], a[2], "--bf16" in a, opt("--shards", int, 1), opt("--heads", int, 4),
-                         opt("--rope-scaling", json.loads, None))
+                         opt("--rope-scaling", json.loads, None), "--tied" in a, opt("--head-dim", int, None),
+                         "--no-norm-topk" not in a, opt("--mlp-only-layers", json.loads, []), opt("--sparse-step", int, 1))
     elif a and a[0] == "rounded":
         cmd_rounded(a[1], a[2])
     else:

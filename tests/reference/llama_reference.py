@@ -12,7 +12,13 @@ attribute names and dtypes, plus the LLaMA-only attributes n_kv_head d_ff norm_e
 tie_embeddings rope_pairing): inputs, weights, logits, loss, every gradient of the mean loss, and
 the parameters after 3 torch.optim.AdamW steps on the same batch (weight decay on 2-D tensors only).
 
+Qwen's additions, as Hugging Face's Qwen2/Qwen3 models add them (--qkv-bias: biases on q_proj, k_proj,
+v_proj; --qk-norm: an RMSNorm over each head's q and each head's k, weights [head_dim] shared by the
+heads, before RoPE), in the same pairing as the rest (mpitron's order of a head's dimensions).
+
 Run:  /usr/bin/python3 tests/reference/llama_reference.py [--out tests/reference/fixtures/llama_tiny.h5]
+      /usr/bin/python3 tests/reference/llama_reference.py --qkv-bias --out tests/reference/fixtures/qwen2_tiny.h5
+      /usr/bin/python3 tests/reference/llama_reference.py --qk-norm --out tests/reference/fixtures/qwen3_tiny.h5
 """
 import argparse
 import math
@@ -42,6 +48,10 @@ def param_shapes(c):
                    (h + "self_attn.q_proj.weight", (Q, C)),
                    (h + "self_attn.k_proj.weight", (KV, C)),
                    (h + "self_attn.v_proj.weight", (KV, C)),
+                   *([(h + "self_attn.q_proj.bias", (Q,)), (h + "self_attn.k_proj.bias", (KV,)),
+                      (h + "self_attn.v_proj.bias", (KV,))] if c.get("qkv_bias") else []),
+                   *([(h + "self_attn.q_norm.weight", (hd,)), (h + "self_attn.k_norm.weight", (hd,))]
+                     if c.get("qk_norm") else []),
                    (h + "self_attn.o_proj.weight", (C, Q)),
                    (h + "post_attention_layernorm.weight", (C,)),
                    (h + "mlp.gate_proj.weight", (F_, C)),
@@ -56,6 +66,8 @@ def make_params(c, gen):
     for name, shape in param_shapes(c):
         if "norm" in name:  # RMSNorm weights near 1, perturbed so every path carries signal
             t = 1.0 + 0.1 * torch.randn(shape, generator=gen, dtype=torch.float64)
+        elif name.endswith(".bias"):  # Qwen2's q/k/v biases: large enough to matter
+            t = 0.1 * torch.randn(shape, generator=gen, dtype=torch.float64)
         else:  # every Linear / embedding weight: normal(0, 0.02)
             t = 0.02 * torch.randn(shape, generator=gen, dtype=torch.float64)
         if name in ("embed_tokens.weight", "lm_head.weight"):
@@ -96,9 +108,13 @@ def attention(x, p, h, c, freqs_cis):
     B, T, _ = x.shape
     H, KV = c["n_head"], c["n_kv_head"]
     hd = c["d_model"] // H
-    q = F.linear(x, p[h + "self_attn.q_proj.weight"]).view(B, T, H, hd)
-    k = F.linear(x, p[h + "self_attn.k_proj.weight"]).view(B, T, KV, hd)
-    v = F.linear(x, p[h + "self_attn.v_proj.weight"]).view(B, T, KV, hd)
+    b = lambda n: p.get(h + f"self_attn.{n}_proj.bias")  # Qwen2: q/k/v biases (None: LLaMA's none)
+    q = F.linear(x, p[h + "self_attn.q_proj.weight"], b("q")).view(B, T, H, hd)
+    k = F.linear(x, p[h + "self_attn.k_proj.weight"], b("k")).view(B, T, KV, hd)
+    v = F.linear(x, p[h + "self_attn.v_proj.weight"], b("v")).view(B, T, KV, hd)
+    if h + "self_attn.q_norm.weight" in p:  # Qwen3: RMSNorm over each head's q and k, before RoPE
+        q = rms_norm(q, p[h + "self_attn.q_norm.weight"], c["norm_eps"])
+        k = rms_norm(k, p[h + "self_attn.k_norm.weight"], c["norm_eps"])
     q, k = apply_rotary_emb(q, freqs_cis), apply_rotary_emb(k, freqs_cis)
     k, v = repeat_kv(k, H // KV), repeat_kv(v, H // KV)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, hd]
@@ -177,10 +193,14 @@ def self_check(gen):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/reference/fixtures/llama_tiny.h5")
+    ap.add_argument("--qkv-bias", action="store_true", help="Qwen2: biases on q, k, v (d_model 64: head size 16)")
+    ap.add_argument("--qk-norm", action="store_true", help="Qwen3: RMSNorm over each head's q and k before RoPE")
     args = ap.parse_args()
     self_check(torch.Generator().manual_seed(99))  # own generator: does not disturb the fixture's stream
 
     c = dict(CFG)
+    if args.qkv_bias or args.qk_norm:
+        c.update(d_model=64, qkv_bias=int(args.qkv_bias), qk_norm=int(args.qk_norm))
     c["padded_vocab"] = (c["vocab_size"] + 63) // 64 * 64
     assert c["d_model"] % c["n_head"] == 0 and c["n_head"] % c["n_kv_head"] == 0
     gen = torch.Generator().manual_seed(1234)

@@ -70,6 +70,8 @@ ModelConfig fixture_config(H5& h5, const char* preset) {
     cfg.norm_eps = static_cast<float>(h5.attr("norm_eps"));
     cfg.rope_theta = h5.attr("rope_theta");
     cfg.tied_embeddings = h5.attr("tie_embeddings") != 0;
+    cfg.qkv_bias = h5.has("qkv_bias") && h5.attr("qkv_bias") != 0;  // llama_reference.py --qkv-bias / --qk-norm
+    cfg.qk_norm = h5.has("qk_norm") && h5.attr("qk_norm") != 0;
   }
   if (h5.has("moe_n_experts")) {  // moe_reference.py
     MoeConfig& m = cfg.moe;
@@ -168,6 +170,14 @@ BOOST_AUTO_TEST_CASE(matches_pytorch) { check_against_fixture("tests/reference/f
 // LLaMA: 4 query heads on 2 kv heads, d 32, d_ff 96, untied head, RoPE with Meta's pairing.
 BOOST_AUTO_TEST_CASE(llama_matches_pytorch) {
   check_against_fixture("tests/reference/fixtures/llama_tiny.h5", "llama-tiny");
+}
+
+// Qwen2 (q/k/v biases) and Qwen3 (per-head q/k RMSNorm before RoPE): d 64, head size 16.
+BOOST_AUTO_TEST_CASE(qwen2_matches_pytorch) {
+  check_against_fixture("tests/reference/fixtures/qwen2_tiny.h5", "llama-tiny");
+}
+BOOST_AUTO_TEST_CASE(qwen3_matches_pytorch) {
+  check_against_fixture("tests/reference/fixtures/qwen3_tiny.h5", "llama-tiny");
 }
 
 // Mixture of experts (moe_reference.py): Mixtral's router with a shared expert in every block, and

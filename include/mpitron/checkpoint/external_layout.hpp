@@ -12,9 +12,13 @@
 //   - HF Mixtral (MixtralForCausalLM): LLaMA's names and RoPE rule, with block_sparse_moe.gate
 //     (the router, [experts, hidden]) and block_sparse_moe.experts.E.w1 / w3 / w2 (gate, up,
 //     down) in place of mlp.*: mpitron's own names.
+//   - HF Qwen2 / Qwen3 (Qwen2ForCausalLM, Qwen3ForCausalLM): LLaMA's names and RoPE rule, with
+//     self_attn.{q,k,v}_proj.bias (Qwen2) or self_attn.{q,k}_norm.weight [head_dim] (Qwen3); the
+//     q and k biases and the norm weights are permuted per head as the q and k rows are.
 //   - GGUF (both archs): tensors in mpitron's own [out, in] element order (GGUF lists the
 //     dimensions innermost first); llama.cpp's arch "llama" rotates adjacent pairs, mpitron's
-//     pairing, so no permutation. MoE blocks: ffn_gate_inp (router) and the experts stacked into
+//     pairing, so no permutation; its "qwen2" and "qwen3" rotate half, as HF does: their q and k
+//     rows are permuted as for HF (not transposed). MoE blocks: ffn_gate_inp (router) and the experts stacked into
 //     ffn_gate_exps / ffn_up_exps [experts][d_ff][hidden] and ffn_down_exps [experts][hidden][d_ff].
 #pragma once
 #include <cstdint>
@@ -45,8 +49,15 @@ std::vector<ExternalTensor> external_tensors(const ModelConfig& cfg);
 // route dropless when the model was trained with a capacity factor. Dense models pass.
 void check_moe_exportable(const ModelConfig& cfg, const std::string& ckpt, const std::string& format, bool quiet);
 
+// Refuses a LLaMA-family model no exported architecture expresses: q/k/v biases (Qwen2) with q/k
+// norms (Qwen3), or either with a mixture of experts.
+void check_family_exportable(const ModelConfig& cfg, const std::string& ckpt, const std::string& format);
+
 // A tensor [rows, cols] (row-major) rearranged into the HF layout of `t`; `shape` is updated.
 std::vector<float> to_hf_layout(const ExternalTensor& t, std::vector<float> v, std::vector<int64_t>* shape);
+// q and k rows (and their biases, norms) in rotate-half order, nothing transposed: the GGUF layout
+// of llama.cpp's qwen2 and qwen3, which rotate as Hugging Face does.
+std::vector<float> to_rotate_half_layout(const ExternalTensor& t, std::vector<float> v, const std::vector<int64_t>& shape);
 // The inverse of to_hf_layout (import).
 std::vector<float> from_hf_layout(const ExternalTensor& t, std::vector<float> v, std::vector<int64_t>* shape);
 

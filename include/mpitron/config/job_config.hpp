@@ -44,6 +44,8 @@ struct ModelSection {
   double rope_beta_slow = 0;
   double rope_attention_factor = 0;
   std::string tie_embeddings = "auto";  // auto (gpt2 tied, llama untied) | true | false
+  std::string qkv_bias = "auto";        // llama: biases on q, k, v (Qwen2): auto (the preset's) | true | false
+  std::string qk_norm = "auto";         // llama: per-head RMSNorm of q and k (Qwen3): auto | true | false
   std::string attention = "cudnn";  // CUDA backend only: "cudnn" | "naive"
   // [model.moe]: mixture-of-experts MLPs (llama only; moe_n_experts 0: dense). "moe.KEY" in the
   // job file's [model] table, or its own [model.moe] table.

@@ -22,9 +22,14 @@ enum class PositionKind : uint8_t { learned, rope };   // wpe rows added to the 
 
 // The parameter tensors of a block and of the model around it, by role. A role an architecture
 // lacks has no name (nullptr). k_w, v_w and up_w sit right behind qkv_w and fc_w in the flat
-// layout (fused_with_previous): the models run q|k|v and gate|up as one GEMM each.
-enum class BlockTensor : uint8_t { ln1_w, ln1_b, qkv_w, qkv_b, k_w, v_w, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, up_w, fcp_w, fcp_b };
-inline constexpr int kBlockTensors = 15;
+// layout (fused_with_previous), k_b and v_b behind qkv_b: the models run q|k|v and gate|up as
+// one GEMM each. qkv_b, k_b, v_b (LLaMA: Qwen2's q/k/v biases) and q_norm, k_norm (Qwen3's
+// per-head RMSNorm weights) are optional in the LLaMA family: block_tensor_name says whether a
+// model has them.
+enum class BlockTensor : uint8_t {
+  ln1_w, ln1_b, qkv_w, qkv_b, k_w, v_w, k_b, v_b, q_norm, k_norm, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, up_w, fcp_w, fcp_b
+};
+inline constexpr int kBlockTensors = 19;
 enum class ModelTensor : uint8_t { tok_emb, pos_emb, lnf_w, lnf_b, lm_head };
 inline constexpr int kModelTensors = 5;
 
@@ -51,5 +56,11 @@ const BlockSpec& block_spec(Arch a);
 inline const BlockSpec& block_spec(const ModelConfig& c) { return block_spec(c.arch); }
 // The key/value heads the model runs with: n_kv_head where the architecture groups them, else n_head.
 inline int kv_heads(const ModelConfig& c) { return block_spec(c).grouped_kv ? c.n_kv_head : c.n_head; }
+// The name (after "<prefix><l>.") of a block tensor this model has, nullptr where it has none: the
+// architecture's, less the LLaMA family's optional q/k/v biases (cfg.qkv_bias) and q/k norms
+// (cfg.qk_norm).
+const char* block_tensor_name(const ModelConfig& c, BlockTensor t);
+// The model family, for messages: "GPT-2", "LLaMA", "Qwen2" (q/k/v biases), "Qwen3" (q/k norms).
+const char* family_name(const ModelConfig& c);
 
 }  // namespace mpitron

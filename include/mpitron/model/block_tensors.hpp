@@ -8,6 +8,7 @@ namespace mpitron {
 
 // A block's weights (W = const float / const bf16) or gradients (W = float). nullptr where the
 // architecture has no such tensor (LLaMA's biases). qkv_w is the fused [q | k | v] projection
+// (qkv_b its fused bias: GPT-2's, or Qwen2's q_proj.bias with k_proj.bias, v_proj.bias behind it)
 // (LLaMA's q_proj with k_proj, v_proj right behind it), fc_w GPT-2's c_fc or LLaMA's
 // [gate | up], proj_w the attention output projection, fcp_w the MLP's.
 // A MoE block's MLP tensors (moe_mlp.hpp; router nullptr: a dense block). w13[e] is expert e's
@@ -26,6 +27,7 @@ struct BlockTensors {
   W *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr, *proj_b = nullptr,
     *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr, *fcp_w = nullptr, *fcp_b = nullptr;
   MoeTensors<W> moe;
+  W *q_norm = nullptr, *k_norm = nullptr;  // Qwen3's per-head q and k RMSNorm weights [hd] (nullptr: none)
 };
 
 template <class A>
@@ -41,6 +43,8 @@ struct BlockActs {
   A *ln1 = nullptr, *qkv = nullptr, *atty = nullptr, *res2 = nullptr, *ln2 = nullptr, *fch = nullptr,
     *fch_gelu = nullptr, *res3 = nullptr;
   float *ln1_mean = nullptr, *ln1_rstd = nullptr, *att = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
+  A* qk_in = nullptr;         // q/k norm (Qwen3): its input [BT h_local | BT kv_local rows, hd]
+  float* qk_rstd = nullptr;   // and their rstd
   MoeActs<A>* moe = nullptr;  // a MoE block's routing and expert activations
 };
 
@@ -57,6 +61,7 @@ template <class A>
 struct BlockScratch {
   A *proj_out = nullptr, *dres = nullptr, *dC = nullptr, *dqkv = nullptr, *d4C = nullptr, *dmlp = nullptr;
   A *gath = nullptr, *full = nullptr, *dres_full = nullptr;
+  A* qk_tmp = nullptr;  // q/k norm (Qwen3): 2 BT (h_local + kv_local) hd
 };
 
 }  // namespace mpitron

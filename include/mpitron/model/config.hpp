@@ -60,6 +60,11 @@ struct ModelConfig {
   float norm_eps = 1e-5f;       // RMSNorm epsilon
   double rope_theta = 10000.0;  // RoPE base: 10000 (LLaMA 2), 500000 (LLaMA 3)
   RopeScaling rope_scaling;
+  // Qwen's additions to the LLaMA block: biases on q, k and v (Qwen2, Qwen2.5); an RMSNorm over
+  // each head's q and k before RoPE, one weight [head_dim] for the query heads, one for the key
+  // heads (Qwen3).
+  bool qkv_bias = false;
+  bool qk_norm = false;
   // LLaMA's hidden-size rule, kept to re-derive d_ff when d_model changes: 4d -> 2/3 of it ->
   // times ffn_multiplier -> rounded up to a multiple of multiple_of (llama_ffn_dim).
   double ffn_multiplier = 1.0;

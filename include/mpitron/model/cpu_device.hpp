@@ -147,6 +147,10 @@ struct CpuDevice {
   void copy(float* dst, const float* src, size_t n) {
     if (n) std::memcpy(dst, src, n * sizeof(float));
   }
+  // rows rows of width floats from src (leading dimension sld) to dst (dld).
+  void copy_rows(float* dst, int64_t dld, const float* src, int64_t sld, int64_t width, int64_t rows) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dld, src + r * sld, static_cast<size_t>(width) * sizeof(float));
+  }
   void zero(float* x, size_t n) {
     if (n) std::memset(x, 0, n * sizeof(float));
   }

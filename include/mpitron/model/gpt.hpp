@@ -175,7 +175,8 @@ class GPT final : public ModelChunk {
   struct LayerW {
     float *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr,
           *proj_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr, *fcp_w = nullptr,
-          *fcp_b = nullptr, *k_w = nullptr, *v_w = nullptr, *up_w = nullptr;
+          *fcp_b = nullptr, *k_w = nullptr, *v_w = nullptr, *up_w = nullptr, *k_b = nullptr, *v_b = nullptr,
+          *q_norm = nullptr, *k_norm = nullptr;
     // A MoE block (moe_mlp.hpp): the router, per expert w1 (with w3 right behind it) and w2, the
     // shared experts' gate (with up behind it) and down.
     float *router = nullptr, *sh_fc = nullptr, *sh_up = nullptr, *sh_fcp = nullptr;

@@ -7,7 +7,8 @@
 // [B, H/tp, T] (no [B, H, T, T] attention matrix: cuDNN's fused attention never forms one, and
 // the naive path's scores live in CudaOps' scratch), res2, ln2, fc (GELU input) and its GELU,
 // res3, plus the LayerNorms' mean and rstd. LLaMA (cfg.arch): RMSNorm's rstd only, a (H + 2 KV) hd
-// wide q|k|v (after RoPE), fc = [gate | up] and the SwiGLU output in fch_gelu.
+// wide q|k|v (after RoPE), fc = [gate | up] and the SwiGLU output in fch_gelu; with Qwen3's q/k
+// norm its input and rstd (qk_in, qk_rstd).
 // Every buffer starts on a 256-byte boundary.
 #pragma once
 #include <cstddef>
@@ -43,6 +44,7 @@ struct GpuActs {
   bf16* proj_out = nullptr;    // [BT, C] attention / MLP projection output, before its residual add
   bf16 *dres = nullptr, *dC = nullptr, *d4C = nullptr;  // backward scratch: [BT,C] x2, [BT,F] (also dqkv)
   bf16* dmlp = nullptr;  // LLaMA: [BT, F/tp] the gradient at the SwiGLU output (d4C then holds d gate|up)
+  bf16* qk_tmp = nullptr;  // Qwen3's q/k norm: scratch 2 [BT, (H + KV)/tp hd]
   int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
   int32_t *doc_pos = nullptr, *doc_start = nullptr;     // [BT] each: document masking (DocumentRows)
   float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]

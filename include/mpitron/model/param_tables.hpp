@@ -9,6 +9,8 @@
 //     self_attn.q_proj.weight [H hd, C]            column parallel (whole query heads)
 //     self_attn.k_proj.weight [KV hd, C]           column parallel (whole kv heads: KV % tp == 0)
 //     self_attn.v_proj.weight [KV hd, C]           column parallel
+//     self_attn.{q,k,v}_proj.bias [H hd], [KV hd], [KV hd]   column parallel (model.qkv_bias: Qwen2)
+//     self_attn.{q,k}_norm.weight [hd]             replicated (model.qk_norm: Qwen3)
 //     self_attn.o_proj.weight [C, H hd]            row parallel
 //     post_attention_layernorm.weight [C]          replicated
 //     mlp.gate_proj.weight [F, C], mlp.up_proj.weight [F, C]   column parallel
@@ -17,7 +19,7 @@
 //   lm_head.weight [Vp, C]                         vocab-parallel, last stage (untied; with
 //                                                  tied_embeddings the head reads embed_tokens,
 //                                                  which the last stage then holds as GPT-2's wte)
-// No biases. q, k, v (and gate, up) are adjacent in the flat buffer, so this rank's slices form
+// No other biases. q, k, v (their biases, and gate, up) are adjacent in the flat buffer, so this rank's slices form
 // one [(H + 2 KV) hd / tp, C] (and [2F / tp, C]) weight for a single GEMM: the layouts the
 // grouped-query attention and SwiGLU kernels read (ops.hpp).
 #pragma once

@@ -2,10 +2,12 @@
 // (gpt.cpp, Dev = CpuDevice) and the GPU GptCuda (cuda/gpt_cuda.cpp, Dev = CudaDevice) each own
 // their memory (parameters, activations, ZeRO-3 copies) and run their blocks through this.
 // What differs per architecture is the BlockSpec (arch.hpp): the norm (LayerNorm with bias or
-// RMSNorm), the MLP (GELU or SwiGLU over a fused [gate | up]), RoPE on q and k, grouped KV heads.
+// RMSNorm), the MLP (GELU or SwiGLU over a fused [gate | up]), RoPE on q and k, grouped KV heads;
+// the LLaMA family's optional q/k/v biases (Qwen2) and per-head q/k RMSNorm (Qwen3) come with
+// their tensors (a nullptr q_norm: none).
 //
 // The block (pre-norm, Megatron's tensor-parallel split, parallel_layers.hpp):
-//   ln1 = norm(x); qkv = ColumnParallel(ln1); RoPE; atty = attention(qkv) (the cp ring when
+//   ln1 = norm(x); qkv = ColumnParallel(ln1); [q/k norm]; RoPE; atty = attention(qkv) (the cp ring when
 //   context parallel); res2 = x + RowParallel(atty); ln2 = norm(res2); fch = ColumnParallel(ln2);
 //   fch_gelu = act(fch); out = res2 + RowParallel(fch_gelu).
 // The last residual add is left pending (the MLP projection stays in scratch.proj_out) for the
@@ -56,7 +58,9 @@ class TransformerBlock {
         qkv_(dev, tp, cfg.d_model, geo.qkv_local * tp.size()),
         proj_(dev, tp, geo.c_local * tp.size(), cfg.d_model),
         fc_(dev, tp, cfg.d_model, geo.fc_local * tp.size()),
-        fcp_(dev, tp, geo.f_local * tp.size(), cfg.d_model) {}
+        fcp_(dev, tp, geo.f_local * tp.size(), cfg.d_model) {
+    qk_grad_.bind(Mem::workspace, dev_.allocator());
+  }
   void set_ring(RingAttention* ring) { ring_ = ring; }
   void set_norm_grad_scratch(float* ln_grad) { ln_grad_ = ln_grad; }
   // The next forward or backward's micro-batch's documents (data.document_mask; default: none).
@@ -78,6 +82,7 @@ class TransformerBlock {
     if (prev) residual_norm_forward(prev->res3, a.ln1, a.ln1_mean, a.ln1_rstd, prev->res2, s.proj_out, w.ln1_w, w.ln1_b, Rl);
     else norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, w.ln1_w, w.ln1_b, Rl);
     qkv_.forward(a.qkv, a.ln1, s.gath, w.qkv_w, w.qkv_b, BT);
+    if (w.q_norm) qk_norm_forward(w, a, s, BT);
     if (spec_.rope()) geo_.rope(dev_.ops, a.qkv, B, /*inverse=*/false, docs_.pos);  // this rank's heads, global positions
     if (ring_) ring_->forward(a.atty, a.att, a.qkv, B, docs_.start);  // context parallel: k|v around the cp ring
     else dev_.attention_forward(a.atty, a.att, a.qkv, B, T, H, hd, KV, docs_.start);
@@ -134,12 +139,58 @@ class TransformerBlock {
     if (ring_) ring_->backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B, docs_.start);
     else dev_.attention_backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B, T, H, hd, KV, docs_.start);
     if (spec_.rope()) geo_.rope_backward(dev_.ops, s.dqkv, B, docs_.pos);
+    if (w.q_norm) qk_norm_backward(w, g, a, s, BT);
     qkv_.backward(s.dC, g.qkv_w, g.qkv_b, s.dqkv, gather_rows(a.ln1, s.gath, BT), w.qkv_w, BT, s.full);
-    // The key bias adds q.b_k to every score of a softmax row, so its gradient is exactly zero;
-    // computed, it is pure rounding noise that Adam would amplify into lr-sized steps (and into
-    // differences between parallel layouts). Keep it exactly zero. Layout [q | k | v], C/tp each.
-    if (g.qkv_b) dev_.zero_grad(g.qkv_b + Cl, static_cast<size_t>(Cl));
+    // Without RoPE the key bias adds q.b_k to every score of a softmax row, so its gradient is
+    // exactly zero; computed, it is pure rounding noise that Adam would amplify into lr-sized steps
+    // (and into differences between parallel layouts). Keep it exactly zero. Layout [q | k | v].
+    // (RoPE rotates b_k by each key's position: Qwen2's key bias has a true gradient.)
+    if (g.qkv_b && !spec_.rope()) dev_.zero_grad(g.qkv_b + Cl, static_cast<size_t>(geo_.kv_local * hd));
     norm_backward(s.dres, g.ln1_w, g.ln1_b, s.dC, res_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, Rl);
+  }
+
+  // Qwen3's q/k norm: an RMSNorm over each of this rank's query heads (weight w.q_norm) and key
+  // heads (w.k_norm) of a.qkv, in place. a.qk_in keeps the norm's input, [BT Hq rows | BT Hk rows]
+  // of hd, a.qk_rstd their rstd; s.qk_tmp (twice that size) is scratch.
+  void qk_norm_forward(const Weights& w, const Acts& a, const Scratch& s, int64_t BT) {
+    const int64_t hd = geo_.hd, Hq = geo_.h_local, Hk = geo_.kv_local, Wq = Hq * hd, Wk = Hk * hd;
+    const int64_t ld = geo_.qkv_local;
+    dev_.copy_rows(a.qk_in, Wq, a.qkv, ld, Wq, BT);
+    dev_.copy_rows(a.qk_in + BT * Wq, Wk, a.qkv + Wq, ld, Wk, BT);
+    dev_.rmsnorm_forward(s.qk_tmp, a.qk_rstd, a.qk_in, w.q_norm, BT * Hq, hd, cfg_.norm_eps);
+    dev_.rmsnorm_forward(s.qk_tmp + BT * Wq, a.qk_rstd + BT * Hq, a.qk_in + BT * Wq, w.k_norm, BT * Hk, hd,
+                         cfg_.norm_eps);
+    dev_.copy_rows(a.qkv, ld, s.qk_tmp, Wq, Wq, BT);
+    dev_.copy_rows(a.qkv + Wq, ld, s.qk_tmp + BT * Wq, Wk, Wk, BT);
+  }
+  // Its backward on s.dqkv in place (d normed q|k -> d projected q|k). The norm weights see only
+  // this rank's heads: under tensor parallel their gradients are summed over the TP group.
+  void qk_norm_backward(const Weights& w, const Grads& g, const Acts& a, const Scratch& s, int64_t BT) {
+    const int64_t hd = geo_.hd, Hq = geo_.h_local, Hk = geo_.kv_local, Wq = Hq * hd, Wk = Hk * hd;
+    const int64_t ld = geo_.qkv_local, n = BT * (Wq + Wk);
+    A *dout = s.qk_tmp, *din = s.qk_tmp + n;
+    dev_.copy_rows(dout, Wq, s.dqkv, ld, Wq, BT);
+    dev_.copy_rows(dout + BT * Wq, Wk, s.dqkv + Wq, ld, Wk, BT);
+    dev_.zero(din, static_cast<size_t>(n));
+    float *gq = g.q_norm, *gk = g.k_norm;
+    if (tp_.size() > 1) {
+      qk_grad_.resize(static_cast<size_t>(2 * hd));
+      gq = qk_grad_.data(), gk = gq + hd;
+      dev_.zero_grad(gq, static_cast<size_t>(2 * hd));
+    }
+    dev_.rmsnorm_backward(din, gq, dout, a.qk_in, w.q_norm, a.qk_rstd, BT * Hq, hd);
+    dev_.rmsnorm_backward(din + BT * Wq, gk, dout + BT * Wq, a.qk_in + BT * Wq, w.k_norm, a.qk_rstd + BT * Hq,
+                          BT * Hk, hd);
+    if (tp_.size() > 1) {
+      {
+        TpCommTimer timer(tp_);
+        sum_sequence_parallel_grads(*tp_.comm, gq, static_cast<size_t>(2 * hd));
+      }
+      dev_.add_grad(g.q_norm, gq, static_cast<size_t>(hd));
+      dev_.add_grad(g.k_norm, gk, static_cast<size_t>(hd));
+    }
+    dev_.copy_rows(s.dqkv, ld, din, Wq, Wq, BT);
+    dev_.copy_rows(s.dqkv + Wq, ld, din + BT * Wq, Wk, Wk, BT);
   }
 
   // The dense MLP's backward: d ln2 into s.dC from s.dres.
@@ -217,6 +268,7 @@ class TransformerBlock {
   DocumentRows docs_;
   MoeMlp<Dev>* moe_ = nullptr;
   DeviceVector<A> moe_dx_;  // sequence parallel: a MoE block's d x over all rows
+  DeviceVector<float> qk_grad_;  // tensor parallel: the q/k norms' weight gradients before the TP sum
   float* ln_grad_ = nullptr;
 };
 

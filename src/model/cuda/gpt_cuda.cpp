@@ -103,15 +103,17 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
   off_.head = cfg.tied_embeddings ? off_.wte : at(spec_.name(ModelTensor::lm_head));
   check(off_.wte != kNone || !shard.has_embedding, "GptCuda: no token embedding in the parameter table");
   static constexpr size_t LayerOffsets::*kRole[kBlockTensors] = {
-      &LayerOffsets::ln1_w, &LayerOffsets::ln1_b, &LayerOffsets::qkv_w, &LayerOffsets::qkv_b, &LayerOffsets::k_w,
-      &LayerOffsets::v_w,   &LayerOffsets::proj_w, &LayerOffsets::proj_b, &LayerOffsets::ln2_w, &LayerOffsets::ln2_b,
-      &LayerOffsets::fc_w,  &LayerOffsets::fc_b,  &LayerOffsets::up_w,  &LayerOffsets::fcp_w, &LayerOffsets::fcp_b};
+      &LayerOffsets::ln1_w,  &LayerOffsets::ln1_b,  &LayerOffsets::qkv_w,  &LayerOffsets::qkv_b, &LayerOffsets::k_w,
+      &LayerOffsets::v_w,    &LayerOffsets::k_b,    &LayerOffsets::v_b,    &LayerOffsets::q_norm, &LayerOffsets::k_norm,
+      &LayerOffsets::proj_w, &LayerOffsets::proj_b, &LayerOffsets::ln2_w,  &LayerOffsets::ln2_b, &LayerOffsets::fc_w,
+      &LayerOffsets::fc_b,   &LayerOffsets::up_w,   &LayerOffsets::fcp_w,  &LayerOffsets::fcp_b};
   for (int l = layer_begin_; l < layer_begin_ + n_local_; ++l) {
     const std::string h = spec_.layer_prefix + std::to_string(l) + ".";
     LayerOffsets o;
     const bool moe = cfg.moe.is_moe_layer(l);
     for (int r = 0; r < kBlockTensors; ++r) {
-      const char* name = moe && r >= static_cast<int>(BlockTensor::fc_w) ? nullptr : spec_.block[r];  // a MoE block has no dense MLP
+      const auto role = static_cast<BlockTensor>(r);
+      const char* name = moe && r >= static_cast<int>(BlockTensor::fc_w) ? nullptr : block_tensor_name(cfg, role);  // a MoE block has no dense MLP
       o.*kRole[r] = name ? at((h + name).c_str()) : kNone;
       check(!name || o.*kRole[r] != kNone, "GptCuda: parameter {}{} missing from the table", h, name);
     }
@@ -119,6 +121,7 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
     // (ZeRO-3 unit copies and gradient buckets keep them so too).
     const size_t C = cfg.d_model, hd = cfg.head_dim();
     check((o.k_w == kNone || (o.k_w == o.qkv_w + geo_.h_local * hd * C && o.v_w == o.k_w + geo_.kv_local * hd * C)) &&
+              (o.k_b == kNone || (o.k_b == o.qkv_b + geo_.h_local * hd && o.v_b == o.k_b + geo_.kv_local * hd)) &&
               (o.up_w == kNone || o.up_w == o.fc_w + geo_.f_local * C),
           "GptCuda: block {}'s q/k/v or gate/up weights are not adjacent", l);
     off_.layers.push_back(o);
@@ -268,7 +271,7 @@ BlockTensors<const bf16> GptCuda::block_weights(int l) const {
     moe = {W(m.router), moe_w13_.data(), moe_w2_.data(), W(m.sh_fc), W(m.sh_fcp)};
   }
   return {W(p.ln1_w), W(p.ln1_b), W(p.qkv_w), W(p.qkv_b), W(p.proj_w), W(p.proj_b),
-          W(p.ln2_w), W(p.ln2_b), W(p.fc_w),  W(p.fc_b),  W(p.fcp_w), W(p.fcp_b), moe};
+          W(p.ln2_w), W(p.ln2_b), W(p.fc_w),  W(p.fc_b),  W(p.fcp_w), W(p.fcp_b), moe, W(p.q_norm), W(p.k_norm)};
 }
 
 BlockTensors<float> GptCuda::block_grads(int l) const {
@@ -281,13 +284,13 @@ BlockTensors<float> GptCuda::block_grads(int l) const {
     moe = {G(m.router), moe_g13_.data(), moe_g2_.data(), G(m.sh_fc), G(m.sh_fcp)};
   }
   return {G(p.ln1_w), G(p.ln1_b), G(p.qkv_w), G(p.qkv_b), G(p.proj_w), G(p.proj_b),
-          G(p.ln2_w), G(p.ln2_b), G(p.fc_w),  G(p.fc_b),  G(p.fcp_w), G(p.fcp_b), moe};
+          G(p.ln2_w), G(p.ln2_b), G(p.fc_w),  G(p.fc_b),  G(p.fcp_w), G(p.fcp_b), moe, G(p.q_norm), G(p.k_norm)};
 }
 
 // d4C holds d [gate | up] (or d fc) and, later in the same backward, d qkv.
 BlockScratch<bf16> GptCuda::scratch() const {
   return {.proj_out = a_.proj_out, .dres = a_.dres, .dC = a_.dC, .dqkv = a_.d4C, .d4C = a_.d4C, .dmlp = a_.dmlp,
-          .gath = a_.gath, .full = a_.full, .dres_full = a_.dres_full};
+          .gath = a_.gath, .full = a_.full, .dres_full = a_.dres_full, .qk_tmp = a_.qk_tmp};
 }
 
 // Final LayerNorm (with the last block's residual add), then the LM head and loss in chunks of

@@ -158,6 +158,12 @@ struct CudaDevice {
     cuda::cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(bf16), cudaMemcpyDeviceToDevice, ops.stream()),
                      "cudaMemcpyAsync(bf16)");
   }
+  void copy_rows(bf16* dst, int64_t dld, const bf16* src, int64_t sld, int64_t width, int64_t rows) {
+    if (rows > 0)
+      cuda::cuda_check(cudaMemcpy2DAsync(dst, dld * sizeof(bf16), src, sld * sizeof(bf16), width * sizeof(bf16), rows,
+                                         cudaMemcpyDeviceToDevice, ops.stream()),
+                       "cudaMemcpy2DAsync(bf16 rows)");
+  }
   void zero(bf16* x, size_t n) {
     cuda::cuda_check(cudaMemsetAsync(x, 0, n * sizeof(bf16), ops.stream()), "cudaMemsetAsync(bf16)");
   }

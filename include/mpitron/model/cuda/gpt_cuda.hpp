@@ -151,7 +151,8 @@ class GptCuda final : public ModelChunk {
   // q_proj (k, v right behind it), fc_w gate_proj (up behind it), proj_w o_proj, fcp_w down_proj.
   static constexpr size_t kNone = SIZE_MAX;
   struct LayerOffsets {  // BlockTensor's roles
-    size_t ln1_w, ln1_b, qkv_w, qkv_b, k_w, v_w, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, up_w, fcp_w, fcp_b;
+    size_t ln1_w, ln1_b, qkv_w, qkv_b, k_w, v_w, k_b, v_b, q_norm, k_norm, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b,
+        up_w, fcp_w, fcp_b;
   };
   // A MoE block's (moe_mlp.hpp): the router, each expert's w1 (w3 right behind it) and w2, the
   // shared experts' gate (up behind it) and down (kNone without shared experts).
