@@ -98,6 +98,7 @@ void check_model_compatible(const ModelConfig& have, const ModelConfig& want, co
   if (have.tied_embeddings != want.tied_embeddings)
     differ("model.tied_embeddings", have.tied_embeddings, want.tied_embeddings);
   if (have.qkv_bias != want.qkv_bias) differ("model.qkv_bias", have.qkv_bias, want.qkv_bias);
+  if (have.head_dim() != want.head_dim()) differ("model.head_dim", have.head_dim(), want.head_dim());
   if (have.qk_norm != want.qk_norm) differ("model.qk_norm", have.qk_norm, want.qk_norm);
   if (have.arch == Arch::llama && (have.norm_eps != want.norm_eps || have.rope_theta != want.rope_theta))
     usage_fail("checkpoint '{}' holds a different model: norm_eps {} rope_theta {} there, {} and {} in this job", path,

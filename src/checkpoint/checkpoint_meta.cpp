@@ -78,6 +78,7 @@ static json meta_to_json_dense(const CheckpointMeta& m) {
                 {"rope_theta", c.rope_theta},
                 {"qkv_bias", c.qkv_bias},
                 {"qk_norm", c.qk_norm},
+                {"head_dim", c.head_size},
                 {"rope_pairing", c.arch == Arch::llama ? kRopePairing : "none"}}},
               {"layout", {{"tp", m.layout.tp}, {"cp", m.layout.cp}, {"dp", m.layout.dp}, {"pp", m.layout.pp}}},
               {"zero", m.zero},
@@ -113,6 +114,7 @@ CheckpointMeta meta_from_json(const json& j) {
   if (c.contains("rope_theta")) m.model.rope_theta = c.at("rope_theta");
   if (c.contains("qkv_bias")) m.model.qkv_bias = c.at("qkv_bias");  // absent before Qwen
   if (c.contains("qk_norm")) m.model.qk_norm = c.at("qk_norm");
+  if (c.contains("head_dim")) m.model.head_size = c.at("head_dim");  // 0: d_model / n_head
   if (c.contains("rope_scaling")) {  // absent: plain RoPE
     const json& e = c.at("rope_scaling");
     RopeScaling& r = m.model.rope_scaling;
@@ -308,7 +310,9 @@ CheckpointMeta read_meta(hid_t f, const std::string& path) {
     c.d_ff = read_model_size(g, "d_ff", path, 1 << 20);
     c.vocab_size = read_model_size(g, "vocab_size", path, 1 << 24);
     c.seq_len = read_model_size(g, "seq_len", path, 1 << 22);
-    usage_check(c.d_model % c.n_head == 0 && c.n_head % c.n_kv_head == 0,
+    // The head size where it is not d_model / n_head (absent: it is).
+    if (h5::has_attr(g, "head_dim")) c.head_size = read_model_size(g, "head_dim", path, 1 << 16);
+    usage_check((c.head_size > 0 || c.d_model % c.n_head == 0) && c.n_head % c.n_kv_head == 0,
                 "checkpoint '{}': config d_model {}, n_head {}, n_kv_head {} do not divide (corrupted file?)", path,
                 c.d_model, c.n_head, c.n_kv_head);
     c.tied_embeddings = read_attr_i64(g, "tied_embeddings", path) != 0;
@@ -407,6 +411,7 @@ void write_meta(hid_t f, const CheckpointMeta& m, bool writer, hid_t dxpl) {
       write_rope_scaling(g, c.rope_scaling);
       h5::write_attr_i64(g, "qkv_bias", c.qkv_bias ? 1 : 0);
       h5::write_attr_i64(g, "qk_norm", c.qk_norm ? 1 : 0);
+      if (c.head_size > 0) h5::write_attr_i64(g, "head_dim", c.head_size);
     }
     if (c.moe.enabled()) {  // mixture of experts (absent: dense)
       const MoeConfig& e = c.moe;

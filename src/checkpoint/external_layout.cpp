@@ -60,15 +60,20 @@ std::vector<ExternalTensor> llama_tensors(const ModelConfig& c) {
     add("self_attn.o_proj.weight", "attn_output.weight");
     add("post_attention_layernorm.weight", "ffn_norm.weight");
     if (c.moe.is_moe_layer(l)) {
+      // Qwen3-MoE's HF names: mlp.gate (the router), mlp.experts.E.gate_proj / up_proj / down_proj.
+      const bool qwen = c.qk_norm;
       const std::string b = "block_sparse_moe.";
       add((b + "gate.weight").c_str(), "ffn_gate_inp.weight");
+      if (qwen) t.back().hf_name = "model." + m + "mlp.gate.weight";
       for (int e = 0; e < c.moe.n_experts; ++e) {
         const std::string x = b + "experts." + std::to_string(e) + ".";
-        static const char* const kW[3][2] = {
-            {"w1", "ffn_gate_exps.weight"}, {"w3", "ffn_up_exps.weight"}, {"w2", "ffn_down_exps.weight"}};
-        for (const auto& [w, gguf] : kW) {
+        static const char* const kW[3][3] = {{"w1", "ffn_gate_exps.weight", "gate_proj"},
+                                             {"w3", "ffn_up_exps.weight", "up_proj"},
+                                             {"w2", "ffn_down_exps.weight", "down_proj"}};
+        for (const auto& [w, gguf, qwen_name] : kW) {
           add((x + w + ".weight").c_str(), gguf);
           t.back().gguf_expert = e;
+          if (qwen) t.back().hf_name = fmt::format("model.{}mlp.experts.{}.{}.weight", m, e, qwen_name);
         }
       }
       if (c.moe.n_shared > 0)  // no Mixtral or llama.cpp "llama" name (check_moe_exportable refuses them)
@@ -115,16 +120,17 @@ std::vector<float> transpose(const std::vector<float>& v, std::vector<int64_t>* 
 
 }  // namespace
 
-void check_moe_exportable(const ModelConfig& c, const std::string& ckpt, const std::string& format, bool quiet) {
+void check_moe_exportable(const ModelConfig& c, const std::string& ckpt, const std::string& format, bool quiet,
+                          bool renormalised_only) {
   const MoeConfig& m = c.moe;
   if (!m.enabled()) return;
   std::vector<std::string> bad;
   if (m.n_shared != 0) bad.push_back(fmt::format("model.moe.n_shared_experts = {} (must be 0)", m.n_shared));
   if (m.layer_freq != 1) bad.push_back(fmt::format("model.moe.layer_freq = {} (must be 1)", m.layer_freq));
-  if (m.router == MoeRouter::topk_softmax && !m.norm_topk_prob)
+  if (renormalised_only && m.router == MoeRouter::topk_softmax && !m.norm_topk_prob)
     bad.push_back("model.moe.router = \"topk_softmax\" with norm_topk_prob = false (must renormalise the top-k "
                   "weights: softmax_topk, or norm_topk_prob = true)");
-  usage_check(bad.empty(), "export: '{}' is a mixture of experts that {} cannot express (Mixtral's block): {}", ckpt,
+  usage_check(bad.empty(), "export: '{}' is a mixture of experts that {} cannot express: {}", ckpt,
               format, fmt::format("{}", fmt::join(bad, "; ")));
   if (m.capacity_factor > 0 && !quiet)
     std::fprintf(stderr,
@@ -137,9 +143,12 @@ void check_family_exportable(const ModelConfig& c, const std::string& ckpt, cons
   usage_check(!(c.qkv_bias && c.qk_norm),
               "export: '{}' has both q/k/v biases (model.qkv_bias) and q/k norms (model.qk_norm): no architecture {} "
               "knows has both (Qwen2 has the biases, Qwen3 the norms)", ckpt, format);
-  usage_check(!c.moe.enabled() || !(c.qkv_bias || c.qk_norm),
-              "export: '{}' is a mixture of experts with {}: {} has no such architecture here yet (Mixtral's block has "
-              "neither)", ckpt, c.qkv_bias ? "q/k/v biases (model.qkv_bias)" : "q/k norms (model.qk_norm)", format);
+  usage_check(!c.qkv_bias || c.head_size == 0,
+              "export: '{}' has q/k/v biases (Qwen2) with model.head_dim = {} != d_model / n_head: Qwen2 has no head "
+              "size of its own", ckpt, c.head_size);
+  usage_check(!c.moe.enabled() || !c.qkv_bias,
+              "export: '{}' is a mixture of experts with q/k/v biases (model.qkv_bias): {} has no such architecture "
+              "(Mixtral's block has none, Qwen3-MoE's q/k norms)", ckpt, format);
 }
 
 std::vector<ExternalTensor> external_tensors(const ModelConfig& cfg) {

@@ -36,11 +36,11 @@ GgufDtype gguf_dtype(const std::string& d) {
 }
 
 // llama.cpp's architecture: "llama" (Mixtral's MoE included), "qwen2" (q/k/v biases), "qwen3"
-// (q/k norms), "gpt2". llama.cpp runs qwen2 and qwen3 with rotate-half RoPE (NEOX): their q and k
+// (q/k norms), "qwen3moe" (q/k norms with a MoE), "gpt2". llama.cpp runs qwen2 and qwen3 with rotate-half RoPE (NEOX): their q and k
 // rows are written in Hugging Face's order (to_gguf_layout).
 std::string gguf_arch(const ModelConfig& c) {
   if (c.arch == Arch::gpt2) return "gpt2";
-  return c.qkv_bias ? "qwen2" : c.qk_norm ? "qwen3" : "llama";
+  return c.qkv_bias ? "qwen2" : c.qk_norm ? (c.moe.enabled() ? "qwen3moe" : "qwen3") : "llama";
 }
 
 void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint32_t file_type) {
@@ -59,7 +59,7 @@ void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint
     m.push_back({a + ".attention.head_count_kv", {static_cast<uint32_t>(c.n_kv_head)}});
     m.push_back({a + ".attention.layer_norm_rms_epsilon", {c.norm_eps}});
     m.push_back({a + ".rope.dimension_count", {static_cast<uint32_t>(c.head_dim())}});
-    if (c.qk_norm) {  // llama.cpp's qwen3 reads the head size here (it may differ from hidden / heads)
+    if (c.qk_norm || c.head_size > 0) {  // the head size, where it may differ from hidden / heads
       m.push_back({a + ".attention.key_length", {static_cast<uint32_t>(c.head_dim())}});
       m.push_back({a + ".attention.value_length", {static_cast<uint32_t>(c.head_dim())}});
     }
@@ -68,6 +68,7 @@ void model_metadata(Meta& m, const ModelConfig& c, const std::string& name, uint
     if (c.moe.enabled()) {
       m.push_back({a + ".expert_count", {static_cast<uint32_t>(c.moe.n_experts)}});
       m.push_back({a + ".expert_used_count", {static_cast<uint32_t>(c.moe.top_k)}});
+      if (c.qk_norm) m.push_back({a + ".expert_feed_forward_length", {static_cast<uint32_t>(c.moe.d_ff)}});  // qwen3moe
     }
   } else {
     m.push_back({a + ".attention.layer_norm_epsilon", {1e-5f}});
@@ -316,7 +317,7 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
   const GgufDtype d = gguf_dtype(opt.dtype == "fp32" ? "f32" : opt.dtype);
   const CheckpointMeta meta = read_checkpoint_meta(ckpt);
   const ModelConfig& cfg = meta.model;
-  check_moe_exportable(cfg, ckpt, "llama.cpp (GGUF arch llama)", opt.quiet);
+  check_moe_exportable(cfg, ckpt, fmt::format("llama.cpp (GGUF arch {})", gguf_arch(cfg)), opt.quiet);
   std::error_code ec;
   usage_check(!std::filesystem::is_directory(out_file, ec), "export: --out '{}' is a folder; gguf writes one file",
               out_file);
@@ -367,7 +368,7 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
     for (const ExternalTensor* t : sources[i]) {
       std::vector<int64_t> shape;
       std::vector<float> part = read_checkpoint_tensor(ckpt, "model/" + t->name, &shape);
-      if (arch == "qwen2" || arch == "qwen3") part = to_rotate_half_layout(*t, std::move(part), shape);
+      if (arch.starts_with("qwen")) part = to_rotate_half_layout(*t, std::move(part), shape);
       v.insert(v.end(), part.begin(), part.end());
     }
     w.write_next(ggml_encode(w.tensors()[i].type, v.data(), v.size()));

@@ -84,6 +84,18 @@ void qwen_config(ordered_json& j, const ModelConfig& c) {
   const bool qwen3 = c.qk_norm;
   j["architectures"] = {qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"};
   j["model_type"] = qwen3 ? "qwen3" : "qwen2";
+  if (c.moe.enabled()) {  // Qwen3-MoE: every layer sparse (decoder_sparse_step 1), no shared expert
+    const MoeConfig& m = c.moe;
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["model_type"] = "qwen3_moe";
+    for (const char* mixtral : {"num_local_experts", "router_jitter_noise"}) j.erase(mixtral);
+    j["num_experts"] = m.n_experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["moe_intermediate_size"] = m.d_ff;
+    j["norm_topk_prob"] = m.router == MoeRouter::softmax_topk || m.norm_topk_prob;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = ordered_json::array();
+  }
   j.erase("mlp_bias");
   j.erase("pretraining_tp");
   if (qwen3) j["attention_bias"] = false;
@@ -249,7 +261,8 @@ ExportSummary export_hf(const std::string& ckpt, const std::string& out_dir, con
   usage_check(opt.max_shard_bytes > 0, "export: --max-shard-size must be > 0");
   const CheckpointMeta meta = read_checkpoint_meta(ckpt);
   const ModelConfig& cfg = meta.model;
-  check_moe_exportable(cfg, ckpt, "Hugging Face's MixtralForCausalLM", opt.quiet);
+  check_moe_exportable(cfg, ckpt, cfg.qk_norm ? "Hugging Face's Qwen3MoeForCausalLM" : "Hugging Face's MixtralForCausalLM",
+                       opt.quiet, /*renormalised_only=*/!cfg.qk_norm);
   check_family_exportable(cfg, ckpt, "Hugging Face");
   const fs::path dir(out_dir);
   std::error_code ec;

@@ -171,7 +171,7 @@ ModelConfig hf_model_config(const std::string& path) {
                 "{}: activation_function '{}' (mpitron's GPT-2 uses the tanh GELU: gelu_new)", path, act);
     const double eps = float_field(j, "layer_norm_epsilon", path, above(0), 1e-5);
     usage_check(std::fabs(eps - 1e-5) < 1e-12, "{}: layer_norm_epsilon {} (mpitron's GPT-2 uses 1e-5)", path, eps);
-  } else if (type == "llama" || type == "mixtral" || type == "qwen2" || type == "qwen3") {
+  } else if (type == "llama" || type == "mixtral" || type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
     c.arch = Arch::llama;
     c.n_layer = int_field(j, "num_hidden_layers", path, at_least(1));
     c.n_head = int_field(j, "num_attention_heads", path, at_least(1));
@@ -188,16 +188,14 @@ ModelConfig hf_model_config(const std::string& path) {
     c.rope_scaling = rope_scaling_field(j, path, c.seq_len, &c.rope_theta);
     // Qwen2: LLaMA with q/k/v biases; Qwen3: LLaMA with an RMSNorm over each head's q and k.
     c.qkv_bias = type == "qwen2";
-    c.qk_norm = type == "qwen3";
+    c.qk_norm = type == "qwen3" || type == "qwen3_moe";
     if (type != "qwen2")
       usage_check(!bool_field(j, "attention_bias", path, false) && !bool_field(j, "mlp_bias", path, false),
                   "{}: attention_bias / mlp_bias are not supported ({} has no biases)", path, type);
-    if (type == "qwen2" || type == "qwen3")
+    if (type.starts_with("qwen"))
       usage_check(!bool_field(j, "use_sliding_window", path, false),
                   "{}: use_sliding_window true is not supported (full attention only)", path);
-    usage_check(!c.qkv_bias || (c.d_model / std::max(c.n_head, 1)) % 16 == 0,
-                "{}: a {} with head size {} (a multiple of 16 is needed for its q/k/v biases)", path, type,
-                c.d_model / std::max(c.n_head, 1));
+
     const std::string act = string_field(j, "hidden_act", path, "silu");
     usage_check(act == "silu", "{}: hidden_act '{}' (LLaMA's is silu)", path, act);
     if (type == "mixtral") {  // LLaMA's block, the MLP a sparse mixture in every layer
@@ -215,24 +213,46 @@ ModelConfig hf_model_config(const std::string& path) {
                   "{}: sliding_window {} below max_position_embeddings {} is not supported (full attention only)",
                   path, window, c.seq_len);
     }
+    if (type == "qwen3_moe") {  // Qwen3's attention, a sparse mixture in every layer
+      MoeConfig& m = c.moe;
+      m.n_experts = int_field(j, "num_experts", path, at_least(1));
+      m.top_k = int_field(j, "num_experts_per_tok", path, between(1, m.n_experts));
+      m.d_ff = int_field(j, "moe_intermediate_size", path, at_least(1));
+      c.d_ff = m.d_ff;  // intermediate_size: the dense MLP's, which no layer has here
+      // norm_topk_prob: the softmax's top k renormalised (Mixtral's weights), or kept as they are.
+      const bool norm = bool_field(j, "norm_topk_prob", path, true);
+      m.router = norm ? MoeRouter::softmax_topk : MoeRouter::topk_softmax;
+      m.norm_topk_prob = false;
+      usage_check(m.d_ff % 16 == 0, "{}: moe_intermediate_size {} is not a multiple of 16 (mpitron's experts run gate "
+                  "and up as one GEMM of 16-wide blocks)", path, m.d_ff);
+      m.aux_loss_coef = float_field(j, "router_aux_loss_coef", path, at_least(0), 0.001);  // Qwen3MoeConfig's default
+      m.z_loss_coef = float_field(j, "router_z_loss_coef", path, at_least(0), 0.0);
+      usage_check(int_field(j, "decoder_sparse_step", path, at_least(1), 1) == 1,
+                  "{}: decoder_sparse_step other than 1 is not supported (every layer a mixture of experts)", path);
+      usage_check(!present(j, "mlp_only_layers") || (j["mlp_only_layers"].is_array() && j["mlp_only_layers"].empty()),
+                  "{}: mlp_only_layers must be empty (every layer a mixture of experts)", path);
+    }
   } else {
-    usage_fail("{}: model_type '{}' is not supported (allowed: gpt2, llama, mixtral, qwen2, qwen3)", path, type);
+    usage_fail("{}: model_type '{}' is not supported (allowed: gpt2, llama, mixtral, qwen2, qwen3, qwen3_moe)", path, type);
   }
-  // The model the sizes describe: heads that divide the hidden size and the query heads, and (RoPE)
-  // a head size it can cut into pairs.
-  usage_check(c.d_model % c.n_head == 0, "{}: \"{}\" {} is not a multiple of \"{}\" {} (the head size must be whole)",
+  // The model the sizes describe: heads that divide the hidden size (or a "head_dim" of their
+  // own: Qwen3-0.6B's 16 heads of 128 on a hidden size of 1024) and the query heads, and (RoPE) a
+  // head size it can cut into pairs.
+  if (c.arch == Arch::llama && present(j, "head_dim")) {
+    const int hd = int_field(j, "head_dim", path, at_least(2));
+    if (c.d_model % c.n_head != 0 || hd != c.d_model / c.n_head) c.head_size = hd;
+  }
+  usage_check(c.head_size > 0 || c.d_model % c.n_head == 0,
+              "{}: \"{}\" {} is not a multiple of \"{}\" {} (the head size must be whole, or \"head_dim\" given)",
               path, k_hidden, c.d_model, k_head, c.n_head);
   usage_check(c.n_head % c.n_kv_head == 0,
               "{}: \"num_attention_heads\" {} is not a multiple of \"num_key_value_heads\" {} (each key/value head "
               "serves a whole group of query heads)", path, c.n_head, c.n_kv_head);
-  const int head = c.d_model / c.n_head;
+  const int head = c.head_dim();
   usage_check(c.arch != Arch::llama || head % 2 == 0,
-              "{}: head size {} (\"hidden_size\" {} / \"num_attention_heads\" {}) is odd: RoPE rotates pairs of a head's "
-              "dimensions, so it must be even", path, head, c.d_model, c.n_head);
-  if (c.arch == Arch::llama && present(j, "head_dim"))
-    usage_check(int_field(j, "head_dim", path, at_least(1)) == head,
-                "{}: \"head_dim\" {} x {} heads != \"hidden_size\" {} (not supported)", path,
-                int_field(j, "head_dim", path, at_least(1)), c.n_head, c.d_model);
+              "{}: head size {} is odd: RoPE rotates pairs of a head's dimensions, so it must be even", path, head);
+  usage_check(!c.qkv_bias || head % 16 == 0,
+              "{}: a {} with head size {} (a multiple of 16 is needed for its q/k/v biases)", path, type, head);
   return c;
 }
 
@@ -396,10 +416,17 @@ ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {
   same("n_layer", s.n_layer, c.n_layer, s.n_layer != 0);
   same("n_head", s.n_head, c.n_head, s.n_head != 0);
   same("n_kv_head", s.n_kv_head, c.n_kv_head, s.n_kv_head != 0);
+  same("head_dim", s.head_dim, c.head_dim(), s.head_dim != 0);
   same("d_model", s.d_model, c.d_model, s.d_model != 0);
   same("d_ff", s.d_ff, c.d_ff, s.d_ff != 0);
   same("vocab_size", s.vocab_size, c.vocab_size, s.vocab_size != 0);
-  same("seq_len", s.seq_len, c.seq_len, s.seq_len != 0);
+  // RoPE models train on windows up to max_position_embeddings (a LLaMA 3.2 at 8192 of its 131072):
+  // the job's seq_len may be shorter. GPT-2's learned positions are exactly n_positions rows.
+  if (c.arch == Arch::llama && s.seq_len != 0 && s.seq_len <= c.seq_len) c.seq_len = s.seq_len;
+  else if (c.arch == Arch::llama && s.seq_len != 0)
+    bad.push_back(fmt::format("model.seq_len = {} (config.json: max_position_embeddings {}, the most it may be)",
+                              s.seq_len, c.seq_len));
+  else same("seq_len", s.seq_len, c.seq_len, s.seq_len != 0);
   // The model holds norm_eps as float: the job's value is compared at that precision (1e-6 in the
   // job and "rms_norm_eps": 1e-06 agree), and shown as the float it becomes.
   if (s.norm_eps != 0 && c.arch == Arch::llama && static_cast<float>(s.norm_eps) != c.norm_eps)

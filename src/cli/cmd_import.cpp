@@ -85,7 +85,7 @@ int cmd_import(const Args& args) {
   usage_check(std::rename(tmp.c_str(), out.c_str()) == 0, "import: cannot rename '{}' to '{}'", tmp, out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "import: %s -> %s: %s, %zu parameters, tokenizer %s (%.2f s)\n", src.c_str(), out.c_str(),
-               meta.model.moe.enabled()   ? fmt::format("Mixtral ({} experts, top {})", meta.model.moe.n_experts,
+               meta.model.moe.enabled()   ? fmt::format("{} ({} experts, top {})", meta.model.qk_norm ? "Qwen3-MoE" : "Mixtral", meta.model.moe.n_experts,
                                                         meta.model.moe.top_k).c_str()
                                           : family_name(meta.model),
                n,

@@ -238,6 +238,8 @@ const std::vector<Key>& registry() {
                &C::model, &ModelSection::arch, {"auto", "gpt2", "llama"}),
       make_key("model.n_kv_head", "llama: key/value heads, dividing n_head (n_head: MHA, 1: MQA; 0: from the preset)",
                &C::model, &ModelSection::n_kv_head, at_least(1, "from the preset")),
+      make_key("model.head_dim", "llama: the head size, where it is not d_model / n_head (Qwen3-0.6B: 128 with d_model 1024, 16 heads; 0: d_model / n_head)",
+               &C::model, &ModelSection::head_dim, at_least(2, "d_model / n_head")),
       make_key("model.d_ff", "llama: MLP width (0: LLaMA's rule, 2/3 of 4*d_model x ffn_multiplier rounded up to multiple_of)",
                &C::model, &ModelSection::d_ff, at_least(1, "LLaMA's rule")),
       make_key("model.ffn_multiplier", "llama: the MLP rule's multiplier (0: from the preset; 1.3 for LLaMA 3)", &C::model,

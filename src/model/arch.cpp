@@ -55,7 +55,8 @@ const char* block_tensor_name(const ModelConfig& c, BlockTensor t) {
 
 const char* family_name(const ModelConfig& c) {
   if (c.arch == Arch::gpt2) return "GPT-2";
-  return c.qk_norm ? (c.qkv_bias ? "LLaMA with q/k/v biases and q/k norms" : "Qwen3") : c.qkv_bias ? "Qwen2" : "LLaMA";
+  if (c.qk_norm && !c.qkv_bias) return c.moe.enabled() ? "Qwen3-MoE" : "Qwen3";
+  return c.qk_norm ? "LLaMA with q/k/v biases and q/k norms" : c.qkv_bias ? "Qwen2" : "LLaMA";
 }
 
 }  // namespace mpitron

@@ -73,6 +73,20 @@ ModelConfig llama3_scaled(ModelConfig c, double factor, bool tied) {
   return c;
 }
 
+// Qwen3 (Qwen's config.json): LLaMA's block with an RMSNorm over each head's q and k, heads of
+// 128 whatever the hidden size, RMSNorm eps 1e-6, RoPE theta 1e6, a 151936-token vocabulary; the
+// preset's seq_len is the 4096 of pretraining's general stage (config.json's
+// max_position_embeddings, 40960, is the long-context stage's).
+ModelConfig qwen3(const char* name, int layers, int heads, int kv_heads, int d, int d_ff, bool tied) {
+  ModelConfig c = llama(name, layers, heads, kv_heads, d, 1.0, 1, 151936, 4096, 1000000.0);
+  c.d_ff = d_ff;
+  c.head_size = d / heads == 128 ? 0 : 128;
+  c.qk_norm = true;
+  c.norm_eps = 1e-6f;
+  c.tied_embeddings = tied;
+  return c;
+}
+
 const std::vector<ModelConfig>& presets() {
   static const std::vector<ModelConfig> all = {
       gpt2("tiny", 2, 4, 64, 256, 64),
@@ -100,6 +114,10 @@ const std::vector<ModelConfig>& presets() {
       llama3_scaled(llama("llama3.1-70b", 80, 64, 8, 8192, 1.3, 4096, 128256, 8192, 500000.0), 8.0, false),
       llama3_scaled(llama("llama3.2-1b", 16, 32, 8, 2048, 1.5, 256, 128256, 8192, 500000.0), 32.0, true),
       llama3_scaled(llama("llama3.2-3b", 28, 24, 8, 3072, 1.0, 256, 128256, 8192, 500000.0), 32.0, true),
+      // Qwen3 (its config.json files): 596,049,920, 1,720,574,976 and 8,190,735,360 parameters.
+      qwen3("qwen3-0.6b", 28, 16, 8, 1024, 3072, true),
+      qwen3("qwen3-1.7b", 28, 16, 8, 2048, 6144, true),
+      qwen3("qwen3-8b", 36, 32, 8, 4096, 12288, false),
       // Mixtures of experts (every block MoE, SwiGLU experts, untied head).
       // Tests and CPU runs: 4 experts of width 96, top 2.
       moe(llama("llama-moe-tiny", 2, 4, 2, 64, 1.0, 32, 256, 64, 10000.0), 4, 2, 96, 0),
@@ -107,6 +125,9 @@ const std::vector<ModelConfig>& presets() {
       moe(llama("mixtral-8x7b", 32, 32, 8, 4096, 1.3, 1024, 32000, 4096, 1000000.0), 8, 2, 14336, 0),
       // OLMoE-1B-7B (allenai): 64 experts of 1024, top 8, 16 MHA heads, vocab 50304 (6.9B, 1.3B
       // active; mpitron's LLaMA block has no QK-norm: 2 x 2048 fewer parameters per layer).
+      // Qwen3-30B-A3B: Qwen3's attention (32 heads of 128 on 4 kv heads, d 2048), 128 experts of 768,
+      // top 8 renormalised (norm_topk_prob: Mixtral's weights): 30,532,122,624 parameters.
+      moe(qwen3("qwen3-30b-a3b", 48, 32, 4, 2048, 768, false), 128, 8, 768, 0),
       moe(llama("olmoe-1b-7b", 16, 16, 16, 2048, 1.0, 256, 50304, 4096, 10000.0), 64, 8, 1024, 0),
   };
   return all;
@@ -221,6 +242,7 @@ ModelConfig resolve_model_config(const ModelSection& s) {
       c.ffn_multiplier = 1.0;
       c.multiple_of = want == Arch::llama ? 32 : 1;
       c.qkv_bias = c.qk_norm = false;
+      c.head_size = 0;
     }
   }
   if (c.arch == Arch::gpt2) {
@@ -237,6 +259,7 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     only_llama(s.rope_theta != 0, "rope_theta");
     only_llama(s.rope_scaling != "auto" && s.rope_scaling != "none", "rope_scaling");
     only_llama(s.qkv_bias == "true", "qkv_bias");
+    only_llama(s.head_dim != 0, "head_dim");
     only_llama(s.qk_norm == "true", "qk_norm");
     const double original = s.rope_original_max_pos;
     for (auto [key, v] : {std::pair{"rope_factor", s.rope_factor}, {"rope_original_max_pos", original},
@@ -267,6 +290,7 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     resolve_rope_scaling(c, s);
     if (s.qkv_bias != "auto") c.qkv_bias = s.qkv_bias == "true";
     if (s.qk_norm != "auto") c.qk_norm = s.qk_norm == "true";
+    if (s.head_dim != 0) c.head_size = s.head_dim;
   }
   if (s.tie_embeddings != "auto") c.tied_embeddings = s.tie_embeddings == "true";
   resolve_moe(c, s);
@@ -275,7 +299,7 @@ ModelConfig resolve_model_config(const ModelSection& s) {
                       c.seq_len != preset.seq_len || c.arch != preset.arch ||
                       c.tied_embeddings != preset.tied_embeddings || c.norm_eps != preset.norm_eps ||
                       c.rope_theta != preset.rope_theta || c.rope_scaling != preset.rope_scaling ||
-                      c.qkv_bias != preset.qkv_bias || c.qk_norm != preset.qk_norm ||
+                      c.qkv_bias != preset.qkv_bias || c.qk_norm != preset.qk_norm || c.head_size != preset.head_size ||
                       c.moe.n_experts != preset.moe.n_experts ||
                       c.moe.top_k != preset.moe.top_k || c.moe.d_ff != preset.moe.d_ff ||
                       c.moe.n_shared != preset.moe.n_shared || c.moe.layer_freq != preset.moe.layer_freq;
@@ -284,17 +308,18 @@ ModelConfig resolve_model_config(const ModelSection& s) {
   for (auto [key, v] : {std::pair{"model.n_layer", c.n_layer}, {"model.n_head", c.n_head}, {"model.d_model", c.d_model},
                         {"model.vocab_size", c.vocab_size}, {"model.seq_len", c.seq_len}, {"model.n_kv_head", c.n_kv_head}})
     check_job_value(key, v);
-  usage_check(c.d_model % c.n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", c.d_model,
-              c.n_head);
+  // The head size d_model / n_head, unless model.head_dim gives it (then stored only where it differs).
+  if (c.head_size > 0 && c.d_model % c.n_head == 0 && c.head_size == c.d_model / c.n_head) c.head_size = 0;
+  usage_check(c.head_size > 0 || c.d_model % c.n_head == 0,
+              "model.d_model ({}) must be divisible by model.n_head ({}), or model.head_dim set", c.d_model, c.n_head);
   if (c.arch == Arch::llama) {
-    usage_check(c.head_dim() % 2 == 0, "model.d_model / model.n_head = {} must be even: RoPE rotates pairs",
-                c.head_dim());
+    usage_check(c.head_dim() % 2 == 0, "the head size ({}) must be even: RoPE rotates pairs", c.head_dim());
     // q, k, v (and gate, up) sit back to back in the flat buffer and run as one GEMM, which needs
     // every tensor's size to be a multiple of the 16-float alignment: d_model % 16 == 0 does it.
     usage_check(c.d_model % 16 == 0, "model.d_model ({}) must be a multiple of 16 for a llama model", c.d_model);
     // The q, k and v biases too: a rank's k bias is kv_local whole heads.
     usage_check(!c.qkv_bias || c.head_dim() % 16 == 0,
-                "model.qkv_bias = true needs a head size (d_model / n_head = {}) that is a multiple of 16", c.head_dim());
+                "model.qkv_bias = true needs a head size ({}) that is a multiple of 16", c.head_dim());
   }
   return c;
 }

@@ -60,7 +60,8 @@ void walk_activations(const ModelConfig& cfg, const ModelShard& s, int B, int64_
   }
   out.shared.clear();
   out.shared.push_back(s.has_head ? take(chunk_rows * Vp) : nullptr);  // logits (one chunk of rows)
-  for (int64_t n : {Rl * C, BT * C, BT * Q, BT * Fc, spec.mlp == MlpKind::swiglu ? BT * F : 0})  // dres, dC, d3C, d4C, dmlp
+  // dC: d ln (C wide) and d atty (Cl: wider where model.head_dim makes the attention wider).
+  for (int64_t n : {Rl * C, BT * std::max(C, Cl), BT * Q, BT * Fc, spec.mlp == MlpKind::swiglu ? BT * F : 0})  // dres, dC, d3C, d4C, dmlp
     out.shared.push_back(take(n));
   out.shared.push_back(local_layers(cfg, s) > 0 ? take(Rl * C) : nullptr);  // proj_out
   if (ao.recompute && local_layers(cfg, s) > 0)

@@ -76,11 +76,11 @@ double gpt_flops_per_token(const ModelConfig& cfg) {
   const double moe_mlp = C * m.n_experts + 3.0 * C * m.d_ff * (m.top_k + m.n_shared);
   for (int l = 0; l < cfg.n_layer; ++l)
     if (m.is_moe_layer(l)) n_nonembed += moe_mlp - (spec.fc_factor() + 1) * C * F;
-  return 6 * n_nonembed + 6 * V * C + 12 * L * T * C;
+  return 6 * n_nonembed + 6 * V * C + 12 * L * T * att;
 }
 
 double gpt_attention_flops_per_token(const ModelConfig& cfg) {
-  return 12.0 * cfg.n_layer * cfg.seq_len * cfg.d_model;
+  return 12.0 * cfg.n_layer * cfg.seq_len * static_cast<double>(cfg.attention_width());
 }
 
 // Initialisation on the full logical tensor: normal(0, 0.02), the residual projections (GPT-2

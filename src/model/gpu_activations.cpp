@@ -53,7 +53,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   const BlockSpec& spec = block_spec(cfg);
   // Context parallel: this rank's seq_len / cp positions of every sequence.
   const int64_t Tl = cfg.seq_len / lay.cp;
-  const int64_t BT = int64_t{lay.B} * Tl, C = cfg.d_model, Cl = C / tp, F = cfg.d_ff / tp,
+  const int64_t BT = int64_t{lay.B} * Tl, C = cfg.d_model, Cl = cfg.attention_width() / tp, F = cfg.d_ff / tp,
                 Vp = cfg.padded_vocab(tp) / tp, R = lay.sp ? BT / tp : BT;
   const int64_t Q = (cfg.n_head + 2 * kv_heads(cfg)) / tp * cfg.head_dim();
   const int64_t Fc = spec.fc_factor() * F, Rm = spec.norm_has_mean() ? R : 0;
@@ -86,7 +86,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
   GpuActs& s = slots.front();
   if (lay.head) s.logits = bf(lay.chunk_rows * Vp);
   // proj_out and dC hold [BT, ...] column-parallel gradients too (dC: [BT, C/tp] of c_proj).
-  s.proj_out = bf(BT * C), s.dres = bf(R * C), s.dC = bf(BT * C), s.d4C = bf(BT * std::max(Fc, Q));
+  s.proj_out = bf(BT * C), s.dres = bf(R * C), s.dC = bf(BT * std::max(C, Cl)), s.d4C = bf(BT * std::max(Fc, Q));
   if (spec.mlp == MlpKind::swiglu) s.dmlp = bf(BT * F);
   if (qk_heads > 0) s.qk_tmp = bf(2 * BT * qk_heads * cfg.head_dim());
   if (tp > 1 && lay.head) s.ce = f32(4 * lay.chunk_rows);  // vocab-parallel CE: max, global max, sum exp, target logit

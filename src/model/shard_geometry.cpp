@@ -13,7 +13,7 @@ ShardGeometry::ShardGeometry(const ModelConfig& cfg, const ModelShard& s)
   const int kv = kv_heads(cfg);
   check(tp >= 1 && s.tp_rank >= 0 && s.tp_rank < tp && cp >= 1 && cp_rank >= 0 && cp_rank < cp,
         "model shard: tp rank {} of {}, cp rank {} of {}", s.tp_rank, tp, cp_rank, cp);
-  check(cfg.n_head > 0 && cfg.d_model % cfg.n_head == 0 && kv > 0 && cfg.n_head % kv == 0 &&
+  check(cfg.n_head > 0 && (cfg.head_size > 0 || cfg.d_model % cfg.n_head == 0) && kv > 0 && cfg.n_head % kv == 0 &&
             (!spec.rope() || hd % 2 == 0) && (!spec.ff_is_4d || cfg.d_ff == 4 * cfg.d_model),
         "model {}: bad config d_model {} n_head {} n_kv_head {} d_ff {}", cfg.name, cfg.d_model, cfg.n_head, kv,
         cfg.d_ff);

@@ -19,6 +19,7 @@ std::string model_line(const ModelConfig& mc, int tp, size_t num_params) {
   const bool llama = mc.arch == Arch::llama;
   std::string heads = llama && mc.n_kv_head != mc.n_head ? fmt::format("{} heads ({} kv)", mc.n_head, mc.n_kv_head)
                                                           : fmt::format("{} heads", mc.n_head);
+  if (mc.head_size > 0) heads += fmt::format(" of {}", mc.head_size);
   const std::string family = !(mc.qkv_bias || mc.qk_norm) ? "llama"
                              : fmt::format("{} = llama + {}", family_name(mc),
                                            mc.qkv_bias && mc.qk_norm ? "q/k/v biases + q/k RMSNorm"

@@ -290,7 +290,9 @@ void TrainCheckpointer::init_from() {
   std::vector<CheckpointShard> s = state_.shards();
   if (from.rfind("hf:", 0) == 0) {
     const HfModel hf(from.substr(3));
-    check_model_compatible(hf.config(), mc_, from);
+    ModelConfig have = hf.config();  // a RoPE model may train on windows shorter than its context
+    if (have.arch == Arch::llama && mc_.seq_len <= have.seq_len) have.seq_len = mc_.seq_len;
+    check_model_compatible(have, mc_, from);
     load_hf_into_shards(hf, s);
   } else {
     for (auto& x : s) x.has_optimizer = false;  // the parameters only: AdamW starts anew

@@ -229,9 +229,10 @@ PY
 echo "ok    LLaMA on the emulated GPU trainer: ledger EXACT, plan = tracked activations"
 
 # Qwen's additions on the GPU trainer: q/k/v biases (Qwen2) and the per-head q/k RMSNorm (Qwen3)
-# together, at tp 2 + SP (column-parallel biases, the norms' weight gradients summed over TP),
+# together, with heads wider than d_model / n_head (model.head_dim), at tp 2 + SP (column-parallel
+# biases, the norms' weight gradients summed over TP),
 # against the CPU single rank; the ledger EXACT with the norm's saved input; plan = tracked.
-qwen=(--model.qkv_bias=true --model.qk_norm=true)
+qwen=(--model.qkv_bias=true --model.qk_norm=true --model.head_dim=32)  # heads of 32 on d_model 64, 4 heads
 JOB=jobs/llama-tiny.toml run qwen_cpu "$MPITRON" 1 "${qwen[@]}"
 JOB=jobs/llama-tiny.toml run qwen_gpu_tp2_sp "$EMU" 2 "${qwen[@]}" --parallel.tp=2 --parallel.sp=true \
   --train.check_ledger=true

@@ -153,7 +153,7 @@ bad && $PY - "$tmp/bad/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); c["model_type"] = "mistral"; json.dump(c, open(sys.argv[1], "w"))
 PY
-expect "model_type 'mistral' is not supported (allowed: gpt2, llama, mixtral, qwen2, qwen3)" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
+expect "model_type 'mistral' is not supported (allowed: gpt2, llama, mixtral, qwen2, qwen3, qwen3_moe)" -- "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
 rm -rf "$tmp/bad" && cp -r "$tmp/ref_llama" "$tmp/bad" && rm "$tmp/bad/model-00002-of-00003.safetensors"
 expect "model.safetensors.index.json: names 'model-00002-of-00003.safetensors'" "which is not in the folder" -- \
   "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"

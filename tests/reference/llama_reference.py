@@ -18,7 +18,9 @@ heads, before RoPE), in the same pairing as the rest (mpitron's order of a head'
 
 Run:  /usr/bin/python3 tests/reference/llama_reference.py [--out tests/reference/fixtures/llama_tiny.h5]
       /usr/bin/python3 tests/reference/llama_reference.py --qkv-bias --out tests/reference/fixtures/qwen2_tiny.h5
-      /usr/bin/python3 tests/reference/llama_reference.py --qk-norm --out tests/reference/fixtures/qwen3_tiny.h5
+      /usr/bin/python3 tests/reference/llama_reference.py --qk-norm --head-dim 32 --out tests/reference/fixtures/qwen3_tiny.h5
+(--head-dim: heads of that size whatever d_model / n_head is, as Qwen3-0.6B's 16 heads of 128 on
+d_model 1024; here 4 heads of 32 on d_model 64.)
 """
 import argparse
 import math
@@ -39,7 +41,7 @@ OPT = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-5, weight_decay=0.1, steps=3)
 
 def param_shapes(c):
     C, V, L, F_ = c["d_model"], c["padded_vocab"], c["n_layer"], c["d_ff"]
-    hd = C // c["n_head"]
+    hd = c.get("head_dim") or C // c["n_head"]
     Q, KV = c["n_head"] * hd, c["n_kv_head"] * hd
     shapes = [("embed_tokens.weight", (V, C))]
     for l in range(L):
@@ -107,7 +109,7 @@ def repeat_kv(x, n_rep):
 def attention(x, p, h, c, freqs_cis):
     B, T, _ = x.shape
     H, KV = c["n_head"], c["n_kv_head"]
-    hd = c["d_model"] // H
+    hd = c.get("head_dim") or c["d_model"] // H  # Qwen3: heads of their own size (attention H hd wide)
     b = lambda n: p.get(h + f"self_attn.{n}_proj.bias")  # Qwen2: q/k/v biases (None: LLaMA's none)
     q = F.linear(x, p[h + "self_attn.q_proj.weight"], b("q")).view(B, T, H, hd)
     k = F.linear(x, p[h + "self_attn.k_proj.weight"], b("k")).view(B, T, KV, hd)
@@ -128,7 +130,7 @@ def attention(x, p, h, c, freqs_cis):
 def forward(p, c, inputs):
     B, T = inputs.shape
     eps = c["norm_eps"]
-    freqs_cis = precompute_freqs_cis(c["d_model"] // c["n_head"], T, c["rope_theta"])
+    freqs_cis = precompute_freqs_cis(c.get("head_dim") or c["d_model"] // c["n_head"], T, c["rope_theta"])
     x = p["embed_tokens.weight"][inputs]
     for l in range(c["n_layer"]):
         h = f"layers.{l}."
@@ -195,12 +197,15 @@ def main():
     ap.add_argument("--out", default="tests/reference/fixtures/llama_tiny.h5")
     ap.add_argument("--qkv-bias", action="store_true", help="Qwen2: biases on q, k, v (d_model 64: head size 16)")
     ap.add_argument("--qk-norm", action="store_true", help="Qwen3: RMSNorm over each head's q and k before RoPE")
+    ap.add_argument("--head-dim", type=int, default=0, help="heads of this size (Qwen3-0.6B: wider than d_model / n_head)")
     args = ap.parse_args()
     self_check(torch.Generator().manual_seed(99))  # own generator: does not disturb the fixture's stream
 
     c = dict(CFG)
     if args.qkv_bias or args.qk_norm:
         c.update(d_model=64, qkv_bias=int(args.qkv_bias), qk_norm=int(args.qk_norm))
+    if args.head_dim:
+        c["head_dim"] = args.head_dim
     c["padded_vocab"] = (c["vocab_size"] + 63) // 64 * 64
     assert c["d_model"] % c["n_head"] == 0 and c["n_head"] % c["n_kv_head"] == 0
     gen = torch.Generator().manual_seed(1234)

@@ -72,6 +72,7 @@ ModelConfig fixture_config(H5& h5, const char* preset) {
     cfg.tied_embeddings = h5.attr("tie_embeddings") != 0;
     cfg.qkv_bias = h5.has("qkv_bias") && h5.attr("qkv_bias") != 0;  // llama_reference.py --qkv-bias / --qk-norm
     cfg.qk_norm = h5.has("qk_norm") && h5.attr("qk_norm") != 0;
+    if (h5.has("head_dim")) cfg.head_size = static_cast<int>(h5.attr("head_dim"));
   }
   if (h5.has("moe_n_experts")) {  // moe_reference.py
     MoeConfig& m = cfg.moe;
@@ -172,7 +173,8 @@ BOOST_AUTO_TEST_CASE(llama_matches_pytorch) {
   check_against_fixture("tests/reference/fixtures/llama_tiny.h5", "llama-tiny");
 }
 
-// Qwen2 (q/k/v biases) and Qwen3 (per-head q/k RMSNorm before RoPE): d 64, head size 16.
+// Qwen2 (q/k/v biases) and Qwen3 (per-head q/k RMSNorm before RoPE): d 64, 4 heads of 16 (Qwen2) and
+// of 32 (Qwen3: model.head_dim, the attention 128 wide).
 BOOST_AUTO_TEST_CASE(qwen2_matches_pytorch) {
   check_against_fixture("tests/reference/fixtures/qwen2_tiny.h5", "llama-tiny");
 }

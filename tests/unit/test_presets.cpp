@@ -183,4 +183,43 @@ BOOST_AUTO_TEST_CASE(llama3_1_and_3_2_match_hf_config_json) {
   fs::remove_all(dir);
 }
 
+// Qwen3 against Qwen's config.json files: the sizes, the head of 128 (not d_model / n_head for
+// 0.6B and 30B-A3B), the q/k norm, and the published parameter counts.
+BOOST_AUTO_TEST_CASE(qwen3_shapes_and_counts) {
+  struct Qwen {
+    const char* preset;
+    int layers, d, heads, kv_heads, ff, experts;
+    bool tied;
+    int64_t params;
+  };
+  const Qwen models[] = {{"qwen3-0.6b", 28, 1024, 16, 8, 3072, 0, true, 596049920LL},
+                         {"qwen3-1.7b", 28, 2048, 16, 8, 6144, 0, true, 1720574976LL},
+                         {"qwen3-8b", 36, 4096, 32, 8, 12288, 0, false, 8190735360LL},
+                         {"qwen3-30b-a3b", 48, 2048, 32, 4, 768, 128, false, 30532122624LL}};
+  for (const auto& m : models) {
+    BOOST_TEST_CONTEXT(m.preset) {
+      const ModelConfig c = model_preset(m.preset);
+      BOOST_TEST(c.n_layer == m.layers);
+      BOOST_TEST(c.d_model == m.d);
+      BOOST_TEST(c.n_head == m.heads);
+      BOOST_TEST(c.n_kv_head == m.kv_heads);
+      BOOST_TEST(c.head_dim() == 128);
+      BOOST_TEST(c.attention_width() == int64_t{m.heads} * 128);
+      BOOST_TEST((c.moe.enabled() ? c.moe.d_ff : c.d_ff) == m.ff);
+      BOOST_TEST(c.moe.n_experts == m.experts);
+      BOOST_TEST(c.qk_norm);
+      BOOST_TEST(!c.qkv_bias);
+      BOOST_TEST(c.tied_embeddings == m.tied);
+      BOOST_TEST(c.vocab_size == 151936);
+      BOOST_TEST(c.norm_eps == 1e-6f);
+      BOOST_TEST(c.rope_theta == 1e6);
+      BOOST_TEST(total_params(c) == m.params);
+      ModelSection s;  // a job naming the preset resolves to it unchanged
+      s.preset = m.preset;
+      BOOST_TEST(resolve_model_config(s).name == m.preset);
+      BOOST_TEST(total_params(resolve_model_config(s)) == m.params);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -12,6 +12,8 @@
 //   - HF Mixtral (MixtralForCausalLM): LLaMA's names and RoPE rule, with block_sparse_moe.gate
 //     (the router, [experts, hidden]) and block_sparse_moe.experts.E.w1 / w3 / w2 (gate, up,
 //     down) in place of mlp.*: mpitron's own names.
+//   - HF Qwen3-MoE (Qwen3MoeForCausalLM): Qwen3's attention, the router mlp.gate and the experts
+//     mlp.experts.E.gate_proj / up_proj / down_proj (mpitron's block_sparse_moe.gate, w1 / w3 / w2).
 //   - HF Qwen2 / Qwen3 (Qwen2ForCausalLM, Qwen3ForCausalLM): LLaMA's names and RoPE rule, with
 //     self_attn.{q,k,v}_proj.bias (Qwen2) or self_attn.{q,k}_norm.weight [head_dim] (Qwen3); the
 //     q and k biases and the norm weights are permuted per head as the q and k rows are.
@@ -44,10 +46,14 @@ struct ExternalTensor {
 std::vector<ExternalTensor> external_tensors(const ModelConfig& cfg);
 
 // Refuses (a clear error naming the [model.moe] keys) a mixture-of-experts model that `format`
-// cannot express: HF's MixtralForCausalLM and llama.cpp's "llama" arch are Mixtral's block (every
-// layer MoE, no shared experts, top-k weights renormalised). Warns, unless quiet, that both
+// cannot express: HF's MixtralForCausalLM / Qwen3MoeForCausalLM and llama.cpp's "llama" /
+// "qwen3moe" archs are Mixtral's block (every layer MoE, no shared experts, top-k weights
+// renormalised; Qwen3-MoE may also keep the softmax weights, norm_topk_prob = false). Warns, unless quiet, that both
 // route dropless when the model was trained with a capacity factor. Dense models pass.
-void check_moe_exportable(const ModelConfig& cfg, const std::string& ckpt, const std::string& format, bool quiet);
+// renormalised_only: the format always renormalises the top-k weights (Mixtral, llama.cpp), so
+// topk_softmax without norm_topk_prob is refused; HF's Qwen3-MoE expresses both.
+void check_moe_exportable(const ModelConfig& cfg, const std::string& ckpt, const std::string& format, bool quiet,
+                          bool renormalised_only = true);
 
 // Refuses a LLaMA-family model no exported architecture expresses: q/k/v biases (Qwen2) with q/k
 // norms (Qwen3), or either with a mixture of experts.

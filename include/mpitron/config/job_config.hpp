@@ -29,6 +29,7 @@ struct ModelSection {
   // The architecture and its LLaMA-only keys ("auto" / 0: from the preset).
   std::string arch = "auto";            // auto | gpt2 | llama
   int n_kv_head = 0;                    // grouped-query attention: key/value heads
+  int head_dim = 0;                     // the head size (0: d_model / n_head)
   int d_ff = 0;                         // MLP width (else LLaMA's rule from the two below)
   double ffn_multiplier = 0;            // LLaMA hidden-size rule
   int multiple_of = 0;

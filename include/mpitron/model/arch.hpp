@@ -60,7 +60,8 @@ inline int kv_heads(const ModelConfig& c) { return block_spec(c).grouped_kv ? c.
 // architecture's, less the LLaMA family's optional q/k/v biases (cfg.qkv_bias) and q/k norms
 // (cfg.qk_norm).
 const char* block_tensor_name(const ModelConfig& c, BlockTensor t);
-// The model family, for messages: "GPT-2", "LLaMA", "Qwen2" (q/k/v biases), "Qwen3" (q/k norms).
+// The model family, for messages: "GPT-2", "LLaMA", "Qwen2" (q/k/v biases), "Qwen3" (q/k norms),
+// "Qwen3-MoE" (q/k norms and a mixture of experts).
 const char* family_name(const ModelConfig& c);
 
 }  // namespace mpitron

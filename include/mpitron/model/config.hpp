@@ -71,7 +71,12 @@ struct ModelConfig {
   int multiple_of = 1;
   MoeConfig moe;
 
-  int head_dim() const { return d_model / n_head; }
+  // LLaMA family: the head size where it is not d_model / n_head (Qwen3-0.6B: 128 with d_model 1024
+  // and 16 heads; the attention is then n_head x head_size wide); 0: d_model / n_head.
+  int head_size = 0;
+
+  int head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
+  int64_t attention_width() const { return int64_t{n_head} * head_dim(); }  // q (and o_proj's input)
   // Vocabulary padded to a multiple of 64*tp, so every TP shard is a multiple of 64.
   int padded_vocab(int tp = 1) const {
     int m = 64 * tp;
@@ -89,7 +94,8 @@ inline constexpr const char* kRopePairing = "interleaved";
 int llama_ffn_dim(int d_model, double ffn_multiplier, int multiple_of);
 
 // Named presets: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama-tiny, llama-small and
-// the real LLaMA shapes llama2-7b/13b/70b, llama3-8b/70b/405b. Throws UsageError listing them.
+// the real shapes llama2-7b/13b/70b, llama3-8b/70b/405b, llama3.1-8b/70b, llama3.2-1b/3b,
+// qwen3-0.6b/1.7b/8b, qwen3-30b-a3b, mixtral-8x7b, ... Throws UsageError listing them.
 ModelConfig model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 
