@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=${1:-/tmp/mpitron-bench-export}
 L=${LAYERS:-22}
-M=build/mpitron
+M=${MPITRON:-build/mpitron}
 PY=/usr/bin/python3
 rm -rf "$W" && mkdir -p "$W"
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)

@@ -77,7 +77,9 @@ struct BackgroundSave::Job {
     const auto t0 = Clock::now();
     trace::Span span(fmt::format("background write of step {}", meta.step), trace::checkpoint);
     try {
-      path = mgr.save(meta, shards, CheckpointWriteOptions{.background = true});
+      CheckpointWriteOptions opt;
+      opt.background = true;
+      path = mgr.save(meta, shards, opt);
     } catch (const std::exception& e) {
       error = e.what();
     } catch (...) {

@@ -19,13 +19,14 @@ namespace {
 
 const char* kHelp =
     "usage: mpitron import hf:DIR --out FILE.h5\n\n"
-    "Writes a Hugging Face model folder (config.json of GPT2LMHeadModel or LlamaForCausalLM,\n"
+    "Writes a Hugging Face model folder (config.json of GPT2LMHeadModel, LlamaForCausalLM, Mixtral,\n"
+    "Qwen2, Qwen3 or Qwen3-MoE;\n"
     "model.safetensors or sharded model-*.safetensors with their index; F32, BF16 or F16) as an\n"
     "mpitron checkpoint: the parameters (no optimizer state), the model config from config.json\n"
     "and the tokenizer (tokenizer.json: byte-level BPE; tokenizer.model: SentencePiece). Start a\n"
     "run from it with train.init_from = \"FILE.h5\", or directly from the folder with\n"
-    "train.init_from = \"hf:DIR\" (any layout; docs/export.md). One process; memory: the model's\n"
-    "parameters in fp32.\n";
+    "train.init_from = \"hf:DIR\" (any layout; docs/export.md). One process, one tensor at a time:\n"
+    "memory holds the largest tensor in fp32, not the model.\n";
 
 }  // namespace
 
@@ -68,16 +69,17 @@ int cmd_import(const Args& args) {
   meta.job_toml = fmt::format("# imported from {}\n", src);
   meta.version = kVersion;
   check_meta_savable(meta);
-  CheckpointShard s = checkpoint_shard_for(meta.model, GridShape{1, 1, 1, 1}, GridCoord{}, {}, 0);
+  // One tensor at a time from the safetensors files into the checkpoint: memory holds one tensor.
   size_t n = 0;
-  for (const auto& t : s.table) n = std::max(n, t.offset + t.numel);
-  std::vector<float> params(n, 0.f);
-  s.has_optimizer = false;
-  s.params = {params.data(), 0, n, true};
-  load_hf_into_shards(hf, std::span<CheckpointShard>(&s, 1));
+  CheckpointWriteOptions opt;
+  opt.tensor_source = [&](const std::string& name) {
+    std::vector<float> v = hf.tensor(name);
+    n += v.size();
+    return v;
+  };
   const std::string tmp = out + ".tmp";
   try {
-    write_checkpoint_file(tmp, MPI_COMM_SELF, meta, s);
+    write_checkpoint_file(tmp, MPI_COMM_SELF, meta, {}, opt);
   } catch (...) {
     std::filesystem::remove(tmp, ec);  // nothing half-written stays behind
     throw;

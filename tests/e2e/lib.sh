@@ -88,6 +88,26 @@ llama_cpp_modules() {
   echo "$dir/node_modules"
 }
 
+# Exports CKPT as an F32 GGUF (OUT) and runs llama.cpp itself on it (llama_cpp_check.mjs) against
+# mpitron's log-probs of TEXT (REF.json, `generate --logprobs-out`): max |difference| <= 1e-5 and
+# the same greedy choices, or the test fails. Prints the figures.
+llama_cpp_agrees() {  # name ckpt out.gguf ref.json text
+  local name=$1 ckpt=$2 gguf=$3 ref=$4 text=$5 mods
+  mods=$(llama_cpp_modules)
+  "$MPITRON" export "$ckpt" --format gguf --out "$gguf" >"$tmp/export.log" 2>&1 ||
+    { cat "$tmp/export.log"; fail "$name: export gguf"; }
+  NODE_PATH="$mods" timeout -k 5 120 node tests/reference/llama_cpp_check.mjs logprobs "$gguf" "$ref" "$text" \
+    >"$tmp/res.json" 2>"$tmp/node.log" || { cat "$tmp/node.log"; fail "$name: llama.cpp"; }
+  /usr/bin/python3 - "$tmp/res.json" "$name" <<'PY' || fail "$name: llama.cpp disagrees with mpitron"
+import json, sys
+r, name = json.load(open(sys.argv[1])), sys.argv[2]
+print(f"{name} GGUF f32: {r['positions']} positions x {r['vocab']} log-probs, max |llama.cpp - mpitron| = "
+      f"{r['max_abs_logprob_diff']:.2e} (bound 1e-05); greedy agrees at {r['greedy_checked'] - r['greedy_disagree']}"
+      f"/{r['greedy_checked']} clear positions")
+assert r["max_abs_logprob_diff"] <= 1e-5 and r["greedy_checked"] > 0 and r["greedy_disagree"] == 0
+PY
+}
+
 expect() {  # words... -- command...
   local words=()
   while [ "$1" != -- ]; do words+=("$1"); shift; done

@@ -232,7 +232,7 @@ llama.hf|rms_norm_eps|0|"rms_norm_eps": '0' is not allowed
 llama.hf|max_position_embeddings|1|"max_position_embeddings": '1' is not allowed (allowed: an integer, >= 2)
 llama.hf|vocab_size|0|"vocab_size": '0' is not allowed
 llama.hf|num_key_value_heads|3|"num_attention_heads" 4 is not a multiple of "num_key_value_heads" 3
-llama.hf|num_attention_heads|3|"hidden_size" 64 is not a multiple of "num_attention_heads" 3
+llama.hf|num_attention_heads|3|"num_attention_heads" 3 is not a multiple of "num_key_value_heads" 2
 llama.hf|tie_word_embeddings|"no"|"tie_word_embeddings" must be true or false
 llama.hf|hidden_act|7|"hidden_act" must be a string
 llama.hf|rope_scaling|{"rope_type": "linear", "factor": 8.0}|"rope_scaling": rope_type 'linear' is not supported (supported: llama3, yarn, default)
@@ -247,10 +247,10 @@ CORPUS
 # A head size RoPE cannot split (hidden 64 over 64 heads: 1 each; the heads still divide).
 rm -rf "$tmp/bad" && cp -r "$tmp/llama.hf" "$tmp/bad" && $PY - "$tmp/bad/config.json" <<'PY'
 import json, sys
-c = json.load(open(sys.argv[1])); c["num_attention_heads"] = 64; c["num_key_value_heads"] = 64
+c = json.load(open(sys.argv[1])); c["num_attention_heads"] = 64; c["num_key_value_heads"] = 64; del c["head_dim"]
 open(sys.argv[1], "w").write(json.dumps(c))
 PY
-door "$tmp/bad" "$tmp/x.h5" 'head size 1 ("hidden_size" 64 / "num_attention_heads" 64) is odd' -- \
+door "$tmp/bad" "$tmp/x.h5" 'head size 1 is odd' -- \
   "$MPITRON" import "hf:$tmp/bad" --out "$tmp/x.h5"
 # A tokenizer with more ids than the embedding has rows.
 cfg_case llama.hf vocab_size 200 "$tmp/bad/tokenizer.json" "more than" '"vocab_size" 200'

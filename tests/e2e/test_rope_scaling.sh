@@ -91,24 +91,13 @@ echo -n "yarn cp 2: "
 $PY tests/e2e/compare_runs.py --min-steps 3 "$tmp/hf_yarn" "$tmp/hf_yarn_cp2" || fail "yarn: cp 2 does not follow"
 
 echo "== GGUF under llama.cpp (the imports above)"
-mods=$(llama_cpp_modules)
 for m in llama3 yarn; do
-  "$MPITRON" export "$tmp/$m.h5" --format gguf --out "$tmp/$m.gguf" >"$tmp/export.log" 2>&1 ||
-    { cat "$tmp/export.log"; fail "$m: export gguf"; }
-  NODE_PATH="$mods" timeout -k 5 120 node tests/reference/llama_cpp_check.mjs logprobs "$tmp/$m.gguf" \
-    "$tmp/$m.json" "$text" >"$tmp/res.json" 2>"$tmp/node.log" || { cat "$tmp/node.log"; fail "$m: llama.cpp"; }
-  $PY - "$tmp/res.json" "$m" "$tmp/$m.gguf" <<'PY'
-import json, sys
-r, name, path = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
-raw = open(path, "rb").read()
-print(f"{name} GGUF f32: {r['positions']} positions x {r['vocab']} log-probs, max |llama.cpp - mpitron| = "
-      f"{r['max_abs_logprob_diff']:.2e} (bound 1e-05); greedy agrees at {r['greedy_checked'] - r['greedy_disagree']}"
-      f"/{r['greedy_checked']} clear positions")
-assert r["max_abs_logprob_diff"] <= 1e-5 and r["greedy_checked"] > 0 and r["greedy_disagree"] == 0
-# llama3 is only the tensor (a rope.scaling.type key would abort llama.cpp or scale twice); YaRN is keys.
-assert (b"rope_freqs.weight" in raw) == (name == "llama3"), "rope_freqs.weight"
-assert (b"llama.rope.scaling.type" in raw) == (name == "yarn"), "rope.scaling.type"
-PY
+  llama_cpp_agrees "$m" "$tmp/$m.h5" "$tmp/$m.gguf" "$tmp/$m.json" "$text"
+  # llama3 is only the tensor (a rope.scaling.type key would abort llama.cpp or scale twice); YaRN is keys.
+  $PY -c 'import sys; raw, n = open(sys.argv[1], "rb").read(), sys.argv[2]
+assert (b"rope_freqs.weight" in raw) == (n == "llama3"), "rope_freqs.weight"
+assert (b"llama.rope.scaling.type" in raw) == (n == "yarn"), "rope.scaling.type"' "$tmp/$m.gguf" "$m" ||
+    fail "$m: the GGUF's scaling is not llama.cpp's"
 done
 
 echo "== the job keys: trained, generated, exported"

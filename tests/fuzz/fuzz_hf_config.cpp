@@ -5,8 +5,9 @@
 // the hidden size and the query heads, an even head size for RoPE, finite positive rates. A value
 // the reader truncated or let through out of range is reported as a bug.
 //
-// Seeds: tests/fuzz/corpus/hf_config/*.json (hand-written: GPT-2, LLaMA with GQA, Mixtral, and
-// edge values).
+// Seeds: tests/fuzz/corpus/hf_config/*.json (hand-written: GPT-2, LLaMA with GQA, Mixtral, LLaMA 3.1
+// with its rope_scaling, Qwen2, Qwen3 with heads wider than hidden / heads, Qwen3-MoE, and edge
+// values).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -25,8 +26,11 @@ void check_model(const ModelConfig& c) {
   };
   need(c.n_layer >= 1 && c.n_head >= 1 && c.n_kv_head >= 1 && c.d_model >= 1 && c.d_ff >= 1, "a size below 1");
   need(c.seq_len >= 2 && c.vocab_size >= 1, "positions below 2 or an empty vocabulary");
-  need(c.d_model % c.n_head == 0 && c.n_head % c.n_kv_head == 0, "heads that do not divide");
-  need(c.arch != Arch::llama || (c.d_model / c.n_head) % 2 == 0, "an odd head size under RoPE");
+  need((c.head_size > 0 || c.d_model % c.n_head == 0) && c.n_head % c.n_kv_head == 0, "heads that do not divide");
+  need(c.head_size == 0 || (c.arch == Arch::llama && c.head_size >= 2), "a head_dim on GPT-2 or below 2");
+  need(c.arch != Arch::llama || c.head_dim() % 2 == 0, "an odd head size under RoPE");
+  need(!c.qkv_bias || c.head_dim() % 16 == 0, "q/k/v biases on a head size that is not a multiple of 16");
+  need(!(c.qkv_bias && c.qk_norm), "both Qwen2's biases and Qwen3's q/k norms");
   need(std::isfinite(c.rope_theta) && c.rope_theta > 1, "rope_theta not finite or <= 1");
   need(std::isfinite(c.norm_eps) && c.norm_eps > 0 && c.norm_eps < 1, "norm_eps outside (0, 1)");
   if (c.moe.enabled()) {

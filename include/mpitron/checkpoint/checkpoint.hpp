@@ -29,6 +29,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -107,6 +108,10 @@ SamplerState sampler_state_for(const CheckpointMeta& m, int dp);
 //     so the data loader's reads do not wait for a whole write.
 struct CheckpointWriteOptions {
   bool background = false;
+  // One process writing a parameters-only checkpoint one tensor at a time (import): each tensor
+  // of the model comes whole, at its file shape, from this call and is written before the next is
+  // asked for, so memory holds one tensor, not the model. The shards are then empty.
+  std::function<std::vector<float>(const std::string& name)> tensor_source;
 };
 
 // Collective over comm: writes `path` (overwriting it). No temp name / rename here: see
