@@ -64,6 +64,12 @@ inline uint64_t element_hash(uint64_t full_index, float v) {
   std::memcpy(&bits, &v, 4);
   return splitmix64(splitmix64(full_index) ^ bits);
 }
+// The checksum of a whole tensor (the full flat index of element i is i, whatever its shape).
+inline uint64_t tensor_checksum(const float* data, size_t n) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += element_hash(i, data[i]);
+  return sum;
+}
 
 // Root attribute "meta_checksum": a hash of everything CheckpointMeta holds (step, sampler,
 // seeds, config, layout, job, tokenizer, ...). HDF5 checksums its own metadata blocks (object

@@ -370,9 +370,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
               v.size(), numel);
         check_h5(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, data_dxpl, v.data()) >= 0,
                  "cannot write checkpoint '{}': dataset '{}/{}'", path, k.group, full.name);
-        uint64_t sum = 0;
-        for (size_t i = 0; i < v.size(); ++i) sum += element_hash(i, v[i]);
-        sums.push_back(sum);
+        sums.push_back(ckpt_format::tensor_checksum(v.data(), v.size()));
         written.push_back({std::move(ds), 0});
         continue;
       }

@@ -176,9 +176,7 @@ void check_structure_unlocked(const std::string& path, bool has_optimizer) {
 void check_tensor_checksum(const std::vector<float>& data, const std::vector<hsize_t>& dims, hid_t ds,
                            const std::string& path, const std::string& dataset) {
   (void)dims;  // the full flat index of element i of a whole tensor is i, whatever its shape
-  uint64_t sum = 0;
-  for (size_t i = 0; i < data.size(); ++i) sum += element_hash(i, data[i]);
-  if (sum != ckpt_meta::read_attr_u64(ds, "checksum", path))
+  if (ckpt_format::tensor_checksum(data.data(), data.size()) != ckpt_meta::read_attr_u64(ds, "checksum", path))
     corrupt("checkpoint '{}' is corrupted: dataset '{}' does not match its checksum (a flipped bit?)", path, dataset);
 }
 

@@ -36,8 +36,9 @@ GgufDtype gguf_dtype(const std::string& d) {
 }
 
 // llama.cpp's architecture: "llama" (Mixtral's MoE included), "qwen2" (q/k/v biases), "qwen3"
-// (q/k norms), "qwen3moe" (q/k norms with a MoE), "gpt2". llama.cpp runs qwen2 and qwen3 with rotate-half RoPE (NEOX): their q and k
-// rows are written in Hugging Face's order (to_gguf_layout).
+// (q/k norms), "qwen3moe" (q/k norms with a MoE), "gpt2". llama.cpp runs the qwen archs with
+// rotate-half RoPE (NEOX): their q and k rows are written in Hugging Face's order
+// (to_rotate_half_layout).
 std::string gguf_arch(const ModelConfig& c) {
   if (c.arch == Arch::gpt2) return "gpt2";
   return c.qkv_bias ? "qwen2" : c.qk_norm ? (c.moe.enabled() ? "qwen3moe" : "qwen3") : "llama";
@@ -317,13 +318,13 @@ ExportSummary export_gguf(const std::string& ckpt, const std::string& out_file, 
   const GgufDtype d = gguf_dtype(opt.dtype == "fp32" ? "f32" : opt.dtype);
   const CheckpointMeta meta = read_checkpoint_meta(ckpt);
   const ModelConfig& cfg = meta.model;
-  check_moe_exportable(cfg, ckpt, fmt::format("llama.cpp (GGUF arch {})", gguf_arch(cfg)), opt.quiet);
+  const std::string arch = gguf_arch(cfg);
+  check_moe_exportable(cfg, ckpt, fmt::format("llama.cpp (GGUF arch {})", arch), opt.quiet);
   std::error_code ec;
   usage_check(!std::filesystem::is_directory(out_file, ec), "export: --out '{}' is a folder; gguf writes one file",
               out_file);
   Meta md;
   model_metadata(md, cfg, cfg.name, d.file_type);
-  const std::string arch = gguf_arch(cfg);
   check_family_exportable(cfg, ckpt, "llama.cpp (GGUF)");
   usage_check(arch == "llama" || cfg.rope_scaling.type != RopeScalingType::llama3,
               "export: GGUF: '{}' is a {} with LLaMA 3.1's RoPE scaling (model.rope_scaling = \"llama3\"): llama.cpp's "

@@ -78,8 +78,8 @@ ordered_json rope_scaling_json(const RopeScaling& r) {
 }
 
 // Qwen2 (q/k/v biases) and Qwen3 (per-head q/k RMSNorm) as transformers' Qwen2Config and
-// Qwen3Config write them: LLaMA's fields, full attention (no sliding window). The checks of
-// hf_exportable have refused a model that is neither.
+// Qwen3Config (and Qwen3MoeConfig) write them: LLaMA's fields, full attention (no sliding window).
+// check_family_exportable has refused a model that is neither.
 void qwen_config(ordered_json& j, const ModelConfig& c) {
   const bool qwen3 = c.qk_norm;
   j["architectures"] = {qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"};

@@ -14,6 +14,7 @@ namespace mpitron {
 struct GPT::DecodeState {
   std::vector<Buffer<float>> k, v;  // per local block: [T, KV*hd]
   Buffer<float> x, x2, h, mean, rstd, qkv, y, fc, act, scores;
+  Buffer<float> qk_normed, qk_rstd;  // Qwen3's q/k norm: one row's query and key heads
 };
 
 void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
@@ -31,6 +32,10 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     auto rows = [&](int64_t w) { return Buffer<float>(Mem::activations, static_cast<size_t>(T) * w); };
     d->x = rows(C), d->x2 = rows(C), d->h = rows(C), d->mean = rows(1), d->rstd = rows(1), d->qkv = rows(Q);
     d->y = rows(geo_.c_local), d->fc = rows(geo_.fc_local), d->act = rows(geo_.f_local), d->scores = rows(1);
+    if (cfg_.qk_norm) {
+      d->qk_normed = Buffer<float>(Mem::activations, static_cast<size_t>((H + KV) * hd));
+      d->qk_rstd = Buffer<float>(Mem::activations, static_cast<size_t>(H + KV));
+    }
     decode_ = std::move(d);
   }
   DecodeState& d = *decode_;
@@ -46,14 +51,12 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
     norm_forward(d.h.data(), d.mean.data(), d.rstd.data(), d.x.data(), w.ln1_w, w.ln1_b, n);
     ops_.matmul_forward(d.qkv.data(), d.h.data(), w.qkv_w, w.qkv_b, n, C, Q);
     if (w.q_norm) {  // Qwen3: RMSNorm over each query head and each key head of every new row
-      std::vector<float> normed((H + KV) * hd), rstd(H + KV);
+      float *normed = d.qk_normed.data(), *rstd = d.qk_rstd.data();
       for (int t = 0; t < n; ++t) {
         float* row = d.qkv.data() + static_cast<int64_t>(t) * Q;
-        ops_.rmsnorm_forward(normed.data(), rstd.data(), row, w.q_norm, H, hd, cfg_.norm_eps);
-        ops_.rmsnorm_forward(normed.data() + H * hd, rstd.data() + H, row + geo_.c_local, w.k_norm, KV, hd,
-                             cfg_.norm_eps);
-        std::copy(normed.begin(), normed.begin() + H * hd, row);
-        std::copy(normed.begin() + H * hd, normed.end(), row + geo_.c_local);
+        ops_.rmsnorm_forward(normed, rstd, row, w.q_norm, H, hd, cfg_.norm_eps);
+        ops_.rmsnorm_forward(normed + H * hd, rstd + H, row + geo_.c_local, w.k_norm, KV, hd, cfg_.norm_eps);
+        std::copy(normed, normed + (H + KV) * hd, row);  // q heads then k heads: contiguous (c_local = H hd)
       }
     }
     if (spec_.rope()) {
