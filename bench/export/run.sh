@@ -2,7 +2,8 @@
 # Export and import speed and memory, written to bench/results/export.md.
 #   1. a random llama-1b-shaped HF folder (22 layers, 1.1B parameters, 4.4 GB F32; LAYERS=N for
 #      fewer), then with the page cache warm for every reader (no root to drop it):
-#      `cp` of model.safetensors (the disk's ceiling, same bytes, same disk), `mpitron import`,
+#      `cp` of model.safetensors (the disk's ceiling, same bytes, same disk), `dd bs=4M` of it
+#      (the same through user space), `mpitron import`,
 #      `mpitron export --format hf` (fp32 and bf16) and `--format gguf` (f32), each: seconds,
 #      GB/s of model bytes, peak RSS (/usr/bin/time);
 #   2. train.init_from = hf:DIR at tp 2 on a 4-layer cut of the same shape (one step, seq 128):
@@ -39,6 +40,10 @@ cat "$W/hf/model.safetensors" >/dev/null  # warm
   echo "| step | GB | s | GB/s | peak RSS GB |"
   echo "|---|---|---|---|---|"
   timed "cp model.safetensors (ceiling)" "$bytes" cp "$W/hf/model.safetensors" "$W/copy.safetensors"
+  rm -f "$W/copy.safetensors"
+  # cp copies inside the kernel (copy_file_range); anything that converts the data passes it
+  # through user space, as dd does: read into a 4 MB buffer, write it out.
+  timed "dd bs=4M model.safetensors (user-space ceiling)" "$bytes" dd if="$W/hf/model.safetensors" of="$W/copy.safetensors" bs=4M status=none
   rm -f "$W/copy.safetensors"
   timed "import hf -> mpitron checkpoint" "$bytes" $M import "hf:$W/hf" --out "$W/ck.h5"
   timed "export --format hf (fp32)" "$bytes" $M export "$W/ck.h5" --format hf --out "$W/out_hf" --quiet

@@ -65,9 +65,9 @@ inline uint64_t element_hash(uint64_t full_index, float v) {
   return splitmix64(splitmix64(full_index) ^ bits);
 }
 // The checksum of a whole tensor (the full flat index of element i is i, whatever its shape).
-inline uint64_t tensor_checksum(const float* data, size_t n) {
+inline uint64_t tensor_checksum(const float* data, size_t n, size_t first_index = 0) {
   uint64_t sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += element_hash(i, data[i]);
+  for (size_t i = 0; i < n; ++i) sum += element_hash(first_index + i, data[i]);
   return sum;
 }
 

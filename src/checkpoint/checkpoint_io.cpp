@@ -15,6 +15,8 @@
 #include <ctime>
 #include <exception>
 #include <map>
+#include <array>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <nlohmann/json.hpp>
@@ -265,6 +267,45 @@ Id collective_dxpl() {
   return dxpl;
 }
 
+// One tensor from CheckpointWriteOptions::tensor_source into dataset `ds` (of `dims`), a block of
+// rows at a time: blocks of about 4 MB stay in the caches and reuse their pages (a buffer the
+// tensor's size is faulted in page by page, and freed buffers that large go back to the kernel).
+// Two blocks in flight: a thread reads and checksums the next while this one writes. Returns the
+// tensor's checksum.
+uint64_t write_from_source(const std::function<void(const std::string&, int64_t, int64_t, float*)>& source,
+                           const std::string& name, hid_t ds, const std::vector<hsize_t>& dims, hid_t dxpl,
+                           size_t block_floats, std::array<std::vector<float>, 2>& bufs, const std::string& what) {
+  const int64_t rows = static_cast<int64_t>(dims[0]);
+  size_t cols = 1;
+  for (size_t d = 1; d < dims.size(); ++d) cols *= static_cast<size_t>(dims[d]);
+  const int64_t block = std::max<int64_t>(1, std::min(rows, static_cast<int64_t>(block_floats / cols)));
+  for (auto& b : bufs)
+    if (b.size() < static_cast<size_t>(block) * cols) b.resize(static_cast<size_t>(block) * cols);
+  auto fill = [&](int64_t r0, std::vector<float>& buf) {
+    const int64_t n = std::min(block, rows - r0);
+    source(name, r0, n, buf.data());
+    return ckpt_format::tensor_checksum(buf.data(), static_cast<size_t>(n) * cols, static_cast<size_t>(r0) * cols);
+  };
+  Id file_space(H5Dget_space(ds));
+  uint64_t sum = 0;
+  std::future<uint64_t> next = std::async(std::launch::async, fill, int64_t{0}, std::ref(bufs[0]));
+  for (int64_t r0 = 0, b = 0; r0 < rows; r0 += block, b ^= 1) {
+    sum += next.get();
+    if (r0 + block < rows) next = std::async(std::launch::async, fill, r0 + block, std::ref(bufs[b ^ 1]));
+    const int64_t n = std::min(block, rows - r0);
+    std::vector<hsize_t> start(dims.size(), 0), count = dims;
+    start[0] = static_cast<hsize_t>(r0);
+    count[0] = static_cast<hsize_t>(n);
+    check_h5(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) >= 0,
+             "cannot write {}: selecting rows {}..{}", what, r0, r0 + n);
+    const hsize_t numel = static_cast<hsize_t>(n) * cols;
+    Id mem_space(H5Screate_simple(1, &numel, nullptr));
+    check_h5(H5Dwrite(ds, H5T_NATIVE_FLOAT, mem_space, file_space, dxpl, bufs[b].data()) >= 0, "cannot write {}",
+             what);
+  }
+  return sum;
+}
+
 std::string now_utc() {
   char buf[32];
   std::time_t t = std::time(nullptr);
@@ -345,6 +386,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
     Id ds;
     uint64_t sum;
   };
+  std::array<std::vector<float>, 2> source_rows;  // tensor_source's blocks, reused
   std::vector<Pending> written;
   std::vector<uint64_t> sums;
   for (const Kind& k : kKinds) {
@@ -362,15 +404,9 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
       H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
       Id ds(H5Dcreate2(g, full.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
       check_h5(ds.valid(), "cannot write checkpoint '{}': cannot create dataset '{}/{}'", path, k.group, full.name);
-      if (opt.tensor_source) {  // the whole tensor from its source, then let it go
-        const std::vector<float> v = opt.tensor_source(full.name);
-        size_t numel = 1;
-        for (hsize_t d : dims) numel *= static_cast<size_t>(d);
-        check(v.size() == numel, "checkpoint '{}': tensor '{}' came with {} values for its {}", path, full.name,
-              v.size(), numel);
-        check_h5(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, data_dxpl, v.data()) >= 0,
-                 "cannot write checkpoint '{}': dataset '{}/{}'", path, k.group, full.name);
-        sums.push_back(ckpt_format::tensor_checksum(v.data(), v.size()));
+      if (opt.tensor_source) {
+        sums.push_back(write_from_source(opt.tensor_source, full.name, ds, dims, data_dxpl, opt.source_block_floats, source_rows,
+                                         fmt::format("checkpoint '{}': dataset '{}/{}'", path, k.group, full.name)));
         written.push_back({std::move(ds), 0});
         continue;
       }

@@ -90,7 +90,7 @@ std::vector<ExternalTensor> llama_tensors(const ModelConfig& c) {
   return t;
 }
 
-// Rows of `heads` heads of head_dim hd: mpitron's row h*hd + 2i + half <-> HF's h*hd + half*hd/2 + i.
+// Rows of `heads` heads of head_dim hd, in one order or the other (hf_rope_row).
 std::vector<float> permute_rope_rows(const std::vector<float>& v, const std::vector<int64_t>& shape, int heads,
                                      bool to_hf) {
   check((shape.size() == 1 || shape.size() == 2) && heads > 0 && shape[0] % heads == 0 && (shape[0] / heads) % 2 == 0,
@@ -98,13 +98,11 @@ std::vector<float> permute_rope_rows(const std::vector<float>& v, const std::vec
         shape.empty() ? 0 : shape[0], heads);
   const int64_t hd = shape[0] / heads, cols = shape.size() == 2 ? shape[1] : 1;  // a bias or norm: one column
   std::vector<float> out(v.size());
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < hd / 2; ++i)
-      for (int64_t half = 0; half < 2; ++half) {
-        const int64_t ours = h * hd + 2 * i + half, hf = h * hd + half * (hd / 2) + i;
-        const int64_t from = to_hf ? ours : hf, to = to_hf ? hf : ours;
-        std::copy(v.begin() + from * cols, v.begin() + (from + 1) * cols, out.begin() + to * cols);
-      }
+  for (int64_t ours = 0; ours < shape[0]; ++ours) {
+    const int64_t hf = hf_rope_row(ours, hd);
+    const int64_t from = to_hf ? ours : hf, to = to_hf ? hf : ours;
+    std::copy(v.begin() + from * cols, v.begin() + (from + 1) * cols, out.begin() + to * cols);
+  }
   return out;
 }
 

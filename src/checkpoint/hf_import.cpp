@@ -344,42 +344,94 @@ std::string hf_tokenizer_json(const std::string& dir, int vocab_size) {
 
 std::string HfModel::tokenizer_json() const { return hf_tokenizer_json(dir_, cfg_.vocab_size); }
 
-std::vector<float> HfModel::tensor(const std::string& name) const {
+const HfModel::Where& HfModel::where(const std::string& name) const {
   auto w = where_.find(name);
   check(w != where_.end(), "hf:{}: no tensor for '{}'", dir_, name);
-  const Where& at = w->second;
+  return w->second;
+}
+
+void HfModel::read_file_rows(const Where& at, int64_t row0, int64_t rows, float* out) const {
   const SafetensorsEntry& e = at.entry;
-  const uint64_t bytes = e.end - e.begin, esize = safetensors_dtype_size(e.dtype), n = bytes / esize;
-  // F32 is read straight into the result; 16-bit types through a buffer of half its size.
-  std::vector<float> v(n);
-  std::vector<char> raw(e.dtype == "F32" ? 0 : bytes);
-  char* into = e.dtype == "F32" ? reinterpret_cast<char*>(v.data()) : raw.data();
+  const uint64_t esize = safetensors_dtype_size(e.dtype);
+  uint64_t cols = 1;
+  for (size_t d = 1; d < e.shape.size(); ++d) cols *= static_cast<uint64_t>(e.shape[d]);
+  const uint64_t first = static_cast<uint64_t>(row0) * cols, n = static_cast<uint64_t>(rows) * cols, bytes = n * esize;
+  // F32 is read straight into `out`; 16-bit types through the scratch buffer.
+  if (e.dtype != "F32" && raw_.size() < bytes) raw_.resize(bytes);
+  char* into = e.dtype == "F32" ? reinterpret_cast<char*>(out) : raw_.data();
   const int fd = ::open(at.file.c_str(), O_RDONLY | O_CLOEXEC);
   usage_check(fd >= 0, "cannot open '{}': {}", at.file, std::strerror(errno));
+  const uint64_t offset = at.data_start + e.begin + first * esize;
   uint64_t got = 0;
   while (got < bytes) {
-    const ssize_t r = ::pread(fd, into + got, bytes - got, static_cast<off_t>(at.data_start + e.begin + got));
+    const ssize_t r = ::pread(fd, into + got, bytes - got, static_cast<off_t>(offset + got));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     got += static_cast<uint64_t>(r);
   }
   ::close(fd);
-  usage_check(got == bytes, "{}: tensor '{}': read {} of {} bytes (truncated?)", at.file, e.name, got, bytes);
+  usage_check(got == bytes, "{}: tensor '{}': read {} of {} bytes at element {} (truncated?)", at.file, e.name, got,
+              bytes, first);
   if (e.dtype != "F32") {
     for (uint64_t i = 0; i < n; ++i) {
       uint16_t h;
-      std::memcpy(&h, raw.data() + 2 * i, 2);
-      v[i] = e.dtype == "BF16" ? to_f32(bf16{h}) : fp16_bits_to_f32(h);
+      std::memcpy(&h, raw_.data() + 2 * i, 2);
+      out[i] = e.dtype == "BF16" ? to_f32(bf16{h}) : fp16_bits_to_f32(h);
     }
   }
   // A checkpoint never holds a non-finite value (training refuses to save one): an import that
   // carried a NaN in would start every run from it.
-  for (uint64_t i = 0; i < n; ++i)
-    if (!std::isfinite(v[i]))
+  // (A branch-free scan, vectorised, then the search only when it found one.)
+  uint32_t nonfinite = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, out + i, 4);
+    nonfinite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  for (uint64_t i = 0; nonfinite && i < n; ++i)
+    if (!std::isfinite(out[i]))
       fail("{}: tensor '{}' holds {} at element {} ({}); mpitron never stores a non-finite value in a checkpoint",
-           at.file, e.name, v[i], i, e.dtype);
-  std::vector<int64_t> shape = e.shape;
+           at.file, e.name, out[i], first + i, e.dtype);
+}
+
+size_t HfModel::parameter_count() const {
+  size_t n = 0;
+  for (const auto& [name, at] : where_) n += (at.entry.end - at.entry.begin) / safetensors_dtype_size(at.entry.dtype);
+  return n;
+}
+
+std::vector<float> HfModel::tensor(const std::string& name) const {
+  const Where& at = where(name);
+  std::vector<int64_t> shape = at.entry.shape;
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  std::vector<float> v((at.entry.end - at.entry.begin) / safetensors_dtype_size(at.entry.dtype));
+  read_file_rows(at, 0, rows, v.data());
   return from_hf_layout(*at.tensor, std::move(v), &shape);
+}
+
+void HfModel::read_rows(const std::string& name, int64_t row0, int64_t rows, float* out) const {
+  const Where& at = where(name);
+  const ExternalTensor& t = *at.tensor;
+  const std::vector<int64_t>& shape = at.entry.shape;  // HF's: ours unless transposed
+  if (t.hf_transpose) {  // our rows are the file's columns: read it whole (GPT-2's, tens of MB at most)
+    if (whole_name_ != name) {
+      whole_name_.clear();
+      whole_ = tensor(name);
+      whole_name_ = name;
+    }
+    const int64_t cols = shape[0];
+    std::copy_n(whole_.begin() + row0 * cols, rows * cols, out);
+    return;
+  }
+  if (t.rope_heads == 0) return read_file_rows(at, row0, rows, out);
+  // q and k rows are permuted within each head: read the whole heads that hold ours.
+  int64_t cols = 1;
+  for (size_t d = 1; d < shape.size(); ++d) cols *= shape[d];
+  const int64_t hd = shape[0] / t.rope_heads, h0 = row0 / hd * hd, h1 = (row0 + rows + hd - 1) / hd * hd;
+  if (rows_.size() < static_cast<size_t>((h1 - h0) * cols)) rows_.resize(static_cast<size_t>((h1 - h0) * cols));
+  read_file_rows(at, h0, h1 - h0, rows_.data());
+  for (int64_t r = row0; r < row0 + rows; ++r)
+    std::copy_n(rows_.begin() + (hf_rope_row(r, hd) - h0) * cols, cols, out + (r - row0) * cols);
 }
 
 namespace {

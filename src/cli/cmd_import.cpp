@@ -69,13 +69,10 @@ int cmd_import(const Args& args) {
   meta.job_toml = fmt::format("# imported from {}\n", src);
   meta.version = kVersion;
   check_meta_savable(meta);
-  // One tensor at a time from the safetensors files into the checkpoint: memory holds one tensor.
-  size_t n = 0;
+  // From the safetensors files into the checkpoint a few MB at a time: memory holds a few MB.
   CheckpointWriteOptions opt;
-  opt.tensor_source = [&](const std::string& name) {
-    std::vector<float> v = hf.tensor(name);
-    n += v.size();
-    return v;
+  opt.tensor_source = [&](const std::string& name, int64_t row0, int64_t rows, float* into) {
+    hf.read_rows(name, row0, rows, into);
   };
   const std::string tmp = out + ".tmp";
   try {
@@ -90,7 +87,7 @@ int cmd_import(const Args& args) {
                meta.model.moe.enabled()   ? fmt::format("{} ({} experts, top {})", meta.model.qk_norm ? "Qwen3-MoE" : "Mixtral", meta.model.moe.n_experts,
                                                         meta.model.moe.top_k).c_str()
                                           : family_name(meta.model),
-               n,
+               hf.parameter_count(),
                meta.tokenizer_json.empty() ? "none" : "stored", secs);
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "mpitron/checkpoint/external_layout.hpp"
+#include "mpitron/checkpoint/hf_import.hpp"
 #include "mpitron/checkpoint/safetensors.hpp"
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/error.hpp"
@@ -203,6 +204,82 @@ BOOST_AUTO_TEST_CASE(tokenizer_json_round_trips) {
   // mpitron-v1 BPE with merges has no exact HF pre-tokenizer: nothing rather than something wrong.
   BOOST_TEST(Tokenizer::bpe({{'t', 'h'}}).to_hf_json().empty());
   fs::remove_all(p.parent_path());
+}
+
+// The import streams a tensor a few rows at a time (HfModel::read_rows): any run of rows, cut
+// mid-head where q and k rows are permuted, equals those rows of the whole tensor, F32 and BF16.
+BOOST_AUTO_TEST_CASE(import_rows_equal_the_whole_tensor) {
+  const fs::path d = scratch("qwen2");
+  fs::create_directories(d);
+  // Qwen2: q/k rows (and biases) permuted per head; 4 heads of 16 on 64, 2 kv heads.
+  const int C = 64, H = 4, KV = 2, hd = 16, F = 48, V = 40;
+  std::ofstream(d / "config.json") << R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+    "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+    "num_hidden_layers": 1, "vocab_size": 40, "max_position_embeddings": 64, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "tie_word_embeddings": false, "hidden_act": "silu", "use_sliding_window": false})";
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"model.embed_tokens.weight", {V, C}},
+      {"model.layers.0.input_layernorm.weight", {C}},
+      {"model.layers.0.self_attn.q_proj.weight", {H * hd, C}},
+      {"model.layers.0.self_attn.q_proj.bias", {H * hd}},
+      {"model.layers.0.self_attn.k_proj.weight", {KV * hd, C}},
+      {"model.layers.0.self_attn.k_proj.bias", {KV * hd}},
+      {"model.layers.0.self_attn.v_proj.weight", {KV * hd, C}},
+      {"model.layers.0.self_attn.v_proj.bias", {KV * hd}},
+      {"model.layers.0.self_attn.o_proj.weight", {C, H * hd}},
+      {"model.layers.0.post_attention_layernorm.weight", {C}},
+      {"model.layers.0.mlp.gate_proj.weight", {F, C}},
+      {"model.layers.0.mlp.up_proj.weight", {F, C}},
+      {"model.layers.0.mlp.down_proj.weight", {C, F}},
+      {"model.norm.weight", {C}},
+      {"lm_head.weight", {V, C}}};
+  std::mt19937 g(9);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const std::string dtype : {"F32", "BF16"}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      std::vector<SafetensorsEntry> entries;
+      uint64_t at = 0;
+      for (const auto& [name, shape] : shapes) {
+        uint64_t n = 1;
+        for (int64_t x : shape) n *= static_cast<uint64_t>(x);
+        entries.push_back({name, dtype, shape, at, at + n * safetensors_dtype_size(dtype)});
+        at = entries.back().end;
+      }
+      {
+        SafetensorsWriter w((d / "model.safetensors").string(), entries, {{"format", "pt"}});
+        for (const auto& e : entries) {
+          std::vector<float> v((e.end - e.begin) / safetensors_dtype_size(dtype));
+          for (float& x : v) x = u(g);
+          if (dtype == "F32") {
+            w.write_next(v.data(), e.end - e.begin);
+          } else {
+            std::vector<uint16_t> b(v.size());
+            for (size_t i = 0; i < v.size(); ++i) b[i] = to_bf16(v[i]).bits;
+            w.write_next(b.data(), e.end - e.begin);
+          }
+        }
+        w.finish();
+      }
+      const HfModel hf(d.string());
+      for (const auto& t : external_tensors(hf.config())) {
+        const std::vector<float> whole = hf.tensor(t.name);
+        const std::vector<int64_t>* hf_shape = nullptr;
+        for (const auto& [name, s] : shapes)
+          if (name == t.hf_name) hf_shape = &s;
+        BOOST_REQUIRE(hf_shape);
+        const int64_t rows = (*hf_shape)[0], cols = static_cast<int64_t>(whole.size()) / rows;
+        for (int64_t step : {1, 3, 5, 7}) {
+          std::vector<float> got(whole.size(), -99.f);
+          for (int64_t r0 = 0; r0 < rows; r0 += step) {
+            const int64_t n = std::min(step, rows - r0);
+            hf.read_rows(t.name, r0, n, got.data() + r0 * cols);
+          }
+          BOOST_TEST(got == whole, t.name << " in runs of " << step << " rows");
+        }
+      }
+    }
+  }
+  fs::remove_all(d.parent_path());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

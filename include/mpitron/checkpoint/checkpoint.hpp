@@ -108,10 +108,12 @@ SamplerState sampler_state_for(const CheckpointMeta& m, int dp);
 //     so the data loader's reads do not wait for a whole write.
 struct CheckpointWriteOptions {
   bool background = false;
-  // One process writing a parameters-only checkpoint one tensor at a time (import): each tensor
-  // of the model comes whole, at its file shape, from this call and is written before the next is
-  // asked for, so memory holds one tensor, not the model. The shards are then empty.
-  std::function<std::vector<float>(const std::string& name)> tensor_source;
+  // One process writing a parameters-only checkpoint from a source (import): the writer asks for
+  // each tensor's rows [row0, row0 + rows) of its file shape (a row: all but dimension 0), a few
+  // MB at a time, into `out`, and writes them before asking for more, so memory holds a few MB,
+  // not the model or a tensor. The shards are then empty.
+  std::function<void(const std::string& name, int64_t row0, int64_t rows, float* out)> tensor_source;
+  size_t source_block_floats = size_t{1} << 20;  // the block: 4 MB (whole rows, at least one)
 };
 
 // Collective over comm: writes `path` (overwriting it). No temp name / rename here: see

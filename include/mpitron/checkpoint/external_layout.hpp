@@ -66,5 +66,11 @@ std::vector<float> to_hf_layout(const ExternalTensor& t, std::vector<float> v, s
 std::vector<float> to_rotate_half_layout(const ExternalTensor& t, std::vector<float> v, const std::vector<int64_t>& shape);
 // The inverse of to_hf_layout (import).
 std::vector<float> from_hf_layout(const ExternalTensor& t, std::vector<float> v, std::vector<int64_t>* shape);
+// RoPE's row orders within a head of `head_rows` rows: mpitron interleaves each rotated pair (rows
+// 2i, 2i + 1), Hugging Face rotates halves (rows i, i + head_rows/2). The HF row of mpitron's `row`.
+inline int64_t hf_rope_row(int64_t row, int64_t head_rows) {
+  const int64_t j = row % head_rows;
+  return row - j + (j % 2) * (head_rows / 2) + j / 2;
+}
 
 }  // namespace mpitron

@@ -31,6 +31,12 @@ class HfModel {
   std::string tokenizer_json() const;
   // Tensor `name` (mpitron's) at the checkpoint file's shape and layout, as float.
   std::vector<float> tensor(const std::string& name) const;
+  // The elements of all the model's tensors (a tied head counted once).
+  size_t parameter_count() const;
+  // Rows [row0, row0 + rows) of that tensor (dimension 0 of the file's shape; a row is the rest)
+  // into `out`: the import streams a tensor through a few MB, not the tensor's size. Not
+  // thread-safe (one scratch buffer).
+  void read_rows(const std::string& name, int64_t row0, int64_t rows, float* out) const;
 
  private:
   struct Where {
@@ -39,10 +45,19 @@ class HfModel {
     uint64_t data_start = 0;
     const ExternalTensor* tensor = nullptr;  // its entry in table_
   };
+  const Where& where(const std::string& name) const;
+  // Rows [row0, row0 + rows) of the file's tensor as stored (HF layout), as float, refusing a
+  // non-finite value.
+  void read_file_rows(const Where& at, int64_t row0, int64_t rows, float* out) const;
   std::string dir_;
   ModelConfig cfg_;
   std::vector<ExternalTensor> table_;
   std::map<std::string, Where> where_;  // by mpitron name
+  // read_rows' scratch, reused from call to call: fresh buffers cost a page fault per 4 KB.
+  mutable std::vector<char> raw_;
+  mutable std::vector<float> rows_;
+  mutable std::string whole_name_;  // a transposed tensor (GPT-2's Conv1D) is read whole, once
+  mutable std::vector<float> whole_;
 };
 
 // The model of an HF config.json (GPT2LMHeadModel / LlamaForCausalLM). UsageError naming the
