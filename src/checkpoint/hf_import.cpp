@@ -472,9 +472,7 @@ ModelConfig model_for_hf_init(const ModelSection& s, const std::string& dir) {
   same("d_model", s.d_model, c.d_model, s.d_model != 0);
   same("d_ff", s.d_ff, c.d_ff, s.d_ff != 0);
   same("vocab_size", s.vocab_size, c.vocab_size, s.vocab_size != 0);
-  // RoPE models train on windows up to max_position_embeddings (a LLaMA 3.2 at 8192 of its 131072):
-  // the job's seq_len may be shorter. GPT-2's learned positions are exactly n_positions rows.
-  if (c.arch == Arch::llama && s.seq_len != 0 && s.seq_len <= c.seq_len) c.seq_len = s.seq_len;
+  if (s.seq_len != 0 && hf_trains_at(c, s.seq_len)) c.seq_len = s.seq_len;
   else if (c.arch == Arch::llama && s.seq_len != 0)
     bad.push_back(fmt::format("model.seq_len = {} (config.json: max_position_embeddings {}, the most it may be)",
                               s.seq_len, c.seq_len));

@@ -290,8 +290,8 @@ void TrainCheckpointer::init_from() {
   std::vector<CheckpointShard> s = state_.shards();
   if (from.rfind("hf:", 0) == 0) {
     const HfModel hf(from.substr(3));
-    ModelConfig have = hf.config();  // a RoPE model may train on windows shorter than its context
-    if (have.arch == Arch::llama && mc_.seq_len <= have.seq_len) have.seq_len = mc_.seq_len;
+    ModelConfig have = hf.config();
+    if (hf_trains_at(have, mc_.seq_len)) have.seq_len = mc_.seq_len;
     check_model_compatible(have, mc_, from);
     load_hf_into_shards(hf, s);
   } else {

@@ -72,6 +72,13 @@ std::string hf_tokenizer_json(const std::string& dir, int vocab_size);
 // or "auto") must agree with it, or a UsageError names each key that does not.
 ModelConfig model_for_hf_init(const ModelSection& job, const std::string& hf_dir);
 
+// Whether an HF model (config.json's) may train on windows of `seq_len`: a RoPE model (the LLaMA
+// family) on any up to max_position_embeddings (a LLaMA 3.2 at 8192 of its 131072), GPT-2 only
+// on exactly n_positions (its learned positions are that many rows).
+inline bool hf_trains_at(const ModelConfig& hf, int seq_len) {
+  return hf.arch == Arch::llama ? seq_len <= hf.seq_len : seq_len == hf.seq_len;
+}
+
 // Fills this rank's parameters (shards' params ranges, any layout) from the folder, one full
 // tensor at a time: peak memory is this rank's shard plus one tensor.
 void load_hf_into_shards(const HfModel& hf, std::span<CheckpointShard> shards);
