@@ -20,7 +20,7 @@
 #include "mpitron/train/preemption.hpp"
 #include "mpitron/parallel/layout_rules.hpp"
 #include "mpitron/train/train_data.hpp"
-#include "mpitron/train/trainer.hpp"
+#include "mpitron/train/train_loop.hpp"
 
 namespace mpitron {
 namespace {

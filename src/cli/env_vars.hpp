@@ -1,5 +1,5 @@
 // The job file's [env] table: environment variables (NCCL_*, CUDA_*, OMP_*, ...) applied on every
-// rank before NCCL or OpenMP start (DESIGN.md "Job files"; docs/nccl.md).
+// rank before NCCL or OpenMP start (docs/jobs.md, docs/nccl.md).
 //
 // Precedence: a variable already set in the environment (exported by the user, `mpirun -x`, the
 // sbatch script) wins over [env], unless the job says `env_override = true`. Names that look like

@@ -73,4 +73,17 @@ TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int
   return d;
 }
 
+StepTokenCounts fetch_step_batches(DataLoader& data, std::vector<Batch>& batches) {
+  StepTokenCounts c;
+  for (auto& b : batches) {
+    data.next(b);
+    for (int32_t t : b.targets) c.targets += t >= 0;
+    for (size_t i = 0; i < b.positions.size(); ++i) {
+      c.keys_seen += b.positions[i] + 1.0;
+      c.keys_causal += static_cast<double>(i % static_cast<size_t>(b.seq_len)) + 1.0;
+    }
+  }
+  return c;
+}
+
 }  // namespace mpitron

@@ -1,123 +1,165 @@
 #include "mpitron/train/train_loop.hpp"
 
-#include <algorithm>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <vector>
 
+#include "mpitron/core/cuda_plugin.hpp"
 #include "mpitron/core/error.hpp"
-#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/core/trace.hpp"
+#include "mpitron/data/loader.hpp"
+#include "mpitron/distributed/activity.hpp"
+#include "mpitron/distributed/fault_inject.hpp"
+#include "mpitron/model/config.hpp"
+#include "mpitron/parallel/layout_rules.hpp"
+#include "mpitron/parallel/pipeline.hpp"
+#include "mpitron/train/lr_schedule.hpp"
+#include "mpitron/train/metrics.hpp"
+#include "mpitron/train/param_dump.hpp"
+#include "mpitron/train/train_backend.hpp"
+#include "mpitron/train/train_checkpoint.hpp"
+#include "mpitron/train/train_data.hpp"
+#include "mpitron/train/step_reporter.hpp"
+#include "mpitron/train/train_step.hpp"
 
 namespace mpitron {
+namespace {
 
-StepTokenCounts fetch_step_batches(DataLoader& data, std::vector<Batch>& batches) {
-  StepTokenCounts c;
-  for (auto& b : batches) {
-    data.next(b);
-    for (int32_t t : b.targets) c.targets += t >= 0;
-    for (size_t i = 0; i < b.positions.size(); ++i) {
-      c.keys_seen += b.positions[i] + 1.0;
-      c.keys_causal += static_cast<double>(i % static_cast<size_t>(b.seq_len)) + 1.0;
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Mean loss over the validation set's first `batches` micro-batches per DP rank (all DP ranks
+// together; the same batches every time), through the pipeline (the last stage has the loss).
+double evaluate(PipelineExecutor& pipe, ValidationLoader& val, ProcessGrid& grid) {
+  ActivityPhase phase("eval");
+  fault_point("eval");
+  val.reset();
+  Batch b;
+  double v[2] = {0, 0};  // loss sum, target tokens
+  while (val.next(b)) {
+    int64_t n = 0;
+    v[0] += pipe.forward_only(b, &n);
+    v[1] += static_cast<double>(n);
+  }
+  grid.dp_cp().all_reduce_host_f64(v, 2, ReduceOp::sum);  // cp: each rank's share of the tokens
+  if (grid.shape().pp > 1) grid.pp().all_reduce_host_f64(v, 2, ReduceOp::sum);
+  return v[0] / std::max(1.0, v[1]);
+}
+
+}  // namespace
+
+TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, ProcessGrid& grid) {
+  const GridShape& gs = grid.shape();
+  // The ranges of single keys (train.steps, log.every, train.backend's names) are the key registry's.
+#if !MPITRON_CUDA
+  usage_check(cfg.train.backend == "cpu", "train.backend = \"nccl\" needs a CUDA build of mpitron (make CUDA=1)");
+#endif
+  {
+    const std::vector<int>& tr = cfg.train.trace_steps;
+    usage_check(tr.empty() || (tr.size() == 2 && tr[0] >= 1 && tr[0] <= tr[1]),
+                "bad value for 'train.trace_steps': {} (allowed: [first, last] steps with 1 <= first <= last, or [] "
+                "for off)",
+                fmt::format("[{}]", fmt::join(tr, ", ")));
+  }
+  const bool rank0 = grid.rank() == 0;
+  const int dp = gs.dp, dp_rank = grid.coord().dp;
+  const BatchPlan bp = plan_batches(cfg, dp);
+
+  TrainData data = open_train_data(cfg, bp, dp, dp_rank, rank0);
+  if (fault_poison("model_config")) data.model.rope_theta = INFINITY;  // past the ranges: the start-up save check's test
+  const ModelConfig& mc = data.model;
+  DataLoader& train_data = *data.train;
+  ValidationLoader* val_data = data.val.get();
+
+  // Every rule that ties the model, the batch and the backend to this layout (also what `plan` and
+  // `train --dry-run` ask): parallel/layout_rules.hpp.
+  check_layout(mc, layout_request(cfg, gs));
+
+  // The backend: this rank's model chunks with their data parallel and optimizer, as a pipeline
+  // (train_backend.hpp). The schedule decides how many micro-batches' activations each chunk keeps.
+  const TrainSetup setup{cfg, launch, grid, mc, bp, pipeline_schedule_for_job(cfg.parallel, gs.pp, bp.accum)};
+  std::unique_ptr<TrainBackend> backend;
+  // ProcessGrid has checked that every rank has a GPU (and so has loaded the CUDA backend).
+  if (cfg.train.backend == "nccl") backend = MPITRON_CUDA_ENTRY(mpitron_cuda_make_gpu_backend)(setup);
+  if (!backend) backend = make_cpu_backend(setup);
+  LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
+  // Resume (train.resume) now; save in the loop (checkpoint.every, last step, preemption).
+  TrainCheckpointer ckpt(cfg, grid, mc, backend->checkpoint_state(), train_data);
+  const int start_step = ckpt.resume();
+  const PeakFlops peak =
+      cfg.train.peak_flops > 0 ? PeakFlops{cfg.train.peak_flops, 0, "train.peak_flops"} : backend->peak_flops();
+  MetricsWriter metrics(rank0 ? cfg.run_dir() + "/metrics.jsonl" : "", /*append=*/start_step > 0, start_step);
+  StepReporter report(setup, *backend, metrics, start_step, peak);
+  report.start(train_data);
+
+  TrainResult result;
+  std::vector<Batch> batches(bp.accum);
+  auto run_eval = [&](int step) {
+    if (val_data) report.validation(step, evaluate(backend->pipeline(), *val_data, grid), result);
+  };
+  run_eval(start_step);
+  // Checkpoint (when due) and the agreed preemption signal, on every step, skipped ones too. True:
+  // preempted, the checkpoint is written and every rank stops here.
+  auto end_of_step = [&](int step, double loss) {
+    set_activity_phase("checkpoint");
+    const auto t = Clock::now();
+    result.preempted = ckpt.end_of_step(step, loss);
+    // What a save (or the wait for a background one) held the step up: bench/checkpoint's figure.
+    if (ckpt.last_started() == step && rank0)
+      metrics.write({{"step", int64_t{step}}, {"checkpoint_blocked_ms", ms_since(t)},
+                     {"checkpoint_mode", std::string(cfg.checkpoint.async && !result.preempted && step != cfg.train.steps
+                                                         ? "background" : "foreground")}});
+    return result.preempted != 0;
+  };
+  for (int step = start_step + 1; step <= cfg.train.steps; ++step) {
+    const auto t0 = Clock::now();
+    report.begin_step(step);
+    set_activity_step(step);
+    set_activity_phase("data");
+    fault_point("step_begin");
+    ckpt.begin_step();
+    const StepTokenCounts mine = fetch_step_batches(train_data, batches);
+    const double data_ms = ms_since(t0);
+    if (trace::enabled()) trace::event("next batches", trace::data, t0, Clock::now());
+    double sums[3] = {mine.targets, mine.keys_seen, mine.keys_causal};  // the global batch's: one reduction
+    if (dp > 1) grid.dp().all_reduce_host_f64(sums, 3, ReduceOp::sum);
+    const StepTokenCounts global{sums[0], sums[1], sums[2]};
+
+    const double lr = sched.at(step);
+    StepOutcome r = train_step(*backend, grid, batches, global.targets, lr, cfg.optim.grad_clip);
+    r.attention_fraction = global.attention_fraction();
+    if (!r.updated) {  // throws unless train.nan_policy = "skip" allows one more
+      skip_non_finite_step(cfg, ckpt, result, step, r.loss, r.grad_norm, rank0);
+      report.skipped_step();  // the state is the previous step's: checkpoints and preemption as on any step
+      if (end_of_step(step, result.last_loss)) return result;
+      result.steps_done = step;
+      continue;
     }
+    result.consecutive_skips = 0;
+    set_activity_phase("logging");
+    report.end_step(step, r, lr, ms_since(t0), data_ms);
+    if (step == start_step + 1) result.first_loss = r.loss;  // this run's first step (after a resume too)
+    result.last_loss = r.loss;
+    result.steps_done = step;
+    if (cfg.eval.every > 0 && step % cfg.eval.every == 0 && step != cfg.train.steps) run_eval(step);
+    if (end_of_step(step, r.loss)) return result;
   }
-  return c;
-}
-
-bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainResult& result, int step, double loss,
-                          double grad_norm, bool rank0) {
-  // x86 makes a NaN with the sign bit set ("-nan") out of an invalid operation and passes a NaN
-  // operand on as it is: the message says "nan" either way.
-  if (std::isnan(loss)) loss = std::numeric_limits<double>::quiet_NaN();
-  if (std::isnan(grad_norm)) grad_norm = std::numeric_limits<double>::quiet_NaN();
-  if (cfg.train.nan_policy == "skip") {
-    ++result.skipped_steps;
-    const int run = ++result.consecutive_skips;
-    if (run >= cfg.train.nan_skip_limit)
-      agreed_fail("step {}: {} consecutive steps with a non-finite loss or grad norm (this one: loss {}, grad norm {}); "
-           "stopping at train.nan_skip_limit = {} (train.nan_policy = \"skip\"): the run is not recovering ({})",
-           step, run, loss, grad_norm, cfg.train.nan_skip_limit, ckpt.last_saved_note());
-    if (rank0)
-      std::printf("step %d: non-finite loss %g or grad norm %g: step skipped (%d in a row; the run stops at "
-                  "train.nan_skip_limit = %d)\n",
-                  step, loss, grad_norm, run, cfg.train.nan_skip_limit);
-    return true;
+  report.finish(result);
+  set_activity_step(-1);
+  run_eval(cfg.train.steps);
+  if (!cfg.train.dump_params.empty()) {
+    std::vector<Buffer<float>> gathered;  // ZeRO-3 and device memory: the full parameters exist on the host only for the dump
+    dump_full_params(cfg.train.dump_params, mc, cfg.parallel.pp_layers, setup.schedule.virtual_stages, grid,
+                     backend->stage().full_params(gathered));
   }
-  std::string why;
-  const std::string saved = ckpt.save_last_good(step, result.last_loss, &why);
-  if (saved.empty())
-    agreed_fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"). The state "
-         "before this step is not saved either: {}; {}",
-         step, loss, grad_norm, why, ckpt.last_saved_note());
-  agreed_fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"); the state before "
-       "it is saved: {}",
-       step, loss, grad_norm, ckpt.last_saved_note());
-}
-
-void StragglerProbe::begin_step() { wait_at_start_s_ = thread_comm_wait_seconds(); }
-
-void StragglerProbe::gather(double step_ms, StepStats& s) {
-  const int n = world_.size();
-  if (n <= 1) return;
-  const double busy_ms = std::max(0.0, step_ms - 1e3 * (thread_comm_wait_seconds() - wait_at_start_s_));
-  std::vector<double> all(static_cast<size_t>(n), 0.0);
-  all[static_cast<size_t>(world_.rank())] = busy_ms;
-  world_.all_reduce_host_f64(all.data(), all.size(), ReduceOp::sum);  // a gather: one slot per rank
-  const auto slowest = std::max_element(all.begin(), all.end());
-  s.slowest_rank = static_cast<int>(slowest - all.begin());
-  s.slowest_busy_ms = *slowest;
-  std::vector<double> sorted = all;
-  std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.end());
-  s.median_busy_ms = sorted[static_cast<size_t>(n / 2)];
-}
-
-void StepLogger::log(int step, double loss, double lr, double grad_norm, double step_ms, double data_ms,
-                     double comm_ms, double overlap, const MemStats& mem, StepStats s) {
-  s.step = step;
-  s.total_steps = cfg_.train.steps;
-  s.loss = loss;
-  s.lr = lr;
-  s.grad_norm = grad_norm;
-  s.step_ms = step_ms;
-  s.tokens_per_s = tokens_ / (step_ms / 1e3);
-  s.step_tokens = static_cast<int64_t>(tokens_);
-  // Document masking: only the attention work the queries' documents need counts.
-  const double flops = flops_ - attn_flops_ * (1.0 - s.attention_fraction);
-  s.gflops_per_rank = flops * tokens_ / world_ / (step_ms / 1e3) / 1e9;
-  // A measured peak (the clock estimate, or a probe taken in a busy moment) below what a step
-  // achieves is raised to it, once said: MFU never reads above 100%. A peak the job sets stays.
-  if (peak_ > 0 && cfg_.train.peak_flops <= 0 && s.gflops_per_rank * 1e9 > peak_) {
-    if (!raised_peak_)
-      std::printf("note: step %d ran at %.1f GFLOP/s/rank, above the start-up peak (%.1f: the larger of the ISA/clock "
-                  "estimate and the GEMM probe; the clock may run above the one the estimate read, or the probe "
-                  "ran in a busy moment): MFU is measured against the highest rate achieved from here\n",
-                  step, s.gflops_per_rank, peak_ / 1e9);
-    raised_peak_ = true;
-    peak_ = s.gflops_per_rank * 1e9;
-  }
-  s.mfu = peak_ > 0 ? s.gflops_per_rank * 1e9 / peak_ : 0;
-  s.probe_frac = probe_ > 0 ? s.gflops_per_rank * 1e9 / probe_ : 0;
-  s.data_wait_ms = data_ms;
-  s.comm_ms = comm_ms;
-  s.overlap = overlap;
-  s.mem = mem;
-  std::printf("%s\n", format_step_line(s).c_str());
-  if (s.mfu > 1.0 && !warned_mfu_) {
-    warned_mfu_ = true;
-    std::printf("note: MFU above 100%%: the peak it is measured against (%.1f GFLOP/s/rank, train.peak_flops) is "
-                "below what the machine does; leave train.peak_flops at 0 for the hardware peak\n",
-                peak_ / 1e9);
-  }
-  std::fflush(stdout);
-  write_step_metrics(metrics_, s);
-}
-
-void StepLogger::log_val(int step, double val_loss, TrainResult& result, bool rank0) {
-  if (result.first_val_loss < 0) result.first_val_loss = val_loss;
-  result.last_val_loss = val_loss;
-  if (!rank0) return;
-  std::printf("step %d | val loss %.4f\n", step, val_loss);
-  std::fflush(stdout);
-  metrics_.write({{"step", int64_t{step}}, {"val_loss", val_loss}});
+  return result;
 }
 
 }  // namespace mpitron

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
+#include "mpitron/core/error.hpp"
 #include "mpitron/core/trace.hpp"
 #include "mpitron/distributed/activity.hpp"
 #include "mpitron/distributed/fault_inject.hpp"
@@ -50,6 +53,37 @@ StepOutcome train_step(TrainBackend& backend, ProcessGrid& grid, const std::vect
   }
   out.updated = true;
   return out;
+}
+
+
+bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainResult& result, int step, double loss,
+                          double grad_norm, bool rank0) {
+  // x86 makes a NaN with the sign bit set ("-nan") out of an invalid operation and passes a NaN
+  // operand on as it is: the message says "nan" either way.
+  if (std::isnan(loss)) loss = std::numeric_limits<double>::quiet_NaN();
+  if (std::isnan(grad_norm)) grad_norm = std::numeric_limits<double>::quiet_NaN();
+  if (cfg.train.nan_policy == "skip") {
+    ++result.skipped_steps;
+    const int run = ++result.consecutive_skips;
+    if (run >= cfg.train.nan_skip_limit)
+      agreed_fail("step {}: {} consecutive steps with a non-finite loss or grad norm (this one: loss {}, grad norm {}); "
+           "stopping at train.nan_skip_limit = {} (train.nan_policy = \"skip\"): the run is not recovering ({})",
+           step, run, loss, grad_norm, cfg.train.nan_skip_limit, ckpt.last_saved_note());
+    if (rank0)
+      std::printf("step %d: non-finite loss %g or grad norm %g: step skipped (%d in a row; the run stops at "
+                  "train.nan_skip_limit = %d)\n",
+                  step, loss, grad_norm, run, cfg.train.nan_skip_limit);
+    return true;
+  }
+  std::string why;
+  const std::string saved = ckpt.save_last_good(step, result.last_loss, &why);
+  if (saved.empty())
+    agreed_fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"). The state "
+         "before this step is not saved either: {}; {}",
+         step, loss, grad_norm, why, ckpt.last_saved_note());
+  agreed_fail("step {}: non-finite loss ({}) or grad norm ({}); stopping (train.nan_policy = \"stop\"); the state before "
+       "it is saved: {}",
+       step, loss, grad_norm, ckpt.last_saved_note());
 }
 
 }  // namespace mpitron

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Golden-rule comparison of two training runs (DESIGN.md: every parallel layout reproduces the
+"""Golden-rule comparison of two training runs (the golden rule: every parallel layout reproduces the
 single-rank run). Used by the e2e tests.
 
 usage: compare_runs.py REF_RUN_DIR RUN_DIR [--params REF.h5 RUN.h5] [--min-steps N] [--tol 1e-5]

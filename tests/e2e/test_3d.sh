@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # sanitizers: skip (a layout sweep, dp x tp x pp: its layers and pipeline run sanitized in mpi/test_tp_gpt, mpi/test_pipeline and e2e/test_tp; every layout against the single rank runs in the release build)
-# The full 3D layout, dp2 x tp2 x pp2 at np=8 (with ZeRO-1, and with sequence parallel), against the single-rank run (DESIGN.md's golden
+# The full 3D layout, dp2 x tp2 x pp2 at np=8 (with ZeRO-1, and with sequence parallel), against the single-rank run (the golden
 # rule): losses at every step and every parameter (tests/e2e/compare_runs.py, 1e-5).
 # lr 1e-3 rather than tiny.toml's 3e-3: Adam turns fp32 summation-order differences (TP, DP and
 # pipeline reductions all reorder sums) into parameter differences proportional to lr; measured

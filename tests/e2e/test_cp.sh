@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # sanitizers: skip (a layout sweep, context parallel: the ring's attention blocks run sanitized in the unit tests (test_attention_block); every layout against the single rank runs in the release build)
 # Context parallel: every sequence split over the cp group in 2 cp load-balanced
-# chunks, attention over the ring (ring_attention.hpp). DESIGN.md's golden rule against the
+# chunks, attention over the ring (ring_attention.hpp). the golden rule against the
 # single-rank run (losses, grad norms, lr at every step and every parameter within 1e-5,
 # tests/e2e/compare_runs.py) for GPT-2 and LLaMA: cp 2 and 4 alone, cp x dp with ZeRO 1-3, cp x tp
 # (+ sp), cp x pp, cp with full recompute, and cp2 x tp2 x pp2 at np=8; a cp2 x dp2 ZeRO-1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # sanitizers: skip (a layout sweep, LLaMA: its block runs sanitized in the unit tests and e2e/test_document_mask; every layout against the single rank runs in the release build)
-# LLaMA in every layout, DESIGN.md's golden rule: losses, grad norms and lr at every
+# LLaMA in every layout, the golden rule: losses, grad norms and lr at every
 # step and every parameter within 1e-5 of the single-rank run (tests/e2e/compare_runs.py), for
 # llama-tiny with 4 layers (4 query heads on 2 kv heads, SwiGLU, untied head): dp2 with ZeRO 0-3,
 # tp2 (query and kv heads split), tp2 + sp, pp2 with gpipe / 1f1b / interleaved, full recompute,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # sanitizers: skip (a layout sweep, MoE with ep: routing runs sanitized in the unit tests (test_moe_routing); every layout against the single rank runs in the release build)
 # Mixture of experts (jobs/moe-tiny.toml: 4 experts top 2 per block, Mixtral's router, aux and z
-# losses), DESIGN.md's golden rule: losses, grad norms and every parameter within 1e-5 of the
+# losses), the golden rule: losses, grad norms and every parameter within 1e-5 of the
 # single-rank run for ep2, ep4, ep2 x tp2, ep2 x pp2, ep2 x dp2 with ZeRO 1 and 3, ep2 with
 # full recompute, cp2, ep2 x cp2 (ep over the cp pair), ep4 over dp2 x cp2 and ep2 x tp2 with
 # sequence parallel; a shared expert with topk_softmax and MoE every 2nd block under ep2 x tp2 and

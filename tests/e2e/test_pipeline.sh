@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # sanitizers: skip (a schedule sweep: the schedules run sanitized in mpi/test_pipeline; every schedule against the single rank runs in the release build)
-# End-to-end pipeline parallel. Golden rule (DESIGN.md): with the same seed, data and
+# End-to-end pipeline parallel. The golden rule: with the same seed, data and
 # global batch, pp=2 and pp=4 under gpipe and 1f1b, with and without activation recompute,
 # uneven stages (parallel.pp_layers), dp2 x pp2 (ZeRO 0, 2 and 3) and interleaved 1F1B (2 model
 # chunks per rank, alone, with recompute and an explicit pp_layers, and with dp2 + ZeRO-1) reproduce the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end: prep a small corpus, train the tiny model on 1 rank and on 2 data-parallel ranks.
-# Checks: loss falls; the dp=2 run reproduces the 1-rank losses (golden rule, DESIGN.md);
+# Checks: loss falls; the dp=2 run reproduces the 1-rank losses (the golden rule);
 # metrics.jsonl is valid JSON with step/loss; --dry-run (with the [env] warnings); bad keys and layouts fail cleanly.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"

@@ -1,5 +1,5 @@
 // DP peers (ranks with the same data-parallel index in a tp x dp x pp grid) get identical
-// batches; different DP indices get disjoint samples. Rank order as in DESIGN.md:
+// batches; different DP indices get disjoint samples. Rank order as in distributed/grid.hpp:
 // rank = tp + TP*(dp + DP*pp), so dp_rank = (rank / TP) % DP.
 // Each rank's indices, gathered from the real ranks, against torch.utils.data.DistributedSampler's
 // code transcribed below (pad or cut, then order[rank : total : D]); disjointness alone cannot see

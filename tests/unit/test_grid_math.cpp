@@ -128,7 +128,7 @@ BOOST_AUTO_TEST_CASE(group_rank_is_the_axis_coordinate) {
   }
 }
 
-// DESIGN.md: world 8 = tp2 x dp2 x pp2: TP [0,1][2,3][4,5][6,7], DP [0,2][1,3][4,6][5,7],
+// The grid's rank order: world 8 = tp2 x dp2 x pp2: TP [0,1][2,3][4,5][6,7], DP [0,2][1,3][4,6][5,7],
 // PP [0,4][1,5][2,6][3,7].
 BOOST_AUTO_TEST_CASE(design_world8_example) {
   GridShape s = resolve_grid_shape({2, 1, 0, 2}, 8);

@@ -1,4 +1,4 @@
-// The step line's MFU (train/train_loop.cpp, StepLogger): a measured peak below what a step
+// The step line's MFU (train/step_reporter.cpp, StepLogger): a measured peak below what a step
 // achieves is raised to it, so MFU never reads above 100%; a peak the job sets is kept.
 #include <boost/test/unit_test.hpp>
 
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "mpitron/train/train_loop.hpp"
+#include "mpitron/train/step_reporter.hpp"
 
 using namespace mpitron;
 

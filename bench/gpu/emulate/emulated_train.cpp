@@ -18,7 +18,7 @@
 #include "mpitron/distributed/watchdog.hpp"
 #include "mpitron/core/signals.hpp"
 #include "mpitron/train/preemption.hpp"
-#include "mpitron/train/trainer.hpp"
+#include "mpitron/train/train_loop.hpp"
 
 using namespace mpitron;
 

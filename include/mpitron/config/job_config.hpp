@@ -1,4 +1,4 @@
-// The job file: typed sections (DESIGN.md "Job files" and "Canonical job keys"). Only config
+// The job file: typed sections (docs/jobs.md lists every key). Only config
 // (this module: the job file) and cli (the command line, the environment) read outside input;
 // every other module takes these structs (or narrower ones).
 //

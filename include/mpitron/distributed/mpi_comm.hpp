@@ -1,6 +1,6 @@
 // MpiComm: the CPU backend's Comm over one MPI communicator (host buffers). bf16 reductions go
-// through fp32: the bf16 buffer is widened, reduced in fp32 by MPI, and rounded once (DESIGN.md:
-// bf16 sums accumulate in fp32). avg = sum / size. Blocking bf16 calls reuse one scratch buffer,
+// through fp32: the bf16 buffer is widened, reduced in fp32 by MPI, and rounded once (the rule
+// everywhere: bf16 sums accumulate in fp32). avg = sum / size. Blocking bf16 calls reuse one scratch buffer,
 // so one Comm must not run two blocking bf16 reductions from two threads at once.
 //
 // make_comm() is the factory the ProcessGrid uses: backend "cpu"/"mpi" -> MpiComm, "nccl" ->

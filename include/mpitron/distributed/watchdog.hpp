@@ -1,4 +1,4 @@
-// The hang watchdog, on every backend (DESIGN.md, Failures): a collective or point-to-point
+// The hang watchdog, on every backend: a collective or point-to-point
 // operation that has not completed within comm.timeout_s is a fatal error for the whole job,
 // and the message says which operation, on which group (its world ranks), at which step and
 // phase, and which ranks did not arrive.

@@ -18,10 +18,58 @@
 #include "mpitron/plan/step_time.hpp"
 #include "mpitron/train/metrics.hpp"
 #include "mpitron/train/train_backend.hpp"
-#include "mpitron/train/train_loop.hpp"
+#include "mpitron/train/train_result.hpp"
+#include "mpitron/train/step_stats.hpp"
+#include "mpitron/distributed/comm.hpp"
+#include "mpitron/core/memory.hpp"
 #include "mpitron/train/train_step.hpp"
 
 namespace mpitron {
+
+// Who was slowest: each rank's busy time in a step (step time minus the time its step thread sat
+// in communication waits, distributed/comm_wait.hpp), gathered over the world only on logged steps (one
+// small all-reduce of world doubles). A slow node computes longest and waits least; the others
+// wait for it, so the wall step time alone cannot name it.
+class StragglerProbe {
+ public:
+  explicit StragglerProbe(Comm& world) : world_(world) {}
+  void begin_step();  // on the thread that runs the step
+  // Collective over the world: call on every rank at the same steps (StepLogger::due). Fills
+  // s.slowest_rank / slowest_busy_ms / median_busy_ms (left unset on a single rank).
+  void gather(double step_ms, StepStats& s);
+
+ private:
+  Comm& world_;
+  double wait_at_start_s_ = 0;
+};
+
+// Rank 0's step line and metrics.jsonl record, every log.every steps (and the first and last).
+class StepLogger {
+ public:
+  // peak_flops: MFU's reference (0: unknown); probe_flops: a GEMM probe (0: none), reported as
+  // "% of GEMM probe" beside it.
+  // attention_flops_per_token: the part of flops_per_token that StepStats::attention_fraction scales.
+  StepLogger(const JobConfig& cfg, MetricsSink& metrics, int64_t tokens_per_step, double flops_per_token,
+             int world, double peak_flops, double probe_flops = 0, double attention_flops_per_token = 0)
+      : cfg_(cfg), metrics_(metrics), tokens_(tokens_per_step), flops_(flops_per_token), world_(world), peak_(peak_flops),
+        probe_(probe_flops), attn_flops_(attention_flops_per_token) {}
+  bool due(int step) const { return step % cfg_.log.every == 0 || step == cfg_.train.steps || step == 1; }
+  // Rates from step_ms; MFU 0 when the peak is unknown (0).
+  // `s` carries what the caller measured beyond the arguments (the straggler report).
+  void log(int step, double loss, double lr, double grad_norm, double step_ms, double data_ms, double comm_ms,
+           double overlap, const MemStats& mem, StepStats s = {});
+  // The validation loss line and record; also updates result's first/last val loss.
+  void log_val(int step, double val_loss, TrainResult& result, bool rank0);
+
+ private:
+  const JobConfig& cfg_;
+  MetricsSink& metrics_;
+  int64_t tokens_;
+  double flops_;
+  int world_;
+  double peak_, probe_, attn_flops_;
+  bool warned_mfu_ = false, raised_peak_ = false;
+};
 
 class StepReporter {
  public:

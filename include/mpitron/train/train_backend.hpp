@@ -1,4 +1,4 @@
-// What the one training loop (trainer.cpp: run_training) needs from a device, and the factories
+// What the one training loop (train_loop.cpp: run_training) needs from a device, and the factories
 // that build one. The loop owns everything users see the same on every device: the data, the
 // step (train_step.hpp), evaluation, the reporting (step_reporter.hpp), checkpoints and
 // preemption, the non-finite policy and train.dump_params. A backend holds this rank's model

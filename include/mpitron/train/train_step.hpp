@@ -1,7 +1,8 @@
 // One training step, the same on every device and layout: forward and backward of every
 // micro-batch through the pipeline schedule (pp = 1: plain accumulation), gradient sync over data
-// parallel, the loss and the gradient norm over the whole grid, clipping, AdamW. The loss is
-// normalised by the target tokens of the whole global batch (DESIGN.md), so every layout takes
+// parallel, the loss and the gradient norm over the whole grid, clipping, AdamW; and what happens
+// to a step whose loss or gradient norm is not finite (train.nan_policy). The loss is
+// normalised by the target tokens of the whole global batch, so every layout takes
 // the single-rank run's update.
 #pragma once
 #include <vector>
@@ -10,6 +11,8 @@
 #include "mpitron/distributed/grid.hpp"
 #include "mpitron/parallel/pipeline.hpp"
 #include "mpitron/train/train_backend.hpp"
+#include "mpitron/train/train_checkpoint.hpp"
+#include "mpitron/train/train_result.hpp"
 
 namespace mpitron {
 
@@ -27,5 +30,11 @@ struct StepOutcome {
 // grad_clip <= 0: no clipping. Collective over the grid.
 StepOutcome train_step(TrainBackend& backend, ProcessGrid& grid, const std::vector<Batch>& batches, double n_tokens,
                        double lr, double grad_clip);
+
+// train.nan_policy for a step whose loss or grad norm is not finite: "skip" -> true (the caller
+// skips the optimizer step), an Error at train.nan_skip_limit consecutive ones; "stop" ->
+// checkpoint of the last good step (unless it holds NaN/inf too), then an Error.
+bool skip_non_finite_step(const JobConfig& cfg, TrainCheckpointer& ckpt, TrainResult& result, int step, double loss,
+                          double grad_norm, bool rank0);
 
 }  // namespace mpitron

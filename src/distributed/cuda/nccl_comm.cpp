@@ -1,4 +1,4 @@
-// NcclComm: Comm over an NCCL communicator (GPU backend). Bootstrap (DESIGN.md): rank 0 of the
+// NcclComm: Comm over an NCCL communicator (GPU backend). Bootstrap: rank 0 of the
 // group's MPI communicator calls ncclGetUniqueId, MPI_Bcasts the id over that communicator, and
 // every member calls ncclCommInitRank. Operations run on the Comm's own stream; blocking forms
 // synchronize it, non-blocking forms record an event that wait()/test() look at. NCCL has no
