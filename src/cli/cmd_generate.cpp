@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpitron/cli/commands.hpp"
@@ -95,15 +96,17 @@ void write_logprobs(GPT& model, const std::vector<int32_t>& ids, int32_t eot, in
   usage_check(std::fclose(f) == 0 && ok, "generate: cannot write '{}'", path);
 }
 
-}  // namespace
-
-int cmd_generate(const Args& args) {
+struct GenerateOptions {
   std::string ckpt, prompt, chat, system;
   int max_tokens = 200, top_k = 50;
   double temperature = 0.8;
   uint64_t seed = 1;
   bool have_prompt = false, kv_cache = true;
   std::string logprobs_out;
+};
+
+// The command line into `o`; false after --help (printed).
+bool parse_generate_args(const Args& args, GenerateOptions& o) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::string {
@@ -112,50 +115,45 @@ int cmd_generate(const Args& args) {
     };
     if (a == "--help" || a == "-h") {
       std::printf("%s", kHelp);
-      return 0;
+      return false;
     } else if (a == "--prompt") {
-      prompt = value();
-      have_prompt = true;
+      o.prompt = value();
+      o.have_prompt = true;
     } else if (a == "--chat") {
-      chat = value();
+      o.chat = value();
     } else if (a == "--system") {
-      system = value();
+      o.system = value();
     } else if (a == "--max-tokens") {
-      max_tokens = option_int("--max-tokens", value(), 0);
+      o.max_tokens = option_int("--max-tokens", value(), 0);
     } else if (a == "--temperature") {
-      temperature = option_float("--temperature", value(), at_least(0, "greedy"));
+      o.temperature = option_float("--temperature", value(), at_least(0, "greedy"));
     } else if (a == "--top-k") {
-      top_k = option_int("--top-k", value(), 0);
+      o.top_k = option_int("--top-k", value(), 0);
     } else if (a == "--seed") {
-      seed = option_u64("--seed", value());
+      o.seed = option_u64("--seed", value());
     } else if (a == "--logprobs-out") {
-      logprobs_out = value();
+      o.logprobs_out = value();
     } else if (a == "--no-kv-cache") {
-      kv_cache = false;
+      o.kv_cache = false;
     } else if (a.rfind("--", 0) == 0) {
       usage_fail(
           "generate: unknown option '{}' (allowed: --prompt, --chat, --system, --max-tokens, --temperature, --top-k, "
           "--seed, --no-kv-cache, --logprobs-out)",
           a);
     } else {
-      usage_check(ckpt.empty(), "generate: one checkpoint only (got '{}' and '{}')", ckpt, a);
-      ckpt = a;
+      usage_check(o.ckpt.empty(), "generate: one checkpoint only (got '{}' and '{}')", o.ckpt, a);
+      o.ckpt = a;
     }
   }
-  usage_check(!ckpt.empty(), "generate: give a checkpoint (e.g. runs/x/ckpt/latest); see --help");
-  usage_check(have_prompt, "generate: give --prompt TEXT");
-  usage_check(max_tokens >= 0 && top_k >= 0 && temperature >= 0,
+  usage_check(!o.ckpt.empty(), "generate: give a checkpoint (e.g. runs/x/ckpt/latest); see --help");
+  usage_check(o.have_prompt, "generate: give --prompt TEXT");
+  usage_check(o.max_tokens >= 0 && o.top_k >= 0 && o.temperature >= 0,
               "generate: --max-tokens, --top-k and --temperature must be >= 0");
+  return true;
+}
 
-  const std::string path = resolve_checkpoint_path(ckpt);
-  CheckpointMeta meta = read_checkpoint_meta(path);
-  usage_check(!meta.tokenizer_json.empty(), "checkpoint '{}' stores no tokenizer", path);
-  Tokenizer tok = Tokenizer::from_json(meta.tokenizer_json, path + ": tokenizer_json");
-  const ModelConfig& cfg = meta.model;
-
-  auto ops = make_cpu_ops();
-  GPT model(cfg, ModelShard{}, *ops, 1);
-  model.set_grad_enabled(false);
+// The checkpoint's model/* tensors into the model's flat parameters.
+void load_weights(GPT& model, const std::string& path) {
   float* base = model.param_data();
   for (const auto& p : model.params()) {
     std::vector<int64_t> shape;
@@ -165,39 +163,62 @@ int cmd_generate(const Args& args) {
     std::fill(base + p.offset, base + p.offset + p.numel, 0.f);  // wte's padded rows stay 0
     std::copy(v.begin(), v.end(), base + p.offset);
   }
+}
 
+// The prompt as token ids, the text echoed for it, and the markers that end the reply.
+struct Prompt {
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<std::string> end_markers;
+};
+
+Prompt encode_prompt(const GenerateOptions& o, const Tokenizer& tok) {
   // --chat: the prompt is a user turn (after --system's message), rendered as prep --format chat
   // renders it, up to the assistant's reply; the reply ends at the template's end-of-turn marker.
-  usage_check(chat.empty() || chat_template_known(chat),
-              "generate: --chat must be chatml, llama3, llama2, mistral or hf:DIR (got '{}')", chat);
-  usage_check(system.empty() || !chat.empty(), "generate: --system needs --chat");
-  std::vector<int32_t> ids;
-  std::vector<std::string> end_markers;
-  if (!chat.empty()) {
-    const ChatTemplate tmpl(chat, tok);
+  usage_check(o.chat.empty() || chat_template_known(o.chat),
+              "generate: --chat must be chatml, llama3, llama2, mistral or hf:DIR (got '{}')", o.chat);
+  usage_check(o.system.empty() || !o.chat.empty(), "generate: --system needs --chat");
+  Prompt pr;
+  pr.text = o.prompt;
+  if (!o.chat.empty()) {
+    const ChatTemplate tmpl(o.chat, tok);
     std::vector<ChatMessage> msgs;
-    if (!system.empty()) msgs.push_back({"system", system, ""});
-    msgs.push_back({"user", prompt, ""});
+    if (!o.system.empty()) msgs.push_back({"system", o.system, ""});
+    msgs.push_back({"user", o.prompt, ""});
     std::vector<ChatPiece> pieces;
     std::string why;
     usage_check(tmpl.render(msgs, &pieces, &why, /*generation_prompt=*/true, /*mask=*/false), "generate --chat {}: {}",
-                chat, why);
+                o.chat, why);
     std::vector<uint8_t> unused_mask;
-    tokenize_chat(tok, pieces, true, &ids, &unused_mask);
-    prompt = chat_text(pieces);
-    end_markers = tmpl.end_markers();
+    tokenize_chat(tok, pieces, true, &pr.ids, &unused_mask);
+    pr.text = chat_text(pieces);
+    pr.end_markers = tmpl.end_markers();
   } else {
-    ids = tok.encode(prompt);
+    pr.ids = tok.encode(o.prompt);
     // A document starts with the tokenizer's BOS where its post-processor adds one (prep puts it
     // before every document): the prompt is the start of a document.
-    if (tok.bos() >= 0) ids.insert(ids.begin(), tok.bos());
+    if (tok.bos() >= 0) pr.ids.insert(pr.ids.begin(), tok.bos());
   }
-  if (ids.empty()) ids.push_back(tok.eot());  // an empty prompt starts a new document
-  const int T = cfg.seq_len, V = std::min(cfg.vocab_size, tok.vocab_size()), Vp = cfg.padded_vocab(1);
-  std::vector<float> logits(Vp);
-  // The context: ids[start, end). The cache holds its keys and values at positions 0 .. len-1.
-  size_t start = ids.size() > static_cast<size_t>(T) ? ids.size() - T : 0;
-  auto context_logits = [&](size_t first_new) {  // logits after ids.back(); first_new: not yet cached
+  if (pr.ids.empty()) pr.ids.push_back(tok.eot());  // an empty prompt starts a new document
+  return pr;
+}
+
+// The context: ids[start, end), at most T tokens. The cache holds its keys and values at
+// positions 0 .. len-1.
+struct Context {
+  GPT& model;
+  const Tokenizer& tok;
+  std::vector<int32_t> ids;
+  int T;
+  bool kv_cache;
+  std::vector<float> logits;
+  size_t start;
+
+  Context(GPT& model_, const Tokenizer& tok_, std::vector<int32_t> ids_, int T_, bool kv_cache_, int Vp)
+      : model(model_), tok(tok_), ids(std::move(ids_)), T(T_), kv_cache(kv_cache_), logits(Vp),
+        start(ids.size() > static_cast<size_t>(T) ? ids.size() - T : 0) {}
+
+  void compute_logits(size_t first_new) {  // logits after ids.back(); first_new: not yet cached
     const int len = static_cast<int>(ids.size() - start);
     if (kv_cache) {
       model.decode(ids.data() + first_new, static_cast<int>(ids.size() - first_new), static_cast<int>(first_new - start),
@@ -209,47 +230,92 @@ int cmd_generate(const Args& args) {
       model.forward(window.data(), nullptr, 1, &unused);
       model.compute_logits(len - 1, 1, logits.data());
     }
-  };
-  if (!logprobs_out.empty()) write_logprobs(model, ids, tok.eot(), T, cfg.vocab_size, Vp, logprobs_out);  // the model's whole vocabulary
-  std::printf("%s", prompt.c_str());
-  std::fflush(stdout);
-  const auto t0 = std::chrono::steady_clock::now();
-  context_logits(start);
+  }
+  // The logits after the token just appended.
+  void advance() {
+    size_t first_new = ids.size() - 1;
+    if (ids.size() - start > static_cast<size_t>(T)) start = first_new = ids.size() - T / 2;  // restart the context
+    compute_logits(first_new);
+  }
+};
+
+// The reply so far, printed as it grows.
+struct Reply {
+  const Tokenizer& tok;
+  std::string text;
+  std::vector<int32_t> generated;
+
+  void append(int32_t next) {
+    generated.push_back(next);
+    // Byte-level tokenizers decode token by token; the others (SentencePiece, LLaMA-2's Metaspace
+    // and Strip decoders) look at neighbours, so the reply is decoded whole and its new part shown.
+    const std::string all = tok.streams_bytes() ? text + tok.decode_one(next) : tok.decode(generated);
+    const std::string piece = all.compare(0, text.size(), text) == 0 ? all.substr(text.size()) : std::string();
+    std::printf("%s", piece.c_str());
+    std::fflush(stdout);
+    text = all;
+  }
+  // A marker the tokenizer spells as text ends the reply once it is all there.
+  bool ends_with_marker(const std::vector<std::string>& end_markers) const {
+    bool ended = false;
+    for (const auto& m : end_markers)
+      ended = ended || (!m.empty() && text.size() >= m.size() && text.compare(text.size() - m.size(), m.size(), m) == 0);
+    return ended;
+  }
+};
+
+// Samples up to o.max_tokens tokens after the context, printing them; returns how many.
+int generate_reply(Context& ctx, const GenerateOptions& o, int V, const std::vector<std::string>& end_markers) {
+  const Tokenizer& tok = ctx.tok;
+  ctx.compute_logits(ctx.start);
   int produced = 0;
   std::vector<int> end_ids;  // the chat template's end-of-turn markers the tokenizer holds as ids
   for (const auto& m : end_markers)
     if (tok.special_id(m) >= 0) end_ids.push_back(tok.special_id(m));
-  std::string reply;
-  std::vector<int32_t> generated;
-  for (int n = 0; n < max_tokens; ++n) {
-    int32_t next = sample(logits.data(), V, temperature, top_k, seed, static_cast<uint64_t>(n));
+  Reply reply{tok, {}, {}};
+  for (int n = 0; n < o.max_tokens; ++n) {
+    int32_t next = sample(ctx.logits.data(), V, o.temperature, o.top_k, o.seed, static_cast<uint64_t>(n));
     if (next == tok.eot() || std::find(end_ids.begin(), end_ids.end(), next) != end_ids.end()) break;
-    ids.push_back(next);
-    generated.push_back(next);
+    ctx.ids.push_back(next);
     ++produced;
-    // Byte-level tokenizers decode token by token; the others (SentencePiece, LLaMA-2's Metaspace
-    // and Strip decoders) look at neighbours, so the reply is decoded whole and its new part shown.
-    const std::string text = tok.streams_bytes() ? reply + tok.decode_one(next) : tok.decode(generated);
-    const std::string piece = text.compare(0, reply.size(), reply) == 0 ? text.substr(reply.size()) : std::string();
-    std::printf("%s", piece.c_str());
-    std::fflush(stdout);
-    reply = text;
-    // A marker the tokenizer spells as text ends the reply once it is all there.
-    bool ended = false;
-    for (const auto& m : end_markers)
-      ended = ended || (!m.empty() && reply.size() >= m.size() && reply.compare(reply.size() - m.size(), m.size(), m) == 0);
-    if (ended) break;
-    if (n + 1 == max_tokens) break;
-    size_t first_new = ids.size() - 1;
-    if (ids.size() - start > static_cast<size_t>(T)) start = first_new = ids.size() - T / 2;  // restart the context
-    context_logits(first_new);
+    reply.append(next);
+    if (reply.ends_with_marker(end_markers)) break;
+    if (n + 1 == o.max_tokens) break;
+    ctx.advance();
   }
+  return produced;
+}
+
+}  // namespace
+
+int cmd_generate(const Args& args) {
+  GenerateOptions o;
+  if (!parse_generate_args(args, o)) return 0;  // --help
+
+  const std::string path = resolve_checkpoint_path(o.ckpt);
+  CheckpointMeta meta = read_checkpoint_meta(path);
+  usage_check(!meta.tokenizer_json.empty(), "checkpoint '{}' stores no tokenizer", path);
+  Tokenizer tok = Tokenizer::from_json(meta.tokenizer_json, path + ": tokenizer_json");
+  const ModelConfig& cfg = meta.model;
+
+  auto ops = make_cpu_ops();
+  GPT model(cfg, ModelShard{}, *ops, 1);
+  model.set_grad_enabled(false);
+  load_weights(model, path);
+
+  Prompt prompt = encode_prompt(o, tok);
+  const int T = cfg.seq_len, V = std::min(cfg.vocab_size, tok.vocab_size()), Vp = cfg.padded_vocab(1);
+  Context ctx(model, tok, std::move(prompt.ids), T, o.kv_cache, Vp);
+  if (!o.logprobs_out.empty()) write_logprobs(model, ctx.ids, tok.eot(), T, cfg.vocab_size, Vp, o.logprobs_out);  // the model's whole vocabulary
+  std::printf("%s", prompt.text.c_str());
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int produced = generate_reply(ctx, o, V, prompt.end_markers);
   std::printf("\n");
   const double s_total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "generate: %d tokens in %.2f s (%.1f tokens/s, %s)\n", produced, s_total,
-               produced / std::max(s_total, 1e-9), kv_cache ? "KV cache" : "no KV cache");
+               produced / std::max(s_total, 1e-9), o.kv_cache ? "KV cache" : "no KV cache");
   return 0;
-
 }
 
 }  // namespace mpitron

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -291,14 +292,15 @@ std::string mpi_library() {
   return s;
 }
 
-}  // namespace
+std::string utc_date() {
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buf;
+}
 
-MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOptions& o) {
-  MachineProfile p;
-  const int rank = launch.rank, world = launch.world;
-  const Progress pr{o.progress && rank == 0};
-  const auto t_start = Clock::now();
-  const int cores = node_cores();
+// What the profile says of the machine and the run, before any measurement.
+void describe_machine(MachineProfile& p, const LaunchInfo& launch, int cores) {
   p.source = "calibrated";
   p.device = cpu_model();
   p.backend = "cpu";
@@ -306,102 +308,136 @@ MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOption
   p.transports = "MPI (the CPU backend's collectives); shared memory inside a node";
   p.cores_per_node = cores;
   p.nodes = launch.num_nodes;
-  p.ranks = world;
-  {
-    std::time_t now = std::time(nullptr);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    p.date = buf;
-  }
-  pr.say(fmt::format("{} ranks on {} node(s), {} cores per node ({}), {}", world, launch.num_nodes, cores, p.device, p.mpi));
-  auto ops = make_cpu_ops();
+  p.ranks = launch.world;
+  p.date = utc_date();
+}
 
-  // Node 0's ranks in world order: the first k of them compute (and communicate) at once.
-  MPI_Comm node_comm;
-  MPI_Comm_split(MPI_COMM_WORLD, launch.node == 0 ? 0 : MPI_UNDEFINED, rank, &node_comm);
-  const int local = launch.node == 0 ? launch.local_rank : -1;
+// Node 0's ranks in world order: the first k of them compute (and communicate) at once.
+struct Node0 {
+  MPI_Comm comm = MPI_COMM_NULL;  // node 0's ranks (MPI_COMM_NULL on the other nodes)
+  int local = -1;                 // this rank's place among them (-1 on the other nodes)
+  std::vector<int> ks;            // the counts measured: 1, 2, 4, ... and all of node 0's ranks
+};
+
+Node0 split_node0(const LaunchInfo& launch) {
+  Node0 n;
+  MPI_Comm_split(MPI_COMM_WORLD, launch.node == 0 ? 0 : MPI_UNDEFINED, launch.rank, &n.comm);
+  n.local = launch.node == 0 ? launch.local_rank : -1;
   int node0_ranks = launch.local_size;
   MPI_Bcast(&node0_ranks, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  std::vector<int> ks;
-  for (int k = 1; k < node0_ranks; k *= 2) ks.push_back(k);
-  ks.push_back(node0_ranks);
+  for (int k = 1; k < node0_ranks; k *= 2) n.ks.push_back(k);
+  n.ks.push_back(node0_ranks);
+  return n;
+}
 
-  // For k = 1, 2, 4, ... ranks of node 0, each rank with cores/k threads (the trainer's rule):
-  //   1. rank 0 alone: the rate grids (once per thread count) and the mix (the reference of 2);
-  //   2. the first k ranks at once: the mix, then the mix with an all-reduce in flight on a
-  //      helper thread (the trainer's progress thread).
-  set_axes(p, o.quick);
-  Mix mix(o.quick);
-  const bool multiple = launch.thread_level >= MPI_THREAD_MULTIPLE;
+// What every measurement step of calibrate_machine shares.
+struct Calib {
+  const LaunchInfo& launch;
+  const CalibrateOptions& o;
+  const Progress& pr;
+  Ops& ops;
+  int cores;
+  const Node0& node;
+};
+
+// The first k ranks of node 0 at once, t threads each: {the mix, the elementwise set, the mix
+// with an all-reduce in flight (the mix's own time unless `with_allreduce`)}, the k ranks' mean
+// (zeros on the other ranks).
+std::array<double, 3> time_together(const Calib& c, Mix& mix, int k, int t, bool with_allreduce) {
+  std::array<double, 3> r = {0, 0, 0};  // mix, stream, mix with an all-reduce in flight
+  const int local = c.node.local;
+  const bool me = local >= 0 && local < k;
+  if (local < 0) return r;
+  MPI_Comm act;
+  MPI_Comm_split(c.node.comm, me ? 0 : MPI_UNDEFINED, local, &act);
+  if (!me) return r;
+  omp_set_num_threads(t);
+  MPI_Barrier(act);
+  // Untimed first: ranks that just woke may share a core until the scheduler spreads them.
+  for (auto t0 = Clock::now(); since(t0) < 0.3;) mix.g.fwd(c.ops);
+  MPI_Barrier(act);
+  r[0] = mix_time(c.ops, mix);
+  MPI_Barrier(act);
+  r[1] = median_time([&] { mix.s.run(c.ops); }, 0.2);
+  r[2] = r[0];
+  if (with_allreduce) {
+    MPI_Barrier(act);
+    r[2] = mix_time_with_allreduce(c.ops, mix, act, c.o);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, r.data(), 3, MPI_DOUBLE, MPI_SUM, act);
+  MPI_Comm_free(&act);
+  for (double& x : r) x /= k;
+  return r;
+}
+
+double median_or_one(std::vector<double> v) {
+  if (v.empty()) return 1.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// k ranks computing at once against rank 0 alone: the per-rank rate of the mix and of the
+// elementwise set, and the slowdown with an all-reduce in flight (1 for k = 1: not measured).
+struct Scaling {
+  double compute = 1, stream = 1, overlap = 1;
+};
+
+Scaling measure_scaling(const Calib& c, Mix& mix, int k, int t, bool multiple) {
+  // Rank 0 alone, then the k ranks at once, three times over: the median of the three ratios
+  // (a shared machine's slow moments fall on either side).
+  std::vector<double> ratio_mix, ratio_stream;
+  double overlap = 1.0;
+  for (int round = 0; round < (k > 1 ? 3 : 0); ++round) {
+    double alone[2] = {0, 0};
+    if (c.launch.rank == 0) {
+      alone[0] = mix_time(c.ops, mix);
+      alone[1] = median_time([&] { mix.s.run(c.ops); }, 0.2);
+    }
+    idle_barrier(MPI_COMM_WORLD);  // before the broadcast: its waiting ranks would spin
+    MPI_Bcast(alone, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    std::array<double, 3> r = time_together(c, mix, k, t, multiple && round == 2);
+    idle_barrier(MPI_COMM_WORLD);
+    MPI_Bcast(r.data(), 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    ratio_mix.push_back(alone[0] / r[0]);
+    ratio_stream.push_back(alone[1] / r[1]);
+    if (round == 2) overlap = std::max(1.0, r[2] / r[0]);
+  }
+  return Scaling{median_or_one(ratio_mix), median_or_one(ratio_stream), overlap};
+}
+
+// For k = 1, 2, 4, ... ranks of node 0, each rank with cores/k threads (the trainer's rule):
+//   1. rank 0 alone: the rate grids (once per thread count) and the mix (the reference of 2);
+//   2. the first k ranks at once: the mix, then the mix with an all-reduce in flight on a
+//      helper thread (the trainer's progress thread).
+void measure_compute(MachineProfile& p, const Calib& c) {
+  set_axes(p, c.o.quick);
+  Mix mix(c.o.quick);
+  const bool multiple = c.launch.thread_level >= MPI_THREAD_MULTIPLE;
   p.active.clear(), p.compute_scale.clear(), p.stream_scale.clear(), p.overlap_slowdown.clear();
-  for (int k : ks) {
-    const int t = std::max(1, cores / k);
-    if (rank == 0) {
+  for (int k : c.node.ks) {
+    const int t = std::max(1, c.cores / k);
+    if (c.launch.rank == 0) {
       omp_set_num_threads(t);
-      if (p.rates.empty() || p.rates.back().threads != t) p.rates.push_back(measure_rates(p, *ops, o, pr));
+      if (p.rates.empty() || p.rates.back().threads != t) p.rates.push_back(measure_rates(p, c.ops, c.o, c.pr));
     }
     idle_barrier(MPI_COMM_WORLD);
-    // Rank 0 alone, then the k ranks at once, three times over: the median of the three ratios
-    // (a shared machine's slow moments fall on either side).
-    std::vector<double> ratio_mix, ratio_stream;
-    double overlap = 1.0;
-    for (int round = 0; round < (k > 1 ? 3 : 0); ++round) {
-      double alone[2] = {0, 0};
-      if (rank == 0) {
-        alone[0] = mix_time(*ops, mix);
-        alone[1] = median_time([&] { mix.s.run(*ops); }, 0.2);
-      }
-      idle_barrier(MPI_COMM_WORLD);  // before the broadcast: its waiting ranks would spin
-      MPI_Bcast(alone, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-      double r[3] = {0, 0, 0};  // mix, stream, mix with an all-reduce in flight
-      const bool me = local >= 0 && local < k;
-      if (local >= 0) {
-        MPI_Comm act;
-        MPI_Comm_split(node_comm, me ? 0 : MPI_UNDEFINED, local, &act);
-        if (me) {
-          omp_set_num_threads(t);
-          MPI_Barrier(act);
-          // Untimed first: ranks that just woke may share a core until the scheduler spreads them.
-          for (auto t0 = Clock::now(); since(t0) < 0.3;) mix.g.fwd(*ops);
-          MPI_Barrier(act);
-          r[0] = mix_time(*ops, mix);
-          MPI_Barrier(act);
-          r[1] = median_time([&] { mix.s.run(*ops); }, 0.2);
-          r[2] = r[0];
-          if (multiple && round == 2) {
-            MPI_Barrier(act);
-            r[2] = mix_time_with_allreduce(*ops, mix, act, o);
-          }
-          MPI_Allreduce(MPI_IN_PLACE, r, 3, MPI_DOUBLE, MPI_SUM, act);
-          MPI_Comm_free(&act);
-          for (double& x : r) x /= k;
-        }
-      }
-      idle_barrier(MPI_COMM_WORLD);
-      MPI_Bcast(r, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-      ratio_mix.push_back(alone[0] / r[0]);
-      ratio_stream.push_back(alone[1] / r[1]);
-      if (round == 2) overlap = std::max(1.0, r[2] / r[0]);
-    }
-    auto median = [](std::vector<double> v) {
-      if (v.empty()) return 1.0;
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
+    const Scaling s = measure_scaling(c, mix, k, t, multiple);
     p.active.push_back(k);
-    p.compute_scale.push_back(median(ratio_mix));
-    p.stream_scale.push_back(median(ratio_stream));
-    p.overlap_slowdown.push_back(overlap);
+    p.compute_scale.push_back(s.compute);
+    p.stream_scale.push_back(s.stream);
+    p.overlap_slowdown.push_back(s.overlap);
     if (k > 1)
-      pr.say(fmt::format("{} ranks computing at once ({} thread(s) each): {:.2f}x the rate of one alone, elementwise {:.2f}x "
-                         "(medians of 3); {:.2f}x slower with an all-reduce in flight{}",
-                         k, t, p.compute_scale.back(), p.stream_scale.back(), overlap,
-                         multiple ? "" : " (not measured: MPI is not MPI_THREAD_MULTIPLE)"));
+      c.pr.say(fmt::format("{} ranks computing at once ({} thread(s) each): {:.2f}x the rate of one alone, elementwise {:.2f}x "
+                           "(medians of 3); {:.2f}x slower with an all-reduce in flight{}",
+                           k, t, p.compute_scale.back(), p.stream_scale.back(), s.overlap,
+                           multiple ? "" : " (not measured: MPI is not MPI_THREAD_MULTIPLE)"));
   }
-  omp_set_num_threads(std::max(1, cores / std::max(1, launch.local_size)));
+}
 
-  // 3. Collectives inside a node: k active ranks in groups of n.
-  for (int k : ks) {
+// 3. Collectives inside a node: k active ranks in groups of n.
+void measure_node_collectives(MachineProfile& p, const Calib& c) {
+  const int rank = c.launch.rank, local = c.node.local;
+  for (int k : c.node.ks) {
     if (k < 2) continue;
     for (int n = 2; n <= k; n *= 2) {
       if (k % n) continue;
@@ -411,7 +447,7 @@ MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOption
       std::vector<CollectiveFit> fits;
       if (me) {
         MpiComm g(gc, fmt::format("calib{}", n));
-        fits = measure_group(g, o);
+        fits = measure_group(g, c.o);
       }
       idle_barrier(MPI_COMM_WORLD);
       if (rank == 0) {
@@ -419,36 +455,58 @@ MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOption
           f.active = k;
           p.comm.push_back(f);
         }
-        pr.say(fmt::format("collectives, {} group(s) of {} at once: all_reduce alpha {:.1f} us, busbw {:.2f} GB/s", k / n, n,
-                           fits[0].alpha_s * 1e6, fits[0].busbw_gbs));
+        c.pr.say(fmt::format("collectives, {} group(s) of {} at once: all_reduce alpha {:.1f} us, busbw {:.2f} GB/s", k / n, n,
+                             fits[0].alpha_s * 1e6, fits[0].busbw_gbs));
       }
     }
   }
-  // Across nodes: one rank per node, every local rank's group at once.
-  if (launch.num_nodes > 1) {
-    MPI_Comm gc;
-    MPI_Comm_split(MPI_COMM_WORLD, launch.local_rank, rank, &gc);
-    std::vector<CollectiveFit> fits;
-    {
-      MpiComm g(gc, "calib_inter");
-      fits = measure_group(g, o);
-    }
-    if (rank == 0) {
-      for (CollectiveFit& f : fits) {
-        f.active = launch.local_size;
-        f.inter_node = true;
-        p.comm.push_back(f);
-      }
-      pr.say(fmt::format("collectives across {} nodes: all_reduce alpha {:.1f} us, busbw {:.2f} GB/s", launch.num_nodes,
-                         fits[0].alpha_s * 1e6, fits[0].busbw_gbs));
-    }
-  }
+}
 
-  if (node_comm != MPI_COMM_NULL) MPI_Comm_free(&node_comm);
+// Across nodes: one rank per node, every local rank's group at once.
+void measure_inter_node_collectives(MachineProfile& p, const Calib& c) {
+  const LaunchInfo& launch = c.launch;
+  MPI_Comm gc;
+  MPI_Comm_split(MPI_COMM_WORLD, launch.local_rank, launch.rank, &gc);
+  std::vector<CollectiveFit> fits;
+  {
+    MpiComm g(gc, "calib_inter");
+    fits = measure_group(g, c.o);
+  }
+  if (launch.rank == 0) {
+    for (CollectiveFit& f : fits) {
+      f.active = launch.local_size;
+      f.inter_node = true;
+      p.comm.push_back(f);
+    }
+    c.pr.say(fmt::format("collectives across {} nodes: all_reduce alpha {:.1f} us, busbw {:.2f} GB/s", launch.num_nodes,
+                         fits[0].alpha_s * 1e6, fits[0].busbw_gbs));
+  }
+}
+
+}  // namespace
+
+MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOptions& o) {
+  MachineProfile p;
+  const Progress pr{o.progress && launch.rank == 0};
+  const auto t_start = Clock::now();
+  const int cores = node_cores();
+  describe_machine(p, launch, cores);
+  pr.say(fmt::format("{} ranks on {} node(s), {} cores per node ({}), {}", launch.world, launch.num_nodes, cores, p.device,
+                     p.mpi));
+  auto ops = make_cpu_ops();
+  Node0 node = split_node0(launch);
+  const Calib c{launch, o, pr, *ops, cores, node};
+
+  measure_compute(p, c);
+  omp_set_num_threads(std::max(1, cores / std::max(1, launch.local_size)));
+  measure_node_collectives(p, c);
+  if (launch.num_nodes > 1) measure_inter_node_collectives(p, c);
+
+  if (node.comm != MPI_COMM_NULL) MPI_Comm_free(&node.comm);
   p.seconds = since(t_start);
   p.note = fmt::format("measured by `mpitron calibrate` with {} ranks{}; compute at one rank per node on {} cores",
-                       world, o.quick ? " (--quick: small grids)" : "", cores);
-  if (rank != 0) return MachineProfile{};
+                       launch.world, o.quick ? " (--quick: small grids)" : "", cores);
+  if (launch.rank != 0) return MachineProfile{};
   return p;
 }
 

@@ -137,15 +137,10 @@ void validate_plan(const PlanInput& in) {
               world, l.dp, l.tp, l.pp, l.cp, in.cluster.gpus);
 }
 
-RankLedger rank_ledger(const PlanInput& in, int rank) {
-  const ModelConfig& m = in.model;
-  const PlanLayout& l = in.layout;
-  const bool fp32 = in.precision == Precision::fp32;
-  const int e = fp32 ? 4 : 2;
-  RankLedger r;
-  r.rank = rank;
-  r.coord = grid_coord(shape_of(l), rank);
-  const auto chunks = rank_chunks(in, r.coord);
+namespace {
+
+// The rank's shard (its first chunk's, with the head if any chunk has it) and its layers' names.
+void describe_chunks(RankLedger& r, const std::vector<Chunk>& chunks) {
   r.shard = chunks.front().shard;
   for (const auto& c : chunks) {
     r.layers += fmt::format("{}{}-{}", r.layers.empty() ? "" : ",", c.shard.layer_begin, c.shard.layer_end - 1);
@@ -153,19 +148,29 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   }
   if (r.shard.has_embedding) r.layers = "E " + r.layers;
   if (r.shard.has_head) r.layers += " H";
-  const int64_t B = l.micro_batch, s = m.seq_len / l.cp;
+}
 
-  // Parameters: one flat buffer per chunk; under expert parallel its dense range and this rank's
-  // routed experts (the end of the buffer) are two sets (data_parallel.hpp ParamSet).
+// Parameters: one flat buffer per chunk; under expert parallel its dense range and this rank's
+// routed experts (the end of the buffer) are two sets (data_parallel.hpp ParamSet).
+void count_params(RankLedger& r, const PlanInput& in, const std::vector<Chunk>& chunks) {
   int64_t n = 0, n_exp = 0;
   for (const auto& c : chunks) {
-    const std::vector<ParamInfo> t = model_param_table(m, c.shard);
+    const std::vector<ParamInfo> t = model_param_table(in.model, c.shard);
     const size_t nf = flat_param_floats(t);
     n += static_cast<int64_t>(nf);
-    if (l.ep > 1) n_exp += static_cast<int64_t>(param_set_range(t, nf, ParamSet::experts).size());
+    if (in.layout.ep > 1) n_exp += static_cast<int64_t>(param_set_range(t, nf, ParamSet::experts).size());
   }
   r.local_params = n;
   r.local_expert_params = n_exp;
+}
+
+// Parameters, gradients and optimizer state of r.local_params elements under ZeRO, and the
+// async checkpoint's host snapshot.
+void add_model_state(RankLedger& r, const PlanInput& in) {
+  const PlanLayout& l = in.layout;
+  const bool fp32 = in.precision == Precision::fp32;
+  const int e = fp32 ? 4 : 2;
+  const int64_t n = r.local_params, n_exp = r.local_expert_params;
   // ZeRO shards over DP x CP (the trainer's gradient group; its rank order: dp major, cp minor),
   // the experts' over expert_dp (the data x context ranks f with the same f % ep; rank f / ep).
   const int f = data_context_rank(r.coord, l.cp);
@@ -190,8 +195,71 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
     };
     r.ckpt_snapshot = 4 * (set_bytes(n_dense, shard_dense, f == 0) + set_bytes(n_exp, shard_exp, f < l.ep));
   }
+}
 
-  // Activations.
+// The CPU trainer's activations (fp32): r.activations over the chunks, r.act_per_layer from
+// shards of one and two layers.
+void add_cpu_activations(RankLedger& r, const PlanInput& in, const std::vector<Chunk>& chunks, const ModelShard& one,
+                         const ModelShard& two) {
+  const ModelConfig& m = in.model;
+  const PlanLayout& l = in.layout;
+  const int e = 4, mb = l.micro_batch;
+  // What the CPU model's constructor allocates (gpt_activation_bytes, checked there), GPT-2 or LLaMA.
+  for (const auto& c : chunks) {
+    r.activations += gpt_activation_bytes(m, c.shard, mb, {c.slots, l.recompute});
+    // MoE blocks' routing and expert state (moe_activation_bytes: what MoeMlp::reserve holds),
+    // per block and slot, or one shared under recompute.
+    int moe_blocks = 0;
+    for (int b = c.shard.layer_begin; b < c.shard.layer_end; ++b) moe_blocks += m.moe.is_moe_layer(b);
+    const int64_t kept = l.recompute ? (moe_blocks > 0) : int64_t{moe_blocks} * c.slots;
+    const int64_t Tl = m.seq_len / l.cp;
+    if (kept > 0) r.activations += kept * moe_activation_bytes(m, int64_t{mb} * Tl, Tl, l.ep, l.tp);
+  }
+  if (m.n_layer >= 2)
+    r.act_per_layer = (gpt_activation_floats(m, two, mb, {1, l.recompute}) -
+                       gpt_activation_floats(m, one, mb, {1, l.recompute})) * e;
+  if (m.moe.enabled() && !l.recompute) {  // a MoE block's state, averaged over the blocks
+    int moe_blocks = 0;
+    for (int b = 0; b < m.n_layer; ++b) moe_blocks += m.moe.is_moe_layer(b);
+    const int64_t Tl = m.seq_len / l.cp;
+    r.act_per_layer += moe_activation_bytes(m, int64_t{mb} * Tl, Tl, l.ep, l.tp) * moe_blocks / m.n_layer;
+  }
+  r.source = "model_param_table + gpt_activation_bytes (the model's allocation functions)";
+}
+
+// The GPU trainer's activations (bf16), as add_cpu_activations.
+void add_gpu_activations(RankLedger& r, const PlanInput& in, const std::vector<Chunk>& chunks, const ModelShard& one,
+                         const ModelShard& two) {
+  const ModelConfig& m = in.model;
+  const PlanLayout& l = in.layout;
+  const int mb = l.micro_batch;
+  // What GptCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the fused
+  // attention's log-sum-exp and no [B, H, T, T] matrix), GPT-2 or LLaMA.
+  const int64_t rows = gpu_logits_chunk_rows(m, mb, 0, l.cp);
+  auto bytes = [&](const ModelShard& sh, int slots) {
+    return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
+  };
+  // MoE blocks: their device arrays (moe_gpu_activation_bytes: what MoeMlp::reserve holds on a GPU),
+  // per block and slot, or one shared under recompute; the routing stays in host memory.
+  auto moe_bytes = [&](const ModelShard& sh, int slots) -> int64_t {
+    int moe_blocks = 0;
+    for (int b = sh.layer_begin; b < sh.layer_end; ++b) moe_blocks += m.moe.is_moe_layer(b);
+    const int64_t kept = l.recompute ? (moe_blocks > 0) : int64_t{moe_blocks} * slots;
+    return kept * moe_gpu_activation_bytes(m, int64_t{mb} * (m.seq_len / l.cp), l.ep, l.tp);
+  };
+  for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots) + moe_bytes(c.shard, c.slots);
+  if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);
+  if (m.moe.enabled() && !l.recompute) {  // a MoE block's state, averaged over the blocks
+    ModelShard all = one;
+    all.layer_end = m.n_layer;
+    r.act_per_layer += moe_bytes(all, 1) / m.n_layer;
+  }
+  r.source = "model_param_table + plan_gpu_activations (the GPU model's allocation functions)";
+}
+
+void add_activations(RankLedger& r, const PlanInput& in, const std::vector<Chunk>& chunks) {
+  const ModelConfig& m = in.model;
+  const PlanLayout& l = in.layout;
   int layers = 0;
   for (const auto& c : chunks) layers += c.shard.layer_end - c.shard.layer_begin;
   r.n_layers = layers;
@@ -202,58 +270,18 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
   one.layer_begin = two.layer_begin = 0;
   one.layer_end = 1, two.layer_end = 2;
   one.has_embedding = two.has_embedding = one.has_head = two.has_head = false;
-  const int mb = static_cast<int>(B);
-  if (fp32) {
-    // What the CPU model's constructor allocates (gpt_activation_bytes, checked there), GPT-2 or LLaMA.
-    for (const auto& c : chunks) {
-      r.activations += gpt_activation_bytes(m, c.shard, mb, {c.slots, l.recompute});
-      // MoE blocks' routing and expert state (moe_activation_bytes: what MoeMlp::reserve holds),
-      // per block and slot, or one shared under recompute.
-      int moe_blocks = 0;
-      for (int b = c.shard.layer_begin; b < c.shard.layer_end; ++b) moe_blocks += m.moe.is_moe_layer(b);
-      const int64_t kept = l.recompute ? (moe_blocks > 0) : int64_t{moe_blocks} * c.slots;
-      const int64_t Tl = m.seq_len / l.cp;
-      if (kept > 0) r.activations += kept * moe_activation_bytes(m, int64_t{mb} * Tl, Tl, l.ep, l.tp);
-    }
-    if (m.n_layer >= 2)
-      r.act_per_layer = (gpt_activation_floats(m, two, mb, {1, l.recompute}) -
-                         gpt_activation_floats(m, one, mb, {1, l.recompute})) * e;
-    if (m.moe.enabled() && !l.recompute) {  // a MoE block's state, averaged over the blocks
-      int moe_blocks = 0;
-      for (int b = 0; b < m.n_layer; ++b) moe_blocks += m.moe.is_moe_layer(b);
-      const int64_t Tl = m.seq_len / l.cp;
-      r.act_per_layer += moe_activation_bytes(m, int64_t{mb} * Tl, Tl, l.ep, l.tp) * moe_blocks / m.n_layer;
-    }
-    r.source = "model_param_table + gpt_activation_bytes (the model's allocation functions)";
-  } else {
-    // What GptCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the fused
-    // attention's log-sum-exp and no [B, H, T, T] matrix), GPT-2 or LLaMA.
-    const int64_t rows = gpu_logits_chunk_rows(m, mb, 0, l.cp);
-    auto bytes = [&](const ModelShard& sh, int slots) {
-      return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
-    };
-    // MoE blocks: their device arrays (moe_gpu_activation_bytes: what MoeMlp::reserve holds on a GPU),
-    // per block and slot, or one shared under recompute; the routing stays in host memory.
-    auto moe_bytes = [&](const ModelShard& sh, int slots) -> int64_t {
-      int moe_blocks = 0;
-      for (int b = sh.layer_begin; b < sh.layer_end; ++b) moe_blocks += m.moe.is_moe_layer(b);
-      const int64_t kept = l.recompute ? (moe_blocks > 0) : int64_t{moe_blocks} * slots;
-      return kept * moe_gpu_activation_bytes(m, int64_t{mb} * (m.seq_len / l.cp), l.ep, l.tp);
-    };
-    for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots) + moe_bytes(c.shard, c.slots);
-    if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);
-    if (m.moe.enabled() && !l.recompute) {  // a MoE block's state, averaged over the blocks
-      ModelShard all = one;
-      all.layer_end = m.n_layer;
-      r.act_per_layer += moe_bytes(all, 1) / m.n_layer;
-    }
-    r.source = "model_param_table + plan_gpu_activations (the GPU model's allocation functions)";
-  }
+  if (in.precision == Precision::fp32) add_cpu_activations(r, in, chunks, one, two);
+  else add_gpu_activations(r, in, chunks, one, two);
   r.act_other = r.activations - layer_slots * r.act_per_layer;
+  const int64_t B = l.micro_batch, s = m.seq_len / l.cp;
   r.korthikanti_per_layer = korthikanti_layer_bytes(s, B, m.d_model, m.n_head, l.tp, l.sp, l.recompute);
+}
 
-  // Communication buffers and workspace.
-  if (fp32) {
+// Communication buffers and workspace.
+void add_comm_and_workspace(RankLedger& r, const PlanInput& in) {
+  const ModelConfig& m = in.model;
+  const PlanLayout& l = in.layout;
+  if (in.precision == Precision::fp32) {
     // The CPU trainer all-reduces gradients in place (no staging) without pipeline parallelism;
     // pipeline staging buffers and kernel scratch are measured, not predicted.
     r.comm = 0;
@@ -264,12 +292,28 @@ RankLedger rank_ledger(const PlanInput& in, int rank) {
     // GPU plan: two DDP buckets in flight (dp > 1, ZeRO < 3); ZeRO-3 gathers the next unit while
     // the current one runs (2 layers of bf16 weights); pipeline send + receive of one micro-batch
     // in each direction; a fixed allowance for cuBLASLt / cuDNN workspaces.
+    const int e = 2, layers = r.n_layers;
+    const int64_t n = r.local_params, B = l.micro_batch, s = m.seq_len / l.cp;
     const int64_t bucket = static_cast<int64_t>(grad_bucket_floats(l.bucket_mb, static_cast<size_t>(n)) * 4);  // fp32 gradients
     if (l.dp > 1 && l.zero < 3) r.comm += 2 * bucket;
     if (l.zero >= 3 && layers > 0) r.comm += 2 * (n / std::max(1, layers)) * e;
     if (l.pp > 1) r.comm += 4 * B * s * m.d_model / (l.sp ? l.tp : 1) * e;
     r.workspace = int64_t{512} << 20;
   }
+}
+
+}  // namespace
+
+RankLedger rank_ledger(const PlanInput& in, int rank) {
+  RankLedger r;
+  r.rank = rank;
+  r.coord = grid_coord(shape_of(in.layout), rank);
+  const auto chunks = rank_chunks(in, r.coord);
+  describe_chunks(r, chunks);
+  count_params(r, in, chunks);
+  add_model_state(r, in);
+  add_activations(r, in, chunks);
+  add_comm_and_workspace(r, in);
   return r;
 }
 

@@ -23,6 +23,7 @@ struct Ctx {
   int k = 1;          // ranks of a node computing at once
   int threads = 0;    // per rank (0: the profile's first rates)
   int k_comm = 1;     // ranks busy beside a collective: at most the cores (the rest wait their turn)
+  double over = 1.0;  // < 1: more ranks than cores (the node's throughput relative to k_comm ranks')
 
   double gemm(double M, double N, double K, bool bwd) const {
     const double flops = 2.0 * M * N * K * (bwd ? 2 : 1);
@@ -163,6 +164,187 @@ EndCost head_cost(const Ctx& c) {
   return r;
 }
 
+// The step's precision and the contention its kernels and collectives run at.
+Ctx make_ctx(const PlanInput& in, const MachineProfile& prof) {
+  const PlanLayout& l = in.layout;
+  Ctx c{in, prof};
+  c.bf16 = in.precision != Precision::fp32 || in.cpu_bf16_gemms;
+  c.e = in.precision == Precision::fp32 ? 4 : 2;
+  c.k = std::max(1, std::min(l.world(), in.cluster.gpus_per_node));
+  c.threads = prof.threads_for(c.k);
+  // Durations at the contention of the ranks that can run at once (no more than the cores); a
+  // node with more ranks than cores is a throughput bound below (ranks waiting in a bubble or a
+  // collective leave their core to the others).
+  const int k_run = std::min(c.k, std::max(1, prof.cores_per_node));
+  c.cf = prof.compute_factor(k_run);
+  c.k_comm = k_run;
+  c.sf = prof.stream_factor(k_run);
+  c.over = c.k > k_run ? prof.compute_factor(c.k) / prof.compute_factor(k_run) : 1.0;
+  return c;
+}
+
+// Per virtual stage: forward and backward seconds of one micro-batch, and the TP and EP parts
+// of them (each stage's dense and MoE layers at their own cost).
+struct StageCosts {
+  int P = 1, V = 1;         // pipeline ranks, chunks per rank (virtual stage vs = chunk * P + rank)
+  std::vector<int> layers;  // per virtual stage
+  double cp_per_layer = 0;  // the CP ring's exposed seconds of one layer
+  std::vector<double> f, b;      // compute forward, backward (the CP ring's share included)
+  std::vector<double> tpf, tpb;  // TP forward, backward, the EP parts included
+  std::vector<double> epf, epb;  // EP forward, backward
+  std::vector<double> ep_sent;   // all-to-all bytes sent
+};
+
+StageCosts stage_costs(const Ctx& c) {
+  const PlanLayout& l = c.in.layout;
+  const ModelConfig& m = c.in.model;
+  const LayerCost dense = layer_cost(c, false), moe = m.moe.enabled() ? layer_cost(c, true) : dense;
+  const EndCost emb = embedding_cost(c), head = head_cost(c);
+  StageCosts s;
+  s.V = std::max(1, l.virtual_stages), s.P = l.pp;
+  const int n_vs = s.P * s.V;
+  s.layers = pipeline_stage_layers(m.n_layer, n_vs, l.pp_layers);
+  s.cp_per_layer = dense.cp;
+  for (auto* v : {&s.f, &s.b, &s.tpf, &s.tpb, &s.epf, &s.epb, &s.ep_sent}) v->resize(n_vs);
+  const std::vector<int>& layers = s.layers;
+  std::vector<double> &f = s.f, &b = s.b, &tpf = s.tpf, &tpb = s.tpb;
+  std::vector<double> &epf = s.epf, &epb = s.epb, &ep_sent = s.ep_sent;
+  for (int vs = 0, first = 0; vs < n_vs; first += layers[vs++]) {
+    double nm = 0;
+    for (int i = first; i < first + layers[vs]; ++i) nm += m.moe.is_moe_layer(i);
+    const double nd = layers[vs] - nm;
+    auto sum = [&](double LayerCost::*x) { return nd * dense.*x + nm * moe.*x; };
+    const double cp = layers[vs] * dense.cp;
+    f[vs] = sum(&LayerCost::fwd) + cp / 3, b[vs] = sum(&LayerCost::bwd) + cp * 2 / 3;
+    tpf[vs] = sum(&LayerCost::tp_fwd), tpb[vs] = sum(&LayerCost::tp_bwd);
+    epf[vs] = sum(&LayerCost::ep_fwd), epb[vs] = sum(&LayerCost::ep_bwd), ep_sent[vs] = nm * moe.ep_bytes;
+    if (vs == 0) f[vs] += emb.fwd, b[vs] += emb.bwd, tpf[vs] += emb.tp, tpb[vs] += emb.tp;
+    if (vs == n_vs - 1) f[vs] += head.fwd, b[vs] += head.bwd, tpf[vs] += head.tp, tpb[vs] += head.tp;
+    // The collectives ride on compute's durations from here on (the pipeline's actions).
+    tpf[vs] += epf[vs], tpb[vs] += epb[vs];
+  }
+  return s;
+}
+
+// Per pipeline rank: compute (with TP and EP) of all its chunks over the step, and its parts.
+struct RankTotals {
+  std::vector<double> busy, last_bwd, tp, ep, cp, ep_bytes;
+};
+
+RankTotals rank_totals(const StageCosts& s, double mb) {
+  const int P = s.P;
+  RankTotals t;
+  for (auto* v : {&t.busy, &t.last_bwd, &t.tp, &t.ep, &t.cp, &t.ep_bytes}) v->assign(P, 0.0);
+  for (int r = 0; r < P; ++r)
+    for (int ch = 0; ch < s.V; ++ch) {
+      const int vs = ch * P + r;
+      t.busy[r] += mb * (s.f[vs] + s.b[vs] + s.tpf[vs] + s.tpb[vs]);
+      t.tp[r] += mb * (s.tpf[vs] + s.tpb[vs] - s.epf[vs] - s.epb[vs]);
+      t.ep[r] += mb * (s.epf[vs] + s.epb[vs]);
+      t.cp[r] += mb * s.layers[vs] * s.cp_per_layer;
+      t.last_bwd[r] += s.b[vs];
+      t.ep_bytes[r] += mb * s.ep_sent[vs];
+    }
+  return t;
+}
+
+// The step's compute span: the pipeline schedule's makespan (with its p2p transfers), or the one
+// rank's busy time without a pipeline.
+double pipeline_makespan(const Ctx& c, const StageCosts& s, const RankTotals& t) {
+  const PlanLayout& l = c.in.layout;
+  const ModelConfig& m = c.in.model;
+  const int P = s.P;
+  if (P <= 1) return t.busy[0];
+  const PipelineSchedule sched = make_schedule(l.schedule, P, l.microbatches, s.V);
+  const double act = double(l.micro_batch) * m.seq_len / l.cp * m.d_model * c.e / (l.sp ? l.tp : 1);
+  const double p2p = c.coll("sendrecv", 2, act, l.tp * l.cp * l.dp);
+  const PipelineTimeline tl = simulate(
+      sched,
+      [&](int r, const PipeAction& a) {
+        const int vs = a.chunk * P + r;
+        return a.op == PipeOp::forward ? s.f[vs] + s.tpf[vs] : s.b[vs] + s.tpb[vs];
+      },
+      p2p);
+  return tl.makespan;
+}
+
+// The busiest pipeline rank's time split into compute, TP, CP and EP; the bubble is the rest of
+// the makespan.
+void split_busiest(StepPrediction& out, const RankTotals& t, double makespan) {
+  const std::vector<double>& busy = t.busy;
+  const int busiest = static_cast<int>(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  out.tp_s = t.tp[busiest];
+  out.cp_s = t.cp[busiest];
+  out.ep_s = t.ep[busiest];
+  out.ep_bytes = *std::max_element(t.ep_bytes.begin(), t.ep_bytes.end());
+  out.compute_s = busy[busiest] - out.tp_s - out.cp_s - out.ep_s;
+  out.bubble_s = std::max(0.0, makespan - busy[busiest]);
+}
+
+// DP / ZeRO communication (exposed and in all) and AdamW seconds of pipeline rank r.
+struct DpCost {
+  double exposed = 0, total = 0, opt = 0;
+};
+
+DpCost dp_cost(const Ctx& c, const RankLedger& rl, const StageCosts& s, const RankTotals& t, int r) {
+  const PlanLayout& l = c.in.layout;
+  const MachineProfile& prof = c.p;
+  const double mb = l.microbatches;
+  const double g_bytes = c.in.precision == Precision::bf16 ? 2 : 4;
+  DpCost d;
+  const double n_exp = static_cast<double>(rl.local_expert_params);
+  for (int set = 0; set < (n_exp > 0 ? 2 : 1); ++set) {
+    const int dpn = set == 0 ? l.dp * l.cp : l.dp * l.cp / l.ep;  // the set's gradient group
+    const double n_flat = set == 0 ? static_cast<double>(rl.local_params) - n_exp : n_exp;
+    if (dpn > 1) {
+      const double bucket = static_cast<double>(grad_bucket_floats(l.bucket_mb, static_cast<size_t>(n_flat)));
+      const double n_buckets = std::max(1.0, std::ceil(n_flat / bucket));
+      const double bucket_bytes = std::min(bucket, n_flat) * g_bytes;
+      const char* red = l.zero == 0 ? "all_reduce" : "reduce_scatter";
+      const double per_bucket = c.coll(red, dpn, bucket_bytes, l.tp);
+      const double reduce = n_buckets * per_bucket;
+      const double rounds = l.zero >= 2 ? mb : 1;  // ZeRO-2/3 reduce every micro-batch
+      const double window = t.last_bwd[r];
+      const double hidden = std::min(std::max(0.0, reduce - per_bucket), window);
+      d.exposed += rounds * (reduce - hidden + hidden * (prof.overlap_factor(c.k) - 1));
+      d.total += rounds * reduce;
+      if (l.zero >= 1) {  // the updated parameters gathered after the step
+        const double ag = c.coll("all_gather", dpn, n_flat * 4, l.tp);
+        d.exposed += ag, d.total += ag;
+      }
+      if (l.zero >= 3) {  // each unit gathered ahead of forward and backward, overlapped
+        const double ag = c.coll("all_gather", dpn, n_flat * c.e, l.tp);
+        double fwd_sum = 0;
+        for (int ch = 0; ch < s.V; ++ch) fwd_sum += s.f[ch * s.P + r];
+        d.exposed += mb * (std::max(0.0, ag - fwd_sum) + std::max(0.0, ag - window) +
+                           std::min(ag, fwd_sum + window) * (prof.overlap_factor(c.k) - 1));
+        d.total += 2 * mb * ag;
+      }
+    }
+    // AdamW over this rank's shard: read p, g, m, v, write p, m, v; plus the grad-norm pass.
+    const double shard = l.zero >= 1 && dpn > 1 ? n_flat / dpn : n_flat;
+    d.opt += c.stream(shard * 4 * 8 + n_flat * 4 * 2);  // + zeroing and the norm over the full gradient
+  }
+  return d;
+}
+
+// DP / ZeRO, per pipeline rank (its own parameters); the slowest decides. Under expert parallel
+// the rank's routed experts are a second set, synchronised over expert_dp (dp x cp / ep).
+void add_dp_and_optimizer(StepPrediction& out, const Ctx& c, const Ledger& led, const StageCosts& s,
+                          const RankTotals& t) {
+  double tail = 0;
+  for (int r = 0; r < s.P; ++r) {
+    const RankLedger& rl = led.stages[std::min<size_t>(r, led.stages.size() - 1)];
+    const DpCost d = dp_cost(c, rl, s, t, r);
+    if (d.exposed + d.opt > tail) {
+      tail = d.exposed + d.opt;
+      out.dp_s = d.exposed;
+      out.dp_total_s = d.total;
+      out.optimizer_s = d.opt;
+    }
+  }
+}
+
 }  // namespace
 
 std::string StepPrediction::dominant() const {
@@ -180,141 +362,28 @@ double step_model_flops(const PlanInput& in) {
 StepPrediction predict_step(const PlanInput& in, const MachineProfile& prof) {
   const Ledger led = compute_ledger(in);  // validates the layout
   const PlanLayout& l = in.layout;
-  const ModelConfig& m = in.model;
-  Ctx c{in, prof};
-  c.bf16 = in.precision != Precision::fp32 || in.cpu_bf16_gemms;
-  c.e = in.precision == Precision::fp32 ? 4 : 2;
-  c.k = std::max(1, std::min(l.world(), in.cluster.gpus_per_node));
-  c.threads = prof.threads_for(c.k);
-  // Durations at the contention of the ranks that can run at once (no more than the cores); a
-  // node with more ranks than cores is a throughput bound below (ranks waiting in a bubble or a
-  // collective leave their core to the others).
-  const int k_run = std::min(c.k, std::max(1, prof.cores_per_node));
-  c.cf = prof.compute_factor(k_run);
-  c.k_comm = k_run;
-  c.sf = prof.stream_factor(k_run);
-  const double over = c.k > k_run ? prof.compute_factor(c.k) / prof.compute_factor(k_run) : 1.0;
+  const Ctx c = make_ctx(in, prof);
   StepPrediction out;
   out.ranks_per_node = c.k;
   out.gemm_bf16 = c.bf16 && prof.has_bf16();
 
-  const LayerCost dense = layer_cost(c, false), moe = m.moe.enabled() ? layer_cost(c, true) : dense;
-  const EndCost emb = embedding_cost(c), head = head_cost(c);
-  const int V = std::max(1, l.virtual_stages), P = l.pp, n_vs = P * V;
-  const std::vector<int> layers = pipeline_stage_layers(m.n_layer, n_vs, l.pp_layers);
-  // Per virtual stage: forward and backward seconds of one micro-batch, and the TP and EP parts
-  // of them (each stage's dense and MoE layers at their own cost).
-  std::vector<double> f(n_vs), b(n_vs), tpf(n_vs), tpb(n_vs), epf(n_vs), epb(n_vs), ep_sent(n_vs);
-  for (int vs = 0, first = 0; vs < n_vs; first += layers[vs++]) {
-    double nm = 0;
-    for (int i = first; i < first + layers[vs]; ++i) nm += m.moe.is_moe_layer(i);
-    const double nd = layers[vs] - nm;
-    auto sum = [&](double LayerCost::*x) { return nd * dense.*x + nm * moe.*x; };
-    const double cp = layers[vs] * dense.cp;
-    f[vs] = sum(&LayerCost::fwd) + cp / 3, b[vs] = sum(&LayerCost::bwd) + cp * 2 / 3;
-    tpf[vs] = sum(&LayerCost::tp_fwd), tpb[vs] = sum(&LayerCost::tp_bwd);
-    epf[vs] = sum(&LayerCost::ep_fwd), epb[vs] = sum(&LayerCost::ep_bwd), ep_sent[vs] = nm * moe.ep_bytes;
-    if (vs == 0) f[vs] += emb.fwd, b[vs] += emb.bwd, tpf[vs] += emb.tp, tpb[vs] += emb.tp;
-    if (vs == n_vs - 1) f[vs] += head.fwd, b[vs] += head.bwd, tpf[vs] += head.tp, tpb[vs] += head.tp;
-    // The collectives ride on compute's durations from here on (the pipeline's actions).
-    tpf[vs] += epf[vs], tpb[vs] += epb[vs];
-  }
-  const double mb = l.microbatches;
-  // Per pipeline rank: compute (with TP and EP) of all its chunks over the step.
-  std::vector<double> busy(P, 0.0), last_bwd(P, 0.0), tp_rank(P, 0.0), ep_rank(P, 0.0), cp_rank(P, 0.0),
-      ep_bytes(P, 0.0);
-  for (int r = 0; r < P; ++r)
-    for (int ch = 0; ch < V; ++ch) {
-      const int vs = ch * P + r;
-      busy[r] += mb * (f[vs] + b[vs] + tpf[vs] + tpb[vs]);
-      tp_rank[r] += mb * (tpf[vs] + tpb[vs] - epf[vs] - epb[vs]);
-      ep_rank[r] += mb * (epf[vs] + epb[vs]);
-      cp_rank[r] += mb * layers[vs] * dense.cp;
-      last_bwd[r] += b[vs];
-      ep_bytes[r] += mb * ep_sent[vs];
-    }
-  double makespan = 0;
-  if (P > 1) {
-    const PipelineSchedule s = make_schedule(l.schedule, P, l.microbatches, V);
-    const double act = double(l.micro_batch) * m.seq_len / l.cp * m.d_model * c.e / (l.sp ? l.tp : 1);
-    const double p2p = c.coll("sendrecv", 2, act, l.tp * l.cp * l.dp);
-    const PipelineTimeline t = simulate(
-        s,
-        [&](int r, const PipeAction& a) {
-          const int vs = a.chunk * P + r;
-          return a.op == PipeOp::forward ? f[vs] + tpf[vs] : b[vs] + tpb[vs];
-        },
-        p2p);
-    makespan = t.makespan;
-  } else {
-    makespan = busy[0];
-  }
-  const int busiest = static_cast<int>(std::max_element(busy.begin(), busy.end()) - busy.begin());
-  out.tp_s = tp_rank[busiest];
-  out.cp_s = cp_rank[busiest];
-  out.ep_s = ep_rank[busiest];
-  out.ep_bytes = *std::max_element(ep_bytes.begin(), ep_bytes.end());
-  out.compute_s = busy[busiest] - out.tp_s - out.cp_s - out.ep_s;
-  out.bubble_s = std::max(0.0, makespan - busy[busiest]);
-  if (over < 1) {  // the node's cores, shared by all its ranks' work
+  const StageCosts stages = stage_costs(c);
+  const RankTotals ranks = rank_totals(stages, l.microbatches);
+  double makespan = pipeline_makespan(c, stages, ranks);
+  split_busiest(out, ranks, makespan);
+  if (c.over < 1) {  // the node's cores, shared by all its ranks' work
     double mean_busy = 0;
-    for (double x : busy) mean_busy += x / P;
-    out.shared_cores_s = std::max(0.0, mean_busy / over - makespan);
+    for (double x : ranks.busy) mean_busy += x / stages.P;
+    out.shared_cores_s = std::max(0.0, mean_busy / c.over - makespan);
     makespan += out.shared_cores_s;
   }
+  add_dp_and_optimizer(out, c, led, stages, ranks);
 
-  // DP / ZeRO, per pipeline rank (its own parameters); the slowest decides. Under expert parallel
-  // the rank's routed experts are a second set, synchronised over expert_dp (dp x cp / ep).
-  double tail = 0;
-  for (int r = 0; r < P; ++r) {
-    const RankLedger& rl = led.stages[std::min<size_t>(r, led.stages.size() - 1)];
-    const double g_bytes = in.precision == Precision::bf16 ? 2 : 4;
-    double exposed = 0, total = 0, opt = 0;
-    const double n_exp = static_cast<double>(rl.local_expert_params);
-    for (int set = 0; set < (n_exp > 0 ? 2 : 1); ++set) {
-      const int dpn = set == 0 ? l.dp * l.cp : l.dp * l.cp / l.ep;  // the set's gradient group
-      const double n_flat = set == 0 ? static_cast<double>(rl.local_params) - n_exp : n_exp;
-      if (dpn > 1) {
-        const double bucket = static_cast<double>(grad_bucket_floats(l.bucket_mb, static_cast<size_t>(n_flat)));
-        const double n_buckets = std::max(1.0, std::ceil(n_flat / bucket));
-        const double bucket_bytes = std::min(bucket, n_flat) * g_bytes;
-        const char* red = l.zero == 0 ? "all_reduce" : "reduce_scatter";
-        const double per_bucket = c.coll(red, dpn, bucket_bytes, l.tp);
-        const double reduce = n_buckets * per_bucket;
-        const double rounds = l.zero >= 2 ? mb : 1;  // ZeRO-2/3 reduce every micro-batch
-        const double window = last_bwd[r];
-        const double hidden = std::min(std::max(0.0, reduce - per_bucket), window);
-        exposed += rounds * (reduce - hidden + hidden * (prof.overlap_factor(c.k) - 1));
-        total += rounds * reduce;
-        if (l.zero >= 1) {  // the updated parameters gathered after the step
-          const double ag = c.coll("all_gather", dpn, n_flat * 4, l.tp);
-          exposed += ag, total += ag;
-        }
-        if (l.zero >= 3) {  // each unit gathered ahead of forward and backward, overlapped
-          const double ag = c.coll("all_gather", dpn, n_flat * c.e, l.tp);
-          double fwd_sum = 0;
-          for (int ch = 0; ch < V; ++ch) fwd_sum += f[ch * P + r];
-          exposed += mb * (std::max(0.0, ag - fwd_sum) + std::max(0.0, ag - window) +
-                           std::min(ag, fwd_sum + window) * (prof.overlap_factor(c.k) - 1));
-          total += 2 * mb * ag;
-        }
-      }
-      // AdamW over this rank's shard: read p, g, m, v, write p, m, v; plus the grad-norm pass.
-      const double shard = l.zero >= 1 && dpn > 1 ? n_flat / dpn : n_flat;
-      opt += c.stream(shard * 4 * 8 + n_flat * 4 * 2);  // + zeroing and the norm over the full gradient
-    }
-    if (exposed + opt > tail) {
-      tail = exposed + opt;
-      out.dp_s = exposed;
-      out.dp_total_s = total;
-      out.optimizer_s = opt;
-    }
-  }
   // Loss and gradient-norm scalars over the world.
   out.overhead_s = l.world() > 1 ? 2 * c.coll("all_reduce", l.world(), 8, 1) : 0;
   out.step_s = makespan + out.dp_s + out.optimizer_s + out.overhead_s;
   out.flops = step_model_flops(in);
-  out.tokens_per_s = double(in.global_batch()) * m.seq_len / out.step_s;
+  out.tokens_per_s = double(in.global_batch()) * in.model.seq_len / out.step_s;
   out.gflops_per_rank = out.flops / out.step_s / l.world() / 1e9;
   out.peak_gflops = prof.peak_gflops();
   return out;

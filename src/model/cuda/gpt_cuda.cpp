@@ -1,6 +1,7 @@
-// GptCuda (gpt_cuda.hpp): the CPU GPT's forward/backward (src/model/gpt.cpp) on CudaOps, for any
-// model chunk of any layout (tensor parallel with SP, pipeline stages, context parallel's ring,
-// expert parallel), with llm.c's fusions:
+// GptCuda (gpt_cuda.hpp): the CPU GPT's forward/backward (src/model/gpt.cpp) on CudaOps, for the
+// model chunk of any rank of a layout: tensor parallel (with sequence parallel), pipeline stages
+// (interleaved too), context parallel's ring, expert parallel (not with ZeRO-3: its experts are in
+// no ZeRO-3 unit), under data parallel and ZeRO 1-3 (src/parallel), with llm.c's fusions:
 //   - residual add + LayerNorm in one kernel: block l's ln_1 also writes block l-1's output
 //     (res3 = res2 + mlp projection), the final LayerNorm writes the last block's output;
 //   - c_fc's matmul + bias + GELU in one cuBLASLt call (GELU_AUX_BIAS keeps the GELU input for
@@ -58,20 +59,38 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
                  ModelOptions options, Comm* tp, Comm* cp, Comm* ep)
     : cfg_(cfg), spec_(block_spec(cfg)), geo_(cfg, shard), ops_(ops), dev_{ops}, max_B_(max_micro_batch), shard_(shard),
       tp_(tp) {
+  init_layers(cfg, shard, options, max_micro_batch, cp, ep);
+  locate_params(cfg, shard);
+  try {
+    alloc_params(shard);
+    alloc_activations(cfg, shard, options, max_micro_batch, cp);
+    if (cfg.moe.enabled()) setup_moe(shard, options, max_micro_batch, ep, cp);
+    alloc_host_staging(max_micro_batch);
+    ops_.synchronize();  // the zero fills and the positions' upload are done
+  } catch (...) {
+    release();  // a throwing constructor runs no destructor
+    throw;
+  }
+}
+
+// The shard checked against the communicators (each ordered after ops' stream) and the model's
+// sizes; the layers shared with the CPU model; the parameter table.
+void GptCuda::init_layers(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch,
+                          Comm* cp, Comm* ep) {
   check((ep ? ep->size() : 1) == shard.ep_size && (ep ? ep->rank() : 0) == shard.ep_rank,
         "GptCuda: the shard says ep rank {} of {}, the EP group rank {} of {}", shard.ep_rank, shard.ep_size,
         ep ? ep->rank() : 0, ep ? ep->size() : 1);
-  check(shard.tp_size == 1 || (tp && tp->size() == shard.tp_size && tp->rank() == shard.tp_rank),
+  check(shard.tp_size == 1 || (tp_ && tp_->size() == shard.tp_size && tp_->rank() == shard.tp_rank),
         "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
         shard.tp_size);
   cfg_.n_kv_head = kv_heads(cfg);  // multi-head attention where the architecture has no GQA
-  if (tp_) tp_->set_compute_stream(ops.stream());
+  if (tp_) tp_->set_compute_stream(ops_.stream());
   const TpContext tpc{tp_, geo_.sp, nullptr};
   block_ = std::make_unique<TransformerBlock<CudaDevice>>(dev_, cfg_, geo_, tpc);
   emb_ = std::make_unique<VocabParallelEmbedding<CudaDevice>>(dev_, tpc, cfg.padded_vocab(shard.tp_size), cfg.d_model);
   check((shard.cp_size == 1) == (cp == nullptr) && (!cp || (cp->size() == shard.cp_size && cp->rank() == shard.cp_rank)),
         "GptCuda: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank, shard.cp_size);
-  if (cp) cp->set_compute_stream(ops.stream());
+  if (cp) cp->set_compute_stream(ops_.stream());
   layer_begin_ = shard.layer_begin;
   n_local_ = local_layers(cfg, shard);
   check(layer_begin_ >= 0 && n_local_ >= 0 && layer_begin_ + n_local_ <= cfg.n_layer,
@@ -86,124 +105,141 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
   recompute_ = options.recompute;
   params_ = model_param_table(cfg_, shard);
   n_flat_ = flat_param_floats(params_);
+}
 
-  // Each role's flat offset (kNone where the architecture or this stage lacks it). A pipeline
-  // stage holds its blocks; the token embedding on the first stage (and on the last for a tied
-  // LM head), learned positions on the first, the final norm and an untied lm_head on the last.
-  auto at = [&](const char* name) {
-    if (!name) return kNone;
-    for (const auto& p : params_)
-      if (p.name == name) return p.offset;
-    return kNone;
-  };
-  off_.wte = at(spec_.name(ModelTensor::tok_emb));
-  off_.wpe = at(spec_.name(ModelTensor::pos_emb));
-  off_.lnf_w = at(spec_.name(ModelTensor::lnf_w));
-  off_.lnf_b = at(spec_.name(ModelTensor::lnf_b));
-  off_.head = cfg.tied_embeddings ? off_.wte : at(spec_.name(ModelTensor::lm_head));
+size_t GptCuda::param_offset(const char* name) const {
+  if (!name) return kNone;
+  for (const auto& p : params_)
+    if (p.name == name) return p.offset;
+  return kNone;
+}
+
+// Each role's flat offset (kNone where the architecture or this stage lacks it). A pipeline
+// stage holds its blocks; the token embedding on the first stage (and on the last for a tied
+// LM head), learned positions on the first, the final norm and an untied lm_head on the last.
+void GptCuda::locate_params(const ModelConfig& cfg, const ModelShard& shard) {
+  off_.wte = param_offset(spec_.name(ModelTensor::tok_emb));
+  off_.wpe = param_offset(spec_.name(ModelTensor::pos_emb));
+  off_.lnf_w = param_offset(spec_.name(ModelTensor::lnf_w));
+  off_.lnf_b = param_offset(spec_.name(ModelTensor::lnf_b));
+  off_.head = cfg.tied_embeddings ? off_.wte : param_offset(spec_.name(ModelTensor::lm_head));
   check(off_.wte != kNone || !shard.has_embedding, "GptCuda: no token embedding in the parameter table");
+  for (int l = layer_begin_; l < layer_begin_ + n_local_; ++l) {
+    off_.layers.push_back(layer_offsets(cfg, l));
+    off_.moe.push_back(cfg.moe.is_moe_layer(l) ? moe_offsets(cfg, shard, l) : MoeOffsets{});
+  }
+}
+
+GptCuda::LayerOffsets GptCuda::layer_offsets(const ModelConfig& cfg, int l) const {
   static constexpr size_t LayerOffsets::*kRole[kBlockTensors] = {
       &LayerOffsets::ln1_w,  &LayerOffsets::ln1_b,  &LayerOffsets::qkv_w,  &LayerOffsets::qkv_b, &LayerOffsets::k_w,
       &LayerOffsets::v_w,    &LayerOffsets::k_b,    &LayerOffsets::v_b,    &LayerOffsets::q_norm, &LayerOffsets::k_norm,
       &LayerOffsets::proj_w, &LayerOffsets::proj_b, &LayerOffsets::ln2_w,  &LayerOffsets::ln2_b, &LayerOffsets::fc_w,
       &LayerOffsets::fc_b,   &LayerOffsets::up_w,   &LayerOffsets::fcp_w,  &LayerOffsets::fcp_b};
-  for (int l = layer_begin_; l < layer_begin_ + n_local_; ++l) {
-    const std::string h = spec_.layer_prefix + std::to_string(l) + ".";
-    LayerOffsets o;
-    const bool moe = cfg.moe.is_moe_layer(l);
-    for (int r = 0; r < kBlockTensors; ++r) {
-      const auto role = static_cast<BlockTensor>(r);
-      const char* name = moe && r >= static_cast<int>(BlockTensor::fc_w) ? nullptr : block_tensor_name(cfg, role);  // a MoE block has no dense MLP
-      o.*kRole[r] = name ? at((h + name).c_str()) : kNone;
-      check(!name || o.*kRole[r] != kNone, "GptCuda: parameter {}{} missing from the table", h, name);
-    }
-    // Separate q, k, v (gate, up) tensors run as one GEMM each: the table keeps them adjacent
-    // (ZeRO-3 unit copies and gradient buckets keep them so too).
-    const size_t C = cfg.d_model, hd = cfg.head_dim();
-    check((o.k_w == kNone || (o.k_w == o.qkv_w + geo_.h_local * hd * C && o.v_w == o.k_w + geo_.kv_local * hd * C)) &&
-              (o.k_b == kNone || (o.k_b == o.qkv_b + geo_.h_local * hd && o.v_b == o.k_b + geo_.kv_local * hd)) &&
-              (o.up_w == kNone || o.up_w == o.fc_w + geo_.f_local * C),
-          "GptCuda: block {}'s q/k/v or gate/up weights are not adjacent", l);
-    off_.layers.push_back(o);
-    MoeOffsets mo;
-    if (moe) {
-      const std::string m = h + "block_sparse_moe.";
-      auto need = [&](const std::string& name) {
-        const size_t at_ = at(name.c_str());
-        check(at_ != kNone, "GptCuda: parameter {} missing from the table", name);
-        return at_;
-      };
-      mo.router = need(m + "gate.weight");
-      const int el = cfg.moe.n_experts / shard.ep_size, e0 = shard.ep_rank * el;  // this rank's experts
-      for (int e = 0; e < cfg.moe.n_experts; ++e) {
-        if (e < e0 || e >= e0 + el) {  // another ep rank's
-          mo.w1.push_back(kNone), mo.w2.push_back(kNone);
-          continue;
-        }
-        const std::string x = m + "experts." + std::to_string(e) + ".";
-        mo.w1.push_back(need(x + "w1.weight"));
-        mo.w2.push_back(need(x + "w2.weight"));
-        check(need(x + "w3.weight") == mo.w1.back() + size_t(cfg.moe.d_ff) * cfg.d_model,
-              "GptCuda: expert {} of block {}: w1 and w3 are not adjacent", e, l);
-      }
-      if (cfg.moe.n_shared > 0) mo.sh_fc = need(m + "shared_experts.gate_proj.weight"),
-                                mo.sh_fcp = need(m + "shared_experts.down_proj.weight");
-    }
-    off_.moe.push_back(std::move(mo));
+  const std::string h = spec_.layer_prefix + std::to_string(l) + ".";
+  LayerOffsets o;
+  const bool moe = cfg.moe.is_moe_layer(l);
+  for (int r = 0; r < kBlockTensors; ++r) {
+    const auto role = static_cast<BlockTensor>(r);
+    const char* name = moe && r >= static_cast<int>(BlockTensor::fc_w) ? nullptr : block_tensor_name(cfg, role);  // a MoE block has no dense MLP
+    o.*kRole[r] = name ? param_offset((h + name).c_str()) : kNone;
+    check(!name || o.*kRole[r] != kNone, "GptCuda: parameter {}{} missing from the table", h, name);
   }
-  try {
-    master_ = static_cast<float*>(device_alloc(Mem::params, n_flat_ * sizeof(float), "fp32 master parameters"));
-    params_bf16_ = static_cast<bf16*>(device_alloc(Mem::params, n_flat_ * sizeof(bf16), "bf16 parameters"));
-    grads_ = static_cast<float*>(device_alloc(Mem::grads, n_flat_ * sizeof(float), "gradients"));
-    for (const auto& p : params_) {
-      grad_at_.push_back(grads_ + p.offset);
-      w_at_.push_back(params_bf16_ + p.offset);
+  // Separate q, k, v (gate, up) tensors run as one GEMM each: the table keeps them adjacent
+  // (ZeRO-3 unit copies and gradient buckets keep them so too).
+  const size_t C = cfg.d_model, hd = cfg.head_dim();
+  check((o.k_w == kNone || (o.k_w == o.qkv_w + geo_.h_local * hd * C && o.v_w == o.k_w + geo_.kv_local * hd * C)) &&
+            (o.k_b == kNone || (o.k_b == o.qkv_b + geo_.h_local * hd && o.v_b == o.k_b + geo_.kv_local * hd)) &&
+            (o.up_w == kNone || o.up_w == o.fc_w + geo_.f_local * C),
+        "GptCuda: block {}'s q/k/v or gate/up weights are not adjacent", l);
+  return o;
+}
+
+// MoE block l's router, this rank's experts (kNone for another ep rank's) and shared experts.
+GptCuda::MoeOffsets GptCuda::moe_offsets(const ModelConfig& cfg, const ModelShard& shard, int l) const {
+  MoeOffsets mo;
+  const std::string m = spec_.layer_prefix + std::to_string(l) + "." + "block_sparse_moe.";
+  auto need = [&](const std::string& name) {
+    const size_t at_ = param_offset(name.c_str());
+    check(at_ != kNone, "GptCuda: parameter {} missing from the table", name);
+    return at_;
+  };
+  mo.router = need(m + "gate.weight");
+  const int el = cfg.moe.n_experts / shard.ep_size, e0 = shard.ep_rank * el;  // this rank's experts
+  for (int e = 0; e < cfg.moe.n_experts; ++e) {
+    if (e < e0 || e >= e0 + el) {  // another ep rank's
+      mo.w1.push_back(kNone), mo.w2.push_back(kNone);
+      continue;
     }
-    master_at_.assign(params_.size(), nullptr);
-    units_.resize(2 + n_local_);
-    for (size_t i = 0; i < params_.size(); ++i) {  // a unit's range runs to the next parameter (padding included)
-      check(i == 0 || params_[i].offset > params_[i - 1].offset, "GptCuda: parameter table not in flat order");
-      if (params_[i].expert && shard.ep_size > 1) continue;  // after the chunk's other parameters: in no unit (no ZeRO-3)
-      UnitCopy& u = unit_copy(param_unit(params_[i], shard_));
-      if (u.params.empty()) u.begin = params_[i].offset;
-      check(u.params.empty() || u.end == params_[i].offset, "GptCuda: unit of {} is not contiguous", params_[i].name);
-      u.end = i + 1 < params_.size() ? params_[i + 1].offset : n_flat_;
-      u.params.push_back(i);
-    }
-    const GpuActLayout lay = gpu_act_layout(cfg, shard, max_micro_batch, options.slots, recompute_, chunk_rows_);
-    size_t act_bytes = plan_gpu_activations(cfg, lay, nullptr, slots_);
-    char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
-    plan_gpu_activations(cfg, lay, act, slots_);
-    a_ = slots_.front();
-    block_->set_norm_grad_scratch(a_.ln_grad);  // shared by the slots
-    if (shard.cp_size > 1) {  // every cp rank's positions (the ring's masks), this rank's for wpe and RoPE
-      cuda_check(cudaMemcpyAsync(a_.ring.positions, geo_.all_positions.data(), geo_.all_positions.size() * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, ops_.stream()),
-                 "cudaMemcpyAsync(cp positions)");
-      if (n_local_ > 0) {
-        ring_blocks_ = std::make_unique<CudaRingBlocks>(ops_, a_.ring, shard.cp_rank, seq_local(),
-                                                        static_cast<int>(geo_.h_local), static_cast<int>(geo_.kv_local),
-                                                        cfg.head_dim());
-        ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, seq_local(), 2 * geo_.kv_local * cfg.head_dim());
-        block_->set_ring(ring_.get());
-      }
-    }
-    if (cfg.moe.enabled()) setup_moe(shard, options, max_micro_batch, ep, cp);
-    slot_B_.assign(slots_.size(), 0);
-    slot_pending_.assign(slots_.size(), false);
-    slot_doc_pos_.assign(slots_.size(), {});
-    const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
-    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 4 * bt * sizeof(int32_t)),
-               "cudaMallocHost(token staging)");
-    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_losses_), bt * sizeof(float)),
-               "cudaMallocHost(losses)");
-    cuda_check(cudaEventCreateWithFlags(&tokens_sent_, cudaEventDisableTiming), "cudaEventCreate");
-    cuda_check(cudaEventCreateWithFlags(&losses_ready_, cudaEventDisableTiming), "cudaEventCreate");
-    ops_.synchronize();  // the zero fills and the positions' upload are done
-  } catch (...) {
-    release();  // a throwing constructor runs no destructor
-    throw;
+    const std::string x = m + "experts." + std::to_string(e) + ".";
+    mo.w1.push_back(need(x + "w1.weight"));
+    mo.w2.push_back(need(x + "w2.weight"));
+    check(need(x + "w3.weight") == mo.w1.back() + size_t(cfg.moe.d_ff) * cfg.d_model,
+          "GptCuda: expert {} of block {}: w1 and w3 are not adjacent", e, l);
   }
+  if (cfg.moe.n_shared > 0) mo.sh_fc = need(m + "shared_experts.gate_proj.weight"),
+                            mo.sh_fcp = need(m + "shared_experts.down_proj.weight");
+  return mo;
+}
+
+// The fp32 master, its bf16 copy and the gradients; each parameter's pointers; the ZeRO-3 units.
+void GptCuda::alloc_params(const ModelShard& shard) {
+  master_ = static_cast<float*>(device_alloc(Mem::params, n_flat_ * sizeof(float), "fp32 master parameters"));
+  params_bf16_ = static_cast<bf16*>(device_alloc(Mem::params, n_flat_ * sizeof(bf16), "bf16 parameters"));
+  grads_ = static_cast<float*>(device_alloc(Mem::grads, n_flat_ * sizeof(float), "gradients"));
+  for (const auto& p : params_) {
+    grad_at_.push_back(grads_ + p.offset);
+    w_at_.push_back(params_bf16_ + p.offset);
+  }
+  master_at_.assign(params_.size(), nullptr);
+  units_.resize(2 + n_local_);
+  for (size_t i = 0; i < params_.size(); ++i) {  // a unit's range runs to the next parameter (padding included)
+    check(i == 0 || params_[i].offset > params_[i - 1].offset, "GptCuda: parameter table not in flat order");
+    if (params_[i].expert && shard.ep_size > 1) continue;  // after the chunk's other parameters: in no unit (no ZeRO-3)
+    UnitCopy& u = unit_copy(param_unit(params_[i], shard_));
+    if (u.params.empty()) u.begin = params_[i].offset;
+    check(u.params.empty() || u.end == params_[i].offset, "GptCuda: unit of {} is not contiguous", params_[i].name);
+    u.end = i + 1 < params_.size() ? params_[i + 1].offset : n_flat_;
+    u.params.push_back(i);
+  }
+}
+
+// The activation slots (one allocation, gpu_activations.hpp's layout) and, under context
+// parallel, the positions and the ring.
+void GptCuda::alloc_activations(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options,
+                                int max_micro_batch, Comm* cp) {
+  const GpuActLayout lay = gpu_act_layout(cfg, shard, max_micro_batch, options.slots, recompute_, chunk_rows_);
+  size_t act_bytes = plan_gpu_activations(cfg, lay, nullptr, slots_);
+  char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
+  plan_gpu_activations(cfg, lay, act, slots_);
+  a_ = slots_.front();
+  block_->set_norm_grad_scratch(a_.ln_grad);  // shared by the slots
+  if (shard.cp_size > 1) {  // every cp rank's positions (the ring's masks), this rank's for wpe and RoPE
+    cuda_check(cudaMemcpyAsync(a_.ring.positions, geo_.all_positions.data(), geo_.all_positions.size() * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, ops_.stream()),
+               "cudaMemcpyAsync(cp positions)");
+    if (n_local_ > 0) {
+      ring_blocks_ = std::make_unique<CudaRingBlocks>(ops_, a_.ring, shard.cp_rank, seq_local(),
+                                                      static_cast<int>(geo_.h_local), static_cast<int>(geo_.kv_local),
+                                                      cfg.head_dim());
+      ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, seq_local(), 2 * geo_.kv_local * cfg.head_dim());
+      block_->set_ring(ring_.get());
+    }
+  }
+}
+
+// The slots' bookkeeping, the pinned token and loss staging and their events.
+void GptCuda::alloc_host_staging(int max_micro_batch) {
+  slot_B_.assign(slots_.size(), 0);
+  slot_pending_.assign(slots_.size(), false);
+  slot_doc_pos_.assign(slots_.size(), {});
+  const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
+  cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 4 * bt * sizeof(int32_t)),
+             "cudaMallocHost(token staging)");
+  cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_losses_), bt * sizeof(float)),
+             "cudaMallocHost(losses)");
+  cuda_check(cudaEventCreateWithFlags(&tokens_sent_, cudaEventDisableTiming), "cudaEventCreate");
+  cuda_check(cudaEventCreateWithFlags(&losses_ready_, cudaEventDisableTiming), "cudaEventCreate");
 }
 
 GptCuda::~GptCuda() { release(); }

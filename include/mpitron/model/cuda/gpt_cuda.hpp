@@ -208,6 +208,18 @@ class GptCuda final : public ModelChunk {
   void free_unit_copy(UnitCopy& u);       // stream-ordered (after the kernels that read it)
   float* G(size_t offset) const;  // the gradient of flat element `offset` (bind_grad may move it)
   const bf16* block_output() const;  // the final LayerNorm's input
+  // Construction, in this order (gpt_cuda.cpp): the checks and the layers, the parameters' flat
+  // offsets, then the device and pinned buffers. `cfg` is the constructor's (cfg_ has kv_heads).
+  void init_layers(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* cp,
+                   Comm* ep);
+  size_t param_offset(const char* name) const;  // in the parameter table; kNone if absent (or name is nullptr)
+  void locate_params(const ModelConfig& cfg, const ModelShard& shard);  // fills off_
+  LayerOffsets layer_offsets(const ModelConfig& cfg, int l) const;
+  MoeOffsets moe_offsets(const ModelConfig& cfg, const ModelShard& shard, int l) const;
+  void alloc_params(const ModelShard& shard);
+  void alloc_activations(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch,
+                         Comm* cp);
+  void alloc_host_staging(int max_micro_batch);
   void setup_moe(const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* ep, Comm* cp);
   LayerAct layer_acts(int l);  // block l's activations in the current slot (a MoE block's routing state too)
   void layer_forward(int l, int B);
