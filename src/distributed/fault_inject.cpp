@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/distributed/activity.hpp"
+#include "mpitron/distributed/step_activity.hpp"
 #include "mpitron/distributed/launch.hpp"
 
 namespace mpitron {

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "mpitron/distributed/activity.hpp"
+#include "mpitron/distributed/step_activity.hpp"
 
 namespace mpitron {
 namespace {

@@ -6,12 +6,12 @@
 #include <vector>
 #include <cstdio>
 
-#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/wait_registry.hpp"
 #include "mpitron/model/arch.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/rope_scaling.hpp"
 #include "mpitron/parallel/memory_report.hpp"
-#include "mpitron/plan/check.hpp"
+#include "mpitron/plan/ledger_check.hpp"
 
 namespace mpitron {
 namespace {

@@ -16,8 +16,8 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/trace.hpp"
 #include "mpitron/core/version.hpp"
-#include "mpitron/distributed/activity.hpp"
-#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/step_activity.hpp"
+#include "mpitron/distributed/wait_registry.hpp"
 #include "mpitron/distributed/fault_inject.hpp"
 #include "mpitron/train/preemption.hpp"
 

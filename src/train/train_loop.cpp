@@ -13,7 +13,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/trace.hpp"
 #include "mpitron/data/loader.hpp"
-#include "mpitron/distributed/activity.hpp"
+#include "mpitron/distributed/step_activity.hpp"
 #include "mpitron/distributed/fault_inject.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/parallel/layout_rules.hpp"

@@ -7,7 +7,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/trace.hpp"
-#include "mpitron/distributed/activity.hpp"
+#include "mpitron/distributed/step_activity.hpp"
 #include "mpitron/distributed/fault_inject.hpp"
 
 namespace mpitron {

@@ -24,7 +24,7 @@ FUZZ_LIB_SRC := $(sort $(wildcard src/config/*.cpp)) src/cli/job_args.cpp src/cl
   $(sort $(wildcard src/core/*.cpp)) src/model/arch.cpp src/model/config.cpp src/model/gpt_params.cpp src/model/llama_params.cpp \
   src/model/rope_scaling.cpp \
   $(sort $(wildcard src/checkpoint/*.cpp)) \
-  src/distributed/fault_inject.cpp src/distributed/activity.cpp src/distributed/launch.cpp src/parallel/partition.cpp \
+  src/distributed/fault_inject.cpp src/distributed/step_activity.cpp src/distributed/launch.cpp src/parallel/partition.cpp \
   src/parallel/schedule.cpp src/plan/profile.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_LIB := $(FUZZ_BUILD)/libmpitron-fuzz.a

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/wait_registry.hpp"
 #include "mpitron/distributed/fault_inject.hpp"
 
 using namespace mpitron;

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "mpitron/core/dtype.hpp"
-#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/wait_registry.hpp"
 
 namespace mpitron {
 
@@ -23,7 +23,7 @@ class CommRequest {
   virtual ~CommRequest() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
-  // What a wait on it waits for (the hang watchdog's messages): comm_wait.hpp.
+  // What a wait on it waits for (the hang watchdog's messages): wait_registry.hpp.
   virtual CommOpTag tag() const { return {}; }
 };
 using Request = std::unique_ptr<CommRequest>;

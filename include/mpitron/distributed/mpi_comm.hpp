@@ -14,7 +14,7 @@
 
 #include "mpitron/core/memory.hpp"
 #include "mpitron/distributed/comm.hpp"
-#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/wait_registry.hpp"
 #include "mpitron/distributed/launch.hpp"
 
 namespace mpitron {
@@ -58,7 +58,7 @@ class MpiComm final : public Comm {
  private:
   float* scratch(size_t n);  // grow-only fp32 scratch for blocking bf16 reductions
   void check_peer(int peer, const char* what) const;
-  // The hang watchdog's view of an operation (comm_wait.hpp): a collective takes the group's
+  // The hang watchdog's view of an operation (wait_registry.hpp): a collective takes the group's
   // next collective number; a point-to-point operation names its peer's world rank.
   CommOpTag coll(const char* op, size_t count, DType t);
   CommOpTag p2p(const char* op, int peer, size_t count, DType t) const;

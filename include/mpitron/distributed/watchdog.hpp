@@ -3,7 +3,7 @@
 // and the message says which operation, on which group (its world ranks), at which step and
 // phase, and which ranks did not arrive.
 //
-// How: every blocking wait is registered while it lasts (comm_wait.hpp). A thread of the
+// How: every blocking wait is registered while it lasts (wait_registry.hpp). A thread of the
 // watchdog's own looks at the waits twice a second. When one has lasted past its limit, it
 //   1. asks every other member of that group (or the peer of a point-to-point operation), over a
 //      duplicate of MPI_COMM_WORLD reserved for this, where they are: each rank's watchdog thread
@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/wait_registry.hpp"
 #include "mpitron/distributed/launch.hpp"
 
 namespace mpitron {

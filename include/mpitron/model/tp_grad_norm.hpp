@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "mpitron/model/model_chunk.hpp"
-#include "mpitron/ops/flat_ops.hpp"
+#include "mpitron/ops/flat_vector_ops.hpp"
 
 namespace mpitron {
 

@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <memory>
 
-#include "mpitron/ops/flat_ops.hpp"
+#include "mpitron/ops/flat_vector_ops.hpp"
 #include "mpitron/ops/rope_freqs.hpp"
 
 namespace mpitron {
 
-// The flat-vector part (scale_inplace, axpy, adamw, sum_squares: flat_ops.hpp) is shared with
+// The flat-vector part (scale_inplace, axpy, adamw, sum_squares: flat_vector_ops.hpp) is shared with
 // the GPU backend's training code.
 class Ops : public FlatOps {
  public:

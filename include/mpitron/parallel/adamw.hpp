@@ -8,7 +8,7 @@
 
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/model_chunk.hpp"
-#include "mpitron/ops/flat_ops.hpp"
+#include "mpitron/ops/flat_vector_ops.hpp"
 
 namespace mpitron {
 

@@ -41,8 +41,8 @@
 
 #include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/model_chunk.hpp"
-#include "mpitron/ops/flat_ops.hpp"
-#include "mpitron/parallel/comm_progress.hpp"
+#include "mpitron/ops/flat_vector_ops.hpp"
+#include "mpitron/parallel/collective_progress.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/param_gather.hpp"
 #include "mpitron/parallel/zero3_params.hpp"

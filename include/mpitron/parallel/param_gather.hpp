@@ -22,7 +22,7 @@
 
 #include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/model_chunk.hpp"
-#include "mpitron/parallel/comm_progress.hpp"
+#include "mpitron/parallel/collective_progress.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 
 namespace mpitron {

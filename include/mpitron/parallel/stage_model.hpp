@@ -18,7 +18,7 @@
 #include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/gpt.hpp"
 #include "mpitron/model/model_chunk.hpp"
-#include "mpitron/ops/flat_ops.hpp"
+#include "mpitron/ops/flat_vector_ops.hpp"
 #include "mpitron/parallel/data_parallel.hpp"
 
 namespace mpitron {

@@ -20,8 +20,8 @@
 
 #include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/model_chunk.hpp"
-#include "mpitron/ops/flat_ops.hpp"
-#include "mpitron/parallel/comm_progress.hpp"
+#include "mpitron/ops/flat_vector_ops.hpp"
+#include "mpitron/parallel/collective_progress.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 
 namespace mpitron {

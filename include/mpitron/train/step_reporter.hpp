@@ -27,7 +27,7 @@
 namespace mpitron {
 
 // Who was slowest: each rank's busy time in a step (step time minus the time its step thread sat
-// in communication waits, distributed/comm_wait.hpp), gathered over the world only on logged steps (one
+// in communication waits, distributed/wait_registry.hpp), gathered over the world only on logged steps (one
 // small all-reduce of world doubles). A slow node computes longest and waits least; the others
 // wait for it, so the wall step time alone cannot name it.
 class StragglerProbe {

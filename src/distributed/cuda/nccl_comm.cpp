@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/distributed/comm_wait.hpp"
+#include "mpitron/distributed/wait_registry.hpp"
 #include "mpitron/distributed/mpi_comm.hpp"
 #include "mpitron/distributed/watchdog.hpp"
 

@@ -1,4 +1,4 @@
-// The GPU's FlatOps (ops/flat_ops.hpp): the flat-vector operations of the backend-neutral training
+// The GPU's FlatOps (ops/flat_vector_ops.hpp): the flat-vector operations of the backend-neutral training
 // code (DataParallel, ZeRO, AdamW, the gradient norm) on device memory, every call enqueued on
 // the CudaOps stream (the compute stream). Its allocator is stream-ordered on that stream
 // (cudaMallocAsync / cudaFreeAsync), zero-fills, and counts under MemTracker::cuda(): a bucket
@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "mpitron/ops/cuda/cuda_ops.hpp"
-#include "mpitron/ops/flat_ops.hpp"
+#include "mpitron/ops/flat_vector_ops.hpp"
 
 namespace mpitron {
 

@@ -1,4 +1,4 @@
-#include "mpitron/parallel/comm_progress.hpp"
+#include "mpitron/parallel/collective_progress.hpp"
 
 #include <fmt/format.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-#include "mpitron/plan/check.hpp"
+#include "mpitron/plan/ledger_check.hpp"
 
 #include <fmt/format.h>
 

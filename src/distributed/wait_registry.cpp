@@ -1,5 +1,5 @@
-// CommWait scopes and the registry of communication groups: see comm_wait.hpp.
-#include "mpitron/distributed/comm_wait.hpp"
+// CommWait scopes and the registry of communication groups: see wait_registry.hpp.
+#include "mpitron/distributed/wait_registry.hpp"
 
 #include <fmt/format.h>
 

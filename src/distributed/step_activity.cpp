@@ -1,4 +1,4 @@
-#include "mpitron/distributed/activity.hpp"
+#include "mpitron/distributed/step_activity.hpp"
 
 #include <atomic>
 
