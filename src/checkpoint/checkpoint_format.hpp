@@ -15,7 +15,6 @@
 #include "mpitron/data/h5.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
-#include "mpitron/model/gpt.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"
 

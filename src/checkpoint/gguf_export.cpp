@@ -12,6 +12,7 @@
 #include "mpitron/checkpoint/external_layout.hpp"
 #include "mpitron/checkpoint/gguf.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/arch.hpp"
 #include "mpitron/data/tokenizer.hpp"
 #include "mpitron/model/rope_scaling.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"

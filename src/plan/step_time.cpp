@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/schedule.hpp"
 

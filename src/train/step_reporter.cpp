@@ -8,7 +8,7 @@
 
 #include "mpitron/distributed/wait_registry.hpp"
 #include "mpitron/model/arch.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/model/rope_scaling.hpp"
 #include "mpitron/parallel/memory_report.hpp"
 #include "mpitron/plan/ledger_check.hpp"

@@ -195,11 +195,13 @@ BOOST_AUTO_TEST_CASE(reshard_every_layout_pair) {
 
 // The import's path: a parameters-only file written from a source a few rows at a time (blocks
 // that end mid-tensor and, for vectors, mid-row count), each block's checksum at its offset.
+// One process (MPI_COMM_SELF, as `mpitron import`): at np 1 only, so that no rank spins in a
+// barrier while rank 0 writes (four busy ranks on two cores starved it past the time limit).
 BOOST_AUTO_TEST_CASE(tensor_source_writes_in_blocks) {
+  if (world_size() > 1) return;
   const ModelConfig cfg = tiny();
   const std::string dir = shared_dir("source");
-  // One rank writes; an exception (a checksum refused) must not skip the barrier the others wait in.
-  if (world_rank() == 0) try {
+  try {
     const auto table = checkpoint_shard_for(cfg, GridShape{1, 1, 1, 1}, GridCoord{}, {}, 0).table;
     auto cols = [&](const std::string& name) {
       for (const auto& p : table)
@@ -238,7 +240,6 @@ BOOST_AUTO_TEST_CASE(tensor_source_writes_in_blocks) {
   } catch (const std::exception& e) {
     BOOST_ERROR(e.what());
   }
-  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 BOOST_AUTO_TEST_CASE(metadata_round_trip_and_sampler_conversion) {

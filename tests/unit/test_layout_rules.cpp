@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "mpitron/core/error.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/parallel/layout_rules.hpp"
 #include "mpitron/plan/ledger.hpp"

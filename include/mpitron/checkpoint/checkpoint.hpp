@@ -39,7 +39,7 @@
 #include "mpitron/data/loader.hpp"
 #include "mpitron/distributed/grid.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 
 namespace mpitron {
 

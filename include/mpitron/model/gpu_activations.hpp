@@ -18,7 +18,7 @@
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/model/block_tensors.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 
 namespace mpitron {
 

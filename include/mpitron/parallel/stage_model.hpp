@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "mpitron/distributed/grid.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/ops/flat_vector_ops.hpp"
 #include "mpitron/parallel/data_parallel.hpp"

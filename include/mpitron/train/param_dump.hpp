@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "mpitron/distributed/grid.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/stage_model.hpp"
 
 namespace mpitron {

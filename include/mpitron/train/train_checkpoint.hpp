@@ -9,7 +9,7 @@
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/data/loader.hpp"
 #include "mpitron/distributed/grid.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/stage_model.hpp"
 #include "mpitron/checkpoint/background_save.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"

@@ -44,7 +44,7 @@
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/cuda/cuda_device.hpp"
 #include "mpitron/distributed/comm.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/lm_head.hpp"
 #include "mpitron/model/model_chunk.hpp"
