@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,8 +89,15 @@ void check_checkpoint_structure_isolated(const std::string& path, bool has_optim
   char* const exec_argv[] = {const_cast<char*>("mpitron"), const_cast<char*>("__checkpoint-check"),
                              const_cast<char*>(fd_arg.c_str()), const_cast<char*>(has_optimizer ? "1" : "0"),
                              const_cast<char*>(path.c_str()), nullptr};
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    // The check dies with its parent: a parent killed mid-check (a cancelled job, a test's time
+    // limit) would otherwise leave HDF5's endless loop spinning on a core for good (seen: 11
+    // minutes at 93%, starving the next test's ranks). Kept across the exec; the parent waits for
+    // the child in this call, so the forking thread outlives it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
     ::close(fds[0]);
     if (exec_child) {
       ::fcntl(fds[1], F_SETFD, 0);  // the write end survives the exec
