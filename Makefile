@@ -281,10 +281,10 @@ bench-comm: $(BUILD)/mpitron $(BUILD)/bench/comm_plain_allreduce
 bench: bench-comm
 
 # GPU device check (bench/gpu_check.sh builds it with CUDA=1 and runs it): every CUDA kernel against
-# the CPU backend, kernel timings, cuBLASLt GEMM rate, GptCuda training against the CPU GPT ->
-# bench/results/gpu_check*.md. Links only the ops, core, config and model objects (+ the CPU AdamW, the
-# reference, and tests/cuda/self_check): quick to build on the GPU machine, independent of the
-# rest of the tree.
+# the CPU backend, kernel timings, cuBLASLt GEMM rate, TransformerModelCuda training against the CPU
+# TransformerModel -> bench/results/gpu_check*.md. Links only the ops, core, config and model
+# objects (+ the CPU AdamW, the reference, and tests/cuda/self_check): quick to build on the GPU
+# machine, independent of the rest of the tree.
 # Without a GPU, bench/gpu/emulate/run.sh runs the training comparison on a CPU emulation of CudaOps.
 .PHONY: gpu-check
 GPU_CHECK_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard bench/gpu/*.cpp) tests/cuda/self_check.cpp) \

@@ -4,7 +4,7 @@
 # 1. builds build-gpu/bench/gpu_check with CUDA=1 (its own build folder, -j$(nproc));
 # 2. runs it: every CUDA kernel against the CPU backend (relative error, bound per op), cuDNN
 #    attention against the naive path, kernel timings at gpt2-124m shapes, the cuBLASLt GEMM rate,
-#    20 tiny-model training steps on GptCuda against the CPU GPT, gpt2-124m/350m step timings + MFU;
+#    20 tiny-model training steps on TransformerModelCuda against the CPU TransformerModel, gpt2-124m/350m step timings + MFU;
 # 3. builds $BUILD/mpitron (or uses the carried one) and runs the trainer end to end on this GPU (train.backend = "nccl",
 #    20 steps of the tiny model on a corpus made of this repository's text) against the same
 #    job on the CPU backend: loss curves within bf16 tolerance (2e-2 relative); the same for the

@@ -8,10 +8,11 @@
 //   3. kernel timings at gpt2-124m shapes (B 8, T 1024; the LLaMA kernels at the same C 768,
 //      F 2048, KV 4; the ring's block kernels on the same causal work) and the cuBLASLt bf16 GEMM rate
 //      (8192^3) against the H200's 989 TFLOP/s dense bf16 datasheet peak;
-//   4. training (training_check.cpp): the tiny model 20 AdamW steps on GptCuda (both attention
-//      paths, and a padded vocabulary) against the CPU GPT from the same initial parameters
-//      (losses, first-step gradients, final parameters), and one training step of gpt2-124m /
-//      gpt2-350m timed (ms, tokens/s, MFU), after an initial-loss check against the CPU GPT.
+//   4. training (training_check.cpp): the tiny model 20 AdamW steps on TransformerModelCuda (both
+//      attention paths, and a padded vocabulary) against the CPU TransformerModel from the same
+//      initial parameters (losses, first-step gradients, final parameters), and one training step
+//      of gpt2-124m / gpt2-350m timed (ms, tokens/s, MFU), after an initial-loss check against the
+//      CPU TransformerModel.
 // Usage: gpu_check RESULTS.md [--append] [SECTION...]   (exit 0: every check passed; 1: a check
 // failed; 2: no GPU; 3: bad arguments). SECTIONs: device kernels attention timings tiny steps
 // (training = tiny + steps; default: all, in one process). bench/gpu_check.sh runs each section in

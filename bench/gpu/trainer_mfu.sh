@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MFU through the whole trainer (`mpitron train`, train.backend = nccl, one GPU, data loader, logging
-# and all), where gpu_check's "steps" section times GptCuda alone:
+# and all), where gpu_check's "steps" section times TransformerModelCuda alone:
 #   bash bench/gpu/trainer_mfu.sh [RESULTS.md] [RUNS_DIR]          (about 2 minutes on an H200)
 # gpt2-124m and gpt2-350m at seq 1024, micro-batch 8; llama-1b at seq 2048, micro-batch 4; each with
 # its real vocabulary (50257 / 32000) on the demo corpus (byte tokens, all below the vocabulary),

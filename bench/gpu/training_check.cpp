@@ -1,5 +1,6 @@
-// gpu_check's training section (training_check.hpp). The CPU reference is the CPU GPT and the
-// trainer's AdamW; the GPU side is GptCuda (src/model/cuda/gpt_cuda.cpp) on CudaOps.
+// gpu_check's training section (training_check.hpp). The CPU reference is the CPU TransformerModel
+// and the trainer's AdamW; the GPU side is TransformerModelCuda
+// (src/model/cuda/transformer_model_cuda.cpp) on CudaOps.
 #include "training_check.hpp"
 
 #include <cuda_runtime_api.h>
@@ -18,9 +19,9 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/cuda/gpt_cuda.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/cuda/transformer_model_cuda.hpp"
 #include "mpitron/model/param_tables.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "mpitron/ops/cuda/cuda_flat_ops.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 #include "mpitron/parallel/adamw.hpp"
@@ -36,7 +37,7 @@ constexpr uint64_t kInitSeed = 1234, kDataSeed = 42;
 // applied as AdamW reads them) and the model's bf16 copy written as it goes. Returns the norm before
 // clipping.
 struct GpuOptimizer {
-  GpuOptimizer(CudaOps& ops, GptCuda& m)
+  GpuOptimizer(CudaOps& ops, TransformerModelCuda& m)
       : model(m), flat(make_cuda_flat_ops(ops)), adamw(AdamWOptions{}, *flat, m.params(), 0, m.num_params()) {}
   double step(float lr, double clip) {
     const size_t n = model.num_params();
@@ -45,7 +46,7 @@ struct GpuOptimizer {
     adamw.step(model.param_data(), model.param_bf16_data(), model.grad_data(), scale, lr);
     return norm;
   }
-  GptCuda& model;
+  TransformerModelCuda& model;
   std::unique_ptr<FlatOps> flat;
   AdamW adamw;
 };
@@ -130,9 +131,10 @@ struct Curve {
 constexpr int kTinySteps = 20;
 constexpr double kTinyLr = 3e-3, kClip = 1.0;
 
-// The CPU reference: the CPU GPT and the trainer's AdamW, global grad-norm clipping at 1.0.
+// The CPU reference: the CPU TransformerModel and the trainer's AdamW, global grad-norm clipping at
+// 1.0.
 Curve tiny_cpu_run(Ops& cpu, const ModelConfig& cfg, const std::vector<std::array<MicroBatch, 2>>& data) {
-  GPT model(cfg, ModelShard{}, cpu, 4);
+  TransformerModel model(cfg, ModelShard{}, cpu, 4);
   model.init_weights(kInitSeed);
   AdamWOptions ao;
   AdamW opt(ao, cpu, model.params(), 0, model.num_params());
@@ -157,13 +159,14 @@ Curve tiny_cpu_run(Ops& cpu, const ModelConfig& cfg, const std::vector<std::arra
   return c;
 }
 
-// The same run on GptCuda, from the CPU GPT's initial parameters (init_weights(kInitSeed)). The
-// LM head runs in chunks of 96 rows (256 rows = 96 + 96 + 64), so the chunk offsets are exercised.
+// The same run on TransformerModelCuda, from the CPU TransformerModel's initial parameters
+// (init_weights(kInitSeed)). The LM head runs in chunks of 96 rows (256 rows = 96 + 96 + 64), so
+// the chunk offsets are exercised.
 Curve tiny_gpu_run(Ops& cpu, const ModelConfig& cfg, const std::vector<std::array<MicroBatch, 2>>& data,
                    const std::string& attention, std::string* memory) {
   std::vector<float> init;
   {
-    GPT ref(cfg, ModelShard{}, cpu, 1);
+    TransformerModel ref(cfg, ModelShard{}, cpu, 1);
     ref.init_weights(kInitSeed);
     init.assign(ref.param_data(), ref.param_data() + ref.num_params());
   }
@@ -172,9 +175,9 @@ Curve tiny_gpu_run(Ops& cpu, const ModelConfig& cfg, const std::vector<std::arra
   auto ops = make_cuda_ops(oo);
   ModelOptions go;
   go.logits_chunk_rows = 96;
-  GptCuda model(cfg, ModelShard{}, *ops, 4, go);
-  check(model.num_params() == init.size(), "GptCuda has {} flat floats, the CPU GPT {}", model.num_params(),
-        init.size());
+  TransformerModelCuda model(cfg, ModelShard{}, *ops, 4, go);
+  check(model.num_params() == init.size(), "TransformerModelCuda has {} flat floats, the CPU TransformerModel {}",
+        model.num_params(), init.size());
   model.load_params(init.data(), init.size());
   *memory = model.memory_summary();
   GpuOptimizer opt(*ops, model);
@@ -207,21 +210,21 @@ Curve tiny_gpu_run(Ops& cpu, const ModelConfig& cfg, const std::vector<std::arra
 // relative, and the mean over ~440 tokens by less. Over 20 Adam steps the two trajectories
 // separate: Adam's step is ~lr * sign(g) where |g| is small, so rounding noise in tiny gradient
 // components turns into lr-sized parameter differences, which the loss feels only weakly (lr 3e-3,
-// weights ~0.02-1). GptCuda on a CPU emulation of CudaOps (each kernel = the CPU op with its bf16
-// tensors rounded) stayed within 5e-4 of the CPU losses over these 20 steps, its first-step
-// gradients within 1e-2; the real kernels add their own accumulation orders and cuDNN's bf16
-// probabilities. 2e-2 (~0.1 nats at loss 5.5) leaves a wide margin for that, while wiring errors
-// do not fit: an unscaled head gradient gave 9e-2 in that emulation, a misplaced wpe gradient
-// 4e-2 (and O(1) first-step gradient errors, which the second bound catches even where the loss
-// alone would not, e.g. an unzeroed head wte gradient: loss 1.4e-2, gradient 0.7).
+// weights ~0.02-1). TransformerModelCuda on a CPU emulation of CudaOps (each kernel = the CPU op
+// with its bf16 tensors rounded) stayed within 5e-4 of the CPU losses over these 20 steps, its
+// first-step gradients within 1e-2; the real kernels add their own accumulation orders and cuDNN's
+// bf16 probabilities. 2e-2 (~0.1 nats at loss 5.5) leaves a wide margin for that, while wiring
+// errors do not fit: an unscaled head gradient gave 9e-2 in that emulation, a misplaced wpe
+// gradient 4e-2 (and O(1) first-step gradient errors, which the second bound catches even where the
+// loss alone would not, e.g. an unzeroed head wte gradient: loss 1.4e-2, gradient 0.7).
 constexpr double kLossBound = 2e-2;
 // First-step gradients per parameter kind, max |gpu - cpu| / max |cpu|: bf16 errors compound
 // through the two blocks to a few 1e-3 .. 1e-2 (3e-3 .. 8e-3 in the emulation); a wiring error
 // gives O(1).
 constexpr double kGradBound = 1e-1;
 
-// One comparison: `cfg` on the CPU and on GptCuda with each attention path; a table of both
-// curves, then the checks.
+// One comparison: `cfg` on the CPU and on TransformerModelCuda with each attention path; a table of
+// both curves, then the checks.
 void tiny_training(Report& rep, Ops& cpu, const ModelConfig& cfg, const std::string& title,
                    const std::vector<std::string>& attentions) {
   rep.line("#### {} (L{} H{} d{} V{} padded to {}, T{})\n", title, cfg.n_layer, cfg.n_head, cfg.d_model,
@@ -308,8 +311,9 @@ void tiny_training(Report& rep, Ops& cpu, const ModelConfig& cfg, const std::str
   rep.line("");
 }
 
-// The initial loss at full size, CPU GPT against GptCuda at the same weights: bf16 forward only,
-// no training drift (the tiny comparison's step-1 losses differ by O(1e-5 .. 1e-4)).
+// The initial loss at full size, CPU TransformerModel against TransformerModelCuda at the same
+// weights: bf16 forward only, no training drift (the tiny comparison's step-1 losses differ by
+// O(1e-5 .. 1e-4)).
 constexpr double kInitLossBound = 1e-2;
 
 }  // namespace
@@ -326,7 +330,7 @@ void time_training_step(Report& rep, Ops& cpu, const std::string& preset, int B,
   CudaOpsOptions oo;
   oo.attention = attention;
   auto ops = make_cuda_ops(oo);
-  GptCuda model(cfg, ModelShard{}, *ops, B);
+  TransformerModelCuda model(cfg, ModelShard{}, *ops, B);
   std::mt19937 rng(kDataSeed);
   std::vector<int32_t> inputs(BT), targets(BT);
   for (int64_t i = 0; i < BT; ++i) {
@@ -335,11 +339,11 @@ void time_training_step(Report& rep, Ops& cpu, const std::string& preset, int B,
   }
   // GPT-2 initialisation on the CPU (recompute: only the block outputs are allocated), and the
   // full-size check: the loss of the first sequence at the initial weights, CPU (fp32) against
-  // GptCuda (bf16, forward only: one chunk of 50304-column logits, padded vocabulary).
+  // TransformerModelCuda (bf16, forward only: one chunk of 50304-column logits, padded vocabulary).
   double init_diff = 0;
   std::string init_losses;
   {
-    GPT ref(cfg, ModelShard{}, cpu, 1, ModelOptions{1, true});
+    TransformerModel ref(cfg, ModelShard{}, cpu, 1, ModelOptions{1, true});
     ref.init_weights(kInitSeed);
     model.load_params(ref.param_data(), ref.num_params());
     ref.set_grad_enabled(false);
@@ -393,12 +397,17 @@ void time_training_step(Report& rep, Ops& cpu, const std::string& preset, int B,
 
 void tiny_training_check(Report& rep, Ops& cpu) {
   try {
-    rep.line("### {} steps on GptCuda against the CPU GPT\n", kTinySteps);
-    rep.line("Same initial parameters (CPU GPT init_weights({}) loaded into GptCuda); per step 2 micro-batches", kInitSeed);
+    rep.line("### {} steps on TransformerModelCuda against the CPU TransformerModel\n", kTinySteps);
+    rep.line(
+        "Same initial parameters (CPU TransformerModel init_weights({}) loaded into TransformerModelCuda); per step 2 "
+        "micro-batches",
+        kInitSeed);
     rep.line("(B 4 + B 3, 5 targets ignored) of a random bigram chain (seed {}); loss scale 1/targets; grad-norm", kDataSeed);
     rep.line("clip {}; AdamW lr {} betas (0.9, 0.95) eps 1e-8 wd 0.1 on 2-D weights (the trainer's AdamW on the", kClip,
              kTinyLr);
-    rep.line("CPU); GptCuda's LM head in chunks of 96 rows. Bounds: max over the steps of |gpu - cpu| / cpu loss");
+    rep.line(
+        "CPU); TransformerModelCuda's LM head in chunks of 96 rows. Bounds: max over the steps of |gpu - cpu| / cpu "
+        "loss");
     rep.line("<= {:.0e}; first-step gradients, max |gpu - cpu| / max |cpu| per tensor kind, <= {:.0e}.\n", kLossBound,
              kGradBound);
     const ModelConfig tiny = model_preset("tiny");
@@ -418,7 +427,7 @@ void tiny_training_check(Report& rep, Ops& cpu) {
 
 void training_section(Report& rep, Ops& cpu, double gemm_tflops, bool tiny, bool steps) {
   if (tiny) {
-    rep.line("## Training on GptCuda (src/model/cuda/gpt_cuda.cpp)\n");
+    rep.line("## Training on TransformerModelCuda (src/model/cuda/transformer_model_cuda.cpp)\n");
     tiny_training_check(rep, cpu);
   }
   if (!steps) return;
@@ -428,7 +437,9 @@ void training_section(Report& rep, Ops& cpu, double gemm_tflops, bool tiny, bool
   rep.line("(6 N_nonembedding + 6 V d + 12 L T d). MFU against the {:.0f} TFLOP/s dense bf16 datasheet peak and", kPeakTflops);
   rep.line("against the cuBLASLt 8192^3 GEMM rate measured above ({}).\n",
            gemm_tflops > 0 ? fmt::format("{:.0f} TFLOP/s", gemm_tflops) : std::string("not measured"));
-  rep.line("Before timing, the loss of the first sequence at the initial weights: CPU GPT (fp32) / GptCuda, relative");
+  rep.line(
+      "Before timing, the loss of the first sequence at the initial weights: CPU TransformerModel (fp32) / "
+      "TransformerModelCuda, relative");
   rep.line("difference bounded by {:.0e} (bf16 forward only, no training drift: O(1e-3) expected).\n", kInitLossBound);
   rep.line("| model | micro-batch | initial loss CPU / GPU (rel diff) | ms/step | tokens/s | TFLOP/s | MFU (peak) | MFU (GEMM rate) | loss (first -> last of 7 steps) | model device memory |");
   rep.line("|---|---|---|---|---|---|---|---|---|---|");

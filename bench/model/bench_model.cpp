@@ -14,7 +14,7 @@
 
 #include "../../src/ops/cpu/gemm.hpp"
 #include "mpitron/core/rng.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 
 using namespace mpitron;
 using Clock = std::chrono::steady_clock;
@@ -187,7 +187,7 @@ void bench_model(ModelConfig cfg, int B, int steps, bool breakdown) {
   auto base = make_cpu_ops();
   TimedOps timed(*base);
   Ops& ops = breakdown ? static_cast<Ops&>(timed) : *base;
-  GPT m(cfg, ModelShard{}, ops, B);
+  TransformerModel m(cfg, ModelShard{}, ops, B);
   m.init_weights(42);
   const int T = cfg.seq_len;
   std::vector<int32_t> in(B * T), tg(B * T);

@@ -13,7 +13,7 @@
 
 #include "mpitron/core/rng.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/moe_routing.hpp"
+#include "mpitron/model/moe/moe_routing.hpp"
 
 using namespace mpitron;
 

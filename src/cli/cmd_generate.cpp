@@ -1,10 +1,10 @@
 // `mpitron generate CKPT --prompt "text" [--max-tokens 200 --temperature 0.8 --top-k 50 --seed 1]`
 // Samples text from a checkpoint on one rank (CPU), with the tokenizer stored in it, GPT-2 or
 // LLaMA. The context holds at most seq_len tokens; a new token runs through the model once,
-// reading the earlier positions' keys and values from a KV cache (GPT::decode). When the context
-// is full it restarts from its latest seq_len/2 tokens (re-encoded at positions 0..). With
-// --no-kv-cache every token re-runs the whole context's forward instead (same context rule): the
-// reference the cache is tested against (same greedy tokens).
+// reading the earlier positions' keys and values from a KV cache (TransformerModel::decode). When
+// the context is full it restarts from its latest seq_len/2 tokens (re-encoded at positions 0..).
+// With --no-kv-cache every token re-runs the whole context's forward instead (same context rule):
+// the reference the cache is tested against (same greedy tokens).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,7 +18,7 @@
 #include "mpitron/core/rng.hpp"
 #include "mpitron/data/chat.hpp"
 #include "mpitron/data/tokenizer.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "mpitron/ops/ops.hpp"
 #include "mpitron/checkpoint/checkpoint.hpp"
 #include "option_values.hpp"
@@ -68,7 +68,7 @@ int32_t sample(const float* logits, int vocab, double temperature, int top_k, ui
 
 // The prompt's next-token log-probabilities at every position (one forward of the whole prompt),
 // for comparisons with other implementations of the same model (tests/reference/hf_reference.py).
-void write_logprobs(GPT& model, const std::vector<int32_t>& ids, int32_t eot, int T, int V, int Vp,
+void write_logprobs(TransformerModel& model, const std::vector<int32_t>& ids, int32_t eot, int T, int V, int Vp,
                     const std::string& path) {
   usage_check(ids.size() <= static_cast<size_t>(T), "generate --logprobs-out: the prompt is {} tokens, seq_len is {}",
               ids.size(), T);
@@ -153,7 +153,7 @@ bool parse_generate_args(const Args& args, GenerateOptions& o) {
 }
 
 // The checkpoint's model/* tensors into the model's flat parameters.
-void load_weights(GPT& model, const std::string& path) {
+void load_weights(TransformerModel& model, const std::string& path) {
   float* base = model.param_data();
   for (const auto& p : model.params()) {
     std::vector<int64_t> shape;
@@ -206,7 +206,7 @@ Prompt encode_prompt(const GenerateOptions& o, const Tokenizer& tok) {
 // The context: ids[start, end), at most T tokens. The cache holds its keys and values at
 // positions 0 .. len-1.
 struct Context {
-  GPT& model;
+  TransformerModel& model;
   const Tokenizer& tok;
   std::vector<int32_t> ids;
   int T;
@@ -214,7 +214,7 @@ struct Context {
   std::vector<float> logits;
   size_t start;
 
-  Context(GPT& model_, const Tokenizer& tok_, std::vector<int32_t> ids_, int T_, bool kv_cache_, int Vp)
+  Context(TransformerModel& model_, const Tokenizer& tok_, std::vector<int32_t> ids_, int T_, bool kv_cache_, int Vp)
       : model(model_), tok(tok_), ids(std::move(ids_)), T(T_), kv_cache(kv_cache_), logits(Vp),
         start(ids.size() > static_cast<size_t>(T) ? ids.size() - T : 0) {}
 
@@ -299,7 +299,7 @@ int cmd_generate(const Args& args) {
   const ModelConfig& cfg = meta.model;
 
   auto ops = make_cpu_ops();
-  GPT model(cfg, ModelShard{}, *ops, 1);
+  TransformerModel model(cfg, ModelShard{}, *ops, 1);
   model.set_grad_enabled(false);
   load_weights(model, path);
 

@@ -5,7 +5,7 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
 #include "mpitron/model/arch.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "param_table_builder.hpp"
 
 namespace mpitron {

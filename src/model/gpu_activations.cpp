@@ -1,5 +1,5 @@
-// The GPU model's activation layout (model/gpu_activations.hpp), CUDA-free: GptCuda allocates
-// with it, the planner sizes with it.
+// The GPU model's activation layout (model/gpu_activations.hpp), CUDA-free: TransformerModelCuda
+// allocates with it, the planner sizes with it.
 #include "mpitron/model/gpu_activations.hpp"
 
 #include <algorithm>
@@ -94,7 +94,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
     s.gath = bf(BT * C), s.full = bf(BT * C), s.dres_full = bf(BT * C), s.ln_grad = f32(2 * C);
   }
   if (lay.stage_io) s.stage_f32 = f32(R * C);  // pipeline: a stage tensor in fp32 on its way to or from the host
-  if (lay.cp > 1) {  // the ring's blocks in flight and accumulators (model/cuda/ring_blocks_cuda.hpp)
+  if (lay.cp > 1) {  // the ring's blocks in flight and accumulators (model/context_parallel/cuda/ring_blocks_cuda.hpp)
     GpuRingBufs& r = s.ring;
     r.positions = i32(cfg.seq_len);
     if (lay.n_layers > 0) {

@@ -1,7 +1,7 @@
 // The LLaMA parameter table (param_tables.hpp).
 #include "mpitron/core/error.hpp"
-#include "mpitron/model/gpt.hpp"
 #include "mpitron/model/param_tables.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "param_table_builder.hpp"
 
 namespace mpitron {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 
 namespace mpitron {
 

@@ -8,7 +8,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/trace.hpp"
-#include "mpitron/model/tp_grad_norm.hpp"
+#include "mpitron/model/tensor_parallel/tp_grad_norm.hpp"
 
 namespace mpitron {
 

@@ -6,8 +6,8 @@
 //   activations: fp32 (the CPU trainer, either architecture) gpt_activation_bytes (the planned
 //   buffer of gpt_activation_floats, the token ids and the last-position logits: what the model's
 //   constructor allocates, which it checks); bf16 (the GPU trainer) gpu_activation_bytes
-//   (what GptCuda allocates: plan_gpu_activations, with fused attention's statistics and no
-//   [B, H, T, T] matrix); both with the schedule's slots and the recompute option.
+//   (what TransformerModelCuda allocates: plan_gpu_activations, with fused attention's statistics
+//   and no [B, H, T, T] matrix); both with the schedule's slots and the recompute option.
 #include "mpitron/plan/ledger.hpp"
 
 #include <fmt/format.h>
@@ -20,7 +20,7 @@
 #include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/gpu_activations.hpp"
-#include "mpitron/model/moe_routing.hpp"
+#include "mpitron/model/moe/moe_routing.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/partition.hpp"
@@ -178,8 +178,9 @@ void add_model_state(RankLedger& r, const PlanInput& in) {
                 shard_exp = n_exp ? zero_shard_elems(n_exp, l.dp * l.cp / l.ep, f / l.ep) : 0;
   const int64_t shard_n = shard_dense + shard_exp;
   const int64_t n_p = l.zero >= 3 ? shard_n : n, n_g = l.zero >= 2 ? shard_n : n, n_o = l.zero >= 1 ? shard_n : n;
-  if (in.precision == Precision::bf16_fp32_grads) {  // GptCuda + DataParallel: the master sits with the bf16 copy
-    // (ZeRO-3: only the fp32 shard between steps; a unit's bf16 copy lives while it is gathered)
+  if (in.precision == Precision::bf16_fp32_grads) {
+    // TransformerModelCuda + DataParallel: the master sits with the bf16 copy (ZeRO-3: only the
+    // fp32 shard between steps; a unit's bf16 copy lives while it is gathered)
     r.params = n_p * (l.zero >= 3 ? 4 : 2 + 4);
     r.grads = n_g * 4;
   } else {
@@ -233,8 +234,8 @@ void add_gpu_activations(RankLedger& r, const PlanInput& in, const std::vector<C
   const ModelConfig& m = in.model;
   const PlanLayout& l = in.layout;
   const int mb = l.micro_batch;
-  // What GptCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the fused
-  // attention's log-sum-exp and no [B, H, T, T] matrix), GPT-2 or LLaMA.
+  // What TransformerModelCuda allocates (plan_gpu_activations: bf16 tensors, fp32 statistics, the
+  // fused attention's log-sum-exp and no [B, H, T, T] matrix), GPT-2 or LLaMA.
   const int64_t rows = gpu_logits_chunk_rows(m, mb, 0, l.cp);
   auto bytes = [&](const ModelShard& sh, int slots) {
     return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));

@@ -1,10 +1,10 @@
-// The CPU backend of the training loop (train_backend.hpp): this rank's CPU GPT chunks on the
-// CPU Ops (host memory); the step protocol is TrainBackend's (StageModel: DataParallel with
+// The CPU backend of the training loop (train_backend.hpp): this rank's CPU TransformerModel chunks
+// on the CPU Ops (host memory); the step protocol is TrainBackend's (StageModel: DataParallel with
 // ZeRO 0-3, AdamW; the pipeline executor), the same code as the GPU backend's.
 #include <fmt/format.h>
 #include <omp.h>
 
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "mpitron/ops/ops.hpp"
 #include "mpitron/parallel/partition.hpp"
 #include "mpitron/train/peak_probe.hpp"
@@ -32,7 +32,7 @@ class CpuBackend final : public TrainBackend {
       shards[c].sequence_parallel = s.cfg.parallel.sp;
       const ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
                                   s.cfg.train.recompute == "full"};
-      auto g = std::make_unique<GPT>(s.mc, shards[c], *ops_, s.bp.micro, opts, tp, cp, ep);
+      auto g = std::make_unique<TransformerModel>(s.mc, shards[c], *ops_, s.bp.micro, opts, tp, cp, ep);
       g->init_weights(s.cfg.train.seed);
       chunks.push_back(std::move(g));
     }

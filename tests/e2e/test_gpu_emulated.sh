@@ -2,11 +2,11 @@
 # The CUDA backend's model and trainer without a GPU, on the CPU emulation of CudaOps
 # and the CUDA runtime (bench/gpu/emulate: each op is the CPU op with bf16 rounding of its bf16
 # tensors). Checks:
-#   - gpu_check's training comparison (GptCuda vs the CPU GPT, 20 AdamW steps; cudnn and naive
+#   - gpu_check's training comparison (TransformerModelCuda vs the CPU TransformerModel, 20 AdamW steps; cudnn and naive
 #     attention paths, padded vocab) passes on the emulation;
-#   - GptCuda's tensor-parallel gradients (tp 1 and 2, with SP, with SP + recompute; GPT-2 and
+#   - TransformerModelCuda's tensor-parallel gradients (tp 1 and 2, with SP, with SP + recompute; GPT-2 and
 #     LLaMA) and context-parallel ones (cp 2: GPT-2, LLaMA, LLaMA + recompute; summed over the cp
-#     group) match the full CPU GPT's per tensor within 2e-2 relative L2 (emulated_tp_grads);
+#     group) match the full CPU TransformerModel's per tensor within 2e-2 relative L2 (emulated_tp_grads);
 #   - the GPU trainer (train.backend = "nccl") at dp 2 (ZeRO 0, 1, 2 and 3: the CPU trainer's
 #     DataParallel, on device memory) and at dp 2 x tp 2 follows
 #     the CPU trainer's single-rank run: losses within 2e-3 relative for 10 steps (bf16
@@ -46,8 +46,8 @@ grep -m3 "max rel" "$tmp/emulated_check.md" || true
 EMU="$BUILD/bench/emulated_train"
 for np in 1 2; do
   timeout -k 5 120 $MPIRUN -np $np "$BUILD/bench/emulated_tp_grads" >"$tmp/tp_grads.log" 2>&1 ||
-    { cat "$tmp/tp_grads.log"; fail "GptCuda tensor-parallel gradients (np $np)"; }
-  grep "^GptCuda" "$tmp/tp_grads.log"
+    { cat "$tmp/tp_grads.log"; fail "TransformerModelCuda tensor-parallel gradients (np $np)"; }
+  grep "^TransformerModelCuda" "$tmp/tp_grads.log"
 done
 
 prep_fortunes "$tmp/data" 200000 fortunes computers
@@ -112,7 +112,7 @@ for r in "gpu 2" "gpu_zero1 2" "gpu_zero2 2" "gpu_zero3 2" "gpu_tp2_sp 2" "gpu_d
 done
 act() { sed -n 's/^step  1\/10 .*act \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/$1.log"; }
 echo "GPU activations (peak, rank 0): $(act gpu) without recompute, $(act gpu_recompute) with"
-# The planner's bf16 activations are GptCuda's own layout (model/gpu_activations.hpp): `plan` of
+# The planner's bf16 activations are TransformerModelCuda's own layout (model/gpu_activations.hpp): `plan` of
 # the same job gives rank 0's tracked bytes exactly (the first stage row's activation column).
 plan_act() {
   "$MPITRON" plan "${JOB:-jobs/tiny.toml}" "${common[@]}" --train.backend=nccl --bytes "$@" |
@@ -259,7 +259,7 @@ expect_error() {  # pattern extra...
 }
 expect_error "model.seq_len (62) must be divisible by 2 x cp = 4" --parallel.cp=2 --model.seq_len=62
 
-# Context parallel on the GPU trainer (GptCuda + CudaRingBlocks: k|v blocks in bf16 around the
+# Context parallel on the GPU trainer (TransformerModelCuda + CudaRingBlocks: k|v blocks in bf16 around the
 # ring, fp32 accumulators; wpe and RoPE at global positions; gradients over dp_cp): against the
 # CPU single-rank runs, with ZeRO-1 over dp x cp, with tp 2 + SP, for LLaMA (RoPE per chunk, GQA);
 # the ledger EXACT with the ring's buffers; plan's activations = the tracked ones; its checkpoint

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mixture-of-experts on the GPU trainer (GptCuda + the shared MoeMlp<CudaDevice>: the router on the
+# Mixture-of-experts on the GPU trainer (TransformerModelCuda + the shared MoeMlp<CudaDevice>: the router on the
 # host, the token copies' rows by CudaOps' moe_* kernels, one GEMM per expert), without a GPU: on
 # the CPU emulation of CudaOps and the CUDA runtime (bench/gpu/emulate). jobs/moe-tiny.toml
 # (LLaMA, 2 MoE blocks, top 2 of 4 experts). Checks, against the CPU trainer's single-rank run:

@@ -10,7 +10,7 @@
 #include "mpitron/core/rng.hpp"
 #include "mpitron/distributed/grid.hpp"
 #include "mpitron/distributed/launch.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "mpitron/ops/ops.hpp"
 #include "mpitron/parallel/pipeline.hpp"
 #include "mpitron/parallel/tied_embedding.hpp"
@@ -46,7 +46,7 @@ void check_step(const std::string& kind, int v, bool recompute) {
   auto data = batches(cfg, m, B);
   const float scale = 1.f / static_cast<float>(m * B * cfg.seq_len);
 
-  GPT full(cfg, ModelShard{}, *ops, B);
+  TransformerModel full(cfg, ModelShard{}, *ops, B);
   full.init_weights(5);
   full.zero_grad();
   double ref_loss = 0;
@@ -58,12 +58,13 @@ void check_step(const std::string& kind, int v, bool recompute) {
 
   PipelineSchedule s = make_schedule(kind, pp, m, v);
   const int r = grid.coord().pp;
-  std::vector<std::unique_ptr<GPT>> chunks;
-  std::vector<GPT*> ptrs;
+  std::vector<std::unique_ptr<TransformerModel>> chunks;
+  std::vector<TransformerModel*> ptrs;
   for (int c = 0; c < v; ++c) {
     int vs = s.virtual_stage(r, c);
     ModelShard sh{0, 1, vs, vs + 1, vs == 0, vs == V - 1};
-    chunks.push_back(std::make_unique<GPT>(cfg, sh, *ops, B, ModelOptions{s.max_in_flight(r, c), recompute}));
+    chunks.push_back(
+        std::make_unique<TransformerModel>(cfg, sh, *ops, B, ModelOptions{s.max_in_flight(r, c), recompute}));
     chunks.back()->init_weights(5);
     chunks.back()->zero_grad();
     ptrs.push_back(chunks.back().get());
@@ -71,12 +72,12 @@ void check_step(const std::string& kind, int v, bool recompute) {
   PipelineExecutor pipe(s, grid.pp(), std::vector<ModelChunk*>(ptrs.begin(), ptrs.end()));
   PipelineStepStats st = pipe.run(data, scale);
   // The tied wte: the first virtual stage is chunk 0 of rank 0, the head chunk v-1 of rank pp-1.
-  GPT& tied = *(r == 0 ? ptrs.front() : ptrs.back());
+  TransformerModel& tied = *(r == 0 ? ptrs.front() : ptrs.back());
   if (r == 0 || r == pp - 1) all_reduce_tied_embedding_grad(tied, grid);
 
   double loss = grid.pp().all_reduce_scalar(st.loss_sum, ReduceOp::sum);
   BOOST_TEST(std::abs(loss - ref_loss) / ref_loss < 1e-6, kind << ": loss " << loss << " vs " << ref_loss);
-  for (GPT* g : ptrs)
+  for (TransformerModel* g : ptrs)
     for (const auto& p : g->params()) {
       const ParamInfo* q = full.find_param(p.name);
       BOOST_REQUIRE(q);
@@ -92,7 +93,7 @@ void check_step(const std::string& kind, int v, bool recompute) {
   // Forward only (evaluation) through the same chunks gives the first micro-batch's loss.
   int64_t n = 0;
   double l0 = grid.pp().all_reduce_scalar(pipe.forward_only(data[0], &n), ReduceOp::sum);
-  GPT full_eval(cfg, ModelShard{}, *ops, B);
+  TransformerModel full_eval(cfg, ModelShard{}, *ops, B);
   full_eval.init_weights(5);
   full_eval.set_grad_enabled(false);
   double want = full_eval.forward(data[0].inputs.data(), data[0].targets.data(), B, &n);

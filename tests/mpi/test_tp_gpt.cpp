@@ -1,5 +1,5 @@
-// The whole GPT under tensor (and sequence) parallelism against the unsharded model: every rank
-// builds the full model and its TP shard from the same seed, runs the same micro-batches
+// The whole TransformerModel under tensor (and sequence) parallelism against the unsharded model:
+// every rank builds the full model and its TP shard from the same seed, runs the same micro-batches
 // through both (two accumulated backwards, one with an ignored target), and compares the loss
 // and every element of its gradient shard with the full gradient at the element's full index
 // (param_full_index). Vocabulary 50 (not a multiple of tp; padded to 64*tp), 4 heads split over
@@ -17,7 +17,7 @@
 #include "mpitron/core/rng.hpp"
 #include "mpitron/distributed/mpi_comm.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 
 using namespace mpitron;
 
@@ -42,7 +42,7 @@ std::vector<int32_t> tokens(int n, int vocab, uint64_t seed) {
 
 // Every bias and LayerNorm weight set from its full-tensor index (the same value in the full
 // model and in whichever TP shard holds the element): biases ~ 0.3 N(0,1), LN weights 1 + 0.3 N(0,1).
-void randomize_biases_and_norms(GPT& m, int tp_rank) {
+void randomize_biases_and_norms(TransformerModel& m, int tp_rank) {
   for (const auto& p : m.params()) {
     const bool bias = p.name.ends_with(".bias"), norm = p.name.find("ln_") != std::string::npos;
     if (!bias && !norm) continue;
@@ -61,10 +61,10 @@ void compare(bool sp, bool recompute) {
   auto ops = make_cpu_ops();
   const ModelConfig c = cfg();
   const int B = 2, n = B * c.seq_len;
-  GPT full(c, ModelShard{}, *ops, B, {1, recompute});
+  TransformerModel full(c, ModelShard{}, *ops, B, {1, recompute});
   ModelShard s{tp.rank(), tp.size()};
   s.sequence_parallel = sp;
-  GPT part(c, s, *ops, B, {1, recompute}, tp.size() > 1 ? &tp : nullptr);
+  TransformerModel part(c, s, *ops, B, {1, recompute}, tp.size() > 1 ? &tp : nullptr);
   full.init_weights(7);
   part.init_weights(7);
   randomize_biases_and_norms(full, 0);
@@ -116,5 +116,5 @@ BOOST_AUTO_TEST_CASE(heads_must_divide_by_tp) {
   ModelConfig c = cfg();
   c.n_head = 1;  // d_model 32, one head: cannot split over tp
   c.d_model = 32;
-  BOOST_CHECK_THROW(GPT(c, ModelShard{tp.rank(), tp.size()}, *ops, 1, {}, &tp), std::exception);
+  BOOST_CHECK_THROW(TransformerModel(c, ModelShard{tp.rank(), tp.size()}, *ops, 1, {}, &tp), std::exception);
 }

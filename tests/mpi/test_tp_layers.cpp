@@ -15,7 +15,7 @@
 #include "mpitron/distributed/mpi_comm.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/cpu_device.hpp"
-#include "mpitron/model/parallel_layers.hpp"
+#include "mpitron/model/tensor_parallel/parallel_layers.hpp"
 
 using namespace mpitron;
 

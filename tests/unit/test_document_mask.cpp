@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "grad_check.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 
 using namespace mpitron;
 using namespace mpitron::testing;
@@ -39,7 +39,7 @@ struct Run {
 };
 
 // Loss sum and gradient of one sequence (B = 1) with the given targets and positions.
-Run run(GPT& m, const std::vector<int32_t>& in, const std::vector<int32_t>& tg, const int32_t* positions) {
+Run run(TransformerModel& m, const std::vector<int32_t>& in, const std::vector<int32_t>& tg, const int32_t* positions) {
   m.zero_grad();
   int64_t n = 0;
   Run r;
@@ -59,7 +59,7 @@ void check_documents_alone(const char* preset) {
   const ModelConfig cfg = config(preset);
   const int T = cfg.seq_len;
   auto ops = make_cpu_ops();
-  GPT m(cfg, ModelShard{}, *ops, 1);
+  TransformerModel m(cfg, ModelShard{}, *ops, 1);
   m.init_weights(3);
   for (size_t i = 0; i < m.num_params(); ++i) m.param_data()[i] *= 4.f;  // every path carries signal
   m.params_changed();

@@ -1,14 +1,15 @@
-// Gradient bucket plans and ZeRO shard arithmetic (src/parallel/grad_buckets.cpp), plus the GPT
-// unit-hook sequence they rely on: buckets tile the flat layout in reverse order, respect the
-// size cap, become ready exactly when backward has finished their last unit; shards tile [0, n).
+// Gradient bucket plans and ZeRO shard arithmetic (src/parallel/grad_buckets.cpp), plus the
+// TransformerModel unit-hook sequence they rely on: buckets tile the flat layout in reverse order,
+// respect the size cap, become ready exactly when backward has finished their last unit; shards
+// tile [0, n).
 #include <boost/test/unit_test.hpp>
 #include <numeric>
 #include <utility>
 #include <vector>
 
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/gpt.hpp"
 #include "mpitron/model/param_tables.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 
 using namespace mpitron;
@@ -75,8 +76,8 @@ BOOST_AUTO_TEST_CASE(worked_example_of_the_header) {
   BOOST_REQUIRE(b.size() == 3u);
   BOOST_TEST(b[0].end - b[0].begin == 50112u);  // ln_f + h.1
   BOOST_TEST(b[0].ready_at == backward_position(1, 2));
-  BOOST_TEST(b[1].ready_at == backward_position(GPT::kEmbeddingUnit, 2));  // h.0 + wpe
-  BOOST_TEST(b[2].params.size() == 1u);                                     // wte alone
+  BOOST_TEST(b[1].ready_at == backward_position(TransformerModel::kEmbeddingUnit, 2));  // h.0 + wpe
+  BOOST_TEST(b[2].params.size() == 1u);                                                 // wte alone
   BOOST_TEST(table[b[2].params[0]].name == "wte.weight");
   BOOST_TEST(b[2].alloc_at == 0);  // the tied head writes wte's gradient first
 }
@@ -113,7 +114,7 @@ BOOST_AUTO_TEST_CASE(tied_wte_across_stages_is_a_deferred_bucket_of_its_own) {
       BOOST_TEST(table[b.back().params[0]].name == "wte.weight");
       BOOST_TEST(b.back().begin == 0u);
       for (size_t i = 0; i + 1 < b.size(); ++i) BOOST_TEST(!b[i].deferred);
-      BOOST_TEST(b.back().alloc_at == (s.has_head ? 0 : backward_position(GPT::kEmbeddingUnit, 1)));
+      BOOST_TEST(b.back().alloc_at == (s.has_head ? 0 : backward_position(TransformerModel::kEmbeddingUnit, 1)));
     }
 }
 
@@ -139,16 +140,16 @@ BOOST_AUTO_TEST_CASE(zero_shards_tile_and_align) {
 BOOST_AUTO_TEST_CASE(unit_hook_order) {
   auto ops = make_cpu_ops();
   ModelConfig c = tiny();
-  GPT m(c, ModelShard{}, *ops, 1);
+  TransformerModel m(c, ModelShard{}, *ops, 1);
   m.init_weights(1);
-  std::vector<std::pair<GPT::UnitEvent, int>> ev;
-  m.set_unit_hook([&](GPT::UnitEvent e, int u) { ev.emplace_back(e, u); });
+  std::vector<std::pair<TransformerModel::UnitEvent, int>> ev;
+  m.set_unit_hook([&](TransformerModel::UnitEvent e, int u) { ev.emplace_back(e, u); });
   std::vector<int32_t> x(c.seq_len, 1), y(c.seq_len, 2);
   int64_t nt = 0;
   m.forward(x.data(), y.data(), 1, &nt);
   m.backward(1.0f);
-  using E = GPT::UnitEvent;
-  const int emb = GPT::kEmbeddingUnit, head = GPT::kHeadUnit;
+  using E = TransformerModel::UnitEvent;
+  const int emb = TransformerModel::kEmbeddingUnit, head = TransformerModel::kHeadUnit;
   std::vector<std::pair<E, int>> want = {
       {E::pre_forward, emb},   {E::pre_forward, 0},     {E::post_forward, 0},   {E::pre_forward, 1},
       {E::post_forward, 1},    {E::pre_forward, head},  {E::post_forward, head}, {E::post_forward, emb},

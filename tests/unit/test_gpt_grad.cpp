@@ -1,5 +1,5 @@
-// The whole GPT against finite differences (fp32 model, central differences eps 1e-2 on the
-// mean loss; error norm per tensor max|numeric - analytic| / max|analytic| over checked
+// The whole TransformerModel against finite differences (fp32 model, central differences eps 1e-2
+// on the mean loss; error norm per tensor max|numeric - analytic| / max|analytic| over checked
 // entries, tolerance 1e-2), pipeline-stage shards agreeing with the full model, and a tiny
 // model memorising a repeated batch with AdamW.
 #include <boost/test/unit_test.hpp>
@@ -8,7 +8,7 @@
 
 #include "grad_check.hpp"
 #include "mpitron/core/error.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 
 using namespace mpitron;
 using namespace mpitron::testing;
@@ -39,7 +39,7 @@ BOOST_AUTO_TEST_SUITE(gpt_grad)
 BOOST_AUTO_TEST_CASE(param_table_and_init) {
   auto cfg = micro_config();
   auto ops = make_cpu_ops();
-  GPT m(cfg, ModelShard{}, *ops, 2);
+  TransformerModel m(cfg, ModelShard{}, *ops, 2);
   m.init_weights(1234);
   const ParamInfo* wte = m.find_param("wte.weight");
   BOOST_REQUIRE(wte);
@@ -47,7 +47,8 @@ BOOST_AUTO_TEST_CASE(param_table_and_init) {
   for (int64_t i = 50 * 32; i < 64 * 32; ++i) BOOST_TEST(m.param_data()[wte->offset + i] == 0.f);
   BOOST_TEST(m.params().size() == 2 + 12 * 2 + 2u);
   // A pipeline stage computes exactly its own elements of the same full tensors.
-  GPT s(cfg, ModelShard{.layer_begin = 1, .layer_end = 2, .has_embedding = false, .has_head = true}, *ops, 2);
+  TransformerModel s(cfg, ModelShard{.layer_begin = 1, .layer_end = 2, .has_embedding = false, .has_head = true},
+                     *ops, 2);
   s.init_weights(1234);
   for (const auto& p : s.params()) {
     const ParamInfo* q = m.find_param(p.name);
@@ -69,7 +70,7 @@ BOOST_AUTO_TEST_CASE(whole_model_finite_differences) {
   auto cfg = micro_config();
   auto ops = make_cpu_ops();
   const int B = 2, T = cfg.seq_len;
-  GPT m(cfg, ModelShard{}, *ops, B);
+  TransformerModel m(cfg, ModelShard{}, *ops, B);
   m.init_weights(7);
   // Larger-than-init weights so every path carries signal.
   for (size_t i = 0; i < m.num_params(); ++i) m.param_data()[i] *= 5.f;
@@ -105,10 +106,12 @@ BOOST_AUTO_TEST_CASE(pipeline_stages_match_full_model) {
   auto cfg = micro_config();
   auto ops = make_cpu_ops();
   const int B = 2, T = cfg.seq_len, C = cfg.d_model;
-  GPT full(cfg, ModelShard{}, *ops, B);
-  GPT s0(cfg, ModelShard{.layer_begin = 0, .layer_end = 1, .has_embedding = true, .has_head = false}, *ops, B);
-  GPT s1(cfg, ModelShard{.layer_begin = 1, .layer_end = 2, .has_embedding = false, .has_head = true}, *ops, B);
-  for (GPT* g : {&full, &s0, &s1}) g->init_weights(99), g->zero_grad();
+  TransformerModel full(cfg, ModelShard{}, *ops, B);
+  TransformerModel s0(cfg, ModelShard{.layer_begin = 0, .layer_end = 1, .has_embedding = true, .has_head = false},
+                      *ops, B);
+  TransformerModel s1(cfg, ModelShard{.layer_begin = 1, .layer_end = 2, .has_embedding = false, .has_head = true},
+                      *ops, B);
+  for (TransformerModel* g : {&full, &s0, &s1}) g->init_weights(99), g->zero_grad();
   auto in = tokens(B * T, cfg.vocab_size, 5), tg = tokens(B * T, cfg.vocab_size, 6);
   int64_t n;
   double lf = full.forward(in.data(), tg.data(), B, &n);
@@ -120,7 +123,7 @@ BOOST_AUTO_TEST_CASE(pipeline_stages_match_full_model) {
   std::copy(s1.stage_input_grad(), s1.stage_input_grad() + B * T * C, s0.stage_output_grad());
   s0.backward(1.f / n);
   BOOST_TEST(l1 == lf);
-  for (GPT* s : {&s0, &s1})
+  for (TransformerModel* s : {&s0, &s1})
     for (const auto& p : s->params()) {
       if (p.name == "wte.weight") continue;  // tied: split between the stages, checked below
       const ParamInfo* q = full.find_param(p.name);
@@ -140,7 +143,7 @@ BOOST_AUTO_TEST_CASE(memorises_a_repeated_batch) {
   cfg.seq_len = 16;
   auto ops = make_cpu_ops();
   const int B = 4, T = cfg.seq_len;
-  GPT m(cfg, ModelShard{}, *ops, B);
+  TransformerModel m(cfg, ModelShard{}, *ops, B);
   m.init_weights(3);
   auto in = tokens(B * T, cfg.vocab_size, 11), tg = tokens(B * T, cfg.vocab_size, 12);
   std::vector<float> mo(m.num_params(), 0.f), vo(m.num_params(), 0.f);

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 
 using namespace mpitron;
 
@@ -99,7 +99,7 @@ void check_against_fixture(const char* fixture, const char* preset) {
   const double tol = 1e-5;
 
   auto ops = make_cpu_ops();
-  GPT m(cfg, ModelShard{}, *ops, B);
+  TransformerModel m(cfg, ModelShard{}, *ops, B);
   for (const auto& p : m.params()) {
     auto w = h5.read<float>("params/" + p.name, H5T_NATIVE_FLOAT);
     BOOST_REQUIRE_EQUAL(w.size(), p.numel);

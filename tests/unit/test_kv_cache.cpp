@@ -1,14 +1,14 @@
-// Generation with a KV cache (GPT::decode) against the full forward, for both architectures:
-// the logits at every position of a sequence, decoded as a prefill of 5 tokens then one token at
-// a time (each reading the cached keys and values), equal the full window's forward logits at
-// that position within 1e-5 relative (max|diff| / max|logit|). LLaMA also checks RoPE's position
-// offset (pos0) and the grouped-query cache (2 kv heads for 4 query heads).
+// Generation with a KV cache (TransformerModel::decode) against the full forward, for both
+// architectures: the logits at every position of a sequence, decoded as a prefill of 5 tokens then
+// one token at a time (each reading the cached keys and values), equal the full window's forward
+// logits at that position within 1e-5 relative (max|diff| / max|logit|). LLaMA also checks RoPE's
+// position offset (pos0) and the grouped-query cache (2 kv heads for 4 query heads).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <vector>
 
 #include "mpitron/core/rng.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 
 using namespace mpitron;
 
@@ -18,7 +18,7 @@ void check_decode_matches_forward(ModelConfig cfg) {
   cfg.vocab_size = 50;
   cfg.seq_len = 24;
   auto ops = make_cpu_ops();
-  GPT m(cfg, ModelShard{}, *ops, 1);
+  TransformerModel m(cfg, ModelShard{}, *ops, 1);
   m.init_weights(7);
   m.set_grad_enabled(false);
   const int T = cfg.seq_len;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mpitron/core/rng.hpp"
-#include "mpitron/model/moe_routing.hpp"
+#include "mpitron/model/moe/moe_routing.hpp"
 
 using namespace mpitron;
 

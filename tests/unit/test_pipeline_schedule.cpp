@@ -10,7 +10,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "mpitron/parallel/schedule.hpp"
 
 using namespace mpitron;
@@ -166,13 +166,13 @@ BOOST_AUTO_TEST_CASE(activation_slots_and_recompute_match) {
       in[k].push_back(static_cast<int32_t>(counter_bits(7, k, i) % cfg.vocab_size));
       tg[k].push_back(static_cast<int32_t>(counter_bits(8, k, i) % cfg.vocab_size));
     }
-  GPT ref(cfg, ModelShard{}, *ops, B);
+  TransformerModel ref(cfg, ModelShard{}, *ops, B);
   ref.init_weights(3);
   ref.zero_grad();
   int64_t n;
   for (int k = 0; k < M; ++k) ref.forward(in[k].data(), tg[k].data(), B, &n), ref.backward(0.01f);
   for (bool recompute : {false, true}) {
-    GPT m(cfg, ModelShard{}, *ops, B, {M, recompute});
+    TransformerModel m(cfg, ModelShard{}, *ops, B, {M, recompute});
     m.init_weights(3);
     m.zero_grad();
     for (int k = 0; k < M; ++k) m.forward(in[k].data(), tg[k].data(), B, &n, k);  // GPipe-like: all forwards

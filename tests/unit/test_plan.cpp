@@ -11,9 +11,9 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/gpt.hpp"
 #include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/param_tables.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "mpitron/ops/ops.hpp"
 #include "mpitron/parallel/adamw.hpp"
 #include "mpitron/plan/advisor.hpp"
@@ -190,11 +190,11 @@ BOOST_AUTO_TEST_CASE(pipeline_stages_and_tp) {
 // for a rank's shard and compare the bytes they allocate (the trainer's check_ledger does this
 // at run time over MPI; here one process plays each rank).
 BOOST_AUTO_TEST_CASE(gpu_ledger_uses_the_gpu_models_activation_layout) {
-  // bf16 plans what GptCuda allocates (model/gpu_activations.hpp). Per block and micro-batch:
-  // bf16 ln1, qkv (3C), attention output, res2, ln2, fc and its GELU (4C each), res3 = 16 C per
-  // row; fp32 LayerNorm mean + rstd, twice = 16 B per row; the fused attention's log-sum-exp
-  // 4*B*H*T bytes; no [B, H, T, T] matrix. tiny (C 64, H 4, T 64), micro-batch 2: BT = 128 rows,
-  // every buffer a multiple of the 256-byte alignment.
+  // bf16 plans what TransformerModelCuda allocates (model/gpu_activations.hpp). Per block and
+  // micro-batch: bf16 ln1, qkv (3C), attention output, res2, ln2, fc and its GELU (4C each), res3 =
+  // 16 C per row; fp32 LayerNorm mean + rstd, twice = 16 B per row; the fused attention's
+  // log-sum-exp 4*B*H*T bytes; no [B, H, T, T] matrix. tiny (C 64, H 4, T 64), micro-batch 2: BT =
+  // 128 rows, every buffer a multiple of the 256-byte alignment.
   PlanInput in = input("tiny", 1, 1);
   in.precision = Precision::bf16;
   in.layout.micro_batch = 2;
@@ -227,7 +227,7 @@ BOOST_AUTO_TEST_CASE(gpt2_ledger_matches_the_allocator) {
       RankLedger r = rank_ledger(in, rank);
       const MemStats before = MemTracker::host().stats();
       {
-        GPT model(in.model, r.shard, *ops, c.micro, {r.act_in_flight, c.recompute});
+        TransformerModel model(in.model, r.shard, *ops, c.micro, {r.act_in_flight, c.recompute});
         AdamW opt({}, *ops, model.params(), 0, model.num_params());
         const MemStats s = MemTracker::host().stats();
         BOOST_TEST(s.of(Mem::params) - before.of(Mem::params) == r.params);

@@ -1,5 +1,5 @@
-// gpu_check's training comparison on the CPU emulation of CudaOps (fake_cuda.cpp): GptCuda
-// against the CPU GPT without a GPU. See run.sh.
+// gpu_check's training comparison on the CPU emulation of CudaOps (fake_cuda.cpp):
+// TransformerModelCuda against the CPU TransformerModel without a GPU. See run.sh.
 //   emulated_check RESULTS.md [PRESET B]   (PRESET B: also one timed step of that preset, slow)
 #include <cstdlib>
 #include <cstring>
@@ -7,8 +7,8 @@
 
 #include "../report.hpp"
 #include "../training_check.hpp"
-#include "mpitron/model/cuda/gpt_cuda.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/cuda/transformer_model_cuda.hpp"
+#include "mpitron/model/transformer_model.hpp"
 
 using namespace mpitron;
 using namespace mpitron::gpu_check;
@@ -19,20 +19,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   Report rep(argv[1]);
-  rep.line("# GptCuda on a CPU emulation of CudaOps (bench/gpu/emulate): wiring check, no GPU\n");
+  rep.line("# TransformerModelCuda on a CPU emulation of CudaOps (bench/gpu/emulate): wiring check, no GPU\n");
   auto cpu = make_cpu_ops();
-  {  // GptCuda::init_weights = GPT::init_weights, bit for bit
+  {  // TransformerModelCuda::init_weights = TransformerModel::init_weights, bit for bit
     const ModelConfig cfg = model_preset("tiny");
-    GPT ref(cfg, ModelShard{}, *cpu, 1);
+    TransformerModel ref(cfg, ModelShard{}, *cpu, 1);
     ref.init_weights(7);
     auto ops = make_cuda_ops();
-    GptCuda model(cfg, ModelShard{}, *ops, 1);
+    TransformerModelCuda model(cfg, ModelShard{}, *ops, 1);
     model.init_weights(7);
     std::vector<float> host(model.num_params());
     model.copy_params_to_host(host.data(), host.size());
     const bool same =
         host.size() == ref.num_params() && std::memcmp(host.data(), ref.param_data(), host.size() * sizeof(float)) == 0;
-    rep.line("GptCuda::init_weights(7) equals GPT::init_weights(7) bit for bit: {}\n", same ? "ok" : "**FAIL**");
+    rep.line("TransformerModelCuda::init_weights(7) equals TransformerModel::init_weights(7) bit for bit: {}\n",
+             same ? "ok" : "**FAIL**");
     if (!same) ++rep.failures;
   }
   tiny_training_check(rep, *cpu);

@@ -1,16 +1,16 @@
-// GptCuda under tensor (and sequence) parallelism against the unsharded CPU GPT, on the CPU
-// emulation of CudaOps (fake_cuda.cpp) with an MPI TP group: every rank builds the full CPU
-// model and its GptCuda TP shard from the same seed, runs the same two micro-batches (one
-// target ignored) through both, and compares the loss and every gradient tensor of its shard
-// with the full gradient at each element's full index (param_full_index), as
-// tests/mpi/test_tp_gpt does for the CPU model. bf16 activations: relative L2 per tensor
-// <= 2e-2. Catches what the loss curves cannot: e.g. an SP LayerNorm gradient left unsummed
-// over the TP group (Adam hides the factor 1/tp), run with tp, tp + sp, tp + sp + recompute.
-// Context parallel (np 2: the group as a cp group instead, GPT-2 and LLaMA): each rank's GptCuda
-// holds half of every sequence's positions; its gradients and loss are summed over the cp group
-// and compared with the full model's the same way. Catches a wrong block mask or position that
-// moves the loss curves by less than their bf16 bound (e.g. every k|v block masked with the
-// rank's own key positions: loss curves within 1.1e-3, gradients off by far more).
+// TransformerModelCuda under tensor (and sequence) parallelism against the unsharded CPU
+// TransformerModel, on the CPU emulation of CudaOps (fake_cuda.cpp) with an MPI TP group: every
+// rank builds the full CPU model and its TransformerModelCuda TP shard from the same seed, runs the
+// same two micro-batches (one target ignored) through both, and compares the loss and every
+// gradient tensor of its shard with the full gradient at each element's full index
+// (param_full_index), as tests/mpi/test_tp_gpt does for the CPU model. bf16 activations: relative
+// L2 per tensor <= 2e-2. Catches what the loss curves cannot: e.g. an SP LayerNorm gradient left
+// unsummed over the TP group (Adam hides the factor 1/tp), run with tp, tp + sp, tp + sp +
+// recompute. Context parallel (np 2: the group as a cp group instead, GPT-2 and LLaMA): each rank's
+// TransformerModelCuda holds half of every sequence's positions; its gradients and loss are summed
+// over the cp group and compared with the full model's the same way. Catches a wrong block mask or
+// position that moves the loss curves by less than their bf16 bound (e.g. every k|v block masked
+// with the rank's own key positions: loss curves within 1.1e-3, gradients off by far more).
 // Document masking (tp 1, tp 2 + sp and cp 2, GPT-2 and LLaMA): both models get the same document
 // positions (sequence 0 packs documents of 5, 7 and 4 tokens, sequence 1 of 9 and 7; at cp 2 rank
 // 0's last chunk, positions 12-15, is a document that sees none of rank 1's keys); the gradients
@@ -26,8 +26,8 @@
 #include "mpitron/core/rng.hpp"
 #include "mpitron/distributed/mpi_comm.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/cuda/gpt_cuda.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/cuda/transformer_model_cuda.hpp"
+#include "mpitron/model/transformer_model.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
 using namespace mpitron;
@@ -58,7 +58,7 @@ int compare(MpiComm& tp, bool sp, bool recompute, bool cp = false, bool llama = 
   if (!llama) c.n_head = 4, c.d_model = 64, c.d_ff = 256;
   const int B = 2, n = B * c.seq_len;
   auto cpu = make_cpu_ops();
-  GPT full(c, ModelShard{}, *cpu, B);
+  TransformerModel full(c, ModelShard{}, *cpu, B);
   full.init_weights(7);
   full.zero_grad();
   auto ops = make_cuda_ops();
@@ -67,7 +67,7 @@ int compare(MpiComm& tp, bool sp, bool recompute, bool cp = false, bool llama = 
   if (cp) s.cp_rank = tp.rank(), s.cp_size = tp.size();
   ModelOptions o;
   o.recompute = recompute;
-  GptCuda part(c, s, *ops, B, o, !cp && tp.size() > 1 ? &tp : nullptr, cp ? &tp : nullptr);
+  TransformerModelCuda part(c, s, *ops, B, o, !cp && tp.size() > 1 ? &tp : nullptr, cp ? &tp : nullptr);
   part.init_weights(7);
   part.zero_grad();
   double lf = 0, lp = 0;
@@ -114,8 +114,9 @@ int compare(MpiComm& tp, bool sp, bool recompute, bool cp = false, bool llama = 
     ++failures;
     std::printf("rank %d: loss %.6f vs %.6f\n", tp.rank(), lp, lf);
   }
+  // tests/e2e/test_gpu_emulated.sh prints the lines that start with the class's name.
   if (tp.rank() == 0)
-    std::printf("GptCuda %s %s %d sp %d recompute %d%s vs the full CPU GPT: loss rel %.2e, worst gradient %s %.2e "
+    std::printf("TransformerModelCuda %s %s %d sp %d recompute %d%s vs the full CPU model: loss rel %.2e, worst gradient %s %.2e "
                 "(bound 2e-2)\n",
                 llama ? "llama" : "gpt2", cp ? "cp" : "tp", tp.size(), sp, recompute, docs ? " documents" : "", lrel,
                 worst_name, worst);

@@ -1,12 +1,13 @@
-// A CPU emulation of CudaOps and of the CUDA runtime calls GptCuda makes, for checking GptCuda's
-// wiring (offsets, shapes, accumulate vs overwrite, chunking, loss scaling, AdamW segments)
-// against the CPU GPT on a machine without a GPU (run.sh). Each CudaOps call converts its bf16
-// inputs to fp32, runs the CPU op and rounds its bf16 outputs (mpitron::to_bf16), keeping the
-// interface's precision plan (fp32 gradients +=, bf16 dinp +=, fp32 master weights); attention
-// recomputes its probabilities in the backward and checks that the caller handed back this
-// forward's output and logsumexp stats. "Device" memory is host memory: the runtime functions
-// below replace libcudart's for this executable (the linker prefers the executable's own
-// definitions). Timings mean nothing here; the real kernels are checked by gpu_check.
+// A CPU emulation of CudaOps and of the CUDA runtime calls TransformerModelCuda makes, for checking
+// TransformerModelCuda's wiring (offsets, shapes, accumulate vs overwrite, chunking, loss scaling,
+// AdamW segments) against the CPU TransformerModel on a machine without a GPU (run.sh). Each
+// CudaOps call converts its bf16 inputs to fp32, runs the CPU op and rounds its bf16 outputs
+// (mpitron::to_bf16), keeping the interface's precision plan (fp32 gradients +=, bf16 dinp +=, fp32
+// master weights); attention recomputes its probabilities in the backward and checks that the
+// caller handed back this forward's output and logsumexp stats. "Device" memory is host memory: the
+// runtime functions below replace libcudart's for this executable (the linker prefers the
+// executable's own definitions). Timings mean nothing here; the real kernels are checked by
+// gpu_check.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

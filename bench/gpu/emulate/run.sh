@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GptCuda against the CPU GPT without a GPU: gpu_check's training comparison (training_check.cpp)
+# TransformerModelCuda against the CPU TransformerModel without a GPU: gpu_check's training comparison (training_check.cpp)
 # linked with a CPU emulation of CudaOps and of the CUDA runtime (fake_cuda.cpp).
 #   bash bench/gpu/emulate/run.sh [RESULTS.md] [PRESET B]
 # Needs a CUDA build (the toolkit's headers and libraries, no GPU): makes $BUILD/bench/emulated_*

@@ -1,10 +1,11 @@
 // What a transformer block is made of, per architecture: the one place where GPT-2 and LLaMA
-// differ. Both models (the CPU GPT, the GPU GptCuda), their activation planners and the decode
-// path read these fields and never ask which architecture they run; a new architecture made of
-// the same parts is one more BlockSpec here plus its parameter table (param_tables.hpp), with no
-// branch added to the models. A variant of a block that only adds tensors is an option of the
-// config instead (Qwen2's q/k/v biases, Qwen3's q/k norm: ModelConfig::qkv_bias / qk_norm, named
-// by block_tensor_name), so every path that runs LLaMA runs it.
+// differ. Both models (the CPU TransformerModel, the GPU TransformerModelCuda), their activation
+// planners and the decode path read these fields and never ask which architecture they run; a new
+// architecture made of the same parts is one more BlockSpec here plus its parameter table
+// (param_tables.hpp), with no branch added to the models. A variant of a block that only adds
+// tensors is an option of the config instead (Qwen2's q/k/v biases, Qwen3's q/k norm:
+// ModelConfig::qkv_bias / qk_norm, named by block_tensor_name), so every path that runs LLaMA runs
+// it.
 //
 // The block, for every architecture (pre-norm):
 //   x = x + proj(attention(positions(qkv(norm1(x)))))     qkv fused: [q | k | v] in one GEMM

@@ -1,7 +1,8 @@
 // One transformer block's tensors as the shared block code (transformer_block.hpp) sees them,
 // typed by the device's element type: A = the activations' (float on the CPU, bf16 on the GPU),
 // W = what the kernels read of the weights (the same), gradients always fp32. Each model lays
-// them out its own way (gpt.cpp, gpu_activations.cpp) and hands the block these views.
+// them out its own way (transformer_model.cpp, gpu_activations.cpp) and hands the block these
+// views.
 #pragma once
 
 namespace mpitron {

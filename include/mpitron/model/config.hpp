@@ -12,7 +12,7 @@ struct ModelSection;
 
 enum class Arch : uint8_t { gpt2, llama };
 
-// Mixture-of-experts MLPs ([model.moe]; model/moe_mlp.hpp). n_experts 0: every block is dense.
+// Mixture-of-experts MLPs ([model.moe]; model/moe/moe_mlp.hpp). n_experts 0: every block is dense.
 enum class MoeRouter : uint8_t { softmax_topk, topk_softmax };
 struct MoeConfig {
   int n_experts = 0;

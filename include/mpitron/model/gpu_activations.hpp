@@ -1,7 +1,7 @@
-// The GPU model's activation layout (GptCuda, model/cuda/gpt_cuda.hpp): which buffers one
-// micro-batch in flight keeps for backward and which scratch the slots share. CUDA-free, so the
-// planner (plan/ledger.cpp) sizes the GPU activations with the function the GPU model allocates
-// them with; the buffers are device memory (bf16 tensors, fp32 statistics).
+// The GPU model's activation layout (TransformerModelCuda, model/cuda/transformer_model_cuda.hpp):
+// which buffers one micro-batch in flight keeps for backward and which scratch the slots share.
+// CUDA-free, so the planner (plan/ledger.cpp) sizes the GPU activations with the function the GPU
+// model allocates them with; the buffers are device memory (bf16 tensors, fp32 statistics).
 //
 // Per block and slot: ln1, qkv, the fused attention's output and its log-sum-exp statistics
 // [B, H/tp, T] (no [B, H, T, T] attention matrix: cuDNN's fused attention never forms one, and
@@ -25,8 +25,9 @@ namespace mpitron {
 // What backward needs of one block (block_tensors.hpp); att: the attention's log-sum-exp stats.
 using GpuLayerActs = BlockActs<bf16>;
 
-// Context parallel (cp > 1): the ring attention's buffers (model/cuda/ring_blocks_cuda.hpp),
-// shared by the slots, and every cp rank's global positions (for the ring's masks, wpe and RoPE).
+// Context parallel (cp > 1): the ring attention's buffers
+// (model/context_parallel/cuda/ring_blocks_cuda.hpp), shared by the slots, and every cp rank's
+// global positions (for the ring's masks, wpe and RoPE).
 struct GpuRingBufs {
   bf16* kv[2] = {nullptr, nullptr};    // k|v blocks in flight [B, Tl, 2 KV/tp hd]
   float* dkv[2] = {nullptr, nullptr};  // dk|dv blocks in flight, the same shape, fp32
@@ -75,8 +76,8 @@ GpuActLayout gpu_act_layout(const ModelConfig& cfg, const ModelShard& shard, int
 int64_t gpu_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, int64_t option = 0, int cp = 1);
 
 // Lays the activations of every slot out from `base` (nullptr: only sizes them); the scratch
-// buffers are shared by the slots. Returns the bytes used: what GptCuda allocates under
-// Mem::activations.
+// buffers are shared by the slots. Returns the bytes used: what TransformerModelCuda allocates
+// under Mem::activations.
 size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, char* base, std::vector<GpuActs>& slots);
 
 // plan_gpu_activations' bytes for one chunk (nothing laid out): the planner's GPU activations.

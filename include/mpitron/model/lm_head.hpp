@@ -12,9 +12,9 @@
 #include <functional>
 
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/parallel_layers.hpp"
 #include "mpitron/model/shard_geometry.hpp"
-#include "mpitron/model/tp_mappings.hpp"
+#include "mpitron/model/tensor_parallel/parallel_layers.hpp"
+#include "mpitron/model/tensor_parallel/tp_mappings.hpp"
 
 namespace mpitron {
 

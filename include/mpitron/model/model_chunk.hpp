@@ -1,9 +1,10 @@
 // What the backend-neutral training code (src/parallel: DataParallel with its gradient buckets
 // and ZeRO 1-3, AdamW, the tied embedding, StageModel) needs of one model chunk: its parameter
 // table and fp32 flat parameter / gradient buffers, the unit events of its forward and backward,
-// and the rebinding ZeRO-2/3 do. The CPU GPT (gpt.hpp) and the GPU GptCuda (cuda/gpt_cuda.hpp)
-// implement it, so data parallel, ZeRO and the optimizer are written once for both backends.
-// It sits in model/ (not parallel/, which uses it) so that models do not depend on parallel/.
+// and the rebinding ZeRO-2/3 do. The CPU TransformerModel (transformer_model.hpp) and the GPU
+// TransformerModelCuda (cuda/transformer_model_cuda.hpp) implement it, so data parallel, ZeRO and
+// the optimizer are written once for both backends. It sits in model/ (not parallel/, which uses
+// it) so that models do not depend on parallel/.
 //
 // A chunk is one rank's part of the model: a pipeline stage (or an interleaved virtual stage)
 // of a tensor-parallel slice (ModelShard). Its buffers are of the device its FlatOps works on.
@@ -17,7 +18,7 @@
 
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/moe_routing.hpp"
+#include "mpitron/model/moe/moe_routing.hpp"
 
 namespace mpitron {
 
@@ -164,7 +165,8 @@ class ModelChunk {
   virtual void release_grad_buffer() = 0;
 
   // Seconds spent in tensor-parallel collectives since construction, where the model times them
-  // (the CPU GPT); < 0: not measured (the GPU's run on the stream, untimed on the host).
+  // (the CPU TransformerModel); < 0: not measured (the GPU's run on the stream, untimed on the
+  // host).
   virtual double tp_comm_seconds() const { return -1.0; }
   // Seconds blocked on the context-parallel ring since construction (its transfers not hidden
   // behind attention compute); < 0: not measured or no context parallel.

@@ -45,7 +45,8 @@ int64_t moe_inactive_params(const ModelConfig& cfg);
 // checkpoint hyperslabs.
 int64_t param_full_index(const ParamInfo& p, int64_t i, int tp_rank);
 // The initialisation of the flat buffer `base` laid out as `table` (model_param_table): what
-// GPT::init_weights does, for callers without a GPT (the GPU model loads it from the host).
+// TransformerModel::init_weights does, for callers without a TransformerModel (the GPU model loads
+// it from the host).
 void init_model_params(const ModelConfig& cfg, const std::vector<ParamInfo>& table, float* base, uint64_t seed,
                      int tp_rank = 0);
 
@@ -63,9 +64,9 @@ inline size_t flat_param_floats(const std::vector<ParamInfo>& table) {
 // Floats of activations (incl. backward scratch) the model plans for micro-batch B.
 int64_t gpt_activation_floats(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
                               ModelOptions opts = {});
-// Every byte the GPT constructor allocates under Mem::activations: the planned buffer above, each
-// slot's token ids (inputs + targets) and document rows (positions + starts), int32, and the
-// last-position logits on the head shard.
+// Every byte the TransformerModel constructor allocates under Mem::activations: the planned buffer
+// above, each slot's token ids (inputs + targets) and document rows (positions + starts), int32,
+// and the last-position logits on the head shard.
 // The memory ledger (src/plan) predicts the activation category with this.
 int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int max_micro_batch,
                              ModelOptions opts = {});
@@ -74,8 +75,8 @@ int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, in
 // Bigger chunks make the head GEMMs more efficient (fewer passes over the [vocab, d] gradient).
 // Worked example: 8192 rows, vocab 50304, budget 2^24 -> at most 333 rows -> 25 chunks of 328.
 int64_t logits_chunk_rows(int64_t rows, int64_t vocab, int64_t budget);
-// The CPU GPT's: opts.logits_chunk_rows when set, else logits_chunk_rows over padded_vocab() with a
-// budget of 2^24 floats (64 MB).
+// The CPU TransformerModel's: opts.logits_chunk_rows when set, else logits_chunk_rows over
+// padded_vocab() with a budget of 2^24 floats (64 MB).
 int64_t gpt_logits_chunk_rows(const ModelConfig& cfg, int max_micro_batch, const ModelOptions& opts = {});
 
 // FLOPs per token, forward + backward: 6*N_nonembedding + 6*V*d + 12*L*T*d (6 FLOPs per weight and token, plus attention), for

@@ -1,8 +1,9 @@
 // One rank's share of the model, the same arithmetic on both devices: the per-rank widths under
 // tensor parallel (whole heads per rank, Megatron's split), this rank's positions of every
 // sequence under context parallel (two load-balanced chunks), where each local row sits in the
-// trainer's full [B, seq_len] arrays, and the rotary embedding over those positions. The CPU GPT
-// and the GPU GptCuda both hold one; only the element type and the ops differ.
+// trainer's full [B, seq_len] arrays, and the rotary embedding over those positions. The CPU
+// TransformerModel and the GPU TransformerModelCuda both hold one; only the element type and the
+// ops differ.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,10 +1,10 @@
-// One transformer block, forward and backward, written once for both devices: the CPU GPT
-// (gpt.cpp, Dev = CpuDevice) and the GPU GptCuda (cuda/gpt_cuda.cpp, Dev = CudaDevice) each own
-// their memory (parameters, activations, ZeRO-3 copies) and run their blocks through this.
-// What differs per architecture is the BlockSpec (arch.hpp): the norm (LayerNorm with bias or
-// RMSNorm), the MLP (GELU or SwiGLU over a fused [gate | up]), RoPE on q and k, grouped KV heads;
-// the LLaMA family's optional q/k/v biases (Qwen2) and per-head q/k RMSNorm (Qwen3) come with
-// their tensors (a nullptr q_norm: none).
+// One transformer block, forward and backward, written once for both devices: the CPU
+// TransformerModel (transformer_model.cpp, Dev = CpuDevice) and the GPU TransformerModelCuda
+// (cuda/transformer_model_cuda.cpp, Dev = CudaDevice) each own their memory (parameters,
+// activations, ZeRO-3 copies) and run their blocks through this. What differs per architecture is
+// the BlockSpec (arch.hpp): the norm (LayerNorm with bias or RMSNorm), the MLP (GELU or SwiGLU over
+// a fused [gate | up]), RoPE on q and k, grouped KV heads; the LLaMA family's optional q/k/v biases
+// (Qwen2) and per-head q/k RMSNorm (Qwen3) come with their tensors (a nullptr q_norm: none).
 //
 // The block (pre-norm, Megatron's tensor-parallel split, parallel_layers.hpp):
 //   ln1 = norm(x); qkv = ColumnParallel(ln1); [q/k norm]; RoPE; atty = attention(qkv) (the cp ring when
@@ -27,11 +27,11 @@
 #include "mpitron/model/arch.hpp"
 #include "mpitron/model/block_tensors.hpp"
 #include "mpitron/model/config.hpp"
-#include "mpitron/model/moe_mlp.hpp"
-#include "mpitron/model/parallel_layers.hpp"
-#include "mpitron/model/ring_attention.hpp"
+#include "mpitron/model/context_parallel/ring_attention.hpp"
+#include "mpitron/model/moe/moe_mlp.hpp"
 #include "mpitron/model/shard_geometry.hpp"
-#include "mpitron/model/tp_mappings.hpp"
+#include "mpitron/model/tensor_parallel/parallel_layers.hpp"
+#include "mpitron/model/tensor_parallel/tp_mappings.hpp"
 
 namespace mpitron {
 

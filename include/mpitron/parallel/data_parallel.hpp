@@ -24,10 +24,10 @@
 // differently, so after a reduce-scatter their wte shards would not line up. (ZeRO-2/3 keep
 // that one bucket's gradients for the whole step.)
 //
-// Both backends run this class: the model is a ModelChunk (the CPU GPT or the GPU's GptCuda) and
-// every buffer here (bucket gradients, the gradient shard, AdamW moments, reduce-scatter
-// landing zones) lives on the device of `ops` (FlatOps::allocator). On the GPU the collectives
-// are NCCL's on the communicator's stream, ordered after the compute stream by event
+// Both backends run this class: the model is a ModelChunk (the CPU TransformerModel or the GPU's
+// TransformerModelCuda) and every buffer here (bucket gradients, the gradient shard, AdamW moments,
+// reduce-scatter landing zones) lives on the device of `ops` (FlatOps::allocator). On the GPU the
+// collectives are NCCL's on the communicator's stream, ordered after the compute stream by event
 // (Comm::set_compute_stream); CommProgress sees them complete by that stream's events, and the
 // completion callbacks then enqueue their copies / additions on the compute stream.
 //

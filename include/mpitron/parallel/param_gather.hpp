@@ -15,8 +15,8 @@
 // Whoever reads or writes the whole buffer outside a forward (a checkpoint, a parameter dump, a
 // load) calls wait_all() first; the optimizer step does, before it writes the shard.
 //
-// The GPU backend keeps the blocking gather: GptCuda converts its bf16 weights for the whole model
-// in params_changed(), right after the gather.
+// The GPU backend keeps the blocking gather: TransformerModelCuda converts its bf16 weights for the
+// whole model in params_changed(), right after the gather.
 #pragma once
 #include <vector>
 

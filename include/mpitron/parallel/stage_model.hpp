@@ -1,8 +1,8 @@
 // One pipeline rank's part of the model, ready to train: its model chunks (one, or v under the
-// interleaved schedule: partition.hpp), each a ModelChunk (the CPU GPT or the GPU's GptCuda)
-// with its own DataParallel (gradient buckets, ZeRO shard, AdamW). Both backends' trainers talk
-// to this instead of model + DataParallel pairs, so every layout (pp = 1 included: one chunk)
-// and both backends run the same code.
+// interleaved schedule: partition.hpp), each a ModelChunk (the CPU TransformerModel or the GPU's
+// TransformerModelCuda) with its own DataParallel (gradient buckets, ZeRO shard, AdamW). Both
+// backends' trainers talk to this instead of model + DataParallel pairs, so every layout (pp = 1
+// included: one chunk) and both backends run the same code.
 //
 // Construction order matters and is fixed here: every chunk arrives initialised from the seed
 // (counter-based init, so any layout gets the single-rank values), the tied wte copy on the last

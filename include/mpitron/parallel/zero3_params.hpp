@@ -4,12 +4,13 @@
 //
 // How the full parameters really go away: the model is built as usual (initialisation is defined
 // on full tensors), this class copies its shard out of model.param_data() and DataParallel calls
-// model.release_param_buffer() (GPT::release_param_buffer): the flat Mem::params buffer is freed and every weight pointer is
-// null until a unit is gathered and bound (GPT::bind_param) into its working buffer. So the
-// tracked params bytes are 4*S (the shard) between steps, and during a step 4*S plus the working
-// set: the embedding unit (wte, wpe: needed by the embedding and again by the tied LM head, so it
-// stays for the whole forward; backward reads no embedding weights), the final LN, the block in
-// use and the prefetched one. (Start-up still holds the full buffer once, while initialising.)
+// model.release_param_buffer() (TransformerModel::release_param_buffer): the flat Mem::params
+// buffer is freed and every weight pointer is null until a unit is gathered and bound
+// (TransformerModel::bind_param) into its working buffer. So the tracked params bytes are 4*S (the
+// shard) between steps, and during a step 4*S plus the working set: the embedding unit (wte, wpe:
+// needed by the embedding and again by the tied LM head, so it stays for the whole forward;
+// backward reads no embedding weights), the final LN, the block in use and the prefetched one.
+// (Start-up still holds the full buffer once, while initialising.)
 //
 // Schedule (L blocks; "keep" = not freed because the next use follows immediately):
 //   forward:  emb gathered, prefetch block 0; block l: wait, prefetch l+1 (or the head), run,

@@ -5,8 +5,9 @@
 // Exact by construction for mpitron's models: parameter, gradient and optimizer bytes come
 // from gpt_param_table (the table the model allocates its flat buffers from) and the activation
 // bytes from what the model allocates under Mem::activations: gpt_activation_bytes for the CPU
-// GPT in fp32 (checked there), gpu_activation_bytes (model/gpu_activations.hpp) for GptCuda in bf16.
-// LLaMA the same way: its parameter table and the same activation functions (the model is one class).
+// TransformerModel in fp32 (checked there), gpu_activation_bytes (model/gpu_activations.hpp) for
+// TransformerModelCuda in bf16. LLaMA the same way: its parameter table and the same activation
+// functions (the model is one class).
 //
 // Worked example (the seed's): 7B parameters in bf16 mixed precision with Adam keep
 //   2 B (bf16 weights) + 2 B (bf16 gradients) + 4 B (fp32 master) + 8 B (fp32 Adam m, v)
@@ -30,11 +31,11 @@ struct JobConfig;
 // fp32: what the CPU trainer runs (fp32 weights, gradients, Adam m and v: 4+4+8 B/param).
 // bf16: mixed precision on GPUs as the ZeRO paper counts it (bf16 weights and gradients, fp32
 //       master + m + v: 2+2+12), what Megatron-style trainers with bf16 gradients allocate.
-// bf16_fp32_grads: what mpitron's GPU trainer allocates (GptCuda: bf16 weight copy 2 + fp32
-//       master 4, both under params and never sharded below ZeRO-3, where only the fp32 master
-//       shard stays; fp32 gradients 4, sharded under ZeRO-2; AdamW m + v 8 over the ZeRO shard:
-//       18 B/param without ZeRO). The trainer's
-//       check_ledger uses it for train.backend = "nccl".
+// bf16_fp32_grads: what mpitron's GPU trainer allocates (TransformerModelCuda: bf16 weight copy
+//       2 + fp32 master 4, both under params and never sharded below ZeRO-3, where only the fp32
+//       master shard stays; fp32 gradients 4, sharded under ZeRO-2; AdamW m + v 8 over the ZeRO
+//       shard: 18 B/param without ZeRO). The trainer's check_ledger uses it for
+//       train.backend = "nccl".
 enum class Precision : uint8_t { fp32, bf16, bf16_fp32_grads };
 Precision parse_precision(const std::string& s);  // UsageError listing fp32, bf16, bf16-fp32grads
 const char* precision_name(Precision p);

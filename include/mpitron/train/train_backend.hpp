@@ -4,9 +4,10 @@
 // preemption, the non-finite policy and train.dump_params. A backend holds this rank's model
 // chunks with their data parallel and optimizer, as a pipeline (TrainBackend below); what
 // differs per device is only what is truly the device's:
-//   cpu   (cpu_backend.cpp)        CPU GPT chunks on Ops (host memory), a GEMM probe for the peak
-//   nccl  (cuda/gpu_backend.cpp)   GptCuda chunks (bf16 compute, fp32 master weights) on
-//                                  CudaFlatOps (device memory), NCCL, the datasheet peak
+//   cpu   (cpu_backend.cpp)        CPU TransformerModel chunks on Ops (host memory), a GEMM probe
+//                                  for the peak
+//   nccl  (cuda/gpu_backend.cpp)   TransformerModelCuda chunks (bf16 compute, fp32 master weights)
+//                                  on CudaFlatOps (device memory), NCCL, the datasheet peak
 // The loop decides the order of the collectives, so both backends reduce the loss and the grad
 // norm the same way.
 #pragma once

@@ -1,8 +1,8 @@
 // One key/value block of blockwise (ring) attention, the per-step compute of context parallel
-// (model/ring_attention.hpp), on register-blocked small GEMMs (small_gemm.hpp) as attention.cpp.
-// Masking is by global position: key j is visible to query i when kpos[j] <= qpos[i] (and, with
-// document masking, kpos[j] >= qstart[i], the first position of i's document). A block is
-// two position-contiguous halves (the load-balanced chunks), so for a block of query rows only
+// (model/context_parallel/ring_attention.hpp), on register-blocked small GEMMs (small_gemm.hpp) as
+// attention.cpp. Masking is by global position: key j is visible to query i when kpos[j] <= qpos[i]
+// (and, with document masking, kpos[j] >= qstart[i], the first position of i's document). A block
+// is two position-contiguous halves (the load-balanced chunks), so for a block of query rows only
 // each half's leading keys up to the rows' last position are computed: the causally masked half
 // of the work is skipped.
 //   forward   S = s Q K^T, online softmax: m' = max(m, rowmax S), o = o e^(m - m') + e^(S - m') V,

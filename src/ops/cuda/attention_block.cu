@@ -1,9 +1,10 @@
-// One key/value block of ring attention (context parallel, model/ring_attention.hpp) on the GPU:
-// the same contract as the CPU's Ops::attention_block_* (src/ops/cpu/attention_block.cpp), with
-// bf16 queries, blocks and dout and fp32 accumulators. Masking by global position (key j visible
-// to query i when kpos[j] <= qpos[i], and with document masking kpos[j] >= qstart[b, i], the first
-// position of i's document: the keys of other documents are skipped, no score is computed for
-// them); grouped-query attention (query head h reads kv head h / (H / KV)).
+// One key/value block of ring attention (context parallel,
+// model/context_parallel/ring_attention.hpp) on the GPU: the same contract as the CPU's
+// Ops::attention_block_* (src/ops/cpu/attention_block.cpp), with bf16 queries, blocks and dout and
+// fp32 accumulators. Masking by global position (key j visible to query i when kpos[j] <= qpos[i],
+// and with document masking kpos[j] >= qstart[b, i], the first position of i's document: the keys
+// of other documents are skipped, no score is computed for them); grouped-query attention (query
+// head h reads kv head h / (H / KV)).
 //
 // Simple kernels (CUDA cores, one warp per row, the head dimension over the lanes, <= 8 elements
 // a lane: hd <= 256), written for correctness first: each score is one warp reduction.

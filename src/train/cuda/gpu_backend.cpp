@@ -1,11 +1,11 @@
 // The GPU backend of the training loop (train_backend.hpp; train.backend = "nccl"): one GPU per
-// rank, the model (or its tensor-parallel slice, its pipeline chunks) on each GPU (GptCuda: bf16
-// compute, fp32 master weights and gradients). Everything else is TrainBackend's, the CPU
-// backend's code: DataParallel with ZeRO 0-3 and AdamW over CudaFlatOps (device memory; the
-// collectives are NCCL's on the DP communicator's own stream, ordered after the compute stream
-// by event: Comm::set_compute_stream, so buckets reduce while backward continues), the pipeline
-// executor (stage tensors staged through host memory on ProcessGrid::pp_host()), and the
-// checkpoint state (device buffers staged through host memory, the common file format: a GPU
+// rank, the model (or its tensor-parallel slice, its pipeline chunks) on each GPU
+// (TransformerModelCuda: bf16 compute, fp32 master weights and gradients). Everything else is
+// TrainBackend's, the CPU backend's code: DataParallel with ZeRO 0-3 and AdamW over CudaFlatOps
+// (device memory; the collectives are NCCL's on the DP communicator's own stream, ordered after the
+// compute stream by event: Comm::set_compute_stream, so buckets reduce while backward continues),
+// the pipeline executor (stage tensors staged through host memory on ProcessGrid::pp_host()), and
+// the checkpoint state (device buffers staged through host memory, the common file format: a GPU
 // checkpoint resumes on CPU and back). This file holds only what is the GPU's: device and
 // stream set-up, the chunks, the datasheet peak, the layout line. GPU builds only.
 #include <cuda_runtime_api.h>
@@ -16,7 +16,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
-#include "mpitron/model/cuda/gpt_cuda.hpp"
+#include "mpitron/model/cuda/transformer_model_cuda.hpp"
 #include "mpitron/ops/cuda/cuda_flat_ops.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 #include "mpitron/parallel/partition.hpp"
@@ -52,7 +52,8 @@ class GpuBackend final : public TrainBackend {
     ops_ = make_cuda_ops(oo);
     flat_ = make_cuda_flat_ops(*ops_);
     // The DP (DataParallel's gradient group is dp_cp: DP and CP together) and embedding-group
-    // collectives read what the compute stream wrote: ordered after it. (GptCuda orders tp and cp.)
+    // collectives read what the compute stream wrote: ordered after it. (TransformerModelCuda
+    // orders tp and cp.)
     grid_.dp().set_compute_stream(ops_->stream());
     grid_.dp_cp().set_compute_stream(ops_->stream());
     if (gs.pp > 1) grid_.embedding().set_compute_stream(ops_->stream());
@@ -66,8 +67,9 @@ class GpuBackend final : public TrainBackend {
       shards[c].sequence_parallel = cfg.parallel.sp;  // run_training has checked tp > 1
       const ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
                               cfg.train.recompute == "full"};
-      auto m = std::make_unique<GptCuda>(s.mc, shards[c], *ops_, s.bp.micro, opts, gs.tp > 1 ? &grid_.tp() : nullptr,
-                                         gs.cp > 1 ? &grid_.cp() : nullptr, gs.ep > 1 ? &grid_.ep() : nullptr);
+      auto m = std::make_unique<TransformerModelCuda>(
+          s.mc, shards[c], *ops_, s.bp.micro, opts, gs.tp > 1 ? &grid_.tp() : nullptr,
+          gs.cp > 1 ? &grid_.cp() : nullptr, gs.ep > 1 ? &grid_.ep() : nullptr);
       m->init_weights(cfg.train.seed);  // the CPU model's values (counter-based init)
       chunks.push_back(std::move(m));
     }

@@ -1,15 +1,14 @@
-// GptCuda: the model of gpt.hpp (GPT-2 or LLaMA, cfg.arch) on one GPU, through CudaOps (bf16
-// compute, fp32 master weights, fp32 gradients and Adam moments; llm.c's precision plan, see
-// cuda_ops.hpp). GPU builds only (MPITRON_CUDA=1).
+// TransformerModelCuda: the model of transformer_model.hpp (GPT-2 or LLaMA, cfg.arch) on one GPU,
+// through CudaOps (bf16 compute, fp32 master weights, fp32 gradients and Adam moments; llm.c's
+// precision plan, see cuda_ops.hpp). GPU builds only (MPITRON_CUDA=1).
 //
-// Same architecture, same parameter table and flat layout as the CPU GPT with the same ModelShard
-// (model_param_table: parameters on 16-float boundaries, LLaMA's q|k|v and gate|up adjacent for
-// one GEMM each), so a flat
-// fp32 vector from GPT::param_data() loads 1:1 (load_params) and comes back the same way
-// (copy_params_to_host). A shard may be a tensor-parallel slice (with sequence parallel) and a
+// Same architecture, same parameter table and flat layout as the CPU TransformerModel with the same
+// ModelShard (model_param_table: parameters on 16-float boundaries, LLaMA's q|k|v and gate|up
+// adjacent for one GEMM each), so a flat fp32 vector from TransformerModel::param_data() loads 1:1
+// (load_params) and comes back the same way (copy_params_to_host). A shard may be a tensor-parallel slice (with sequence parallel) and a
 // pipeline stage (its blocks, with or without the embedding and the head), as on the CPU.
 //
-// Device memory, planned once at construction (llm.c's layout, see gpt_cuda.cpp):
+// Device memory, planned once at construction (llm.c's layout, see transformer_model_cuda.cpp):
 //   params   fp32 master flat buffer + its bf16 copy (what the kernels read)       Mem::params
 //   grads    fp32 flat buffer, ACCUMULATED over micro-batches until zero_grad()   Mem::grads
 //            (released under ZeRO-2: DataParallel binds each parameter's gradient into its
@@ -24,7 +23,8 @@
 // Mixture of experts (cfg.moe): MoE blocks run the shared MoeMlp<CudaDevice> (moe_mlp.hpp; the
 // router on the host, the rows on the GPU, one GEMM per expert), its saved state per slot and
 // block on a stream-ordered allocator (Mem::activations, moe_gpu_activation_bytes), in every
-// layout of the CPU GPT but expert parallel with ZeRO-3 (its experts are in no ZeRO-3 unit here).
+// layout of the CPU TransformerModel but expert parallel with ZeRO-3 (its experts are in no ZeRO-3
+// unit here).
 //
 // A ModelChunk (model_chunk.hpp): data parallel, ZeRO 1-2, the gradient norm and AdamW are the
 // backend-neutral DataParallel and AdamW of src/parallel over CudaFlatOps (the AdamW moments live
@@ -40,48 +40,49 @@
 #include <string>
 #include <vector>
 
+#include "mpitron/distributed/comm.hpp"
 #include "mpitron/model/arch.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/context_parallel/ring_attention.hpp"
 #include "mpitron/model/cuda/cuda_device.hpp"
-#include "mpitron/distributed/comm.hpp"
-#include "mpitron/model/param_tables.hpp"
 #include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/lm_head.hpp"
 #include "mpitron/model/model_chunk.hpp"
-#include "mpitron/model/ring_attention.hpp"
+#include "mpitron/model/param_tables.hpp"
 #include "mpitron/model/shard_geometry.hpp"
 #include "mpitron/model/transformer_block.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
 namespace mpitron {
 
-class GptCuda final : public ModelChunk {
+class TransformerModelCuda final : public ModelChunk {
  public:
   // max_micro_batch bounds forward()'s B. `ops` must outlive the model (its stream carries all
   // the model's work, the destructor included). Tensor parallel (shard.tp_size > 1, Megatron's
-  // split as the CPU GPT: column-parallel c_attn / c_fc, row-parallel c_proj / mlp.c_proj,
-  // vocab-parallel embedding and cross-entropy), with sequence parallel when
+  // split as the CPU TransformerModel: column-parallel c_attn / c_fc, row-parallel c_proj /
+  // mlp.c_proj, vocab-parallel embedding and cross-entropy), with sequence parallel when
   // shard.sequence_parallel: `tp` is the TP group's Comm (NCCL; its operations are ordered after
   // ops.stream()). Pipeline stage: shard.layer_begin/layer_end, has_embedding, has_head; stage
   // tensors through set_stage_input / get_stage_output (options.slots micro-batches in flight).
   // Context parallel (shard.cp_size > 1, `cp` its group's Comm, ordered after ops.stream()): as
-  // the CPU GPT, each rank holds seq_len / cp positions of every sequence (two load-balanced
-  // chunks), attention runs over the ring (ring_attention.hpp, CudaRingBlocks), wpe and RoPE use
-  // global positions; forward() still takes the full [B, seq_len] token arrays.
+  // the CPU TransformerModel, each rank holds seq_len / cp positions of every sequence (two
+  // load-balanced chunks), attention runs over the ring (ring_attention.hpp, CudaRingBlocks), wpe
+  // and RoPE use global positions; forward() still takes the full [B, seq_len] token arrays.
   // Expert parallel (shard.ep_size > 1, `ep` its group's Comm, ordered after ops.stream()): this
   // rank's experts only, the token copies exchanged by all-to-all (moe_mlp.hpp).
-  // The arguments of the CPU GPT's constructor, in its order (ModelOptions: model_chunk.hpp).
-  GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, int max_micro_batch, ModelOptions options = {},
-          Comm* tp = nullptr, Comm* cp = nullptr, Comm* ep = nullptr);
-  ~GptCuda();
-  GptCuda(const GptCuda&) = delete;
-  GptCuda& operator=(const GptCuda&) = delete;
+  // The arguments of the CPU TransformerModel's constructor, in its order (ModelOptions:
+  // model_chunk.hpp).
+  TransformerModelCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, int max_micro_batch,
+                       ModelOptions options = {}, Comm* tp = nullptr, Comm* cp = nullptr, Comm* ep = nullptr);
+  ~TransformerModelCuda();
+  TransformerModelCuda(const TransformerModelCuda&) = delete;
+  TransformerModelCuda& operator=(const TransformerModelCuda&) = delete;
 
   // ModelChunk (model_chunk.hpp). param_data() is the fp32 master copy.
   const ModelConfig& config() const override { return cfg_; }
   const ModelShard& shard() const override { return shard_; }
   const std::vector<ParamInfo>& params() const override { return params_; }
-  size_t num_params() const override { return n_flat_; }  // = GPT::num_params()
+  size_t num_params() const override { return n_flat_; }  // = TransformerModel::num_params()
   float* param_data() override { return master_; }
   float* grad_data() override { return grads_; }  // nullptr after release_grad_buffer()
   void zero_grad() override;
@@ -110,8 +111,8 @@ class GptCuda final : public ModelChunk {
 
   // Host fp32 flat parameters [num_params()] -> the fp32 master copy and its bf16 copy.
   void load_params(const float* host, size_t n);
-  // GPT-2 initialisation, the same values as GPT::init_weights(seed) (init_model_params on the
-  // host, then load_params).
+  // GPT-2 initialisation, the same values as TransformerModel::init_weights(seed)
+  // (init_model_params on the host, then load_params).
   void init_weights(uint64_t seed);
   void copy_params_to_host(float* host, size_t n);  // the fp32 master copy; syncs
   void copy_grads_to_host(float* host, size_t n);   // syncs
@@ -119,7 +120,7 @@ class GptCuda final : public ModelChunk {
   // ModelChunk's forward and backward. targets are required (no generation path yet); every input
   // must be in [0, vocab_size). forward waits for the losses (with grad_sum_squares, the step's
   // only host waits). With gradients enabled (the default) the LM head's backward runs here too,
-  // unscaled, as in the CPU GPT; backward() applies loss_scale.
+  // unscaled, as in the CPU TransformerModel; backward() applies loss_scale.
   double forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets = nullptr,
                  int slot = 0, const int32_t* positions = nullptr) override;
   void backward(float loss_scale, int slot = 0) override;
@@ -208,8 +209,9 @@ class GptCuda final : public ModelChunk {
   void free_unit_copy(UnitCopy& u);       // stream-ordered (after the kernels that read it)
   float* G(size_t offset) const;  // the gradient of flat element `offset` (bind_grad may move it)
   const bf16* block_output() const;  // the final LayerNorm's input
-  // Construction, in this order (gpt_cuda.cpp): the checks and the layers, the parameters' flat
-  // offsets, then the device and pinned buffers. `cfg` is the constructor's (cfg_ has kv_heads).
+  // Construction, in this order (transformer_model_cuda.cpp): the checks and the layers, the
+  // parameters' flat offsets, then the device and pinned buffers. `cfg` is the constructor's (cfg_
+  // has kv_heads).
   void init_layers(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* cp,
                    Comm* ep);
   size_t param_offset(const char* name) const;  // in the parameter table; kNone if absent (or name is nullptr)

@@ -1,5 +1,5 @@
 // RingAttention (ring_attention.hpp): the ring, and the CPU backend's blocks (fp32).
-#include "mpitron/model/ring_attention.hpp"
+#include "mpitron/model/context_parallel/ring_attention.hpp"
 
 #include <algorithm>
 #include <chrono>

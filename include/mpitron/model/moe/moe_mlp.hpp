@@ -45,8 +45,8 @@
 #include "mpitron/model/block_tensors.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/device_vector.hpp"
-#include "mpitron/model/moe_routing.hpp"
-#include "mpitron/model/parallel_layers.hpp"
+#include "mpitron/model/moe/moe_routing.hpp"
+#include "mpitron/model/tensor_parallel/parallel_layers.hpp"
 
 namespace mpitron {
 
@@ -384,11 +384,11 @@ class MoeMlp {
   std::vector<float> dweight_, dlogits_;
 };
 
-// A model chunk's MoE blocks, the same for the CPU GPT and GptCuda: the MoE MLP, each MoE block's
-// saved state per activation slot ([slot][local layer]; one shared under recompute, whose blocks
-// run their MoE forward again before backward), reserved at construction for a full micro-batch of
-// `rows` rows (what the memory ledger counts), and the routing statistics per local layer since the
-// last take. The device's allocator must be set before construction.
+// A model chunk's MoE blocks, the same for the CPU TransformerModel and TransformerModelCuda: the
+// MoE MLP, each MoE block's saved state per activation slot ([slot][local layer]; one shared under
+// recompute, whose blocks run their MoE forward again before backward), reserved at construction
+// for a full micro-batch of `rows` rows (what the memory ledger counts), and the routing statistics
+// per local layer since the last take. The device's allocator must be set before construction.
 template <class Dev>
 class MoeBlocks {
  public:

@@ -1,4 +1,4 @@
-#include "mpitron/model/tp_grad_norm.hpp"
+#include "mpitron/model/tensor_parallel/tp_grad_norm.hpp"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // The MoE router's arithmetic (moe_routing.hpp).
-#include "mpitron/model/moe_routing.hpp"
+#include "mpitron/model/moe/moe_routing.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,8 @@
 // Transformer Engine's load-balanced layout), one driver for both backends: RingAttention runs
 // the ring (which block is where, the hops, the waits); a RingBlocks does a backend's per-block
 // compute on its own memory (CpuRingBlocks below: host fp32 through Ops::attention_block_*;
-// CudaRingBlocks, model/cuda/ring_blocks_cuda.hpp: device bf16 blocks, fp32 accumulators).
+// CudaRingBlocks, model/context_parallel/cuda/ring_blocks_cuda.hpp: device bf16 blocks, fp32
+// accumulators).
 //
 // Every rank of the cp group holds Tl = T / cp positions of each sequence: chunks r and
 // 2 cp - 1 - r of T / (2 cp) tokens (cp_global_position), so each rank does the same causal work.

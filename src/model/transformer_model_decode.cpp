@@ -1,27 +1,28 @@
-// GPT::decode: generation with a KV cache (gpt.hpp). Per block the keys and values of every
-// position so far stay in the cache ([seq_len, KV*hd] each, after RoPE for LLaMA), so a new token
-// costs one row through each GEMM plus attention over the cached rows, instead of the whole
-// window's forward again.
+// TransformerModel::decode: generation with a KV cache (transformer_model.hpp). Per block the keys
+// and values of every position so far stay in the cache ([seq_len, KV*hd] each, after RoPE for
+// LLaMA), so a new token costs one row through each GEMM plus attention over the cached rows,
+// instead of the whole window's forward again.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/model/gpt.hpp"
+#include "mpitron/model/transformer_model.hpp"
 
 namespace mpitron {
 
-struct GPT::DecodeState {
+struct TransformerModel::DecodeState {
   std::vector<Buffer<float>> k, v;  // per local block: [T, KV*hd]
   Buffer<float> x, x2, h, mean, rstd, qkv, y, fc, act, scores;
   Buffer<float> qk_normed, qk_rstd;  // Qwen3's q/k norm: one row's query and key heads
 };
 
-void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
+void TransformerModel::decode(const int32_t* tokens, int n, int pos, float* logits) {
   const int T = cfg_.seq_len, C = cfg_.d_model, hd = cfg_.head_dim();
   check(shard_.has_embedding && shard_.has_head && shard_.tp_size == 1 && shard_.cp_size == 1,
-        "GPT::decode needs the whole model on one rank (no pipeline or tensor parallelism)");
-  check(n > 0 && pos >= 0 && pos + n <= T, "GPT::decode: positions [{}, {}) outside the context of {}", pos, pos + n, T);
+        "TransformerModel::decode needs the whole model on one rank (no pipeline or tensor parallelism)");
+  check(n > 0 && pos >= 0 && pos + n <= T, "TransformerModel::decode: positions [{}, {}) outside the context of {}",
+        pos, pos + n, T);
   const int64_t H = geo_.h_local, KV = geo_.kv_local, Q = geo_.qkv_local, kvw = KV * hd;
   if (!decode_) {
     auto d = std::make_shared<DecodeState>();
@@ -40,8 +41,8 @@ void GPT::decode(const int32_t* tokens, int n, int pos, float* logits) {
   }
   DecodeState& d = *decode_;
   for (int i = 0; i < n; ++i)
-    check(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "GPT::decode: token {} outside [0, {})", tokens[i],
-          cfg_.vocab_size);
+    check(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "TransformerModel::decode: token {} outside [0, {})",
+          tokens[i], cfg_.vocab_size);
   // Position pos + t: wpe's row pos + t (GPT-2); RoPE's angle (LLaMA, pos0 = pos).
   ops_.embedding_forward(d.x.data(), tokens, w_.wte, w_.wpe ? w_.wpe + static_cast<int64_t>(pos) * C : nullptr, 1, n,
                          C, 0, geo_.vp);

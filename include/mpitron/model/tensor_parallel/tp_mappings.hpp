@@ -59,7 +59,7 @@ class TpCommTimer {
 };
 
 // Each mapping is typed by its buffers' element type, T = float (the CPU model, fp32 reductions)
-// or bf16 (GptCuda's activations); the definitions are instantiated for both.
+// or bf16 (TransformerModelCuda's activations); the definitions are instantiated for both.
 
 // f: identity forward; backward all-reduces the input gradient (in place, n elements).
 template <class T>
@@ -96,7 +96,8 @@ void sum_sequence_parallel_grads(Comm& tp, float* grad, size_t n);
 // and a row's softmax statistics are combined over the group in two reductions, in place: the
 // rows' maxima (max), then [sum of exp(logit - global max) over the slice | the target's logit,
 // 0 on the ranks that do not own it] (2*rows floats, sum). Both models' cross-entropy (the CPU
-// GPT's VocabParallelCrossEntropy, GptCuda's head) combine their slices through these. fp32.
+// TransformerModel's VocabParallelCrossEntropy, TransformerModelCuda's head) combine their slices
+// through these. fp32.
 void vocab_parallel_max(Comm& tp, float* row_max, size_t rows);
 void vocab_parallel_sums(Comm& tp, float* sumexp_and_target, size_t rows);
 

@@ -1,6 +1,6 @@
-// GptCuda's state (gpt_cuda.hpp): device memory accounting, parameters and gradients to and from
-// the host, the bf16 copy, gradient binding (ZeRO-2), pipeline stage tensors through host
-// staging. The compute is in gpt_cuda.cpp.
+// TransformerModelCuda's state (transformer_model_cuda.hpp): device memory accounting, parameters
+// and gradients to and from the host, the bf16 copy, gradient binding (ZeRO-2), pipeline stage
+// tensors through host staging. The compute is in transformer_model_cuda.cpp.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -10,102 +10,105 @@
 #include "mpitron/ops/cuda/check.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
-#include "mpitron/model/cuda/gpt_cuda.hpp"
+#include "mpitron/model/cuda/transformer_model_cuda.hpp"
 
 namespace mpitron {
 
 using cuda::cuda_check;
 
-int64_t GptCuda::device_bytes() const {
+int64_t TransformerModelCuda::device_bytes() const {
   int64_t n = 0;
   for (const DeviceAlloc& d : allocs_) n += static_cast<int64_t>(d.bytes);
   return n;
 }
 
-int64_t GptCuda::device_bytes(Mem m) const {
+int64_t TransformerModelCuda::device_bytes(Mem m) const {
   int64_t n = 0;
   for (const DeviceAlloc& d : allocs_)
     if (d.mem == m) n += static_cast<int64_t>(d.bytes);
   return n;
 }
 
-std::string GptCuda::memory_summary() const {
+std::string TransformerModelCuda::memory_summary() const {
   std::string s;
   for (Mem m : {Mem::params, Mem::grads, Mem::activations})
     s += fmt::format("{} {}, ", mem_name(m), format_bytes(device_bytes(m)));
   return s + fmt::format("total {}", format_bytes(device_bytes()));
 }
 
-void GptCuda::load_params(const float* host, size_t n) {
-  check(master_ != nullptr, "GptCuda::load_params: the master weights were released (ZeRO-3)");
-  check(n == n_flat_, "GptCuda::load_params: {} floats given, the flat layout has {}", n, n_flat_);
+void TransformerModelCuda::load_params(const float* host, size_t n) {
+  check(master_ != nullptr, "TransformerModelCuda::load_params: the master weights were released (ZeRO-3)");
+  check(n == n_flat_, "TransformerModelCuda::load_params: {} floats given, the flat layout has {}", n, n_flat_);
   cuda_check(cudaMemcpyAsync(master_, host, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
              "cudaMemcpyAsync(load_params)");
   params_changed();
   ops_.synchronize();  // the host buffer may be reused at once
 }
 
-void GptCuda::init_weights(uint64_t seed) {
-  std::vector<float> host(n_flat_, 0.f);  // the padding between parameters stays 0, as in GPT
+void TransformerModelCuda::init_weights(uint64_t seed) {
+  std::vector<float> host(n_flat_, 0.f);  // the padding between parameters stays 0, as in TransformerModel
   init_model_params(cfg_, params_, host.data(), seed, shard_.tp_rank);
   load_params(host.data(), host.size());
 }
 
-void GptCuda::copy_params_to_host(float* host, size_t n) {
-  check(master_ != nullptr, "GptCuda::copy_params_to_host: the master weights were released (ZeRO-3)");
-  check(n == n_flat_, "GptCuda::copy_params_to_host: room for {} floats, the flat layout has {}", n, n_flat_);
+void TransformerModelCuda::copy_params_to_host(float* host, size_t n) {
+  check(master_ != nullptr, "TransformerModelCuda::copy_params_to_host: the master weights were released (ZeRO-3)");
+  check(n == n_flat_, "TransformerModelCuda::copy_params_to_host: room for {} floats, the flat layout has {}", n,
+        n_flat_);
   cuda_check(cudaMemcpyAsync(host, master_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
              "cudaMemcpyAsync(copy_params_to_host)");
   ops_.synchronize();
 }
 
-void GptCuda::copy_grads_to_host(float* host, size_t n) {
-  check(grads_ != nullptr, "GptCuda::copy_grads_to_host: the gradient buffer was released (ZeRO-2)");
-  check(n == n_flat_, "GptCuda::copy_grads_to_host: room for {} floats, the flat layout has {}", n, n_flat_);
+void TransformerModelCuda::copy_grads_to_host(float* host, size_t n) {
+  check(grads_ != nullptr, "TransformerModelCuda::copy_grads_to_host: the gradient buffer was released (ZeRO-2)");
+  check(n == n_flat_, "TransformerModelCuda::copy_grads_to_host: room for {} floats, the flat layout has {}", n,
+        n_flat_);
   cuda_check(cudaMemcpyAsync(host, grads_, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
              "cudaMemcpyAsync(copy_grads_to_host)");
   ops_.synchronize();
 }
 
-void GptCuda::zero_grad() {
+void TransformerModelCuda::zero_grad() {
   if (grads_)
     cuda_check(cudaMemsetAsync(grads_, 0, n_flat_ * sizeof(float), ops_.stream()), "cudaMemsetAsync(zero_grad)");
 }
 
-void GptCuda::params_changed() {
+void TransformerModelCuda::params_changed() {
   if (!sharded_params_) ops_.to_bf16(params_bf16_, master_, n_flat_);  // ZeRO-3: converted per unit when gathered
 }
 
-size_t GptCuda::param_at(size_t offset) const {
+size_t TransformerModelCuda::param_at(size_t offset) const {
   // The last parameter starting at or before `offset`.
   auto it = std::upper_bound(params_.begin(), params_.end(), offset,
                              [](size_t o, const ParamInfo& p) { return o < p.offset; });
-  check(it != params_.begin(), "GptCuda: flat offset {} before the first parameter", offset);
+  check(it != params_.begin(), "TransformerModelCuda: flat offset {} before the first parameter", offset);
   return static_cast<size_t>(it - params_.begin()) - 1;
 }
 
-float* GptCuda::G(size_t offset) const {
+float* TransformerModelCuda::G(size_t offset) const {
   if (offset == kNone) return nullptr;
   const size_t i = param_at(offset);
-  check(grad_at_[i] != nullptr, "GptCuda: the gradient of {} is not bound (ZeRO-2 binds it before backward)",
-        params_[i].name);
+  check(grad_at_[i] != nullptr,
+        "TransformerModelCuda: the gradient of {} is not bound (ZeRO-2 binds it before backward)", params_[i].name);
   return grad_at_[i] + (offset - params_[i].offset);
 }
 
-const bf16* GptCuda::W(size_t offset) const {
+const bf16* TransformerModelCuda::W(size_t offset) const {
   if (offset == kNone) return nullptr;
   const size_t i = param_at(offset);
-  check(w_at_[i] != nullptr, "GptCuda: the weights of {} are not gathered (ZeRO-3 gathers a unit before it runs)",
+  check(w_at_[i] != nullptr,
+        "TransformerModelCuda: the weights of {} are not gathered (ZeRO-3 gathers a unit before it runs)",
         params_[i].name);
   return w_at_[i] + (offset - params_[i].offset);
 }
 
-void GptCuda::bind_grad(size_t i, float* data) {
-  check(i < params_.size(), "GptCuda::bind_grad: parameter index {} out of range", i);
+void TransformerModelCuda::bind_grad(size_t i, float* data) {
+  check(i < params_.size(), "TransformerModelCuda::bind_grad: parameter index {} out of range", i);
   grad_at_[i] = data;
 }
 
-void GptCuda::device_free(void* p) {
+void TransformerModelCuda::device_free(void* p) {
   auto it = std::find_if(allocs_.begin(), allocs_.end(), [p](const DeviceAlloc& d) { return d.p == p; });
   if (it == allocs_.end()) return;
   cuda_check(cudaStreamSynchronize(ops_.stream()), "cudaStreamSynchronize(device_free)");
@@ -114,21 +117,22 @@ void GptCuda::device_free(void* p) {
   allocs_.erase(it);
 }
 
-void GptCuda::free_unit_copy(UnitCopy& u) {
+void TransformerModelCuda::free_unit_copy(UnitCopy& u) {
   if (!u.bf) return;
   cudaFreeAsync(u.bf, ops_.stream());
   MemTracker::cuda().on_free(Mem::params, static_cast<int64_t>((u.end - u.begin) * sizeof(bf16)));
   u.bf = nullptr;
 }
 
-void GptCuda::release_grad_buffer() {
+void TransformerModelCuda::release_grad_buffer() {
   device_free(grads_);
   grads_ = nullptr;
   std::fill(grad_at_.begin(), grad_at_.end(), nullptr);
 }
 
-// ZeRO-3 (gpt_cuda.hpp): the master weights and their bf16 copy go; units come and go.
-void GptCuda::release_param_buffer() {
+// ZeRO-3 (transformer_model_cuda.hpp): the master weights and their bf16 copy go; units come and
+// go.
+void TransformerModelCuda::release_param_buffer() {
   device_free(master_);
   device_free(params_bf16_);
   master_ = nullptr, params_bf16_ = nullptr;
@@ -136,9 +140,9 @@ void GptCuda::release_param_buffer() {
   sharded_params_ = true;
 }
 
-void GptCuda::bind_param(size_t i, float* data) {
-  check(sharded_params_, "GptCuda::bind_param: only under ZeRO-3 (after release_param_buffer)");
-  check(i < params_.size(), "GptCuda::bind_param: parameter index {} out of range", i);
+void TransformerModelCuda::bind_param(size_t i, float* data) {
+  check(sharded_params_, "TransformerModelCuda::bind_param: only under ZeRO-3 (after release_param_buffer)");
+  check(i < params_.size(), "TransformerModelCuda::bind_param: parameter index {} out of range", i);
   master_at_[i] = data;
   UnitCopy& u = unit_copy(param_unit(params_[i], shard_));
   if (data) {
@@ -152,13 +156,13 @@ void GptCuda::bind_param(size_t i, float* data) {
   u.stale = false;
 }
 
-void GptCuda::pre_event(UnitEvent e, int unit) {
+void TransformerModelCuda::pre_event(UnitEvent e, int unit) {
   emit(e, unit);  // ZeRO-3: DataParallel has the unit gathered when this returns
   if (!sharded_params_) return;
   UnitCopy& u = unit_copy(unit);
   if (!u.stale || u.params.empty()) return;
   const float* master = master_at_[u.params.front()];
-  check(master != nullptr, "GptCuda: unit {} was not gathered before it runs", unit);
+  check(master != nullptr, "TransformerModelCuda: unit {} was not gathered before it runs", unit);
   const size_t n = u.end - u.begin;
   if (!u.bf) {
     void* p = nullptr;
@@ -172,35 +176,37 @@ void GptCuda::pre_event(UnitEvent e, int unit) {
 }
 
 // Pipeline stage tensors, fp32 on the host, bf16 [rows, C] here (rows: this rank's under SP).
-void GptCuda::upload_bf16(bf16* dst, const float* host, size_t n) {
+void TransformerModelCuda::upload_bf16(bf16* dst, const float* host, size_t n) {
   check(a_.stage_f32 && n <= static_cast<size_t>(local_rows(int64_t{max_B_} * seq_local()) * cfg_.d_model),
-        "GptCuda: stage tensor of {} floats does not fit this stage", n);
+        "TransformerModelCuda: stage tensor of {} floats does not fit this stage", n);
   cuda_check(cudaMemcpyAsync(a_.stage_f32, host, n * sizeof(float), cudaMemcpyHostToDevice, ops_.stream()),
              "cudaMemcpyAsync(stage tensor to device)");
   ops_.to_bf16(dst, a_.stage_f32, n);
   ops_.synchronize();  // the host buffer is the executor's again
 }
 
-void GptCuda::download_bf16(float* host, const bf16* src, size_t n) {
-  check(a_.stage_f32 != nullptr, "GptCuda: this model is not a pipeline stage");
+void TransformerModelCuda::download_bf16(float* host, const bf16* src, size_t n) {
+  check(a_.stage_f32 != nullptr, "TransformerModelCuda: this model is not a pipeline stage");
   ops_.to_f32(a_.stage_f32, src, n);
   cuda_check(cudaMemcpyAsync(host, a_.stage_f32, n * sizeof(float), cudaMemcpyDeviceToHost, ops_.stream()),
              "cudaMemcpyAsync(stage tensor to host)");
   ops_.synchronize();
 }
 
-void GptCuda::set_stage_input(int slot, const float* host, size_t n) { upload_bf16(slots_.at(slot).encoded, host, n); }
+void TransformerModelCuda::set_stage_input(int slot, const float* host, size_t n) {
+  upload_bf16(slots_.at(slot).encoded, host, n);
+}
 
-void GptCuda::get_stage_output(int slot, float* host, size_t n) {
+void TransformerModelCuda::get_stage_output(int slot, float* host, size_t n) {
   const Acts& a = slots_.at(slot);
   download_bf16(host, recompute_ || n_local_ == 0 ? a.block_in.back() : a.layers.back().res3, n);
 }
 
-void GptCuda::set_stage_output_grad(const float* host, size_t n) { upload_bf16(a_.dres, host, n); }
+void TransformerModelCuda::set_stage_output_grad(const float* host, size_t n) { upload_bf16(a_.dres, host, n); }
 
-void GptCuda::get_stage_input_grad(float* host, size_t n) { download_bf16(host, a_.dres, n); }
+void TransformerModelCuda::get_stage_input_grad(float* host, size_t n) { download_bf16(host, a_.dres, n); }
 
-size_t GptCuda::stage_floats(int B) const {
+size_t TransformerModelCuda::stage_floats(int B) const {
   return static_cast<size_t>(local_rows(int64_t{B} * seq_local()) * cfg_.d_model);
 }
 

@@ -1,5 +1,6 @@
-// GPT forward/backward over planned activations (llm.c style: one function lays them out).
-#include "mpitron/model/gpt.hpp"
+// TransformerModel forward/backward over planned activations (llm.c style: one function lays them
+// out).
+#include "mpitron/model/transformer_model.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -107,24 +108,24 @@ int64_t gpt_activation_bytes(const ModelConfig& cfg, const ModelShard& s, int B,
   return 4 * (gpt_activation_floats(cfg, s, B, ao) + last_logits) + 4 * 4 * BT * ao.slots;
 }
 
-GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts,
-         Comm* tp, Comm* cp, Comm* ep)
+TransformerModel::TransformerModel(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch,
+                                   ModelOptions opts, Comm* tp, Comm* cp, Comm* ep)
     : cfg_(cfg), spec_(block_spec(cfg)), shard_(shard), geo_(cfg, shard), ops_(ops), max_B_(max_micro_batch),
       opts_(opts), dev_{ops} {
   cfg_.n_kv_head = kv_heads(cfg);  // multi-head attention where the architecture has no GQA, whatever a config says
   const int tp_size = tp ? tp->size() : 1, tp_rank = tp ? tp->rank() : 0;
   check(shard.tp_size == tp_size && shard.tp_rank == tp_rank,
-        "GPT: the shard says tp rank {} of {}, the TP group rank {} of {}", shard.tp_rank, shard.tp_size, tp_rank,
-        tp_size);
+        "TransformerModel: the shard says tp rank {} of {}, the TP group rank {} of {}", shard.tp_rank, shard.tp_size,
+        tp_rank, tp_size);
   check((shard.cp_size == 1) == (cp == nullptr) && (!cp || (cp->size() == shard.cp_size && cp->rank() == shard.cp_rank)),
-        "GPT: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank, shard.cp_size);
+        "TransformerModel: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank, shard.cp_size);
   check((ep ? ep->size() : 1) == shard.ep_size && (ep ? ep->rank() : 0) == shard.ep_rank,
-        "GPT: the shard says ep rank {} of {}, the EP group rank {} of {}", shard.ep_rank, shard.ep_size,
+        "TransformerModel: the shard says ep rank {} of {}, the EP group rank {} of {}", shard.ep_rank, shard.ep_size,
         ep ? ep->rank() : 0, ep ? ep->size() : 1);
   shard_.sequence_parallel = geo_.sp;
   tp_ = TpContext{tp, shard_.sequence_parallel, tp_comm_s_.get()};
-  check(max_micro_batch > 0, "GPT: max_micro_batch must be > 0");
-  check(opts.slots > 0, "GPT: activation slots must be > 0 (got {})", opts.slots);
+  check(max_micro_batch > 0, "TransformerModel: max_micro_batch must be > 0");
+  check(opts.slots > 0, "TransformerModel: activation slots must be > 0 (got {})", opts.slots);
   n_local_layers_ = local_layers(cfg, shard);
   block_ = std::make_unique<TransformerBlock<CpuDevice>>(dev_, cfg_, geo_, tp_);
   if (cfg.moe.enabled()) {
@@ -158,7 +159,7 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   last_logits_ = Buffer<float>(Mem::activations, shard.has_head ? max_micro_batch * geo_.vp : 0);
   check(static_cast<int64_t>(act_buf_.bytes() + tok_buf_.bytes() + last_logits_.bytes()) ==
             gpt_activation_bytes(cfg, shard, max_micro_batch, opts),
-        "GPT: activation allocations differ from gpt_activation_bytes (the memory ledger's prediction)");
+        "TransformerModel: activation allocations differ from gpt_activation_bytes (the memory ledger's prediction)");
   float* cur = act_buf_.data();
   ActPtrs p;
   walk_activations(cfg, shard_, max_micro_batch, chunk_rows_, geo_.vp, opts,
@@ -215,16 +216,19 @@ GPT::GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micr
   }
 }
 
-// (Here, not in gpt_params.cpp: that file holds no GPT member, so the tools that link the
-// parameter table without the model, e.g. the fuzz targets, need no GPT type information.)
-GPT::~GPT() {
+// (Here, not in gpt_params.cpp: that file holds no TransformerModel member, so the tools that link
+// the parameter table without the model, e.g. the fuzz targets, need no TransformerModel type
+// information.)
+TransformerModel::~TransformerModel() {
   if (params_buf_.data()) ops_.unregister_weights(params_buf_.data());
 }
 
-void GPT::init_weights(uint64_t seed) { init_model_params(cfg_, params_, param_data(), seed, shard_.tp_rank); }
+void TransformerModel::init_weights(uint64_t seed) {
+  init_model_params(cfg_, params_, param_data(), seed, shard_.tp_rank);
+}
 
 // Table name -> Weights member: the architecture's name for each role (arch.hpp).
-std::vector<GPT::FieldRef> GPT::field_refs() const {
+std::vector<TransformerModel::FieldRef> TransformerModel::field_refs() const {
   static constexpr float* LayerW::*kBlock[kBlockTensors] = {
       &LayerW::ln1_w,  &LayerW::ln1_b, &LayerW::qkv_w,  &LayerW::qkv_b,  &LayerW::k_w,   &LayerW::v_w,  &LayerW::k_b,
       &LayerW::v_b,    &LayerW::q_norm, &LayerW::k_norm, &LayerW::proj_w, &LayerW::proj_b, &LayerW::ln2_w,
@@ -240,12 +244,12 @@ std::vector<GPT::FieldRef> GPT::field_refs() const {
       for (int r = 0; r < kBlockTensors; ++r)
         if (spec_.block[r] && rest == spec_.block[r]) f.block = kBlock[r];
       moe_field(rest, f);
-      check((f.block != nullptr || f.expert_tensor != nullptr) && f.local_layer >= 0 && f.local_layer < n_local_layers_, "GPT: no field for {}",
-            p.name);
+      check((f.block != nullptr || f.expert_tensor != nullptr) && f.local_layer >= 0 && f.local_layer < n_local_layers_,
+            "TransformerModel: no field for {}", p.name);
     } else {
       for (int r = 0; r < kModelTensors; ++r)
         if (spec_.model[r] && p.name == spec_.model[r]) f.global = kModel[r];
-      check(f.global != nullptr, "GPT: no field for {}", p.name);
+      check(f.global != nullptr, "TransformerModel: no field for {}", p.name);
     }
     out.push_back(f);
   }
@@ -253,7 +257,7 @@ std::vector<GPT::FieldRef> GPT::field_refs() const {
 }
 
 // A MoE block's tensor names (after "layers.<l>."; llama_params.cpp) -> its LayerW member.
-void GPT::moe_field(const std::string& rest, FieldRef& f) {
+void TransformerModel::moe_field(const std::string& rest, FieldRef& f) {
   static const std::string m = "block_sparse_moe.";
   if (rest.rfind(m, 0) != 0) return;
   const std::string r = rest.substr(m.size());
@@ -269,7 +273,7 @@ void GPT::moe_field(const std::string& rest, FieldRef& f) {
   }
 }
 
-GPT::Weights GPT::resolve(float* base) const {
+TransformerModel::Weights TransformerModel::resolve(float* base) const {
   Weights w;
   w.layers.resize(n_local_layers_);
   for (auto& l : w.layers)
@@ -283,25 +287,25 @@ GPT::Weights GPT::resolve(float* base) const {
   return w;
 }
 
-float** GPT::field(Weights& w, size_t i) {
-  check(i < fields_.size(), "GPT: parameter index {} out of range", i);
+float** TransformerModel::field(Weights& w, size_t i) {
+  check(i < fields_.size(), "TransformerModel: parameter index {} out of range", i);
   const FieldRef& f = fields_[i];
   if (f.expert_tensor) return &(w.layers[f.local_layer].*f.expert_tensor)[f.expert];
   return f.block ? &(w.layers[f.local_layer].*f.block) : &(w.*f.global);
 }
 
-void GPT::release_param_buffer() {
+void TransformerModel::release_param_buffer() {
   if (params_buf_.data()) ops_.unregister_weights(params_buf_.data());
   params_buf_.reset();
   for (size_t i = 0; i < params_.size(); ++i) *field(w_, i) = nullptr;
 }
 
-void GPT::release_grad_buffer() {
+void TransformerModel::release_grad_buffer() {
   grads_buf_.reset();
   for (size_t i = 0; i < params_.size(); ++i) *field(g_, i) = nullptr;
 }
 
-void GPT::zero_grad() {
+void TransformerModel::zero_grad() {
   if (grads_buf_.data()) std::memset(grads_buf_.data(), 0, grads_buf_.bytes());
 }
 
@@ -317,43 +321,45 @@ struct PostEvent {
 
 // Separate q, k, v (gate, up) tensors run as one GEMM each: the table puts them back to back, and
 // whoever rebinds them (ZeRO-3 units, gradient buckets) must keep them so.
-void GPT::check_fused(const LayerW& x, const char* what) const {
+void TransformerModel::check_fused(const LayerW& x, const char* what) const {
   const int64_t C = cfg_.d_model, hd = cfg_.head_dim();
   check((!x.k_w || (x.k_w == x.qkv_w + geo_.h_local * hd * C && x.v_w == x.k_w + geo_.kv_local * hd * C)) &&
             (!x.k_b || (x.k_b == x.qkv_b + geo_.h_local * hd && x.v_b == x.k_b + geo_.kv_local * hd)) &&
             (!x.up_w || x.up_w == x.fc_w + geo_.f_local * C),
-        "GPT: a block's q/k/v or gate/up {} are not contiguous", what);
+        "TransformerModel: a block's q/k/v or gate/up {} are not contiguous", what);
   if (!x.router) return;
   const int64_t Fe = cfg_.moe.d_ff, Fs = int64_t{cfg_.moe.n_shared} * Fe / shard_.tp_size;
   for (size_t e = 0; e < x.w1.size(); ++e)
-    check(!x.w1[e] || x.w3[e] == x.w1[e] + Fe * C, "GPT: expert {}'s w1/w3 {} are not contiguous", e, what);  // null: another ep rank's
-  check(!x.sh_up || x.sh_up == x.sh_fc + Fs * C, "GPT: the shared experts' gate/up {} are not contiguous", what);
+    check(!x.w1[e] || x.w3[e] == x.w1[e] + Fe * C, "TransformerModel: expert {}'s w1/w3 {} are not contiguous", e,
+          what);  // null: another ep rank's
+  check(!x.sh_up || x.sh_up == x.sh_fc + Fs * C, "TransformerModel: the shared experts' gate/up {} are not contiguous",
+        what);
 }
 
-void GPT::mlp_activation(float* out, const float* fc, int64_t rows) {
+void TransformerModel::mlp_activation(float* out, const float* fc, int64_t rows) {
   if (spec_.mlp == MlpKind::swiglu) ops_.swiglu_forward(out, fc, rows, geo_.f_local);
   else ops_.gelu_forward(out, fc, rows * geo_.f_local);
 }
 
-void GPT::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
-                       int64_t rows) {
+void TransformerModel::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                    const float* b, int64_t rows) {
   block_->norm_forward(out, mean, rstd, inp, w, b, rows);
 }
 
-BlockTensors<const float> GPT::block_weights(const LayerW& w) {
+BlockTensors<const float> TransformerModel::block_weights(const LayerW& w) {
   return {w.ln1_w, w.ln1_b, w.qkv_w, w.qkv_b, w.proj_w, w.proj_b, w.ln2_w, w.ln2_b, w.fc_w, w.fc_b, w.fcp_w, w.fcp_b,
           {w.router, w.w1.data(), w.w2.data(), w.sh_fc, w.sh_fcp}, w.q_norm, w.k_norm};
 }
 
-BlockTensors<float> GPT::block_grads(const LayerW& g) {
+BlockTensors<float> TransformerModel::block_grads(const LayerW& g) {
   return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b, g.ln2_w, g.ln2_b, g.fc_w, g.fc_b, g.fcp_w, g.fcp_b,
           {g.router, g.w1.data(), g.w2.data(), g.sh_fc, g.sh_fcp}, g.q_norm, g.k_norm};
 }
 
-double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
-                    const int32_t* positions) {
-  check(B > 0 && B <= max_B_, "GPT::forward: micro-batch {} outside [1, {}]", B, max_B_);
-  check(slot >= 0 && slot < opts_.slots, "GPT::forward: activation slot {} outside [0, {})", slot,
+double TransformerModel::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
+                                 const int32_t* positions) {
+  check(B > 0 && B <= max_B_, "TransformerModel::forward: micro-batch {} outside [1, {}]", B, max_B_);
+  check(slot >= 0 && slot < opts_.slots, "TransformerModel::forward: activation slot {} outside [0, {})", slot,
         opts_.slots);
   const int T = local_seq_len(cfg_, shard_), C = cfg_.d_model;
   const int64_t BT = static_cast<int64_t>(B) * T;
@@ -365,17 +371,17 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   int32_t* toks = sa.tokens;
   int32_t* tgts = toks + static_cast<int64_t>(max_B_) * T;
   sa.had_docs = positions != nullptr;
-  if (positions) geo_.document_rows(positions, BT, sa.doc_pos, sa.doc_start, "GPT::forward");
+  if (positions) geo_.document_rows(positions, BT, sa.doc_pos, sa.doc_start, "TransformerModel::forward");
   block_->set_documents(sa.docs());
   emit(UnitEvent::pre_forward, kEmbeddingUnit);
   PostEvent post_emb{[this] { emit(UnitEvent::post_forward, kEmbeddingUnit); }};
   if (shard_.has_embedding) {
-    check(inputs != nullptr, "GPT::forward: the first stage needs input tokens");
+    check(inputs != nullptr, "TransformerModel::forward: the first stage needs input tokens");
     for (int64_t i = 0; i < BT; ++i) {  // context parallel: this rank's positions of each sequence
       const int64_t at = geo_.full_index(i);
       const int32_t tok = inputs[at];
-      check(tok >= 0 && tok < cfg_.vocab_size, "GPT::forward: input token {} at {} outside [0, {})", tok, at,
-            cfg_.vocab_size);
+      check(tok >= 0 && tok < cfg_.vocab_size, "TransformerModel::forward: input token {} at {} outside [0, {})", tok,
+            at, cfg_.vocab_size);
       toks[i] = tok;
     }
     const WpeRows rows = wpe_rows(sa);
@@ -405,7 +411,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   PostEvent post_head{[this] { emit(UnitEvent::post_forward, kHeadUnit); }};
   norm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, res, w_.lnf_w, w_.lnf_b, Rl);
   check(targets || (!tp_.sp() && shard_.cp_size == 1),
-        "GPT::forward: generation (no targets) is not available with sequence or context parallel");
+        "TransformerModel::forward: generation (no targets) is not available with sequence or context parallel");
   if (!targets) {  // generation: logits (this rank's vocab columns) of the last position of every sequence
     for (int b = 0; b < B; ++b)
       ops_.matmul_forward(last_logits_.data() + b * geo_.vp, sa.lnf + (static_cast<int64_t>(b) * T + T - 1) * C,
@@ -416,7 +422,8 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   for (int64_t i = 0; i < BT; ++i) {
     const int64_t at = geo_.full_index(i);
     const int32_t tgt = targets[at];
-    check(tgt < cfg_.vocab_size, "GPT::forward: target {} at {} >= vocab size {}", tgt, at, cfg_.vocab_size);
+    check(tgt < cfg_.vocab_size, "TransformerModel::forward: target {} at {} >= vocab size {}", tgt, at,
+          cfg_.vocab_size);
     tgts[i] = tgt;
     count += tgt >= 0;
   }
@@ -430,26 +437,27 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int64_
   return loss;
 }
 
-void GPT::compute_logits(int64_t row_begin, int64_t rows, float* out) {
+void TransformerModel::compute_logits(int64_t row_begin, int64_t rows, float* out) {
   const SlotActs& sa = slots_[last_slot_];
   check(shard_.has_head && sa.B > 0 && row_begin >= 0 && row_begin + rows <= int64_t{sa.B} * cfg_.seq_len,
-        "GPT::compute_logits: rows [{}, {}) not in the last forward", row_begin, row_begin + rows);
-  check(!tp_.sp() && shard_.cp_size == 1, "GPT::compute_logits is not available with sequence or context parallel");
+        "TransformerModel::compute_logits: rows [{}, {}) not in the last forward", row_begin, row_begin + rows);
+  check(!tp_.sp() && shard_.cp_size == 1,
+        "TransformerModel::compute_logits is not available with sequence or context parallel");
   ops_.matmul_forward(out, sa.lnf + row_begin * cfg_.d_model, w_.head(), nullptr, rows, cfg_.d_model, geo_.vp);
 }
 
-void GPT::backward(float loss_scale, int slot) {
-  check(slot >= 0 && slot < opts_.slots, "GPT::backward: activation slot {} outside [0, {})", slot,
+void TransformerModel::backward(float loss_scale, int slot) {
+  check(slot >= 0 && slot < opts_.slots, "TransformerModel::backward: activation slot {} outside [0, {})", slot,
         opts_.slots);
   SlotActs& sa = slots_[slot];
   const int B = sa.B, T = local_seq_len(cfg_, shard_), C = cfg_.d_model;
   const int64_t Rl = local_rows(B);
-  check(B > 0, "GPT::backward without a forward");
+  check(B > 0, "TransformerModel::backward without a forward");
   const int32_t* toks = sa.tokens;
   float* dres = act_.dres;
   block_->set_documents(sa.docs());
   if (shard_.has_head) {
-    check(sa.had_targets && sa.had_grad, "GPT::backward: the last forward had no targets or no gradients");
+    check(sa.had_targets && sa.had_grad, "TransformerModel::backward: the last forward had no targets or no gradients");
     emit(UnitEvent::pre_backward, kHeadUnit);
     std::memset(dres, 0, Rl * C * sizeof(float));
     ops_.scale_inplace(sa.dlnf, loss_scale, Rl * C);

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "mpitron/core/error.hpp"
-#include "mpitron/model/tp_mappings.hpp"
+#include "mpitron/model/tensor_parallel/tp_mappings.hpp"
 
 namespace mpitron {
 

@@ -1,23 +1,24 @@
-// GptCuda (gpt_cuda.hpp): the CPU GPT's forward/backward (src/model/gpt.cpp) on CudaOps, for the
-// model chunk of any rank of a layout: tensor parallel (with sequence parallel), pipeline stages
-// (interleaved too), context parallel's ring, expert parallel (not with ZeRO-3: its experts are in
-// no ZeRO-3 unit), under data parallel and ZeRO 1-3 (src/parallel), with llm.c's fusions:
+// TransformerModelCuda (transformer_model_cuda.hpp): the CPU TransformerModel's forward/backward
+// (src/model/transformer_model.cpp) on CudaOps, for the model chunk of any rank of a layout: tensor
+// parallel (with sequence parallel), pipeline stages (interleaved too), context parallel's ring,
+// expert parallel (not with ZeRO-3: its experts are in no ZeRO-3 unit), under data parallel and
+// ZeRO 1-3 (src/parallel), with llm.c's fusions:
 //   - residual add + LayerNorm in one kernel: block l's ln_1 also writes block l-1's output
 //     (res3 = res2 + mlp projection), the final LayerNorm writes the last block's output;
 //   - c_fc's matmul + bias + GELU in one cuBLASLt call (GELU_AUX_BIAS keeps the GELU input for
 //     the backward), and in the backward mlp.c_proj's dinp times gelu' (DGELU epilogue);
 //   - attention keeps only its logsumexp stats [B, H, T], never the [T, T] probabilities;
 //   - LM head in chunks of rows: logits (bf16) -> crossentropy_fused (losses, and dlogits in
-//     place) -> dlnf and the wte gradient, during forward (as the CPU GPT does), unscaled;
-//     backward() scales them by loss_scale, which is only known then.
+//     place) -> dlnf and the wte gradient, during forward (as the CPU TransformerModel does),
+//     unscaled; backward() scales them by loss_scale, which is only known then.
 // Gradients are fp32 and accumulate (+=) over micro-batches; the residual-stream gradient dres
 // is bf16 (llm.c's dresidual), LayerNorm backward adds into it.
 // LLaMA (cfg.arch): RMSNorm (the residual add unfused), RoPE on q and k after the fused q|k|v
 // GEMM, grouped-query attention, SwiGLU after the fused gate|up GEMM, no biases, lm_head.
 // This file: the activation layout, construction, forward and backward. The model's state
 // (memory accounting, host transfers, pipeline stage tensors, gradient binding) is in
-// gpt_cuda_state.cpp.
-#include "mpitron/model/cuda/gpt_cuda.hpp"
+// transformer_model_cuda_state.cpp.
+#include "mpitron/model/cuda/transformer_model_cuda.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -26,11 +27,11 @@
 #include <vector>
 
 #include "mpitron/ops/cuda/check.hpp"
-#include "ring_blocks_cuda.hpp"
+#include "../context_parallel/cuda/ring_blocks_cuda.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/param_tables.hpp"
-#include "mpitron/model/tp_mappings.hpp"
+#include "mpitron/model/tensor_parallel/tp_mappings.hpp"
 #include "mpitron/ops/cuda/cuda_flat_ops.hpp"
 
 namespace mpitron {
@@ -41,22 +42,22 @@ using cuda::cuda_check;
 
 }  // namespace
 
-void* GptCuda::device_alloc(Mem m, size_t bytes, const char* what) {
+void* TransformerModelCuda::device_alloc(Mem m, size_t bytes, const char* what) {
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    fail("GptCuda: cudaMalloc of {} for {} failed: {} (this model holds {} already)", format_bytes(int64_t(bytes)),
-         what, cudaGetErrorString(e), format_bytes(device_bytes()));
+    fail("TransformerModelCuda: cudaMalloc of {} for {} failed: {} (this model holds {} already)",
+         format_bytes(int64_t(bytes)), what, cudaGetErrorString(e), format_bytes(device_bytes()));
   }
   allocs_.push_back({p, bytes, m});
   MemTracker::cuda().on_alloc(m, static_cast<int64_t>(bytes));
-  cuda_check(cudaMemsetAsync(p, 0, bytes, ops_.stream()), "cudaMemsetAsync(GptCuda buffer)");
+  cuda_check(cudaMemsetAsync(p, 0, bytes, ops_.stream()), "cudaMemsetAsync(TransformerModelCuda buffer)");
   return p;
 }
 
-GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, int max_micro_batch,
-                 ModelOptions options, Comm* tp, Comm* cp, Comm* ep)
+TransformerModelCuda::TransformerModelCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops,
+                                           int max_micro_batch, ModelOptions options, Comm* tp, Comm* cp, Comm* ep)
     : cfg_(cfg), spec_(block_spec(cfg)), geo_(cfg, shard), ops_(ops), dev_{ops}, max_B_(max_micro_batch), shard_(shard),
       tp_(tp) {
   init_layers(cfg, shard, options, max_micro_batch, cp, ep);
@@ -75,13 +76,13 @@ GptCuda::GptCuda(const ModelConfig& cfg, const ModelShard& shard, CudaOps& ops, 
 
 // The shard checked against the communicators (each ordered after ops' stream) and the model's
 // sizes; the layers shared with the CPU model; the parameter table.
-void GptCuda::init_layers(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options, int max_micro_batch,
-                          Comm* cp, Comm* ep) {
+void TransformerModelCuda::init_layers(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options,
+                                       int max_micro_batch, Comm* cp, Comm* ep) {
   check((ep ? ep->size() : 1) == shard.ep_size && (ep ? ep->rank() : 0) == shard.ep_rank,
-        "GptCuda: the shard says ep rank {} of {}, the EP group rank {} of {}", shard.ep_rank, shard.ep_size,
-        ep ? ep->rank() : 0, ep ? ep->size() : 1);
+        "TransformerModelCuda: the shard says ep rank {} of {}, the EP group rank {} of {}", shard.ep_rank,
+        shard.ep_size, ep ? ep->rank() : 0, ep ? ep->size() : 1);
   check(shard.tp_size == 1 || (tp_ && tp_->size() == shard.tp_size && tp_->rank() == shard.tp_rank),
-        "GptCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
+        "TransformerModelCuda: tensor parallel shard {} of {} needs the TP communicator of that size", shard.tp_rank,
         shard.tp_size);
   cfg_.n_kv_head = kv_heads(cfg);  // multi-head attention where the architecture has no GQA
   if (tp_) tp_->set_compute_stream(ops_.stream());
@@ -89,17 +90,22 @@ void GptCuda::init_layers(const ModelConfig& cfg, const ModelShard& shard, Model
   block_ = std::make_unique<TransformerBlock<CudaDevice>>(dev_, cfg_, geo_, tpc);
   emb_ = std::make_unique<VocabParallelEmbedding<CudaDevice>>(dev_, tpc, cfg.padded_vocab(shard.tp_size), cfg.d_model);
   check((shard.cp_size == 1) == (cp == nullptr) && (!cp || (cp->size() == shard.cp_size && cp->rank() == shard.cp_rank)),
-        "GptCuda: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank, shard.cp_size);
+        "TransformerModelCuda: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank,
+        shard.cp_size);
   if (cp) cp->set_compute_stream(ops_.stream());
   layer_begin_ = shard.layer_begin;
   n_local_ = local_layers(cfg, shard);
   check(layer_begin_ >= 0 && n_local_ >= 0 && layer_begin_ + n_local_ <= cfg.n_layer,
-        "GptCuda: layers [{}, {}) outside the model's {}", layer_begin_, layer_begin_ + n_local_, cfg.n_layer);
-  check(max_micro_batch > 0 && options.slots >= 1, "GptCuda: max_micro_batch and slots must be > 0");
-  check(cfg.d_model % 8 == 0, "GptCuda: d_model {} must be a multiple of 8 (16-byte bf16 rows)", cfg.d_model);
+        "TransformerModelCuda: layers [{}, {}) outside the model's {}", layer_begin_, layer_begin_ + n_local_,
+        cfg.n_layer);
+  check(max_micro_batch > 0 && options.slots >= 1, "TransformerModelCuda: max_micro_batch and slots must be > 0");
+  check(cfg.d_model % 8 == 0, "TransformerModelCuda: d_model {} must be a multiple of 8 (16-byte bf16 rows)",
+        cfg.d_model);
   const int T = shard.tp_size;
-  check(cfg.vocab_size > int64_t{T - 1} * geo_.vp, "GptCuda: vocabulary {} too small for tp {} (the last rank's {} padded "
-        "rows would hold no real token)", cfg.vocab_size, T, geo_.vp);
+  check(cfg.vocab_size > int64_t{T - 1} * geo_.vp,
+        "TransformerModelCuda: vocabulary {} too small for tp {} (the last rank's {} padded "
+        "rows would hold no real token)",
+        cfg.vocab_size, T, geo_.vp);
   chunk_rows_ = gpu_logits_chunk_rows(cfg, max_micro_batch, options.logits_chunk_rows, shard.cp_size);
   head_ = std::make_unique<LmHead<CudaDevice>>(dev_, cfg_, geo_, tpc, chunk_rows_);
   recompute_ = options.recompute;
@@ -107,7 +113,7 @@ void GptCuda::init_layers(const ModelConfig& cfg, const ModelShard& shard, Model
   n_flat_ = flat_param_floats(params_);
 }
 
-size_t GptCuda::param_offset(const char* name) const {
+size_t TransformerModelCuda::param_offset(const char* name) const {
   if (!name) return kNone;
   for (const auto& p : params_)
     if (p.name == name) return p.offset;
@@ -117,20 +123,20 @@ size_t GptCuda::param_offset(const char* name) const {
 // Each role's flat offset (kNone where the architecture or this stage lacks it). A pipeline
 // stage holds its blocks; the token embedding on the first stage (and on the last for a tied
 // LM head), learned positions on the first, the final norm and an untied lm_head on the last.
-void GptCuda::locate_params(const ModelConfig& cfg, const ModelShard& shard) {
+void TransformerModelCuda::locate_params(const ModelConfig& cfg, const ModelShard& shard) {
   off_.wte = param_offset(spec_.name(ModelTensor::tok_emb));
   off_.wpe = param_offset(spec_.name(ModelTensor::pos_emb));
   off_.lnf_w = param_offset(spec_.name(ModelTensor::lnf_w));
   off_.lnf_b = param_offset(spec_.name(ModelTensor::lnf_b));
   off_.head = cfg.tied_embeddings ? off_.wte : param_offset(spec_.name(ModelTensor::lm_head));
-  check(off_.wte != kNone || !shard.has_embedding, "GptCuda: no token embedding in the parameter table");
+  check(off_.wte != kNone || !shard.has_embedding, "TransformerModelCuda: no token embedding in the parameter table");
   for (int l = layer_begin_; l < layer_begin_ + n_local_; ++l) {
     off_.layers.push_back(layer_offsets(cfg, l));
     off_.moe.push_back(cfg.moe.is_moe_layer(l) ? moe_offsets(cfg, shard, l) : MoeOffsets{});
   }
 }
 
-GptCuda::LayerOffsets GptCuda::layer_offsets(const ModelConfig& cfg, int l) const {
+TransformerModelCuda::LayerOffsets TransformerModelCuda::layer_offsets(const ModelConfig& cfg, int l) const {
   static constexpr size_t LayerOffsets::*kRole[kBlockTensors] = {
       &LayerOffsets::ln1_w,  &LayerOffsets::ln1_b,  &LayerOffsets::qkv_w,  &LayerOffsets::qkv_b, &LayerOffsets::k_w,
       &LayerOffsets::v_w,    &LayerOffsets::k_b,    &LayerOffsets::v_b,    &LayerOffsets::q_norm, &LayerOffsets::k_norm,
@@ -143,7 +149,7 @@ GptCuda::LayerOffsets GptCuda::layer_offsets(const ModelConfig& cfg, int l) cons
     const auto role = static_cast<BlockTensor>(r);
     const char* name = moe && r >= static_cast<int>(BlockTensor::fc_w) ? nullptr : block_tensor_name(cfg, role);  // a MoE block has no dense MLP
     o.*kRole[r] = name ? param_offset((h + name).c_str()) : kNone;
-    check(!name || o.*kRole[r] != kNone, "GptCuda: parameter {}{} missing from the table", h, name);
+    check(!name || o.*kRole[r] != kNone, "TransformerModelCuda: parameter {}{} missing from the table", h, name);
   }
   // Separate q, k, v (gate, up) tensors run as one GEMM each: the table keeps them adjacent
   // (ZeRO-3 unit copies and gradient buckets keep them so too).
@@ -151,17 +157,18 @@ GptCuda::LayerOffsets GptCuda::layer_offsets(const ModelConfig& cfg, int l) cons
   check((o.k_w == kNone || (o.k_w == o.qkv_w + geo_.h_local * hd * C && o.v_w == o.k_w + geo_.kv_local * hd * C)) &&
             (o.k_b == kNone || (o.k_b == o.qkv_b + geo_.h_local * hd && o.v_b == o.k_b + geo_.kv_local * hd)) &&
             (o.up_w == kNone || o.up_w == o.fc_w + geo_.f_local * C),
-        "GptCuda: block {}'s q/k/v or gate/up weights are not adjacent", l);
+        "TransformerModelCuda: block {}'s q/k/v or gate/up weights are not adjacent", l);
   return o;
 }
 
 // MoE block l's router, this rank's experts (kNone for another ep rank's) and shared experts.
-GptCuda::MoeOffsets GptCuda::moe_offsets(const ModelConfig& cfg, const ModelShard& shard, int l) const {
+TransformerModelCuda::MoeOffsets TransformerModelCuda::moe_offsets(const ModelConfig& cfg, const ModelShard& shard,
+                                                                   int l) const {
   MoeOffsets mo;
   const std::string m = spec_.layer_prefix + std::to_string(l) + "." + "block_sparse_moe.";
   auto need = [&](const std::string& name) {
     const size_t at_ = param_offset(name.c_str());
-    check(at_ != kNone, "GptCuda: parameter {} missing from the table", name);
+    check(at_ != kNone, "TransformerModelCuda: parameter {} missing from the table", name);
     return at_;
   };
   mo.router = need(m + "gate.weight");
@@ -175,7 +182,7 @@ GptCuda::MoeOffsets GptCuda::moe_offsets(const ModelConfig& cfg, const ModelShar
     mo.w1.push_back(need(x + "w1.weight"));
     mo.w2.push_back(need(x + "w2.weight"));
     check(need(x + "w3.weight") == mo.w1.back() + size_t(cfg.moe.d_ff) * cfg.d_model,
-          "GptCuda: expert {} of block {}: w1 and w3 are not adjacent", e, l);
+          "TransformerModelCuda: expert {} of block {}: w1 and w3 are not adjacent", e, l);
   }
   if (cfg.moe.n_shared > 0) mo.sh_fc = need(m + "shared_experts.gate_proj.weight"),
                             mo.sh_fcp = need(m + "shared_experts.down_proj.weight");
@@ -183,7 +190,7 @@ GptCuda::MoeOffsets GptCuda::moe_offsets(const ModelConfig& cfg, const ModelShar
 }
 
 // The fp32 master, its bf16 copy and the gradients; each parameter's pointers; the ZeRO-3 units.
-void GptCuda::alloc_params(const ModelShard& shard) {
+void TransformerModelCuda::alloc_params(const ModelShard& shard) {
   master_ = static_cast<float*>(device_alloc(Mem::params, n_flat_ * sizeof(float), "fp32 master parameters"));
   params_bf16_ = static_cast<bf16*>(device_alloc(Mem::params, n_flat_ * sizeof(bf16), "bf16 parameters"));
   grads_ = static_cast<float*>(device_alloc(Mem::grads, n_flat_ * sizeof(float), "gradients"));
@@ -194,11 +201,13 @@ void GptCuda::alloc_params(const ModelShard& shard) {
   master_at_.assign(params_.size(), nullptr);
   units_.resize(2 + n_local_);
   for (size_t i = 0; i < params_.size(); ++i) {  // a unit's range runs to the next parameter (padding included)
-    check(i == 0 || params_[i].offset > params_[i - 1].offset, "GptCuda: parameter table not in flat order");
+    check(i == 0 || params_[i].offset > params_[i - 1].offset,
+          "TransformerModelCuda: parameter table not in flat order");
     if (params_[i].expert && shard.ep_size > 1) continue;  // after the chunk's other parameters: in no unit (no ZeRO-3)
     UnitCopy& u = unit_copy(param_unit(params_[i], shard_));
     if (u.params.empty()) u.begin = params_[i].offset;
-    check(u.params.empty() || u.end == params_[i].offset, "GptCuda: unit of {} is not contiguous", params_[i].name);
+    check(u.params.empty() || u.end == params_[i].offset, "TransformerModelCuda: unit of {} is not contiguous",
+          params_[i].name);
     u.end = i + 1 < params_.size() ? params_[i + 1].offset : n_flat_;
     u.params.push_back(i);
   }
@@ -206,8 +215,8 @@ void GptCuda::alloc_params(const ModelShard& shard) {
 
 // The activation slots (one allocation, gpu_activations.hpp's layout) and, under context
 // parallel, the positions and the ring.
-void GptCuda::alloc_activations(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options,
-                                int max_micro_batch, Comm* cp) {
+void TransformerModelCuda::alloc_activations(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options,
+                                             int max_micro_batch, Comm* cp) {
   const GpuActLayout lay = gpu_act_layout(cfg, shard, max_micro_batch, options.slots, recompute_, chunk_rows_);
   size_t act_bytes = plan_gpu_activations(cfg, lay, nullptr, slots_);
   char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
@@ -229,7 +238,7 @@ void GptCuda::alloc_activations(const ModelConfig& cfg, const ModelShard& shard,
 }
 
 // The slots' bookkeeping, the pinned token and loss staging and their events.
-void GptCuda::alloc_host_staging(int max_micro_batch) {
+void TransformerModelCuda::alloc_host_staging(int max_micro_batch) {
   slot_B_.assign(slots_.size(), 0);
   slot_pending_.assign(slots_.size(), false);
   slot_doc_pos_.assign(slots_.size(), {});
@@ -242,28 +251,29 @@ void GptCuda::alloc_host_staging(int max_micro_batch) {
   cuda_check(cudaEventCreateWithFlags(&losses_ready_, cudaEventDisableTiming), "cudaEventCreate");
 }
 
-GptCuda::~GptCuda() { release(); }
+TransformerModelCuda::~TransformerModelCuda() { release(); }
 
 // The MoE blocks on this GPU (moe_mlp.hpp MoeBlocks): their arrays from a stream-ordered allocator.
-void GptCuda::setup_moe(const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* ep, Comm* cp) {
+void TransformerModelCuda::setup_moe(const ModelShard& shard, ModelOptions options, int max_micro_batch, Comm* ep,
+                                     Comm* cp) {
   moe_alloc_ = make_stream_allocator(ops_.stream());
   dev_.alloc = moe_alloc_.get();
   if (ep && ep->size() > 1) ep->set_compute_stream(ops_.stream());  // the exchanges read what the GEMMs wrote
   // Under sequence parallel the block hands the MoE all BT rows (gathered): its shared experts
-  // then run as plain tensor parallel, not sequence parallel (as in the CPU GPT).
+  // then run as plain tensor parallel, not sequence parallel (as in the CPU TransformerModel).
   moe_ = std::make_unique<MoeBlocks<CudaDevice>>(dev_, cfg_, TpContext{tp_, false, nullptr}, ep, cp, shard.layer_begin,
                                                  n_local_, options.slots, options.recompute,
                                                  int64_t{max_micro_batch} * seq_local());
   block_->set_moe(&moe_->mlp());
 }
 
-GptCuda::LayerAct GptCuda::layer_acts(int l) {
+TransformerModelCuda::LayerAct TransformerModelCuda::layer_acts(int l) {
   LayerAct a = a_.layers[recompute_ ? 0 : l];
   if (off_.moe[l].router != kNone) a.moe = moe_->acts(slot_, l);
   return a;
 }
 
-void GptCuda::release() {
+void TransformerModelCuda::release() {
   for (UnitCopy& u : units_) free_unit_copy(u);  // ZeRO-3 working copies still held (an exception mid-step)
   cudaStreamSynchronize(ops_.stream());
   for (const DeviceAlloc& d : allocs_) {
@@ -278,7 +288,7 @@ void GptCuda::release() {
   host_tokens_ = nullptr, host_losses_ = nullptr, tokens_sent_ = nullptr, losses_ready_ = nullptr;
 }
 
-const bf16* GptCuda::block_output() const {
+const bf16* TransformerModelCuda::block_output() const {
   if (recompute_ || n_local_ == 0) return a_.block_in.back();
   return a_.layers.back().res3;
 }
@@ -288,7 +298,7 @@ const bf16* GptCuda::block_output() const {
 // proj_out, fused with ln_1), and the block leaves its MLP projection in proj_out for the next
 // block's (or the final) LayerNorm to add; with recompute the input is block_in[l], the output
 // written to block_in[l + 1] and the activations go to the one shared set.
-void GptCuda::layer_forward(int l, int B) {
+void TransformerModelCuda::layer_forward(int l, int B) {
   const bool lazy = !recompute_ && l > 0;
   const bf16* res_in = recompute_ ? a_.block_in[l] : l == 0 ? a_.encoded : a_.layers[l - 1].res3;
   block_->forward(block_weights(l), layer_acts(l), scratch(), res_in,
@@ -297,7 +307,7 @@ void GptCuda::layer_forward(int l, int B) {
 
 // A MoE block's expert pointers live in moe_w13_ ... until the next call (the block reads them
 // during its forward or backward).
-BlockTensors<const bf16> GptCuda::block_weights(int l) const {
+BlockTensors<const bf16> TransformerModelCuda::block_weights(int l) const {
   const LayerOffsets& p = off_.layers[l];
   const MoeOffsets& m = off_.moe[l];
   MoeTensors<const bf16> moe;
@@ -310,7 +320,7 @@ BlockTensors<const bf16> GptCuda::block_weights(int l) const {
           W(p.ln2_w), W(p.ln2_b), W(p.fc_w),  W(p.fc_b),  W(p.fcp_w), W(p.fcp_b), moe, W(p.q_norm), W(p.k_norm)};
 }
 
-BlockTensors<float> GptCuda::block_grads(int l) const {
+BlockTensors<float> TransformerModelCuda::block_grads(int l) const {
   const LayerOffsets& p = off_.layers[l];
   const MoeOffsets& m = off_.moe[l];
   MoeTensors<float> moe;
@@ -324,7 +334,7 @@ BlockTensors<float> GptCuda::block_grads(int l) const {
 }
 
 // d4C holds d [gate | up] (or d fc) and, later in the same backward, d qkv.
-BlockScratch<bf16> GptCuda::scratch() const {
+BlockScratch<bf16> TransformerModelCuda::scratch() const {
   return {.proj_out = a_.proj_out, .dres = a_.dres, .dC = a_.dC, .dqkv = a_.d4C, .d4C = a_.d4C, .dmlp = a_.dmlp,
           .gath = a_.gath, .full = a_.full, .dres_full = a_.dres_full, .qk_tmp = a_.qk_tmp};
 }
@@ -332,8 +342,8 @@ BlockScratch<bf16> GptCuda::scratch() const {
 // Final LayerNorm (with the last block's residual add), then the LM head and loss in chunks of
 // rows; with gradients, each chunk's logits become dlogits (scale 1) in place and give dlnf and
 // the micro-batch's wte gradient at once. The losses go to the host as soon as the last chunk's
-// are written. CPU: the head part of GPT::forward.
-void GptCuda::head_forward(int B) {
+// are written. CPU: the head part of TransformerModel::forward.
+void TransformerModelCuda::head_forward(int B) {
   const int64_t BT = int64_t{B} * seq_local(), Rl = local_rows(BT);
   if (n_local_ > 0 && !recompute_) {
     const LayerAct& last = a_.layers.back();
@@ -353,12 +363,12 @@ void GptCuda::head_forward(int B) {
                  });
 }
 
-double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
-                        const int32_t* positions) {
-  check(B > 0 && B <= max_B_, "GptCuda::forward: micro-batch {} outside [1, {}]", B, max_B_);
-  check(slot >= 0 && slot < static_cast<int>(slots_.size()), "GptCuda::forward: slot {} outside [0, {})", slot,
-        slots_.size());
-  check(inputs != nullptr && targets != nullptr, "GptCuda::forward needs input and target tokens");
+double TransformerModelCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
+                                     const int32_t* positions) {
+  check(B > 0 && B <= max_B_, "TransformerModelCuda::forward: micro-batch {} outside [1, {}]", B, max_B_);
+  check(slot >= 0 && slot < static_cast<int>(slots_.size()), "TransformerModelCuda::forward: slot {} outside [0, {})",
+        slot, slots_.size());
+  check(inputs != nullptr && targets != nullptr, "TransformerModelCuda::forward needs input and target tokens");
   const int T = seq_local(), C = cfg_.d_model;  // this rank's positions of each sequence
   const int64_t BT = int64_t{B} * T, max_bt = int64_t{max_B_} * T;
   cudaStream_t s = ops_.stream();
@@ -371,10 +381,10 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   int64_t count = 0;
   for (int64_t i = 0; i < BT; ++i) {  // this rank's rows (all of them without cp) into the staging buffer
     const int64_t at = geo_.full_index(i);
-    check(inputs[at] >= 0 && inputs[at] < cfg_.vocab_size, "GptCuda::forward: input token {} at {} outside [0, {})",
-          inputs[at], at, cfg_.vocab_size);
-    check(targets[at] < cfg_.vocab_size, "GptCuda::forward: target {} at {} >= vocab size {}", targets[at], at,
-          cfg_.vocab_size);
+    check(inputs[at] >= 0 && inputs[at] < cfg_.vocab_size,
+          "TransformerModelCuda::forward: input token {} at {} outside [0, {})", inputs[at], at, cfg_.vocab_size);
+    check(targets[at] < cfg_.vocab_size, "TransformerModelCuda::forward: target {} at {} >= vocab size {}", targets[at],
+          at, cfg_.vocab_size);
     count += targets[at] >= 0;
     host_tokens_[i] = inputs[at], host_tokens_[max_bt + i] = targets[at];
   }
@@ -383,7 +393,8 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
   std::vector<int32_t>& doc_pos = slot_doc_pos_[slot];
   doc_pos.clear();
   if (positions) {
-    geo_.document_rows(positions, BT, host_tokens_ + 2 * max_bt, host_tokens_ + 3 * max_bt, "GptCuda::forward");
+    geo_.document_rows(positions, BT, host_tokens_ + 2 * max_bt, host_tokens_ + 3 * max_bt,
+                       "TransformerModelCuda::forward");
     doc_pos.assign(host_tokens_ + 2 * max_bt, host_tokens_ + 2 * max_bt + BT);
     cuda_check(cudaMemcpyAsync(a_.doc_pos, host_tokens_ + 2 * max_bt, static_cast<size_t>(BT) * sizeof(int32_t),
                                cudaMemcpyHostToDevice, s),
@@ -436,14 +447,15 @@ double GptCuda::forward(const int32_t* inputs, const int32_t* targets, int B, in
 }
 
 // Block l's backward (transformer_block.hpp): dres in, dres out.
-void GptCuda::layer_backward(int l, int B) {
+void TransformerModelCuda::layer_backward(int l, int B) {
   const bf16* res_in = recompute_ ? a_.block_in[l] : l > 0 ? a_.layers[l - 1].res3 : a_.encoded;
   block_->backward(block_weights(l), block_grads(l), layer_acts(l), scratch(), res_in, B, recompute_);
 }
 
-void GptCuda::backward(float loss_scale, int slot) {
+void TransformerModelCuda::backward(float loss_scale, int slot) {
   check(slot >= 0 && slot < static_cast<int>(slots_.size()) && slot_B_[slot] > 0 && slot_pending_[slot],
-        "GptCuda::backward needs its own forward in slot {}, with gradients enabled (one backward per forward)", slot);
+        "TransformerModelCuda::backward needs its own forward in slot {}, with gradients enabled "
+        "(one backward per forward)", slot);
   a_ = slots_[slot];
   slot_ = slot;
   if (moe_) moe_->mlp().set_loss_scale(loss_scale);

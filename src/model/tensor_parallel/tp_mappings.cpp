@@ -1,5 +1,5 @@
 // The TP conjugate collectives (see tp_mappings.hpp for the table and a worked example).
-#include "mpitron/model/tp_mappings.hpp"
+#include "mpitron/model/tensor_parallel/tp_mappings.hpp"
 
 #include <chrono>
 

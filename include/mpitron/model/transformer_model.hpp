@@ -31,20 +31,20 @@
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/arch.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/context_parallel/ring_attention.hpp"
 #include "mpitron/model/cpu_device.hpp"
 #include "mpitron/model/lm_head.hpp"
 #include "mpitron/model/model_chunk.hpp"
-#include "mpitron/model/moe_mlp.hpp"
+#include "mpitron/model/moe/moe_mlp.hpp"
 #include "mpitron/model/param_tables.hpp"
-#include "mpitron/model/parallel_layers.hpp"
-#include "mpitron/model/ring_attention.hpp"
 #include "mpitron/model/shard_geometry.hpp"
+#include "mpitron/model/tensor_parallel/parallel_layers.hpp"
 #include "mpitron/model/transformer_block.hpp"
 #include "mpitron/ops/ops.hpp"
 
 namespace mpitron {
 
-class GPT final : public ModelChunk {
+class TransformerModel final : public ModelChunk {
  public:
   // tp: the tensor-parallel group (its size and rank must match shard.tp_size/tp_rank);
   // nullptr without tensor parallelism.
@@ -52,11 +52,11 @@ class GPT final : public ModelChunk {
   // seq_len / cp positions of every sequence (ModelShard), attention runs over the ring
   // (ring_attention.hpp), forward() still takes the full [B, seq_len] token arrays.
   // ep: the expert-parallel group of a MoE model (moe_mlp.hpp; nullptr: every expert here).
-  GPT(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch, ModelOptions opts = {},
-      Comm* tp = nullptr, Comm* cp = nullptr, Comm* ep = nullptr);
-  ~GPT() override;
-  GPT(const GPT&) = delete;
-  GPT& operator=(const GPT&) = delete;
+  TransformerModel(const ModelConfig& cfg, const ModelShard& shard, Ops& ops, int max_micro_batch,
+                   ModelOptions opts = {}, Comm* tp = nullptr, Comm* cp = nullptr, Comm* ep = nullptr);
+  ~TransformerModel() override;
+  TransformerModel(const TransformerModel&) = delete;
+  TransformerModel& operator=(const TransformerModel&) = delete;
 
   void init_weights(uint64_t seed);
   // ModelChunk (model_chunk.hpp says what each does).
@@ -229,7 +229,7 @@ class GPT final : public ModelChunk {
   std::unique_ptr<LmHead<CpuDevice>> head_;
   Buffer<float> ce_scratch_;  // TP: the vocab-parallel cross-entropy's [4, chunk rows]
   Buffer<float> ln_grad_;  // [2C]: one norm's weight (+bias) gradient before the SP all-reduce
-  struct DecodeState;      // gpt_decode.cpp: the KV cache and one step's scratch, made on first decode()
+  struct DecodeState;      // transformer_model_decode.cpp: the KV cache and one step's scratch, made on first decode()
   std::unique_ptr<CpuRingBlocks> ring_blocks_;  // context parallel (cp > 1): the blocks, the ring
   std::unique_ptr<RingAttention> ring_;
   std::shared_ptr<DecodeState> decode_;

@@ -1,14 +1,14 @@
-// The GPU backend's half of ring attention (model/ring_attention.hpp): k|v blocks travel in bf16
-// (the activations' own precision, so passing them on loses nothing), dk|dv in fp32 (they
-// accumulate over the ring's steps); the output and dq accumulate in fp32 and are rounded to bf16
-// once at the end. Every call is enqueued on ops.stream(); the ring's hops (NCCL send/recv
+// The GPU backend's half of ring attention (model/context_parallel/ring_attention.hpp): k|v blocks
+// travel in bf16 (the activations' own precision, so passing them on loses nothing), dk|dv in fp32
+// (they accumulate over the ring's steps); the output and dq accumulate in fp32 and are rounded to
+// bf16 once at the end. Every call is enqueued on ops.stream(); the ring's hops (NCCL send/recv
 // groups on the communicator's stream) are ordered after it by Comm::set_compute_stream, and
 // compute that reads a received block is enqueued only after the hop's wait.
-// The buffers are GptCuda's activations (model/gpu_activations.hpp: GpuRingBufs), so the planner
-// counts them. GPU builds only.
+// The buffers are TransformerModelCuda's activations (model/gpu_activations.hpp: GpuRingBufs), so
+// the planner counts them. GPU builds only.
 #pragma once
+#include "mpitron/model/context_parallel/ring_attention.hpp"
 #include "mpitron/model/gpu_activations.hpp"
-#include "mpitron/model/ring_attention.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
 namespace mpitron {
