@@ -32,6 +32,9 @@ if [ -z "$SAN" ]; then
     break
   done
 fi
+# Exported: an e2e test may leave out, under the sanitizers, the parts that run no code of ours
+# (a reference program reading what mpitron wrote: the release run checks it).
+export SAN
 time_scale=1
 if [ -n "$SAN" ]; then
   source tests/sanitizers/env.sh
@@ -51,12 +54,24 @@ passed=0
 failed=0
 skipped=0
 failures=()
+# CPU seconds of the finished children of this shell (user + system, /proc/PID/stat fields 16-17):
+# each line says how much of its wall time a test kept the cores busy.
+HZ=$(getconf CLK_TCK)
+child_cpu_ticks() {
+  local f
+  read -r -a f </proc/$$/stat
+  # Field 2 (the command name) holds no space here (bash), so the array index is the field number - 1.
+  echo $((f[15] + f[16]))
+}
+cpu_total=0
+t_start=$SECONDS
 
 run_one() {  # name timeout cmd...
   local name=$1 limit=$2
   shift 2
   [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && return
-  local log="$logdir/${name//[\/ ]/_}.log" t0=$SECONDS rc=0 reports=""
+  local log="$logdir/${name//[\/ ]/_}.log" t0=$SECONDS rc=0 reports="" c0 cpu
+  c0=$(child_cpu_ticks)
   # Sanitizer option values end at ':', ',' or a space: the folder name keeps none of them.
   local sandir="$PWD/$logdir/san/${name//[^A-Za-z0-9_.=-]/_}"
   if [ -n "$SAN" ]; then
@@ -64,6 +79,8 @@ run_one() {  # name timeout cmd...
     san_options "$sandir"
   fi
   timeout --kill-after=10 $((limit * time_scale)) "$@" >"$log" 2>&1 || rc=$?
+  cpu=$((($(child_cpu_ticks) - c0) / HZ))
+  cpu_total=$((cpu_total + cpu))
   if [ -n "$SAN" ]; then  # contained HDF5 faults (env.sh) are kept aside and named, not counted
     for f in "$sandir"/*; do
       [ -f "$f" ] && san_contained_hdf5_fault "$f" || continue
@@ -77,7 +94,7 @@ run_one() {  # name timeout cmd...
   fi
   if [ "$rc" -eq 0 ] && [ -z "$reports" ]; then
     passed=$((passed + 1))
-    printf 'PASS  %-50s %4ds\n' "$name" $((SECONDS - t0))
+    printf 'PASS  %-50s %4ds  (cpu %ds)\n' "$name" $((SECONDS - t0)) "$cpu"
   else
     failed=$((failed + 1))
     failures+=("$name")
@@ -145,4 +162,5 @@ fi
 echo
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
 echo "$passed passed, $failed failed$([ "$skipped" -gt 0 ] && echo ", $skipped skipped under the sanitizers")"
+echo "wall $((SECONDS - t_start)) s, cpu $cpu_total s (the tests' processes, user + system)"
 [ "$failed" -eq 0 ]
