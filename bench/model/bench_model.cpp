@@ -60,22 +60,24 @@ class TimedOps final : public Ops {
   void gelu_backward(float* di, const float* i, const float* d, size_t n) override {
     time("gelu", [&] { in_.gelu_backward(di, i, d, n); });
   }
-  void attention_forward(float* o, float* a, const float* q, int B, int T, int H, int hd, int kv) override {
-    time("attention_fwd", [&] { in_.attention_forward(o, a, q, B, T, H, hd, kv); });
+  void attention_forward(float* o, float* a, const float* q, int B, int T, int H, int hd, int kv,
+                         const int32_t* ds) override {
+    time("attention_fwd", [&] { in_.attention_forward(o, a, q, B, T, H, hd, kv, ds); });
   }
   void attention_backward(float* dq, const float* d, const float* q, const float* a, int B, int T, int H, int hd,
-                          int kv) override {
-    time("attention_bwd", [&] { in_.attention_backward(dq, d, q, a, B, T, H, hd, kv); });
+                          int kv, const int32_t* ds) override {
+    time("attention_bwd", [&] { in_.attention_backward(dq, d, q, a, B, T, H, hd, kv, ds); });
   }
   void attention_block_forward(float* o, float* m, float* l, const float* q, int64_t qs, const float* kv, int B, int Tq,
-                               int Tk, int H, int KV, int hd, const int* qp, const int* kp) override {
-    time("attention_block_fwd", [&] { in_.attention_block_forward(o, m, l, q, qs, kv, B, Tq, Tk, H, KV, hd, qp, kp); });
+                               int Tk, int H, int KV, int hd, const int* qp, const int* kp, const int32_t* qst) override {
+    time("attention_block_fwd",
+         [&] { in_.attention_block_forward(o, m, l, q, qs, kv, B, Tq, Tk, H, KV, hd, qp, kp, qst); });
   }
   void attention_block_backward(float* dq, int64_t dqs, float* dkv, const float* q, int64_t qs, const float* kv,
                                 const float* d, const float* lse, const float* ds, int B, int Tq, int Tk, int H, int KV,
-                                int hd, const int* qp, const int* kp) override {
+                                int hd, const int* qp, const int* kp, const int32_t* qst) override {
     time("attention_block_bwd",
-         [&] { in_.attention_block_backward(dq, dqs, dkv, q, qs, kv, d, lse, ds, B, Tq, Tk, H, KV, hd, qp, kp); });
+         [&] { in_.attention_block_backward(dq, dqs, dkv, q, qs, kv, d, lse, ds, B, Tq, Tk, H, KV, hd, qp, kp, qst); });
   }
   void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t R, int64_t C, float eps) override {
     time("rmsnorm", [&] { in_.rmsnorm_forward(o, r, i, w, R, C, eps); });
