@@ -26,12 +26,12 @@
 #include <cstring>
 #include <vector>
 
-#include "mpitron/ops/cuda/check.hpp"
-#include "../context_parallel/cuda/ring_blocks_cuda.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
+#include "mpitron/model/context_parallel/cuda/ring_blocks_cuda.hpp"
 #include "mpitron/model/param_tables.hpp"
 #include "mpitron/model/tensor_parallel/tp_mappings.hpp"
+#include "mpitron/ops/cuda/check.hpp"
 #include "mpitron/ops/cuda/cuda_flat_ops.hpp"
 
 namespace mpitron {

@@ -1,5 +1,5 @@
-// CudaRingBlocks (ring_blocks_cuda.hpp).
-#include "ring_blocks_cuda.hpp"
+// CudaRingBlocks (model/context_parallel/cuda/ring_blocks_cuda.hpp).
+#include "mpitron/model/context_parallel/cuda/ring_blocks_cuda.hpp"
 
 #include <cuda_runtime_api.h>
 
