@@ -63,14 +63,14 @@ child_cpu_ticks() {
   # Field 2 (the command name) holds no space here (bash), so the array index is the field number - 1.
   echo $((f[15] + f[16]))
 }
-cpu_total=0
+cpu_ticks_total=0
 t_start=$SECONDS
 
 run_one() {  # name timeout cmd...
   local name=$1 limit=$2
   shift 2
   [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && return
-  local log="$logdir/${name//[\/ ]/_}.log" t0=$SECONDS rc=0 reports="" c0 cpu
+  local log="$logdir/${name//[\/ ]/_}.log" t0=$SECONDS rc=0 reports="" c0 ticks
   c0=$(child_cpu_ticks)
   # Sanitizer option values end at ':', ',' or a space: the folder name keeps none of them.
   local sandir="$PWD/$logdir/san/${name//[^A-Za-z0-9_.=-]/_}"
@@ -79,8 +79,8 @@ run_one() {  # name timeout cmd...
     san_options "$sandir"
   fi
   timeout --kill-after=10 $((limit * time_scale)) "$@" >"$log" 2>&1 || rc=$?
-  cpu=$((($(child_cpu_ticks) - c0) / HZ))
-  cpu_total=$((cpu_total + cpu))
+  ticks=$(($(child_cpu_ticks) - c0))
+  cpu_ticks_total=$((cpu_ticks_total + ticks))
   if [ -n "$SAN" ]; then  # contained HDF5 faults (env.sh) are kept aside and named, not counted
     for f in "$sandir"/*; do
       [ -f "$f" ] && san_contained_hdf5_fault "$f" || continue
@@ -94,7 +94,7 @@ run_one() {  # name timeout cmd...
   fi
   if [ "$rc" -eq 0 ] && [ -z "$reports" ]; then
     passed=$((passed + 1))
-    printf 'PASS  %-50s %4ds  (cpu %ds)\n' "$name" $((SECONDS - t0)) "$cpu"
+    printf 'PASS  %-50s %4ds  (cpu %ds)\n' "$name" $((SECONDS - t0)) $((ticks / HZ))
   else
     failed=$((failed + 1))
     failures+=("$name")
@@ -162,5 +162,5 @@ fi
 echo
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
 echo "$passed passed, $failed failed$([ "$skipped" -gt 0 ] && echo ", $skipped skipped under the sanitizers")"
-echo "wall $((SECONDS - t_start)) s, cpu $cpu_total s (the tests' processes, user + system)"
+echo "wall $((SECONDS - t_start)) s, cpu $((cpu_ticks_total / HZ)) s (the tests' processes, user + system)"
 [ "$failed" -eq 0 ]
