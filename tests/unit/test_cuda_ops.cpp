@@ -79,6 +79,28 @@ BOOST_AUTO_TEST_CASE(cudnn_attention_graphs_finalise) {
   if (h) cudnnDestroy(h);
 }
 
+BOOST_AUTO_TEST_CASE(cudnn_segment_attention_graphs_finalise) {
+  // The ragged graphs (ops/attention_segments.hpp) for packed documents at cp 1 (causal segments of
+  // the fused qkv rows) and for the ring's off-diagonal blocks (full segments; k|v in a block of
+  // their own, rows of 2 KV hd): the padding mask adds 6 operations (two GEN_INDEX, two CMP_LT
+  // against the segments' lengths, LOGICAL_AND, BINARY_SELECT); a full segment has no causal mask
+  // (4 fewer); grouped-query backward graphs have two more. With a GPU, heuristics + plans too.
+  cudnnHandle_t h = nullptr;
+  if (no_gpu_reason().empty()) BOOST_REQUIRE(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS);
+  for (auto [n, sq, skv, causal, H, hd, KV] :
+       {std::array{8, 256, 256, 1, 4, 32, 4}, std::array{64, 64, 64, 1, 12, 64, 4},
+        std::array{4, 128, 64, 0, 4, 32, 2}, std::array{2, 1024, 1024, 0, 32, 128, 8}}) {
+    const int64_t W = int64_t{H + 2 * KV} * hd;
+    const int64_t kv_stride = causal ? W : 2 * int64_t{KV} * hd;
+    const std::string what = cuda::cudnn_segment_attention_dry_build(h, SegmentBuckets{n, sq, skv}, causal, H, hd,
+                                                                     KV, W, kv_stride, sq);
+    BOOST_TEST(what.find("operation graphs finalised") != std::string::npos, what);
+    const int fwd = 14 + 6 - (causal ? 0 : 4), bwd = 22 + 6 - (causal ? 0 : 4) + (KV != H ? 2 : 0);
+    BOOST_TEST(what.find(fmt::format("forward {} ops, backward {} ops", fwd, bwd)) != std::string::npos, what);
+  }
+  if (h) cudnnDestroy(h);
+}
+
 BOOST_AUTO_TEST_CASE(kernels_match_cpu_naive_attention, *utf::precondition(NeedsGpu())) {
   CudaOpsOptions o;
   o.attention = "naive";

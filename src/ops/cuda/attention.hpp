@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels.hpp"
+#include "mpitron/ops/attention_segments.hpp"
 
 namespace mpitron::cuda {
 
@@ -35,5 +36,12 @@ std::unique_ptr<Attention> make_cudnn_attention(cudnnHandle_t cudnn, Scratch& sc
 // or a device-property descriptor); returns a one-line summary of what was finalised. Throws
 // Error naming the descriptor that failed. For tests and gpu_check.
 std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H, int hd, int KV = 0);
+
+// The same for the segment graphs (packed documents, the ring's blocks; ops/attention_segments.hpp):
+// buckets k (k.n segments of at most k.sq query and k.skv key rows), causal or not, q and k|v rows
+// of q_stride and kv_stride elements, out rows of H hd, stats [.., H, stats_T]. Cached per
+// (buckets, causal) once wired into the trainer.
+std::string cudnn_segment_attention_dry_build(cudnnHandle_t handle, const SegmentBuckets& k, bool causal, int H, int hd,
+                                              int KV, int64_t q_stride, int64_t kv_stride, int stats_T);
 
 }  // namespace mpitron::cuda

@@ -87,13 +87,18 @@ Dims contiguous(const Dims& d) {
 }
 
 // UIDs of the tensors bound at execution (virtual tensors get 1000+).
-enum Uid : int64_t { kQ = 1, kKt, kV, kVt, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kLowest, kOne };
+enum Uid : int64_t {
+  kQ = 1, kKt, kV, kVt, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kLowest, kOne,
+  // segment graphs (ragged batches): per segment its lengths, the element offsets of its first row
+  // in q (and dq), k|v (and dk|dv), out (and dout), stats; minus infinity for the padding mask
+  kSeqQ, kSeqKv, kQOff, kKvOff, kOOff, kStatsOff, kNegInf
+};
 
 // A graph under construction: owns every descriptor it creates.
 class GraphBuilder {
  public:
   Desc& tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t type, bool is_virtual,
-               bool by_value = false) {
+               bool by_value = false, const Desc* ragged_offset = nullptr) {
     Desc& t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "CUDNN_BACKEND_TENSOR_DESCRIPTOR");
     int64_t align = 16;
     t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "CUDNN_ATTR_TENSOR_DATA_TYPE");
@@ -109,6 +114,7 @@ class GraphBuilder {
       bool b = true;
       t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &b, "CUDNN_ATTR_TENSOR_IS_BY_VALUE");
     }
+    if (ragged_offset) t.set_desc(CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, *ragged_offset, "CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC");
     t.finalize();
     return t;
   }
@@ -135,7 +141,9 @@ class GraphBuilder {
     op.finalize();
     ops_.push_back(&op);
   }
-  void matmul(const Desc& a, const Desc& b, const Desc& c) {
+  // m, n, k: the actual sizes per batch entry when they vary (a segment's lengths, [n,1,1,1] INT32).
+  void matmul(const Desc& a, const Desc& b, const Desc& c, const Desc* m = nullptr, const Desc* n = nullptr,
+              const Desc* k = nullptr) {
     Desc& mm = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "CUDNN_BACKEND_MATMUL_DESCRIPTOR");
     cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "CUDNN_ATTR_MATMUL_COMP_TYPE");
@@ -145,6 +153,9 @@ class GraphBuilder {
     op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b, "CUDNN_ATTR_OPERATION_MATMUL_BDESC");
     op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c, "CUDNN_ATTR_OPERATION_MATMUL_CDESC");
     op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, "CUDNN_ATTR_OPERATION_MATMUL_DESC");
+    if (m) op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, *m, "CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC");
+    if (n) op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, *n, "CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC");
+    if (k) op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, *k, "CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC");
     op.finalize();
     ops_.push_back(&op);
   }
@@ -257,48 +268,101 @@ class GraphBuilder {
   int64_t next_virtual_ = 1000;
 };
 
-// The two graphs of one shape.
+// The two graphs of one shape. Dense: B sequences of T rows, causal. Segments (ragged,
+// ops/attention_segments.hpp): B segments of at most Tq query and Tk key rows, their lengths and
+// first rows bound at execution (cuDNN's ragged offsets), causal or not.
 struct Shape {
-  int B, T, H, hd, KV;
-  int64_t C() const { return static_cast<int64_t>(H) * hd; }
-  int64_t Ckv() const { return static_cast<int64_t>(KV) * hd; }
-  int64_t W() const { return C() + 2 * Ckv(); }  // a qkv row
-  Dims bhtd() const { return {B, H, T, hd}; }
-  Dims kv_td() const { return {B, KV, T, hd}; }  // K, V, dK, dV
-  Dims kv_dt() const { return {B, KV, hd, T}; }  // the transposed K^T, V^T views
-  Dims bhtt() const { return {B, H, T, T}; }
-  Dims bht1() const { return {B, H, T, 1}; }
-  // A [B,H,T,hd] view of rows of width W (qkv: 3C, out: C).
-  Dims strides(int64_t W) const { return {T * W, hd, W, 1}; }
-  Dims strides_t(int64_t W) const { return {T * W, hd, 1, W}; }  // the [B,heads,hd,T] transposed view
-  Dims stats_strides() const { return {static_cast<int64_t>(H) * T, T, 1, 1}; }
+  int B, Tq, Tk, H, hd, KV;
+  int64_t qs, ks, os;  // row strides (elements): q and dq; k, v, dk and dv; out and dout
+  int64_t stats_T;     // stats [.., H, stats_T]: rows per (sequence, head)
+  bool causal = true, ragged = false;
+  Dims bhtd() const { return {B, H, Tq, hd}; }
+  Dims kv_td() const { return {B, KV, Tk, hd}; }  // K, V, dK, dV
+  Dims kv_dt() const { return {B, KV, hd, Tk}; }  // the transposed K^T, V^T views
+  Dims full_kv() const { return {B, H, Tk, hd}; }  // dK, dV per query head (grouped-query)
+  Dims bhtt() const { return {B, H, Tq, Tk}; }
+  Dims bht1() const { return {B, H, Tq, 1}; }
+  Dims q_strides() const { return {Tq * qs, hd, qs, 1}; }
+  Dims kv_strides() const { return {Tk * ks, hd, ks, 1}; }
+  Dims kv_strides_t() const { return {Tk * ks, hd, 1, ks}; }  // the [B,KV,hd,Tk] transposed view
+  Dims o_strides() const { return {Tq * os, hd, os, 1}; }
+  Dims stats_strides() const { return {static_cast<int64_t>(H) * stats_T, stats_T, 1, 1}; }
 };
 
-// dst = a b where dst is a [B,KV,T,hd] gradient: direct when KV = H; otherwise the product per
-// query head into a virtual bf16 [B,H,T,hd] and an ADD reduction over each group of H / KV heads.
-void matmul_kv_grad(GraphBuilder& g, const Shape& sh, const Desc& a, const Desc& b, const Desc& dst) {
+// Causal attention over the fused qkv rows [q H hd | k KV hd | v KV hd] of B sequences of T.
+Shape dense_shape(int B, int T, int H, int hd, int KV) {
+  const int64_t C = int64_t{H} * hd, W = C + 2 * int64_t{KV} * hd;
+  return Shape{B, T, T, H, hd, KV, W, W, C, T, true, false};
+}
+
+// A segment graph's extra inputs: per segment its lengths (the padding mask, the matmuls' M, N, K
+// overrides) and the element offsets of its first rows (INT32, [B + 1]); all null when dense.
+struct Ragged {
+  const Desc *seq_q = nullptr, *seq_kv = nullptr, *q = nullptr, *kv = nullptr, *o = nullptr, *stats = nullptr;
+};
+
+Ragged ragged_inputs(GraphBuilder& g, const Shape& sh) {
+  Ragged r;
+  if (!sh.ragged) return r;
+  const Dims lens = {sh.B, 1, 1, 1}, offs = {sh.B + 1, 1, 1, 1}, unit = {1, 1, 1, 1};
+  r.seq_q = &g.tensor(kSeqQ, lens, unit, CUDNN_DATA_INT32, false);
+  r.seq_kv = &g.tensor(kSeqKv, lens, unit, CUDNN_DATA_INT32, false);
+  r.q = &g.tensor(kQOff, offs, unit, CUDNN_DATA_INT32, false);
+  r.kv = &g.tensor(kKvOff, offs, unit, CUDNN_DATA_INT32, false);
+  r.o = &g.tensor(kOOff, offs, unit, CUDNN_DATA_INT32, false);
+  r.stats = &g.tensor(kStatsOff, offs, unit, CUDNN_DATA_INT32, false);
+  return r;
+}
+
+// The scaled scores' masks: a segment's padding (row < seq_q and col < seq_kv, else minus
+// infinity, cudnn-frontend's padding mask on cuDNN >= 9.10), then the causal one.
+const Desc& mask_scores(GraphBuilder& g, const Shape& sh, const Ragged& r, const Desc& s) {
+  const Dims tt = sh.bhtt();
+  const Desc* out = &s;
+  if (r.seq_q) {
+    Desc& row = g.virt(tt, CUDNN_DATA_INT32);
+    Desc& col = g.virt(tt, CUDNN_DATA_INT32);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, row, nullptr, CUDNN_DATA_INT32, 2);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, col, nullptr, CUDNN_DATA_INT32, 3);
+    Desc& row_in = g.virt(tt, CUDNN_DATA_BOOLEAN);
+    Desc& col_in = g.virt(tt, CUDNN_DATA_BOOLEAN);
+    g.pointwise(CUDNN_POINTWISE_CMP_LT, row, r.seq_q, row_in, nullptr, CUDNN_DATA_BOOLEAN);
+    g.pointwise(CUDNN_POINTWISE_CMP_LT, col, r.seq_kv, col_in, nullptr, CUDNN_DATA_BOOLEAN);
+    Desc& both = g.virt(tt, CUDNN_DATA_BOOLEAN);
+    g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, row_in, &col_in, both, nullptr, CUDNN_DATA_BOOLEAN);
+    Desc& neg_inf = g.scalar(kNegInf);
+    Desc& padded = g.virt(tt);
+    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, &neg_inf, padded, &both);
+    out = &padded;
+  }
+  return sh.causal ? g.causal_mask(*out, tt) : *out;
+}
+
+// dst = a b where dst is a [B,KV,Tk,hd] gradient: direct when KV = H; otherwise the product per
+// query head into a virtual bf16 [B,H,Tk,hd] and an ADD reduction over each group of H / KV heads.
+void matmul_kv_grad(GraphBuilder& g, const Shape& sh, const Desc& a, const Desc& b, const Desc& dst, const Ragged& r) {
   if (sh.KV == sh.H) {
-    g.matmul(a, b, dst);
+    g.matmul(a, b, dst, r.seq_kv, nullptr, r.seq_q);
     return;
   }
-  Desc& full = g.virt(sh.bhtd(), CUDNN_DATA_BFLOAT16);
-  g.matmul(a, b, full);
+  Desc& full = g.virt(sh.full_kv(), CUDNN_DATA_BFLOAT16);
+  g.matmul(a, b, full, r.seq_kv, nullptr, r.seq_q);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, dst);
 }
 
 void build_forward(GraphBuilder& g, const Shape& sh) {
-  const int64_t W = sh.W(), C = sh.C();
-  Desc& q = g.tensor(kQ, sh.bhtd(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
-  Desc& kt = g.tensor(kKt, sh.kv_dt(), sh.strides_t(W), CUDNN_DATA_BFLOAT16, false);
-  Desc& v = g.tensor(kV, sh.kv_td(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
-  Desc& o = g.tensor(kO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
-  Desc& stats = g.tensor(kStats, sh.bht1(), sh.stats_strides(), CUDNN_DATA_FLOAT, false);
+  const Ragged r = ragged_inputs(g, sh);
+  Desc& q = g.tensor(kQ, sh.bhtd(), sh.q_strides(), CUDNN_DATA_BFLOAT16, false, false, r.q);
+  Desc& kt = g.tensor(kKt, sh.kv_dt(), sh.kv_strides_t(), CUDNN_DATA_BFLOAT16, false, false, r.kv);
+  Desc& v = g.tensor(kV, sh.kv_td(), sh.kv_strides(), CUDNN_DATA_BFLOAT16, false, false, r.kv);
+  Desc& o = g.tensor(kO, sh.bhtd(), sh.o_strides(), CUDNN_DATA_BFLOAT16, false, false, r.o);
+  Desc& stats = g.tensor(kStats, sh.bht1(), sh.stats_strides(), CUDNN_DATA_FLOAT, false, false, r.stats);
   Desc& scale = g.scalar(kScale);
   Desc& s = g.virt(sh.bhtt());
-  g.matmul(q, kt, s);
+  g.matmul(q, kt, s, r.seq_q, r.seq_kv);
   Desc& ss = g.virt(sh.bhtt());
   g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, ss);
-  Desc& sm = g.causal_mask(ss, sh.bhtt());
+  const Desc& sm = mask_scores(g, sh, r, ss);
   Desc& mx = g.virt(sh.bht1());
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
   Desc& sub = g.virt(sh.bhtt());
@@ -312,24 +376,26 @@ void build_forward(GraphBuilder& g, const Shape& sh) {
   g.pointwise(CUDNN_POINTWISE_ADD, mx, &logz, stats);
   Desc& p = g.virt(sh.bhtt(), CUDNN_DATA_BFLOAT16);  // bmm2's A operand in the I/O type
   g.pointwise(CUDNN_POINTWISE_DIV, e, &z, p);
-  g.matmul(p, v, o);
+  g.matmul(p, v, o, r.seq_q, nullptr, r.seq_kv);
 }
 
 void build_backward(GraphBuilder& g, const Shape& sh) {
-  const int64_t W = sh.W(), C = sh.C();
-  Desc& q = g.tensor(kQ, sh.bhtd(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
-  Desc& kt = g.tensor(kKt, sh.kv_dt(), sh.strides_t(W), CUDNN_DATA_BFLOAT16, false);
-  Desc& vt = g.tensor(kVt, sh.kv_dt(), sh.strides_t(W), CUDNN_DATA_BFLOAT16, false);
-  Desc& o = g.tensor(kO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
-  Desc& dout = g.tensor(kDO, sh.bhtd(), sh.strides(C), CUDNN_DATA_BFLOAT16, false);
-  Desc& stats = g.tensor(kStats, sh.bht1(), sh.stats_strides(), CUDNN_DATA_FLOAT, false);
-  Desc& dq = g.tensor(kDQ, sh.bhtd(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
-  Desc& dk = g.tensor(kDK, sh.kv_td(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
-  Desc& dv = g.tensor(kDV, sh.kv_td(), sh.strides(W), CUDNN_DATA_BFLOAT16, false);
+  const Ragged r = ragged_inputs(g, sh);
+  const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16;
+  Desc& q = g.tensor(kQ, sh.bhtd(), sh.q_strides(), bf, false, false, r.q);
+  Desc& kt = g.tensor(kKt, sh.kv_dt(), sh.kv_strides_t(), bf, false, false, r.kv);
+  Desc& vt = g.tensor(kVt, sh.kv_dt(), sh.kv_strides_t(), bf, false, false, r.kv);
+  Desc& o = g.tensor(kO, sh.bhtd(), sh.o_strides(), bf, false, false, r.o);
+  Desc& dout = g.tensor(kDO, sh.bhtd(), sh.o_strides(), bf, false, false, r.o);
+  Desc& stats = g.tensor(kStats, sh.bht1(), sh.stats_strides(), CUDNN_DATA_FLOAT, false, false, r.stats);
+  Desc& dq = g.tensor(kDQ, sh.bhtd(), sh.q_strides(), bf, false, false, r.q);
+  Desc& dk = g.tensor(kDK, sh.kv_td(), sh.kv_strides(), bf, false, false, r.kv);
+  Desc& dv = g.tensor(kDV, sh.kv_td(), sh.kv_strides(), bf, false, false, r.kv);
   Desc& scale = g.scalar(kScale);
   Desc& one = g.scalar(kOne);
   const Dims tt = sh.bhtt();
-  const Dims tt_t = {tt[1] * tt[2] * tt[3], tt[2] * tt[3], 1, tt[3]};  // [B,H,T,T] read transposed
+  const Dims tt_t = {tt[1] * tt[2] * tt[3], tt[2] * tt[3], 1, tt[3]};  // [B,H,Tq,Tk] read transposed
+  const Dims tt_tr = {tt[0], tt[1], tt[3], tt[2]};                     // ... as [B,H,Tk,Tq]
   // D = rowsum(dO * O)
   Desc& doo = g.virt(sh.bhtd());
   g.pointwise(CUDNN_POINTWISE_MUL, dout, &o, doo);
@@ -339,21 +405,21 @@ void build_backward(GraphBuilder& g, const Shape& sh) {
   g.pointwise(CUDNN_POINTWISE_MUL, d0, &one, d);
   // P = exp(mask(scale Q K^T) - stats)
   Desc& s = g.virt(tt);
-  g.matmul(q, kt, s);
+  g.matmul(q, kt, s, r.seq_q, r.seq_kv);
   Desc& ss = g.virt(tt);
   g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, ss);
-  Desc& sm = g.causal_mask(ss, tt);
+  const Desc& sm = mask_scores(g, sh, r, ss);
   Desc& sub = g.virt(tt);
   g.pointwise(CUDNN_POINTWISE_SUB, sm, &stats, sub);
   Desc& p = g.virt(tt);
   g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, p);
   // dV = P^T dO
-  Desc& pt = g.tensor(g.next_uid(), tt, tt_t, CUDNN_DATA_BFLOAT16, true);
+  Desc& pt = g.tensor(g.next_uid(), tt_tr, tt_t, bf, true);
   g.reshape(p, pt);
-  matmul_kv_grad(g, sh, pt, dout, dv);
+  matmul_kv_grad(g, sh, pt, dout, dv, r);
   // dS = ((dO V^T) * 1 - D) * P * scale
   Desc& dp = g.virt(tt);
-  g.matmul(dout, vt, dp);
+  g.matmul(dout, vt, dp, r.seq_q, r.seq_kv);
   Desc& dp1 = g.virt(tt);
   g.pointwise(CUDNN_POINTWISE_MUL, dp, &one, dp1);
   Desc& dpd = g.virt(tt);
@@ -363,13 +429,13 @@ void build_backward(GraphBuilder& g, const Shape& sh) {
   Desc& ds = g.virt(tt);
   g.pointwise(CUDNN_POINTWISE_MUL, ds0, &scale, ds);
   // dK = dS^T Q
-  Desc& dst = g.tensor(g.next_uid(), tt, tt_t, CUDNN_DATA_BFLOAT16, true);
+  Desc& dst = g.tensor(g.next_uid(), tt_tr, tt_t, bf, true);
   g.reshape(ds, dst);
-  matmul_kv_grad(g, sh, dst, q, dk);
-  // dQ = dS K, K = the [B,KV,T,hd] reshape of the K^T input
-  Desc& k = g.tensor(g.next_uid(), sh.kv_td(), sh.strides(W), CUDNN_DATA_BFLOAT16, true);
+  matmul_kv_grad(g, sh, dst, q, dk, r);
+  // dQ = dS K, K = the [B,KV,Tk,hd] reshape of the K^T input
+  Desc& k = g.tensor(g.next_uid(), sh.kv_td(), sh.kv_strides(), bf, true, false, r.kv);
   g.reshape(kt, k);
-  g.matmul(ds, k, dq);
+  g.matmul(ds, k, dq, r.seq_q, nullptr, r.seq_kv);
 }
 
 struct Plan {
@@ -413,12 +479,12 @@ class CudnnAttention final : public Attention {
   void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd, int KV,
                const int32_t* doc_start) override {
     refuse_documents(doc_start);
-    Shape sh{B, T, H, hd, KV};
+    const Shape sh = dense_shape(B, T, H, hd, KV);
     Plan& p = plan(fwd_, sh, true);
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
     float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
     char* base = reinterpret_cast<char*>(const_cast<bf16*>(qkv));
-    const int64_t k_off = 2 * sh.C(), v_off = 2 * (sh.C() + sh.Ckv());  // bytes to the k and v slices
+    const int64_t k_off = 2 * int64_t{H} * hd, v_off = 2 * int64_t{H + KV} * hd;  // bytes to the k and v slices
     execute(h_, p, scratch_, {kQ, kKt, kV, kO, kStats, kScale, kLowest},
             {base, base + k_off, base + v_off, out, stats, &scale, &lowest}, "forward");
   }
@@ -426,13 +492,13 @@ class CudnnAttention final : public Attention {
   void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats,
                 int B, int T, int H, int hd, int KV, const int32_t* doc_start) override {
     refuse_documents(doc_start);
-    Shape sh{B, T, H, hd, KV};
+    const Shape sh = dense_shape(B, T, H, hd, KV);
     Plan& p = plan(bwd_, sh, false);
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
     float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
     char* base = reinterpret_cast<char*>(const_cast<bf16*>(qkv));
     char* dbase = reinterpret_cast<char*>(dqkv);
-    const int64_t k_off = 2 * sh.C(), v_off = 2 * (sh.C() + sh.Ckv());
+    const int64_t k_off = 2 * int64_t{H} * hd, v_off = 2 * int64_t{H + KV} * hd;
     float one = 1.f;
     execute(h_, p, scratch_, {kQ, kKt, kVt, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kLowest, kOne},
             {base, base + k_off, base + v_off, const_cast<bf16*>(out), const_cast<bf16*>(dout),
@@ -443,7 +509,7 @@ class CudnnAttention final : public Attention {
  private:
   using Key = std::tuple<int, int, int, int, int>;
   Plan& plan(std::map<Key, std::unique_ptr<Plan>>& cache, const Shape& sh, bool fwd) {
-    Key key{sh.B, sh.T, sh.H, sh.hd, sh.KV};
+    Key key{sh.B, sh.Tq, sh.H, sh.hd, sh.KV};
     auto it = cache.find(key);
     if (it != cache.end()) return *it->second;
     auto p = std::make_unique<Plan>();
@@ -466,10 +532,10 @@ std::unique_ptr<Attention> make_cudnn_attention(cudnnHandle_t cudnn, Scratch& sc
   return std::make_unique<CudnnAttention>(cudnn, scratch);
 }
 
-std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H, int hd, int KV) {
-  if (KV == 0) KV = H;
-  check(KV > 0 && H % KV == 0, "attention: {} kv heads do not divide {} query heads", KV, H);
-  Shape sh{B, T, H, hd, KV};
+namespace {
+
+std::string dry_build(cudnnHandle_t handle, const Shape& sh) {
+  check(sh.KV > 0 && sh.H % sh.KV == 0, "attention: {} kv heads do not divide {} query heads", sh.KV, sh.H);
   Plan f, b;
   build_forward(f.graph, sh);
   build_backward(b.graph, sh);
@@ -481,6 +547,18 @@ std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H,
   make_plan(f, handle, "forward");
   make_plan(b, handle, "backward");
   return what + fmt::format("; plans built (workspace forward {} B, backward {} B)", f.workspace, b.workspace);
+}
+
+}  // namespace
+
+std::string cudnn_attention_dry_build(cudnnHandle_t handle, int B, int T, int H, int hd, int KV) {
+  return dry_build(handle, dense_shape(B, T, H, hd, KV == 0 ? H : KV));
+}
+
+std::string cudnn_segment_attention_dry_build(cudnnHandle_t handle, const SegmentBuckets& k, bool causal, int H, int hd,
+                                              int KV, int64_t q_stride, int64_t kv_stride, int stats_T) {
+  const Shape sh{k.n, k.sq, k.skv, H, hd, KV == 0 ? H : KV, q_stride, kv_stride, int64_t{H} * hd, stats_T, causal, true};
+  return dry_build(handle, sh);
 }
 
 }  // namespace mpitron::cuda
