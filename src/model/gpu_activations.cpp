@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "mpitron/model/arch.hpp"
+#include "mpitron/ops/attention_segments.hpp"
 
 namespace mpitron {
 
@@ -81,6 +82,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
       a.dlnf = bf(R * C), a.dwte_head = f32(Vp * C);
     }
     a.tokens = i32(BT), a.targets = i32(BT), a.doc_pos = i32(BT), a.doc_start = i32(BT);
+    if (lay.cp == 1) a.segments = i32(kSegmentTableRows * BT);
   }
   // Shared by the micro-batches: scratch of one forward or backward at a time.
   GpuActs& s = slots.front();

@@ -69,18 +69,21 @@ SegmentBuckets segment_buckets(const AttentionSegments& s) {
   SegmentBuckets k;
   k.n = 1;
   while (k.n < s.count()) k.n *= 2;
+  k.n = std::max(1, std::min(k.n, s.B * s.Tq));  // every segment has a query row of its own
   k.sq = bucket(s.max_q, s.Tq), k.skv = bucket(s.max_kv, s.Tk);
   return k;
 }
 
 void segment_table(const AttentionSegments& s, int n, int32_t* out) {
   check(n >= s.count(), "segment_table: {} entries for {} segments", n, s.count());
-  std::fill(out, out + int64_t{kSegmentTableRows} * n, 0);
-  for (int i = 0; i < s.count(); ++i) {
-    out[i] = s.b[i] * s.Tq + s.q0[i];
-    out[n + i] = s.nq[i];
-    out[2 * n + i] = s.b[i] * s.Tk + s.k0[i];
-    out[3 * n + i] = s.nk[i];
+  int32_t q_end = 0, k_end = 0;  // one past the last segment's rows: where the empty entries start
+  for (int i = 0; i < n; ++i) {
+    const bool used = i < s.count();
+    out[i] = used ? s.b[i] * s.Tq + s.q0[i] : q_end;
+    out[n + i] = used ? s.nq[i] : 0;
+    out[2 * n + i] = used ? s.b[i] * s.Tk + s.k0[i] : k_end;
+    out[3 * n + i] = used ? s.nk[i] : 0;
+    q_end = out[i] + out[n + i], k_end = out[2 * n + i] + out[3 * n + i];
   }
 }
 

@@ -77,14 +77,6 @@ void check_pipeline(const ModelConfig& m, const LayoutRequest& l) {
   check_schedule(p.schedule, pp, layout_accumulation(l), v);
 }
 
-// What the GPU backend's attention paths can do.
-void check_gpu(const LayoutRequest& l) {
-  usage_check(!l.gpu || !l.document_mask || l.grid.cp > 1 || l.attention == "naive",
-              "data.document_mask = true on the GPU backend needs model.attention = \"naive\" (cuDNN's attention "
-              "graphs here have no document mask; model.attention = \"{}\")",
-              l.attention);
-}
-
 }  // namespace
 
 LayoutRequest layout_request(const JobConfig& job, const GridShape& grid) {
@@ -108,7 +100,6 @@ int layout_accumulation(const LayoutRequest& l) {
 void check_layout(const ModelConfig& model, const LayoutRequest& layout) {
   const GridShape& g = layout.grid;
   resolve_grid_shape(g, g.tp * g.cp * g.dp * g.pp);  // sizes >= 1, ep | dp x cp
-  check_gpu(layout);
   check_model_split(model, layout);
   check_experts(model, layout);
   check_batch(layout);

@@ -33,7 +33,8 @@
 #     activations equal the tracked ones, and a cp 2 checkpoint resumes on the CPU trainer;
 #   - a seq_len that cp cannot split is refused with a clear message;
 #   - document masking (data.document_mask, naive attention): GPT-2 at dp 2 (ledger exact) and
-#     pp 2, LLaMA at dp 2 follow the CPU trainer's masked run; cuDNN attention and cp 2 refused.
+#     pp 2, LLaMA at dp 2 follow the CPU trainer's masked run, and so do cuDNN attention's
+#     segments (GPT-2 at dp 2, LLaMA at tp 2 + sp) and cp 2's ring.
 # Skipped (one line) when $MPITRON is not a CUDA build (`mpitron version` lists the backends).
 # The real kernels: bench/gpu_check.sh.
 set -euo pipefail
@@ -314,7 +315,12 @@ refused() {  # name message np extra...: the run fails and says why
   grep -qF "$msg" "$tmp/$name.log" || { tail -5 "$tmp/$name.log"; fail "$name: not refused with '$msg'"; }
   echo "ok    $name: refused ($msg)"
 }
-refused gpu_docs_cudnn 'needs model.attention = "naive"' 1 --data.document_mask=true
+# cuDNN attention (the default) takes the documents as attention segments (ragged batches): the
+# emulation computes each segment's attention from the uploaded table, GPT-2 at dp 2 and LLaMA
+# (grouped-query) at tp 2 + sp.
+JOB=jobs/tiny.toml run gpu_docs_cudnn "$EMU" 2 --data.document_mask=true --parallel.dp=2
+grep -q "attention cudnn; documents: cuDNN segments" "$tmp/gpu_docs_cudnn.log" || { head -5 "$tmp/gpu_docs_cudnn.log"; fail "gpu_docs_cudnn: not on cuDNN segments"; }
+JOB=jobs/llama-tiny.toml run gpu_docs_cudnn_llama "$EMU" 2 --data.document_mask=true --parallel.tp=2 --parallel.sp=true
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 t = sys.argv[1]
@@ -325,6 +331,9 @@ def rel(a, b):
     return max(abs(a[s] - b[s]) / b[s] for s in b)
 d, p, l = rel("gpu_docs_dp2", "cpu_docs"), rel("gpu_docs_pp2", "cpu_docs"), rel("gpu_docs_llama", "cpu_docs_llama")
 c = rel("gpu_docs_cp2", "cpu_docs")
+s, sl = rel("gpu_docs_cudnn", "cpu_docs"), rel("gpu_docs_cudnn_llama", "cpu_docs_llama")
+print(f"GPU document masking on cuDNN segments vs CPU np1 (masked): dp2 {s:.2e}, LLaMA tp2 + sp {sl:.2e} (bound 2e-3)")
+assert max(s, sl) < 2e-3
 # The mask moves 10 steps' losses by only ~2e-3 here, about the bf16 bound: so the masked GPU runs
 # must also be at least 3x closer to the masked CPU run than to the unmasked one (the documents
 # reach the GPU model; its attention mask itself is checked by emulated_tp_grads' gradients, which

@@ -129,8 +129,10 @@ BOOST_AUTO_TEST_CASE(buckets_and_table) {
   BOOST_TEST(table[24 + 1] == 156);
   BOOST_TEST(table[3] == 256 + 70);
   BOOST_TEST(table[8 + 3] == 1);
-  BOOST_TEST(table[6] == 0);  // past the segments: empty
+  BOOST_TEST(table[6] == 512);  // past the segments: empty, at the end of the last one
   BOOST_TEST(table[8 + 6] == 0);
+  BOOST_TEST(table[16 + 7] == 512);
+  BOOST_TEST(table[24 + 7] == 0);
   BOOST_CHECK_THROW(segment_table(s, 4, table.data()), Error);
   // Short documents: the buckets stay at 64 rows.
   std::vector<int32_t> short_docs(2 * 256);

@@ -175,6 +175,82 @@ class FakeCudaOps final : public CudaOps {
     cpu_->attention_backward(dq.data(), d.data(), q.data(), att.data(), B, T, H, hd, kv, doc_start);
     down(dqkv, dq.data(), dq.size());
   }
+  // Attention over segments, as cuDNN's ragged graphs compute it, in fp32 from the table's own
+  // rows (written here from the segments' definition, not from the CPU ops: the model's segment
+  // tables are checked against the CPU model's position masks through it). Rows in no segment
+  // are left as they are.
+  struct Seg {
+    int64_t q, nq, k, nk;
+  };
+  static std::vector<Seg> segments(const DeviceSegments& seg) {
+    check(seg.count <= seg.shape.n && seg.table, "fake: segment table of {} for {} segments", seg.shape.n, seg.count);
+    std::vector<Seg> v;
+    const int n = seg.shape.n;
+    for (int i = 0; i < seg.count; ++i) {
+      v.push_back({seg.table[i], seg.table[n + i], seg.table[2 * n + i], seg.table[3 * n + i]});
+      check(v.back().nq <= seg.shape.sq && v.back().nk <= seg.shape.skv, "fake: segment {} exceeds its buckets", i);
+    }
+    return v;
+  }
+  static float dot_bf(const bf16* a, const bf16* b, int n) {
+    float d = 0;
+    for (int e = 0; e < n; ++e) d += mpitron::to_f32(a[e]) * mpitron::to_f32(b[e]);
+    return d;
+  }
+  void attention_segments_forward(bf16* out, float* lse, const bf16* q, int64_t qs, const bf16* k, const bf16* v,
+                                  int64_t ks, int H, int KV, int hd, const DeviceSegments& seg) override {
+    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    const int64_t C = int64_t{H} * hd;
+    for (const Seg& g : segments(seg))
+      for (int h = 0; h < H; ++h)
+        for (int64_t i = 0; i < g.nq; ++i) {
+          const int64_t row = g.q + i, nk = seg.causal ? std::min(i + 1, g.nk) : g.nk;
+          const int kvh = h / (H / KV);
+          std::vector<float> p(static_cast<size_t>(nk));
+          float m = -INFINITY, z = 0;
+          for (int64_t j = 0; j < nk; ++j)
+            m = std::max(m, p[j] = scale * dot_bf(q + row * qs + h * hd, k + (g.k + j) * ks + kvh * hd, hd));
+          for (int64_t j = 0; j < nk; ++j) z += p[j] = std::exp(p[j] - m);
+          for (int e = 0; e < hd; ++e) {
+            float o = 0;
+            for (int64_t j = 0; j < nk; ++j) o += p[j] * mpitron::to_f32(v[(g.k + j) * ks + kvh * hd + e]);
+            out[row * C + h * hd + e] = mpitron::to_bf16(o / z);
+          }
+          lse[(row / seg.Tq * H + h) * seg.Tq + row % seg.Tq] = m + std::log(z);
+        }
+  }
+  void attention_segments_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, int64_t qs,
+                                   const bf16* k, const bf16* v, int64_t ks, const bf16* out, const float* lse, int H,
+                                   int KV, int hd, const DeviceSegments& seg) override {
+    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    const int64_t C = int64_t{H} * hd, Ckv = int64_t{KV} * hd;
+    for (const Seg& g : segments(seg)) {
+      Vec gq(g.nq * C, 0.f), gk(g.nk * Ckv, 0.f), gv(g.nk * Ckv, 0.f);
+      for (int h = 0; h < H; ++h)
+        for (int64_t i = 0; i < g.nq; ++i) {
+          const int64_t row = g.q + i, nk = seg.causal ? std::min(i + 1, g.nk) : g.nk;
+          const int kvh = h / (H / KV);
+          const bf16 *qi = q + row * qs + h * hd, *doi = dout + row * C + h * hd;
+          const float L = lse[(row / seg.Tq * H + h) * seg.Tq + row % seg.Tq], D = dot_bf(doi, out + row * C + h * hd, hd);
+          for (int64_t j = 0; j < nk; ++j) {
+            const bf16 *kj = k + (g.k + j) * ks + kvh * hd, *vj = v + (g.k + j) * ks + kvh * hd;
+            const float p = std::exp(scale * dot_bf(qi, kj, hd) - L), ds = p * (dot_bf(doi, vj, hd) - D) * scale;
+            for (int e = 0; e < hd; ++e) {
+              gq[i * C + h * hd + e] += ds * mpitron::to_f32(kj[e]);
+              gk[j * Ckv + kvh * hd + e] += ds * mpitron::to_f32(qi[e]);
+              gv[j * Ckv + kvh * hd + e] += p * mpitron::to_f32(doi[e]);
+            }
+          }
+        }
+      for (int64_t i = 0; i < g.nq; ++i) down(dq + (g.q + i) * qs, &gq[i * C], C);
+      for (int64_t j = 0; j < g.nk; ++j) {
+        down(dk + (g.k + j) * ks, &gk[j * Ckv], Ckv);
+        down(dv + (g.k + j) * ks, &gv[j * Ckv], Ckv);
+      }
+    }
+  }
+  int attention_graphs() const override { return 0; }
+
   void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int64_t rows, int64_t C,
                        float eps) override {
     Vec x = up(inp, rows * C), W = up(w, C), y(rows * C);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mpitron/model/device_vector.hpp"
+#include "mpitron/model/shard_geometry.hpp"
 #include "mpitron/ops/ops.hpp"
 
 namespace mpitron {
@@ -54,14 +55,14 @@ struct CpuDevice {
     ops.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, rows, C);
   }
   // att: the probabilities [B, H, T, T]; the backward reads them (not the output).
-  // doc_start: document masking ([B, T] host; Ops::attention_forward), nullptr: causal.
+  // docs.start: document masking ([B, T] host; Ops::attention_forward), nullptr: causal.
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int H, int hd, int KV,
-                         const int32_t* doc_start = nullptr) {
-    ops.attention_forward(out, att, qkv, B, T, H, hd, KV, doc_start);
+                         const DocumentRows& docs = {}) {
+    ops.attention_forward(out, att, qkv, B, T, H, hd, KV, docs.start);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/, const float* att,
-                          int B, int T, int H, int hd, int KV, const int32_t* doc_start = nullptr) {
-    ops.attention_backward(dqkv, dout, qkv, att, B, T, H, hd, KV, doc_start);
+                          int B, int T, int H, int hd, int KV, const DocumentRows& docs = {}) {
+    ops.attention_backward(dqkv, dout, qkv, att, B, T, H, hd, KV, docs.start);
   }
   void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) {
     ops.swiglu_forward(out, gate_up, rows, F);

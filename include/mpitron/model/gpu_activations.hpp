@@ -48,6 +48,7 @@ struct GpuActs {
   bf16* qk_tmp = nullptr;  // Qwen3's q/k norm: scratch 2 [BT, (H + KV)/tp hd]
   int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
   int32_t *doc_pos = nullptr, *doc_start = nullptr;     // [BT] each: document masking (DocumentRows)
+  int32_t* segments = nullptr;  // cp 1: [kSegmentTableRows, BT] the documents as cuDNN attention segments
   float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]
   std::vector<bf16*> block_in;  // [0] = encoded; with recompute also every block's output
   bf16 *gath = nullptr, *full = nullptr, *dres_full = nullptr;  // SP scratch, [BT, C] each

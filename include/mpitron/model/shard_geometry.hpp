@@ -10,6 +10,7 @@
 
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/model_chunk.hpp"
+#include "mpitron/ops/attention_segments.hpp"
 #include "mpitron/ops/rope_freqs.hpp"
 
 namespace mpitron {
@@ -18,10 +19,12 @@ namespace mpitron {
 // positions under cp): pos, the token's position in its document (wpe's row, RoPE's angle; host
 // memory: RoPE runs once per run of consecutive positions); start, the sequence index of its
 // document's first token (the first key it attends to; the device's memory, which the attention
-// kernels read). Both nullptr: no document masking.
+// kernels read). Both nullptr: no document masking. segments: the GPU's cuDNN path, the same
+// documents as attention segments on the device (ops/attention_segments.hpp; cp 1), or nullptr.
 struct DocumentRows {
   const int32_t* pos = nullptr;
   const int32_t* start = nullptr;
+  const DeviceSegments* segments = nullptr;
   explicit operator bool() const { return pos != nullptr; }
 };
 

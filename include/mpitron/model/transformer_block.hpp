@@ -85,7 +85,7 @@ class TransformerBlock {
     if (w.q_norm) qk_norm_forward(w, a, s, BT);
     if (spec_.rope()) geo_.rope(dev_.ops, a.qkv, B, /*inverse=*/false, docs_.pos);  // this rank's heads, global positions
     if (ring_) ring_->forward(a.atty, a.att, a.qkv, B, docs_.start);  // context parallel: k|v around the cp ring
-    else dev_.attention_forward(a.atty, a.att, a.qkv, B, T, H, hd, KV, docs_.start);
+    else dev_.attention_forward(a.atty, a.att, a.qkv, B, T, H, hd, KV, docs_);
     proj_.forward(s.proj_out, a.atty, w.proj_w, w.proj_b, BT, s.full);
     const A* x = prev ? prev->res3 : res_in;
     residual_norm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, s.proj_out, w.ln2_w, w.ln2_b, Rl);
@@ -137,7 +137,7 @@ class TransformerBlock {
     // Attention: proj, attention (d qkv), RoPE's inverse, qkv, ln1 (adds into dres).
     proj_.backward(s.dC, g.proj_w, g.proj_b, s.dres, s.dres_full, a.atty, w.proj_w, BT);
     if (ring_) ring_->backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B, docs_.start);
-    else dev_.attention_backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B, T, H, hd, KV, docs_.start);
+    else dev_.attention_backward(s.dqkv, s.dC, a.qkv, a.atty, a.att, B, T, H, hd, KV, docs_);
     if (spec_.rope()) geo_.rope_backward(dev_.ops, s.dqkv, B, docs_.pos);
     if (w.q_norm) qk_norm_backward(w, g, a, s, BT);
     qkv_.backward(s.dC, g.qkv_w, g.qkv_b, s.dqkv, gather_rows(a.ln1, s.gath, BT), w.qkv_w, BT, s.full);

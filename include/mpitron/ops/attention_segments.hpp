@@ -33,7 +33,7 @@ struct AttentionSegments {
 AttentionSegments attention_segments(const int32_t* qpos, int Tq, const int32_t* kpos, int Tk, int B,
                                      const int32_t* start);
 
-// The shape a cuDNN graph is built for: n segments (a power of two, at least 1) of at most sq
+// The shape a cuDNN graph is built for: n segments (a power of two, at least 1, at most B Tq) of at most sq
 // query and skv key rows (powers of two from 64, capped at Tq and Tk). Bucketing bounds the number
 // of distinct graphs a run with varying document lengths builds (log2 of each range).
 struct SegmentBuckets {
@@ -46,8 +46,18 @@ SegmentBuckets segment_buckets(const AttentionSegments& s);
 
 // The table a device reads, [4][n] int32 (n >= s.count(), the bucketed count): per segment its
 // first query row in [B * Tq] rows (b * Tq + q0), nq, its first key row in [B * Tk] rows, nk;
-// entries past s.count() are empty segments (0 rows at row 0).
+// entries past s.count() are empty segments (0 rows) starting where the last one ends, so that
+// the first rows never decrease (cuDNN's ragged offsets).
 constexpr int kSegmentTableRows = 4;
 void segment_table(const AttentionSegments& s, int n, int32_t* out);
+
+// A segment table in device memory and what it describes (CudaOps::attention_segments_*).
+struct DeviceSegments {
+  const int32_t* table = nullptr;  // [kSegmentTableRows][shape.n] (segment_table)
+  SegmentBuckets shape;            // the table's entries and the graph's rows
+  int count = 0;                   // segments in use; 0: the call does nothing
+  bool causal = false;
+  int B = 0, Tq = 0, Tk = 0;
+};
 
 }  // namespace mpitron

@@ -242,8 +242,9 @@ void TransformerModelCuda::alloc_host_staging(int max_micro_batch) {
   slot_B_.assign(slots_.size(), 0);
   slot_pending_.assign(slots_.size(), false);
   slot_doc_pos_.assign(slots_.size(), {});
+  slot_segments_.assign(slots_.size(), {});
   const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
-  cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), 4 * bt * sizeof(int32_t)),
+  cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), (4 + kSegmentTableRows) * bt * sizeof(int32_t)),
              "cudaMallocHost(token staging)");
   cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_losses_), bt * sizeof(float)),
              "cudaMallocHost(losses)");
@@ -363,6 +364,27 @@ void TransformerModelCuda::head_forward(int B) {
                  });
 }
 
+// The documents' first positions (staged at host_tokens_ + 3 max BT by forward) as attention
+// segments: cp 1 only (the ring keeps its block kernels), cuDNN only (the naive path masks the
+// scores). The table goes up with the tokens (tokens_sent_ guards the staging).
+void TransformerModelCuda::stage_segments(int slot, int B, bool documents) {
+  DeviceSegments& seg = slot_segments_[static_cast<size_t>(slot)];
+  seg = DeviceSegments{};
+  if (!documents || shard_.cp_size > 1 || ops_.attention_kind() != "cudnn" || geo_.h_local == 0) return;
+  const int T = seq_local();
+  const int64_t max_bt = int64_t{max_B_} * T;
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = t;
+  const AttentionSegments docs = attention_segments(pos.data(), T, pos.data(), T, B, host_tokens_ + 3 * max_bt);
+  seg.shape = segment_buckets(docs);
+  seg.count = docs.count(), seg.causal = docs.causal, seg.B = B, seg.Tq = T, seg.Tk = T, seg.table = a_.segments;
+  int32_t* staged = host_tokens_ + 4 * max_bt;
+  segment_table(docs, seg.shape.n, staged);
+  cuda_check(cudaMemcpyAsync(a_.segments, staged, static_cast<size_t>(kSegmentTableRows) * seg.shape.n * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, ops_.stream()),
+             "cudaMemcpyAsync(attention segments)");
+}
+
 double TransformerModelCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
                                      const int32_t* positions) {
   check(B > 0 && B <= max_B_, "TransformerModelCuda::forward: micro-batch {} outside [1, {}]", B, max_B_);
@@ -403,6 +425,7 @@ double TransformerModelCuda::forward(const int32_t* inputs, const int32_t* targe
                                cudaMemcpyHostToDevice, s),
                "cudaMemcpyAsync(document starts)");
   }
+  stage_segments(slot, B, positions != nullptr);
   block_->set_documents(slot_docs(slot));
   cuda_check(cudaMemcpyAsync(a_.tokens, host_tokens_, static_cast<size_t>(BT) * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s),

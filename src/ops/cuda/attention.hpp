@@ -26,9 +26,24 @@ class Attention {
                        const int32_t* doc_start) = 0;
   virtual void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* stats, int B, int T, int H, int hd, int KV, const int32_t* doc_start) = 0;
+  virtual int graphs() const { return 0; }  // cuDNN graphs built (the naive path builds none)
+};
+
+// Attention over segments (ops/attention_segments.hpp; CudaOps::attention_segments_*), on cuDNN's
+// ragged graphs.
+class SegmentAttention {
+ public:
+  virtual ~SegmentAttention() = default;
+  virtual void forward(cudaStream_t s, bf16* out, float* lse, const bf16* q, int64_t q_stride, const bf16* k,
+                       const bf16* v, int64_t kv_stride, int H, int KV, int hd, const DeviceSegments& seg) = 0;
+  virtual void backward(cudaStream_t s, bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
+                        int64_t q_stride, const bf16* k, const bf16* v, int64_t kv_stride, const bf16* out,
+                        const float* lse, int H, int KV, int hd, const DeviceSegments& seg) = 0;
+  virtual int graphs() const = 0;  // cuDNN graphs built (forward and backward)
 };
 
 std::unique_ptr<Attention> make_naive_attention(cublasHandle_t cublas, Scratch& scratch);
+std::unique_ptr<SegmentAttention> make_cudnn_segment_attention(cudnnHandle_t cudnn, Scratch& scratch);
 std::unique_ptr<Attention> make_cudnn_attention(cudnnHandle_t cudnn, Scratch& scratch);
 
 // Builds and finalises the forward and backward cuDNN graphs for one shape (KV kv heads, 0: H).

@@ -470,10 +470,12 @@ class CudnnAttention final : public Attention {
  public:
   CudnnAttention(cudnnHandle_t h, Scratch& scratch) : h_(h), scratch_(scratch) {}
 
-  // The graphs here are plain causal: a document mask would need a bias tensor [B, 1, T, T].
+  // The dense graphs are plain causal: packed documents go through the segment graphs
+  // (CudaOps::attention_segments_*), which the model calls instead.
   static void refuse_documents(const int32_t* doc_start) {
     if (doc_start)
-      throw_error("cuDNN attention has no document mask: data.document_mask needs model.attention = \"naive\"");
+      throw_error("cuDNN attention: the dense causal graph has no document mask (documents take the segment graphs, "
+                  "CudaOps::attention_segments_*)");
   }
 
   void forward(cudaStream_t s, bf16* out, float* stats, const bf16* qkv, int B, int T, int H, int hd, int KV,
@@ -488,6 +490,8 @@ class CudnnAttention final : public Attention {
     execute(h_, p, scratch_, {kQ, kKt, kV, kO, kStats, kScale, kLowest},
             {base, base + k_off, base + v_off, out, stats, &scale, &lowest}, "forward");
   }
+
+  int graphs() const override { return static_cast<int>(fwd_.size() + bwd_.size()); }
 
   void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats,
                 int B, int T, int H, int hd, int KV, const int32_t* doc_start) override {
@@ -526,7 +530,115 @@ class CudnnAttention final : public Attention {
   std::map<Key, std::unique_ptr<Plan>> fwd_, bwd_;
 };
 
+// Attention over segments (ops/attention_segments.hpp) on the ragged graphs: the per-segment
+// lengths and element offsets are computed on the device from the segment table
+// (segment_offsets, attention_segments.cu) into a buffer of this object's, then bound with the
+// tensors. One graph pair per (buckets, causal, heads, strides).
+class CudnnSegmentAttention final : public SegmentAttention {
+ public:
+  CudnnSegmentAttention(cudnnHandle_t h, Scratch& scratch) : h_(h), scratch_(scratch) {}
+  ~CudnnSegmentAttention() override {
+    if (offsets_) cudaFree(offsets_);
+  }
+
+  void forward(cudaStream_t s, bf16* out, float* lse, const bf16* q, int64_t qs, const bf16* k, const bf16* v,
+               int64_t ks, int H, int KV, int hd, const DeviceSegments& seg) override {
+    if (seg.count == 0) return;
+    const Shape sh = shape(seg, qs, ks, H, KV, hd);
+    Plan& p = plan(fwd_, sh, true);
+    const int32_t* off = offsets(s, seg, sh);
+    cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
+    float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
+    float neg_inf = -std::numeric_limits<float>::infinity();
+    std::vector<int64_t> uids = {kQ, kKt, kV, kO, kStats, kScale, kNegInf};
+    std::vector<void*> ptrs = {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), out, lse, &scale,
+                               &neg_inf};
+    bind_ragged(uids, ptrs, off, seg.shape.n);
+    if (sh.causal) uids.push_back(kLowest), ptrs.push_back(&lowest);
+    execute(h_, p, scratch_, uids, ptrs, "segment forward");
+  }
+
+  void backward(cudaStream_t s, bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, int64_t qs,
+                const bf16* k, const bf16* v, int64_t ks, const bf16* out, const float* lse, int H, int KV, int hd,
+                const DeviceSegments& seg) override {
+    if (seg.count == 0) return;
+    const Shape sh = shape(seg, qs, ks, H, KV, hd);
+    Plan& p = plan(bwd_, sh, false);
+    const int32_t* off = offsets(s, seg, sh);
+    cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
+    float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
+    float neg_inf = -std::numeric_limits<float>::infinity(), one = 1.f;
+    std::vector<int64_t> uids = {kQ, kKt, kVt, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf};
+    std::vector<void*> ptrs = {const_cast<bf16*>(q),    const_cast<bf16*>(k),     const_cast<bf16*>(v),
+                               const_cast<bf16*>(out),  const_cast<bf16*>(dout),  const_cast<float*>(lse),
+                               dq, dk, dv, &scale, &one, &neg_inf};
+    bind_ragged(uids, ptrs, off, seg.shape.n);
+    if (sh.causal) uids.push_back(kLowest), ptrs.push_back(&lowest);
+    execute(h_, p, scratch_, uids, ptrs, "segment backward");
+  }
+
+  int graphs() const override { return static_cast<int>(fwd_.size() + bwd_.size()); }
+
+ private:
+  using Key = std::tuple<int, int, int, bool, int, int, int, int64_t, int64_t, int64_t>;
+
+  static Shape shape(const DeviceSegments& seg, int64_t qs, int64_t ks, int H, int KV, int hd) {
+    check(KV > 0 && H % KV == 0, "attention: {} kv heads do not divide {} query heads", KV, H);
+    check(seg.count <= seg.shape.n && seg.shape.sq <= seg.Tq && seg.shape.skv <= seg.Tk,
+          "attention segments: {} segments of {} x {} rows do not fit a table of {} and {} x {} rows", seg.count,
+          seg.shape.sq, seg.shape.skv, seg.shape.n, seg.Tq, seg.Tk);
+    const int64_t C = int64_t{H} * hd, lim = std::numeric_limits<int32_t>::max();
+    check(int64_t{seg.B} * seg.Tq * std::max(qs, C) < lim && int64_t{seg.B} * seg.Tk * ks < lim &&
+              int64_t{seg.B} * H * seg.Tq < lim,
+          "attention segments: {} x {} rows of {} elements exceed cuDNN's 32-bit ragged offsets", seg.B, seg.Tq, qs);
+    return Shape{seg.shape.n, seg.shape.sq, seg.shape.skv, H, hd, KV, qs, ks, C, seg.Tq, seg.causal, true};
+  }
+
+  // The lengths and offsets, [6][n + 1] int32 (segment_offsets), in a buffer grown on the stream.
+  const int32_t* offsets(cudaStream_t s, const DeviceSegments& seg, const Shape& sh) {
+    const size_t need = 6 * static_cast<size_t>(seg.shape.n + 1) * sizeof(int32_t);
+    if (need > cap_) {
+      if (offsets_) cuda_check(cudaFreeAsync(offsets_, s), "cudaFreeAsync(attention segment offsets)");
+      cuda_check(cudaMallocAsync(reinterpret_cast<void**>(&offsets_), need, s),
+                 "cudaMallocAsync(attention segment offsets)");
+      cap_ = need;
+    }
+    segment_offsets(s, offsets_, seg.table, seg.shape.n, seg.Tq, sh.H, sh.qs, sh.ks, sh.os);
+    return offsets_;
+  }
+
+  static void bind_ragged(std::vector<int64_t>& uids, std::vector<void*>& ptrs, const int32_t* off, int n) {
+    int32_t* o = const_cast<int32_t*>(off);
+    const int64_t m = n + 1;
+    for (auto [uid, at] : {std::pair{kSeqQ, 0}, {kSeqKv, 1}, {kQOff, 2}, {kKvOff, 3}, {kOOff, 4}, {kStatsOff, 5}})
+      uids.push_back(uid), ptrs.push_back(o + at * m);
+  }
+
+  Plan& plan(std::map<Key, std::unique_ptr<Plan>>& cache, const Shape& sh, bool fwd) {
+    Key key{sh.B, sh.Tq, sh.Tk, sh.causal, sh.H, sh.hd, sh.KV, sh.qs, sh.ks, sh.stats_T};
+    auto it = cache.find(key);
+    if (it != cache.end()) return *it->second;
+    auto p = std::make_unique<Plan>();
+    if (fwd)
+      build_forward(p->graph, sh);
+    else
+      build_backward(p->graph, sh);
+    make_plan(*p, h_, fwd ? "segment forward" : "segment backward");
+    return *cache.emplace(key, std::move(p)).first->second;
+  }
+
+  cudnnHandle_t h_;
+  Scratch& scratch_;
+  int32_t* offsets_ = nullptr;
+  size_t cap_ = 0;
+  std::map<Key, std::unique_ptr<Plan>> fwd_, bwd_;
+};
+
 }  // namespace
+
+std::unique_ptr<SegmentAttention> make_cudnn_segment_attention(cudnnHandle_t cudnn, Scratch& scratch) {
+  return std::make_unique<CudnnSegmentAttention>(cudnn, scratch);
+}
 
 std::unique_ptr<Attention> make_cudnn_attention(cudnnHandle_t cudnn, Scratch& scratch) {
   return std::make_unique<CudnnAttention>(cudnn, scratch);

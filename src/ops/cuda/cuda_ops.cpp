@@ -65,6 +65,7 @@ class CudaOpsImpl final : public CudaOps {
     if (attention_kind_ == "cudnn") {
       cudnn_check(cudnnCreate(&cudnn_), "cudnnCreate");
       attention_ = make_cudnn_attention(cudnn_, *scratch_);
+      segments_ = make_cudnn_segment_attention(cudnn_, *scratch_);
     } else {
       attention_ = make_naive_attention(cublas_, *scratch_);
     }
@@ -72,6 +73,7 @@ class CudaOpsImpl final : public CudaOps {
   ~CudaOpsImpl() override {
     if (stream_) cudaStreamSynchronize(stream_);
     attention_.reset();
+    segments_.reset();
     scratch_.reset();
     lt_.reset();
     if (norm_) cudaFree(norm_);
@@ -164,6 +166,17 @@ class CudaOpsImpl final : public CudaOps {
                           int T, int H, int hd, int kv_heads, const int32_t* doc_start) override {
     attention_->backward(stream_, dqkv, dout, qkv, out, stats, B, T, H, hd, kv_heads_of(H, kv_heads), doc_start);
   }
+
+  void attention_segments_forward(bf16* out, float* lse, const bf16* q, int64_t q_stride, const bf16* k, const bf16* v,
+                                  int64_t kv_stride, int H, int KV, int hd, const DeviceSegments& seg) override {
+    segment_attention().forward(stream_, out, lse, q, q_stride, k, v, kv_stride, H, KV, hd, seg);
+  }
+  void attention_segments_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, int64_t q_stride,
+                                   const bf16* k, const bf16* v, int64_t kv_stride, const bf16* out, const float* lse,
+                                   int H, int KV, int hd, const DeviceSegments& seg) override {
+    segment_attention().backward(stream_, dq, dk, dv, dout, q, q_stride, k, v, kv_stride, out, lse, H, KV, hd, seg);
+  }
+  int attention_graphs() const override { return attention_->graphs() + (segments_ ? segments_->graphs() : 0); }
 
   void attention_block_forward(float* o, float* m, float* l, const bf16* q, int64_t q_stride, const bf16* kv, int B,
                                int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos,
@@ -300,6 +313,13 @@ class CudaOpsImpl final : public CudaOps {
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::unique_ptr<Attention> attention_;
+  std::unique_ptr<SegmentAttention> segments_;  // model.attention = "cudnn" only
+  SegmentAttention& segment_attention() {
+    if (!segments_)
+      fail("attention over segments (packed documents) runs on cuDNN: model.attention = \"{}\" has none",
+           attention_kind_);
+    return *segments_;
+  }
   double* norm_ = nullptr;
 };
 

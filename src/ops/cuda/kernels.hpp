@@ -56,6 +56,11 @@ void rope(cudaStream_t s, bf16* x, int B, int T, int n_heads, int hd, int64_t ro
 void swiglu_forward(cudaStream_t s, bf16* out, const bf16* gate_up, int64_t rows, int64_t F);
 void swiglu_backward(cudaStream_t s, bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F);
 
+// attention_segments.cu: cuDNN's ragged attention inputs from a segment table [4][n] (segment_table):
+// out [6][n + 1] int32 = seq_q, seq_kv, element offsets of q, k|v, out, stats [B, H, Tq].
+void segment_offsets(cudaStream_t s, int32_t* out, const int32_t* table, int n, int Tq, int H, int64_t q_stride,
+                     int64_t kv_stride, int64_t out_stride);
+
 // moe.cu: a MoE MLP's token-copy rows (CudaOps::moe_*; src/ops/cpu/moe_rows.cpp). C % 8 == 0.
 void moe_gather_rows(cudaStream_t s, bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C);
 void moe_scatter_rows(cudaStream_t s, bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C);

@@ -92,10 +92,17 @@ class GpuBackend final : public TrainBackend {
                        "peak {:g} TFLOP/s/GPU{}",
                        launch_.world, gs.dp, gs.cp > 1 ? fmt::format(" x cp {}", gs.cp) : "", gs.tp,
                        cfg_.parallel.sp ? " + sp" : "", gs.pp, chunks_note_, gpu_,
-                       ops_->attention_kind(), batch_note_, peak / 1e12,
+                       attention_note(), batch_note_, peak / 1e12,
                        peak > 0 ? " (" + pf.how + ")" : " (unknown GPU: set train.peak_flops for MFU)");
   }
   PeakFlops peak_flops() override { return {datasheet_bf16_peak(gpu_), 0, "datasheet dense bf16"}; }
+  // Which attention runs, and with data.document_mask which path takes the documents.
+  std::string attention_note() const {
+    const std::string& k = ops_->attention_kind();
+    if (!cfg_.data.document_mask) return k;
+    if (grid_.shape().cp > 1) return k + "; documents: the ring's block kernels";
+    return k + (k == "cudnn" ? "; documents: cuDNN segments" : "; documents: masked scores");
+  }
   MemTracker& memory() override { return MemTracker::cuda(); }
 
  private:

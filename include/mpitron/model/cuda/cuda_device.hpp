@@ -10,6 +10,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/device_vector.hpp"
+#include "mpitron/model/shard_geometry.hpp"
 #include "mpitron/ops/cuda/check.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 
@@ -52,14 +53,21 @@ struct CudaDevice {
     ops.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, rows, C);
   }
   // att: the log-sum-exp statistics [B, H, T]; the backward reads them and the output.
-  // doc_start (device [B, T], nullptr: none): document masking (the naive attention path only).
+  // Document masking: docs.segments (cuDNN: the documents as segments of the fused qkv rows) or
+  // docs.start (device [B, T]: the naive path masks each row's keys before it); neither: causal.
   void attention_forward(bf16* out, float* att, const bf16* qkv, int B, int T, int H, int hd, int KV,
-                         const int32_t* doc_start = nullptr) {
-    ops.attention_forward(out, att, qkv, B, T, H, hd, KV, doc_start);
+                         const DocumentRows& docs = {}) {
+    if (!docs.segments) return ops.attention_forward(out, att, qkv, B, T, H, hd, KV, docs.start);
+    const int64_t W = int64_t{H + 2 * KV} * hd;
+    ops.attention_segments_forward(out, att, qkv, W, qkv + int64_t{H} * hd, qkv + int64_t{H + KV} * hd, W, H, KV, hd,
+                                   *docs.segments);
   }
   void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* att, int B,
-                          int T, int H, int hd, int KV, const int32_t* doc_start = nullptr) {
-    ops.attention_backward(dqkv, dout, qkv, out, att, B, T, H, hd, KV, doc_start);
+                          int T, int H, int hd, int KV, const DocumentRows& docs = {}) {
+    if (!docs.segments) return ops.attention_backward(dqkv, dout, qkv, out, att, B, T, H, hd, KV, docs.start);
+    const int64_t W = int64_t{H + 2 * KV} * hd, k = int64_t{H} * hd, v = int64_t{H + KV} * hd;
+    ops.attention_segments_backward(dqkv, dqkv + k, dqkv + v, dout, qkv, W, qkv + k, qkv + v, W, out, att, H, KV, hd,
+                                    *docs.segments);
   }
   void swiglu_forward(bf16* out, const bf16* gate_up, int64_t rows, int64_t F) { ops.swiglu_forward(out, gate_up, rows, F); }
   void swiglu_backward(bf16* dgate_up, const bf16* gate_up, const bf16* dout, int64_t rows, int64_t F) {

@@ -181,8 +181,12 @@ class TransformerModelCuda final : public ModelChunk {
   // or none; and wpe's rows: each row's position in its document (device [B, T]) or cp_positions().
   DocumentRows slot_docs(int slot) const {
     const std::vector<int32_t>& p = slot_doc_pos_[static_cast<size_t>(slot)];
-    return p.empty() ? DocumentRows{} : DocumentRows{p.data(), a_.doc_start};
+    const DeviceSegments& seg = slot_segments_[static_cast<size_t>(slot)];
+    return p.empty() ? DocumentRows{} : DocumentRows{p.data(), a_.doc_start, seg.table ? &seg : nullptr};
   }
+  // cuDNN attention with document masking (cp 1): the documents of this micro-batch (the staged
+  // starts) as attention segments, their table uploaded to the slot's a_.segments; otherwise none.
+  void stage_segments(int slot, int B, bool documents);
   const int32_t* wpe_positions(int slot) const {
     return slot_doc_pos_[static_cast<size_t>(slot)].empty() ? cp_positions() : a_.doc_pos;
   }
@@ -248,6 +252,7 @@ class TransformerModelCuda final : public ModelChunk {
   std::vector<int> slot_B_;
   std::vector<bool> slot_pending_;
   std::vector<std::vector<int32_t>> slot_doc_pos_;  // document masking: each slot's positions (host; empty: none)
+  std::vector<DeviceSegments> slot_segments_;  // and its cuDNN segments (table nullptr: none)
   std::vector<ParamInfo> params_;
   size_t n_flat_ = 0;
   Offsets off_;
@@ -260,7 +265,8 @@ class TransformerModelCuda final : public ModelChunk {
   std::vector<UnitCopy> units_;    // [0] embedding, [1] head, [2 + l] block l
   bool sharded_params_ = false;    // release_param_buffer() was called (ZeRO-3)
   Acts a_;  // the current slot's activations (a copy of slots_[s]'s pointers)
-  int32_t* host_tokens_ = nullptr;  // pinned staging [4 * max BT]: inputs, targets, document positions, starts
+  int32_t* host_tokens_ = nullptr;  // pinned staging [(4 + 4) * max BT]: inputs, targets, document positions, starts,
+                                    // the segment table (kSegmentTableRows x max BT)
   float* host_losses_ = nullptr;    // pinned [max BT]
   cudaEvent_t tokens_sent_ = nullptr, losses_ready_ = nullptr;
   bool grad_enabled_ = true;

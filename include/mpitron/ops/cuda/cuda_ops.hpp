@@ -49,6 +49,7 @@
 #include <string>
 
 #include "mpitron/core/dtype.hpp"
+#include "mpitron/ops/attention_segments.hpp"
 #include "mpitron/ops/rope_freqs.hpp"
 
 namespace mpitron {
@@ -102,6 +103,22 @@ class CudaOps {
   virtual void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                                   const float* stats, int B, int T, int H, int hd, int kv_heads = 0,
                                   const int32_t* doc_start = nullptr) = 0;
+
+  // ---- attention over segments (ops/attention_segments.hpp): packed documents on cuDNN ----
+  // Query rows b * Tq + t of q (row stride q_stride; H heads of hd), key rows b * Tk + j of k and v
+  // (row stride kv_stride, KV heads); each segment attends within itself (causal or full, seg).
+  // Forward: out[B * Tq, H hd] and lse[B, H, Tq] of the segments' query rows (other rows are not
+  // written). Backward from out, lse and dout: dq (q_stride) and dk, dv (kv_stride) of the
+  // segments' rows overwritten. cuDNN graphs per bucketed shape, cached (attention_graphs()).
+  virtual void attention_segments_forward(bf16* out, float* lse, const bf16* q, int64_t q_stride, const bf16* k,
+                                          const bf16* v, int64_t kv_stride, int H, int KV, int hd,
+                                          const DeviceSegments& seg) = 0;
+  virtual void attention_segments_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
+                                           int64_t q_stride, const bf16* k, const bf16* v, int64_t kv_stride,
+                                           const bf16* out, const float* lse, int H, int KV, int hd,
+                                           const DeviceSegments& seg) = 0;
+  // The cuDNN attention graphs (forward and backward, dense and segment) built so far.
+  virtual int attention_graphs() const = 0;
 
   // ---- one key/value block of ring attention (context parallel; Ops::attention_block_*) ----
   // Queries: Tq rows per sequence of q (bf16, H heads of hd, row stride q_stride); the block
