@@ -82,7 +82,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
       a.dlnf = bf(R * C), a.dwte_head = f32(Vp * C);
     }
     a.tokens = i32(BT), a.targets = i32(BT), a.doc_pos = i32(BT), a.doc_start = i32(BT);
-    if (lay.cp == 1) a.segments = i32(kSegmentTableRows * BT);
+    a.segments = i32(kSegmentTableRows * BT * lay.cp);  // cp: one table per source rank
   }
   // Shared by the micro-batches: scratch of one forward or backward at a time.
   GpuActs& s = slots.front();
@@ -103,6 +103,7 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
       const int64_t blk = BT * 2 * (kv_heads(cfg) / tp) * cfg.head_dim();
       r.kv[0] = bf(blk), r.kv[1] = bf(blk), r.dkv[0] = f32(blk), r.dkv[1] = f32(blk);
       r.acc = f32(BT * Cl), r.m = f32(stats), r.l = f32(stats), r.dsum = f32(stats);
+      r.step = bf(BT * Q), r.dkv_step = bf(blk);  // cuDNN's blocks: a block's output or dq | its dk|dv
     }
   }
   for (GpuActs& a : slots) {

@@ -250,6 +250,33 @@ class FakeCudaOps final : public CudaOps {
     }
   }
   int attention_graphs() const override { return 0; }
+  void attention_segments_merge(float* acc, float* lse_acc, const bf16* o_step, const float* lse_step, int H, int hd,
+                                const DeviceSegments& seg, bool first) override {
+    const int64_t rows = int64_t{seg.B} * seg.Tq, C = int64_t{H} * hd;
+    std::vector<char> covered(static_cast<size_t>(rows), 0);
+    for (const Seg& g : segments(seg))
+      for (int64_t i = 0; i < g.nq; ++i) covered[g.q + i] = 1;
+    for (int64_t row = 0; row < rows; ++row)
+      for (int h = 0; h < H; ++h) {
+        const int64_t st = (row / seg.Tq * H + h) * seg.Tq + row % seg.Tq;
+        float* a = acc + row * C + h * hd;
+        const bf16* o = o_step + row * C + h * hd;
+        if (first) {
+          lse_acc[st] = covered[row] ? lse_step[st] : -INFINITY;
+          for (int e = 0; e < hd; ++e) a[e] = covered[row] ? mpitron::to_f32(o[e]) : 0.f;
+        } else if (covered[row]) {
+          const double l0 = lse_acc[st], l1 = lse_step[st], l = std::max(l0, l1) + std::log1p(std::exp(-std::fabs(l0 - l1)));
+          const double w0 = std::exp(l0 - l), w1 = std::exp(l1 - l);
+          for (int e = 0; e < hd; ++e) a[e] = static_cast<float>(a[e] * w0 + mpitron::to_f32(o[e]) * w1);
+          lse_acc[st] = static_cast<float>(l);
+        }
+      }
+  }
+  void add_bf16_rows(float* dst, int64_t dst_stride, const bf16* src, int64_t src_stride, int64_t rows,
+                     int64_t cols) override {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) dst[r * dst_stride + c] += mpitron::to_f32(src[r * src_stride + c]);
+  }
 
   void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int64_t rows, int64_t C,
                        float eps) override {

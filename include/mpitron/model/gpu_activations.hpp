@@ -33,6 +33,8 @@ struct GpuRingBufs {
   float* dkv[2] = {nullptr, nullptr};  // dk|dv blocks in flight, the same shape, fp32
   float* acc = nullptr;                // forward's unnormalised output / backward's dq [B*Tl, H/tp hd]
   float *m = nullptr, *l = nullptr, *dsum = nullptr;  // [B, H/tp, Tl] each
+  bf16* step = nullptr;      // cuDNN blocks: one block's output [B*Tl, H/tp hd] or dq [B*Tl, qkv row]
+  bf16* dkv_step = nullptr;  // and its dk|dv [B, Tl, 2 KV/tp hd]
   int32_t* positions = nullptr;        // [cp, Tl]: rank r's global positions at r * Tl
 };
 
@@ -48,7 +50,7 @@ struct GpuActs {
   bf16* qk_tmp = nullptr;  // Qwen3's q/k norm: scratch 2 [BT, (H + KV)/tp hd]
   int32_t *tokens = nullptr, *targets = nullptr;        // [BT] each
   int32_t *doc_pos = nullptr, *doc_start = nullptr;     // [BT] each: document masking (DocumentRows)
-  int32_t* segments = nullptr;  // cp 1: [kSegmentTableRows, BT] the documents as cuDNN attention segments
+  int32_t* segments = nullptr;  // [cp][kSegmentTableRows, BT]: cuDNN attention segments (documents; cp's blocks)
   float* ce = nullptr;  // tp > 1: vocab-parallel CE scratch [4, chunk_rows]
   std::vector<bf16*> block_in;  // [0] = encoded; with recompute also every block's output
   bf16 *gath = nullptr, *full = nullptr, *dres_full = nullptr;  // SP scratch, [BT, C] each

@@ -228,9 +228,11 @@ void TransformerModelCuda::alloc_activations(const ModelConfig& cfg, const Model
                                cudaMemcpyHostToDevice, ops_.stream()),
                "cudaMemcpyAsync(cp positions)");
     if (n_local_ > 0) {
-      ring_blocks_ = std::make_unique<CudaRingBlocks>(ops_, a_.ring, shard.cp_rank, seq_local(),
-                                                      static_cast<int>(geo_.h_local), static_cast<int>(geo_.kv_local),
-                                                      cfg.head_dim());
+      auto blocks = std::make_unique<CudaRingBlocks>(ops_, a_.ring, shard.cp_rank, seq_local(),
+                                                     static_cast<int>(geo_.h_local), static_cast<int>(geo_.kv_local),
+                                                     cfg.head_dim());
+      cuda_ring_ = blocks.get();
+      ring_blocks_ = std::move(blocks);
       ring_ = std::make_unique<RingAttention>(*cp, *ring_blocks_, seq_local(), 2 * geo_.kv_local * cfg.head_dim());
       block_->set_ring(ring_.get());
     }
@@ -242,9 +244,10 @@ void TransformerModelCuda::alloc_host_staging(int max_micro_batch) {
   slot_B_.assign(slots_.size(), 0);
   slot_pending_.assign(slots_.size(), false);
   slot_doc_pos_.assign(slots_.size(), {});
-  slot_segments_.assign(slots_.size(), {});
+  slot_segments_.assign(slots_.size(), std::vector<DeviceSegments>(static_cast<size_t>(shard_.cp_size)));
   const size_t bt = static_cast<size_t>(max_micro_batch) * seq_local();
-  cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_), (4 + kSegmentTableRows) * bt * sizeof(int32_t)),
+  cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_tokens_),
+                            (4 + kSegmentTableRows * static_cast<size_t>(shard_.cp_size)) * bt * sizeof(int32_t)),
              "cudaMallocHost(token staging)");
   cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_losses_), bt * sizeof(float)),
              "cudaMallocHost(losses)");
@@ -364,25 +367,42 @@ void TransformerModelCuda::head_forward(int B) {
                  });
 }
 
-// The documents' first positions (staged at host_tokens_ + 3 max BT by forward) as attention
-// segments: cp 1 only (the ring keeps its block kernels), cuDNN only (the naive path masks the
-// scores). The table goes up with the tokens (tokens_sent_ guards the staging).
+// The attention segments of this micro-batch (cuDNN only: the naive path masks the scores): at
+// cp 1 the documents (their first positions, staged at host_tokens_ + 3 max BT by forward); under
+// cp every source rank's k|v block against this rank's queries, by position (and document). The
+// tables go up with the tokens (tokens_sent_ guards the staging).
 void TransformerModelCuda::stage_segments(int slot, int B, bool documents) {
-  DeviceSegments& seg = slot_segments_[static_cast<size_t>(slot)];
-  seg = DeviceSegments{};
-  if (!documents || shard_.cp_size > 1 || ops_.attention_kind() != "cudnn" || geo_.h_local == 0) return;
+  std::vector<DeviceSegments>& segs = slot_segments_[static_cast<size_t>(slot)];
+  for (DeviceSegments& seg : segs) seg = DeviceSegments{};
+  const int cp = shard_.cp_size;
+  if ((!documents && cp == 1) || ops_.attention_kind() != "cudnn" || geo_.h_local == 0) return;
   const int T = seq_local();
   const int64_t max_bt = int64_t{max_B_} * T;
   std::vector<int32_t> pos(static_cast<size_t>(T));
   for (int t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = t;
-  const AttentionSegments docs = attention_segments(pos.data(), T, pos.data(), T, B, host_tokens_ + 3 * max_bt);
-  seg.shape = segment_buckets(docs);
-  seg.count = docs.count(), seg.causal = docs.causal, seg.B = B, seg.Tq = T, seg.Tk = T, seg.table = a_.segments;
-  int32_t* staged = host_tokens_ + 4 * max_bt;
-  segment_table(docs, seg.shape.n, staged);
-  cuda_check(cudaMemcpyAsync(a_.segments, staged, static_cast<size_t>(kSegmentTableRows) * seg.shape.n * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, ops_.stream()),
-             "cudaMemcpyAsync(attention segments)");
+  auto positions = [&](int rank) { return cp == 1 ? pos.data() : geo_.all_positions.data() + int64_t{rank} * T; };
+  for (int src = 0; src < cp; ++src) {
+    const AttentionSegments as = attention_segments(positions(shard_.cp_rank), T, positions(src), T, B,
+                                                    documents ? host_tokens_ + 3 * max_bt : nullptr);
+    DeviceSegments& seg = segs[static_cast<size_t>(src)];
+    const int64_t at = int64_t{src} * kSegmentTableRows * max_bt;
+    seg.shape = segment_buckets(as);
+    seg.count = as.count(), seg.causal = as.causal, seg.B = B, seg.Tq = T, seg.Tk = T, seg.table = a_.segments + at;
+    int32_t* staged = host_tokens_ + 4 * max_bt + at;
+    segment_table(as, seg.shape.n, staged);
+    cuda_check(cudaMemcpyAsync(a_.segments + at, staged,
+                               static_cast<size_t>(kSegmentTableRows) * seg.shape.n * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, ops_.stream()),
+               "cudaMemcpyAsync(attention segments)");
+  }
+}
+
+void TransformerModelCuda::use_segments(int slot) {
+  block_->set_documents(slot_docs(slot));
+  if (cuda_ring_) {
+    const DeviceSegments* segs = slot_segments_[static_cast<size_t>(slot)].data();
+    cuda_ring_->set_segments(segs->table ? segs : nullptr);
+  }
 }
 
 double TransformerModelCuda::forward(const int32_t* inputs, const int32_t* targets, int B, int64_t* n_targets, int slot,
@@ -426,7 +446,7 @@ double TransformerModelCuda::forward(const int32_t* inputs, const int32_t* targe
                "cudaMemcpyAsync(document starts)");
   }
   stage_segments(slot, B, positions != nullptr);
-  block_->set_documents(slot_docs(slot));
+  use_segments(slot);
   cuda_check(cudaMemcpyAsync(a_.tokens, host_tokens_, static_cast<size_t>(BT) * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s),
              "cudaMemcpyAsync(tokens)");
@@ -485,7 +505,7 @@ void TransformerModelCuda::backward(float loss_scale, int slot) {
   const int B = slot_B_[slot], T = seq_local(), C = cfg_.d_model;
   const int64_t BT = int64_t{B} * T, Rl = local_rows(BT);
   cudaStream_t s = ops_.stream();
-  block_->set_documents(slot_docs(slot));
+  use_segments(slot);
   if (shard_.has_head) {
     pre_event(UnitEvent::pre_backward, kHeadUnit);  // before the wte gradient is written (ZeRO-2 binds it here)
     // The head's gradients were computed unscaled during forward.

@@ -177,6 +177,15 @@ class CudaOpsImpl final : public CudaOps {
     segment_attention().backward(stream_, dq, dk, dv, dout, q, q_stride, k, v, kv_stride, out, lse, H, KV, hd, seg);
   }
   int attention_graphs() const override { return attention_->graphs() + (segments_ ? segments_->graphs() : 0); }
+  void attention_segments_merge(float* acc, float* lse_acc, const bf16* out_step, const float* lse_step, int H,
+                                int hd, const DeviceSegments& seg, bool first) override {
+    cuda::attention_segments_merge(stream_, acc, lse_acc, out_step, lse_step, seg.table, seg.shape.n, seg.count, seg.B,
+                                   seg.Tq, H, hd, first);
+  }
+  void add_bf16_rows(float* dst, int64_t dst_stride, const bf16* src, int64_t src_stride, int64_t rows,
+                     int64_t cols) override {
+    cuda::add_bf16_rows(stream_, dst, dst_stride, src, src_stride, rows, cols);
+  }
 
   void attention_block_forward(float* o, float* m, float* l, const bf16* q, int64_t q_stride, const bf16* kv, int B,
                                int Tq, int Tk, int H, int KV, int hd, const int32_t* qpos, const int32_t* kpos,

@@ -60,6 +60,12 @@ void swiglu_backward(cudaStream_t s, bf16* dgate_up, const bf16* gate_up, const 
 // out [6][n + 1] int32 = seq_q, seq_kv, element offsets of q, k|v, out, stats [B, H, Tq].
 void segment_offsets(cudaStream_t s, int32_t* out, const int32_t* table, int n, int Tq, int H, int64_t q_stride,
                      int64_t kv_stride, int64_t out_stride);
+// The ring's merge of one block's segments (CudaOps::attention_segments_merge) and dst[r, c] +=
+// src[r, c] (bf16 into fp32, strided rows).
+void attention_segments_merge(cudaStream_t s, float* acc, float* lse_acc, const bf16* o_step, const float* lse_step,
+                              const int32_t* table, int n, int count, int B, int Tq, int H, int hd, bool first);
+void add_bf16_rows(cudaStream_t s, float* dst, int64_t dst_stride, const bf16* src, int64_t src_stride, int64_t rows,
+                   int64_t cols);
 
 // moe.cu: a MoE MLP's token-copy rows (CudaOps::moe_*; src/ops/cpu/moe_rows.cpp). C % 8 == 0.
 void moe_gather_rows(cudaStream_t s, bf16* dst, const bf16* src, const int64_t* idx, int64_t n, int64_t C);

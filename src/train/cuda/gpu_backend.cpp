@@ -96,12 +96,15 @@ class GpuBackend final : public TrainBackend {
                        peak > 0 ? " (" + pf.how + ")" : " (unknown GPU: set train.peak_flops for MFU)");
   }
   PeakFlops peak_flops() override { return {datasheet_bf16_peak(gpu_), 0, "datasheet dense bf16"}; }
-  // Which attention runs, and with data.document_mask which path takes the documents.
+  // Which attention runs: the cp ring's blocks and data.document_mask's documents as cuDNN
+  // segments (model.attention = "cudnn") or on the block kernels / masked scores ("naive").
   std::string attention_note() const {
     const std::string& k = ops_->attention_kind();
-    if (!cfg_.data.document_mask) return k;
-    if (grid_.shape().cp > 1) return k + "; documents: the ring's block kernels";
-    return k + (k == "cudnn" ? "; documents: cuDNN segments" : "; documents: masked scores");
+    const bool cudnn = k == "cudnn", cp = grid_.shape().cp > 1;
+    std::string note = k;
+    if (cp) note += cudnn ? "; cp ring: cuDNN segments" : "; cp ring: block kernels";
+    if (cfg_.data.document_mask) note += cudnn ? "; documents: cuDNN segments" : cp ? "" : "; documents: masked scores";
+    return note;
   }
   MemTracker& memory() override { return MemTracker::cuda(); }
 

@@ -55,6 +55,8 @@
 
 namespace mpitron {
 
+class CudaRingBlocks;  // model/context_parallel/cuda/ring_blocks_cuda.hpp
+
 class TransformerModelCuda final : public ModelChunk {
  public:
   // max_micro_batch bounds forward()'s B. `ops` must outlive the model (its stream carries all
@@ -181,12 +183,15 @@ class TransformerModelCuda final : public ModelChunk {
   // or none; and wpe's rows: each row's position in its document (device [B, T]) or cp_positions().
   DocumentRows slot_docs(int slot) const {
     const std::vector<int32_t>& p = slot_doc_pos_[static_cast<size_t>(slot)];
-    const DeviceSegments& seg = slot_segments_[static_cast<size_t>(slot)];
-    return p.empty() ? DocumentRows{} : DocumentRows{p.data(), a_.doc_start, seg.table ? &seg : nullptr};
+    const DeviceSegments* seg = slot_segments_[static_cast<size_t>(slot)].data();
+    return p.empty() ? DocumentRows{} : DocumentRows{p.data(), a_.doc_start, !ring_ && seg->table ? seg : nullptr};
   }
-  // cuDNN attention with document masking (cp 1): the documents of this micro-batch (the staged
-  // starts) as attention segments, their table uploaded to the slot's a_.segments; otherwise none.
+  // cuDNN attention (model.attention = "cudnn"): at cp 1 with document masking the documents of
+  // this micro-batch (the staged starts) as attention segments; under cp the ring's blocks, one
+  // table per source rank (with or without documents). Tables uploaded to the slot's a_.segments.
   void stage_segments(int slot, int B, bool documents);
+  // The slot's segments to the blocks that use them: the ring's (cp), or DocumentRows' (cp 1).
+  void use_segments(int slot);
   const int32_t* wpe_positions(int slot) const {
     return slot_doc_pos_[static_cast<size_t>(slot)].empty() ? cp_positions() : a_.doc_pos;
   }
@@ -252,7 +257,8 @@ class TransformerModelCuda final : public ModelChunk {
   std::vector<int> slot_B_;
   std::vector<bool> slot_pending_;
   std::vector<std::vector<int32_t>> slot_doc_pos_;  // document masking: each slot's positions (host; empty: none)
-  std::vector<DeviceSegments> slot_segments_;  // and its cuDNN segments (table nullptr: none)
+  std::vector<std::vector<DeviceSegments>> slot_segments_;  // and its cuDNN segments, per cp rank (table nullptr: none)
+  CudaRingBlocks* cuda_ring_ = nullptr;  // ring_blocks_, typed
   std::vector<ParamInfo> params_;
   size_t n_flat_ = 0;
   Offsets off_;
@@ -265,8 +271,8 @@ class TransformerModelCuda final : public ModelChunk {
   std::vector<UnitCopy> units_;    // [0] embedding, [1] head, [2 + l] block l
   bool sharded_params_ = false;    // release_param_buffer() was called (ZeRO-3)
   Acts a_;  // the current slot's activations (a copy of slots_[s]'s pointers)
-  int32_t* host_tokens_ = nullptr;  // pinned staging [(4 + 4) * max BT]: inputs, targets, document positions, starts,
-                                    // the segment table (kSegmentTableRows x max BT)
+  int32_t* host_tokens_ = nullptr;  // pinned staging [(4 + 4 cp) * max BT]: inputs, targets, document positions,
+                                    // starts, the segment tables (kSegmentTableRows x max BT per cp rank)
   float* host_losses_ = nullptr;    // pinned [max BT]
   cudaEvent_t tokens_sent_ = nullptr, losses_ready_ = nullptr;
   bool grad_enabled_ = true;

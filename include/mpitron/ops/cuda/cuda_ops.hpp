@@ -119,6 +119,15 @@ class CudaOps {
                                            const DeviceSegments& seg) = 0;
   // The cuDNN attention graphs (forward and backward, dense and segment) built so far.
   virtual int attention_graphs() const = 0;
+  // The ring on segments: one block's out_step[B * Tq, H hd] and lse_step[B, H, Tq] merged into the
+  // running normalised output acc (fp32) and log-sum-exp lse_acc: lse = max + log1p(exp(min -
+  // max)), acc = acc exp(lse_acc - lse) + out_step exp(lse_step - lse); only the rows the block's
+  // segments cover (first: the running ones start there, others at 0 and minus infinity).
+  virtual void attention_segments_merge(float* acc, float* lse_acc, const bf16* out_step, const float* lse_step,
+                                        int H, int hd, const DeviceSegments& seg, bool first) = 0;
+  // dst[r * dst_stride + c] += src[r * src_stride + c] for c < cols (bf16 into fp32).
+  virtual void add_bf16_rows(float* dst, int64_t dst_stride, const bf16* src, int64_t src_stride, int64_t rows,
+                             int64_t cols) = 0;
 
   // ---- one key/value block of ring attention (context parallel; Ops::attention_block_*) ----
   // Queries: Tq rows per sequence of q (bf16, H heads of hd, row stride q_stride); the block

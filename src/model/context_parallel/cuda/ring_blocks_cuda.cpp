@@ -23,19 +23,36 @@ void CudaRingBlocks::forward_begin(void*, const void* qkv, int B, const int32_t*
 }
 
 void CudaRingBlocks::forward_block(const void* kv, int src, int B) {
+  if (seg_) {  // the block on cuDNN, merged by log-sum-exp (b_.m: the running lse; b_.l: the block's)
+    const bf16* k = static_cast<const bf16*>(kv);
+    const int64_t kv_row = 2 * int64_t{KV_} * hd_;
+    ops_.attention_segments_forward(b_.step, b_.l, q_, row_, k, k + int64_t{KV_} * hd_, kv_row, H_, KV_, hd_, seg_[src]);
+    ops_.attention_segments_merge(b_.acc, b_.m, b_.step, b_.l, H_, hd_, seg_[src], first_);
+    first_ = false;
+    return;
+  }
   ops_.attention_block_forward(b_.acc, b_.m, b_.l, q_, row_, static_cast<const bf16*>(kv), B, Tl_, Tl_, H_, KV_, hd_,
                                pos(r_), pos(src), doc_start_, first_);
   first_ = false;
 }
 
 void CudaRingBlocks::forward_end(void* out, float* lse, int B) {
+  if (seg_) {  // acc is normalised already
+    const int64_t rows = int64_t{B} * Tl_;
+    ops_.to_bf16(static_cast<bf16*>(out), b_.acc, static_cast<size_t>(rows * H_ * hd_));
+    cuda_check(cudaMemcpyAsync(lse, b_.m, static_cast<size_t>(rows * H_) * sizeof(float), cudaMemcpyDeviceToDevice,
+                               ops_.stream()),
+               "cudaMemcpyAsync(ring: lse)");
+    return;
+  }
   ops_.attention_block_finish(static_cast<bf16*>(out), lse, b_.acc, b_.m, b_.l, B, Tl_, H_, hd_);
 }
 
 void CudaRingBlocks::backward_begin(void*, const void* qkv, const void* dout, const void* out, const float* lse,
                                     int B, const int32_t* doc_start) {
   q_ = static_cast<const bf16*>(qkv), dout_ = static_cast<const bf16*>(dout), lse_ = lse, doc_start_ = doc_start;
-  ops_.attention_block_dsum(b_.dsum, dout_, static_cast<const bf16*>(out), B, Tl_, H_, hd_);
+  out_ = static_cast<const bf16*>(out);
+  if (!seg_) ops_.attention_block_dsum(b_.dsum, dout_, out_, B, Tl_, H_, hd_);  // cuDNN's graph computes its own
   pack_own_block(q_, B);
   const int64_t rows = int64_t{B} * Tl_;
   cuda_check(cudaMemsetAsync(b_.acc, 0, static_cast<size_t>(rows * H_ * hd_) * sizeof(float), ops_.stream()),
@@ -45,6 +62,19 @@ void CudaRingBlocks::backward_begin(void*, const void* qkv, const void* dout, co
 }
 
 void CudaRingBlocks::backward_block(const void* kv, void* dkv, int src, int B) {
+  if (seg_) {  // the block's bf16 dq, dk|dv (zero where its segments do not reach) into the fp32 sums
+    const bf16* k = static_cast<const bf16*>(kv);
+    const int64_t rows = int64_t{B} * Tl_, kv_row = 2 * int64_t{KV_} * hd_, kvh = int64_t{KV_} * hd_;
+    cuda_check(cudaMemsetAsync(b_.step, 0, static_cast<size_t>(rows * row_) * sizeof(bf16), ops_.stream()),
+               "cudaMemsetAsync(ring: block dq)");
+    cuda_check(cudaMemsetAsync(b_.dkv_step, 0, static_cast<size_t>(rows * kv_row) * sizeof(bf16), ops_.stream()),
+               "cudaMemsetAsync(ring: block dk|dv)");
+    ops_.attention_segments_backward(b_.step, b_.dkv_step, b_.dkv_step + kvh, dout_, q_, row_, k, k + kvh, kv_row,
+                                     out_, lse_, H_, KV_, hd_, seg_[src]);
+    ops_.add_bf16_rows(b_.acc, int64_t{H_} * hd_, b_.step, row_, rows, int64_t{H_} * hd_);
+    ops_.add_bf16_rows(static_cast<float*>(dkv), kv_row, b_.dkv_step, kv_row, rows, kv_row);
+    return;
+  }
   ops_.attention_block_backward(b_.acc, static_cast<float*>(dkv), q_, row_, static_cast<const bf16*>(kv), dout_, lse_,
                                 b_.dsum, B, Tl_, Tl_, H_, KV_, hd_, pos(r_), pos(src), doc_start_);
 }

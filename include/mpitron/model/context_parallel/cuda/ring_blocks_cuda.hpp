@@ -4,6 +4,13 @@
 // bf16 once at the end. Every call is enqueued on ops.stream(); the ring's hops (NCCL send/recv
 // groups on the communicator's stream) are ordered after it by Comm::set_compute_stream, and
 // compute that reads a received block is enqueued only after the hop's wait.
+// Two ways to compute a block: with segments (set_segments; model.attention = "cudnn"), each
+// block is one cuDNN ragged attention call (ops/attention_segments.hpp: the diagonal block causal,
+// the others full, documents as segments of their own) returning its output and log-sum-exp, merged
+// into the running output by log-sum-exp (TransformerEngine's correction); its backward reruns per
+// block from the final output and log-sum-exp, the bf16 dq and dk|dv added into the fp32
+// accumulators. Without (model.attention = "naive"): the block kernels (attention_block.cu), an
+// online softmax over position masks.
 // The buffers are TransformerModelCuda's activations (model/gpu_activations.hpp: GpuRingBufs), so
 // the planner counts them. GPU builds only.
 #pragma once
@@ -23,6 +30,9 @@ class CudaRingBlocks final : public RingBlocks {
   DType dkv_type() const override { return DType::f32; }
   void* kv(int i) override { return b_.kv[i]; }
   void* dkv(int i) override { return b_.dkv[i]; }
+  // The next passes' segments, one per source cp rank ([cp]; the caller keeps them), or nullptr:
+  // the block kernels.
+  void set_segments(const DeviceSegments* per_src) { seg_ = per_src; }
   void forward_begin(void* out, const void* qkv, int B, const int32_t* doc_start) override;
   void forward_block(const void* kv, int src, int B) override;
   void forward_end(void* out, float* lse, int B) override;
@@ -39,7 +49,8 @@ class CudaRingBlocks final : public RingBlocks {
   int r_, Tl_, H_, KV_, hd_;
   int64_t row_;  // (H + 2 KV) hd
   bool first_ = true;
-  const bf16 *q_ = nullptr, *dout_ = nullptr;
+  const bf16 *q_ = nullptr, *dout_ = nullptr, *out_ = nullptr;
+  const DeviceSegments* seg_ = nullptr;
   const float* lse_ = nullptr;
   const int32_t* doc_start_ = nullptr;  // device [B, Tl]: each query row's document start (global), or none
 };
