@@ -205,6 +205,73 @@ double gemm_rate_tflops(CudaOps& g) {
   return 2.0 * S * S * S / ms / 1e9;
 }
 
+// cuDNN's segment graphs (ops/attention_segments.hpp) against the dense causal call of the same
+// shape: the ring's diagonal block (B causal segments of T: the bound is 1.3x the dense
+// call), an off-diagonal block (queries all after the keys: full T x T segments, twice the causal
+// FLOPs), and packed documents of mean length ~300 (exponential lengths, seed 1), whose FLOPs are
+// what the segments compute (sum of each document's causal triangle). Also the number of graphs
+// built. `timed` and `row` are timing_section's.
+template <class Timed, class Row>
+void segment_timings(CudaOps& g, Report& rep, Timed& timed, Row& row, const Buf& qkv, const Buf& dqkv, const Buf& o,
+                     const Buf& st, int B, int T, int H, int hd, double causal_flops) {
+  const int64_t W = 3 * static_cast<int64_t>(H) * hd;
+  std::vector<int32_t> pos(static_cast<size_t>(T)), later(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = t, later[static_cast<size_t>(t)] = T + t;
+  std::mt19937 rng(1);
+  std::exponential_distribution<double> len(1.0 / 300);
+  std::vector<int32_t> starts(static_cast<size_t>(B) * T);
+  double doc_pairs = 0;  // query-key pairs the documents' causal masks keep
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T;) {
+      const int n = std::min(T - t, 1 + static_cast<int>(len(rng)));
+      for (int i = 0; i < n; ++i) starts[static_cast<size_t>(b) * T + t + i] = t;
+      doc_pairs += 0.5 * n * (n + 1.0);
+      t += n;
+    }
+  struct Case {
+    const char* name;
+    AttentionSegments seg;
+    double flops;
+  };
+  const double per_pair = 2.0 * 2.0 * H * hd;  // two matmuls, per (query, key) pair and head
+  std::vector<Case> cases;
+  cases.push_back({"ring diagonal block (causal)", attention_segments(pos.data(), T, pos.data(), T, B, nullptr),
+                   causal_flops});
+  cases.push_back({"ring earlier block (full)", attention_segments(later.data(), T, pos.data(), T, B, nullptr),
+                   2 * causal_flops});
+  cases.push_back({"packed documents (mean ~300)", attention_segments(pos.data(), T, pos.data(), T, B, starts.data()),
+                   per_pair * doc_pairs});
+  for (const Case& c : cases) {
+    try {
+      DeviceSegments d;
+      d.shape = segment_buckets(c.seg);
+      d.count = c.seg.count(), d.causal = c.seg.causal, d.B = B, d.Tq = T, d.Tk = T;
+      std::vector<int32_t> table(static_cast<size_t>(kSegmentTableRows) * d.shape.n);
+      segment_table(c.seg, d.shape.n, table.data());
+      Buf dt(table.size() * 4);
+      cuda_ok(cudaMemcpy(dt.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy(segments)");
+      d.table = dt.as<int32_t>();
+      const bf16* q = qkv.as<bf16>();
+      const std::string what = fmt::format("[cudnn segments] {} ({} segments, buckets {} x {} x {})", c.name, d.count,
+                                           d.shape.n, d.shape.sq, d.shape.skv);
+      row("attention fwd " + what, timed(g, 20, [&] {
+            g.attention_segments_forward(o.as<bf16>(), st.as<float>(), q, W, q + H * hd, q + 2 * H * hd, W, H, H, hd, d);
+          }),
+          c.flops, 0);
+      bf16* dq = dqkv.as<bf16>();
+      row("attention bwd " + what, timed(g, 20, [&] {
+            g.attention_segments_backward(dq, dq + H * hd, dq + 2 * H * hd, o.as<bf16>(), q, W, q + H * hd,
+                                          q + 2 * H * hd, W, o.as<bf16>(), st.as<float>(), H, H, hd, d);
+          }),
+          2.5 * c.flops, 0);
+    } catch (const std::exception& e) {
+      ++rep.failures;
+      rep.line("| attention segments {} | **ERROR** {} | |", c.name, e.what());
+    }
+  }
+  rep.line("\ncuDNN attention graphs built by this process's CudaOps: {}", g.attention_graphs());
+}
+
 // Returns the measured cuBLASLt GEMM rate in TFLOP/s (0 when the timings failed).
 double timing_section(Report& rep) {
   double gemm_tflops = 0;
@@ -399,6 +466,7 @@ double timing_section(Report& rep) {
       ++rep.failures;
       rep.line("| attention block (ring) | **ERROR** {} | |", e.what());
     }
+    segment_timings(g, rep, timed, row, qkv, dqkv, o, st, B, T, H, hd, af);
     rep.line("");
   } catch (const std::exception& e) {
     ++rep.failures;

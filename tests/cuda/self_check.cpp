@@ -284,9 +284,25 @@ std::vector<int32_t> document_starts(int B, int T) {
   return start;
 }
 
+// Attention segments (ops/attention_segments.hpp) of queries at qpos and keys at kpos, their table
+// on the device (kept alive by `table`), as the GPU model stages them.
+DeviceSegments device_segments(const std::vector<int32_t>& qpos, const std::vector<int32_t>& kpos, int B,
+                               const int32_t* start, std::unique_ptr<Dev>& table) {
+  const int Tq = static_cast<int>(qpos.size()), Tk = static_cast<int>(kpos.size());
+  const AttentionSegments as = attention_segments(qpos.data(), Tq, kpos.data(), Tk, B, start);
+  DeviceSegments seg;
+  seg.shape = segment_buckets(as);
+  seg.count = as.count(), seg.causal = as.causal, seg.B = B, seg.Tq = Tq, seg.Tk = Tk;
+  std::vector<int32_t> host(static_cast<size_t>(kSegmentTableRows) * seg.shape.n);
+  segment_table(as, seg.shape.n, host.data());
+  table = up(host);
+  seg.table = table->as<int32_t>();
+  return seg;
+}
+
 // KV = H: plain multi-head attention (through the default kv_heads, as GPT-2 calls it); KV < H:
 // grouped-query attention (dk, dv summed over each group). docs: document masking
-// (document_starts).
+// (document_starts): with cuDNN, as attention segments (CudaOps::attention_segments_*).
 void check_attention_kv(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c, int KV, bool docs = false) {
   check(KV > 0 && s.H % KV == 0, "self-check shape: KV = {} must divide H = {}", KV, s.H);
   const int B = s.B, T = s.T, H = s.H, hd = s.C / s.H;
@@ -303,15 +319,34 @@ void check_attention_kv(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker
   Dev out(n * 2), stats(static_cast<size_t>(B) * H * T * 4), dqkv(n3 * 2);
   const std::string tag = "attention[" + gpu.attention_kind() + "]" + (docs ? " documents" : "") +
                           (KV == H ? "" : " gqa KV" + std::to_string(KV));
-  gpu.attention_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), B, T, H, hd, kv_arg, gstart);
+  // cuDNN takes the documents as segments of the fused qkv rows (what CudaDevice does).
+  std::unique_ptr<Dev> table;
+  DeviceSegments seg;
+  const bool segments = docs && gpu.attention_kind() == "cudnn";
+  if (segments) {
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = t;
+    seg = device_segments(pos, pos, B, cstart, table);
+  }
+  const int64_t k_at = C, v_at = C + static_cast<int64_t>(KV) * hd;
+  if (segments)
+    gpu.attention_segments_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), W,
+                                   dqkv_in->as<bf16>() + k_at, dqkv_in->as<bf16>() + v_at, W, H, KV, hd, seg);
+  else
+    gpu.attention_forward(out.as<bf16>(), stats.as<float>(), dqkv_in->as<bf16>(), B, T, H, hd, kv_arg, gstart);
   c.sync();
   Vec rout(n), att(static_cast<size_t>(B) * H * T * T);
   cpu.attention_forward(rout.data(), att.data(), qkv.data(), B, T, H, hd, kv_arg, cstart);
   c.add(tag + "_forward.out", down_bf16(out, n), rout, kBf16Out);
   c.add(tag + "_forward.stats", down(stats, static_cast<size_t>(B) * H * T),
         attention_stats_ref(qkv, B, T, H, hd, KV, cstart), kF32Out);
-  gpu.attention_backward(dqkv.as<bf16>(), ddout->as<bf16>(), dqkv_in->as<bf16>(), out.as<bf16>(), stats.as<float>(),
-                         B, T, H, hd, kv_arg, gstart);
+  if (segments)
+    gpu.attention_segments_backward(dqkv.as<bf16>(), dqkv.as<bf16>() + k_at, dqkv.as<bf16>() + v_at, ddout->as<bf16>(),
+                                    dqkv_in->as<bf16>(), W, dqkv_in->as<bf16>() + k_at, dqkv_in->as<bf16>() + v_at, W,
+                                    out.as<bf16>(), stats.as<float>(), H, KV, hd, seg);
+  else
+    gpu.attention_backward(dqkv.as<bf16>(), ddout->as<bf16>(), dqkv_in->as<bf16>(), out.as<bf16>(),
+                           stats.as<float>(), B, T, H, hd, kv_arg, gstart);
   c.sync();
   Vec rd(n3);
   cpu.attention_backward(rd.data(), dout.data(), qkv.data(), att.data(), B, T, H, hd, kv_arg, cstart);
@@ -325,9 +360,9 @@ void check_attention(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c
 void check_attention_gqa(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   if (s.KV > 0) check_attention_kv(gpu, cpu, s, c, s.KV);
 }
-// Document masking: the naive path only (cuDNN refuses it).
+// Document masking: the naive path masks the scores, cuDNN runs the documents as segments.
 void check_attention_documents(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
-  if (gpu.attention_kind() == "naive") check_attention_kv(gpu, cpu, s, c, s.KV > 0 ? s.KV : s.H, true);
+  check_attention_kv(gpu, cpu, s, c, s.KV > 0 ? s.KV : s.H, true);
 }
 
 // Ring attention's block kernels (context parallel) as rank 0 of a cp 2 ring runs them: its
@@ -360,14 +395,36 @@ void check_attention_block(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Chec
   const int32_t* cs = docs ? qstart.data() : nullptr;
   Dev acc(no * 4), m(ns * 4), l(ns * 4), out(no * 2), lse(ns * 4), dsum(ns * 4), dkv0(nkv * 4), dkv1(nkv * 4),
       dqkv(rows * W * 2);
-  const std::string tag =
-      "attention_block" + std::string(docs ? " documents" : "") + (KV < H ? " gqa KV" + std::to_string(KV) : "");
-  gpu.attention_block_forward(acc.as<float>(), m.as<float>(), l.as<float>(), d_qkv->as<bf16>(), W, d_own->as<bf16>(),
-                              B, Tl, Tl, H, KV, hd, p0, p0, gs, true);
-  gpu.attention_block_forward(acc.as<float>(), m.as<float>(), l.as<float>(), d_qkv->as<bf16>(), W,
-                              d_other->as<bf16>(), B, Tl, Tl, H, KV, hd, p0, p1, gs, false);
-  gpu.attention_block_finish(out.as<bf16>(), lse.as<float>(), acc.as<float>(), m.as<float>(), l.as<float>(), B, Tl, H,
-                             hd);
+  const std::string tag = "attention_block[" + gpu.attention_kind() + "]" + std::string(docs ? " documents" : "") +
+                          (KV < H ? " gqa KV" + std::to_string(KV) : "");
+  // cuDNN: each block one segment call (CudaRingBlocks' path), merged by log-sum-exp.
+  const bool segments = gpu.attention_kind() == "cudnn";
+  std::unique_ptr<Dev> table0, table1;
+  DeviceSegments seg0, seg1;
+  Dev step(rows * W * 2), dkv_step(nkv * 2);
+  const int64_t kvh = static_cast<int64_t>(KV) * hd;
+  if (segments) {
+    const std::vector<int32_t> q0(pos.begin(), pos.begin() + Tl), q1(pos.begin() + Tl, pos.end());
+    seg0 = device_segments(q0, q0, B, cs, table0);
+    seg1 = device_segments(q0, q1, B, cs, table1);
+    const bf16* blocks[2] = {d_own->as<bf16>(), d_other->as<bf16>()};
+    const DeviceSegments* segs[2] = {&seg0, &seg1};
+    for (int i = 0; i < 2; ++i) {
+      gpu.attention_segments_forward(step.as<bf16>(), l.as<float>(), d_qkv->as<bf16>(), W, blocks[i],
+                                     blocks[i] + kvh, kvw, H, KV, hd, *segs[i]);
+      gpu.attention_segments_merge(acc.as<float>(), m.as<float>(), step.as<bf16>(), l.as<float>(), H, hd, *segs[i],
+                                   i == 0);
+    }
+    gpu.to_bf16(out.as<bf16>(), acc.as<float>(), static_cast<size_t>(no));
+    cuda_check(cudaMemcpy(lse.ptr(), m.ptr(), static_cast<size_t>(ns) * 4, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+  } else {
+    gpu.attention_block_forward(acc.as<float>(), m.as<float>(), l.as<float>(), d_qkv->as<bf16>(), W,
+                                d_own->as<bf16>(), B, Tl, Tl, H, KV, hd, p0, p0, gs, true);
+    gpu.attention_block_forward(acc.as<float>(), m.as<float>(), l.as<float>(), d_qkv->as<bf16>(), W,
+                                d_other->as<bf16>(), B, Tl, Tl, H, KV, hd, p0, p1, gs, false);
+    gpu.attention_block_finish(out.as<bf16>(), lse.as<float>(), acc.as<float>(), m.as<float>(), l.as<float>(), B, Tl,
+                               H, hd);
+  }
   c.sync();
   Vec ro(no, 0.f), rm(ns, -INFINITY), rl(ns, 0.f), rlse(ns);
   cpu.attention_block_forward(ro.data(), rm.data(), rl.data(), qkv.data(), W, own.data(), B, Tl, Tl, H, KV, hd,
@@ -389,25 +446,44 @@ void check_attention_block(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Chec
     for (int e = 0; e < hd; ++e) d += double(dout[at + e]) * gout[at + e];
     rdsum[st] = static_cast<float>(d);
   }
-  gpu.attention_block_dsum(dsum.as<float>(), d_dout->as<bf16>(), out.as<bf16>(), B, Tl, H, hd);
   cuda_check(cudaMemset(acc.ptr(), 0, no * 4), "cudaMemset");
   cuda_check(cudaMemset(dkv0.ptr(), 0, nkv * 4), "cudaMemset");
   cuda_check(cudaMemset(dkv1.ptr(), 0, nkv * 4), "cudaMemset");
-  gpu.attention_block_backward(acc.as<float>(), dkv0.as<float>(), d_qkv->as<bf16>(), W, d_own->as<bf16>(),
-                               d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p0, gs);
-  gpu.attention_block_backward(acc.as<float>(), dkv1.as<float>(), d_qkv->as<bf16>(), W, d_other->as<bf16>(),
-                               d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p1, gs);
+  if (segments) {  // per block: bf16 dq, dk|dv from the final out and lse, added into the fp32 sums
+    const bf16* blocks[2] = {d_own->as<bf16>(), d_other->as<bf16>()};
+    const DeviceSegments* segs[2] = {&seg0, &seg1};
+    float* dkvs[2] = {dkv0.as<float>(), dkv1.as<float>()};
+    for (int i = 0; i < 2; ++i) {
+      cuda_check(cudaMemset(step.ptr(), 0, static_cast<size_t>(rows * W) * 2), "cudaMemset");
+      cuda_check(cudaMemset(dkv_step.ptr(), 0, static_cast<size_t>(nkv) * 2), "cudaMemset");
+      gpu.attention_segments_backward(step.as<bf16>(), dkv_step.as<bf16>(), dkv_step.as<bf16>() + kvh,
+                                      d_dout->as<bf16>(), d_qkv->as<bf16>(), W, blocks[i], blocks[i] + kvh, kvw,
+                                      out.as<bf16>(), lse.as<float>(), H, KV, hd, *segs[i]);
+      gpu.add_bf16_rows(acc.as<float>(), int64_t{H} * hd, step.as<bf16>(), W, rows, int64_t{H} * hd);
+      gpu.add_bf16_rows(dkvs[i], kvw, dkv_step.as<bf16>(), kvw, rows, kvw);
+    }
+  } else {
+    gpu.attention_block_dsum(dsum.as<float>(), d_dout->as<bf16>(), out.as<bf16>(), B, Tl, H, hd);
+    gpu.attention_block_backward(acc.as<float>(), dkv0.as<float>(), d_qkv->as<bf16>(), W, d_own->as<bf16>(),
+                                 d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p0,
+                                 gs);
+    gpu.attention_block_backward(acc.as<float>(), dkv1.as<float>(), d_qkv->as<bf16>(), W, d_other->as<bf16>(),
+                                 d_dout->as<bf16>(), lse.as<float>(), dsum.as<float>(), B, Tl, Tl, H, KV, hd, p0, p1,
+                                 gs);
+  }
   gpu.attention_block_grads(dqkv.as<bf16>(), acc.as<float>(), dkv0.as<float>(), rows, H, KV, hd);
   c.sync();
-  c.add(tag + "_dsum", down(dsum, ns), rdsum, kF32Out);
+  if (!segments) c.add(tag + "_dsum", down(dsum, ns), rdsum, kF32Out);
+  // cuDNN's blocks round their dq, dk, dv to bf16 before the fp32 sums: the bf16 bound.
+  const double grad_bound = segments ? kBf16Out : kF32Out;
   Vec rdq(no, 0.f), rdkv0(nkv, 0.f), rdkv1(nkv, 0.f);
   cpu.attention_block_backward(rdq.data(), int64_t{H} * hd, rdkv0.data(), qkv.data(), W, own.data(), dout.data(),
                                glse.data(), rdsum.data(), B, Tl, Tl, H, KV, hd, pos.data(), pos.data(), cs);
   cpu.attention_block_backward(rdq.data(), int64_t{H} * hd, rdkv1.data(), qkv.data(), W, other.data(), dout.data(),
                                glse.data(), rdsum.data(), B, Tl, Tl, H, KV, hd, pos.data(), pos.data() + Tl, cs);
-  c.add(tag + "_backward.dq", down(acc, no), rdq, kF32Out);
-  c.add(tag + "_backward.dkv(own)", down(dkv0, nkv), rdkv0, kF32Out);
-  c.add(tag + "_backward.dkv(other)", down(dkv1, nkv), rdkv1, kF32Out);
+  c.add(tag + "_backward.dq", down(acc, no), rdq, grad_bound);
+  c.add(tag + "_backward.dkv(own)", down(dkv0, nkv), rdkv0, grad_bound);
+  c.add(tag + "_backward.dkv(other)", down(dkv1, nkv), rdkv1, grad_bound);
   Vec rdqkv(rows * W);
   for (int64_t i = 0; i < rows; ++i) {
     std::copy(rdq.begin() + i * H * hd, rdq.begin() + (i + 1) * H * hd, rdqkv.begin() + i * W);

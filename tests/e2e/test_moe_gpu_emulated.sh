@@ -31,6 +31,7 @@ EMU="$BUILD/bench/emulated_train"
 # runs on the emulation: every check's reference call and bound hold before the first GPU run.
 "$BUILD/bench/emulated_self_check" >"$tmp/self_check.log" 2>&1 || { cat "$tmp/self_check.log"; fail "emulated self-check"; }
 grep -q "^moe_combine_backward.dweight .* ok$" "$tmp/self_check.log" || { cat "$tmp/self_check.log"; fail "no moe self-check"; }
+grep -q "^attention_block\[cudnn\] documents gqa KV2_backward.dq .* ok$" "$tmp/self_check.log" || { cat "$tmp/self_check.log"; fail "no cuDNN segment self-check"; }
 echo "ok    gpu_check's self-check on the emulation: $(tail -1 "$tmp/self_check.log")"
 prep_fortunes "$tmp/data" 200000 fortunes computers
 common=(--data.path="$tmp/data" --train.steps=10 --train.micro_batch=2 --train.global_batch=8 --eval.every=5

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   auto cpu = make_cpu_ops();
   SelfCheckShape shape;
   int failed = 0, counted = 0;
-  for (const char* attention : {"cudnn", "naive"}) {  // the naive path adds the document-masked attention
+  for (const char* attention : {"cudnn", "naive"}) {  // documents and the ring: segments (cudnn) or masks (naive)
     CudaOpsOptions o;
     o.attention = attention;
     auto gpu = make_cuda_ops(o);
