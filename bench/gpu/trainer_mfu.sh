@@ -5,7 +5,9 @@
 # gpt2-124m and gpt2-350m at seq 1024, micro-batch 8; llama-1b at seq 2048, micro-batch 4; each with
 # its real vocabulary (50257 / 32000) on the demo corpus (byte tokens, all below the vocabulary),
 # 30 steps logged every step; the figures are medians of steps 11-30 from metrics.jsonl. The final
-# checkpoint is written as usual and timed apart (not in any step).
+# checkpoint is written as usual and timed apart (not in any step). llama-1b runs twice: plain and
+# with data.document_mask (the demo corpus's documents as cuDNN attention segments: should step no
+# slower than plain; its MFU still counts the dense causal attention FLOPs).
 # The carried mpitron (bench/gpu/prepare_carry.sh) is used when $BUILD/mpitron is missing or with
 # USE_CARRY=1. Exit status: 0 every run finished, 1 one failed, 2 nothing could run.
 set -uo pipefail
@@ -26,21 +28,23 @@ rm -rf "$R" && mkdir -p "$R" "$(dirname "$OUT")"
   echo "|---|---|---|---|---|---|---|---|"
 } >"$OUT"
 rc=0
-for spec in gpt2-124m:1024:8:50257 gpt2-350m:1024:8:50257 llama-1b:2048:4:32000; do
-  IFS=: read -r preset T B V <<<"$spec"
+for spec in gpt2-124m:1024:8:50257 gpt2-350m:1024:8:50257 llama-1b:2048:4:32000 llama-1b:2048:4:32000:docs; do
+  IFS=: read -r preset T B V docs <<<"$spec"
+  name=$preset${docs:+-documents}
   t=$SECONDS
   timeout 240 "${RUNENV[@]}" "$MPITRON" train jobs/demo.toml --model.preset="$preset" --model.n_layer=0 \
     --model.n_head=0 --model.d_model=0 --model.seq_len="$T" --model.vocab_size="$V" --train.micro_batch="$B" \
     --train.global_batch="$B" --train.steps=30 --log.every=1 --eval.every=0 --eval.batches=0 \
-    --train.backend=nccl --train.resume=never --data.path="$DATA" --job.run_dir="$R/$preset" >"$R/$preset.log" 2>&1
+    --data.document_mask="$([ -n "$docs" ] && echo true || echo false)" \
+    --train.backend=nccl --train.resume=never --data.path="$DATA" --job.run_dir="$R/$name" >"$R/$name.log" 2>&1
   s=$?
   if [ "$s" -ne 0 ]; then
-    echo "| $preset | $T x $B | exit $s | | | | | |" >>"$OUT"
-    { echo '```'; tail -n 12 "$R/$preset.log"; echo '```'; } >>"$R/failures.md"
+    echo "| $name | $T x $B | exit $s | | | | | |" >>"$OUT"
+    { echo '```'; tail -n 12 "$R/$name.log"; echo '```'; } >>"$R/failures.md"
     rc=1
     continue
   fi
-  python3 - "$R/$preset" "$preset" "$T" "$B" "$((SECONDS - t))" <<'PY' >>"$OUT"
+  python3 - "$R/$name" "$name" "$T" "$B" "$((SECONDS - t))" <<'PY' >>"$OUT"
 import json, statistics, sys
 d, preset, T, B, wall = sys.argv[1:]
 recs = list(map(json.loads, open(f"{d}/metrics.jsonl")))
