@@ -466,9 +466,34 @@ void execute(cudnnHandle_t h, Plan& p, Scratch& scratch, std::vector<int64_t> ui
   if (st != CUDNN_STATUS_SUCCESS) cudnn_check(st, fmt::format("cudnnBackendExecute({} attention)", name).c_str());
 }
 
+// Graph and plan per shape (every field of Shape, and the direction, in the key), built on first
+// use and kept; size() is the number of graphs built.
+class PlanCache {
+ public:
+  explicit PlanCache(cudnnHandle_t h) : h_(h) {}
+  Plan& get(const Shape& sh, bool fwd, const char* name) {
+    const Key key{sh.B, sh.Tq, sh.Tk, sh.H, sh.hd, sh.KV, sh.qs, sh.ks, sh.os, sh.stats_T, sh.causal, sh.ragged, fwd};
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return *it->second;
+    auto p = std::make_unique<Plan>();
+    if (fwd)
+      build_forward(p->graph, sh);
+    else
+      build_backward(p->graph, sh);
+    make_plan(*p, h_, name);
+    return *plans_.emplace(key, std::move(p)).first->second;
+  }
+  int size() const { return static_cast<int>(plans_.size()); }
+
+ private:
+  using Key = std::tuple<int, int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
+  cudnnHandle_t h_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
 class CudnnAttention final : public Attention {
  public:
-  CudnnAttention(cudnnHandle_t h, Scratch& scratch) : h_(h), scratch_(scratch) {}
+  CudnnAttention(cudnnHandle_t h, Scratch& scratch) : h_(h), scratch_(scratch), plans_(h) {}
 
   // The dense graphs are plain causal: packed documents go through the segment graphs
   // (CudaOps::attention_segments_*), which the model calls instead.
@@ -482,7 +507,7 @@ class CudnnAttention final : public Attention {
                const int32_t* doc_start) override {
     refuse_documents(doc_start);
     const Shape sh = dense_shape(B, T, H, hd, KV);
-    Plan& p = plan(fwd_, sh, true);
+    Plan& p = plans_.get(sh, true, "forward");
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
     float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
     char* base = reinterpret_cast<char*>(const_cast<bf16*>(qkv));
@@ -491,13 +516,13 @@ class CudnnAttention final : public Attention {
             {base, base + k_off, base + v_off, out, stats, &scale, &lowest}, "forward");
   }
 
-  int graphs() const override { return static_cast<int>(fwd_.size() + bwd_.size()); }
+  int graphs() const override { return plans_.size(); }
 
   void backward(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* stats,
                 int B, int T, int H, int hd, int KV, const int32_t* doc_start) override {
     refuse_documents(doc_start);
     const Shape sh = dense_shape(B, T, H, hd, KV);
-    Plan& p = plan(bwd_, sh, false);
+    Plan& p = plans_.get(sh, false, "backward");
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
     float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
     char* base = reinterpret_cast<char*>(const_cast<bf16*>(qkv));
@@ -511,23 +536,9 @@ class CudnnAttention final : public Attention {
   }
 
  private:
-  using Key = std::tuple<int, int, int, int, int>;
-  Plan& plan(std::map<Key, std::unique_ptr<Plan>>& cache, const Shape& sh, bool fwd) {
-    Key key{sh.B, sh.Tq, sh.H, sh.hd, sh.KV};
-    auto it = cache.find(key);
-    if (it != cache.end()) return *it->second;
-    auto p = std::make_unique<Plan>();
-    if (fwd)
-      build_forward(p->graph, sh);
-    else
-      build_backward(p->graph, sh);
-    make_plan(*p, h_, fwd ? "forward" : "backward");
-    return *cache.emplace(key, std::move(p)).first->second;
-  }
-
   cudnnHandle_t h_;
   Scratch& scratch_;
-  std::map<Key, std::unique_ptr<Plan>> fwd_, bwd_;
+  PlanCache plans_;
 };
 
 // Attention over segments (ops/attention_segments.hpp) on the ragged graphs: the per-segment
@@ -536,7 +547,7 @@ class CudnnAttention final : public Attention {
 // tensors. One graph pair per (buckets, causal, heads, strides).
 class CudnnSegmentAttention final : public SegmentAttention {
  public:
-  CudnnSegmentAttention(cudnnHandle_t h, Scratch& scratch) : h_(h), scratch_(scratch) {}
+  CudnnSegmentAttention(cudnnHandle_t h, Scratch& scratch) : h_(h), scratch_(scratch), plans_(h) {}
   ~CudnnSegmentAttention() override {
     if (offsets_) cudaFree(offsets_);
   }
@@ -545,7 +556,7 @@ class CudnnSegmentAttention final : public SegmentAttention {
                int64_t ks, int H, int KV, int hd, const DeviceSegments& seg) override {
     if (seg.count == 0) return;
     const Shape sh = shape(seg, qs, ks, H, KV, hd);
-    Plan& p = plan(fwd_, sh, true);
+    Plan& p = plans_.get(sh, true, "segment forward");
     const int32_t* off = offsets(s, seg, sh);
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
     float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
@@ -563,7 +574,7 @@ class CudnnSegmentAttention final : public SegmentAttention {
                 const DeviceSegments& seg) override {
     if (seg.count == 0) return;
     const Shape sh = shape(seg, qs, ks, H, KV, hd);
-    Plan& p = plan(bwd_, sh, false);
+    Plan& p = plans_.get(sh, false, "segment backward");
     const int32_t* off = offsets(s, seg, sh);
     cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
     float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
@@ -577,10 +588,9 @@ class CudnnSegmentAttention final : public SegmentAttention {
     execute(h_, p, scratch_, uids, ptrs, "segment backward");
   }
 
-  int graphs() const override { return static_cast<int>(fwd_.size() + bwd_.size()); }
+  int graphs() const override { return plans_.size(); }
 
  private:
-  using Key = std::tuple<int, int, int, bool, int, int, int, int64_t, int64_t, int64_t>;
 
   static Shape shape(const DeviceSegments& seg, int64_t qs, int64_t ks, int H, int KV, int hd) {
     check(KV > 0 && H % KV == 0, "attention: {} kv heads do not divide {} query heads", KV, H);
@@ -614,24 +624,11 @@ class CudnnSegmentAttention final : public SegmentAttention {
       uids.push_back(uid), ptrs.push_back(o + at * m);
   }
 
-  Plan& plan(std::map<Key, std::unique_ptr<Plan>>& cache, const Shape& sh, bool fwd) {
-    Key key{sh.B, sh.Tq, sh.Tk, sh.causal, sh.H, sh.hd, sh.KV, sh.qs, sh.ks, sh.stats_T};
-    auto it = cache.find(key);
-    if (it != cache.end()) return *it->second;
-    auto p = std::make_unique<Plan>();
-    if (fwd)
-      build_forward(p->graph, sh);
-    else
-      build_backward(p->graph, sh);
-    make_plan(*p, h_, fwd ? "segment forward" : "segment backward");
-    return *cache.emplace(key, std::move(p)).first->second;
-  }
-
   cudnnHandle_t h_;
   Scratch& scratch_;
+  PlanCache plans_;
   int32_t* offsets_ = nullptr;
   size_t cap_ = 0;
-  std::map<Key, std::unique_ptr<Plan>> fwd_, bwd_;
 };
 
 }  // namespace
