@@ -16,7 +16,10 @@ lib=$(dirname "$MPITRON")/libmpitron-cuda.so
 cuda_libs='libcublasLt|libcublas\.|libcudnn|libnccl|libcudart'
 
 ! ldd "$MPITRON" | grep -E "$cuda_libs" || fail "mpitron links a CUDA library"
-ldd "$lib" | grep -qE 'libcublasLt' || fail "$lib does not link cuBLASLt"
+# Output captured before matching: `ldd | grep -q` under pipefail fails whenever grep exits at the
+# match while ldd is still writing (SIGPIPE, exit 141), which a loaded machine makes likely.
+lib_deps=$(ldd "$lib")
+grep -qE 'libcublasLt' <<<"$lib_deps" || fail "$lib does not link cuBLASLt: $lib_deps"
 echo "ok    mpitron links no CUDA library; $(basename "$lib") links them"
 
 loaded() {  # log: the libraries the loader mapped (LD_DEBUG=files)
@@ -31,8 +34,9 @@ grep -q "built with CUDA but no usable GPU (no NVIDIA GPU driver on this node: n
 echo "ok    plan and env (GPU probe) map no CUDA library without a GPU driver"
 
 MPITRON_CUDA_LOAD=always LD_DEBUG=files $MPIRUN -np 1 -x MPITRON_CUDA_LOAD -x LD_DEBUG "$MPITRON" env >"$tmp/load.log" 2>&1
-loaded "$tmp/load.log" | grep -q "libmpitron-cuda.so" || fail "MPITRON_CUDA_LOAD=always did not load the library"
-loaded "$tmp/load.log" | grep -q "libcublasLt" || fail "the library loaded without cuBLASLt"
+mapped=$(loaded "$tmp/load.log")
+grep -q "libmpitron-cuda.so" <<<"$mapped" || fail "MPITRON_CUDA_LOAD=always did not load the library"
+grep -q "libcublasLt" <<<"$mapped" || fail "the library loaded without cuBLASLt"
 note=$(grep -m1 "^mpitron: built with CUDA" "$tmp/load.log")
 [[ "$note" == *cudaGetDeviceCount* ]] || fail "MPITRON_CUDA_LOAD=always: not the CUDA runtime's answer: $note"
 echo "ok    MPITRON_CUDA_LOAD=always loads it and asks the runtime: ${note#mpitron: }"
