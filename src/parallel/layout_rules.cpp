@@ -86,8 +86,6 @@ LayoutRequest layout_request(const JobConfig& job, const GridShape& grid) {
   l.micro_batch = job.train.micro_batch;
   l.global_batch = job.train.global_batch;
   l.gpu = job.train.backend == "nccl";
-  l.document_mask = job.data.document_mask;
-  l.attention = job.model.attention;
   return l;
 }
 

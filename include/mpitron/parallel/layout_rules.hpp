@@ -21,8 +21,6 @@ struct LayoutRequest {
   int micro_batch = 1;
   int global_batch = 0;  // 0: micro_batch x dp
   bool gpu = false;      // train.backend = "nccl"
-  bool document_mask = false;
-  std::string attention = "auto";  // model.attention
 };
 
 // The layout a job asks for, on the grid it resolved to.
