@@ -555,43 +555,22 @@ class CudnnSegmentAttention final : public SegmentAttention {
   void forward(cudaStream_t s, bf16* out, float* lse, const bf16* q, int64_t qs, const bf16* k, const bf16* v,
                int64_t ks, int H, int KV, int hd, const DeviceSegments& seg) override {
     if (seg.count == 0) return;
-    const Shape sh = shape(seg, qs, ks, H, KV, hd);
-    Plan& p = plans_.get(sh, true, "segment forward");
-    const int32_t* off = offsets(s, seg, sh);
-    cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
-    float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
-    float neg_inf = -std::numeric_limits<float>::infinity();
-    std::vector<int64_t> uids = {kQ, kKt, kV, kO, kStats, kScale, kNegInf};
-    std::vector<void*> ptrs = {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), out, lse, &scale,
-                               &neg_inf};
-    bind_ragged(uids, ptrs, off, seg.shape.n);
-    if (sh.causal) uids.push_back(kLowest), ptrs.push_back(&lowest);
-    execute(h_, p, scratch_, uids, ptrs, "segment forward");
+    run(s, seg, shape(seg, qs, ks, H, KV, hd), true, {kQ, kKt, kV, kO, kStats},
+        {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), out, lse});
   }
 
   void backward(cudaStream_t s, bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, int64_t qs,
                 const bf16* k, const bf16* v, int64_t ks, const bf16* out, const float* lse, int H, int KV, int hd,
                 const DeviceSegments& seg) override {
     if (seg.count == 0) return;
-    const Shape sh = shape(seg, qs, ks, H, KV, hd);
-    Plan& p = plans_.get(sh, false, "segment backward");
-    const int32_t* off = offsets(s, seg, sh);
-    cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
-    float scale = 1.f / std::sqrt(static_cast<float>(hd)), lowest = std::numeric_limits<float>::lowest();
-    float neg_inf = -std::numeric_limits<float>::infinity(), one = 1.f;
-    std::vector<int64_t> uids = {kQ, kKt, kVt, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf};
-    std::vector<void*> ptrs = {const_cast<bf16*>(q),    const_cast<bf16*>(k),     const_cast<bf16*>(v),
-                               const_cast<bf16*>(out),  const_cast<bf16*>(dout),  const_cast<float*>(lse),
-                               dq, dk, dv, &scale, &one, &neg_inf};
-    bind_ragged(uids, ptrs, off, seg.shape.n);
-    if (sh.causal) uids.push_back(kLowest), ptrs.push_back(&lowest);
-    execute(h_, p, scratch_, uids, ptrs, "segment backward");
+    run(s, seg, shape(seg, qs, ks, H, KV, hd), false, {kQ, kKt, kVt, kO, kDO, kStats, kDQ, kDK, kDV},
+        {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), const_cast<bf16*>(out),
+         const_cast<bf16*>(dout), const_cast<float*>(lse), dq, dk, dv});
   }
 
   int graphs() const override { return plans_.size(); }
 
  private:
-
   static Shape shape(const DeviceSegments& seg, int64_t qs, int64_t ks, int H, int KV, int hd) {
     check(KV > 0 && H % KV == 0, "attention: {} kv heads do not divide {} query heads", KV, H);
     check(seg.count <= seg.shape.n && seg.shape.sq <= seg.Tq && seg.shape.skv <= seg.Tk,
@@ -605,7 +584,7 @@ class CudnnSegmentAttention final : public SegmentAttention {
   }
 
   // The lengths and offsets, [6][n + 1] int32 (segment_offsets), in a buffer grown on the stream.
-  const int32_t* offsets(cudaStream_t s, const DeviceSegments& seg, const Shape& sh) {
+  int32_t* offsets(cudaStream_t s, const DeviceSegments& seg, const Shape& sh) {
     const size_t need = 6 * static_cast<size_t>(seg.shape.n + 1) * sizeof(int32_t);
     if (need > cap_) {
       if (offsets_) cuda_check(cudaFreeAsync(offsets_, s), "cudaFreeAsync(attention segment offsets)");
@@ -617,11 +596,25 @@ class CudnnSegmentAttention final : public SegmentAttention {
     return offsets_;
   }
 
-  static void bind_ragged(std::vector<int64_t>& uids, std::vector<void*>& ptrs, const int32_t* off, int n) {
-    int32_t* o = const_cast<int32_t*>(off);
-    const int64_t m = n + 1;
+  // Runs the forward or backward graph on the given tensors, with what every segment graph also
+  // reads: the per-segment lengths and offsets, the scalars (the causal mask's lowest only when
+  // the graph has one; the backward's "* 1").
+  void run(cudaStream_t s, const DeviceSegments& seg, const Shape& sh, bool fwd, std::vector<int64_t> uids,
+           std::vector<void*> ptrs) {
+    const char* name = fwd ? "segment forward" : "segment backward";
+    Plan& p = plans_.get(sh, fwd, name);
+    int32_t* off = offsets(s, seg, sh);
+    cudnn_check(cudnnSetStream(h_, s), "cudnnSetStream");
+    float scale = 1.f / std::sqrt(static_cast<float>(sh.hd)), lowest = std::numeric_limits<float>::lowest();
+    float neg_inf = -std::numeric_limits<float>::infinity(), one = 1.f;
+    uids.insert(uids.end(), {kScale, kNegInf});
+    ptrs.insert(ptrs.end(), {&scale, &neg_inf});
+    if (!fwd) uids.push_back(kOne), ptrs.push_back(&one);
+    if (sh.causal) uids.push_back(kLowest), ptrs.push_back(&lowest);
+    const int64_t m = seg.shape.n + 1;
     for (auto [uid, at] : {std::pair{kSeqQ, 0}, {kSeqKv, 1}, {kQOff, 2}, {kKvOff, 3}, {kOOff, 4}, {kStatsOff, 5}})
-      uids.push_back(uid), ptrs.push_back(o + at * m);
+      uids.push_back(uid), ptrs.push_back(off + at * m);
+    execute(h_, p, scratch_, uids, ptrs, name);
   }
 
   cudnnHandle_t h_;
