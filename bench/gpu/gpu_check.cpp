@@ -7,7 +7,8 @@
 //      grouped-query H 12 / KV 4 (the cuDNN graphs also for LLaMA-3 8B's H 32 / KV 8 / hd 128);
 //   3. kernel timings at gpt2-124m shapes (B 8, T 1024; the LLaMA kernels at the same C 768,
 //      F 2048, KV 4; the ring's block kernels on the same causal work) and the cuBLASLt bf16 GEMM rate
-//      (8192^3) against the H200's 989 TFLOP/s dense bf16 datasheet peak;
+//      (8192^3) against the H200's 989 TFLOP/s dense bf16 datasheet peak; the device MoE router
+//      against the expert GEMMs at OLMoE shapes;
 //   4. training (training_check.cpp): the tiny model 20 AdamW steps on TransformerModelCuda (both
 //      attention paths, and a padded vocabulary) against the CPU TransformerModel from the same
 //      initial parameters (losses, first-step gradients, final parameters), and one training step
@@ -272,6 +273,65 @@ void segment_timings(CudaOps& g, Report& rep, Timed& timed, Row& row, const Buf&
   rep.line("\ncuDNN attention graphs built by this process's CudaOps: {}", g.attention_graphs());
 }
 
+// The device MoE router at OLMoE-1B-7B's shapes (C 2048, 64 experts, top 8, expert width 1024;
+// 8192 rows: 4 sequences of 2048) against the expert GEMMs it feeds (one GEMM per expert over its
+// rows at balanced routing, forward and backward): the bound is 0.1x. Random logits (seed 2).
+template <class Timed, class Row>
+void router_timings(CudaOps& g, Report& rep, Timed& timed, Row& row) {
+  const int64_t R = 8192, T = 2048, C = 2048, E = 64, k = 8, Fe = 1024, n = R * k / E;
+  rep.line("\n| MoE router and expert GEMMs | ms | rate |\n|---|---|---|");
+  try {
+    MoeRouterShape sh;
+    sh.rows = R, sh.seq_len = T, sh.seq_tokens = T, sh.n_experts = static_cast<int>(E), sh.top_k = static_cast<int>(k);
+    sh.weights = MoeWeights::probs;
+    std::mt19937 rng(2);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<bf16> lg(static_cast<size_t>(R * E));
+    for (bf16& v : lg) v = to_bf16(nd(rng));
+    Buf logits(R * E * 2), probs(R * E * 4), lse(R * 4), expert(R * k * 4), weight(R * k * 4), pos(R * k * 8),
+        seq_routed(R / T * E * 8), seq_psum(R / T * E * 8), srow(R * k * 8), summary((E + 3) * 8),
+        scratch(sh.scratch_elems() * 8), dscratch(sh.dscratch_elems() * 8), dw(R * k * 4), dl(R * E * 2);
+    cuda_ok(cudaMemcpy(logits.p, lg.data(), lg.size() * 2, cudaMemcpyHostToDevice), "cudaMemcpy(router logits)");
+    MoeRouterArrays a;
+    a.probs = probs.as<float>(), a.lse = lse.as<float>(), a.expert = expert.as<int32_t>(), a.weight = weight.as<float>();
+    a.pos = pos.as<int64_t>(), a.seq_routed = seq_routed.as<int64_t>(), a.seq_psum = seq_psum.as<double>();
+    a.srow = srow.as<int64_t>(), a.summary = summary.as<double>(), a.scratch = scratch.as<int64_t>();
+    a.dscratch = dscratch.as<double>();
+    const double fwd = timed(g, 20, [&] {
+      g.moe_router_select(logits.as<bf16>(), sh, a);
+      g.moe_router_place(sh, a);
+    });
+    row("moe router fwd (select + place) [OLMoE: 8192 rows, 64 experts, top 8]", fwd, 0, 0);
+    const double bwd = timed(g, 20, [&] { g.moe_router_backward(dl.as<bf16>(), dw.as<float>(), 1e-6, 1e-7, sh, a); });
+    row("moe router bwd", bwd, 0, 0);
+    Buf x(n * C * 2), w13(2 * Fe * C * 2), h(n * 2 * Fe * 2), w2(C * Fe * 2), y(n * C * 2), g13(2 * Fe * C * 4),
+        g2(C * Fe * 4);
+    const double gf = timed(g, 5, [&] {
+      for (int64_t e = 0; e < E; ++e) {
+        g.matmul_forward(h.as<bf16>(), x.as<bf16>(), w13.as<bf16>(), nullptr, n, C, 2 * Fe);
+        g.matmul_forward(y.as<bf16>(), h.as<bf16>(), w2.as<bf16>(), nullptr, n, Fe, C);
+      }
+    });
+    const double flops = 2.0 * double(R * k) * C * 3 * Fe;
+    row("moe expert GEMMs fwd (64 x [1024 rows: C 2048 -> 2 x 1024 -> 2048])", gf, flops, 0);
+    const double gb = timed(g, 5, [&] {
+      for (int64_t e = 0; e < E; ++e) {
+        g.matmul_backward(h.as<bf16>(), g2.as<float>(), nullptr, y.as<bf16>(), h.as<bf16>(), w2.as<bf16>(), n, Fe, C);
+        g.matmul_backward(x.as<bf16>(), g13.as<float>(), nullptr, h.as<bf16>(), x.as<bf16>(), w13.as<bf16>(), n, C,
+                          2 * Fe);
+      }
+    });
+    row("moe expert GEMMs bwd", gb, 2 * flops, 0);
+    if (fwd > 0 && bwd > 0 && gf > 0 && gb > 0)
+      rep.line("\nMoE router (device) / expert GEMMs at OLMoE shapes: {:.3f}x (bound 0.1x; the host router: "
+               "bench/results/moe_route_host.md)",
+               (fwd + bwd) / (gf + gb));
+  } catch (const std::exception& e) {
+    ++rep.failures;
+    rep.line("| moe router | **ERROR** {} | |", e.what());
+  }
+}
+
 // Returns the measured cuBLASLt GEMM rate in TFLOP/s (0 when the timings failed).
 double timing_section(Report& rep) {
   double gemm_tflops = 0;
@@ -467,6 +527,7 @@ double timing_section(Report& rep) {
       rep.line("| attention block (ring) | **ERROR** {} | |", e.what());
     }
     segment_timings(g, rep, timed, row, qkv, dqkv, o, st, B, T, H, hd, af);
+    router_timings(g, rep, timed, row);
     rep.line("");
   } catch (const std::exception& e) {
     ++rep.failures;

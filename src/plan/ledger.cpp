@@ -241,12 +241,12 @@ void add_gpu_activations(RankLedger& r, const PlanInput& in, const std::vector<C
     return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
   };
   // MoE blocks: their device arrays (moe_gpu_activation_bytes: what MoeMlp::reserve holds on a GPU),
-  // per block and slot, or one shared under recompute; the routing stays in host memory.
+  // per block and slot, or one shared under recompute.
   auto moe_bytes = [&](const ModelShard& sh, int slots) -> int64_t {
     int moe_blocks = 0;
     for (int b = sh.layer_begin; b < sh.layer_end; ++b) moe_blocks += m.moe.is_moe_layer(b);
     const int64_t kept = l.recompute ? (moe_blocks > 0) : int64_t{moe_blocks} * slots;
-    return kept * moe_gpu_activation_bytes(m, int64_t{mb} * (m.seq_len / l.cp), l.ep, l.tp);
+    return kept * moe_gpu_activation_bytes(m, int64_t{mb} * (m.seq_len / l.cp), m.seq_len / l.cp, l.ep, l.tp);
   };
   for (const auto& c : chunks) r.activations += bytes(c.shard, c.slots) + moe_bytes(c.shard, c.slots);
   if (m.n_layer >= 2) r.act_per_layer = bytes(two, 1) - bytes(one, 1);

@@ -10,6 +10,8 @@
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/rng.hpp"
 #include "mpitron/model/model_chunk.hpp"
+#include "mpitron/model/moe/moe_routing.hpp"
+#include "mpitron/ops/moe_router.hpp"
 
 namespace mpitron {
 namespace {
@@ -657,6 +659,107 @@ void check_moe(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   }
 }
 
+// The MoE router (ops/moe_router.hpp) against the host router (moe_routing.hpp) on the same bf16
+// logits: B T rows in sequences of T, with ties planted (pairs of equal logits, a row of equal
+// logits) so top-k's rule (the lower index first) decides. Cases: Mixtral's weights, dropless, 8
+// experts top 2; OLMoE's (the probabilities), 64 experts top 8 (several rank chunks); Qwen's
+// (renormalised) with a capacity factor and, as under context parallel, copies routed before
+// each half sequence on other ranks (non-decreasing, as cp's chunks in token order give them).
+// Integer outputs exact, probabilities / weights / losses to fp32 rounding, dlogits to bf16.
+void check_moe_router(CudaOps& gpu, Ops&, const SelfCheckShape& s, Checker& c) {
+  struct Case {
+    const char* tag;
+    int E, k;
+    MoeRouter router;
+    bool renorm;
+    double capacity;
+    bool prior;
+  };
+  const Case cases[] = {{"mixtral E8 k2", 8, 2, MoeRouter::softmax_topk, false, 0.0, false},
+                        {"olmoe E64 k8", 64, 8, MoeRouter::topk_softmax, false, 0.0, false},
+                        {"qwen E16 k4 capacity 0.5 + cp prior", 16, 4, MoeRouter::topk_softmax, true, 0.5, true}};
+  const int64_t T = s.T, R = int64_t{s.B} * T;
+  for (const Case& cs : cases) {
+    const int E = cs.E, k = cs.k;
+    const int64_t Rk = R * k;
+    const std::string tag = std::string("moe_router[") + cs.tag + "]";
+    MoeConfig cfg;
+    cfg.n_experts = E, cfg.top_k = k, cfg.router = cs.router, cfg.norm_topk_prob = cs.renorm;
+    cfg.capacity_factor = cs.capacity, cfg.aux_loss_coef = 0.01, cfg.z_loss_coef = 0.001;
+    Vec logits = rnd(R * E, s.seed, 120 + E, 1.5f);
+    for (int64_t t = 0; t < R; t += 3) logits[t * E + (t % (E - 1)) + 1] = logits[t * E + t % (E - 1)];
+    for (int e = 0; e < E; ++e) logits[5 * E + e] = 0.25f;
+    round_bf16(logits);
+    MoeCapacityPrior prior;
+    MoeCapacityHook hook;
+    if (cs.prior) {
+      prior.chunk_rows = T / 2, prior.total_rows = 2 * R;
+      prior.before.assign(static_cast<size_t>(R / prior.chunk_rows * E), 0);
+      for (int64_t ch = 1; ch < R / prior.chunk_rows; ++ch)
+        for (int e = 0; e < E; ++e)
+          prior.before[ch * E + e] = prior.before[(ch - 1) * E + e] + 4 * ((ch * 7 + e * 3) % 5);
+      hook = [&](const MoeRouting&) { return prior; };
+    }
+    MoeRouting r;
+    moe_route(cfg, logits.data(), R, T, r, hook);
+    check(cs.capacity == 0 || r.dropped > 0, "check_moe_router: {} drops nothing", cs.tag);
+    MoeRouterShape sh;
+    sh.rows = R, sh.seq_len = T, sh.seq_tokens = T, sh.n_experts = E, sh.top_k = k;
+    sh.weights = cs.router == MoeRouter::softmax_topk ? MoeWeights::softmax_topk
+                 : cs.renorm                           ? MoeWeights::probs_renorm
+                                                       : MoeWeights::probs;
+    if (cs.capacity > 0)
+      sh.capacity = static_cast<int64_t>(std::ceil(cs.capacity * double(prior.total_rows ? prior.total_rows : R) * k / E));
+    sh.chunk_rows = prior.chunk_rows;
+    auto dlog = up_bf16(logits);
+    Dev probs(R * E * 4), lse(R * 4), expert(Rk * 4), weight(Rk * 4), pos(Rk * 8), seq_routed(R / T * E * 8),
+        seq_psum(R / T * E * 8), srow(Rk * 8), summary((E + 3) * 8), scratch(sh.scratch_elems() * 8),
+        dscratch(sh.dscratch_elems() * 8), dl(R * E * 2);
+    std::unique_ptr<Dev> before = cs.prior ? up(prior.before) : nullptr;
+    MoeRouterArrays a;
+    a.probs = probs.as<float>(), a.lse = lse.as<float>(), a.expert = expert.as<int32_t>(), a.weight = weight.as<float>();
+    a.pos = pos.as<int64_t>(), a.seq_routed = seq_routed.as<int64_t>(), a.seq_psum = seq_psum.as<double>();
+    a.srow = srow.as<int64_t>(), a.before = before ? before->as<int64_t>() : nullptr;
+    a.summary = summary.as<double>(), a.scratch = scratch.as<int64_t>(), a.dscratch = dscratch.as<double>();
+    gpu.moe_router_select(dlog->as<bf16>(), sh, a);
+    gpu.moe_router_place(sh, a);
+    c.sync();
+    auto get = [](const Dev& d, auto sample, size_t n) {
+      std::vector<decltype(sample)> h(n);
+      cuda_check(cudaMemcpy(h.data(), d.ptr(), n * sizeof(sample), cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
+      return Vec(h.begin(), h.end());
+    };
+    auto vf = [](const auto& v) { return Vec(v.begin(), v.end()); };
+    c.add(tag + ".probs", down(probs, R * E), r.probs, kExact);
+    c.add(tag + ".lse", down(lse, R), r.lse, kExact);
+    c.add(tag + ".expert", get(expert, int32_t{}, Rk), vf(r.expert), 0);
+    c.add(tag + ".weight", down(weight, Rk), r.weight, kExact);
+    c.add(tag + ".pos", get(pos, int64_t{}, Rk), vf(r.pos), 0);
+    Vec ref_srow;
+    for (int64_t o : r.order) ref_srow.push_back(static_cast<float>(o / k));
+    c.add(tag + ".srow", get(srow, int64_t{}, r.order.size()), ref_srow, 0);
+    c.add(tag + ".seq_routed", get(seq_routed, int64_t{}, R / T * E), vf(r.seq_routed), 0);
+    c.add(tag + ".seq_psum", get(seq_psum, double{}, R / T * E), vf(r.seq_psum), kExact);
+    const Vec sum = get(summary, double{}, E + 3);
+    Vec ref_counts = vf(r.counts);
+    ref_counts.push_back(static_cast<float>(r.dropped));
+    c.add(tag + ".counts+dropped", Vec(sum.begin(), sum.begin() + E + 1), ref_counts, 0);
+    c.add(tag + ".aux", Vec(1, sum[E + 1]), Vec(1, static_cast<float>(r.aux)), kExact);
+    c.add(tag + ".z", Vec(1, sum[E + 2]), Vec(1, static_cast<float>(r.z)), kExact);
+    // The backward, dropped copies' dweight 0 (as combine_backward gives them).
+    Vec dw = rnd(Rk, s.seed, 130 + E, 0.5f);
+    for (int64_t i = 0; i < Rk; ++i)
+      if (r.pos[i] < 0) dw[i] = 0.f;
+    auto ddw = up(dw);
+    const double ls = 1.0 / double(R);
+    gpu.moe_router_backward(dl.as<bf16>(), ddw->as<float>(), cfg.aux_loss_coef * ls, cfg.z_loss_coef * ls, sh, a);
+    c.sync();
+    Vec rdl(R * E);
+    moe_router_backward(cfg, r, dw.data(), ls, rdl.data());
+    c.add(tag + ".dlogits", down_bf16(dl, R * E), rdl, kBf16Out);
+  }
+}
+
 void check_embedding(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   const int B = s.B, T = s.T, C = s.C;
   const int64_t BT = static_cast<int64_t>(B) * T, vb = 16, ve = vb + s.V / 2, rows = ve - vb;
@@ -843,6 +946,7 @@ std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const Se
       {"rope", check_rope},
       {"swiglu", check_swiglu},
       {"moe rows", check_moe},
+      {"moe router", check_moe_router},
       {"embedding", check_embedding},
       {"crossentropy", check_crossentropy},
       {"adamw+sum_squares", check_optimizer}};

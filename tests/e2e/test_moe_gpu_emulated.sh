@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Mixture-of-experts on the GPU trainer (TransformerModelCuda + the shared MoeMlp<CudaDevice>: the router on the
-# host, the token copies' rows by CudaOps' moe_* kernels, one GEMM per expert), without a GPU: on
+# Mixture-of-experts on the GPU trainer (TransformerModelCuda + the shared MoeMlp<CudaDevice>: the router
+# on the device, CudaOps' moe_router_* steps, the host seeing only the counts; the token copies' rows
+# by CudaOps' moe_* kernels, one GEMM per expert), without a GPU: on
 # the CPU emulation of CudaOps and the CUDA runtime (bench/gpu/emulate). jobs/moe-tiny.toml
 # (LLaMA, 2 MoE blocks, top 2 of 4 experts). Checks, against the CPU trainer's single-rank run:
 #   - the emulated GPU at np 1, dp 2 with ZeRO-1 and with ZeRO-3 + recompute, pp 2 (1F1B), ep 2 x
@@ -18,8 +19,11 @@
 #     within the same bound; so does the ep 2 one on the CPU trainer at ep 1;
 #   - ep with ZeRO-3 on the GPU backend is refused with a clear message;
 #   - gpu_check's kernel self-check code runs on the emulation and passes (every family, the MoE
-#     rows' included): the check itself works before a GPU runs it.
-# The kernels themselves: bench/gpu_check.sh (tests/cuda/self_check.cpp "moe rows") on a real GPU.
+#     rows' and the device router's included): the check itself works before a GPU runs it, and the
+#     router's per-thread steps (which the emulation runs in loops) equal the host router: ranks,
+#     drops and positions exactly, ties to the lower index.
+# The kernels themselves: bench/gpu_check.sh (tests/cuda/self_check.cpp "moe rows", "moe router") on a
+# real GPU.
 # Skipped (one line) when $MPITRON is not a CUDA build.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -31,6 +35,8 @@ EMU="$BUILD/bench/emulated_train"
 # runs on the emulation: every check's reference call and bound hold before the first GPU run.
 "$BUILD/bench/emulated_self_check" >"$tmp/self_check.log" 2>&1 || { cat "$tmp/self_check.log"; fail "emulated self-check"; }
 grep -q "^moe_combine_backward.dweight .* ok$" "$tmp/self_check.log" || { cat "$tmp/self_check.log"; fail "no moe self-check"; }
+grep -q "^moe_router\[qwen E16 k4 capacity 0.5 + cp prior\].pos .* ok$" "$tmp/self_check.log" ||
+  { cat "$tmp/self_check.log"; fail "no device router self-check"; }
 grep -q "^attention_block\[cudnn\] documents gqa KV2_backward.dq .* ok$" "$tmp/self_check.log" || { cat "$tmp/self_check.log"; fail "no cuDNN segment self-check"; }
 echo "ok    gpu_check's self-check on the emulation: $(tail -1 "$tmp/self_check.log")"
 prep_fortunes "$tmp/data" 200000 fortunes computers

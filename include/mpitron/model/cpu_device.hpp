@@ -16,6 +16,7 @@ namespace mpitron {
 
 struct CpuDevice {
   using act_t = float;
+  static constexpr bool kDeviceRouter = false;  // MoeMlp routes on the host (moe_routing.hpp), the reference
   using weight_t = float;
   explicit CpuDevice(Ops& o) : ops(o) {}
   Ops& ops;

@@ -119,12 +119,15 @@ int64_t moe_activation_bytes(const ModelConfig& cfg, int64_t R, int64_t T, int e
   return routing + acts;
 }
 
-int64_t moe_gpu_activation_bytes(const ModelConfig& cfg, int64_t R, int ep, int tp) {
+int64_t moe_gpu_activation_bytes(const ModelConfig& cfg, int64_t R, int64_t T, int ep, int tp) {
   const MoeConfig& m = cfg.moe;
   const int64_t Rk = R * m.top_k, C = cfg.d_model, Fe = m.d_ff, fl = int64_t{m.n_shared} * Fe / tp;
+  const int64_t E = m.n_experts, S = T > 0 ? R / T : 0;
   // MoeActs' device arrays: ys, xe, h, act, sh_h, sh_act (bf16); pos_d (int64), weight_d (fp32),
-  // idx_d (int64, ep > 1: balanced, the owner gets Rk rows).
-  return 2 * (Rk * C * 2 + Rk * 3 * Fe + (fl > 0 ? R * 3 * fl : 0)) + 12 * Rk + (ep > 1 ? 8 * Rk : 0);
+  // expert_d (int32), probs_d [R, E] and lse_d [R] (fp32), seq_routed_d [S, E] (int64); idx_d
+  // (int64, ep > 1: balanced, the owner gets Rk rows).
+  return 2 * (Rk * C * 2 + Rk * 3 * Fe + (fl > 0 ? R * 3 * fl : 0)) + 16 * Rk + 4 * (R * E + R) + 8 * S * E +
+         (ep > 1 ? 8 * Rk : 0);
 }
 
 void moe_aux_loss(MoeRouting& r) {

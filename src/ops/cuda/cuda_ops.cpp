@@ -249,6 +249,14 @@ class CudaOpsImpl final : public CudaOps {
   void moe_uncombine_add(bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C) override {
     cuda::moe_uncombine_add(stream_, dx, dxs, pos, R, k, C);
   }
+  void moe_router_select(const bf16* logits, const MoeRouterShape& s, const MoeRouterArrays& a) override {
+    cuda::moe_router_select(stream_, logits, s, a);
+  }
+  void moe_router_place(const MoeRouterShape& s, const MoeRouterArrays& a) override { cuda::moe_router_place(stream_, s, a); }
+  void moe_router_backward(bf16* dlogits, const float* dweight, double aux_scale, double z_scale, const MoeRouterShape& s,
+                           const MoeRouterArrays& a) override {
+    cuda::moe_router_backward(stream_, dlogits, dweight, aux_scale, z_scale, s, a);
+  }
 
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B, int T, int C,
                          int64_t vocab_begin, int64_t vocab_end, const int32_t* positions, bool per_row) override {

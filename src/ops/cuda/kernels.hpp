@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "mpitron/core/dtype.hpp"
+#include "mpitron/ops/moe_router.hpp"
 
 namespace mpitron::cuda {
 
@@ -75,6 +76,12 @@ void moe_combine(cudaStream_t s, bf16* out, const bf16* ys, const int64_t* pos, 
 void moe_combine_backward(cudaStream_t s, bf16* dys, float* dweight, const bf16* dout, const bf16* ys,
                           const int64_t* pos, const float* weight, int64_t R, int k, int64_t C);
 void moe_uncombine_add(cudaStream_t s, bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C);
+
+// moe_router.cu: the MoE router's steps (CudaOps::moe_router_*; include/mpitron/ops/moe_router.hpp).
+void moe_router_select(cudaStream_t s, const bf16* logits, const MoeRouterShape& shape, const MoeRouterArrays& a);
+void moe_router_place(cudaStream_t s, const MoeRouterShape& shape, const MoeRouterArrays& a);
+void moe_router_backward(cudaStream_t s, bf16* dlogits, const float* dweight, double aux_scale, double z_scale,
+                         const MoeRouterShape& shape, const MoeRouterArrays& a);
 
 // attention_block.cu: one key/value block of ring attention (CudaOps::attention_block_*).
 void attention_block_forward(cudaStream_t s, float* o, float* m, float* l, const bf16* q, int64_t q_stride,

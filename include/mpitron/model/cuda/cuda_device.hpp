@@ -18,6 +18,7 @@ namespace mpitron {
 
 struct CudaDevice {
   using act_t = bf16;
+  static constexpr bool kDeviceRouter = true;  // MoeMlp routes with the device's kernels
   using weight_t = bf16;
   CudaOps& ops;
   DeviceAllocator* alloc = nullptr;  // the model's arrays sized per call (MoE): stream-ordered on ops' stream
@@ -131,7 +132,30 @@ struct CudaDevice {
   void moe_uncombine_add(bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C) {
     ops.moe_uncombine_add(dx, dxs, pos, R, k, C);
   }
+  void moe_router_select(const bf16* logits, const MoeRouterShape& s, const MoeRouterArrays& a) {
+    ops.moe_router_select(logits, s, a);
+  }
+  void moe_router_place(const MoeRouterShape& s, const MoeRouterArrays& a) { ops.moe_router_place(s, a); }
+  void moe_router_backward(bf16* dlogits, const float* dweight, double aux_scale, double z_scale,
+                           const MoeRouterShape& s, const MoeRouterArrays& a) {
+    ops.moe_router_backward(dlogits, dweight, aux_scale, z_scale, s, a);
+  }
   DeviceAllocator* allocator() const { return alloc; }
+  // n elements between device and host, bit for bit (the MoE router's counts and, under context
+  // parallel, its per-sequence sums); download syncs.
+  template <class T>
+  void download(T* host, const T* dev, size_t n) {
+    if (n == 0) return;
+    cuda::cuda_check(cudaMemcpyAsync(host, dev, n * sizeof(T), cudaMemcpyDeviceToHost, ops.stream()),
+                     "cudaMemcpyAsync(MoE routing to the host)");
+    cuda::cuda_check(cudaStreamSynchronize(ops.stream()), "cudaStreamSynchronize(MoE routing to the host)");
+  }
+  template <class T>
+  void upload(T* dev, const std::vector<T>& host) {
+    if (!host.empty())
+      cuda::cuda_check(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, ops.stream()),
+                       "cudaMemcpyAsync(MoE routing to the device)");  // pageable: staged before it returns
+  }
   // A host array for the kernels: copied into `dev` (from pageable memory: the host array may
   // change once this returns).
   template <class T>

@@ -24,15 +24,21 @@
 // the micro-batch's token order: under cp each rank adds the copies the other cp ranks routed in
 // the chunks before each of its own (cp_capacity_prior), so it drops what one rank would.
 //
-// Device: the routing runs on the host (the router logits [R, E] come over, the gradient of the
-// routing weights too; dlogits go back), everything else on the device: the token copies' rows
-// are gathered, exchanged, scattered and combined by the device's MoE row ops (Ops / CudaOps
-// moe_*), the expert GEMMs and SwiGLU are the device's, the arrays DeviceVectors in its memory.
-// The host index arrays the kernels read (source rows, exchange order, positions, weights) are
-// staged to the device per micro-batch (the CPU reads them where they are).
+// Device: on the CPU the routing is moe_routing.hpp's, on the host (the reference). On a GPU
+// (Dev::kDeviceRouter) it is the device's (CudaOps::moe_router_*, ops/moe_router.hpp): softmax,
+// top-k, weights, capacity drops, the sorted positions, the losses and the router's backward run as
+// kernels, and the host gets one small copy per MoE block, the kept copies per expert (with the
+// dropped count and the two losses), which size the exchange. Under context parallel the
+// per-sequence sums ([S, 2E]) also go over the cp ranks through the host, and with a capacity
+// factor so do the chosen experts (the cp ranks' chunk counts). Everything else runs on the device
+// either way: the token copies' rows are gathered, exchanged, scattered and combined by the
+// device's MoE row ops (Ops / CudaOps moe_*), the expert GEMMs and SwiGLU are the device's, the
+// arrays DeviceVectors in its memory. The exchange order (from the counts) is staged to the device
+// per micro-batch (the CPU reads it where it is).
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -47,6 +53,7 @@
 #include "mpitron/model/device_vector.hpp"
 #include "mpitron/model/moe/moe_routing.hpp"
 #include "mpitron/model/tensor_parallel/parallel_layers.hpp"
+#include "mpitron/ops/moe_router.hpp"
 
 namespace mpitron {
 
@@ -63,10 +70,15 @@ struct MoeActs {
   std::vector<int64_t> ne;         // [El] rows per local expert
   std::vector<size_t> send_rows, recv_rows;  // per ep rank
   DeviceVector<A> sh_h, sh_act;    // shared experts: [R, 2 Fs/tp], [R, Fs/tp]
-  // The device's view of route.pos, route.weight and idx (staged copies on the GPU; the host
-  // arrays themselves on the CPU), set by forward for backward.
+  // The device's view of route.pos, route.weight and idx (on a GPU its router's arrays and the
+  // staged exchange order; on the CPU the host arrays themselves), set by forward for backward.
   DeviceVector<int64_t> pos_d, idx_d;
   DeviceVector<float> weight_d;
+  // The device router's arrays that its backward reads (ops/moe_router.hpp), and its shape.
+  DeviceVector<float> probs_d, lse_d;
+  DeviceVector<int32_t> expert_d;
+  DeviceVector<int64_t> seq_routed_d;
+  MoeRouterShape shape;
   const int64_t *pos_dev = nullptr, *idx_dev = nullptr;
   const float* weight_dev = nullptr;
   HeldBytes held;                  // the host vectors' capacities, in the tracker as activations
@@ -80,7 +92,8 @@ struct MoeActs {
   // The device arrays (counted by their own buffers in the device's tracker).
   int64_t device_bytes() const {
     auto b = [](const auto& v) { return static_cast<int64_t>(v.capacity() * sizeof(*v.data())); };
-    return b(ys) + b(xe) + b(h) + b(act) + b(sh_h) + b(sh_act) + b(pos_d) + b(idx_d) + b(weight_d);
+    return b(ys) + b(xe) + b(h) + b(act) + b(sh_h) + b(sh_act) + b(pos_d) + b(idx_d) + b(weight_d) + b(probs_d) +
+           b(lse_d) + b(expert_d) + b(seq_routed_d);
   }
   int64_t capacity_bytes() const { return host_bytes() + device_bytes(); }
 };
@@ -116,6 +129,15 @@ class MoeMlp {
       v->bind(Mem::workspace, dev_.allocator());
     srow_d_.bind(Mem::workspace, dev_.allocator());
     dweight_d_.bind(Mem::workspace, dev_.allocator());
+    scratch_d_.bind(Mem::workspace, dev_.allocator());
+    before_d_.bind(Mem::workspace, dev_.allocator());
+    seq_psum_d_.bind(Mem::workspace, dev_.allocator());
+    dscratch_d_.bind(Mem::workspace, dev_.allocator());
+    summary_d_.bind(Mem::workspace, dev_.allocator());
+    if constexpr (Dev::kDeviceRouter)
+      usage_check(m_.top_k <= kRouterMaxTopK && m_.n_experts <= kRouterMaxExperts,
+                  "model.moe: the GPU router takes top_k <= {} of at most {} experts, not {} of {}", kRouterMaxTopK,
+                  kRouterMaxExperts, m_.top_k, m_.n_experts);
   }
   // Allocates a block's saved state for up to R rows at balanced routing (checked against
   // moe_activation_bytes, or on a GPU moe_gpu_activation_bytes), so the memory is there, and
@@ -128,18 +150,27 @@ class MoeMlp {
     a.pos_d.bind(Mem::activations, dev_.allocator());
     a.idx_d.bind(Mem::activations, dev_.allocator());
     a.weight_d.bind(Mem::activations, dev_.allocator());
+    a.probs_d.bind(Mem::activations, dev_.allocator());
+    a.lse_d.bind(Mem::activations, dev_.allocator());
+    a.expert_d.bind(Mem::activations, dev_.allocator());
+    a.seq_routed_d.bind(Mem::activations, dev_.allocator());
     MoeRouting& r = a.route;
-    r.probs.reserve(R * E), r.lse.reserve(R), r.expert.reserve(Rk), r.weight.reserve(Rk);
-    r.pos.reserve(Rk), r.order.reserve(Rk), r.counts.reserve(E), r.routed.reserve(E);
-    r.seq_routed.reserve(S * E), r.seq_psum.reserve(S * E);
-    a.logits.reserve(R * E), a.ys.reserve(Rk * c_), a.xe.reserve(Rk * c_), a.h.reserve(Rk * 2 * fe_);
+    r.counts.reserve(E);
+    if constexpr (!Dev::kDeviceRouter) {  // the host router's arrays (on a GPU the device's, below)
+      r.probs.reserve(R * E), r.lse.reserve(R), r.expert.reserve(Rk), r.weight.reserve(Rk);
+      r.pos.reserve(Rk), r.order.reserve(Rk), r.routed.reserve(E);
+      r.seq_routed.reserve(S * E), r.seq_psum.reserve(S * E);
+      a.logits.reserve(R * E);
+    }
+    a.ys.reserve(Rk * c_), a.xe.reserve(Rk * c_), a.h.reserve(Rk * 2 * fe_);
     a.act.reserve(Rk * fe_), a.idx.reserve(Rk), a.ne.reserve(el_), a.send_rows.reserve(P), a.recv_rows.reserve(P);
     if (fl > 0) a.sh_h.reserve(R * 2 * fl), a.sh_act.reserve(R * fl);
     a.held.set(a.host_bytes());
-    if (dev_.allocator()) {  // device memory: the staged positions and weights too; the routing is the host's
-      a.pos_d.reserve(Rk), a.weight_d.reserve(Rk);
+    if constexpr (Dev::kDeviceRouter) {  // device memory: the router's arrays too
+      a.pos_d.reserve(Rk), a.weight_d.reserve(Rk), a.expert_d.reserve(Rk);
+      a.probs_d.reserve(R * E), a.lse_d.reserve(R), a.seq_routed_d.reserve(S * E);
       if (ep_) a.idx_d.reserve(Rk);
-      const int64_t want = moe_gpu_activation_bytes(sizes(), R, static_cast<int>(P), tp_.size());
+      const int64_t want = moe_gpu_activation_bytes(sizes(), R, T, static_cast<int>(P), tp_.size());
       check(a.device_bytes() == want, "MoeMlp::reserve: {} device bytes for {} rows, moe_gpu_activation_bytes says {}",
             a.device_bytes(), R, want);
     } else {
@@ -159,22 +190,13 @@ class MoeMlp {
 
   // out [R, C] = the MoE MLP of x [R, C].
   void forward(const MoeTensors<const Wt>& w, Acts& a, A* out, const A* x, int64_t R) {
-    const int E = m_.n_experts, k = m_.top_k;
+    const int E = m_.n_experts;
     lg_.resize(static_cast<size_t>(R * E));
     dev_.matmul_forward(lg_.data(), x, w.router, nullptr, R, c_, E);
-    a.logits.resize(static_cast<size_t>(R * E));
-    dev_.to_host(a.logits.data(), lg_.data(), a.logits.size());
-    MoeCapacityHook prior;
-    if (cp_ && m_.capacity_factor > 0) prior = [this](const MoeRouting& r) { return cp_capacity_prior(r); };
-    moe_route(m_, a.logits.data(), R, std::min<int64_t>(seq_len_, R), a.route, prior);
-    if (cp_) whole_sequence_aux(a.route);
-    const MoeRouting& r = a.route;
-    const int64_t kept = static_cast<int64_t>(r.order.size());
+    const int64_t kept = route(a, R);
     // Dispatch: the copies' rows in expert-sorted order, to the experts' ranks.
-    srow_.resize(static_cast<size_t>(kept));
-    for (int64_t i = 0; i < kept; ++i) srow_[i] = r.order[i] / k;
     xs_.resize(static_cast<size_t>(kept * c_));
-    dev_.moe_gather_rows(xs_.data(), x, dev_.stage(srow_d_, srow_), kept, c_);
+    dev_.moe_gather_rows(xs_.data(), x, srow_dev_, kept, c_);
     plan_exchange(a);
     const int64_t n = static_cast<int64_t>(a.idx.size());
     a.xe.resize(static_cast<size_t>(n * c_));
@@ -195,9 +217,7 @@ class MoeMlp {
     a.ys.resize(static_cast<size_t>(kept * c_));
     exchange_to_sources(ye_.data(), a.ys.data(), a, "ep combine");
     // Combine, each token's copies in rank order.
-    a.pos_dev = dev_.stage(a.pos_d, r.pos);
-    a.weight_dev = dev_.stage(a.weight_d, r.weight);
-    dev_.moe_combine(out, a.ys.data(), a.pos_dev, a.weight_dev, R, k, c_);
+    dev_.moe_combine(out, a.ys.data(), a.pos_dev, a.weight_dev, R, m_.top_k, c_);
     if (fs_ > 0) {  // the shared experts, added to the routed output
       const int64_t fl = fs_ / tp_.size();
       a.sh_h.resize(static_cast<size_t>(R * 2 * fl));
@@ -215,15 +235,13 @@ class MoeMlp {
   // accumulate into g (this rank's experts only), the routing losses' terms included.
   void backward(const MoeTensors<const Wt>& w, const MoeTensors<float>& g, Acts& a, A* dx, const A* dout, const A* x,
                 int64_t R) {
-    const MoeRouting& r = a.route;
     const int E = m_.n_experts, k = m_.top_k;
-    const int64_t kept = static_cast<int64_t>(r.order.size());
-    // Through the combine: d weight (to the host, for the router) and d y per copy.
+    int64_t kept = 0;
+    for (int64_t c : a.route.counts) kept += c;
+    // Through the combine: d weight (for the router) and d y per copy.
     dys_.resize(static_cast<size_t>(kept * c_));
     dweight_d_.resize(static_cast<size_t>(R * k));
     dev_.moe_combine_backward(dys_.data(), dweight_d_.data(), dout, a.ys.data(), a.pos_dev, a.weight_dev, R, k, c_);
-    dweight_.resize(static_cast<size_t>(R * k));
-    dev_.to_host(dweight_.data(), dweight_d_.data(), dweight_.size());
     const int64_t n = static_cast<int64_t>(a.idx.size());
     dye_.resize(static_cast<size_t>(n * c_)), dxe_.resize(static_cast<size_t>(n * c_));
     exchange_to_owners(dys_.data(), dye_.data(), a, "ep dispatch (backward)");
@@ -251,16 +269,100 @@ class MoeMlp {
       dev_.zero(dx, static_cast<size_t>(R * c_));
     }
     dev_.moe_uncombine_add(dx, dxs_.data(), a.pos_dev, R, k, c_);
-    dlogits_.resize(static_cast<size_t>(R * E));
-    moe_router_backward(m_, r, dweight_.data(), loss_scale_, dlogits_.data());
-    dl_.resize(dlogits_.size());
-    dev_.from_host(dl_.data(), dlogits_.data(), dlogits_.size());
+    dl_.resize(static_cast<size_t>(R * E));
+    if constexpr (Dev::kDeviceRouter) {
+      dev_.moe_router_backward(dl_.data(), dweight_d_.data(), m_.aux_loss_coef * loss_scale_,
+                               m_.z_loss_coef * loss_scale_, a.shape, router_arrays(a));
+    } else {
+      dlogits_.resize(static_cast<size_t>(R * E));
+      moe_router_backward(m_, a.route, dweight_d_.data(), loss_scale_, dlogits_.data());
+      dev_.from_host(dl_.data(), dlogits_.data(), dlogits_.size());
+    }
     dxr_.resize(static_cast<size_t>(R * c_));
     dev_.matmul_backward(dxr_.data(), g.router, nullptr, dl_.data(), x, w.router, R, c_, E);
     dev_.residual_forward(dx, dx, dxr_.data(), static_cast<size_t>(R * c_));
   }
 
  private:
+  // The routing of R rows from the router logits in lg_: a.route on the host (on a GPU only the
+  // counts and the statistics), the device's positions, weights (a.pos_dev, a.weight_dev) and the
+  // sorted copies' source rows (srow_dev_). Returns the kept copies.
+  int64_t route(Acts& a, int64_t R) {
+    const int E = m_.n_experts, k = m_.top_k;
+    const int64_t T = std::min<int64_t>(seq_len_, R);
+    MoeRouting& r = a.route;
+    if constexpr (!Dev::kDeviceRouter) {
+      a.logits.resize(static_cast<size_t>(R * E));
+      dev_.to_host(a.logits.data(), lg_.data(), a.logits.size());
+      MoeCapacityHook prior;
+      if (cp_ && m_.capacity_factor > 0) prior = [this](const MoeRouting& rt) { return cp_capacity_prior(rt); };
+      moe_route(m_, a.logits.data(), R, T, r, prior);
+      if (cp_) whole_sequence_aux(r);
+      srow_.resize(r.order.size());
+      for (size_t i = 0; i < r.order.size(); ++i) srow_[i] = r.order[i] / k;
+      srow_dev_ = dev_.stage(srow_d_, srow_);
+      a.pos_dev = dev_.stage(a.pos_d, r.pos);
+      a.weight_dev = dev_.stage(a.weight_d, r.weight);
+      return static_cast<int64_t>(r.order.size());
+    } else {
+      MoeRouterShape& s = a.shape;
+      s = MoeRouterShape{};
+      s.rows = R, s.seq_len = T, s.seq_tokens = T * (cp_ ? cp_->size() : 1), s.n_experts = E, s.top_k = k;
+      s.weights = m_.router == MoeRouter::softmax_topk ? MoeWeights::softmax_topk
+                  : m_.norm_topk_prob                  ? MoeWeights::probs_renorm
+                                                       : MoeWeights::probs;
+      const int64_t Rk = R * k, S = R / T;
+      a.probs_d.resize(static_cast<size_t>(R * E)), a.lse_d.resize(static_cast<size_t>(R));
+      a.expert_d.resize(static_cast<size_t>(Rk)), a.weight_d.resize(static_cast<size_t>(Rk));
+      a.pos_d.resize(static_cast<size_t>(Rk)), a.seq_routed_d.resize(static_cast<size_t>(S * E));
+      seq_psum_d_.resize(static_cast<size_t>(S * E)), srow_d_.resize(static_cast<size_t>(Rk));
+      scratch_d_.resize(static_cast<size_t>(s.scratch_elems()));
+      dscratch_d_.resize(static_cast<size_t>(s.dscratch_elems()));
+      summary_d_.resize(static_cast<size_t>(E + 3));
+      dev_.moe_router_select(lg_.data(), s, router_arrays(a));
+      r.rows = R, r.n_experts = E, r.top_k = k, r.seq_len = T;
+      if (cp_) {  // the whole sequences' sums over the cp ranks (through the host)
+        r.seq_routed.resize(static_cast<size_t>(S * E)), r.seq_psum.resize(static_cast<size_t>(S * E));
+        dev_.download(r.seq_routed.data(), a.seq_routed_d.data(), r.seq_routed.size());
+        dev_.download(r.seq_psum.data(), seq_psum_d_.data(), r.seq_psum.size());
+        if (m_.capacity_factor > 0) {  // the cp ranks' routed counts per chunk, from the chosen experts
+          r.expert.resize(static_cast<size_t>(Rk));
+          dev_.download(r.expert.data(), a.expert_d.data(), r.expert.size());
+          const MoeCapacityPrior pr = cp_capacity_prior(r);
+          s.chunk_rows = pr.chunk_rows;
+          before_d_.resize(pr.before.size());
+          dev_.upload(before_d_.data(), pr.before);
+        }
+        whole_sequence_aux(r);
+        dev_.upload(a.seq_routed_d.data(), r.seq_routed);
+        dev_.upload(seq_psum_d_.data(), r.seq_psum);
+      }
+      if (m_.capacity_factor > 0) {
+        const int64_t base = R * (cp_ ? cp_->size() : 1);
+        s.capacity = static_cast<int64_t>(std::ceil(m_.capacity_factor * double(base) * k / E));
+      }
+      dev_.moe_router_place(s, router_arrays(a));
+      // The one copy to the host: kept copies per expert, dropped, aux, z.
+      summary_.resize(static_cast<size_t>(E + 3));
+      dev_.download(summary_.data(), summary_d_.data(), summary_.size());
+      r.counts.resize(static_cast<size_t>(E));
+      int64_t kept = 0;
+      for (int e = 0; e < E; ++e) kept += (r.counts[e] = static_cast<int64_t>(summary_[e]));
+      r.dropped = static_cast<int64_t>(summary_[E]), r.aux = summary_[E + 1], r.z = summary_[E + 2];
+      srow_dev_ = srow_d_.data(), a.pos_dev = a.pos_d.data(), a.weight_dev = a.weight_d.data();
+      return kept;
+    }
+  }
+  // The device router's arrays of a (and this layer's scratch).
+  MoeRouterArrays router_arrays(Acts& a) {
+    MoeRouterArrays d;
+    d.probs = a.probs_d.data(), d.lse = a.lse_d.data(), d.expert = a.expert_d.data(), d.weight = a.weight_d.data();
+    d.pos = a.pos_d.data(), d.seq_routed = a.seq_routed_d.data(), d.seq_psum = seq_psum_d_.data();
+    d.srow = srow_d_.data(), d.before = a.shape.chunk_rows > 0 ? before_d_.data() : nullptr;
+    d.summary = summary_d_.data(), d.scratch = scratch_d_.data(), d.dscratch = dscratch_d_.data();
+    return d;
+  }
+
   // The per-sequence sums of the load-balancing loss over the context-parallel ranks (one
   // all-reduce of [S, 2E] values; counts are exact in fp64).
   void whole_sequence_aux(MoeRouting& r) {
@@ -378,10 +480,13 @@ class MoeMlp {
   double loss_scale_ = 1.0, ep_seconds_ = 0.0;
   // Per-call scratch in the device's memory (workspace), and the host arrays behind it.
   DeviceVector<A> xs_, ye_, so_, lg_, dys_, dye_, dxe_, dact_, dh_, dxs_, dsa_, dsh_, dl_, dxr_, buf_;
-  DeviceVector<int64_t> srow_d_;
+  DeviceVector<int64_t> srow_d_, scratch_d_, before_d_;
   DeviceVector<float> dweight_d_;
+  DeviceVector<double> seq_psum_d_, dscratch_d_, summary_d_;
+  const int64_t* srow_dev_ = nullptr;
   std::vector<int64_t> srow_;
-  std::vector<float> dweight_, dlogits_;
+  std::vector<float> dlogits_;
+  std::vector<double> summary_;
 };
 
 // A model chunk's MoE blocks, the same for the CPU TransformerModel and TransformerModelCuda: the

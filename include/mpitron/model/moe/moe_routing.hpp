@@ -88,10 +88,10 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t rows, int64_t 
 // rank's experts get rows x top_k copies): what MoeMlp::reserve allocates, the memory ledger's
 // number. Routing that sends a rank more copies grows its owner-side part, and the tracker sees it.
 int64_t moe_activation_bytes(const ModelConfig& cfg, int64_t rows, int64_t seq_rows, int ep, int tp);
-// The GPU's share of it (TransformerModelCuda): the device arrays (bf16 rows, the staged positions
-// and routing weights of the copies, with ep > 1 the exchange order); the routing itself stays in
-// host memory.
-int64_t moe_gpu_activation_bytes(const ModelConfig& cfg, int64_t rows, int ep, int tp);
+// The GPU's (TransformerModelCuda): the device arrays (bf16 rows; the device router's probabilities,
+// logsumexp, chosen experts, routing weights, sorted positions and per-sequence counts, which the
+// backward reads; with ep > 1 the exchange order); only the counts come to the host.
+int64_t moe_gpu_activation_bytes(const ModelConfig& cfg, int64_t rows, int64_t seq_rows, int ep, int tp);
 
 // r.aux from r.seq_routed, r.seq_psum and r.seq_tokens (moe_route calls it; context parallel
 // calls it again once those hold the sums over the cp ranks).

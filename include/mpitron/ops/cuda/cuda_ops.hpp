@@ -50,6 +50,7 @@
 
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/ops/attention_segments.hpp"
+#include "mpitron/ops/moe_router.hpp"
 #include "mpitron/ops/rope_freqs.hpp"
 
 namespace mpitron {
@@ -183,6 +184,18 @@ class CudaOps {
   virtual void moe_combine_backward(bf16* dys, float* dweight, const bf16* dout, const bf16* ys, const int64_t* pos,
                                     const float* weight, int64_t R, int k, int64_t C) = 0;
   virtual void moe_uncombine_add(bf16* dx, const bf16* dxs, const int64_t* pos, int64_t R, int k, int64_t C) = 0;
+
+  // ---- the MoE router (moe_mlp.hpp; include/mpitron/ops/moe_router.hpp: the steps and arrays) ----
+  // select: from the bf16 router logits [R, E], probs, lse, expert, weight, seq_routed, seq_psum.
+  // place: ranks, capacity drops, pos, srow, and the summary (kept copies per expert, dropped,
+  // aux, z) from expert, seq_routed and seq_psum (the latter two as select wrote them, or summed
+  // over the context-parallel ranks). backward: dlogits [R, E] bf16 (overwritten) from the
+  // routing weights' gradient dweight [R k] fp32 and the two losses (aux_scale, z_scale: each
+  // loss's coefficient x the loss scale). Deterministic.
+  virtual void moe_router_select(const bf16* logits, const MoeRouterShape& s, const MoeRouterArrays& a) = 0;
+  virtual void moe_router_place(const MoeRouterShape& s, const MoeRouterArrays& a) = 0;
+  virtual void moe_router_backward(bf16* dlogits, const float* dweight, double aux_scale, double z_scale,
+                                   const MoeRouterShape& s, const MoeRouterArrays& a) = 0;
 
   // ---- embeddings ----
   // positions (device [T]; nullptr: 0..T-1): wpe's row for local position t (context parallel);
