@@ -342,33 +342,15 @@ class FakeCudaOps final : public CudaOps {
     cpu_->moe_uncombine_add(x.data(), s.data(), pos, R, k, C);
     down(dx, x.data(), x.size());
   }
-  // The MoE router: the kernels' own per-thread steps (ops/moe_router.hpp) in plain loops, in the
-  // order the launches run them; rank_copy's kept copies counted as the kernel's atomics count them.
+  // The MoE router: the kernels' own per-thread steps (ops/moe_router.hpp) in one thread.
   void moe_router_select(const bf16* logits, const MoeRouterShape& s, const MoeRouterArrays& a) override {
-    const auto logit = [logits](int64_t i) { return mpitron::to_f32(logits[i]); };
-    for (int64_t t = 0; t < s.rows; ++t) moe_router::select_row(s, logit, t, a);
-    for (int64_t q = 0; q < s.seqs(); ++q)
-      for (int g = 0; g < kRouterPsumGroups; ++g)
-        for (int e = 0; e < s.n_experts; ++e) moe_router::seq_partial(s, q, g, e, a);
-    for (int64_t q = 0; q < s.seqs(); ++q)
-      for (int e = 0; e < s.n_experts; ++e) moe_router::seq_sum(s, q, e, a);
+    moe_router::select_serial(s, [logits](int64_t i) { return mpitron::to_f32(logits[i]); }, a);
   }
-  void moe_router_place(const MoeRouterShape& s, const MoeRouterArrays& a) override {
-    const moe_router::RouterScratch sc(s, a.scratch);
-    for (int64_t c = 0; c < s.chunks(); ++c)
-      for (int e = 0; e < s.n_experts; ++e) sc.chunk[c * s.n_experts + e] = moe_router::chunk_count(s, c, e, a);
-    for (int e = 0; e < s.n_experts; ++e) moe_router::chunk_scan(s, e, sc), sc.counts[e] = 0;
-    for (int64_t i = 0; i < s.copies(); ++i)
-      if (moe_router::rank_copy(s, i, a, sc)) ++sc.counts[a.expert[i]];
-    moe_router::offsets(s, a, sc);
-    for (int64_t i = 0; i < s.copies(); ++i) moe_router::place_copy(s, i, a, sc);
-    for (int j = 0; j < kRouterReduceThreads; ++j) moe_router::loss_partial(s, j, a);
-    moe_router::loss_total(s, a);
-  }
+  void moe_router_place(const MoeRouterShape& s, const MoeRouterArrays& a) override { moe_router::place_serial(s, a); }
   void moe_router_backward(bf16* dlogits, const float* dweight, double aux_scale, double z_scale,
                            const MoeRouterShape& s, const MoeRouterArrays& a) override {
-    const auto store = [dlogits](int64_t i, float v) { dlogits[i] = mpitron::to_bf16(v); };
-    for (int64_t t = 0; t < s.rows; ++t) moe_router::backward_row(s, t, dweight, aux_scale, z_scale, a, store);
+    moe_router::backward_serial(s, dweight, aux_scale, z_scale, a,
+                                [dlogits](int64_t i, float v) { dlogits[i] = mpitron::to_bf16(v); });
   }
   // positions: wpe's rows gathered into a [T, C] table for the CPU op, its gradient scattered back;
   // per_row (positions [B, T]): the CPU op sees each row as a sequence of one (B*T rows of T = 1).

@@ -1,8 +1,9 @@
 // The MoE router on the device (CudaOps::moe_router_*, src/ops/cuda/moe_router.cu): the arithmetic
 // of moe_routing.hpp (softmax, top-k with ties to the lower index, routing weights, capacity drops
 // in token order, the expert-sorted order, the load-balancing and z losses, the router's backward)
-// cut into the work of one GPU thread each. The kernels are thin loops over these functions, and the
-// CPU emulation of CudaOps (bench/gpu/emulate) runs the same functions in plain loops, so the
+// cut into the work of one GPU thread each. The kernels are thin loops over these functions; the
+// CPU emulation of CudaOps (bench/gpu/emulate) and tests/unit/test_moe_router_steps.cpp run the
+// same functions in one thread (select_serial, place_serial, backward_serial at the end), so the
 // device's decomposition (chunked ranks, fixed-order partial sums) is checked against the host
 // router without a GPU; only the loops' scheduling is the GPU's.
 //
@@ -241,6 +242,36 @@ MPITRON_HD void backward_row(const MoeRouterShape& s, int64_t t, const float* dw
   for (int e = 0; e < E; ++e) pdp += p[e] * dp(e);
   const double dz = z_scale * 2.0 * a.lse[t];
   for (int e = 0; e < E; ++e) store(t * E + e, static_cast<float>(p[e] * (dp(e) - pdp) + dz * p[e]));
+}
+
+// The steps in one thread, in the order the kernels run them (the CPU emulation of CudaOps and
+// tests/unit/test_moe_router_steps.cpp): rank_copy's kept copies counted as the kernel's integer
+// atomics count them.
+template <class Logit>
+void select_serial(const MoeRouterShape& s, const Logit& logit, const MoeRouterArrays& a) {
+  for (int64_t t = 0; t < s.rows; ++t) select_row(s, logit, t, a);
+  for (int64_t q = 0; q < s.seqs(); ++q)
+    for (int g = 0; g < kRouterPsumGroups; ++g)
+      for (int e = 0; e < s.n_experts; ++e) seq_partial(s, q, g, e, a);
+  for (int64_t q = 0; q < s.seqs(); ++q)
+    for (int e = 0; e < s.n_experts; ++e) seq_sum(s, q, e, a);
+}
+inline void place_serial(const MoeRouterShape& s, const MoeRouterArrays& a) {
+  const RouterScratch sc(s, a.scratch);
+  for (int64_t c = 0; c < s.chunks(); ++c)
+    for (int e = 0; e < s.n_experts; ++e) sc.chunk[c * s.n_experts + e] = chunk_count(s, c, e, a);
+  for (int e = 0; e < s.n_experts; ++e) chunk_scan(s, e, sc), sc.counts[e] = 0;
+  for (int64_t i = 0; i < s.copies(); ++i)
+    if (rank_copy(s, i, a, sc)) ++sc.counts[a.expert[i]];
+  offsets(s, a, sc);
+  for (int64_t i = 0; i < s.copies(); ++i) place_copy(s, i, a, sc);
+  for (int j = 0; j < kRouterReduceThreads; ++j) loss_partial(s, j, a);
+  loss_total(s, a);
+}
+template <class Store>
+void backward_serial(const MoeRouterShape& s, const float* dweight, double aux_scale, double z_scale,
+                     const MoeRouterArrays& a, const Store& store) {
+  for (int64_t t = 0; t < s.rows; ++t) backward_row(s, t, dweight, aux_scale, z_scale, a, store);
 }
 
 }  // namespace moe_router
