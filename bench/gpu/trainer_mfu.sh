@@ -7,7 +7,12 @@
 # 30 steps logged every step; the figures are medians of steps 11-30 from metrics.jsonl. The final
 # checkpoint is written as usual and timed apart (not in any step). llama-1b runs twice: plain and
 # with data.document_mask (the demo corpus's documents as cuDNN attention segments: should step no
-# slower than plain; its MFU still counts the dense causal attention FLOPs).
+# slower than plain; its MFU still counts the dense causal attention FLOPs). Mixture of experts:
+# olmoe-1b-7b cut to 4 layers (64 experts, top 8, expert width 1024; the router on the device; 1.88B
+# parameters, 475.0M active) at seq 2048, micro-batch 2, against its dense twin of the same active
+# FLOPs (llama-1b shaped as the same 4 layers, d_model 2048, 16 heads, one SwiGLU MLP of width
+# 8 x 1024 = 8192: 474.5M parameters): the MoE step time over the dense one is the routing,
+# the exchange of rows and the 64 smaller GEMMs' cost.
 # The carried mpitron (bench/gpu/prepare_carry.sh) is used when $BUILD/mpitron is missing or with
 # USE_CARRY=1. Exit status: 0 every run finished, 1 one failed, 2 nothing could run.
 set -uo pipefail
@@ -28,15 +33,23 @@ rm -rf "$R" && mkdir -p "$R" "$(dirname "$OUT")"
   echo "|---|---|---|---|---|---|---|---|"
 } >"$OUT"
 rc=0
-for spec in gpt2-124m:1024:8:50257 gpt2-350m:1024:8:50257 llama-1b:2048:4:32000 llama-1b:2048:4:32000:docs; do
-  IFS=: read -r preset T B V docs <<<"$spec"
+for spec in gpt2-124m:1024:8:50257 gpt2-350m:1024:8:50257 llama-1b:2048:4:32000 llama-1b:2048:4:32000:docs \
+  olmoe-1b-7b:2048:2:50257::moe llama-1b:2048:2:50257::dense; do
+  IFS=: read -r preset T B V docs variant <<<"$spec"
   name=$preset${docs:+-documents}
+  layers=0 extra=()
+  case "${variant:-}" in
+    moe) name=olmoe-4-layers layers=4 ;;
+    dense) name=olmoe-4-layers-dense-twin layers=4
+      extra=(--model.n_head=16 --model.n_kv_head=16 --model.d_model=2048 --model.d_ff=8192) ;;
+  esac
   t=$SECONDS
-  timeout 240 "${RUNENV[@]}" "$MPITRON" train jobs/demo.toml --model.preset="$preset" --model.n_layer=0 \
+  timeout 240 "${RUNENV[@]}" "$MPITRON" train jobs/demo.toml --model.preset="$preset" --model.n_layer="$layers" \
     --model.n_head=0 --model.d_model=0 --model.seq_len="$T" --model.vocab_size="$V" --train.micro_batch="$B" \
     --train.global_batch="$B" --train.steps=30 --log.every=1 --eval.every=0 --eval.batches=0 \
     --data.document_mask="$([ -n "$docs" ] && echo true || echo false)" \
-    --train.backend=nccl --train.resume=never --data.path="$DATA" --job.run_dir="$R/$name" >"$R/$name.log" 2>&1
+    --train.backend=nccl --train.resume=never --data.path="$DATA" --job.run_dir="$R/$name" "${extra[@]}" \
+    >"$R/$name.log" 2>&1
   s=$?
   if [ "$s" -ne 0 ]; then
     echo "| $name | $T x $B | exit $s | | | | | |" >>"$OUT"

@@ -272,7 +272,7 @@ const std::vector<Key>& registry() {
       make_key("model.qk_norm", "llama: an RMSNorm over each head's q and k before RoPE, as Qwen3: auto (the preset's) | true | false",
                &C::model, &ModelSection::qk_norm, {"auto", "true", "false"}),
       make_key("model.attention", "CUDA attention path", &C::model, &ModelSection::attention, {"cudnn", "naive"}),
-      make_key("model.moe.n_experts", "llama: routed experts per MoE block (0: a dense MLP)", &C::model,
+      make_key("model.moe.n_experts", "llama: routed experts per MoE block (0: the preset's, none for a dense preset)", &C::model,
                &ModelSection::moe_n_experts, at_least(1, "dense")),
       make_key("model.moe.top_k", "experts each token is routed to (<= n_experts)", &C::model, &ModelSection::moe_top_k,
                at_least(1)),
