@@ -1,0 +1,145 @@
+// FP8 casts (core/fp8.hpp) against a reference written here from the OCP 8-bit floating point
+// specification by another route: the 256 codes' values from the formula (-1)^s 2^(e - bias)
+// (1 + m / 2^M), subnormals m 2^(1 - bias - M), the special codes as the specification lists them;
+// a float's code by a search for the nearest finite value in double (ties to the even code),
+// saturated at the largest finite value. Over every code and every fp32 pattern class: each of the
+// 2^20 leading bit patterns (sign, exponent, 11 mantissa bits) with the low 12 bits 0, 1, 0x7ff,
+// 0x800, 0x801 and 0xfff (every FP8 midpoint, and one fp32 ulp either side of it), infinities and
+// NaNs. On CUDA builds the same patterns also against NVIDIA's own host conversion (cuda_fp8.h,
+// __NV_SATFINITE).
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "mpitron/core/fp8.hpp"
+#if MPITRON_CUDA
+#include <cuda_fp8.h>
+#endif
+
+using namespace mpitron;
+
+namespace {
+
+struct SpecFormat {
+  int E, M, bias;
+  bool ieee_specials;  // E5M2: exponent all ones is infinity / NaN; E4M3: only S.1111.111 is NaN
+};
+constexpr SpecFormat kE4m3{4, 3, 7, false}, kE5m2{5, 2, 15, true};
+
+// The code's value by the specification's formula (NaN for NaN codes, +-inf for E5M2's infinities).
+double spec_value(const SpecFormat& f, int code) {
+  const int s = code >> 7, e = (code >> f.M) & ((1 << f.E) - 1), m = code & ((1 << f.M) - 1);
+  const double sign = s ? -1.0 : 1.0;
+  if (f.ieee_specials && e == (1 << f.E) - 1)
+    return m == 0 ? sign * std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+  if (!f.ieee_specials && e == (1 << f.E) - 1 && m == (1 << f.M) - 1) return std::numeric_limits<double>::quiet_NaN();
+  if (e == 0) return sign * std::ldexp(double(m), 1 - f.bias - f.M);
+  return sign * std::ldexp(1.0 + double(m) / (1 << f.M), e - f.bias);
+}
+
+// The positive finite codes in increasing value (0 first).
+std::vector<int> positive_finite(const SpecFormat& f) {
+  std::vector<int> v;
+  for (int c = 0; c < 128; ++c)
+    if (std::isfinite(spec_value(f, c))) v.push_back(c);
+  std::sort(v.begin(), v.end(), [&](int a, int b) { return spec_value(f, a) < spec_value(f, b); });
+  return v;
+}
+
+// x's code: nearest finite value (ties to the even code), saturated; NaN -> a NaN code (checked by
+// class, its bits are the format's choice).
+int spec_encode(const SpecFormat& f, const std::vector<int>& pos, float x) {
+  const int sign = std::signbit(x) ? 0x80 : 0;
+  const double a = std::fabs(double(x));
+  const double top = spec_value(f, pos.back());
+  if (a >= top) return sign | pos.back();  // saturation (infinity included)
+  auto it = std::upper_bound(pos.begin(), pos.end(), a, [&](double v, int c) { return v < spec_value(f, c); });
+  const int hi = *it, lo = *(it - 1);
+  const double dl = a - spec_value(f, lo), dh = spec_value(f, hi) - a;
+  const int c = dl < dh ? lo : dh < dl ? hi : (lo % 2 == 0 ? lo : hi);
+  return sign | c;
+}
+
+float float_of(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+template <class Fn>
+void for_each_pattern(Fn fn) {
+  const uint32_t lows[] = {0x0, 0x1, 0x7ff, 0x800, 0x801, 0xfff};
+  for (uint32_t hi = 0; hi < (1u << 20); ++hi)
+    for (uint32_t lo : lows) fn(float_of(hi << 12 | lo));
+}
+
+void check_format(const SpecFormat& f, Fp8Format which) {
+  const std::vector<int> pos = positive_finite(f);
+  // Every code decodes to the formula's value (NaN codes to a NaN), and every non-NaN code
+  // encodes back to itself.
+  for (int c = 0; c < 256; ++c) {
+    const double want = spec_value(f, c);
+    const float got = float_from_fp8(which, static_cast<uint8_t>(c));
+    if (std::isnan(want)) {
+      BOOST_TEST_REQUIRE(std::isnan(got), "code " << c << " decodes to " << got << ", not NaN");
+      BOOST_TEST_REQUIRE(std::isnan(float_from_fp8(which, fp8_from_float(which, got))));
+      continue;
+    }
+    BOOST_TEST_REQUIRE(double(got) == want, "code " << c << ": " << got << " vs " << want);
+    BOOST_TEST_REQUIRE((std::signbit(got) != 0) == (c >= 128), "code " << c << ": sign");
+    if (std::isfinite(want))
+      BOOST_TEST_REQUIRE(int(fp8_from_float(which, got)) == c, "code " << c << " does not encode back");
+  }
+  // Every fp32 pattern class.
+  int64_t n = 0, bad = 0;
+  for_each_pattern([&](float x) {
+    ++n;
+    const int got = fp8_from_float(which, x);
+    bool ok;
+    if (std::isnan(x)) ok = std::isnan(float_from_fp8(which, static_cast<uint8_t>(got)));
+    else ok = got == spec_encode(f, pos, x);
+    if (!ok && ++bad <= 5)
+      BOOST_ERROR("x = " << x << " (bits " << std::hex << [&] { uint32_t u; std::memcpy(&u, &x, 4); return u; }()
+                         << std::dec << "): code " << got << ", the specification's " << spec_encode(f, pos, x));
+  });
+  BOOST_TEST(bad == 0, bad << " of " << n << " patterns differ");
+  BOOST_TEST(n == int64_t{6} << 20);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(fp8)
+
+BOOST_AUTO_TEST_CASE(e4m3_against_the_specification) {
+  check_format(kE4m3, Fp8Format::e4m3);
+  BOOST_TEST(float_from_fp8_e4m3(0x7e) == kFp8E4m3Max);
+  BOOST_TEST(int(fp8_e4m3_from_float(464.f)) == 0x7e);  // the midpoint to 480 (a NaN code): to even
+  BOOST_TEST(int(fp8_e4m3_from_float(-1e30f)) == 0xfe);
+  BOOST_TEST(int(fp8_e4m3_from_float(std::numeric_limits<float>::infinity())) == 0x7e);
+}
+
+BOOST_AUTO_TEST_CASE(e5m2_against_the_specification) {
+  check_format(kE5m2, Fp8Format::e5m2);
+  BOOST_TEST(float_from_fp8_e5m2(0x7b) == kFp8E5m2Max);
+  BOOST_TEST(std::isinf(float_from_fp8_e5m2(0x7c)));
+  BOOST_TEST(int(fp8_e5m2_from_float(-std::numeric_limits<float>::infinity())) == 0xfb);
+}
+
+#if MPITRON_CUDA
+// NVIDIA's host conversion (cuda_fp8.hpp) bit for bit, NaNs included.
+BOOST_AUTO_TEST_CASE(equal_to_cuda_fp8_satfinite) {
+  int64_t bad[2] = {0, 0};
+  for_each_pattern([&](float x) {
+    bad[0] += fp8_e4m3_from_float(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    bad[1] += fp8_e5m2_from_float(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+  });
+  BOOST_TEST(bad[0] == 0);
+  BOOST_TEST(bad[1] == 0);
+}
+#endif
+
+BOOST_AUTO_TEST_SUITE_END()
