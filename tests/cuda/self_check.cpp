@@ -11,6 +11,7 @@
 #include "mpitron/core/rng.hpp"
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/model/moe/moe_routing.hpp"
+#include "mpitron/ops/fp8_scaling.hpp"
 #include "mpitron/ops/moe_router.hpp"
 
 namespace mpitron {
@@ -760,6 +761,30 @@ void check_moe_router(CudaOps& gpu, Ops&, const SelfCheckShape& s, Checker& c) {
   }
 }
 
+// FP8 casts with current scaling (ops/fp8_scaling.hpp): the GPU's bytes, amax and scale_inv equal
+// the CPU's exactly, E4M3 and E5M2, on bf16 values spanning many binades (normal values times
+// 2^-20 .. 2^12, some zeros, outliers), so that elements saturate nowhere, round at midpoints and
+// underflow to zero.
+void check_fp8_casts(CudaOps& gpu, Ops&, const SelfCheckShape& s, Checker& c) {
+  const int64_t n = int64_t{s.B} * s.T * s.C + 13;  // not a multiple of any block
+  Vec x = rnd(n, s.seed, 140);
+  for (int64_t i = 0; i < n; ++i) x[i] = std::ldexp(x[i], static_cast<int>(i % 33) - 20) * (i % 97 == 0 ? 0.f : 1.f);
+  round_bf16(x);
+  auto dx = up_bf16(x);
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    const std::string tag = f == Fp8Format::e4m3 ? "fp8_quantize e4m3" : "fp8_quantize e5m2";
+    Dev q(n), si(4), am(4);
+    gpu.fp8_quantize(q.as<uint8_t>(), si.as<float>(), am.as<float>(), dx->as<bf16>(), n, f);
+    c.sync();
+    std::vector<uint8_t> got(n), want(n);
+    cuda_check(cudaMemcpy(got.data(), q.ptr(), n, cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
+    const Fp8CastStats st = fp8_quantize(f, x.data(), x.size(), want.data());
+    c.add(tag + ".bytes", Vec(got.begin(), got.end()), Vec(want.begin(), want.end()), 0);
+    c.add(tag + ".amax", down(am, 1), Vec(1, st.amax), 0);
+    c.add(tag + ".scale_inv", down(si, 1), Vec(1, 1.f / st.scale), 0);
+  }
+}
+
 void check_embedding(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
   const int B = s.B, T = s.T, C = s.C;
   const int64_t BT = static_cast<int64_t>(B) * T, vb = 16, ve = vb + s.V / 2, rows = ve - vb;
@@ -947,6 +972,7 @@ std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const Se
       {"swiglu", check_swiglu},
       {"moe rows", check_moe},
       {"moe router", check_moe_router},
+      {"fp8 casts", check_fp8_casts},
       {"embedding", check_embedding},
       {"crossentropy", check_crossentropy},
       {"adamw+sum_squares", check_optimizer}};

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mpitron/core/fp8.hpp"
+#include "mpitron/ops/fp8_scaling.hpp"
 #if MPITRON_CUDA
 #include <cuda_fp8.h>
 #endif
@@ -141,5 +142,28 @@ BOOST_AUTO_TEST_CASE(equal_to_cuda_fp8_satfinite) {
   BOOST_TEST(bad[1] == 0);
 }
 #endif
+
+// Current scaling: the amax element lands exactly on the largest finite value, nothing saturates,
+// the fake quantisation is decode(code) / scale, and the underflow count is the non-zeros that
+// became zero (here the elements 2^-30 below the amax, under E4M3's smallest subnormal).
+BOOST_AUTO_TEST_CASE(current_scaling) {
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    std::vector<float> x = {0.f, 3.f, -7.5f, 1e-3f, -12.f, std::ldexp(12.f, -30), 5.f};
+    std::vector<uint8_t> q(x.size());
+    const Fp8CastStats s = fp8_quantize(f, x.data(), x.size(), q.data());
+    BOOST_TEST(s.amax == 12.f);
+    BOOST_TEST(s.scale == fp8_max_finite(f) / 12.f);
+    BOOST_TEST(float_from_fp8(f, q[4]) == -fp8_max_finite(f));
+    BOOST_TEST(s.saturated == 0);
+    BOOST_TEST(s.underflowed == (f == Fp8Format::e4m3 ? 1 : 0));  // E5M2 reaches 2^-16 x 57344 / 12
+    std::vector<float> y = x;
+    const Fp8CastStats t = fp8_fake_quantize(f, y.data(), y.size());
+    BOOST_TEST(t.scale == s.scale);
+    for (size_t i = 0; i < x.size(); ++i) BOOST_TEST(y[i] == float_from_fp8(f, q[i]) * (1.f / s.scale));
+    BOOST_TEST(y[4] == -12.f);
+  }
+  std::vector<float> zeros(5, 0.f);
+  BOOST_TEST(fp8_fake_quantize(Fp8Format::e4m3, zeros.data(), zeros.size()).scale == 1.f);
+}
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -19,6 +19,7 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
+#include "mpitron/ops/fp8_scaling.hpp"
 #include "mpitron/ops/ops.hpp"
 
 using namespace mpitron;
@@ -341,6 +342,11 @@ class FakeCudaOps final : public CudaOps {
     Vec x = up(dx, R * C), s = up(dxs, kept_rows(pos, R * k) * C);
     cpu_->moe_uncombine_add(x.data(), s.data(), pos, R, k, C);
     down(dx, x.data(), x.size());
+  }
+  void fp8_quantize(uint8_t* q, float* scale_inv, float* amax, const bf16* x, int64_t n, Fp8Format f) override {
+    const Vec v = up(x, n);
+    const Fp8CastStats st = mpitron::fp8_quantize(f, v.data(), v.size(), q);
+    *amax = st.amax, *scale_inv = 1.f / st.scale;
   }
   // The MoE router: the kernels' own per-thread steps (ops/moe_router.hpp) in one thread.
   void moe_router_select(const bf16* logits, const MoeRouterShape& s, const MoeRouterArrays& a) override {

@@ -253,6 +253,9 @@ class CudaOpsImpl final : public CudaOps {
     cuda::moe_router_select(stream_, logits, s, a);
   }
   void moe_router_place(const MoeRouterShape& s, const MoeRouterArrays& a) override { cuda::moe_router_place(stream_, s, a); }
+  void fp8_quantize(uint8_t* q, float* scale_inv, float* amax, const bf16* x, int64_t n, Fp8Format f) override {
+    cuda::fp8_quantize(stream_, q, scale_inv, amax, x, n, f);
+  }
   void moe_router_backward(bf16* dlogits, const float* dweight, double aux_scale, double z_scale, const MoeRouterShape& s,
                            const MoeRouterArrays& a) override {
     cuda::moe_router_backward(stream_, dlogits, dweight, aux_scale, z_scale, s, a);

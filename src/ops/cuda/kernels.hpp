@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "mpitron/core/dtype.hpp"
+#include "mpitron/core/fp8.hpp"
 #include "mpitron/ops/moe_router.hpp"
 
 namespace mpitron::cuda {
@@ -82,6 +83,10 @@ void moe_router_select(cudaStream_t s, const bf16* logits, const MoeRouterShape&
 void moe_router_place(cudaStream_t s, const MoeRouterShape& shape, const MoeRouterArrays& a);
 void moe_router_backward(cudaStream_t s, bf16* dlogits, const float* dweight, double aux_scale, double z_scale,
                          const MoeRouterShape& shape, const MoeRouterArrays& a);
+
+// fp8_cast.cu: x's amax into amax (device fp32), q = fp8(x * scale), scale_inv = 1 / scale
+// (CudaOps::fp8_quantize; ops/fp8_scaling.hpp).
+void fp8_quantize(cudaStream_t s, uint8_t* q, float* scale_inv, float* amax, const bf16* x, int64_t n, Fp8Format f);
 
 // attention_block.cu: one key/value block of ring attention (CudaOps::attention_block_*).
 void attention_block_forward(cudaStream_t s, float* o, float* m, float* l, const bf16* q, int64_t q_stride,

@@ -49,6 +49,7 @@
 #include <string>
 
 #include "mpitron/core/dtype.hpp"
+#include "mpitron/core/fp8.hpp"
 #include "mpitron/ops/attention_segments.hpp"
 #include "mpitron/ops/moe_router.hpp"
 #include "mpitron/ops/rope_freqs.hpp"
@@ -196,6 +197,12 @@ class CudaOps {
   virtual void moe_router_place(const MoeRouterShape& s, const MoeRouterArrays& a) = 0;
   virtual void moe_router_backward(bf16* dlogits, const float* dweight, double aux_scale, double z_scale,
                                    const MoeRouterShape& s, const MoeRouterArrays& a) = 0;
+
+  // ---- FP8 (ops/fp8_scaling.hpp: current scaling) ----
+  // q [n] = fp8(x * scale) in format f, scale = max finite / amax(x); amax (device fp32, written)
+  // and scale_inv = 1 / scale (device fp32, what a cuBLASLt FP8 GEMM takes). The same bytes as the
+  // CPU's fp8_quantize on the same values.
+  virtual void fp8_quantize(uint8_t* q, float* scale_inv, float* amax, const bf16* x, int64_t n, Fp8Format f) = 0;
 
   // ---- embeddings ----
   // positions (device [T]; nullptr: 0..T-1): wpe's row for local position t (context parallel);
