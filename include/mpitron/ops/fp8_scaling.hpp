@@ -28,7 +28,7 @@ struct Fp8CastStats {
 
 // q[i] = fp8(x[i] * scale) with the scale of x's own amax; returns the scale and the statistics.
 Fp8CastStats fp8_quantize(Fp8Format f, const float* x, size_t n, uint8_t* q);
-// x[i] <- decode(fp8(x[i] * scale)) / scale in place: the CPU's emulation of an FP8 operand.
+// x[i] <- decode(fp8(x[i] * scale)) * (1 / scale) in place: the CPU's emulation of an FP8 operand.
 Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n);
 
 }  // namespace mpitron
