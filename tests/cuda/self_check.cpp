@@ -704,14 +704,8 @@ void check_moe_router(CudaOps& gpu, Ops&, const SelfCheckShape& s, Checker& c) {
     MoeRouting r;
     moe_route(cfg, logits.data(), R, T, r, hook);
     check(cs.capacity == 0 || r.dropped > 0, "check_moe_router: {} drops nothing", cs.tag);
-    MoeRouterShape sh;
-    sh.rows = R, sh.seq_len = T, sh.seq_tokens = T, sh.n_experts = E, sh.top_k = k;
-    sh.weights = cs.router == MoeRouter::softmax_topk ? MoeWeights::softmax_topk
-                 : cs.renorm                           ? MoeWeights::probs_renorm
-                                                       : MoeWeights::probs;
-    if (cs.capacity > 0)
-      sh.capacity = static_cast<int64_t>(std::ceil(cs.capacity * double(prior.total_rows ? prior.total_rows : R) * k / E));
-    sh.chunk_rows = prior.chunk_rows;
+    const MoeRouterShape sh =
+        moe_router_shape(cfg, R, T, T, prior.total_rows ? prior.total_rows : R, prior.chunk_rows);
     auto dlog = up_bf16(logits);
     Dev probs(R * E * 4), lse(R * 4), expert(Rk * 4), weight(Rk * 4), pos(Rk * 8), seq_routed(R / T * E * 8),
         seq_psum(R / T * E * 8), srow(Rk * 8), summary((E + 3) * 8), scratch(sh.scratch_elems() * 8),

@@ -50,14 +50,7 @@ void run(const Case& cs) {
   moe_route(cfg, logits.data(), R, T, r, hook);
   BOOST_REQUIRE_MESSAGE(cs.capacity == 0 || r.dropped > 0, "E " << E << ": the capacity case drops nothing");
 
-  MoeRouterShape s;
-  s.rows = R, s.seq_len = T, s.seq_tokens = T, s.n_experts = E, s.top_k = k;
-  s.weights = cs.router == MoeRouter::softmax_topk ? MoeWeights::softmax_topk
-              : cs.renorm                           ? MoeWeights::probs_renorm
-                                                    : MoeWeights::probs;
-  if (cs.capacity > 0)
-    s.capacity = static_cast<int64_t>(std::ceil(cs.capacity * double(cs.prior ? prior.total_rows : R) * k / E));
-  s.chunk_rows = prior.chunk_rows;
+  const MoeRouterShape s = moe_router_shape(cfg, R, T, T, cs.prior ? prior.total_rows : R, prior.chunk_rows);
   std::vector<float> probs(R * E), lse(R), weight(Rk);
   std::vector<int32_t> expert(Rk);
   std::vector<int64_t> pos(Rk), seq_routed(S * E), srow(Rk, -7), scratch(s.scratch_elems());

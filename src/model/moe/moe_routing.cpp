@@ -107,6 +107,19 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, 
   r.z = R > 0 ? zsum / double(R) : 0.0;
 }
 
+MoeRouterShape moe_router_shape(const MoeConfig& cfg, int64_t R, int64_t T, int64_t seq_tokens, int64_t base_rows,
+                                int64_t chunk_rows) {
+  MoeRouterShape s;
+  s.rows = R, s.seq_len = T, s.seq_tokens = seq_tokens, s.n_experts = cfg.n_experts, s.top_k = cfg.top_k;
+  s.weights = cfg.router == MoeRouter::softmax_topk ? MoeWeights::softmax_topk
+              : cfg.norm_topk_prob                  ? MoeWeights::probs_renorm
+                                                    : MoeWeights::probs;
+  if (cfg.capacity_factor > 0)  // moe_route's capacity
+    s.capacity = static_cast<int64_t>(std::ceil(cfg.capacity_factor * double(base_rows) * cfg.top_k / cfg.n_experts));
+  s.chunk_rows = chunk_rows;
+  return s;
+}
+
 int64_t moe_activation_bytes(const ModelConfig& cfg, int64_t R, int64_t T, int ep, int tp) {
   const MoeConfig& m = cfg.moe;
   const int64_t E = m.n_experts, Rk = R * m.top_k, S = T > 0 ? R / T : 0, C = cfg.d_model, Fe = m.d_ff;

@@ -38,7 +38,6 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -305,12 +304,9 @@ class MoeMlp {
       a.weight_dev = dev_.stage(a.weight_d, r.weight);
       return static_cast<int64_t>(r.order.size());
     } else {
+      const int P = cp_ ? cp_->size() : 1;
       MoeRouterShape& s = a.shape;
-      s = MoeRouterShape{};
-      s.rows = R, s.seq_len = T, s.seq_tokens = T * (cp_ ? cp_->size() : 1), s.n_experts = E, s.top_k = k;
-      s.weights = m_.router == MoeRouter::softmax_topk ? MoeWeights::softmax_topk
-                  : m_.norm_topk_prob                  ? MoeWeights::probs_renorm
-                                                       : MoeWeights::probs;
+      s = moe_router_shape(m_, R, T, T * P, R * P);
       const int64_t Rk = R * k, S = R / T;
       a.probs_d.resize(static_cast<size_t>(R * E)), a.lse_d.resize(static_cast<size_t>(R));
       a.expert_d.resize(static_cast<size_t>(Rk)), a.weight_d.resize(static_cast<size_t>(Rk));
@@ -336,10 +332,6 @@ class MoeMlp {
         whole_sequence_aux(r);
         dev_.upload(a.seq_routed_d.data(), r.seq_routed);
         dev_.upload(seq_psum_d_.data(), r.seq_psum);
-      }
-      if (m_.capacity_factor > 0) {
-        const int64_t base = R * (cp_ ? cp_->size() : 1);
-        s.capacity = static_cast<int64_t>(std::ceil(m_.capacity_factor * double(base) * k / E));
       }
       dev_.moe_router_place(s, router_arrays(a));
       // The one copy to the host: kept copies per expert, dropped, aux, z.

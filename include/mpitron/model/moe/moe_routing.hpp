@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "mpitron/model/config.hpp"
+#include "mpitron/ops/moe_router.hpp"
 
 namespace mpitron {
 
@@ -77,6 +78,12 @@ struct MoeCapacityPrior {
 // Called with the routing before drops, when a capacity factor is set (MoeMlp: an all-gather of
 // the per-chunk counts over cp).
 using MoeCapacityHook = std::function<MoeCapacityPrior(const MoeRouting&)>;
+
+// The device router's shape (ops/moe_router.hpp) for R rows in sequences of T here, whole sequences
+// of seq_tokens, capacity drops counted over base_rows (R, or R x cp: moe_route's base), and a
+// prior in chunks of chunk_rows (0: none).
+MoeRouterShape moe_router_shape(const MoeConfig& cfg, int64_t rows, int64_t seq_len, int64_t seq_tokens,
+                                int64_t base_rows, int64_t chunk_rows = 0);
 
 // Routing of R rows of router logits [R, E] (E = cfg.n_experts), sequences of seq_len rows.
 void moe_route(const MoeConfig& cfg, const float* logits, int64_t rows, int64_t seq_len, MoeRouting& r,
