@@ -39,6 +39,7 @@
 
 #include "../../src/ops/cuda/attention.hpp"
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/moe/moe_routing.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 #include "../../tests/cuda/self_check.hpp"
 #include "mpitron/ops/ops.hpp"
@@ -281,9 +282,9 @@ void router_timings(CudaOps& g, Report& rep, Timed& timed, Row& row) {
   const int64_t R = 8192, T = 2048, C = 2048, E = 64, k = 8, Fe = 1024, n = R * k / E;
   rep.line("\n| MoE router and expert GEMMs | ms | rate |\n|---|---|---|");
   try {
-    MoeRouterShape sh;
-    sh.rows = R, sh.seq_len = T, sh.seq_tokens = T, sh.n_experts = static_cast<int>(E), sh.top_k = static_cast<int>(k);
-    sh.weights = MoeWeights::probs;
+    MoeConfig olmoe;
+    olmoe.n_experts = static_cast<int>(E), olmoe.top_k = static_cast<int>(k), olmoe.router = MoeRouter::topk_softmax;
+    const MoeRouterShape sh = moe_router_shape(olmoe, R, T, T, R);
     std::mt19937 rng(2);
     std::normal_distribution<float> nd(0.f, 1.f);
     std::vector<bf16> lg(static_cast<size_t>(R * E));

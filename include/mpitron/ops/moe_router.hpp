@@ -54,7 +54,9 @@ struct MoeRouterShape {
   MPITRON_HD int64_t chunks() const { return (copies() + kRouterChunk - 1) / kRouterChunk; }
   // Scratch the steps need (MoeRouterArrays::scratch, ::dscratch), in elements.
   MPITRON_HD int64_t scratch_elems() const { return copies() + chunks() * n_experts + 2 * n_experts + 1; }
-  MPITRON_HD int64_t dscratch_elems() const { return seqs() * kRouterPsumGroups * n_experts * 2 + 2 * kRouterReduceThreads; }
+  // dscratch: the probabilities' and the counts' partial sums [S, G, E] each, then the loss partials.
+  MPITRON_HD int64_t psum_partials() const { return seqs() * kRouterPsumGroups * n_experts; }
+  MPITRON_HD int64_t dscratch_elems() const { return 2 * psum_partials() + 2 * kRouterReduceThreads; }
 };
 
 // Device arrays of one MoE block's routing (sizes in rows R, copies R k, sequences S, experts E).
@@ -126,12 +128,12 @@ MPITRON_HD inline void seq_partial(const MoeRouterShape& s, int64_t sq, int g, i
     p += a.probs[t * s.n_experts + e];
     for (int j = 0; j < s.top_k; ++j) c += a.expert[t * s.top_k + j] == e ? 1.0 : 0.0;
   }
-  const int64_t at = (sq * kRouterPsumGroups + g) * s.n_experts + e, half = s.seqs() * kRouterPsumGroups * s.n_experts;
+  const int64_t at = (sq * kRouterPsumGroups + g) * s.n_experts + e, half = s.psum_partials();
   a.dscratch[at] = p, a.dscratch[half + at] = c;
 }
 // ... and the groups added in order.
 MPITRON_HD inline void seq_sum(const MoeRouterShape& s, int64_t sq, int e, const MoeRouterArrays& a) {
-  const int64_t half = s.seqs() * kRouterPsumGroups * s.n_experts;
+  const int64_t half = s.psum_partials();
   double p = 0, c = 0;
   for (int g = 0; g < kRouterPsumGroups; ++g) {
     const int64_t at = (sq * kRouterPsumGroups + g) * s.n_experts + e;
@@ -198,12 +200,12 @@ MPITRON_HD inline void loss_partial(const MoeRouterShape& s, int j, const MoeRou
   for (int64_t i = j; i < s.seqs() * E; i += kRouterReduceThreads)
     aux += (double(a.seq_routed[i]) / (T * s.top_k)) * (a.seq_psum[i] / T);
   for (int64_t t = j; t < s.rows; t += kRouterReduceThreads) z += double(a.lse[t]) * a.lse[t];
-  double* out = a.dscratch + s.seqs() * kRouterPsumGroups * E * 2;
+  double* out = a.dscratch + 2 * s.psum_partials();
   out[j] = aux, out[kRouterReduceThreads + j] = z;
 }
 // ... added in thread order by one thread: aux = E / S sum_s sum_e f_se P_se, z = mean lse^2.
 MPITRON_HD inline void loss_total(const MoeRouterShape& s, const MoeRouterArrays& a) {
-  const double* in = a.dscratch + s.seqs() * kRouterPsumGroups * s.n_experts * 2;
+  const double* in = a.dscratch + 2 * s.psum_partials();
   double aux = 0, z = 0;
   for (int j = 0; j < kRouterReduceThreads; ++j) aux += in[j], z += in[kRouterReduceThreads + j];
   a.summary[s.n_experts + 1] = s.seqs() > 0 ? s.n_experts * aux / double(s.seqs()) : 0.0;

@@ -73,9 +73,7 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, 
           prior.chunk_rows);
   }
   const int64_t base_rows = prior.total_rows > 0 ? prior.total_rows : R;
-  const int64_t cap = cfg.capacity_factor > 0
-                          ? static_cast<int64_t>(std::ceil(cfg.capacity_factor * double(base_rows) * k / E))
-                          : INT64_MAX;
+  const int64_t cap = moe_capacity(cfg, base_rows);
   r.counts.assign(static_cast<size_t>(E), 0);
   r.pos.assign(static_cast<size_t>(R * k), -1);
   r.dropped = 0;
@@ -107,6 +105,12 @@ void moe_route(const MoeConfig& cfg, const float* logits, int64_t R, int64_t T, 
   r.z = R > 0 ? zsum / double(R) : 0.0;
 }
 
+int64_t moe_capacity(const MoeConfig& cfg, int64_t base_rows) {
+  return cfg.capacity_factor > 0
+             ? static_cast<int64_t>(std::ceil(cfg.capacity_factor * double(base_rows) * cfg.top_k / cfg.n_experts))
+             : INT64_MAX;
+}
+
 MoeRouterShape moe_router_shape(const MoeConfig& cfg, int64_t R, int64_t T, int64_t seq_tokens, int64_t base_rows,
                                 int64_t chunk_rows) {
   MoeRouterShape s;
@@ -114,8 +118,7 @@ MoeRouterShape moe_router_shape(const MoeConfig& cfg, int64_t R, int64_t T, int6
   s.weights = cfg.router == MoeRouter::softmax_topk ? MoeWeights::softmax_topk
               : cfg.norm_topk_prob                  ? MoeWeights::probs_renorm
                                                     : MoeWeights::probs;
-  if (cfg.capacity_factor > 0)  // moe_route's capacity
-    s.capacity = static_cast<int64_t>(std::ceil(cfg.capacity_factor * double(base_rows) * cfg.top_k / cfg.n_experts));
+  s.capacity = moe_capacity(cfg, base_rows);
   s.chunk_rows = chunk_rows;
   return s;
 }

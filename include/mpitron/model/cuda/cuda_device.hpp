@@ -141,20 +141,14 @@ struct CudaDevice {
     ops.moe_router_backward(dlogits, dweight, aux_scale, z_scale, s, a);
   }
   DeviceAllocator* allocator() const { return alloc; }
-  // n elements between device and host, bit for bit (the MoE router's counts and, under context
-  // parallel, its per-sequence sums); download syncs.
+  // n elements to the host, bit for bit (the MoE router's counts and, under context parallel, its
+  // per-sequence sums); syncs.
   template <class T>
   void download(T* host, const T* dev, size_t n) {
     if (n == 0) return;
     cuda::cuda_check(cudaMemcpyAsync(host, dev, n * sizeof(T), cudaMemcpyDeviceToHost, ops.stream()),
                      "cudaMemcpyAsync(MoE routing to the host)");
     cuda::cuda_check(cudaStreamSynchronize(ops.stream()), "cudaStreamSynchronize(MoE routing to the host)");
-  }
-  template <class T>
-  void upload(T* dev, const std::vector<T>& host) {
-    if (!host.empty())
-      cuda::cuda_check(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, ops.stream()),
-                       "cudaMemcpyAsync(MoE routing to the device)");  // pageable: staged before it returns
   }
   // A host array for the kernels: copied into `dev` (from pageable memory: the host array may
   // change once this returns).
@@ -166,25 +160,6 @@ struct CudaDevice {
                                        ops.stream()),
                        "cudaMemcpyAsync(MoE indices)");
     return dev.data();
-  }
-  // Device -> host in fp32 (syncs: the router runs on the host).
-  void to_host(float* host, const bf16* dev, size_t n) {
-    std::vector<bf16> h(n);
-    cuda::cuda_check(cudaMemcpyAsync(h.data(), dev, n * sizeof(bf16), cudaMemcpyDeviceToHost, ops.stream()),
-                     "cudaMemcpyAsync(router logits)");
-    cuda::cuda_check(cudaStreamSynchronize(ops.stream()), "cudaStreamSynchronize(router logits)");
-    for (size_t i = 0; i < n; ++i) host[i] = to_f32(h[i]);
-  }
-  void to_host(float* host, const float* dev, size_t n) {
-    cuda::cuda_check(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, ops.stream()),
-                     "cudaMemcpyAsync(routing weight gradients)");
-    cuda::cuda_check(cudaStreamSynchronize(ops.stream()), "cudaStreamSynchronize(routing weight gradients)");
-  }
-  void from_host(bf16* dev, const float* host, size_t n) {
-    std::vector<bf16> h(n);
-    for (size_t i = 0; i < n; ++i) h[i] = to_bf16(host[i]);
-    cuda::cuda_check(cudaMemcpyAsync(dev, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice, ops.stream()),
-                     "cudaMemcpyAsync(router logit gradients)");
   }
   void copy(bf16* dst, const bf16* src, size_t n) {
     cuda::cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(bf16), cudaMemcpyDeviceToDevice, ops.stream()),

@@ -326,12 +326,11 @@ class MoeMlp {
           dev_.download(r.expert.data(), a.expert_d.data(), r.expert.size());
           const MoeCapacityPrior pr = cp_capacity_prior(r);
           s.chunk_rows = pr.chunk_rows;
-          before_d_.resize(pr.before.size());
-          dev_.upload(before_d_.data(), pr.before);
+          dev_.stage(before_d_, pr.before);
         }
         whole_sequence_aux(r);
-        dev_.upload(a.seq_routed_d.data(), r.seq_routed);
-        dev_.upload(seq_psum_d_.data(), r.seq_psum);
+        dev_.stage(a.seq_routed_d, r.seq_routed);
+        dev_.stage(seq_psum_d_, r.seq_psum);
       }
       dev_.moe_router_place(s, router_arrays(a));
       // The one copy to the host: kept copies per expert, dropped, aux, z.

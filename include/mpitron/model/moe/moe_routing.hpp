@@ -79,6 +79,10 @@ struct MoeCapacityPrior {
 // the per-chunk counts over cp).
 using MoeCapacityHook = std::function<MoeCapacityPrior(const MoeRouting&)>;
 
+// An expert's capacity: the kept copies of base_rows rows (R, or R x cp under context parallel),
+// ceil(capacity_factor base_rows top_k / E); INT64_MAX when dropless.
+int64_t moe_capacity(const MoeConfig& cfg, int64_t base_rows);
+
 // The device router's shape (ops/moe_router.hpp) for R rows in sequences of T here, whole sequences
 // of seq_tokens, capacity drops counted over base_rows (R, or R x cp: moe_route's base), and a
 // prior in chunks of chunk_rows (0: none).
