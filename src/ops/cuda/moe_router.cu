@@ -13,10 +13,6 @@ namespace {
 using namespace moe_router;
 constexpr unsigned kThreads = 128;
 
-unsigned blocks_for(int64_t n, unsigned threads) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, int64_t{1} << 20)));
-}
-
 struct LogitBf {
   const bf* p;
   __host__ __device__ float operator()(int64_t i) const { return __bfloat162float(p[i]); }
@@ -77,7 +73,7 @@ __global__ void backward_kernel(MoeRouterShape s, StoreBf dl, const float* dweig
 
 void moe_router_select(cudaStream_t st, const bf16* logits, const MoeRouterShape& s, const MoeRouterArrays& a) {
   if (s.rows <= 0) return;
-  select_kernel<<<blocks_for(s.rows, kThreads), kThreads, 0, st>>>(s, LogitBf{as_bf(logits)}, a);
+  select_kernel<<<grid_for(static_cast<size_t>(s.rows), kThreads), kThreads, 0, st>>>(s, LogitBf{as_bf(logits)}, a);
   launch_check("moe_router select_kernel");
   const unsigned et = static_cast<unsigned>(std::min(s.n_experts, 256));
   seq_partial_kernel<<<dim3(static_cast<unsigned>(s.seqs()), kRouterPsumGroups), et, 0, st>>>(s, a);
@@ -97,7 +93,7 @@ void moe_router_place(cudaStream_t st, const MoeRouterShape& s, const MoeRouterA
   launch_check("moe_router rank_kernel");
   offsets_kernel<<<1, 1, 0, st>>>(s, a);
   launch_check("moe_router offsets_kernel");
-  place_kernel<<<blocks_for(s.copies(), kThreads), kThreads, 0, st>>>(s, a);
+  place_kernel<<<grid_for(static_cast<size_t>(s.copies()), kThreads), kThreads, 0, st>>>(s, a);
   launch_check("moe_router place_kernel");
   loss_kernel<<<1, kRouterReduceThreads, 0, st>>>(s, a);
   launch_check("moe_router loss_kernel");
@@ -106,7 +102,7 @@ void moe_router_place(cudaStream_t st, const MoeRouterShape& s, const MoeRouterA
 void moe_router_backward(cudaStream_t st, bf16* dlogits, const float* dweight, double aux_scale, double z_scale,
                          const MoeRouterShape& s, const MoeRouterArrays& a) {
   if (s.rows <= 0) return;
-  backward_kernel<<<blocks_for(s.rows, kThreads), kThreads, 0, st>>>(s, StoreBf{as_bf(dlogits)}, dweight, aux_scale,
+  backward_kernel<<<grid_for(static_cast<size_t>(s.rows), kThreads), kThreads, 0, st>>>(s, StoreBf{as_bf(dlogits)}, dweight, aux_scale,
                                                                       z_scale, a);
   launch_check("moe_router backward_kernel");
 }
