@@ -354,8 +354,10 @@ const std::vector<Key>& registry() {
                &C::train, &TrainSection::nan_skip_limit, at_least(1)),
       make_key("train.precision",
                "CPU backend GEMMs: fp32 | bf16 (inputs rounded to bf16, fp32 accumulation, as on the GPU) | auto (bf16 when "
-               "its start-up probe is >= 1.3x fp32's); the GPU backend is always bf16",
-               &C::train, &TrainSection::precision, {"auto", "fp32", "bf16"}),
+               "its start-up probe is >= 1.3x fp32's) | fp8 (the blocks' linear layers in FP8 with current scaling, "
+               "E4M3 weights and activations, E5M2 gradients: emulated, fp32 GEMMs on the cast operands; docs/fp8.md); "
+               "the GPU backend is always bf16",
+               &C::train, &TrainSection::precision, {"auto", "fp32", "bf16", "fp8"}),
       make_key("train.trace_steps",
                "[first, last]: write a Chrome / Perfetto timeline of those steps per rank to <run_dir>/trace/rank_<r>.json (empty: off)",
                &C::train, &TrainSection::trace_steps, at_least(1)),

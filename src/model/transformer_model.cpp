@@ -128,6 +128,10 @@ TransformerModel::TransformerModel(const ModelConfig& cfg, const ModelShard& sha
   check(opts.slots > 0, "TransformerModel: activation slots must be > 0 (got {})", opts.slots);
   n_local_layers_ = local_layers(cfg, shard);
   block_ = std::make_unique<TransformerBlock<CpuDevice>>(dev_, cfg_, geo_, tp_);
+  if (opts.fp8) {  // an operand split over tp or cp is scaled by the whole tensor's amax
+    fp8_ = std::make_unique<Fp8Recipe>(tp, cp);
+    block_->set_fp8(fp8_.get());
+  }
   if (cfg.moe.enabled()) {
     // Under sequence parallel the block hands the MoE all BT rows (gathered): its shared experts
     // then run as plain tensor parallel (all-reduce), not sequence parallel.

@@ -45,6 +45,10 @@ void check_experts(const ModelConfig& m, const LayoutRequest& l) {
               "parallel.ep = {} with parallel.zero = 3 runs on the CPU backend only so far (the GPU model's ZeRO-3 "
               "units do not hold the experts, laid out after the other parameters): use zero <= 2",
               g.ep);
+  usage_check(!l.gpu || !l.fp8,
+              "train.precision = \"fp8\" runs on the CPU backend only so far (its emulation of the FP8 recipe, "
+              "docs/fp8.md); the GPU backend's FP8 GEMMs are not built yet: use train.backend = \"cpu\" or "
+              "another precision");
 }
 
 // How the global batch splits over dp ranks and micro-batches.
@@ -86,6 +90,7 @@ LayoutRequest layout_request(const JobConfig& job, const GridShape& grid) {
   l.micro_batch = job.train.micro_batch;
   l.global_batch = job.train.global_batch;
   l.gpu = job.train.backend == "nccl";
+  l.fp8 = job.train.precision == "fp8";
   return l;
 }
 

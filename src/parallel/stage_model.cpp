@@ -87,6 +87,15 @@ std::vector<std::pair<int, MoeStats>> StageModel::take_moe_stats() {
   return out;
 }
 
+Fp8Stats StageModel::take_fp8_stats() {
+  Fp8Stats out{};
+  for (auto& m : models_) {
+    const Fp8Stats s = m->take_fp8_stats();
+    for (int k = 0; k < kFp8Operands; ++k) out[k].merge(s[k]);
+  }
+  return out;
+}
+
 double StageModel::ep_seconds() const {
   double s = -1.0;
   for (const auto& m : models_)

@@ -30,8 +30,9 @@ class CpuBackend final : public TrainBackend {
     Comm* ep = gs.ep > 1 ? &grid_.ep() : nullptr;  // expert parallel: MoE token exchange over it
     for (size_t c = 0; c < shards.size(); ++c) {
       shards[c].sequence_parallel = s.cfg.parallel.sp;
-      const ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
-                                  s.cfg.train.recompute == "full"};
+      ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
+                        s.cfg.train.recompute == "full"};
+      opts.fp8 = s.cfg.train.precision == "fp8";
       auto g = std::make_unique<TransformerModel>(s.mc, shards[c], *ops_, s.bp.micro, opts, tp, cp, ep);
       g->init_weights(s.cfg.train.seed);
       chunks.push_back(std::move(g));
@@ -73,6 +74,11 @@ class CpuBackend final : public TrainBackend {
   // uniform.
   void choose_precision() {
     const std::string& want = cfg_.train.precision;
+    if (want == "fp8") {  // the casts emulate the GPU's FP8 operands; the GEMMs then run in fp32 on them
+      ops_->set_gemm_bf16(false);
+      precision_note_ = "fp8 linears (train.precision; emulated: E4M3/E5M2 casts, fp32 GEMMs)";
+      return;
+    }
     if (want == "fp32" || want == "bf16") {
       usage_check(ops_->set_gemm_bf16(want == "bf16"),
                   "train.precision = \"bf16\": this CPU has no bf16 GEMM in oneDNN (it needs AVX-512); use "

@@ -232,6 +232,35 @@ void StepReporter::report_moe(int step, bool log_line) {
   if (log_line) std::printf("%s\n", line.substr(0, line.size() - 2).c_str());
 }
 
+// FP8 casts this step over every rank, per operand kind: the largest amax and the fractions of
+// the cast elements that saturated or underflowed (an element a tensor-parallel group casts on
+// every rank counts once per rank: the fractions are per cast, as each rank's GEMMs see them).
+void StepReporter::report_fp8(int step, bool log_line) {
+  if (s_.cfg.train.precision != "fp8") return;
+  const Fp8Stats st = backend_.stage().take_fp8_stats();
+  std::vector<double> sums, amax;
+  for (const Fp8KindStats& k : st) {
+    sums.insert(sums.end(), {double(k.elements), double(k.saturated), double(k.underflowed)});
+    amax.push_back(k.amax);
+  }
+  s_.grid.world().all_reduce_host_f64(sums.data(), sums.size(), ReduceOp::sum);
+  s_.grid.world().all_reduce_host_f64(amax.data(), amax.size(), ReduceOp::max);
+  if (!rank0_) return;
+  MetricsSink::Record rec{{"step", int64_t{step}}};
+  std::string line = fmt::format("step {} fp8 |", step);
+  for (int k = 0; k < kFp8Operands; ++k) {
+    const double n = std::max(1.0, sums[3 * k]), sat = sums[3 * k + 1] / n, under = sums[3 * k + 2] / n;
+    const std::string p = fmt::format("fp8_{}_", fp8_operand_name(static_cast<Fp8Operand>(k)));
+    rec.emplace_back(p + "amax", amax[k]);
+    rec.emplace_back(p + "saturated", sat);
+    rec.emplace_back(p + "underflow", under);
+    line += fmt::format(" {} amax {:.3g} underflow {:.2f}%{} |", fp8_operand_name(static_cast<Fp8Operand>(k)), amax[k],
+                        100 * under, sat > 0 ? fmt::format(" saturated {:.2f}%", 100 * sat) : "");
+  }
+  metrics_.write(rec);
+  if (log_line) std::printf("%s\n", line.substr(0, line.size() - 2).c_str());
+}
+
 void StepReporter::end_step(int step, const StepOutcome& r, double lr, double step_ms, double data_ms) {
   step_span_.reset();
   const StepComm comm = backend_.take_comm();  // also the step's collectives on the timeline
@@ -257,6 +286,7 @@ void StepReporter::end_step(int step, const StepOutcome& r, double lr, double st
   }
   check_prediction(step, step_ms);
   report_moe(step, logger_.due(step));
+  report_fp8(step, logger_.due(step));
   if (logger_.due(step)) {
     StepStats extra;
     extra.trained_tokens = static_cast<int64_t>(r.trained_tokens);

@@ -1,12 +1,8 @@
-// FP8 casts (core/fp8.hpp) against a reference written here from the OCP 8-bit floating point
-// specification by another route: the 256 codes' values from the formula (-1)^s 2^(e - bias)
-// (1 + m / 2^M), subnormals m 2^(1 - bias - M), the special codes as the specification lists them;
-// a float's code by a search for the nearest finite value in double (ties to the even code),
-// saturated at the largest finite value. Over every code and every fp32 pattern class: each of the
-// 2^20 leading bit patterns (sign, exponent, 11 mantissa bits) with the low 12 bits 0, 1, 0x7ff,
-// 0x800, 0x801 and 0xfff (every FP8 midpoint, and one fp32 ulp either side of it), infinities and
-// NaNs. On CUDA builds the same patterns also against NVIDIA's own host conversion (cuda_fp8.h,
-// __NV_SATFINITE).
+// FP8 casts (core/fp8.hpp) against the specification's reference (fp8_spec_reference.hpp) over
+// every code and every fp32 pattern class: each of the 2^20 leading bit patterns (sign, exponent,
+// 11 mantissa bits) with the low 12 bits 0, 1, 0x7ff, 0x800, 0x801 and 0xfff (every FP8 midpoint,
+// and one fp32 ulp either side of it), infinities and NaNs. On CUDA builds the same patterns also
+// against NVIDIA's own host conversion (cuda_fp8.h, __NV_SATFINITE).
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -17,53 +13,15 @@
 
 #include "mpitron/core/fp8.hpp"
 #include "mpitron/ops/fp8_scaling.hpp"
+#include "fp8_spec_reference.hpp"
 #if MPITRON_CUDA
 #include <cuda_fp8.h>
 #endif
 
 using namespace mpitron;
+using namespace fp8_spec;
 
 namespace {
-
-struct SpecFormat {
-  int E, M, bias;
-  bool ieee_specials;  // E5M2: exponent all ones is infinity / NaN; E4M3: only S.1111.111 is NaN
-};
-constexpr SpecFormat kE4m3{4, 3, 7, false}, kE5m2{5, 2, 15, true};
-
-// The code's value by the specification's formula (NaN for NaN codes, +-inf for E5M2's infinities).
-double spec_value(const SpecFormat& f, int code) {
-  const int s = code >> 7, e = (code >> f.M) & ((1 << f.E) - 1), m = code & ((1 << f.M) - 1);
-  const double sign = s ? -1.0 : 1.0;
-  if (f.ieee_specials && e == (1 << f.E) - 1)
-    return m == 0 ? sign * std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
-  if (!f.ieee_specials && e == (1 << f.E) - 1 && m == (1 << f.M) - 1) return std::numeric_limits<double>::quiet_NaN();
-  if (e == 0) return sign * std::ldexp(double(m), 1 - f.bias - f.M);
-  return sign * std::ldexp(1.0 + double(m) / (1 << f.M), e - f.bias);
-}
-
-// The positive finite codes in increasing value (0 first).
-std::vector<int> positive_finite(const SpecFormat& f) {
-  std::vector<int> v;
-  for (int c = 0; c < 128; ++c)
-    if (std::isfinite(spec_value(f, c))) v.push_back(c);
-  std::sort(v.begin(), v.end(), [&](int a, int b) { return spec_value(f, a) < spec_value(f, b); });
-  return v;
-}
-
-// x's code: nearest finite value (ties to the even code), saturated; NaN -> a NaN code (checked by
-// class, its bits are the format's choice).
-int spec_encode(const SpecFormat& f, const std::vector<int>& pos, float x) {
-  const int sign = std::signbit(x) ? 0x80 : 0;
-  const double a = std::fabs(double(x));
-  const double top = spec_value(f, pos.back());
-  if (a >= top) return sign | pos.back();  // saturation (infinity included)
-  auto it = std::upper_bound(pos.begin(), pos.end(), a, [&](double v, int c) { return v < spec_value(f, c); });
-  const int hi = *it, lo = *(it - 1);
-  const double dl = a - spec_value(f, lo), dh = spec_value(f, hi) - a;
-  const int c = dl < dh ? lo : dh < dl ? hi : (lo % 2 == 0 ? lo : hi);
-  return sign | c;
-}
 
 float float_of(uint32_t u) {
   float x;
@@ -162,6 +120,12 @@ BOOST_AUTO_TEST_CASE(current_scaling) {
     for (size_t i = 0; i < x.size(); ++i) BOOST_TEST(y[i] == float_from_fp8(f, q[i]) * (1.f / s.scale));
     BOOST_TEST(y[4] == -12.f);
   }
+  // An amax from elsewhere (smaller than the tensor's, here scale 1): what lands past the threshold
+  // saturates; 465 rounds to 448 by saturating, 463 by rounding (not saturated).
+  std::vector<float> big = {465.f, 463.f, 2000.f};
+  const Fp8CastStats b = fp8_fake_quantize(Fp8Format::e4m3, big.data(), big.size(), 448.f);
+  BOOST_TEST(b.saturated == 2);
+  BOOST_TEST((big[0] == 448.f && big[1] == 448.f && big[2] == 448.f));
   std::vector<float> zeros(5, 0.f);
   BOOST_TEST(fp8_fake_quantize(Fp8Format::e4m3, zeros.data(), zeros.size()).scale == 1.f);
 }

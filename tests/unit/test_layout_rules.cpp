@@ -57,6 +57,11 @@ BOOST_AUTO_TEST_CASE(each_rule_with_its_message) {
   BOOST_TEST(layout_problem(gpt, sp).empty());
   BOOST_TEST(refused_with(m, layout(1, 1, 2, 1, 2), "parallel.ep = 2 splits a mixture-of-experts model's experts"));
   BOOST_TEST(refused_with(m, layout(1, 1, 1, 1, 2), "parallel.ep = 2 must divide the data x context parallel ranks"));
+  LayoutRequest fp8 = layout(2, 1, 1, 1);
+  fp8.fp8 = true;
+  BOOST_TEST(layout_problem(m, fp8).empty());  // the CPU's emulation
+  fp8.gpu = true;
+  BOOST_TEST(refused_with(m, fp8, "train.precision = \"fp8\" runs on the CPU backend only so far"));
 }
 
 BOOST_AUTO_TEST_CASE(batches_and_pipelines) {

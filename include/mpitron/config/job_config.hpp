@@ -103,7 +103,7 @@ struct TrainSection {
   int global_batch = 0;  // sequences per optimizer step; 0: micro_batch * dp
   uint64_t seed = 42;
   std::string recompute = "none";  // none | full
-  std::string precision = "auto";  // CPU GEMMs: fp32 | bf16 | auto (bf16 when its probe is >= 1.3x fp32's)
+  std::string precision = "auto";  // CPU GEMMs: fp32 | bf16 | auto (bf16 when its probe is >= 1.3x fp32's) | fp8
   std::vector<int> trace_steps;    // [first, last]: a Chrome / Perfetto timeline of those steps (core/trace.hpp)
   std::string backend = "cpu";     // cpu | nccl
   double peak_flops = 0;           // 0: measured by a GEMM probe at start-up

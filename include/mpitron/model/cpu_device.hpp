@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mpitron/model/device_vector.hpp"
+#include "mpitron/model/fp8_recipe.hpp"
 #include "mpitron/model/shard_geometry.hpp"
 #include "mpitron/ops/ops.hpp"
 
@@ -33,6 +34,24 @@ struct CpuDevice {
                        int64_t M, int64_t K, int64_t N, const float* gelu_pre = nullptr) {
     ops.matmul_backward(dinp, dw, db, dout, inp, w, M, K, N);
     if (gelu_pre) ops.gelu_backward(dinp, gelu_pre, dinp, static_cast<size_t>(M * K));
+  }
+  // The same two under train.precision = "fp8" (fp8_recipe.hpp): each operand cast into a
+  // workspace copy as the GPU casts it (E4M3 inp and w, E5M2 dout), the GEMM in fp32 on the
+  // copies; db from dout itself.
+  static constexpr bool kFp8Linears = true;
+  void fp8_matmul_forward(Fp8Recipe& r, float* out, const float* inp, const float* w, const float* b, int64_t M,
+                          int64_t K, int64_t N, float* gelu_pre = nullptr) {
+    const float* qi = fp8_copy(r, Fp8Operand::activation, inp, M * K);
+    const float* qw = fp8_copy(r, Fp8Operand::weight, w, N * K);
+    matmul_forward(out, qi, qw, b, M, K, N, gelu_pre);
+  }
+  void fp8_matmul_backward(Fp8Recipe& r, float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                           const float* w, int64_t M, int64_t K, int64_t N, const float* gelu_pre = nullptr) {
+    const float* qd = fp8_copy(r, Fp8Operand::gradient, dout, M * N);
+    const float* qi = dw ? fp8_copy(r, Fp8Operand::activation, inp, M * K) : nullptr;
+    const float* qw = dinp ? fp8_copy(r, Fp8Operand::weight, w, N * K) : nullptr;
+    matmul_backward(dinp, dw, nullptr, qd, qi, qw, M, K, N, gelu_pre);
+    if (db) ops.matmul_backward(nullptr, nullptr, db, dout, inp, w, M, K, N);
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t rows, int64_t C) {
@@ -155,6 +174,16 @@ struct CpuDevice {
   }
   void zero(float* x, size_t n) {
     if (n) std::memset(x, 0, n * sizeof(float));
+  }
+
+  // fp8_matmul_*'s operand copies (activation, weight, gradient), workspace.
+  DeviceVector<float> fp8_ops_[kFp8Operands];
+  const float* fp8_copy(Fp8Recipe& r, Fp8Operand k, const float* x, int64_t n) {
+    DeviceVector<float>& v = fp8_ops_[static_cast<int>(k)];  // host workspace (DeviceVector's default)
+    v.resize(static_cast<size_t>(n));
+    copy(v.data(), x, static_cast<size_t>(n));
+    r.fake_quantize(k, v.data(), n);
+    return v.data();
   }
 
   std::vector<int32_t> ce_targets_;  // crossentropy_partial's scratch: targets shifted into the slice

@@ -18,6 +18,7 @@
 
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/model/config.hpp"
+#include "mpitron/model/fp8_recipe.hpp"
 #include "mpitron/model/moe/moe_routing.hpp"
 
 namespace mpitron {
@@ -91,6 +92,8 @@ struct ModelOptions {
   // Rows of logits the LM head computes at once (bounds its [rows, vocab / tp] buffer); 0: the
   // device's default budget (CPU 2^24 fp32 elements, GPU 2^29 bf16 elements).
   int64_t logits_chunk_rows = 0;
+  // train.precision = "fp8": the blocks' linear layers in FP8 (fp8_recipe.hpp; CPU models).
+  bool fp8 = false;
 };
 
 class ModelChunk {
@@ -173,6 +176,8 @@ class ModelChunk {
   virtual double cp_wait_seconds() const { return -1.0; }
   // MoE blocks: routing statistics since the last take (global layer, stats); empty when dense.
   virtual std::vector<std::pair<int, MoeStats>> take_moe_stats() { return {}; }
+  // train.precision = "fp8": the casts' statistics since the last take (all zero without FP8).
+  virtual Fp8Stats take_fp8_stats() { return {}; }
   // Seconds in the expert-parallel token exchanges since construction; < 0: none.
   virtual double ep_seconds() const { return -1.0; }
 };

@@ -62,6 +62,10 @@ class TransformerBlock {
     qk_grad_.bind(Mem::workspace, dev_.allocator());
   }
   void set_ring(RingAttention* ring) { ring_ = ring; }
+  // train.precision = "fp8": the four linear layers' GEMMs in FP8 with this recipe (nullptr: off).
+  void set_fp8(Fp8Recipe* r) {
+    qkv_.set_fp8(r), proj_.set_fp8(r), fc_.set_fp8(r), fcp_.set_fp8(r);
+  }
   void set_norm_grad_scratch(float* ln_grad) { ln_grad_ = ln_grad; }
   // The next forward or backward's micro-batch's documents (data.document_mask; default: none).
   void set_documents(DocumentRows docs) { docs_ = docs; }

@@ -123,6 +123,7 @@ class TransformerModel final : public ModelChunk {
     return moe_ ? moe_->take_stats() : std::vector<std::pair<int, MoeStats>>{};
   }
   double ep_seconds() const override { return moe_ ? moe_->mlp().ep_seconds() : -1.0; }
+  Fp8Stats take_fp8_stats() override { return fp8_ ? fp8_->take_stats() : Fp8Stats{}; }
 
  private:
   // Pointers into the params (or grads) buffer for one block. LLaMA: ln1/ln2 are the RMSNorms
@@ -232,6 +233,7 @@ class TransformerModel final : public ModelChunk {
   struct DecodeState;      // transformer_model_decode.cpp: the KV cache and one step's scratch, made on first decode()
   std::unique_ptr<CpuRingBlocks> ring_blocks_;  // context parallel (cp > 1): the blocks, the ring
   std::unique_ptr<RingAttention> ring_;
+  std::unique_ptr<Fp8Recipe> fp8_;  // train.precision = "fp8": the blocks' linear layers' casts
   std::shared_ptr<DecodeState> decode_;
   std::unique_ptr<MoeBlocks<CpuDevice>> moe_;  // MoE models: the MoE MLP, its saved state and statistics
 };

@@ -21,6 +21,7 @@ struct LayoutRequest {
   int micro_batch = 1;
   int global_batch = 0;  // 0: micro_batch x dp
   bool gpu = false;      // train.backend = "nccl"
+  bool fp8 = false;      // train.precision = "fp8"
 };
 
 // The layout a job asks for, on the grid it resolved to.

@@ -51,6 +51,7 @@ class StageModel {
   double cp_wait_seconds() const;  // the chunks' ModelChunk::cp_wait_seconds; < 0 if any is unmeasured
   // Every chunk's MoE routing statistics since the last take (ModelChunk::take_moe_stats).
   std::vector<std::pair<int, MoeStats>> take_moe_stats();
+  Fp8Stats take_fp8_stats();  // every chunk's FP8 cast statistics since the last take, summed
   double ep_seconds() const;  // the chunks' token exchanges; < 0 without expert parallel
 
   // DataParallel's step protocol, over every chunk.

@@ -94,6 +94,7 @@ class StepReporter {
   void check_ledger(const char* when);
   void check_prediction(int step, double step_ms);
   void report_moe(int step, bool log_line);  // collective (dp x cp, pp) on MoE models, every step
+  void report_fp8(int step, bool log_line);  // collective (world) under train.precision = "fp8", every step
   void write_trace();
 
   const TrainSetup& s_;

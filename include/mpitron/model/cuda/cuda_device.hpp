@@ -19,6 +19,7 @@ namespace mpitron {
 struct CudaDevice {
   using act_t = bf16;
   static constexpr bool kDeviceRouter = true;  // MoeMlp routes with the device's kernels
+  static constexpr bool kFp8Linears = false;   // no FP8 GEMMs yet: the trainer refuses train.precision = "fp8"
   using weight_t = bf16;
   CudaOps& ops;
   DeviceAllocator* alloc = nullptr;  // the model's arrays sized per call (MoE): stream-ordered on ops' stream

@@ -17,9 +17,29 @@
 #include <cstdint>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/fp8_recipe.hpp"
 #include "mpitron/model/tensor_parallel/tp_mappings.hpp"
 
 namespace mpitron {
+
+// A linear layer's GEMMs: in FP8 when the layer has a recipe (train.precision = "fp8",
+// fp8_recipe.hpp) on a device that casts (Dev::kFp8Linears), else the device's own precision.
+template <class Dev, class A, class Wt>
+void linear_gemm_forward(Dev& dev, Fp8Recipe* fp8, A* y, const A* x, const Wt* w, const Wt* b, int64_t M, int64_t K,
+                         int64_t N, A* gelu_pre = nullptr) {
+  if constexpr (Dev::kFp8Linears) {
+    if (fp8) return dev.fp8_matmul_forward(*fp8, y, x, w, b, M, K, N, gelu_pre);
+  }
+  dev.matmul_forward(y, x, w, b, M, K, N, gelu_pre);
+}
+template <class Dev, class A, class Wt>
+void linear_gemm_backward(Dev& dev, Fp8Recipe* fp8, A* dx, float* dw, float* db, const A* dy, const A* x, const Wt* w,
+                          int64_t M, int64_t K, int64_t N, const A* gelu_pre = nullptr) {
+  if constexpr (Dev::kFp8Linears) {
+    if (fp8) return dev.fp8_matmul_backward(*fp8, dx, dw, db, dy, x, w, M, K, N, gelu_pre);
+  }
+  dev.matmul_backward(dx, dw, db, dy, x, w, M, K, N, gelu_pre);
+}
 
 // Output features split over TP (a fused QKV splits each of its q, k, v parts; the layer does
 // not care: its local weight is [N/tp, K] either way). Forward: f (identity, or the SP
@@ -38,6 +58,7 @@ class ColumnParallelLinear {
           out_features, tp.size());
   }
   int64_t out_local() const { return n_local_; }
+  void set_fp8(Fp8Recipe* r) { fp8_ = r; }  // its GEMMs in FP8 (nullptr: not)
   // x: [local rows, K]. x_full: where the gathered input [rows, K] goes with SP (kept for the
   // backward); without SP pass x itself (or nullptr). Returns the input the GEMM used. gelu_pre:
   // the GEMM's output when y is to be its GELU (one fused call on the GPU).
@@ -49,7 +70,7 @@ class ColumnParallelLinear {
       gather_from_sequence_forward(*tp_.comm, x, x_full, static_cast<size_t>(sequence_local_rows(tp_, rows) * k_));
       in = x_full;
     }
-    dev_.matmul_forward(y, in, w, b, rows, k_, n_local_, gelu_pre);
+    linear_gemm_forward(dev_, fp8_, y, in, w, b, rows, k_, n_local_, gelu_pre);
     return in;
   }
   // x_full: the input the forward returned. dx: [local rows, K], overwritten. scratch: [rows, K],
@@ -58,12 +79,12 @@ class ColumnParallelLinear {
   void backward(A* dx, float* dw, float* db, const A* dy, const A* x_full, const Wt* w, int64_t rows, A* scratch) {
     if (tp_.sp()) {  // partial dx of all rows, reduce-scattered back to this rank's rows
       check(scratch != nullptr, "ColumnParallelLinear: sequence parallel backward needs a [rows, K] scratch");
-      dev_.matmul_backward(scratch, dw, db, dy, x_full, w, rows, k_, n_local_);
+      linear_gemm_backward(dev_, fp8_, scratch, dw, db, dy, x_full, w, rows, k_, n_local_);
       TpCommTimer timer(tp_);
       gather_from_sequence_backward(*tp_.comm, scratch, dx, static_cast<size_t>(sequence_local_rows(tp_, rows) * k_));
       return;
     }
-    dev_.matmul_backward(dx, dw, db, dy, x_full, w, rows, k_, n_local_);
+    linear_gemm_backward(dev_, fp8_, dx, dw, db, dy, x_full, w, rows, k_, n_local_);
     if (tp_.active()) {
       TpCommTimer timer(tp_);
       copy_to_tp_region_backward(*tp_.comm, dx, static_cast<size_t>(rows * k_));
@@ -74,6 +95,7 @@ class ColumnParallelLinear {
   Dev& dev_;
   TpContext tp_;
   int64_t k_, n_local_;
+  Fp8Recipe* fp8_ = nullptr;
 };
 
 // Input features split over TP. Forward: local GEMM on this rank's input columns, then g
@@ -91,17 +113,18 @@ class RowParallelLinear {
           tp.size());
   }
   int64_t in_local() const { return k_local_; }
+  void set_fp8(Fp8Recipe* r) { fp8_ = r; }  // its GEMMs in FP8 (nullptr: not)
   // x: [rows, K/tp]; y: [local rows, N]; scratch: [rows, N] with SP (else unused).
   void forward(A* y, const A* x, const Wt* w, const Wt* b, int64_t rows, A* scratch) {
     const Wt* bias = tp_.rank() == 0 ? b : nullptr;  // added once, before the sum
     if (tp_.sp()) {  // g with SP: reduce-scatter the partial sums to this rank's rows
       check(scratch != nullptr, "RowParallelLinear: sequence parallel needs a [rows, N] scratch");
-      dev_.matmul_forward(scratch, x, w, bias, rows, k_local_, n_);
+      linear_gemm_forward(dev_, fp8_, scratch, x, w, bias, rows, k_local_, n_);
       TpCommTimer timer(tp_);
       reduce_scatter_to_sequence_forward(*tp_.comm, scratch, y, static_cast<size_t>(sequence_local_rows(tp_, rows) * n_));
       return;
     }
-    dev_.matmul_forward(y, x, w, bias, rows, k_local_, n_);
+    linear_gemm_forward(dev_, fp8_, y, x, w, bias, rows, k_local_, n_);
     if (tp_.active()) {
       TpCommTimer timer(tp_);
       reduce_from_tp_region_forward(*tp_.comm, y, static_cast<size_t>(rows * n_));
@@ -121,13 +144,14 @@ class RowParallelLinear {
       }
       g = dy_full;
     }
-    dev_.matmul_backward(dx, dw, db, g, x, w, rows, k_local_, n_, gelu_pre);
+    linear_gemm_backward(dev_, fp8_, dx, dw, db, g, x, w, rows, k_local_, n_, gelu_pre);
   }
 
  private:
   Dev& dev_;
   TpContext tp_;
   int64_t k_local_, n_;
+  Fp8Recipe* fp8_ = nullptr;
 };
 
 // Token (+ position) embedding with the padded vocabulary split over TP. Forward: rows of this
