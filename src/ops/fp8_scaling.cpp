@@ -45,6 +45,10 @@ Fp8CastStats fp8_quantize(Fp8Format f, const float* x, size_t n, uint8_t* q) {
 
 Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n) { return fp8_fake_quantize(f, x, n, fp8_amax(x, n)); }
 
+Fp8CastStats fp8_decode_quantized(Fp8Format f, float* x, size_t n, float amax) {
+  return cast(f, x, n, amax, [f, x](int64_t i, uint8_t c, float) { x[i] = float_from_fp8(f, c); });
+}
+
 Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n, float amax) {
   return cast(f, x, n, amax, [f, x](int64_t i, uint8_t c, float scale) { x[i] = float_from_fp8(f, c) * (1.f / scale); });
 }

@@ -343,7 +343,8 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
   PlanInput in;
   in.model = model;
   in.precision = job.train.backend == "nccl" ? Precision::bf16_fp32_grads : Precision::fp32;
-  in.cpu_bf16_gemms = job.train.backend == "cpu" && job.train.precision == "bf16";  // auto: the trainer knows
+  // auto (and fp8 on a CPU without bf16 GEMMs): the trainer knows.
+  in.cpu_bf16_gemms = job.train.backend == "cpu" && (job.train.precision == "bf16" || job.train.precision == "fp8");
   PlanLayout& l = in.layout;
   l.tp = job.parallel.tp;
   l.pp = job.parallel.pp;

@@ -74,9 +74,13 @@ class CpuBackend final : public TrainBackend {
   // uniform.
   void choose_precision() {
     const std::string& want = cfg_.train.precision;
-    if (want == "fp8") {  // the casts emulate the GPU's FP8 operands; the GEMMs then run in fp32 on them
-      ops_->set_gemm_bf16(false);
-      precision_note_ = "fp8 linears (train.precision; emulated: E4M3/E5M2 casts, fp32 GEMMs)";
+    if (want == "fp8") {
+      // The casts emulate the GPU's FP8 operands; their codes' values are exact in bf16, so the
+      // bf16 GEMMs (where oneDNN has them; else fp32) multiply them exactly with fp32 sums, as the
+      // GPU's FP8 GEMMs do. The other GEMMs are bf16 as on the GPU.
+      const bool bf16 = ops_->set_gemm_bf16(true);
+      precision_note_ = fmt::format("fp8 linears (train.precision; emulated: E4M3/E5M2 codes through {} GEMMs)",
+                                    bf16 ? "bf16" : "fp32");
       return;
     }
     if (want == "fp32" || want == "bf16") {

@@ -35,24 +35,15 @@ struct CpuDevice {
     ops.matmul_backward(dinp, dw, db, dout, inp, w, M, K, N);
     if (gelu_pre) ops.gelu_backward(dinp, gelu_pre, dinp, static_cast<size_t>(M * K));
   }
-  // The same two under train.precision = "fp8" (fp8_recipe.hpp): each operand cast into a
-  // workspace copy as the GPU casts it (E4M3 inp and w, E5M2 dout), the GEMM in fp32 on the
-  // copies; db from dout itself.
+  // The same two under train.precision = "fp8" (fp8_recipe.hpp; cpu_fp8_linear.cpp): each operand
+  // cast into a workspace copy as an FP8 GEMM reads it (E4M3 inp and w, E5M2 dout: the codes'
+  // values, exact in bf16), the GEMM in the Ops' precision, its result times the two operands'
+  // 1 / scale, then the bias (cuBLASLt's order); db from dout itself.
   static constexpr bool kFp8Linears = true;
   void fp8_matmul_forward(Fp8Recipe& r, float* out, const float* inp, const float* w, const float* b, int64_t M,
-                          int64_t K, int64_t N, float* gelu_pre = nullptr) {
-    const float* qi = fp8_copy(r, Fp8Operand::activation, inp, M * K);
-    const float* qw = fp8_copy(r, Fp8Operand::weight, w, N * K);
-    matmul_forward(out, qi, qw, b, M, K, N, gelu_pre);
-  }
+                          int64_t K, int64_t N, float* gelu_pre = nullptr);
   void fp8_matmul_backward(Fp8Recipe& r, float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                           const float* w, int64_t M, int64_t K, int64_t N, const float* gelu_pre = nullptr) {
-    const float* qd = fp8_copy(r, Fp8Operand::gradient, dout, M * N);
-    const float* qi = dw ? fp8_copy(r, Fp8Operand::activation, inp, M * K) : nullptr;
-    const float* qw = dinp ? fp8_copy(r, Fp8Operand::weight, w, N * K) : nullptr;
-    matmul_backward(dinp, dw, nullptr, qd, qi, qw, M, K, N, gelu_pre);
-    if (db) ops.matmul_backward(nullptr, nullptr, db, dout, inp, w, M, K, N);
-  }
+                           const float* w, int64_t M, int64_t K, int64_t N, const float* gelu_pre = nullptr);
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t rows, int64_t C) {
     ops.layernorm_forward(out, mean, rstd, inp, w, b, rows, C);
@@ -176,15 +167,9 @@ struct CpuDevice {
     if (n) std::memset(x, 0, n * sizeof(float));
   }
 
-  // fp8_matmul_*'s operand copies (activation, weight, gradient), workspace.
-  DeviceVector<float> fp8_ops_[kFp8Operands];
-  const float* fp8_copy(Fp8Recipe& r, Fp8Operand k, const float* x, int64_t n) {
-    DeviceVector<float>& v = fp8_ops_[static_cast<int>(k)];  // host workspace (DeviceVector's default)
-    v.resize(static_cast<size_t>(n));
-    copy(v.data(), x, static_cast<size_t>(n));
-    r.fake_quantize(k, v.data(), n);
-    return v.data();
-  }
+  // fp8_matmul_*'s operand copies (activation, weight, gradient) and its weight-gradient
+  // product before scaling: workspace.
+  DeviceVector<float> fp8_ops_[kFp8Operands], fp8_dw_;
 
   std::vector<int32_t> ce_targets_;  // crossentropy_partial's scratch: targets shifted into the slice
   std::vector<float> ce_losses_;
