@@ -10,8 +10,7 @@ namespace {
 // The operand x[n] cast into `v` as kind k; returns its 1 / scale.
 float cast_copy(Fp8Recipe& r, Fp8Operand k, DeviceVector<float>& v, const float* x, int64_t n) {
   v.resize(static_cast<size_t>(n));  // host workspace (DeviceVector's default)
-  std::copy(x, x + n, v.data());
-  return r.quantize(k, v.data(), n);
+  return r.quantize(k, x, v.data(), n);
 }
 
 }  // namespace

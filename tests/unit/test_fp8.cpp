@@ -1,7 +1,8 @@
 // FP8 casts (core/fp8.hpp) against the specification's reference (fp8_spec_reference.hpp) over
 // every code and every fp32 pattern class: each of the 2^20 leading bit patterns (sign, exponent,
 // 11 mantissa bits) with the low 12 bits 0, 1, 0x7ff, 0x800, 0x801 and 0xfff (every FP8 midpoint,
-// and one fp32 ulp either side of it), infinities and NaNs. On CUDA builds the same patterns also
+// and one fp32 ulp either side of it), infinities and NaNs; fp8_round (the value of the code, in
+// one branch-free step) the same way. On CUDA builds the same patterns also
 // against NVIDIA's own host conversion (cuda_fp8.h, __NV_SATFINITE).
 #include <boost/test/unit_test.hpp>
 
@@ -53,19 +54,30 @@ void check_format(const SpecFormat& f, Fp8Format which) {
     if (std::isfinite(want))
       BOOST_TEST_REQUIRE(int(fp8_from_float(which, got)) == c, "code " << c << " does not encode back");
   }
-  // Every fp32 pattern class.
-  int64_t n = 0, bad = 0;
+  // Every fp32 pattern class: the code, and fp8_round's value (the emulation's branch-free cast)
+  // against the specification's code's value, sign of zero included.
+  int64_t n = 0, bad = 0, bad_round = 0;
   for_each_pattern([&](float x) {
     ++n;
     const int got = fp8_from_float(which, x);
-    bool ok;
-    if (std::isnan(x)) ok = std::isnan(float_from_fp8(which, static_cast<uint8_t>(got)));
-    else ok = got == spec_encode(f, pos, x);
+    const float r = fp8_round(which, x);
+    bool ok, ok_round;
+    if (std::isnan(x)) {
+      ok = std::isnan(float_from_fp8(which, static_cast<uint8_t>(got)));
+      ok_round = std::isnan(r);
+    } else {
+      const int want = spec_encode(f, pos, x);
+      ok = got == want;
+      ok_round = double(r) == spec_value(f, want) && (std::signbit(r) != 0) == (want >= 128);
+    }
     if (!ok && ++bad <= 5)
       BOOST_ERROR("x = " << x << " (bits " << std::hex << [&] { uint32_t u; std::memcpy(&u, &x, 4); return u; }()
                          << std::dec << "): code " << got << ", the specification's " << spec_encode(f, pos, x));
+    if (!ok_round && ++bad_round <= 5)
+      BOOST_ERROR("fp8_round(" << x << ") = " << r << ", the specification's " << spec_value(f, spec_encode(f, pos, x)));
   });
   BOOST_TEST(bad == 0, bad << " of " << n << " patterns differ");
+  BOOST_TEST(bad_round == 0, bad_round << " of " << n << " patterns round differently");
   BOOST_TEST(n == int64_t{6} << 20);
 }
 

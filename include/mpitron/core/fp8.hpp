@@ -77,6 +77,32 @@ MPITRON_FP8_HD float decode(uint8_t c) {
   return float_of(sign | ((e - F::kBias + 127) << 23) | (m << (23 - MB)));
 }
 
+// decode(encode(x)) without the code: x rounded to the format's nearest value (ties to even),
+// saturated, the same value as the two calls give (a NaN stays a NaN, its sign x's), branch-free
+// so that loops over it vectorise (the CPU's FP8 emulation casts every operand of every GEMM).
+// Normal range: round to nearest even on the fp32 bits, MB mantissa bits kept (a carry moves the
+// exponent). Subnormal range (below 2^(1 - bias)): a + 2^(23) q - 2^(23) q rounds a to a multiple
+// of the subnormal step q = 2^(1 - bias - MB) in fp32's own rounding (nearest even). Saturation:
+// from the midpoint above the largest finite value (E4M3 464, E5M2 61440).
+template <int EB, int MB>
+MPITRON_FP8_HD float round_to_grid(float x) {
+  using F = Fmt<EB, MB>;
+  const uint32_t u = bits_of(x), sign = u & 0x80000000u, au = u & 0x7fffffffu;
+  const float a = float_of(au);
+  const uint32_t low = (1u << (23 - MB)) - 1u;
+  const uint32_t normal = (au + (low >> 1) + ((au >> (23 - MB)) & 1u)) & ~low;
+  const float big = float_of(static_cast<uint32_t>(127 + 1 - F::kBias - MB + 23) << 23);
+  const float min_normal = float_of(static_cast<uint32_t>(127 + 1 - F::kBias) << 23);
+  const float top = EB == 4 ? 448.f : 57344.f, threshold = EB == 4 ? 464.f : 61440.f;  // top + half its step
+  // Selects as masks (ternaries left a branch in the vectorised loop).
+  const uint32_t sub = 0u - static_cast<uint32_t>(a < min_normal), sat = 0u - static_cast<uint32_t>(a >= threshold),
+                 nan = 0u - static_cast<uint32_t>(a != a);
+  uint32_t r = (bits_of((a + big) - big) & sub) | (normal & ~sub);
+  r = (bits_of(top) & sat) | (r & ~sat);
+  r = (au & nan) | (r & ~nan);
+  return float_of(r | sign);
+}
+
 }  // namespace fp8_detail
 
 MPITRON_FP8_HD uint8_t fp8_e4m3_from_float(float x) { return fp8_detail::encode<4, 3>(x); }
@@ -88,6 +114,10 @@ MPITRON_FP8_HD uint8_t fp8_from_float(Fp8Format f, float x) {
 }
 MPITRON_FP8_HD float float_from_fp8(Fp8Format f, uint8_t c) {
   return f == Fp8Format::e4m3 ? float_from_fp8_e4m3(c) : float_from_fp8_e5m2(c);
+}
+// float_from_fp8(f, fp8_from_float(f, x)) in one branch-free step (fp8_detail::round_to_grid).
+MPITRON_FP8_HD float fp8_round(Fp8Format f, float x) {
+  return f == Fp8Format::e4m3 ? fp8_detail::round_to_grid<4, 3>(x) : fp8_detail::round_to_grid<5, 2>(x);
 }
 // The largest finite magnitudes (the current-scaling recipe's targets: scale = max / amax).
 constexpr float kFp8E4m3Max = 448.f, kFp8E5m2Max = 57344.f;

@@ -63,11 +63,11 @@ class Fp8Recipe {
     if (cp_) m = cp_->all_reduce_scalar(m, ReduceOp::max);
     return static_cast<float>(m);
   }
-  // x[0, n) in place cast as an operand of kind k, as the FP8 GEMM reads it: decode(fp8(x s))
+  // x[0, n) cast as an operand of kind k into out, as the FP8 GEMM reads it: decode(fp8(x s))
   // (the CPU's emulation). Returns 1 / s, the factor the GEMM's result takes for this operand.
-  float quantize(Fp8Operand k, float* x, int64_t n) {
+  float quantize(Fp8Operand k, const float* x, float* out, int64_t n) {
     const float amax = group_amax(fp8_amax(x, static_cast<size_t>(n)));
-    const Fp8CastStats s = fp8_decode_quantized(fp8_format_for(k), x, static_cast<size_t>(n), amax);
+    const Fp8CastStats s = fp8_decode_quantized(fp8_format_for(k), x, out, static_cast<size_t>(n), amax);
     stats_[static_cast<int>(k)].add(s, n);
     return 1.f / s.scale;
   }

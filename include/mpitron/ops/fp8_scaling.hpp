@@ -41,8 +41,9 @@ Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n);
 // The same with the scale of a given amax: a tensor split over ranks (tensor or context
 // parallel) is scaled by the whole tensor's amax, the max of the ranks' fp8_amax.
 Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n, float amax);
-// x[i] <- decode(fp8(x[i] * scale)) in place, the code's value without the 1 / scale: what an FP8
-// GEMM multiplies (exact in bf16 and fp32), its result then scaled by the operands' scale_inv.
-Fp8CastStats fp8_decode_quantized(Fp8Format f, float* x, size_t n, float amax);
+// out[i] = decode(fp8(x[i] * scale)), the code's value without the 1 / scale: what an FP8 GEMM
+// multiplies (exact in bf16 and fp32), its result then scaled by the operands' scale_inv. out may
+// be x.
+Fp8CastStats fp8_decode_quantized(Fp8Format f, const float* x, float* out, size_t n, float amax);
 
 }  // namespace mpitron
