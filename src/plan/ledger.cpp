@@ -345,6 +345,7 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
   in.precision = job.train.backend == "nccl" ? Precision::bf16_fp32_grads : Precision::fp32;
   // auto (and fp8 on a CPU without bf16 GEMMs): the trainer knows.
   in.cpu_bf16_gemms = job.train.backend == "cpu" && (job.train.precision == "bf16" || job.train.precision == "fp8");
+  in.cpu_fp8_linears = job.train.backend == "cpu" && job.train.precision == "fp8";
   PlanLayout& l = in.layout;
   l.tp = job.parallel.tp;
   l.pp = job.parallel.pp;

@@ -70,8 +70,23 @@ LayerCost layer_cost(const Ctx& c, bool moe) {
     r.fwd += times * c.gemm(rows, n, k, false);
     r.bwd += times * c.gemm(rows, n, k, true);
   };
+  double amax_f = 0, amax_b = 0;  // fp8: the casts' amax all-reduces
+  // train.precision = "fp8" on the CPU (cpu_fp8_linear.cpp): each operand's amax read, then read
+  // and written as its cast copy (12 B per fp32 element): forward the input and the weight,
+  // backward the output gradient, the weight and the input; the result scaled in place (8 B per
+  // element of y, and of dx), the weight gradient through a zeroed product and an axpy (16 B per
+  // weight element). Each cast's amax is one scalar all-reduce over tp (and cp).
+  auto fp8_linear = [&](double rows, double n, double k) {
+    if (!c.in.cpu_fp8_linears) return;
+    r.fwd += c.stream(12 * (rows * k + n * k) + 8 * rows * n);
+    r.bwd += c.stream(12 * (rows * n + n * k + rows * k) + 8 * rows * k + 16 * n * k);
+    const double amax = (l.tp > 1 ? c.coll("all_reduce", l.tp, 4, 1) : 0) + (l.cp > 1 ? c.coll("all_reduce", l.cp, 4, l.tp) : 0);
+    amax_f += 2 * amax, amax_b += 3 * amax;
+  };
   gemm(M, (H + 2 * KV) * hd / tp, d);
   gemm(M, d, H * hd / tp);
+  fp8_linear(M, (H + 2 * KV) * hd / tp, d);
+  fp8_linear(M, d, H * hd / tp);
   const MoeShape ms = moe_shape(m, M, l.ep);
   if (moe) {  // the router, one GEMM pair per local expert over its rows (w1|w3, w2), the shared experts
     const double Fe = m.moe.d_ff;
@@ -85,6 +100,8 @@ LayerCost layer_cost(const Ctx& c, bool moe) {
   } else {
     gemm(M, fcf * F / tp, d);
     gemm(M, d, F / tp);
+    fp8_linear(M, fcf * F / tp, d);
+    fp8_linear(M, d, F / tp);
   }
   // Attention: 4 T^2 hd per head and sequence forward; under cp each rank does 1/cp of it.
   const double T = m.seq_len;
@@ -118,6 +135,7 @@ LayerCost layer_cost(const Ctx& c, bool moe) {
     r.tp_fwd = sub + mlp;
     r.tp_bwd = r.tp_fwd * (l.recompute ? 2 : 1);
   }
+  r.tp_fwd += amax_f, r.tp_bwd += amax_b + (l.recompute ? amax_f : 0);
   if (moe && l.ep > 1) {
     // Expert parallel: the per-expert counts all-gathered, then dispatch and combine, each one
     // all-to-all of the copies' rows; backward the two again on the gradients; a recomputed block

@@ -24,6 +24,7 @@
 #     rank r the sequences r, r + dp, ..., so its micro-batches hold other sequences than the single
 #     rank's and their tensors other amaxes (measured: losses 2.4e-4 apart after 10 steps, the
 #     same training statistically: step 1's loss differs by 1.3e-5);
+#   - the memory ledger stays EXACT in FP8 (train.check_ledger);
 #   - a checkpoint written in FP8 resumes in FP8 bit for bit, and in fp32 (its master weights are fp32).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -53,8 +54,10 @@ if ! timeout 60 "$MPITRON" train jobs/tiny.toml "${common[@]}" --train.steps=1 -
 fi
 for job in tiny llama-tiny; do
   run "$job" "${job}_ref" 1 --train.steps=40 --eval.every=20 --optim.lr=1e-3 --train.precision=$ref_prec
-  run "$job" "${job}_fp8" 1 --train.steps=40 --eval.every=20 --optim.lr=1e-3 --train.precision=fp8
+  run "$job" "${job}_fp8" 1 --train.steps=40 --eval.every=20 --optim.lr=1e-3 --train.precision=fp8 \
+    --train.check_ledger=true
 done
+ledger_ok "tiny_fp8 1" "llama-tiny_fp8 1"  # the casts' copies are workspace, which the CPU ledger measures
 grep -q "fp8 linears (train.precision; emulated" "$tmp/tiny_fp8.log" || fail "fp8: not in the layout line"
 grep -Eq "^step 40 fp8 \| act amax [0-9.e+-]+ underflow [0-9.]+% \| weight amax" "$tmp/tiny_fp8.log" ||
   fail "no fp8 statistics line: $(grep fp8 "$tmp/tiny_fp8.log" | tail -2)"

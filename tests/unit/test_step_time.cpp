@@ -155,6 +155,24 @@ BOOST_AUTO_TEST_CASE(compute_of_a_gemm_bound_step) {
   BOOST_TEST(r.compute_s == gemm / (R * 1e9) + attn / (A * 1e9), boost::test_tools::tolerance(1e-6));
 }
 
+// train.precision = "fp8" on the CPU adds the casts' bytes of the four linear layers at the
+// elementwise rate, counted here from their shapes: per layer and GEMM (M rows, n out, k in)
+// 12 (M k + n k) + 8 M n forward, 12 (M n + n k + M k) + 8 M k + 16 n k backward.
+BOOST_AUTO_TEST_CASE(cpu_fp8_casts_at_the_stream_rate) {
+  PlanInput in = gpt_input(1, 1, 1, 2, 1);
+  const ModelConfig& m = in.model;
+  const double S = 7;  // GB/s
+  const MachineProfile p = flat_profile(100, 50, S, 10, 0);
+  const double plain = predict_step(in, p).compute_s;
+  in.cpu_fp8_linears = true;
+  const double fp8 = predict_step(in, p).compute_s;
+  const double M = 2.0 * m.seq_len, d = m.d_model, F = m.d_ff;
+  double bytes = 0;
+  for (auto [n, k] : {std::pair{3 * d, d}, {d, d}, {F, d}, {d, F}})
+    bytes += 12 * (M * k + n * k) + 8 * M * n + 12 * (M * n + n * k + M * k) + 8 * M * k + 16 * n * k;
+  BOOST_TEST(fp8 - plain == m.n_layer * bytes / (S * 1e9), boost::test_tools::tolerance(1e-9));
+}
+
 BOOST_AUTO_TEST_CASE(profile_round_trip_and_errors) {
   const MachineProfile p = flat_profile(123, 45, 67, 8.5, 3e-6);
   const std::string path = "/tmp/mpitron_test_profile.toml";
