@@ -372,6 +372,7 @@ double TransformerModel::forward(const int32_t* inputs, const int32_t* targets, 
   sa.B = B;
   sa.had_targets = targets != nullptr;
   sa.had_grad = grad_enabled_;
+  if (fp8_) fp8_->set_counting(grad_enabled_);  // an evaluation's casts are not the step's
   int32_t* toks = sa.tokens;
   int32_t* tgts = toks + static_cast<int64_t>(max_B_) * T;
   sa.had_docs = positions != nullptr;

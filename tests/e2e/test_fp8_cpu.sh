@@ -8,7 +8,8 @@
 #     AMX): 6.3e-4 and 5.1e-4 per step, the bf16 run 5e-5 .. 8e-5 from fp32's. (At lr 3e-3 the
 #     tiny models' trajectories are chaotic: bf16 and fp32 end 0.5% apart, FP8 2%.)
 #   - the statistics in metrics.jsonl every step (amax, saturated and underflowed fractions per
-#     operand kind; nothing saturates under current scaling) and in the log;
+#     operand kind; nothing saturates under current scaling) and in the log; evaluation passes do
+#     not count in them;
 #   - the golden rule in FP8: dp 2 (ZeRO 1 and 3, one sequence per micro-batch), pp 2, tp 2 (with
 #     and without sequence parallel), cp 2, and ep 2 on the MoE model (its experts are not FP8)
 #     follow the single-rank FP8 run. Step 1's loss within 1e-6: the first forward runs on the
@@ -86,6 +87,18 @@ for job in ("tiny", "llama-tiny"):
     print("  step 40: " + ", ".join(f"{k} amax {last[f'fp8_{k}_amax']:.3g} underflow {100 * last[f'fp8_{k}_underflow']:.3f}%"
                                     for k in ("act", "weight", "grad")))
     assert not any(k.startswith("fp8_") for r in rows(f"{job}_ref") for k in r), f"fp8 statistics in the {ref} run"
+PY
+
+# The statistics are the training steps' casts: evaluating after every step changes none of them.
+run tiny eval_each 1 --train.steps=3 --eval.every=1 --train.precision=fp8
+run tiny eval_none 1 --train.steps=3 --eval.every=0 --train.precision=fp8
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+def fp8(n): return [{k: v for k, v in r.items() if k.startswith("fp8_")} for r in map(json.loads, open(f"{t}/{n}/metrics.jsonl")) if "fp8_act_amax" in r]
+a, b = fp8("eval_each"), fp8("eval_none")
+assert len(a) == 3 and a == b, (a, b)
+print("fp8 statistics: the same with and without an evaluation after every step")
 PY
 
 # The golden rule in FP8, 10 steps.

@@ -15,7 +15,8 @@
 // rounding boundary (the bound in tests/e2e/test_fp8_cpu.sh says how far that carries).
 //
 // The statistics (metrics.jsonl's "fp8"): per operand kind, the largest amax, and the fractions of
-// the cast elements that saturated (none under current scaling) or underflowed to zero.
+// the cast elements that saturated (none under current scaling) or underflowed to zero; a
+// training step's casts only (recomputed forwards included, evaluation not).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -68,9 +69,11 @@ class Fp8Recipe {
   float quantize(Fp8Operand k, const float* x, float* out, int64_t n) {
     const float amax = group_amax(fp8_amax(x, static_cast<size_t>(n)));
     const Fp8CastStats s = fp8_decode_quantized(fp8_format_for(k), x, out, static_cast<size_t>(n), amax);
-    stats_[static_cast<int>(k)].add(s, n);
+    if (counting_) stats_[static_cast<int>(k)].add(s, n);
     return 1.f / s.scale;
   }
+  // Off: casts are made but not counted (evaluation passes, which are not a step's).
+  void set_counting(bool on) { counting_ = on; }
   Fp8Stats take_stats() {
     Fp8Stats s = stats_;
     stats_ = {};
@@ -81,6 +84,7 @@ class Fp8Recipe {
   Comm* tp_;
   Comm* cp_;
   Fp8Stats stats_{};
+  bool counting_ = true;
 };
 
 }  // namespace mpitron
