@@ -94,14 +94,12 @@ Fp8CastStats fp8_quantize(Fp8Format f, const float* x, size_t n, uint8_t* q) {
   return s;
 }
 
-Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n) { return fp8_fake_quantize(f, x, n, fp8_amax(x, n)); }
+Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n) {
+  return round_to(f, x, x, n, fp8_amax(x, n), /*unscale=*/true);
+}
 
 Fp8CastStats fp8_decode_quantized(Fp8Format f, const float* x, float* out, size_t n, float amax) {
   return round_to(f, x, out, n, amax, /*unscale=*/false);
-}
-
-Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n, float amax) {
-  return round_to(f, x, x, n, amax, /*unscale=*/true);
 }
 
 }  // namespace mpitron

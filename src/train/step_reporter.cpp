@@ -80,7 +80,6 @@ RankLedger predicted_ledger(const TrainSetup& s, const TrainBackend& backend) {
   if (!s.cfg.train.check_ledger) return {};
   PlanInput in = plan_input_from_job(s.cfg, s.mc, s.launch.world);
   in.cpu_bf16_gemms = backend.cpu_bf16_gemms();  // train.precision = auto decided at start-up
-  in.cpu_fp8_linears = s.cfg.train.precision == "fp8";
   // The snapshot is host memory: a GPU backend's tracker (the device's) does not hold it.
   in.async_checkpoint &= in.precision == Precision::fp32;
   return rank_ledger(in, s.grid.rank());

@@ -22,6 +22,14 @@ namespace mpitron {
 
 enum class Fp8Format : uint8_t { e4m3, e5m2 };
 
+// The largest finite magnitudes (the current-scaling recipe's targets: scale = max / amax), and
+// where saturation begins: the midpoint between the largest finite value and the next
+// power-of-two step, from which round-to-nearest would pass the largest finite value. Below it,
+// x scale may exceed the largest finite value by fp32 rounding (the amax element itself:
+// amax x (max / amax)) and still round to it: not saturated.
+constexpr float kFp8E4m3Max = 448.f, kFp8E5m2Max = 57344.f;
+constexpr float kFp8E4m3Saturation = 464.f, kFp8E5m2Saturation = 61440.f;
+
 namespace fp8_detail {
 
 template <int EB, int MB>
@@ -93,7 +101,7 @@ MPITRON_FP8_HD float round_to_grid(float x) {
   const uint32_t normal = (au + (low >> 1) + ((au >> (23 - MB)) & 1u)) & ~low;
   const float big = float_of(static_cast<uint32_t>(127 + 1 - F::kBias - MB + 23) << 23);
   const float min_normal = float_of(static_cast<uint32_t>(127 + 1 - F::kBias) << 23);
-  const float top = EB == 4 ? 448.f : 57344.f, threshold = EB == 4 ? 464.f : 61440.f;  // top + half its step
+  const float top = EB == 4 ? kFp8E4m3Max : kFp8E5m2Max, threshold = EB == 4 ? kFp8E4m3Saturation : kFp8E5m2Saturation;
   // Selects as masks (ternaries left a branch in the vectorised loop).
   const uint32_t sub = 0u - static_cast<uint32_t>(a < min_normal), sat = 0u - static_cast<uint32_t>(a >= threshold),
                  nan = 0u - static_cast<uint32_t>(a != a);
@@ -119,7 +127,5 @@ MPITRON_FP8_HD float float_from_fp8(Fp8Format f, uint8_t c) {
 MPITRON_FP8_HD float fp8_round(Fp8Format f, float x) {
   return f == Fp8Format::e4m3 ? fp8_detail::round_to_grid<4, 3>(x) : fp8_detail::round_to_grid<5, 2>(x);
 }
-// The largest finite magnitudes (the current-scaling recipe's targets: scale = max / amax).
-constexpr float kFp8E4m3Max = 448.f, kFp8E5m2Max = 57344.f;
 
 }  // namespace mpitron

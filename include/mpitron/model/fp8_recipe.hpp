@@ -39,13 +39,7 @@ inline Fp8Format fp8_format_for(Fp8Operand k) { return k == Fp8Operand::gradient
 struct Fp8KindStats {
   double amax = 0;  // the largest amax
   int64_t casts = 0, elements = 0, saturated = 0, underflowed = 0;
-  void add(const Fp8CastStats& s, int64_t n) {
-    amax = amax > s.amax ? amax : s.amax;
-    ++casts;
-    elements += n;
-    saturated += s.saturated;
-    underflowed += s.underflowed;
-  }
+  void add(const Fp8CastStats& s, int64_t n) { merge({s.amax, 1, n, s.saturated, s.underflowed}); }
   void merge(const Fp8KindStats& o) {
     amax = amax > o.amax ? amax : o.amax;
     casts += o.casts, elements += o.elements, saturated += o.saturated, underflowed += o.underflowed;

@@ -18,11 +18,10 @@ MPITRON_FP8_HD float fp8_scale_for(Fp8Format f, float amax) {
   return amax > 0.f && amax <= 3.4e38f ? fp8_max_finite(f) / amax : 1.f;
 }
 
-// Where saturation begins: |x scale| at or above the midpoint between the largest finite value and
-// the next power-of-two step (E4M3 464, E5M2 61440) would round past the largest finite value
-// without it. Below it, x scale may exceed the largest finite value by fp32 rounding (the amax
-// element itself: amax x (max / amax)) and still round to it: not saturated.
-MPITRON_FP8_HD float fp8_saturation_threshold(Fp8Format f) { return f == Fp8Format::e4m3 ? 464.f : 61440.f; }
+// Where saturation begins (core/fp8.hpp: E4M3 464, E5M2 61440).
+MPITRON_FP8_HD float fp8_saturation_threshold(Fp8Format f) {
+  return f == Fp8Format::e4m3 ? kFp8E4m3Saturation : kFp8E5m2Saturation;
+}
 
 // What a cast did (the recipe's statistics): the amax, and how many elements saturated (past the
 // threshold above: none under current scaling unless the amax came from elsewhere) or underflowed
@@ -38,12 +37,10 @@ float fp8_amax(const float* x, size_t n);
 Fp8CastStats fp8_quantize(Fp8Format f, const float* x, size_t n, uint8_t* q);
 // x[i] <- decode(fp8(x[i] * scale)) * (1 / scale) in place: the CPU's emulation of an FP8 operand.
 Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n);
-// The same with the scale of a given amax: a tensor split over ranks (tensor or context
-// parallel) is scaled by the whole tensor's amax, the max of the ranks' fp8_amax.
-Fp8CastStats fp8_fake_quantize(Fp8Format f, float* x, size_t n, float amax);
-// out[i] = decode(fp8(x[i] * scale)), the code's value without the 1 / scale: what an FP8 GEMM
-// multiplies (exact in bf16 and fp32), its result then scaled by the operands' scale_inv. out may
-// be x.
+// out[i] = decode(fp8(x[i] * scale)) with the scale of a given amax (a tensor split over ranks,
+// tensor or context parallel, is scaled by the whole tensor's amax, the max of the ranks'
+// fp8_amax): the code's value without the 1 / scale, what an FP8 GEMM multiplies (exact in bf16
+// and fp32), its result then scaled by the operands' scale_inv. out may be x.
 Fp8CastStats fp8_decode_quantized(Fp8Format f, const float* x, float* out, size_t n, float amax);
 
 }  // namespace mpitron
