@@ -204,7 +204,8 @@ deps:
 deps-check:
 	@bash tools/deps.sh check
 
-tests: $(UNIT_BIN) $(MPI_TEST_BIN) $(BUILD)/mpitron $(EMULATED)
+# gpu_check too where CUDA is on: it links on its own object list, which nothing else would check.
+tests: $(UNIT_BIN) $(MPI_TEST_BIN) $(BUILD)/mpitron $(EMULATED) $(if $(CUDA_OBJ),$(BUILD)/bench/gpu_check)
 
 # The README's test command. Runs unit tests, every MPI test at the rank counts its file asks for
 # (a `// np: 1 2 4` line), then tests/e2e/test_*.sh; prints "N passed, N failed" at the end.
@@ -293,7 +294,8 @@ bench: bench-comm
 .PHONY: gpu-check
 GPU_CHECK_OBJ := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard bench/gpu/*.cpp) tests/cuda/self_check.cpp) \
   $(BUILD)/obj/src/parallel/adamw.o \
-  $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/% $(BUILD)/obj/src/config/% $(BUILD)/obj/src/model/%,$(LIB_OBJ) $(CUDA_OBJ))
+  $(filter $(BUILD)/obj/src/ops/% $(BUILD)/obj/src/core/% $(BUILD)/obj/src/config/% $(BUILD)/obj/src/model/% \
+    $(BUILD)/obj/src/distributed/%,$(LIB_OBJ) $(CUDA_OBJ))
 $(BUILD)/bench/gpu_check: $(GPU_CHECK_OBJ)
 	@test "$(CUDA_ON)" = 1 || { echo "gpu_check needs a CUDA build (CUDA=1)" >&2; exit 1; }
 	@mkdir -p $(dir $@)

@@ -64,7 +64,7 @@ fi
 : >"$OUT"
 rc=0
 first=1
-for sec in device:30 kernels:150 attention:120 timings:120 tiny:120 steps:150; do
+for sec in device:30 kernels:150 attention:120 timings:120 fp8:60 tiny:120 steps:150; do
   name=${sec%%:*} cap=${sec##*:}
   left=$((LIMIT - (SECONDS - t0) - 120))
   [ "$left" -gt "$cap" ] && left=$cap

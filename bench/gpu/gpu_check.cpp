@@ -9,13 +9,15 @@
 //      F 2048, KV 4; the ring's block kernels on the same causal work) and the cuBLASLt bf16 GEMM rate
 //      (8192^3) against the H200's 989 TFLOP/s dense bf16 datasheet peak; the device MoE router
 //      against the expert GEMMs at OLMoE shapes;
-//   4. training (training_check.cpp): the tiny model 20 AdamW steps on TransformerModelCuda (both
+//   4. fp8 (fp8_timings.cpp): the FP8 linears against bf16 at gpt2-124m, llama-1b and llama-3b-like
+//      shapes, the casts and the FP8 GEMMs apart;
+//   5. training (training_check.cpp): the tiny model 20 AdamW steps on TransformerModelCuda (both
 //      attention paths, and a padded vocabulary) against the CPU TransformerModel from the same
 //      initial parameters (losses, first-step gradients, final parameters), and one training step
 //      of gpt2-124m / gpt2-350m timed (ms, tokens/s, MFU), after an initial-loss check against the
 //      CPU TransformerModel.
 // Usage: gpu_check RESULTS.md [--append] [SECTION...]   (exit 0: every check passed; 1: a check
-// failed; 2: no GPU; 3: bad arguments). SECTIONs: device kernels attention timings tiny steps
+// failed; 2: no GPU; 3: bad arguments). SECTIONs: device kernels attention timings fp8 tiny steps
 // (training = tiny + steps; default: all, in one process). bench/gpu_check.sh runs each section in
 // its own process, appending to one file: a kernel fault (illegal address, ...) is sticky for the
 // whole CUDA context, so in one process it would fail every section after it.
@@ -43,6 +45,8 @@
 #include "mpitron/ops/cuda/cuda_ops.hpp"
 #include "../../tests/cuda/self_check.hpp"
 #include "mpitron/ops/ops.hpp"
+#include "device_timing.hpp"
+#include "fp8_timings.hpp"
 #include "report.hpp"
 #include "training_check.hpp"
 
@@ -50,53 +54,6 @@ using namespace mpitron;
 using namespace mpitron::gpu_check;
 
 namespace {
-
-void cuda_ok(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) fail("{} failed: CUDA error {} ({})", call, static_cast<int>(e), cudaGetErrorString(e));
-}
-
-// A device buffer filled with the byte 0x3c: bf16 0x3c3c and fp32 0x3c3c3c3c are both ~0.0115,
-// finite and non-zero (timing needs no particular values).
-struct Buf {
-  explicit Buf(size_t bytes) {
-    cuda_ok(cudaMalloc(&p, bytes ? bytes : 16), "cudaMalloc(bench buffer)");
-    cuda_ok(cudaMemset(p, 0x3c, bytes), "cudaMemset");
-    // cudaMemset runs on the legacy default stream, which CudaOps' non-blocking stream does not
-    // wait for: finish it before any kernel reads the buffer.
-    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-  void* p = nullptr;
-};
-
-// Median milliseconds of `reps` runs of f on ops' stream (after 2 warm-up runs).
-double time_ms(CudaOps& ops, int reps, const std::function<void()>& f) {
-  f();
-  f();
-  std::vector<cudaEvent_t> ev(2 * reps);
-  for (auto& e : ev) cuda_ok(cudaEventCreate(&e), "cudaEventCreate");
-  for (int r = 0; r < reps; ++r) {
-    cuda_ok(cudaEventRecord(ev[2 * r], ops.stream()), "cudaEventRecord");
-    f();
-    cuda_ok(cudaEventRecord(ev[2 * r + 1], ops.stream()), "cudaEventRecord");
-  }
-  ops.synchronize();
-  std::vector<double> ms(reps);
-  for (int r = 0; r < reps; ++r) {
-    float t = 0;
-    cuda_ok(cudaEventElapsedTime(&t, ev[2 * r], ev[2 * r + 1]), "cudaEventElapsedTime");
-    ms[r] = t;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
-}
 
 void device_section(Report& rep) {
   int dev = 0;
@@ -541,7 +498,7 @@ double timing_section(Report& rep) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: gpu_check RESULTS.md [--append] [device|kernels|attention|timings|tiny|steps|training ...]\n");
+    std::fprintf(stderr, "usage: gpu_check RESULTS.md [--append] [device|kernels|attention|timings|fp8|tiny|steps|training ...]\n");
     return 2;
   }
   bool append = false;
@@ -550,7 +507,8 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--append") {
       append = true;
-    } else if (a == "device" || a == "kernels" || a == "attention" || a == "timings" || a == "tiny" || a == "steps") {
+    } else if (a == "device" || a == "kernels" || a == "attention" || a == "timings" || a == "fp8" || a == "tiny" ||
+               a == "steps") {
       sections.push_back(a);
     } else if (a == "training") {
       sections.push_back("tiny");
@@ -581,6 +539,7 @@ int main(int argc, char** argv) {
       if (want("attention")) attention_paths_section(rep);
       double gemm_tflops = 0;
       if (want("timings")) gemm_tflops = timing_section(rep);
+      if (want("fp8")) fp8_section(rep);
       if (want("tiny") || want("steps")) {
         // A process of its own: measure the GEMM rate the step MFU is also quoted against.
         if (want("steps") && !want("timings")) {

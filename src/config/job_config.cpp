@@ -355,8 +355,8 @@ const std::vector<Key>& registry() {
       make_key("train.precision",
                "CPU backend GEMMs: fp32 | bf16 (inputs rounded to bf16, fp32 accumulation, as on the GPU) | auto (bf16 when "
                "its start-up probe is >= 1.3x fp32's) | fp8 (the blocks' linear layers in FP8 with current scaling, "
-               "E4M3 weights and activations, E5M2 gradients, emulated: the codes through the bf16 GEMMs; docs/fp8.md); "
-               "the GPU backend is always bf16",
+               "E4M3 weights and activations, E5M2 gradients; on the CPU emulated, the codes through the bf16 GEMMs; "
+               "docs/fp8.md); the GPU backend: bf16, or fp8 (cuBLASLt's FP8 GEMMs, compute capability >= 8.9)",
                &C::train, &TrainSection::precision, {"auto", "fp32", "bf16", "fp8"}),
       make_key("train.trace_steps",
                "[first, last]: write a Chrome / Perfetto timeline of those steps per rank to <run_dir>/trace/rank_<r>.json (empty: off)",

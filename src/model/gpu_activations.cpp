@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "mpitron/model/arch.hpp"
+#include "mpitron/model/fp8_recipe.hpp"
 #include "mpitron/ops/attention_segments.hpp"
 
 namespace mpitron {
@@ -17,13 +18,14 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
 GpuActLayout gpu_act_layout(const ModelConfig& cfg, const ModelShard& shard, int B, int slots, bool recompute,
-                            int64_t chunk_rows) {
+                            int64_t chunk_rows, bool fp8) {
   GpuActLayout lay;
   lay.cp = shard.cp_size;
   lay.tp = shard.tp_size, lay.sp = shard.sequence_parallel && shard.tp_size > 1, lay.B = B;
   lay.n_layers = local_layers(cfg, shard), lay.head = shard.has_head;
   lay.recompute = recompute, lay.chunk_rows = chunk_rows, lay.slots = std::max(1, slots);
   lay.stage_io = !(shard.has_embedding && shard.has_head);
+  lay.fp8 = fp8;
   return lay;
 }
 
@@ -106,8 +108,18 @@ size_t plan_gpu_activations(const ModelConfig& cfg, const GpuActLayout& lay, cha
       r.step = bf(BT * Q), r.dkv_step = bf(blk);  // cuDNN's blocks: a block's output or dq | its dk|dv
     }
   }
+  if (lay.fp8 && lay.n_layers > 0) {  // the four linears (K x N): qkv C x Q, proj Cl x C, fc C x Fc, fcp F x C
+    const int64_t K = std::max({C, Cl, F}), N = std::max({Q, C, Fc}), W = std::max({C * Q, Cl * C, C * Fc, F * C});
+    GpuFp8Bufs& f = s.fp8;
+    f.act = static_cast<uint8_t*>(take(static_cast<size_t>(BT * K)));
+    f.weight = static_cast<uint8_t*>(take(static_cast<size_t>(W)));
+    f.grad = static_cast<uint8_t*>(take(static_cast<size_t>(BT * N)));
+    f.grad_t = static_cast<uint8_t*>(take(static_cast<size_t>(BT * N)));
+    f.scalars = f32(2 * kFp8Operands);
+    f.stats = static_cast<Fp8DeviceStats*>(take(kFp8Operands * sizeof(Fp8DeviceStats)));
+  }
   for (GpuActs& a : slots) {
-    a.ring = s.ring;
+    a.ring = s.ring, a.fp8 = s.fp8;
     a.logits = s.logits, a.proj_out = s.proj_out, a.dres = s.dres, a.dC = s.dC, a.d4C = s.d4C, a.ce = s.ce;
     a.dmlp = s.dmlp, a.qk_tmp = s.qk_tmp;
     a.gath = s.gath, a.full = s.full, a.dres_full = s.dres_full, a.ln_grad = s.ln_grad, a.stage_f32 = s.stage_f32;

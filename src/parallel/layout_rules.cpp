@@ -45,10 +45,24 @@ void check_experts(const ModelConfig& m, const LayoutRequest& l) {
               "parallel.ep = {} with parallel.zero = 3 runs on the CPU backend only so far (the GPU model's ZeRO-3 "
               "units do not hold the experts, laid out after the other parameters): use zero <= 2",
               g.ep);
-  usage_check(!l.gpu || !l.fp8,
-              "train.precision = \"fp8\" runs on the CPU backend only so far (its emulation of the FP8 recipe, "
-              "docs/fp8.md); the GPU backend's FP8 GEMMs are not built yet: use train.backend = \"cpu\" or "
-              "another precision");
+}
+
+// train.precision = "fp8" on the GPU: cuBLASLt's FP8 GEMMs take every dimension a multiple of 16,
+// the rows of a micro-batch and each linear's width on a tensor-parallel rank (the four linears:
+// qkv C -> (H + 2 KV) hd / tp, the attention output, fc and the MLP's second matrix).
+void check_fp8_gemm_shapes(const ModelConfig& m, const LayoutRequest& l) {
+  const int tp = l.grid.tp;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"micro_batch x seq_len / cp (the rows of a micro-batch)", int64_t{l.micro_batch} * (m.seq_len / l.grid.cp)},
+      {"model.d_model", m.d_model},
+      {"(n_head + 2 kv heads) x head_dim / tp (the q|k|v width)", (m.n_head + 2 * kv_heads(m)) / tp * m.head_dim()},
+      {"n_head x head_dim / tp (the attention output's width)", m.attention_width() / tp},
+      {"model.d_ff / tp", m.d_ff / tp}};
+  for (const auto& [what, v] : dims)
+    usage_check(v % 16 == 0,
+                "train.precision = \"fp8\" on the GPU: cuBLASLt's FP8 GEMMs need every dimension of the block's "
+                "linears a multiple of 16, and {} is {}",
+                what, v);
 }
 
 // How the global batch splits over dp ranks and micro-batches.
@@ -107,6 +121,7 @@ void check_layout(const ModelConfig& model, const LayoutRequest& layout) {
   check_experts(model, layout);
   check_batch(layout);
   check_pipeline(model, layout);
+  if (layout.gpu && layout.fp8) check_fp8_gemm_shapes(model, layout);
 }
 
 std::string layout_problem(const ModelConfig& model, const LayoutRequest& layout) {

@@ -238,7 +238,7 @@ void add_gpu_activations(RankLedger& r, const PlanInput& in, const std::vector<C
   // fused attention's log-sum-exp and no [B, H, T, T] matrix), GPT-2 or LLaMA.
   const int64_t rows = gpu_logits_chunk_rows(m, mb, 0, l.cp);
   auto bytes = [&](const ModelShard& sh, int slots) {
-    return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows));
+    return gpu_activation_bytes(m, gpu_act_layout(m, sh, mb, slots, l.recompute, rows, in.fp8_linears));
   };
   // MoE blocks: their device arrays (moe_gpu_activation_bytes: what MoeMlp::reserve holds on a GPU),
   // per block and slot, or one shared under recompute.
@@ -345,7 +345,7 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
   in.precision = job.train.backend == "nccl" ? Precision::bf16_fp32_grads : Precision::fp32;
   // auto (and fp8 on a CPU without bf16 GEMMs): the trainer knows.
   in.cpu_bf16_gemms = job.train.backend == "cpu" && (job.train.precision == "bf16" || job.train.precision == "fp8");
-  in.cpu_fp8_linears = job.train.backend == "cpu" && job.train.precision == "fp8";
+  in.fp8_linears = job.train.precision == "fp8";
   PlanLayout& l = in.layout;
   l.tp = job.parallel.tp;
   l.pp = job.parallel.pp;

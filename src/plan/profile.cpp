@@ -77,8 +77,18 @@ const MachineProfile::Rates& MachineProfile::rates_for(int threads) const {
 
 double MachineProfile::gemm_gflops(double M, double N, double K, bool backward, bool bf16, int threads) const {
   const Rates& rt = rates_for(threads);
-  const std::vector<double>& v = bf16 && has_bf16() ? (backward ? rt.gemm_bwd_bf16 : rt.gemm_fwd_bf16)
-                                                    : (backward ? rt.gemm_bwd_f32 : rt.gemm_fwd_f32);
+  return gemm_interp(bf16 && has_bf16() ? (backward ? rt.gemm_bwd_bf16 : rt.gemm_fwd_bf16)
+                                        : (backward ? rt.gemm_bwd_f32 : rt.gemm_fwd_f32),
+                     M, N, K);
+}
+
+double MachineProfile::fp8_gemm_gflops(double M, double N, double K, bool backward) const {
+  check(has_fp8(), "profile of {}: no FP8 GEMM rates", device);
+  const Rates& rt = rates.front();
+  return gemm_interp(backward ? rt.gemm_bwd_fp8 : rt.gemm_fwd_fp8, M, N, K);
+}
+
+double MachineProfile::gemm_interp(const std::vector<double>& v, double M, double N, double K) const {
   check(!v.empty() && v.size() == gemm_m.size() * gemm_n.size() * gemm_k.size(), "profile: the GEMM grid is empty or malformed");
   auto [im, wm] = locate(gemm_m, M);
   auto [in, wn] = locate(gemm_n, N);
@@ -193,6 +203,8 @@ std::string profile_to_toml(const MachineProfile& p) {
                      arr(r.gemm_bwd_f32));
     if (!r.gemm_fwd_bf16.empty())
       o += fmt::format("gemm_fwd_bf16 = {}\ngemm_bwd_bf16 = {}\n", arr(r.gemm_fwd_bf16), arr(r.gemm_bwd_bf16));
+    if (!r.gemm_fwd_fp8.empty())
+      o += fmt::format("gemm_fwd_fp8 = {}\ngemm_bwd_fp8 = {}\n", arr(r.gemm_fwd_fp8), arr(r.gemm_bwd_fp8));
     o += fmt::format("attn_fwd = {}\nattn_bwd = {}\nstream_gbs = {:.6g}\n\n", arr(r.attn_fwd), arr(r.attn_bwd), r.stream_gbs);
   }
   o += "# k ranks of a node computing at once (each with cores/k threads): per-rank rate vs one such rank alone\n[concurrency]\n";
@@ -427,8 +439,8 @@ MachineProfile read_profile(const std::string& path) {
   for (size_t i = 0; i < rates.size(); ++i) {
     const toml::table& t = *rates[i].as_table();
     const std::string e = fmt::format("[[rates]] entry {}", i + 1);
-    r.only_keys(t, e, {"threads", "gemm_fwd_f32", "gemm_bwd_f32", "gemm_fwd_bf16", "gemm_bwd_bf16", "attn_fwd",
-                       "attn_bwd", "stream_gbs"});
+    r.only_keys(t, e, {"threads", "gemm_fwd_f32", "gemm_bwd_f32", "gemm_fwd_bf16", "gemm_bwd_bf16", "gemm_fwd_fp8",
+                       "gemm_bwd_fp8", "attn_fwd", "attn_bwd", "stream_gbs"});
     MachineProfile::Rates x;
     x.threads = r.integer(t, e, "threads", at_least(1));
     x.gemm_fwd_f32 = r.numbers(t, e, "gemm_fwd_f32", positive);
@@ -442,6 +454,14 @@ MachineProfile read_profile(const std::string& path) {
     if (t.contains("gemm_fwd_bf16")) {
       check_size(r, t, e, "gemm_fwd_bf16", x.gemm_fwd_bf16.size(), cells, cells_per);
       check_size(r, t, e, "gemm_bwd_bf16", x.gemm_bwd_bf16.size(), cells, cells_per);
+    }
+    x.gemm_fwd_fp8 = r.numbers(t, e, "gemm_fwd_fp8", positive, false);
+    x.gemm_bwd_fp8 = r.numbers(t, e, "gemm_bwd_fp8", positive, false);
+    usage_check(t.contains("gemm_fwd_fp8") == t.contains("gemm_bwd_fp8"),
+                "{}: gemm_fwd_fp8 and gemm_bwd_fp8 come together", r.at(t, e));
+    if (t.contains("gemm_fwd_fp8")) {
+      check_size(r, t, e, "gemm_fwd_fp8", x.gemm_fwd_fp8.size(), cells, cells_per);
+      check_size(r, t, e, "gemm_bwd_fp8", x.gemm_bwd_fp8.size(), cells, cells_per);
     }
     x.attn_fwd = r.numbers(t, e, "attn_fwd", positive);
     x.attn_bwd = r.numbers(t, e, "attn_bwd", positive);
@@ -519,6 +539,7 @@ struct Sheet {
   double hbm_gbs;       // HBM bandwidth, datasheet
   double nvlink_busbw;  // nccl-tests all_reduce busbw on 8 GPUs of a node, large messages
   double ib_busbw;      // per GPU across nodes (one 400 or 200 Gb/s NIC per GPU)
+  bool fp8;             // FP8 tensor cores (compute capability >= 8.9)
 };
 
 MachineProfile datasheet(const Sheet& s) {
@@ -529,10 +550,14 @@ MachineProfile datasheet(const Sheet& s) {
   p.transports = "NVLink inside a node, InfiniBand (one NIC per GPU) across";
   p.note = fmt::format(
       "not measured: dense bf16 peak {} TFLOP/s x GEMM efficiency 0.78*x/(x+384) (x = the smallest GEMM dimension: 57% at "
-      "1024, 71% at 4096), attention at 45%/35% of peak (forward/backward, flash kernels), elementwise at 80% of {} GB/s "
-      "HBM, NVLink all_reduce busbw {} GB/s and {} GB/s per GPU across nodes (published nccl-tests figures); run "
-      "`mpitron calibrate` on the machine to replace them",
-      s.peak_tflops, s.hbm_gbs, s.nvlink_busbw, s.ib_busbw);
+      "1024, 71% at 4096), {}, attention at 45%/35% of peak (forward/backward, "
+      "flash kernels), elementwise at 80% of {} GB/s HBM, NVLink all_reduce busbw {} GB/s and {} GB/s per GPU across "
+      "nodes (published nccl-tests figures); run `mpitron calibrate` on the machine to replace them",
+      s.peak_tflops,
+      s.fp8 ? "FP8 GEMMs (the GEMMs alone) at twice that peak x 0.70*x/(x+512) (1.6x bf16 at 1024, 1.7x at 4096: "
+              "TransformerEngine's and torchao's published GEMM gains)"
+            : "no FP8 tensor cores",
+      s.hbm_gbs, s.nvlink_busbw, s.ib_busbw);
   p.cores_per_node = 8;
   p.datasheet_peak_gflops = s.peak_tflops * 1e3;
   p.gemm_m = p.gemm_n = p.gemm_k = {256, 1024, 4096, 16384};
@@ -547,6 +572,10 @@ MachineProfile datasheet(const Sheet& s) {
         r.gemm_bwd_bf16.push_back(g);
         r.gemm_fwd_f32.push_back(g / 2);  // TF32 tensor cores
         r.gemm_bwd_f32.push_back(g / 2);
+        if (!s.fp8) continue;
+        const double g8 = 2 * s.peak_tflops * 1e3 * 0.70 * x / (x + 512);  // FP8 tensor cores: 2x bf16's peak
+        r.gemm_fwd_fp8.push_back(g8);
+        r.gemm_bwd_fp8.push_back(g8);
       }
   p.attn_hd = 128;
   p.attn_t = {512, 2048, 8192};
@@ -570,9 +599,9 @@ MachineProfile datasheet(const Sheet& s) {
 }
 
 const Sheet kSheets[] = {
-    {"h100", "NVIDIA H100 SXM5 80GB (datasheet)", 989, 3350, 450, 45},
-    {"h200", "NVIDIA H200 SXM 141GB (datasheet)", 989, 4800, 450, 45},
-    {"a100", "NVIDIA A100 SXM4 80GB (datasheet)", 312, 2039, 230, 22},
+    {"h100", "NVIDIA H100 SXM5 80GB (datasheet)", 989, 3350, 450, 45, true},
+    {"h200", "NVIDIA H200 SXM 141GB (datasheet)", 989, 4800, 450, 45, true},
+    {"a100", "NVIDIA A100 SXM4 80GB (datasheet)", 312, 2039, 230, 22, false},
 };
 
 }  // namespace

@@ -20,6 +20,7 @@ struct Ctx {
   bool bf16 = false;
   double e = 4;       // bytes of an activation element
   double cf = 1, sf = 1;
+  bool gpu_fp8 = false;  // train.precision = "fp8" on a GPU: the linears' GEMMs at the FP8 rates
   int k = 1;          // ranks of a node computing at once
   int threads = 0;    // per rank (0: the profile's first rates)
   int k_comm = 1;     // ranks busy beside a collective: at most the cores (the rest wait their turn)
@@ -29,12 +30,44 @@ struct Ctx {
     const double flops = 2.0 * M * N * K * (bwd ? 2 : 1);
     return flops / (p.gemm_gflops(M, N, K, bwd, bf16, threads) * 1e9 * cf);
   }
+  double fp8_gemm(double M, double N, double K, bool bwd) const {
+    return 2.0 * M * N * K * (bwd ? 2 : 1) / (p.fp8_gemm_gflops(M, N, K, bwd) * 1e9 * cf);
+  }
   double stream(double bytes) const { return bytes / (p.stream_gbs(threads) * 1e9 * sf); }
   bool inter(int stride, int size) const { return int64_t{stride} * size > in.cluster.gpus_per_node; }
   double coll(const char* op, int n, double bytes, int stride) const {
     return p.collective_s(op, n, bytes, k_comm, inter(stride, n));
   }
 };
+
+struct FwdBwd {
+  double fwd = 0, bwd = 0;
+};
+// A linear layer y [rows, n] = x [rows, k] w^T in FP8 on a GPU (cuda_fp8_linear.cpp): its three
+// GEMMs at the FP8 rates, and the casts: an amax pass (2 B per bf16 element) and a cast pass (2 B
+// read, 1 B per copy written) of the input and the weight forward, of the gradient (with its
+// transposed copy), the weight and the input backward.
+FwdBwd gpu_fp8_linear(const Ctx& c, double rows, double n, double k) {
+  return {c.fp8_gemm(rows, n, k, false) + c.stream(5 * (rows * k + n * k)),
+          c.fp8_gemm(rows, n, k, true) + c.stream(6 * rows * n + 5 * (n * k + rows * k))};
+}
+
+// The block's four linear layers on one rank: name, and y [rows, n] = x [rows, k] w^T (a MoE
+// block's MLP is its experts: the attention's two only).
+struct LinearShape {
+  const char* name;
+  double n, k;
+};
+std::vector<LinearShape> block_linears(const ModelConfig& m, const PlanLayout& l, bool moe) {
+  const double tp = l.tp, d = m.d_model, hd = m.head_dim(), H = m.n_head, KV = m.n_kv_head, F = m.d_ff;
+  std::vector<LinearShape> v = {{"qkv", (H + 2 * KV) * hd / tp, d}, {"attn out", d, H * hd / tp}};
+  if (!moe) {
+    const bool llama = m.arch == Arch::llama;
+    v.push_back({llama ? "gate|up" : "fc", (llama ? 2 : 1) * F / tp, d});
+    v.push_back({llama ? "down" : "fc proj", d, F / tp});
+  }
+  return v;
+}
 
 // One transformer layer, one micro-batch: {forward, backward} compute seconds and TP seconds
 // (forward, backward), and the CP ring's exposed seconds.
@@ -64,29 +97,35 @@ LayerCost layer_cost(const Ctx& c, bool moe) {
   const double M = double(l.micro_batch) * m.seq_len / l.cp;  // tokens of this rank
   const double d = m.d_model, hd = m.head_dim(), H = m.n_head, KV = m.n_kv_head, F = m.d_ff;
   const bool llama = m.arch == Arch::llama;
-  const double fcf = llama ? 2 : 1;
   LayerCost r;
   auto gemm = [&](double rows, double n, double k, double times = 1) {
     r.fwd += times * c.gemm(rows, n, k, false);
     r.bwd += times * c.gemm(rows, n, k, true);
   };
   double amax_f = 0, amax_b = 0;  // fp8: the casts' amax all-reduces
-  // train.precision = "fp8" on the CPU (cpu_fp8_linear.cpp): each operand's amax read, then read
-  // and written as its cast copy (12 B per fp32 element): forward the input and the weight,
-  // backward the output gradient, the weight and the input; the result scaled in place (8 B per
-  // element of y, and of dx), the weight gradient through a zeroed product and an axpy (16 B per
-  // weight element). Each cast's amax is one scalar all-reduce over tp (and cp).
-  auto fp8_linear = [&](double rows, double n, double k) {
-    if (!c.in.cpu_fp8_linears) return;
-    r.fwd += c.stream(12 * (rows * k + n * k) + 8 * rows * n);
-    r.bwd += c.stream(12 * (rows * n + n * k + rows * k) + 8 * rows * k + 16 * n * k);
+  // One of the block's four linear layers (y [rows, n] = x [rows, k] w^T) under train.precision:
+  //   - not fp8: its GEMMs;
+  //   - fp8 on the CPU (cpu_fp8_linear.cpp): the same GEMMs (bf16: the codes' values), and each
+  //     operand's amax read, then read and written as its cast copy (12 B per fp32 element): forward
+  //     the input and the weight, backward the output gradient, the weight and the input; the result
+  //     scaled in place (8 B per element of y, and of dx), the weight gradient through a zeroed
+  //     product and an axpy (16 B per weight element);
+  //   - fp8 on a GPU: gpu_fp8_linear.
+  // Each cast's amax is one scalar all-reduce over tp (and cp).
+  auto linear = [&](double rows, double n, double k) {
+    if (!c.in.fp8_linears) return gemm(rows, n, k);
+    if (c.gpu_fp8) {
+      const FwdBwd f = gpu_fp8_linear(c, rows, n, k);
+      r.fwd += f.fwd, r.bwd += f.bwd;
+    } else {
+      gemm(rows, n, k);
+      r.fwd += c.stream(12 * (rows * k + n * k) + 8 * rows * n);
+      r.bwd += c.stream(12 * (rows * n + n * k + rows * k) + 8 * rows * k + 16 * n * k);
+    }
     const double amax = (l.tp > 1 ? c.coll("all_reduce", l.tp, 4, 1) : 0) + (l.cp > 1 ? c.coll("all_reduce", l.cp, 4, l.tp) : 0);
     amax_f += 2 * amax, amax_b += 3 * amax;
   };
-  gemm(M, (H + 2 * KV) * hd / tp, d);
-  gemm(M, d, H * hd / tp);
-  fp8_linear(M, (H + 2 * KV) * hd / tp, d);
-  fp8_linear(M, d, H * hd / tp);
+  for (const LinearShape& s : block_linears(m, l, moe)) linear(M, s.n, s.k);
   const MoeShape ms = moe_shape(m, M, l.ep);
   if (moe) {  // the router, one GEMM pair per local expert over its rows (w1|w3, w2), the shared experts
     const double Fe = m.moe.d_ff;
@@ -97,11 +136,6 @@ LayerCost layer_cost(const Ctx& c, bool moe) {
       gemm(M, 2 * ms.shared_ff / tp, d);
       gemm(M, d, ms.shared_ff / tp);
     }
-  } else {
-    gemm(M, fcf * F / tp, d);
-    gemm(M, d, F / tp);
-    fp8_linear(M, fcf * F / tp, d);
-    fp8_linear(M, d, F / tp);
   }
   // Attention: 4 T^2 hd per head and sequence forward; under cp each rank does 1/cp of it.
   const double T = m.seq_len;
@@ -188,6 +222,12 @@ Ctx make_ctx(const PlanInput& in, const MachineProfile& prof) {
   Ctx c{in, prof};
   c.bf16 = in.precision != Precision::fp32 || in.cpu_bf16_gemms;
   c.e = in.precision == Precision::fp32 ? 4 : 2;
+  if (in.fp8_linears && prof.backend == "nccl") {
+    usage_check(prof.has_fp8(), "train.precision = \"fp8\": the profile of {} has no FP8 GEMM rates ({})", prof.device,
+                prof.source == "datasheet" ? "it has no FP8 tensor cores: compute capability 8.9 or later is needed"
+                                           : "a calibrated GPU profile lacks them: use a datasheet profile, --profile h100 or h200");
+    c.gpu_fp8 = true;
+  }
   c.k = std::max(1, std::min(l.world(), in.cluster.gpus_per_node));
   c.threads = prof.threads_for(c.k);
   // Durations at the contention of the ranks that can run at once (no more than the cores); a
@@ -404,6 +444,14 @@ StepPrediction predict_step(const PlanInput& in, const MachineProfile& prof) {
   out.tokens_per_s = double(in.global_batch()) * in.model.seq_len / out.step_s;
   out.gflops_per_rank = out.flops / out.step_s / l.world() / 1e9;
   out.peak_gflops = prof.peak_gflops();
+  if (c.gpu_fp8) {  // the linears of a dense block, one micro-batch: FP8 against bf16
+    const double M = double(l.micro_batch) * in.model.seq_len / l.cp;
+    for (const LinearShape& s : block_linears(in.model, l, false)) {
+      const FwdBwd f = gpu_fp8_linear(c, M, s.n, s.k);
+      out.fp8_linears.push_back({s.name, M, s.n, s.k,
+                                 c.gemm(M, s.n, s.k, false) + c.gemm(M, s.n, s.k, true), f.fwd + f.bwd});
+    }
+  }
   return out;
 }
 
@@ -420,7 +468,8 @@ std::string format_prediction(const PlanInput& in, const MachineProfile& prof, c
   row("compute", p.compute_s,
       fmt::format("forward + backward{} of {} micro-batch(es) x {} tokens, {} GEMMs, {} rank(s) per node computing at once",
                   l.recompute ? " + recompute" : "", l.microbatches, l.micro_batch * in.model.seq_len / l.cp,
-                  p.gemm_bf16 ? "bf16" : "fp32", p.ranks_per_node));
+                  p.fp8_linears.empty() ? (p.gemm_bf16 ? "bf16" : "fp32") : "the blocks' linears in FP8, the other bf16",
+                  p.ranks_per_node));
   if (l.tp > 1) row("TP comm", p.tp_s, fmt::format("{} per layer, on the critical path", l.sp ? "all-gather + reduce-scatter" : "all-reduces"));
   if (l.cp > 1) row("CP ring", p.cp_s, "k|v hops beyond what attention hides");
   if (l.ep > 1)
@@ -435,6 +484,18 @@ std::string format_prediction(const PlanInput& in, const MachineProfile& prof, c
   if (l.dp * l.cp > 1)
     row("DP/ZeRO comm", p.dp_s, fmt::format("exposed of {:.4g} s (ZeRO {}; buckets overlap backward)", p.dp_total_s, l.zero));
   row("optimizer", p.optimizer_s, "AdamW over the rank's shard");
+  if (!p.fp8_linears.empty()) {
+    std::string gains, losers;
+    for (const Fp8LinearCost& g : p.fp8_linears) {
+      gains += fmt::format("{}{} {:.2f}x", gains.empty() ? "" : ", ", g.name, g.bf16_s / g.fp8_s);
+      if (g.fp8_s >= g.bf16_s) losers += fmt::format("{}{}", losers.empty() ? "" : ", ", g.name);
+    }
+    o += fmt::format("  fp8 linears: bf16 / FP8 time per micro-batch (GEMMs + casts): {}\n", gains);
+    if (!losers.empty())
+      o += fmt::format("  fp8 LOSES on {}: a GEMM this small gains less than its operands' casts cost; train.precision "
+                       "= \"bf16\" is faster here (or larger micro-batches, less tensor parallel)\n",
+                       losers);
+  }
   if (p.overhead_s > 0) row("overhead", p.overhead_s, "loss and gradient-norm all-reduces");
   o += fmt::format("  dominant: {}\n", p.dominant());
   return o;

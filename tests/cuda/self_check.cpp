@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 
 #include "mpitron/ops/cuda/check.hpp"
@@ -777,6 +778,82 @@ void check_fp8_casts(CudaOps& gpu, Ops&, const SelfCheckShape& s, Checker& c) {
     c.add(tag + ".amax", down(am, 1), Vec(1, st.amax), 0);
     c.add(tag + ".scale_inv", down(si, 1), Vec(1, 1.f / st.scale), 0);
   }
+  // The linears' form (CudaOps::fp8_cast): x as [rows, cols], neither a multiple of the 32 x 32
+  // tile, with its transposed copy and the statistics, cast with an amax from elsewhere as tensor
+  // parallel's group amax: twice the part's (nothing saturates) and half of it (the top half does).
+  const int64_t rows = s.T + 5, cols = (n - 13) / rows, nn = rows * cols;
+  const Vec xs(x.begin(), x.begin() + nn);
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+    for (float factor : {2.f, 0.5f}) {
+      const std::string tag = fmt::format("fp8_cast {} amax x{}", f == Fp8Format::e4m3 ? "e4m3" : "e5m2", factor);
+      const float amax = fp8_amax(xs.data(), xs.size()) * factor;
+      Dev q(nn), qt(nn), si(4);
+      auto am = up(std::vector<float>{amax});
+      auto st = up(std::vector<Fp8DeviceStats>(1));
+      gpu.fp8_cast(q.as<uint8_t>(), qt.as<uint8_t>(), si.as<float>(), am->as<float>(), dx->as<bf16>(), rows, cols, f,
+                   st->as<Fp8DeviceStats>());
+      c.sync();
+      Vec vals(nn);
+      const Fp8CastStats want = fp8_decode_quantized(f, xs.data(), vals.data(), xs.size(), amax);
+      Vec codes(nn), codes_t(nn), got(nn), got_t(nn);
+      std::vector<uint8_t> hq(nn), hqt(nn);
+      cuda_check(cudaMemcpy(hq.data(), q.ptr(), nn, cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
+      cuda_check(cudaMemcpy(hqt.data(), qt.ptr(), nn, cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < cols; ++k) {
+          codes[r * cols + k] = codes_t[k * rows + r] = fp8_from_float(f, vals[r * cols + k]);
+          got[r * cols + k] = hq[r * cols + k], got_t[k * rows + r] = hqt[k * rows + r];
+        }
+      Fp8DeviceStats gs;
+      cuda_check(cudaMemcpy(&gs, st->ptr(), sizeof gs, cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
+      float gamax = 0.f;
+      std::memcpy(&gamax, &gs.amax_bits, sizeof gamax);
+      c.add(tag + ".bytes", got, codes, 0);
+      c.add(tag + ".transposed", got_t, codes_t, 0);
+      c.add(tag + ".scale_inv", down(si, 1), Vec(1, 1.f / want.scale), 0);
+      c.add(tag + ".stats", Vec{gamax, float(gs.saturated), float(gs.underflowed)},
+            Vec{amax, float(want.saturated), float(want.underflowed)}, 0);
+    }
+}
+
+// The FP8 GEMM (CudaOps::fp8_gemm, cuBLASLt): an E5M2 a [M, K] (a gradient) times an E4M3 b [N, K]
+// from the GPU's own casts, into bf16 with a bias and into fp32 with +=, against the double
+// product of the codes' values (read back) times the two scale_inv.
+void check_fp8_gemm(CudaOps& gpu, Ops&, const SelfCheckShape& s, Checker& c) {
+  const int64_t M = int64_t{s.B} * s.T, K = s.C, N = 3 * s.C;
+  Vec a = rnd(M * K, s.seed, 150, 1e-3f), b = rnd(N * K, s.seed, 151, 0.05f), bias = rnd(N, s.seed, 152, 0.1f),
+      acc0 = rnd(M * N, s.seed, 153);
+  round_bf16(a), round_bf16(b), round_bf16(bias);
+  auto da = up_bf16(a), db = up_bf16(b), dbias = up_bf16(bias), dacc = up(acc0);
+  Dev qa(M * K), qb(N * K), sc(16), out(M * N * sizeof(bf16));
+  float* f = sc.as<float>();
+  gpu.fp8_quantize(qa.as<uint8_t>(), f, f + 2, da->as<bf16>(), M * K, Fp8Format::e5m2);
+  gpu.fp8_quantize(qb.as<uint8_t>(), f + 1, f + 3, db->as<bf16>(), N * K, Fp8Format::e4m3);
+  Fp8Gemm g;
+  g.M = M, g.K = K, g.N = N;
+  g.a = qa.as<uint8_t>(), g.a_format = Fp8Format::e5m2, g.a_scale_inv = f;
+  g.b = qb.as<uint8_t>(), g.b_format = Fp8Format::e4m3, g.b_scale_inv = f + 1;
+  g.out = out.as<bf16>(), g.bias = dbias->as<bf16>();
+  gpu.fp8_gemm(g);
+  g.out = nullptr, g.bias = nullptr, g.acc = dacc->as<float>();
+  gpu.fp8_gemm(g);
+  c.sync();
+  std::vector<uint8_t> ha(M * K), hb(N * K);
+  cuda_check(cudaMemcpy(ha.data(), qa.ptr(), ha.size(), cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
+  cuda_check(cudaMemcpy(hb.data(), qb.ptr(), hb.size(), cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
+  const Vec si = down(sc, 2);
+  Vec ref(M * N), ref_acc(M * N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double d = 0;
+      for (int64_t k = 0; k < K; ++k)
+        d += double(float_from_fp8(Fp8Format::e5m2, ha[i * K + k])) * float_from_fp8(Fp8Format::e4m3, hb[j * K + k]);
+      d *= double(si[0]) * si[1];
+      ref[i * N + j] = static_cast<float>(d + bias[j]);
+      ref_acc[i * N + j] = static_cast<float>(acc0[i * N + j] + d);
+    }
+  c.add("fp8_gemm.out", down_bf16(out, M * N), ref, kBf16Out);
+  c.add("fp8_gemm.acc(+=)", down(*dacc, M * N), ref_acc, kF32Out);
 }
 
 void check_embedding(CudaOps& gpu, Ops& cpu, const SelfCheckShape& s, Checker& c) {
@@ -967,6 +1044,7 @@ std::vector<OpCheck> check_cuda_ops_against_cpu(CudaOps& gpu, Ops& cpu, const Se
       {"moe rows", check_moe},
       {"moe router", check_moe_router},
       {"fp8 casts", check_fp8_casts},
+      {"fp8 gemm", check_fp8_gemm},
       {"embedding", check_embedding},
       {"crossentropy", check_crossentropy},
       {"adamw+sum_squares", check_optimizer}};

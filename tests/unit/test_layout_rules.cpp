@@ -60,8 +60,12 @@ BOOST_AUTO_TEST_CASE(each_rule_with_its_message) {
   LayoutRequest fp8 = layout(2, 1, 1, 1);
   fp8.fp8 = true;
   BOOST_TEST(layout_problem(m, fp8).empty());  // the CPU's emulation
-  fp8.gpu = true;
-  BOOST_TEST(refused_with(m, fp8, "train.precision = \"fp8\" runs on the CPU backend only so far"));
+  fp8.gpu = true;  // cuBLASLt's FP8 GEMMs: every dimension a multiple of 16
+  BOOST_TEST(layout_problem(m, fp8).empty());
+  ModelConfig narrow = m;
+  narrow.d_ff = 200;  // / tp 2 = 100
+  BOOST_TEST(refused_with(narrow, fp8, "model.d_ff / tp is 100"));
+  BOOST_TEST(layout_problem(narrow, layout(2, 1, 1, 1)).empty());  // bf16: any width
 }
 
 BOOST_AUTO_TEST_CASE(batches_and_pipelines) {

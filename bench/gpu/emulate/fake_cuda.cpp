@@ -58,6 +58,7 @@ cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   *p = cudaDeviceProp{};
   std::snprintf(p->name, sizeof p->name, "emulated GPU (CPU)");
+  p->major = 9, p->minor = 0;  // a Hopper's: FP8 tensor cores (train.precision = "fp8")
   return cudaSuccess;
 }
 }
@@ -343,10 +344,56 @@ class FakeCudaOps final : public CudaOps {
     cpu_->moe_uncombine_add(x.data(), s.data(), pos, R, k, C);
     down(dx, x.data(), x.size());
   }
-  void fp8_quantize(uint8_t* q, float* scale_inv, float* amax, const bf16* x, int64_t n, Fp8Format f) override {
+  // FP8: the CPU's cast of the same values (fp8_decode_quantized: the codes' values, re-encoded
+  // exactly), and the GEMM on the codes' values in fp32 (exact products; the sums in another
+  // order than the tensor cores'), then the scales and the bias, as cuBLASLt.
+  void fp8_amax(float* amax, const bf16* x, int64_t n) override {
     const Vec v = up(x, n);
-    const Fp8CastStats st = mpitron::fp8_quantize(f, v.data(), v.size(), q);
-    *amax = st.amax, *scale_inv = 1.f / st.scale;
+    *amax = mpitron::fp8_amax(v.data(), v.size());
+  }
+  void fp8_cast(uint8_t* q, uint8_t* qt, float* scale_inv, const float* amax, const bf16* x, int64_t rows,
+                int64_t cols, Fp8Format f, Fp8DeviceStats* stats) override {
+    check(q || qt, "fp8_cast: neither a cast nor a transposed copy asked for");
+    const int64_t n = rows * cols;
+    Vec v = up(x, n);
+    const Fp8CastStats st = fp8_decode_quantized(f, v.data(), v.data(), v.size(), *amax);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t code = fp8_from_float(f, v[r * cols + c]);
+        if (q) q[r * cols + c] = code;
+        if (qt) qt[c * rows + r] = code;
+      }
+    *scale_inv = 1.f / st.scale;
+    if (stats) {
+      unsigned bits = 0;
+      std::memcpy(&bits, amax, sizeof bits);
+      stats->amax_bits = std::max(stats->amax_bits, bits);
+      stats->saturated += static_cast<unsigned long long>(st.saturated);
+      stats->underflowed += static_cast<unsigned long long>(st.underflowed);
+    }
+  }
+  void fp8_gemm(const Fp8Gemm& g) override {
+    usage_check(g.M % 16 == 0 && g.K % 16 == 0 && g.N % 16 == 0,
+                "FP8 GEMM {} x {} x {} (M x K x N): cuBLASLt's FP8 GEMMs need every dimension a multiple of 16",
+                g.M, g.K, g.N);
+    check((g.out != nullptr) != (g.acc != nullptr) && !(g.acc && g.bias), "fake fp8_gemm: out or acc");
+    auto decode = [](const uint8_t* c, Fp8Format f, int64_t n) {
+      Vec v(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) v[i] = float_from_fp8(f, c[i]);
+      return v;
+    };
+    const Vec a = decode(g.a, g.a_format, g.M * g.K), b = decode(g.b, g.b_format, g.N * g.K);
+    Vec y(static_cast<size_t>(g.M * g.N));
+    cpu_->matmul_forward(y.data(), a.data(), b.data(), nullptr, g.M, g.K, g.N);
+    const float s = *g.a_scale_inv * *g.b_scale_inv;
+    const Vec bias = g.bias ? up(g.bias, g.N) : Vec();
+    for (int64_t i = 0; i < g.M; ++i)
+      for (int64_t j = 0; j < g.N; ++j) {
+        float& e = y[i * g.N + j];
+        e = e * s + (g.bias ? bias[j] : 0.f);
+        if (g.acc) g.acc[i * g.N + j] += e;
+      }
+    if (g.out) down(g.out, y.data(), y.size());
   }
   // The MoE router: the kernels' own per-thread steps (ops/moe_router.hpp) in one thread.
   void moe_router_select(const bf16* logits, const MoeRouterShape& s, const MoeRouterArrays& a) override {

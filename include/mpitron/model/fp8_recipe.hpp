@@ -66,6 +66,17 @@ class Fp8Recipe {
     if (counting_) stats_[static_cast<int>(k)].add(s, n);
     return 1.f / s.scale;
   }
+  // The GPU's form of group_amax: amax[0] (the Comm's memory: device for NCCL) in place.
+  void group_amax_inplace(float* amax) const {
+    if (tp_) tp_->all_reduce(amax, 1, DType::f32, ReduceOp::max);
+    if (cp_) cp_->all_reduce(amax, 1, DType::f32, ReduceOp::max);
+  }
+  // A cast of n elements where the device keeps the amax, saturated and underflowed counts
+  // itself (CudaDevice): counted here, its figures merged in when the stats are taken.
+  void count_cast(Fp8Operand k, int64_t n) {
+    if (counting_) stats_[static_cast<int>(k)].merge({0, 1, n, 0, 0});
+  }
+  bool counting() const { return counting_; }
   // Off: casts are made but not counted (evaluation passes, which are not a step's).
   void set_counting(bool on) { counting_ = on; }
   Fp8Stats take_stats() {

@@ -19,6 +19,7 @@
 #include "mpitron/model/block_tensors.hpp"
 #include "mpitron/model/config.hpp"
 #include "mpitron/model/param_tables.hpp"
+#include "mpitron/ops/fp8_scaling.hpp"
 
 namespace mpitron {
 
@@ -36,6 +37,17 @@ struct GpuRingBufs {
   bf16* step = nullptr;      // cuDNN blocks: one block's output [B*Tl, H/tp hd] or dq [B*Tl, qkv row]
   bf16* dkv_step = nullptr;  // and its dk|dv [B, Tl, 2 KV/tp hd]
   int32_t* positions = nullptr;        // [cp, Tl]: rank r's global positions at r * Tl
+};
+
+// train.precision = "fp8" (CudaDevice's FP8 linears, model/fp8_recipe.hpp): one GEMM's FP8
+// operands at a time, sized for the block's largest linear, shared by the slots. act: the input's
+// codes [BT, K] (in the backward its transposed copy [K, BT]); weight: the weight's [N, K] (its
+// transposed copy [K, N]); grad and grad_t: the output gradient's [BT, N] and [N, BT]. scalars:
+// the amaxes [0, 3) and 1 / scales [3, 6) by Fp8Operand; stats: the casts' statistics [3].
+struct GpuFp8Bufs {
+  uint8_t *act = nullptr, *weight = nullptr, *grad = nullptr, *grad_t = nullptr;
+  float* scalars = nullptr;
+  Fp8DeviceStats* stats = nullptr;
 };
 
 struct GpuActs {
@@ -57,6 +69,7 @@ struct GpuActs {
   float* ln_grad = nullptr;                                     // SP: one LayerNorm's dweight | dbias
   float* stage_f32 = nullptr;  // pipeline: [rows, C] fp32 staging of a stage tensor
   GpuRingBufs ring;            // context parallel (positions whenever cp > 1; the rest with blocks here)
+  GpuFp8Bufs fp8;              // train.precision = "fp8"
 };
 
 struct GpuActLayout {
@@ -66,12 +79,13 @@ struct GpuActLayout {
   bool head = true, recompute = false, stage_io = false;
   int64_t chunk_rows = 1;
   int slots = 1;
+  bool fp8 = false;  // train.precision = "fp8": GpuFp8Bufs
 };
 
 // The layout of one model chunk (shard) with micro-batch B, `slots` micro-batches in flight and
-// `chunk_rows` rows per LM-head chunk (gpu_logits_chunk_rows).
+// `chunk_rows` rows per LM-head chunk (gpu_logits_chunk_rows); fp8: train.precision = "fp8".
 GpuActLayout gpu_act_layout(const ModelConfig& cfg, const ModelShard& shard, int B, int slots, bool recompute,
-                            int64_t chunk_rows);
+                            int64_t chunk_rows, bool fp8 = false);
 
 // Rows of logits per LM-head chunk on the GPU: `option` when > 0 (at most B*T), else
 // logits_chunk_rows with a budget of 2^29 bf16 elements (1 GiB; a GPU-sized budget: fewer chunks

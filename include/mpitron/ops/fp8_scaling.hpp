@@ -31,6 +31,14 @@ struct Fp8CastStats {
   int64_t saturated = 0, underflowed = 0;
 };
 
+// A cast's statistics kept on the GPU (CudaOps::fp8_cast adds to them; model/fp8_recipe.hpp's
+// Fp8KindStats once downloaded): the largest amax as its float's bits (non-negative floats order
+// as their bits), the saturated and underflowed elements.
+struct Fp8DeviceStats {
+  unsigned amax_bits = 0, pad = 0;
+  unsigned long long saturated = 0, underflowed = 0;
+};
+
 // max |x[i]| (0 for n = 0).
 float fp8_amax(const float* x, size_t n);
 // q[i] = fp8(x[i] * scale) with the scale of x's own amax; returns the scale and the statistics.

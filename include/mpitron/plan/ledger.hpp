@@ -78,9 +78,10 @@ struct PlanInput {
   // bf16 copy, rounded once per step (Ops::register_weights): + 2 B/param under params, none
   // under ZeRO-3 (the gathered units are rounded per GEMM).
   bool cpu_bf16_gemms = false;
-  // train.precision = "fp8" on the CPU (docs/fp8.md): the blocks' linear layers cast their
-  // operands (step_time.cpp prices the casts; their copies are workspace, measured).
-  bool cpu_fp8_linears = false;
+  // train.precision = "fp8" (docs/fp8.md): the blocks' linear layers cast their operands.
+  // step_time.cpp prices the casts (and on a GPU the FP8 GEMMs). The copies: on the CPU
+  // workspace (measured), on the GPU activations (GpuFp8Bufs, counted).
+  bool fp8_linears = false;
   bool async_checkpoint = false;  // checkpoint.async: RankLedger::ckpt_snapshot
   // The job's train.global_batch (0: none set): what --advise keeps while it searches layouts,
   // whose micro-batch x dp need not split it the way the job's own layout does.

@@ -54,6 +54,9 @@ struct MachineProfile {
   struct Rates {
     int threads = 1;
     std::vector<double> gemm_fwd_f32, gemm_bwd_f32, gemm_fwd_bf16, gemm_bwd_bf16;  // bf16: empty if none
+    // FP8 GEMMs (train.precision = "fp8" on a GPU; the GEMMs alone, the casts apart): empty if
+    // none. GPU profiles only: a CPU's FP8 is its bf16 GEMMs (the emulation).
+    std::vector<double> gemm_fwd_fp8, gemm_bwd_fp8;
     std::vector<double> attn_fwd, attn_bwd;
     double stream_gbs = 10;
   };
@@ -75,6 +78,7 @@ struct MachineProfile {
   // `threads` threads (the nearest measured count).
   const Rates& rates_for(int threads) const;
   double gemm_gflops(double M, double N, double K, bool backward, bool bf16, int threads = 0) const;
+  double fp8_gemm_gflops(double M, double N, double K, bool backward) const;  // has_fp8()
   double attention_gflops(double T, bool backward, int threads = 0) const;
   double stream_gbs(int threads = 0) const { return rates_for(threads).stream_gbs; }
   // Per-rank slowdown factors (<= 1 when oversubscribed) with k ranks of a node computing at once.
@@ -86,10 +90,15 @@ struct MachineProfile {
   const CollectiveFit* nearest_fit(const std::string& op, int n, int active, bool inter_node) const;
   bool has_inter_node() const;
   bool has_bf16() const { return !rates.empty() && !rates.front().gemm_fwd_bf16.empty(); }
+  bool has_fp8() const { return !rates.empty() && !rates.front().gemm_fwd_fp8.empty(); }
   // The trainer's threads per rank with k ranks on a node (cores / k, at least 1).
   int threads_for(int k) const { return std::max(1, cores_per_node / std::max(1, k)); }
   // MFU's reference: the datasheet peak, else the best GEMM rate calibrated.
   double peak_gflops() const;
+
+ private:
+  // A GEMM rate grid [m][n][k] at (M, N, K): log-log interpolation, clamped at the edges.
+  double gemm_interp(const std::vector<double>& v, double M, double N, double K) const;
 };
 
 // TOML text and back. read_profile checks every value as it reads it: UsageError naming the

@@ -47,6 +47,14 @@
 
 namespace mpitron {
 
+// train.precision = "fp8" on a GPU: one of the block's linears, forward + backward of one
+// micro-batch, in bf16 and in FP8 (the FP8 GEMMs and the operands' casts).
+struct Fp8LinearCost {
+  std::string name;
+  double rows = 0, n = 0, k = 0;  // y [rows, n] = x [rows, k] w^T
+  double bf16_s = 0, fp8_s = 0;
+};
+
 struct StepPrediction {
   double step_s = 0;
   // The parts on the critical path (their sum is step_s) ...
@@ -66,6 +74,7 @@ struct StepPrediction {
   double peak_gflops = 0;   // the profile's: datasheet peak, or the best GEMM measured
   int ranks_per_node = 1;
   bool gemm_bf16 = false;
+  std::vector<Fp8LinearCost> fp8_linears;  // train.precision = "fp8" on a GPU (else empty)
   std::string dominant() const;  // the largest part's name
 };
 

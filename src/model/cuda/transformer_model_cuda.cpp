@@ -88,6 +88,10 @@ void TransformerModelCuda::init_layers(const ModelConfig& cfg, const ModelShard&
   if (tp_) tp_->set_compute_stream(ops_.stream());
   const TpContext tpc{tp_, geo_.sp, nullptr};
   block_ = std::make_unique<TransformerBlock<CudaDevice>>(dev_, cfg_, geo_, tpc);
+  if (options.fp8) {  // an operand split over tp or cp is scaled by the whole tensor's amax
+    fp8_ = std::make_unique<Fp8Recipe>(tp_, cp);
+    block_->set_fp8(fp8_.get());
+  }
   emb_ = std::make_unique<VocabParallelEmbedding<CudaDevice>>(dev_, tpc, cfg.padded_vocab(shard.tp_size), cfg.d_model);
   check((shard.cp_size == 1) == (cp == nullptr) && (!cp || (cp->size() == shard.cp_size && cp->rank() == shard.cp_rank)),
         "TransformerModelCuda: the shard says cp rank {} of {}, the CP group does not match", shard.cp_rank,
@@ -217,11 +221,13 @@ void TransformerModelCuda::alloc_params(const ModelShard& shard) {
 // parallel, the positions and the ring.
 void TransformerModelCuda::alloc_activations(const ModelConfig& cfg, const ModelShard& shard, ModelOptions options,
                                              int max_micro_batch, Comm* cp) {
-  const GpuActLayout lay = gpu_act_layout(cfg, shard, max_micro_batch, options.slots, recompute_, chunk_rows_);
+  const GpuActLayout lay =
+      gpu_act_layout(cfg, shard, max_micro_batch, options.slots, recompute_, chunk_rows_, options.fp8);
   size_t act_bytes = plan_gpu_activations(cfg, lay, nullptr, slots_);
   char* act = static_cast<char*>(device_alloc(Mem::activations, act_bytes, "activations"));
   plan_gpu_activations(cfg, lay, act, slots_);
   a_ = slots_.front();
+  dev_.fp8 = a_.fp8;
   block_->set_norm_grad_scratch(a_.ln_grad);  // shared by the slots
   if (shard.cp_size > 1) {  // every cp rank's positions (the ring's masks), this rank's for wpe and RoPE
     cuda_check(cudaMemcpyAsync(a_.ring.positions, geo_.all_positions.data(), geo_.all_positions.size() * sizeof(int32_t),
@@ -416,6 +422,7 @@ double TransformerModelCuda::forward(const int32_t* inputs, const int32_t* targe
   cudaStream_t s = ops_.stream();
   a_ = slots_[slot];
   slot_ = slot;
+  if (fp8_) fp8_->set_counting(grad_enabled_);  // an evaluation's casts are not the step's
   slot_B_[slot] = 0;  // a forward that throws leaves nothing for backward
   slot_pending_[slot] = false;
   // The previous forward's uploads must have left the staging buffer before it is refilled.

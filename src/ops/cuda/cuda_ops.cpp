@@ -253,8 +253,32 @@ class CudaOpsImpl final : public CudaOps {
     cuda::moe_router_select(stream_, logits, s, a);
   }
   void moe_router_place(const MoeRouterShape& s, const MoeRouterArrays& a) override { cuda::moe_router_place(stream_, s, a); }
-  void fp8_quantize(uint8_t* q, float* scale_inv, float* amax, const bf16* x, int64_t n, Fp8Format f) override {
-    cuda::fp8_quantize(stream_, q, scale_inv, amax, x, n, f);
+  void fp8_amax(float* amax, const bf16* x, int64_t n) override { cuda::fp8_amax(stream_, amax, x, n); }
+  void fp8_cast(uint8_t* q, uint8_t* qt, float* scale_inv, const float* amax, const bf16* x, int64_t rows,
+                int64_t cols, Fp8Format f, Fp8DeviceStats* stats) override {
+    cuda::fp8_cast(stream_, q, qt, scale_inv, amax, x, rows, cols, f, stats);
+  }
+  // Row-major out[M, N] = a b^T is column-major out^T[N, M] = b^T a: cuBLASLt's A is our b (TN).
+  void fp8_gemm(const Fp8Gemm& f) override {
+    usage_check(f.M % 16 == 0 && f.K % 16 == 0 && f.N % 16 == 0,
+                "FP8 GEMM {} x {} x {} (M x K x N): cuBLASLt's FP8 GEMMs need every dimension a multiple of 16",
+                f.M, f.K, f.N);
+    usage_check((f.out != nullptr) != (f.acc != nullptr) && !(f.acc && f.bias),
+                "fp8_gemm: exactly one of out (bf16, with an optional bias) and acc (fp32 +=)");
+    const auto type = [](Fp8Format x) { return x == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; };
+    LtGemm g;
+    g.trans_a = true;
+    g.m = f.N, g.n = f.M, g.k = f.K;
+    g.A = f.b, g.lda = f.K, g.a_type = type(f.b_format), g.a_scale = f.b_scale_inv;
+    g.B = f.a, g.ldb = f.K, g.b_type = type(f.a_format), g.b_scale = f.a_scale_inv;
+    g.ldd = f.N;
+    if (f.acc) {
+      g.D = f.acc, g.d_f32 = true, g.beta = 1.f;
+    } else {
+      g.D = f.out, g.bias = f.bias;
+      g.epilogue = f.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    }
+    lt_->run(g, stream_);
   }
   void moe_router_backward(bf16* dlogits, const float* dweight, double aux_scale, double z_scale, const MoeRouterShape& s,
                            const MoeRouterArrays& a) override {

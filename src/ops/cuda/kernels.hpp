@@ -10,6 +10,7 @@
 
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/fp8.hpp"
+#include "mpitron/ops/fp8_scaling.hpp"
 #include "mpitron/ops/moe_router.hpp"
 
 namespace mpitron::cuda {
@@ -84,9 +85,12 @@ void moe_router_place(cudaStream_t s, const MoeRouterShape& shape, const MoeRout
 void moe_router_backward(cudaStream_t s, bf16* dlogits, const float* dweight, double aux_scale, double z_scale,
                          const MoeRouterShape& shape, const MoeRouterArrays& a);
 
-// fp8_cast.cu: x's amax into amax (device fp32), q = fp8(x * scale), scale_inv = 1 / scale
-// (CudaOps::fp8_quantize; ops/fp8_scaling.hpp).
-void fp8_quantize(cudaStream_t s, uint8_t* q, float* scale_inv, float* amax, const bf16* x, int64_t n, Fp8Format f);
+// fp8_cast.cu: x's amax into amax (device fp32); the cast with amax's scale into q and/or the
+// transposed qt, scale_inv = 1 / scale, statistics added to stats when given (CudaOps::fp8_amax,
+// fp8_cast; ops/fp8_scaling.hpp).
+void fp8_amax(cudaStream_t s, float* amax, const bf16* x, int64_t n);
+void fp8_cast(cudaStream_t s, uint8_t* q, uint8_t* qt, float* scale_inv, const float* amax, const bf16* x,
+              int64_t rows, int64_t cols, Fp8Format f, Fp8DeviceStats* stats);
 
 // attention_block.cu: one key/value block of ring attention (CudaOps::attention_block_*).
 void attention_block_forward(cudaStream_t s, float* o, float* m, float* l, const bf16* q, int64_t q_stride,

@@ -1,5 +1,5 @@
-// cuBLASLt GEMMs for the linear layers: bf16 A/B, fp32 compute, bf16 or fp32 D, bias / GELU /
-// dGELU epilogues. One matmul descriptor + layouts + heuristic algorithm per problem shape,
+// cuBLASLt GEMMs for the linear layers: bf16 A/B (or FP8 with their scale pointers), fp32
+// compute, bf16 or fp32 D, bias / GELU / dGELU epilogues. One matmul descriptor + layouts + heuristic algorithm per problem shape,
 // created on first use and cached (cuBLASLt's heuristic query costs ~10-100 us per call).
 #pragma once
 #include <cublasLt.h>
@@ -27,6 +27,11 @@ struct LtGemm {
   const void* bias = nullptr;  // bf16 [m] for the BIAS epilogues
   void* aux = nullptr;         // GELU pre-activation [m,n] (written by GELU_AUX, read by DGELU)
   int64_t aux_ld = 0;
+  // FP8 operands (CudaOps::fp8_gemm): CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2, TN only (trans_a, not
+  // trans_b), each with its device fp32 scale (D = a_scale b_scale A B + ...).
+  cudaDataType_t a_type = CUDA_R_16BF, b_type = CUDA_R_16BF;
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
 };
 
 class LtMatmul {
@@ -44,7 +49,7 @@ class LtMatmul {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, bool>;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, bool, int, int>;
   Plan& plan_for(const LtGemm& g);
 
   cublasLtHandle_t handle_ = nullptr;

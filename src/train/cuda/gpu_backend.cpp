@@ -50,6 +50,15 @@ class GpuBackend final : public TrainBackend {
     oo.attention = cfg.model.attention;
     oo.device = launch_.device;
     ops_ = make_cuda_ops(oo);
+    fp8_ = cfg.train.precision == "fp8";
+    if (fp8_) {  // the FP8 tensor cores: Ada (8.9) and Hopper (9.0) on
+      cudaDeviceProp prop{};
+      cuda::cuda_check(cudaGetDeviceProperties(&prop, launch_.device), "cudaGetDeviceProperties");
+      usage_check(prop.major * 10 + prop.minor >= 89,
+                  "train.precision = \"fp8\" needs FP8 tensor cores (compute capability 8.9 or later: Ada, Hopper); "
+                  "{} on rank {} is {}.{}: use train.precision = \"bf16\"",
+                  prop.name, launch_.rank, prop.major, prop.minor);
+    }
     flat_ = make_cuda_flat_ops(*ops_);
     // The DP (DataParallel's gradient group is dp_cp: DP and CP together) and embedding-group
     // collectives read what the compute stream wrote: ordered after it. (TransformerModelCuda
@@ -65,8 +74,9 @@ class GpuBackend final : public TrainBackend {
     std::vector<std::unique_ptr<ModelChunk>> chunks;
     for (size_t c = 0; c < shards.size(); ++c) {
       shards[c].sequence_parallel = cfg.parallel.sp;  // run_training has checked tp > 1
-      const ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
-                              cfg.train.recompute == "full"};
+      ModelOptions opts{s.schedule.max_in_flight(grid_.coord().pp, static_cast<int>(c)),
+                        cfg.train.recompute == "full"};
+      opts.fp8 = fp8_;
       auto m = std::make_unique<TransformerModelCuda>(
           s.mc, shards[c], *ops_, s.bp.micro, opts, gs.tp > 1 ? &grid_.tp() : nullptr,
           gs.cp > 1 ? &grid_.cp() : nullptr, gs.ep > 1 ? &grid_.ep() : nullptr);
@@ -88,11 +98,11 @@ class GpuBackend final : public TrainBackend {
   std::string layout_line(const PeakFlops& pf) const override {
     const double peak = pf.peak;
     const GridShape& gs = grid_.shape();
-    return fmt::format("layout world {} = dp {}{} x tp {}{} x pp {}{} (one {} per rank, bf16, attention {}) | {} | "
+    return fmt::format("layout world {} = dp {}{} x tp {}{} x pp {}{} (one {} per rank, {}, attention {}) | {} | "
                        "peak {:g} TFLOP/s/GPU{}",
                        launch_.world, gs.dp, gs.cp > 1 ? fmt::format(" x cp {}", gs.cp) : "", gs.tp,
                        cfg_.parallel.sp ? " + sp" : "", gs.pp, chunks_note_, gpu_,
-                       attention_note(), batch_note_, peak / 1e12,
+                       fp8_ ? "bf16, fp8 linears (E4M3/E5M2, current scaling)" : "bf16", attention_note(), batch_note_, peak / 1e12,
                        peak > 0 ? " (" + pf.how + ")" : " (unknown GPU: set train.peak_flops for MFU)");
   }
   PeakFlops peak_flops() override { return {datasheet_bf16_peak(gpu_), 0, "datasheet dense bf16"}; }
@@ -116,6 +126,7 @@ class GpuBackend final : public TrainBackend {
   std::unique_ptr<CudaOps> ops_;
   std::unique_ptr<FlatOps> flat_;
   std::string gpu_;
+  bool fp8_ = false;  // train.precision = "fp8": the blocks' linears in FP8 (cuda_fp8_linear.cpp)
 };
 
 }  // namespace

@@ -10,6 +10,8 @@
 
 #include "mpitron/core/error.hpp"
 #include "mpitron/model/device_vector.hpp"
+#include "mpitron/model/fp8_recipe.hpp"
+#include "mpitron/model/gpu_activations.hpp"
 #include "mpitron/model/shard_geometry.hpp"
 #include "mpitron/ops/cuda/check.hpp"
 #include "mpitron/ops/cuda/cuda_ops.hpp"
@@ -19,10 +21,11 @@ namespace mpitron {
 struct CudaDevice {
   using act_t = bf16;
   static constexpr bool kDeviceRouter = true;  // MoeMlp routes with the device's kernels
-  static constexpr bool kFp8Linears = false;   // no FP8 GEMMs yet: the trainer refuses train.precision = "fp8"
+  static constexpr bool kFp8Linears = true;    // train.precision = "fp8": fp8_matmul_* (cuda_fp8_linear.cpp)
   using weight_t = bf16;
   CudaOps& ops;
   DeviceAllocator* alloc = nullptr;  // the model's arrays sized per call (MoE): stream-ordered on ops' stream
+  GpuFp8Bufs fp8{};                  // train.precision = "fp8": the operands' codes (gpu_activations.hpp)
 
   // out = inp W^T + b; with gelu_pre: gelu_pre = inp W^T + b and out = gelu(gelu_pre) in one
   // cuBLASLt call (GELU_AUX_BIAS epilogue).
@@ -35,6 +38,16 @@ struct CudaDevice {
                        int64_t K, int64_t N, const bf16* gelu_pre = nullptr) {
     ops.matmul_backward(dinp, dw, db, dout, inp, w, M, K, N, false, gelu_pre);
   }
+  // The same two in FP8 (train.precision = "fp8", fp8_recipe.hpp; cuda_fp8_linear.cpp): each
+  // operand's amax (over the tp / cp group when split), its cast, with the transposed copy where
+  // the GEMM contracts over rows, then cuBLASLt's FP8 GEMM; GELU and its derivative as separate
+  // kernels; db from dout itself. The CPU twin computes the same recipe (cpu_fp8_linear.cpp).
+  void fp8_matmul_forward(Fp8Recipe& r, bf16* out, const bf16* inp, const bf16* w, const bf16* b, int64_t M, int64_t K,
+                          int64_t N, bf16* gelu_pre = nullptr);
+  void fp8_matmul_backward(Fp8Recipe& r, bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp,
+                           const bf16* w, int64_t M, int64_t K, int64_t N, const bf16* gelu_pre = nullptr);
+  // The casts' statistics since the last take: the recipe's counts with the device's figures (syncs).
+  Fp8Stats take_fp8_stats(Fp8Recipe& r);
   void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b,
                          int64_t rows, int64_t C) {
     ops.layernorm_forward(out, mean, rstd, inp, w, b, rows, C);

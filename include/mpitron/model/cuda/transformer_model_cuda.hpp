@@ -107,6 +107,7 @@ class TransformerModelCuda final : public ModelChunk {
   std::vector<std::pair<int, MoeStats>> take_moe_stats() override {
     return moe_ ? moe_->take_stats() : std::vector<std::pair<int, MoeStats>>{};
   }
+  Fp8Stats take_fp8_stats() override { return fp8_ ? dev_.take_fp8_stats(*fp8_) : Fp8Stats{}; }
   double ep_seconds() const override { return moe_ ? moe_->mlp().ep_seconds() : -1.0; }
   int max_micro_batch() const { return max_B_; }
   int64_t logits_chunk_rows() const { return chunk_rows_; }
@@ -288,6 +289,7 @@ class TransformerModelCuda final : public ModelChunk {
   mutable std::vector<float*> moe_g13_, moe_g2_;
   // The layers, shared with the CPU model: the blocks, the embedding, the head and loss.
   std::unique_ptr<TransformerBlock<CudaDevice>> block_;
+  std::unique_ptr<Fp8Recipe> fp8_;  // train.precision = "fp8": the blocks' linear layers' casts
   std::unique_ptr<VocabParallelEmbedding<CudaDevice>> emb_;
   std::unique_ptr<LmHead<CudaDevice>> head_;
 };

@@ -51,10 +51,28 @@
 #include "mpitron/core/dtype.hpp"
 #include "mpitron/core/fp8.hpp"
 #include "mpitron/ops/attention_segments.hpp"
+#include "mpitron/ops/fp8_scaling.hpp"
 #include "mpitron/ops/moe_router.hpp"
 #include "mpitron/ops/rope_freqs.hpp"
 
 namespace mpitron {
+
+// out [M, N] (row-major) = a_scale_inv b_scale_inv (a [M, K] b [N, K]^T) + bias [N], the codes of
+// a and b with K contiguous (the layout Hopper's FP8 tensor cores read: a GEMM contracting over
+// another dimension takes fp8_cast's transposed copies), their 1 / scale device fp32 scalars.
+// out: bf16, overwritten; or acc: fp32, += (weight gradients; no bias). M, K, N multiples of 16.
+struct Fp8Gemm {
+  int64_t M = 0, K = 0, N = 0;
+  const uint8_t* a = nullptr;
+  Fp8Format a_format = Fp8Format::e4m3;
+  const float* a_scale_inv = nullptr;
+  const uint8_t* b = nullptr;
+  Fp8Format b_format = Fp8Format::e4m3;
+  const float* b_scale_inv = nullptr;
+  bf16* out = nullptr;
+  const bf16* bias = nullptr;
+  float* acc = nullptr;
+};
 
 struct CudaOpsOptions {
   std::string attention = "cudnn";    // model.attention: "cudnn" (graph API) | "naive" (cuBLAS + softmax)
@@ -198,11 +216,23 @@ class CudaOps {
   virtual void moe_router_backward(bf16* dlogits, const float* dweight, double aux_scale, double z_scale,
                                    const MoeRouterShape& s, const MoeRouterArrays& a) = 0;
 
-  // ---- FP8 (ops/fp8_scaling.hpp: current scaling) ----
-  // q [n] = fp8(x * scale) in format f, scale = max finite / amax(x); amax (device fp32, written)
-  // and scale_inv = 1 / scale (device fp32, what a cuBLASLt FP8 GEMM takes). The same bytes as the
-  // CPU's fp8_quantize on the same values.
-  virtual void fp8_quantize(uint8_t* q, float* scale_inv, float* amax, const bf16* x, int64_t n, Fp8Format f) = 0;
+  // ---- FP8 (ops/fp8_scaling.hpp: current scaling; the FP8 linears, model/fp8_recipe.hpp) ----
+  // amax[0] = max |x[0, n)| (device fp32, overwritten; 0 for n = 0).
+  virtual void fp8_amax(float* amax, const bf16* x, int64_t n) = 0;
+  // x [rows, cols] cast in format f with the scale of amax[0] (fp8_scale_for; a tensor split over
+  // ranks passes the group's amax): q [rows, cols] and/or qt, the transposed copy [cols, rows]
+  // (Hopper's FP8 GEMM reads both operands with K contiguous, so a GEMM contracting over rows
+  // needs it); either may be nullptr. scale_inv[0] = 1 / scale. stats (nullptr: not counted) gets
+  // this cast's figures added. The bytes are those of the CPU's fp8_quantize on the same values.
+  virtual void fp8_cast(uint8_t* q, uint8_t* qt, float* scale_inv, const float* amax, const bf16* x, int64_t rows,
+                        int64_t cols, Fp8Format f, Fp8DeviceStats* stats) = 0;
+  // The FP8 GEMM (Fp8Gemm): cuBLASLt with the operands' scale pointers, fp32 accumulation.
+  virtual void fp8_gemm(const Fp8Gemm& g) = 0;
+  // q [n] = fp8(x * scale), scale = max finite / amax(x): the amax and the cast above in one call.
+  void fp8_quantize(uint8_t* q, float* scale_inv, float* amax, const bf16* x, int64_t n, Fp8Format f) {
+    fp8_amax(amax, x, n);
+    fp8_cast(q, nullptr, scale_inv, amax, x, 1, n, f, nullptr);
+  }
 
   // ---- embeddings ----
   // positions (device [T]; nullptr: 0..T-1): wpe's row for local position t (context parallel);
