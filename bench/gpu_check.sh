@@ -8,7 +8,7 @@
 # 3. builds $BUILD/mpitron (or uses the carried one) and runs the trainer end to end on this GPU (train.backend = "nccl",
 #    20 steps of the tiny model on a corpus made of this repository's text) against the same
 #    job on the CPU backend: loss curves within bf16 tolerance (2e-2 relative); the same for the
-#    mixture-of-experts model jobs/moe-tiny.toml;
+#    mixture-of-experts model jobs/moe-tiny.toml and for the tiny model in FP8 (train.precision);
 # 4. writes the results (markdown) to RESULTS.md, default bench/results/gpu_check_<gpu>.md.
 # Each section of step 2 runs in its own process (a sticky CUDA error in one cannot fail the others);
 # where the cuDNN attention fails, the gpt2 step timings and the trainer run are repeated with
@@ -162,9 +162,23 @@ trainer_check() {
   echo '```'
   compare_losses "$d" moe_nccl moe_cpu "trainer check (MoE): GPU vs CPU backend, 20 steps of moe-tiny"
   local mrc=$?
+  # FP8 (train.precision = "fp8", docs/fp8.md): the tiny model's linears through cuBLASLt's FP8
+  # GEMMs against the CPU backend's emulation of the same recipe.
+  for b in nccl cpu; do
+    timeout 120 "${RUNENV[@]}" "$MPITRON" train "${job[@]}" "${att[@]}" --train.precision=fp8 --train.backend=$b \
+      --job.run_dir="$d/fp8_$b" >"$d/fp8_$b.log" 2>&1 && continue
+    echo "trainer check (FP8): train.backend=$b failed:"; echo '```'; tail -n 15 "$d/fp8_$b.log"; echo '```'
+    return 1
+  done
+  echo '```'
+  grep -E "^step +(1|10|20)/|^step (1|20) fp8" "$d/fp8_nccl.log"
+  echo '```'
+  compare_losses "$d" fp8_nccl fp8_cpu "trainer check (FP8): GPU vs CPU backend, 20 steps of the tiny model in FP8"
+  local frc=$?
   [ "$failed" = 1 ] && return 1
   [ "$prc" -ne 0 ] && return $prc
-  return $mrc
+  [ "$mrc" -ne 0 ] && return $mrc
+  return $frc
 }
 { echo; echo "## The trainer on this GPU (mpitron train, train.backend = nccl) vs the CPU backend"; echo; } >>"$OUT"
 trainer_check 2>&1 | tee -a "$OUT"
