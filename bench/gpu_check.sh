@@ -110,6 +110,22 @@ print(f"{label}: max relative loss difference {rel:.2e} (bound 2e-2), GPU loss {
 sys.exit(0 if ok else 1)
 PY
 }
+# pair NAME LABEL WHAT JOB_ARGS...: the job on the GPU and on the CPU backend (runs NAME_nccl, NAME_cpu),
+# then compare_losses; status 0 when both ran and agree (a failed run's log tail is printed).
+pair() {
+  local name=$1 label=$2 what=$3 b
+  shift 3
+  for b in nccl cpu; do
+    timeout 120 "${RUNENV[@]}" "$MPITRON" train "$@" --train.backend=$b --job.run_dir="$d/${name}_$b" \
+      >"$d/${name}_$b.log" 2>&1 && continue
+    echo "trainer check ($label): train.backend=$b failed:"; echo '```'; tail -n 15 "$d/${name}_$b.log"; echo '```'
+    return 1
+  done
+  echo '```'
+  grep -E "^step +(1|10|20)/|^step (1|20) $name" "$d/${name}_nccl.log"
+  echo '```'
+  compare_losses "$d" "${name}_nccl" "${name}_cpu" "trainer check ($label): GPU vs CPU backend, $what"
+}
 trainer_check() {
   left=$((LIMIT - (SECONDS - t0)))
   # Not run (exit 3, the overall result is the kernels' then): no time left, or no mpitron build
@@ -151,34 +167,17 @@ trainer_check() {
   local att=()
   [ "$failed" = 1 ] && att=(--model.attention=naive)
   local moe=(jobs/moe-tiny.toml --data.path="$d/data" --train.steps=20 --log.every=1 --eval.every=0 --eval.batches=0)
-  for b in nccl cpu; do
-    timeout 120 "${RUNENV[@]}" "$MPITRON" train "${moe[@]}" "${att[@]}" --train.backend=$b --job.run_dir="$d/moe_$b" \
-      >"$d/moe_$b.log" 2>&1 && continue
-    echo "trainer check (MoE): train.backend=$b failed:"; echo '```'; tail -n 15 "$d/moe_$b.log"; echo '```'
-    return 1
-  done
-  echo '```'
-  grep -E "^step +(1|10|20)/|^step (1|20) moe" "$d/moe_nccl.log"
-  echo '```'
-  compare_losses "$d" moe_nccl moe_cpu "trainer check (MoE): GPU vs CPU backend, 20 steps of moe-tiny"
+  pair moe "MoE" "20 steps of moe-tiny" "${moe[@]}" "${att[@]}"
   local mrc=$?
   # FP8 (train.precision = "fp8", docs/fp8.md): the tiny model's linears through cuBLASLt's FP8
   # GEMMs against the CPU backend's emulation of the same recipe.
-  for b in nccl cpu; do
-    timeout 120 "${RUNENV[@]}" "$MPITRON" train "${job[@]}" "${att[@]}" --train.precision=fp8 --train.backend=$b \
-      --job.run_dir="$d/fp8_$b" >"$d/fp8_$b.log" 2>&1 && continue
-    echo "trainer check (FP8): train.backend=$b failed:"; echo '```'; tail -n 15 "$d/fp8_$b.log"; echo '```'
-    return 1
-  done
-  echo '```'
-  grep -E "^step +(1|10|20)/|^step (1|20) fp8" "$d/fp8_nccl.log"
-  echo '```'
-  compare_losses "$d" fp8_nccl fp8_cpu "trainer check (FP8): GPU vs CPU backend, 20 steps of the tiny model in FP8"
+  pair fp8 "FP8" "20 steps of the tiny model in FP8" "${job[@]}" "${att[@]}" --train.precision=fp8
   local frc=$?
   [ "$failed" = 1 ] && return 1
   [ "$prc" -ne 0 ] && return $prc
-  [ "$mrc" -ne 0 ] && return $mrc
-  return $frc
+  [ "$mrc" -ne 0 ] && return 1
+  [ "$frc" -ne 0 ] && return 1
+  return 0
 }
 { echo; echo "## The trainer on this GPU (mpitron train, train.backend = nccl) vs the CPU backend"; echo; } >>"$OUT"
 trainer_check 2>&1 | tee -a "$OUT"
