@@ -25,16 +25,15 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 constexpr CkptRange CheckpointShard::*kRanges[] = {&CheckpointShard::params, &CheckpointShard::exp_avg,
                                                    &CheckpointShard::exp_avg_sq};
 
-// The ranges start() copies: what this rank writes (a replica's copy is never read by the writer).
+// The ranges start() copies: what this rank writes (a replica's copy is never read by the writer),
+// its slice where the copy is written by every rank holding it (CkptRange::saved).
 bool copied(const CheckpointShard& s, CkptRange CheckpointShard::*k) {
   const CkptRange& r = s.*k;
   return r.data && r.owner && (k == &CheckpointShard::params || s.has_optimizer);
 }
-
-bool all_finite(const float* x, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad |= (~std::bit_cast<uint32_t>(x[i]) & 0x7f800000u) == 0;
-  return bad == 0;
+size_t copied_size(const CkptRange& r) {
+  const CkptRange w = r.saved();
+  return w.end - w.begin;
 }
 
 // memcpy of n floats that also says whether they are all finite (exponent bits not all ones),
@@ -56,7 +55,7 @@ int64_t snapshot_bytes_of(std::span<const CheckpointShard> shards) {
   int64_t n = 0;
   for (const auto& s : shards)
     for (auto k : kRanges)
-      if (copied(s, k)) n += static_cast<int64_t>(((s.*k).end - (s.*k).begin) * sizeof(float));
+      if (copied(s, k)) n += static_cast<int64_t>(copied_size(s.*k) * sizeof(float));
   return n;
 }
 
@@ -133,8 +132,11 @@ double BackgroundSave::snapshot(const CheckpointMeta& meta, std::span<const Chec
       }
       if (b == j.bufs.size()) j.bufs.emplace_back();
       Buffer<float>& buf = j.bufs[b++];
-      if (buf.size() != r.end - r.begin) buf = Buffer<float>(Mem::checkpoint, r.end - r.begin);
-      j.finite &= copy_finite(buf.data(), r.data, buf.size());
+      const CkptRange w = r.saved();  // the rest of the copy: other ranks' to write, checked here too
+      if (buf.size() != w.end - w.begin) buf = Buffer<float>(Mem::checkpoint, w.end - w.begin);
+      j.finite &= all_finite(r.data, w.begin - r.begin) && all_finite(w.data + buf.size(), r.end - w.end);
+      j.finite &= copy_finite(buf.data(), w.data, buf.size());
+      r = w;
       r.data = buf.data();
     }
   j.bufs.resize(b);
@@ -194,7 +196,7 @@ void BackgroundSave::reserve(std::span<const CheckpointShard> shards) {
   job_->bufs.clear();
   for (const auto& s : shards)
     for (auto k : kRanges)
-      if (copied(s, k)) job_->bufs.emplace_back(Mem::checkpoint, (s.*k).end - (s.*k).begin);
+      if (copied(s, k)) job_->bufs.emplace_back(Mem::checkpoint, copied_size(s.*k));
 }
 
 }  // namespace mpitron

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -28,24 +29,36 @@ namespace fs = std::filesystem;
 
 CheckpointShard checkpoint_shard_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
                                      const std::vector<int>& pp_layers, int zero) {
-  return checkpoint_shard_of(cfg, model_shard_for(cfg, shape, coord, pp_layers), coord, zero);
+  return checkpoint_shard_of(cfg, model_shard_for(cfg, shape, coord, pp_layers), coord, zero, shape.dp * shape.cp);
 }
 
 CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& shard, const GridCoord& coord, int zero,
-                                    ParamSet set) {
+                                    int data_context, ParamSet set) {
   CheckpointShard s;
   s.shard = shard;
   s.table = model_param_table(cfg, s.shard);
   std::erase_if(s.table, [&](const ParamInfo& p) { return !in_param_set(p, set); });
-  // One copy of each model shard per (tp, pp) coordinate: dp 0 / cp 0 writes it, unless ZeRO
-  // splits it over DP x CP (then every rank of that group writes its own range). Routed experts
-  // under expert parallel: the first rank of their expert_dp group (data x context rank
+  // One copy of each model shard per (tp, pp) coordinate, held by its dp x cp ranks: they write
+  // it together, rank f its f-th slice (the bytes and the checksums spread over the copies), unless
+  // ZeRO splits it over DP x CP (then every rank of that group writes its own range). Routed
+  // experts under expert parallel: the first rank of their expert_dp group (data x context rank
   // f = dp * cp + cp_rank below ep), or each its ZeRO range of them.
   const int f = data_context_rank(coord, shard.cp_size);
-  const bool first = set == ParamSet::experts ? f < shard.ep_size : f == 0;
-  s.params.owner = zero >= 3 || first;
-  s.exp_avg.owner = s.exp_avg_sq.owner = zero >= 1 || first;
+  if (set == ParamSet::experts) {
+    s.params.owner = zero >= 3 || f < shard.ep_size;
+    s.exp_avg.owner = s.exp_avg_sq.owner = zero >= 1 || f < shard.ep_size;
+    return s;
+  }
+  s.params.owner = s.exp_avg.owner = s.exp_avg_sq.owner = true;
+  if (zero < 3) s.params.part = f, s.params.parts = data_context;
+  if (zero < 1) s.exp_avg.part = s.exp_avg_sq.part = f, s.exp_avg.parts = s.exp_avg_sq.parts = data_context;
   return s;
+}
+
+bool all_finite(const float* x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad |= (~std::bit_cast<uint32_t>(x[i]) & 0x7f800000u) == 0;
+  return bad == 0;
 }
 
 std::string first_non_finite(std::span<const CheckpointShard> shards) {
@@ -62,6 +75,7 @@ std::string first_non_finite(std::span<const CheckpointShard> shards) {
       if (!r.data || (k.range != &CheckpointShard::params && !s.has_optimizer)) continue;
       for (const ParamInfo& p : s.table) {  // tensors only: alignment gaps between them hold nothing
         const size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
+        if (b >= e || all_finite(r.data + (b - r.begin), e - b)) continue;
         for (size_t i = b; i < e; ++i)
           if (!std::isfinite(r.data[i - r.begin]))
             return fmt::format("{} '{}' (element {} of this rank's shard: {})", k.what, p.name, i - p.offset,

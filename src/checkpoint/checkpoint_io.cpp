@@ -172,14 +172,16 @@ struct Selection {
     return s;
   }
 
+  // The block rows over the threads: a sum mod 2^64 is the same in any order.
   uint64_t checksum(int64_t file_cols) const {
     uint64_t h = 0;
-    for (const auto& b : blocks)
-      for (int64_t r = 0; r < b.nrows; ++r)
-        for (int64_t c = 0; c < b.ncols; ++c) {
-          uint64_t fi = static_cast<uint64_t>((b.frow + r) * file_cols + b.fcol + c);
-          h += element_hash(fi, data[mem_base + b.lstart + r * b.lpitch + c]);
-        }
+    for (const auto& b : blocks) {
+      const int64_t rows = b.nrows, cols = b.ncols;
+#pragma omp parallel for reduction(+ : h) schedule(static) if (rows * cols > (int64_t{1} << 16))
+      for (int64_t r = 0; r < rows; ++r)
+        h += ckpt_format::tensor_checksum(data + mem_base + b.lstart + r * b.lpitch, static_cast<size_t>(cols),
+                                          static_cast<size_t>((b.frow + r) * file_cols + b.fcol));
+    }
     return h;
   }
 };
@@ -375,10 +377,12 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   check_h5(f.valid(), "cannot create checkpoint file '{}' (does the folder exist and is it writable?)", path);
   Id dxpl = collective_dxpl();
   write_meta(f, meta, rank == 0, dxpl);
-  // The tensors' data (write_meta's small datasets stay collective).
-  Id data_dxpl = collective_dxpl();
-  if (opt.background)
-    check(H5Pset_dxpl_mpio(data_dxpl, H5FD_MPIO_INDEPENDENT) >= 0, "HDF5: cannot set independent transfers");
+  // The tensors' data in independent transfers (write_meta's small datasets stay collective): each
+  // rank writes whole rows from its own memory straight to the file. Collective ones made each rank
+  // wait for the others' writer thread (background saves), and at np 1 their two-phase copy cost
+  // 5 ms per tensor (a gpt2-124m save 1.2 s instead of 0.9).
+  Id data_dxpl(H5Pcreate(H5P_DATASET_XFER));
+  check(H5Pset_dxpl_mpio(data_dxpl, H5FD_MPIO_INDEPENDENT) >= 0, "HDF5: cannot set independent transfers");
   ckpt_meta::write_attr_u64(f, "meta_checksum", ckpt_format::meta_checksum(meta));
   { Id g = make_group(f, "optim"); }
 
@@ -389,6 +393,15 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   std::array<std::vector<float>, 2> source_rows;  // tensor_source's blocks, reused
   std::vector<Pending> written;
   std::vector<uint64_t> sums;
+  // The tensors' checksums are computed while the data go to disk (the flush below), on threads of
+  // their own: the hash (two splitmix64 per element) took as long as writing the file on the
+  // writing thread, and the cores idle while the disk syncs. The data do not change during a save.
+  struct SumJob {
+    size_t index;
+    Selection sel;
+    int64_t cols;
+  };
+  std::vector<SumJob> jobs;
   for (const Kind& k : kKinds) {
     if (k.range != &CheckpointShard::params && !has_optimizer) continue;
     Id g = make_group(f, k.group);
@@ -412,15 +425,26 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
       }
       Selection sel;
       if (auto [sh, p] = local.find(full.name); p && owns(*sh, (*sh).*k.range, *p))
-        sel = select(*p, (*sh).*k.range, static_cast<int64_t>(dims[0]));
+        sel = select(*p, ((*sh).*k.range).saved(), static_cast<int64_t>(dims[0]));
       Id fs = sel.file_space(dims), ms = sel.mem_space();
       const float* buf = sel.data ? sel.data : reinterpret_cast<const float*>(&n);  // any valid pointer
       check_h5(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, data_dxpl, buf) >= 0, "cannot write checkpoint '{}': dataset '{}/{}'",
                path, k.group, full.name);
-      sums.push_back(sel.checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])));
+      jobs.push_back({sums.size(), std::move(sel), dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])});
+      sums.push_back(0);
       written.push_back({std::move(ds), 0});
       if (written.size() == 1) fault_point("ckpt_write");
     }
+  }
+  {
+    std::future<void> summing = std::async(std::launch::async, [&] {
+      for (const SumJob& j : jobs) sums[j.index] = j.sel.checksum(j.cols);
+    });
+    // The data to stable storage (H5Fflush on the MPI-IO driver is MPI_File_sync on every rank);
+    // the checksums, the "complete" mark and the metadata follow in a second, small flush.
+    errno = 0;
+    check_h5(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "cannot write checkpoint '{}': flushing it to disk failed", path);
+    summing.get();
   }
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
   for (size_t i = 0; i < written.size(); ++i) write_attr_u64(written[i].ds, "checksum", sums[i]);
@@ -486,8 +510,11 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
             if (b.frow + r >= static_cast<int64_t>(dims[0]))
               for (int64_t c = 0; c < b.ncols; ++c) sel.data[sel.mem_base + b.lstart + r * b.lpitch + c] = 0.f;
       }
-      bool own = p && owns(*sh, range, *p);
-      sums.push_back(own ? sel.checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])) : 0);
+      // Verified: the elements this rank would save (its slice of a copy the group holds).
+      const bool own = p && owns(*sh, range, *p);
+      sums.push_back(own ? select(*p, range.saved(), static_cast<int64_t>(dims[0]))
+                               .checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1]))
+                         : 0);
       stored.push_back(read_attr_u64(ds, "checksum", path));
       names.push_back(dname);
     }

@@ -10,6 +10,8 @@
 //   and no [B, H, T, T] matrix); both with the schedule's slots and the recompute option.
 #include "mpitron/plan/ledger.hpp"
 
+#include "mpitron/checkpoint/checkpoint.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -190,11 +192,16 @@ void add_model_state(RankLedger& r, const PlanInput& in) {
   }
   r.optim_moments = 8 * n_o;
   if (in.async_checkpoint) {  // the ranges a save writes from this rank (checkpoint_shard_of's owner flags)
-    // Per set: the dense parameters' first rank is f = 0, the experts' f < ep (checkpoint_shard_of).
-    auto set_bytes = [&](int64_t all, int64_t shard, bool first) {
-      return (l.zero >= 3 || first ? (l.zero >= 3 ? shard : all) : 0) + 2 * (l.zero >= 1 || first ? (l.zero >= 1 ? shard : all) : 0);
-    };
-    r.ckpt_snapshot = 4 * (set_bytes(n_dense, shard_dense, f == 0) + set_bytes(n_exp, shard_exp, f < l.ep));
+    // The dense parameters' copy (without ZeRO-3) and moments' (without ZeRO): rank f's slice of
+    // the dp x cp ranks' (CkptRange::saved); the experts': all of it on their first ranks, f < ep.
+    const int F = l.dp * l.cp;
+    const CkptRange mine = CkptRange{nullptr, 0, static_cast<size_t>(n_dense), true, f, F}.saved();
+    const int64_t slice = static_cast<int64_t>(mine.end - mine.begin);
+    const int64_t dense = (l.zero >= 3 ? shard_dense : slice) + 2 * (l.zero >= 1 ? shard_dense : slice);
+    const bool first = f < l.ep;
+    const int64_t exp = (l.zero >= 3 || first ? (l.zero >= 3 ? shard_exp : n_exp) : 0) +
+                        2 * (l.zero >= 1 || first ? (l.zero >= 1 ? shard_exp : n_exp) : 0);
+    r.ckpt_snapshot = 4 * (dense + exp);
   }
 }
 

@@ -33,7 +33,7 @@ void TrainBackend::build(const TrainSetup& s, std::vector<std::unique_ptr<ModelC
   model_ = std::make_unique<StageModel>(std::move(chunks), ops, s.grid, dp);
   schedule_ = std::make_unique<PipelineSchedule>(s.schedule);
   pipe_ = std::make_unique<PipelineExecutor>(*schedule_, pp, std::move(stages));
-  ckpt_state_ = std::make_unique<StageCheckpointState>(*model_, s.mc, s.grid.coord());
+  ckpt_state_ = std::make_unique<StageCheckpointState>(*model_, s.mc, s.grid.shape(), s.grid.coord());
 }
 
 void TrainBackend::release_stage() {

@@ -126,7 +126,7 @@ std::vector<CheckpointShard> StageCheckpointState::shards() {
       DataParallel& ddp = *set;
       const int zero = ddp.zero();
       ddp.sync_params();  // ZeRO-1/2: the last step's parameter gathers
-      CheckpointShard s = checkpoint_shard_of(mc_, model.shard(), coord_, zero, ddp.param_set());
+      CheckpointShard s = checkpoint_shard_of(mc_, model.shard(), coord_, zero, shape_.dp * shape_.cp, ddp.param_set());
       const FlatRange r = ddp.shard(), g = ddp.region();
       AdamW& opt = ddp.optimizer();
       // The set's parameters: its range of the flat buffer, or (ZeRO-3) this rank's shard of it.
@@ -143,9 +143,9 @@ std::vector<CheckpointShard> StageCheckpointState::shards() {
         p = h.p.data(), m = h.m.data(), v = h.v.data();
       }
       ++k;
-      s.params = {p, pr.begin, pr.end, s.params.owner};
-      s.exp_avg = {m, r.begin, r.end, s.exp_avg.owner};
-      s.exp_avg_sq = {v, r.begin, r.end, s.exp_avg_sq.owner};
+      s.params.set(p, pr.begin, pr.end);
+      s.exp_avg.set(m, r.begin, r.end);
+      s.exp_avg_sq.set(v, r.begin, r.end);
       out.push_back(std::move(s));
     }
   }

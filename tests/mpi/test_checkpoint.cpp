@@ -82,9 +82,9 @@ struct RankState {
     params.assign(pe - pb, -7.f);
     m.assign(e - b, -7.f);
     v.assign(e - b, -7.f);
-    cs.params = {params.data(), pb, pe, cs.params.owner};
-    cs.exp_avg = {m.data(), b, e, cs.exp_avg.owner};
-    cs.exp_avg_sq = {v.data(), b, e, cs.exp_avg_sq.owner};
+    cs.params.set(params.data(), pb, pe);
+    cs.exp_avg.set(m.data(), b, e);
+    cs.exp_avg_sq.set(v.data(), b, e);
   }
 
   template <class F>

@@ -6,9 +6,12 @@
 //   - each rank describes its share as FlatRanges of its shard's flat buffers (CheckpointShard):
 //     the parameters, and AdamW's exp_avg / exp_avg_sq over [begin, end) of the flat layout
 //     (the whole buffer without ZeRO, this DP rank's shard with it);
-//   - a rank writes the elements it OWNS: one owner per element in any layout (dp 0 / cp 0 for
-//     replicated copies, tp 0 for tensors TP replicates, the first stage for the tied wte copy,
-//     every DP rank its own ZeRO shard). checkpoint_shard_for() sets the owner flags;
+//   - a rank writes the elements it OWNS: one owner per element in any layout (tp 0 for tensors TP
+//     replicates, the first stage for the tied wte copy, every DP rank its own ZeRO shard; a copy
+//     every data x context rank holds -- parameters without ZeRO-3, moments without ZeRO -- is
+//     written by all of them together, each rank a slice, so the bytes and their checksums are
+//     spread over the copies' ranks; the experts' copies by their first ranks).
+//     checkpoint_shard_for() sets the owner flags and slices;
 //   - each rank maps its local elements to hyperslabs of the full tensors (a TP shard of the
 //     fused QKV is 3 of them; a ZeRO range cuts tensors mid-row: head row + full rows + tail row).
 //   - load reads every element a rank HOLDS (owners and replicas alike).
@@ -59,6 +62,16 @@ struct CkptRange {
   float* data = nullptr;
   size_t begin = 0, end = 0;
   bool owner = false;  // save: this rank writes these elements (dedupe rules above still apply)
+  // A copy `parts` ranks hold alike: this rank owns slice `part` of [begin, end) (saved()).
+  int part = 0, parts = 1;
+  // Where the range's data are (checkpoint_shard_for left the ownership to keep).
+  void set(float* d, size_t b, size_t e) { data = d, begin = b, end = e; }
+  // What this rank saves (and, loading, verifies) of the range: all of it, or its slice.
+  CkptRange saved() const {
+    if (parts <= 1) return *this;
+    const size_t n = end - begin, b = begin + n * part / parts, e = begin + n * (part + 1) / parts;
+    return {data ? data + (b - begin) : nullptr, b, e, owner, 0, 1};
+  }
 };
 
 struct CheckpointShard {
@@ -68,15 +81,20 @@ struct CheckpointShard {
   bool has_optimizer = true;  // false: parameters only (generate, param tests)
 };
 
+// No NaN or infinity in x[0, n): every element's exponent bits tested branch-free, so the loop
+// vectorises (one that returns at the first bad element does not).
+bool all_finite(const float* x, size_t n);
+
 // The shard and owner flags of grid coordinate `coord` (no data pointers yet: the caller sets
 // params/exp_avg/exp_avg_sq .data/.begin/.end). zero >= 1 shards the optimizer state over DP,
 // zero >= 3 also the parameters.
 CheckpointShard checkpoint_shard_for(const ModelConfig& cfg, const GridShape& shape, const GridCoord& coord,
                                      const std::vector<int>& pp_layers, int zero);
 // The same for a given model shard (an interleaved pipeline's chunk: partition.hpp), its tensors of
-// `set` only (expert parallel: a chunk's dense and expert parameters are two shards).
+// `set` only (expert parallel: a chunk's dense and expert parameters are two shards), among
+// `data_context` = dp x cp ranks holding the same copy.
 CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& shard, const GridCoord& coord, int zero,
-                                    ParamSet set = ParamSet::all);
+                                    int data_context, ParamSet set = ParamSet::all);
 
 // Everything that is not a tensor.
 struct CheckpointMeta {

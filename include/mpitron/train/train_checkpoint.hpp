@@ -32,8 +32,8 @@ class CheckpointState {
 
 class StageCheckpointState final : public CheckpointState {
  public:
-  StageCheckpointState(StageModel& model, const ModelConfig& mc, const GridCoord& coord)
-      : model_(model), mc_(mc), coord_(coord) {}
+  StageCheckpointState(StageModel& model, const ModelConfig& mc, const GridShape& shape, const GridCoord& coord)
+      : model_(model), mc_(mc), shape_(shape), coord_(coord) {}
   std::vector<CheckpointShard> shards() override;
   void loaded() override;
   int optimizer_steps() const override { return model_.optimizer_steps(); }
@@ -47,6 +47,7 @@ class StageCheckpointState final : public CheckpointState {
   StageModel& model_;
   std::vector<HostCopy> host_;
   ModelConfig mc_;
+  GridShape shape_;
   GridCoord coord_;
 };
 
