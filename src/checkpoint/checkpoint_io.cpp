@@ -482,7 +482,11 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
 
   const LocalTensors local{std::span<const CheckpointShard>(shards.data(), shards.size())};
   const auto table = full_table(cfg);
-  Id dxpl = collective_dxpl();
+  // Independent transfers, as the save's: collective ones read through a two-phase buffer and
+  // copied it (a gpt2-124m load 0.9 s from the page cache, where `cat` takes 0.1).
+  Id dxpl(H5Pcreate(H5P_DATASET_XFER));
+  check(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT) >= 0, "HDF5: cannot set independent transfers");
+  std::future<uint64_t> summing;
   for (const Kind& k : kKinds) {
     if (k.range != &CheckpointShard::params && !has_optimizer) continue;
     Id g(H5Gopen2(f, k.group, H5P_DEFAULT));
@@ -510,15 +514,19 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
             if (b.frow + r >= static_cast<int64_t>(dims[0]))
               for (int64_t c = 0; c < b.ncols; ++c) sel.data[sel.mem_base + b.lstart + r * b.lpitch + c] = 0.f;
       }
-      // Verified: the elements this rank would save (its slice of a copy the group holds).
-      const bool own = p && owns(*sh, range, *p);
-      sums.push_back(own ? select(*p, range.saved(), static_cast<int64_t>(dims[0]))
-                               .checksum(dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1]))
-                         : 0);
+      // Verified: the elements this rank would save (its slice of a copy the group holds), on a
+      // thread of its own while the next tensor is read (one in flight, so the order is kept).
+      if (summing.valid()) sums.push_back(summing.get());
+      Selection own;
+      if (p && owns(*sh, range, *p)) own = select(*p, range.saved(), static_cast<int64_t>(dims[0]));
+      summing = std::async(std::launch::async, [own = std::move(own), cols = dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])] {
+        return own.checksum(cols);
+      });
       stored.push_back(read_attr_u64(ds, "checksum", path));
       names.push_back(dname);
     }
   }
+  if (summing.valid()) sums.push_back(summing.get());
   }  // every HDF5 object closed, lock released
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
   // Every rank holds the same sums now: all throw, or none does.

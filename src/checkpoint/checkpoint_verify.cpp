@@ -140,6 +140,13 @@ CheckpointMeta check_structure(hid_t f, const std::string& path, bool has_optimi
 
 // Invalid UTF-8 (a flipped bit in a string) is hashed as U+FFFD instead of throwing: then the
 // checksum, not the JSON library, reports it.
+__attribute__((target_clones("arch=x86-64-v4", "default"))) uint64_t tensor_checksum(const float* data, size_t n,
+                                                                                      size_t first_index) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += element_hash(first_index + i, data[i]);
+  return sum;
+}
+
 uint64_t meta_checksum(const CheckpointMeta& m) {
   return stable_hash(ckpt_meta::meta_to_json(m).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/ranges.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -238,13 +239,16 @@ int TrainCheckpointer::resume() {
   // train.resume = auto: the newest checkpoint that verifies. Every rank reaches the same verdict
   // on each file (read_checkpoint_file), so all move on together. An explicit path: no fallback.
   std::optional<CheckpointMeta> loaded;
+  double read_s = 0;  // the load of the file that verified
   std::string path;
   std::vector<std::string> failed;
   for (const auto& candidate : cands.files) {
     try {
       ActivityPhase phase("checkpoint load");
       CommWait io(io_wait("collective parallel-HDF5 read of a checkpoint", cfg_.checkpoint.timeout_s));
+      const auto t0 = std::chrono::steady_clock::now();
       loaded = read_checkpoint_file(candidate, MPI_COMM_WORLD, mc_, s);
+      read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       path = candidate;
       break;
     } catch (const CorruptCheckpoint& e) {
@@ -276,9 +280,13 @@ int TrainCheckpointer::resume() {
   last_saved_ = last_started_ = static_cast<int>(m.step);
   resumed_loss_ = m.loss;
   if (grid_.rank() == 0) {
-    std::printf("resumed from %s: step %lld (written under tp %d x cp %d x dp %d x pp %d, zero %d)%s\n",
+    std::error_code ec;
+    const double mb = static_cast<double>(std::filesystem::file_size(path, ec)) / 1e6;
+    std::printf("resumed from %s: step %lld (written under tp %d x cp %d x dp %d x pp %d, zero %d; read %.1f MB in "
+                "%.2f s, %.0f MB/s)%s\n",
                 path.c_str(), static_cast<long long>(m.step), m.layout.tp, m.layout.cp, m.layout.dp, m.layout.pp,
-                m.zero, m.step >= cfg_.train.steps ? "; train.steps already reached" : "");
+                m.zero, ec ? 0.0 : mb, read_s, ec || read_s <= 0 ? 0.0 : mb / read_s,
+                m.step >= cfg_.train.steps ? "; train.steps already reached" : "");
     std::fflush(stdout);
   }
   return static_cast<int>(m.step);
