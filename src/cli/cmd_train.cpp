@@ -57,6 +57,30 @@ int threads_per_rank(const JobConfig& cfg, const LaunchInfo& li) {
   return threads;
 }
 
+// train.elastic: dp from the ranks of this launch (shape.dp = 0: world / (tp x cp x pp)), the rest of
+// the layout and the global batch as the job says. Returns the line that says so ("" when nothing
+// changes); the layout rules then refuse a world that cannot hold them, with the figures.
+std::string elastic_dp(const JobConfig& cfg, int world, GridShape& shape) {
+  if (!cfg.train.elastic) return "";
+  usage_check(cfg.train.global_batch > 0,
+              "train.elastic = true needs train.global_batch: the batch it keeps when the number of ranks changes "
+              "(now it would follow dp)");
+  const int mp = shape.tp * shape.cp * shape.pp;
+  usage_check(world % mp == 0,
+              "train.elastic: this launch has {} ranks, not a multiple of tp {} x cp {} x pp {} = {} (the layout it "
+              "keeps); launch a multiple of {} ranks",
+              world, shape.tp, shape.cp, shape.pp, mp, mp);
+  const int dp = world / mp, asked = shape.dp;
+  shape.dp = 0;
+  const int micro = cfg.train.micro_batch, global = cfg.train.global_batch;
+  const std::string accum = global % (micro * dp) == 0 ? fmt::format("{}", global / (micro * dp)) : "?";
+  return fmt::format("elastic: {} ranks = tp {} x cp {} x pp {} x dp {}{}; global batch {} = micro {} x dp {} x "
+                     "accumulation {}",
+                     world, shape.tp, shape.cp, shape.pp, dp,
+                     asked > 0 && asked != dp ? fmt::format(" (parallel.dp = {} is for {} ranks)", asked, asked * mp) : "",
+                     global, micro, dp, accum);
+}
+
 }  // namespace
 
 int cmd_train(const Args& args) {
@@ -80,6 +104,7 @@ int cmd_train(const Args& args) {
 
   const LaunchInfo& li = init_launch();
   GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.ep};
+  const std::string elastic = elastic_dp(cfg, li.world, shape);
   if (dry_run) {
     // A job file for a cluster is checked on a workstation: print the job first, then the layout
     // this world would get, or how many ranks the job needs. A layout of this world that the run
@@ -120,6 +145,7 @@ int cmd_train(const Args& args) {
   }
   shape = resolve_grid_shape(shape, li.world);
   if (li.rank == 0) {
+    if (!elastic.empty()) std::printf("%s\n", elastic.c_str());
     for (const auto& w : env_warnings) std::printf("warning: %s\n", w.c_str());
     for (const auto& line : effective_env_lines(cfg.env)) std::printf("env %s\n", line.c_str());
   }

@@ -339,6 +339,11 @@ const std::vector<Key>& registry() {
                &C::train, &TrainSection::init_from),
       make_key("train.check_ledger", "compare tracked memory with `mpitron plan` at start and after step 1",
                &C::train, &TrainSection::check_ledger),
+      make_key("train.elastic",
+               "restart on the ranks there are: dp = world / (tp x cp x pp) whatever parallel.dp says, tp, cp, pp and "
+               "ep kept, train.global_batch (required) kept by accumulation, the change logged; slurm/train.sbatch "
+               "with MPITRON_ELASTIC=1 sets it and requeues a failed job too (docs/slurm.md)",
+               &C::train, &TrainSection::elastic),
       make_key("train.profile",
                "a machine profile for the step-time prediction: a file from `mpitron calibrate`, or h100 | h200 | a100 "
                "(datasheet figures)",

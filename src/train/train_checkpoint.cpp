@@ -287,6 +287,13 @@ int TrainCheckpointer::resume() {
                 path.c_str(), static_cast<long long>(m.step), m.layout.tp, m.layout.cp, m.layout.dp, m.layout.pp,
                 m.zero, ec ? 0.0 : mb, read_s, ec || read_s <= 0 ? 0.0 : mb / read_s,
                 m.step >= cfg_.train.steps ? "; train.steps already reached" : "");
+    const GridShape& g = grid_.shape();
+    if (g.tp != m.layout.tp || g.cp != m.layout.cp || g.dp != m.layout.dp || g.pp != m.layout.pp)
+      std::printf("layout changed since the checkpoint: tp %d x cp %d x dp %d x pp %d (%d ranks) -> tp %d x cp %d x dp %d x "
+                  "pp %d (%d ranks)%s\n",
+                  m.layout.tp, m.layout.cp, m.layout.dp, m.layout.pp, m.layout.tp * m.layout.cp * m.layout.dp * m.layout.pp,
+                  g.tp, g.cp, g.dp, g.pp, g.tp * g.cp * g.dp * g.pp,
+                  cfg_.train.elastic ? "; train.elastic: the global batch is kept, the accumulation follows dp" : "");
     std::fflush(stdout);
   }
   return static_cast<int>(m.step);

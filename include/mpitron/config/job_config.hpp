@@ -111,6 +111,9 @@ struct TrainSection {
   std::string resume = "auto";     // auto | never | <checkpoint path>
   std::string init_from;           // a fresh run's weights: a checkpoint file or hf:DIR ("" = init)
   bool check_ledger = false;
+  // A (re)start on another number of ranks keeps tp x cp x pp x ep and the global batch: dp is what
+  // the ranks allow, whatever parallel.dp says, the accumulation follows (docs/slurm.md).
+  bool elastic = false;
   std::string profile;              // a machine profile (`mpitron calibrate`, or h100 | h200 | a100)
   bool check_prediction = false;    // print predicted vs measured step time (needs profile)
   std::string nan_policy = "stop";  // stop | skip
