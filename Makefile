@@ -233,7 +233,7 @@ test-stress: deps-check $(BUILD)/mpitron
 test-mutants:
 	@MUTANT=$(MUTANT) bash tests/mutants/run.sh
 
-# A private 2-node Slurm cluster on this host (tests/e2e/slurm/cluster.sh) running the real
+# A private 3-node Slurm cluster on this host (tests/e2e/slurm/cluster.sh) running the real
 # slurm/train.sbatch; installs slurmctld/slurmd/munge first (deps-slurm; not part of `make deps`).
 deps-slurm:
 	@bash tools/deps.sh slurm

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A private single-host Slurm cluster for the tests: one slurmctld and two slurmd daemons that
-# emulate nodes n1 and n2 on this host. Everything (config, state, spool, logs, per-node TmpFS)
+# A private single-host Slurm cluster for the tests: one slurmctld and three slurmd daemons that
+# emulate nodes n1, n2 and n3 on this host (most tests use two; test_node_loss loses the third). Everything (config, state, spool, logs, per-node TmpFS)
 # lives under one temp dir; daemons talk on free loopback ports; they are stopped by PID.
 #
 # Source this file, then:
-#   cluster_start DIR      write DIR/slurm.conf, start the daemons, wait until n1+n2 are idle;
+#   cluster_start DIR      write DIR/slurm.conf, start the daemons, wait until n1..n3 are idle;
 #                          exports SLURM_CONF and the OpenMPI settings the emulated nodes need
 #   cluster_stop           stop the daemons this shell started (by PID; safe to call twice)
 #   cluster_ensure         reuse the cluster named by $MPITRON_SLURM_DIR (tests/e2e/slurm/run.sh
@@ -45,16 +45,17 @@ PY
 }
 
 cluster_start() {
-  local dir=$1 host p0 p1 p2
+  local dir=$1 host p0 p1 p2 p3
   host=$(hostname -s)
   for b in slurmctld slurmd sbatch srun scontrol squeue; do
     command -v "$b" >/dev/null || { echo "cluster: $b not found (make deps-slurm installs it)" >&2; return 1; }
   done
-  mkdir -p "$dir"/{state,log,spool/n1,spool/n2,tmp/n1,tmp/n2,etc}
+  mkdir -p "$dir"/{state,log,spool/n1,spool/n2,spool/n3,tmp/n1,tmp/n2,tmp/n3,etc}
   dir=$(cd "$dir" && pwd)
-  p0=$(_free_port) && p1=$(_free_port "$p0") && p2=$(_free_port "$p0" "$p1") || return 1
+  p0=$(_free_port) && p1=$(_free_port "$p0") && p2=$(_free_port "$p0" "$p1") && p3=$(_free_port "$p0" "$p1" "$p2") ||
+    return 1
   cat >"$dir/etc/slurm.conf" <<CONF
-# private test cluster (tests/e2e/slurm/cluster.sh); two slurmd on host $host
+# private test cluster (tests/e2e/slurm/cluster.sh); three slurmd on host $host
 ClusterName=mpitrontest
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$p0
@@ -91,7 +92,8 @@ MinJobAge=300
 SchedulerParameters=sched_interval=2
 NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p1 CPUs=4 RealMemory=2000 State=UNKNOWN
 NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p2 CPUs=4 RealMemory=2000 State=UNKNOWN
-PartitionName=test Nodes=n1,n2 Default=YES MaxTime=30 State=UP
+NodeName=n3 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p3 CPUs=4 RealMemory=2000 State=UNKNOWN
+PartitionName=test Nodes=n1,n2,n3 Default=YES MaxTime=30 State=UP
 CONF
   : >"$dir/etc/plugstack.conf"
   export SLURM_CONF=$dir/etc/slurm.conf MPITRON_SLURM_DIR=$dir
@@ -103,15 +105,15 @@ CONF
   CLUSTER_PIDS+=($!)
   echo "$!" >"$dir/pids"
   local n
-  for n in n1 n2; do
+  for n in n1 n2 n3; do
     slurmd -D -N "$n" -f "$SLURM_CONF" >"$dir/log/slurmd.$n.out" 2>&1 &
     CLUSTER_PIDS+=($!)
     echo "$!" >>"$dir/pids"
   done
   local t
   for t in $(seq 1 60); do
-    if [ "$(sinfo -h -N -o '%N %t' 2>/dev/null | grep -c ' idle')" = 2 ]; then
-      echo "cluster: up in ${t}s at $dir (slurmctld :$p0, n1 :$p1, n2 :$p2; pids ${CLUSTER_PIDS[*]})"
+    if [ "$(sinfo -h -N -o '%N %t' 2>/dev/null | grep -c ' idle')" = 3 ]; then
+      echo "cluster: up in ${t}s at $dir (slurmctld :$p0, n1 :$p1, n2 :$p2, n3 :$p3; pids ${CLUSTER_PIDS[*]})"
       return 0
     fi
     for p in "${CLUSTER_PIDS[@]}"; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-slurm`: starts one private Slurm cluster (cluster.sh: slurmctld + slurmd n1 + n2 on
+# `make test-slurm`: starts one private Slurm cluster (cluster.sh: slurmctld + slurmd n1, n2, n3 on
 # this host, everything under a temp dir), runs tests/e2e/slurm/test_*.sh against it one at a time,
 # stops the daemons by PID (also on failure or Ctrl-C) and prints PASS/FAIL/SKIP per test and
 # "N passed, N failed, N skipped". A test exits 77 to skip; it prints "SKIP: reason" lines for
