@@ -519,9 +519,8 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
       if (summing.valid()) sums.push_back(summing.get());
       Selection own;
       if (p && owns(*sh, range, *p)) own = select(*p, range.saved(), static_cast<int64_t>(dims[0]));
-      summing = std::async(std::launch::async, [own = std::move(own), cols = dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])] {
-        return own.checksum(cols);
-      });
+      const int64_t cols = dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1]);
+      summing = std::async(std::launch::async, [own = std::move(own), cols] { return own.checksum(cols); });
       stored.push_back(read_attr_u64(ds, "checksum", path));
       names.push_back(dname);
     }

@@ -138,8 +138,6 @@ CheckpointMeta check_structure(hid_t f, const std::string& path, bool has_optimi
 
 }  // namespace
 
-// Invalid UTF-8 (a flipped bit in a string) is hashed as U+FFFD instead of throwing: then the
-// checksum, not the JSON library, reports it.
 __attribute__((target_clones("arch=x86-64-v4", "default"))) uint64_t tensor_checksum(const float* data, size_t n,
                                                                                       size_t first_index) {
   uint64_t sum = 0;
@@ -147,6 +145,8 @@ __attribute__((target_clones("arch=x86-64-v4", "default"))) uint64_t tensor_chec
   return sum;
 }
 
+// Invalid UTF-8 (a flipped bit in a string) is hashed as U+FFFD instead of throwing: then the
+// checksum, not the JSON library, reports it.
 uint64_t meta_checksum(const CheckpointMeta& m) {
   return stable_hash(ckpt_meta::meta_to_json(m).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }

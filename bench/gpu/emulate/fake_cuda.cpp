@@ -373,10 +373,7 @@ class FakeCudaOps final : public CudaOps {
     }
   }
   void fp8_gemm(const Fp8Gemm& g) override {
-    usage_check(g.M % 16 == 0 && g.K % 16 == 0 && g.N % 16 == 0,
-                "FP8 GEMM {} x {} x {} (M x K x N): cuBLASLt's FP8 GEMMs need every dimension a multiple of 16",
-                g.M, g.K, g.N);
-    check((g.out != nullptr) != (g.acc != nullptr) && !(g.acc && g.bias), "fake fp8_gemm: out or acc");
+    g.check();
     auto decode = [](const uint8_t* c, Fp8Format f, int64_t n) {
       Vec v(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) v[i] = float_from_fp8(f, c[i]);

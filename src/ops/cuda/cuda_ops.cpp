@@ -260,11 +260,7 @@ class CudaOpsImpl final : public CudaOps {
   }
   // Row-major out[M, N] = a b^T is column-major out^T[N, M] = b^T a: cuBLASLt's A is our b (TN).
   void fp8_gemm(const Fp8Gemm& f) override {
-    usage_check(f.M % 16 == 0 && f.K % 16 == 0 && f.N % 16 == 0,
-                "FP8 GEMM {} x {} x {} (M x K x N): cuBLASLt's FP8 GEMMs need every dimension a multiple of 16",
-                f.M, f.K, f.N);
-    usage_check((f.out != nullptr) != (f.acc != nullptr) && !(f.acc && f.bias),
-                "fp8_gemm: exactly one of out (bf16, with an optional bias) and acc (fp32 +=)");
+    f.check();
     const auto type = [](Fp8Format x) { return x == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; };
     LtGemm g;
     g.trans_a = true;

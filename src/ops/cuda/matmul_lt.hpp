@@ -1,6 +1,7 @@
 // cuBLASLt GEMMs for the linear layers: bf16 A/B (or FP8 with their scale pointers), fp32
-// compute, bf16 or fp32 D, bias / GELU / dGELU epilogues. One matmul descriptor + layouts + heuristic algorithm per problem shape,
-// created on first use and cached (cuBLASLt's heuristic query costs ~10-100 us per call).
+// compute, bf16 or fp32 D, bias / GELU / dGELU epilogues. One matmul descriptor + layouts +
+// heuristic algorithm per problem shape, created on first use and cached (cuBLASLt's heuristic
+// query costs ~10-100 us per call).
 #pragma once
 #include <cublasLt.h>
 

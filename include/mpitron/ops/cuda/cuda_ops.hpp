@@ -49,6 +49,7 @@
 #include <string>
 
 #include "mpitron/core/dtype.hpp"
+#include "mpitron/core/error.hpp"
 #include "mpitron/core/fp8.hpp"
 #include "mpitron/ops/attention_segments.hpp"
 #include "mpitron/ops/fp8_scaling.hpp"
@@ -72,6 +73,14 @@ struct Fp8Gemm {
   bf16* out = nullptr;
   const bf16* bias = nullptr;
   float* acc = nullptr;
+  // What every fp8_gemm (CudaOps' and the CPU emulation's) takes: the shape, one output.
+  void check() const {
+    usage_check(M % 16 == 0 && K % 16 == 0 && N % 16 == 0,
+                "FP8 GEMM {} x {} x {} (M x K x N): cuBLASLt's FP8 GEMMs need every dimension a multiple of 16", M, K,
+                N);
+    usage_check((out != nullptr) != (acc != nullptr) && !(acc && bias),
+                "fp8_gemm: exactly one of out (bf16, with an optional bias) and acc (fp32 +=)");
+  }
 };
 
 struct CudaOpsOptions {
