@@ -25,7 +25,7 @@ FUZZ_LIB_SRC := $(sort $(wildcard src/config/*.cpp)) src/cli/job_args.cpp src/cl
   src/model/rope_scaling.cpp \
   $(sort $(wildcard src/checkpoint/*.cpp)) \
   src/distributed/fault_inject.cpp src/distributed/step_activity.cpp src/distributed/launch.cpp src/parallel/partition.cpp \
-  src/parallel/schedule.cpp src/plan/profile.cpp
+  src/parallel/schedule.cpp src/plan/profile.cpp src/plan/datasheet_profiles.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_LIB := $(FUZZ_BUILD)/libmpitron-fuzz.a
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
