@@ -105,6 +105,9 @@ int cmd_train(const Args& args) {
   const LaunchInfo& li = init_launch();
   GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.ep};
   const std::string elastic = elastic_dp(cfg, li.world, shape);
+  usage_check(!cfg.train.reproducible || cfg.train.backend != "nccl",
+              "train.reproducible = true runs on the CPU backend (train.backend = cpu): its exact gradient sums are "
+              "host integer reductions over MPI (docs/reproducible.md)");
   if (dry_run) {
     // A job file for a cluster is checked on a workstation: print the job first, then the layout
     // this world would get, or how many ranks the job needs. A layout of this world that the run
@@ -146,6 +149,12 @@ int cmd_train(const Args& args) {
   shape = resolve_grid_shape(shape, li.world);
   if (li.rank == 0) {
     if (!elastic.empty()) std::printf("%s\n", elastic.c_str());
+    if (cfg.train.reproducible)
+      std::printf("reproducible: micro-batches dealt whole, gradients, loss and grad norm summed exactly: the same bits "
+                  "at any dp, ZeRO stage and accumulation with the micro-batch size, tp %d x cp %d x pp %d x ep %d and "
+                  "%d threads per rank kept%s\n",
+                  shape.tp, shape.cp, shape.pp, shape.ep, threads_per_rank(cfg, li),
+                  shape.ep > 1 ? " (not with ep > 1: an expert's GEMM takes several dp ranks' tokens at once)" : "");
     for (const auto& w : env_warnings) std::printf("warning: %s\n", w.c_str());
     for (const auto& line : effective_env_lines(cfg.env)) std::printf("env %s\n", line.c_str());
   }

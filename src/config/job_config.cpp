@@ -344,6 +344,11 @@ const std::vector<Key>& registry() {
                "ep kept, train.global_batch (required) kept by accumulation, the change logged; slurm/train.sbatch "
                "with MPITRON_ELASTIC=1 sets it and requeues a failed job too (docs/slurm.md)",
                &C::train, &TrainSection::elastic),
+      make_key("train.reproducible",
+               "the same losses, grad norms and weights, bit for bit, at any dp, ZeRO stage and split of the global "
+               "batch into micro-batches x accumulation x dp (fixed micro_batch and threads): gradients summed exactly "
+               "in fixed point, micro-batches drawn per micro-batch (docs/reproducible.md); CPU backend",
+               &C::train, &TrainSection::reproducible),
       make_key("train.profile",
                "a machine profile for the step-time prediction: a file from `mpitron calibrate`, or h100 | h200 | a100 "
                "(datasheet figures)",

@@ -212,7 +212,8 @@ DataLoader::DataLoader(const LoaderOptions& opt) : impl_(std::make_unique<Impl>(
   usage_check(n >= opt.dp_size || !opt.drop_last,
               "{} gives {} samples of seq_len {}: fewer than the {} data-parallel ranks (use less DP or more data)",
               m.data->describe(), n, opt.seq_len, opt.dp_size);
-  m.sampler = std::make_unique<DistributedSampler>(n, opt.dp_size, opt.dp_rank, opt.shuffle, opt.seed, opt.drop_last);
+  m.sampler = std::make_unique<DistributedSampler>(n, opt.dp_size, opt.dp_rank, opt.shuffle, opt.seed, opt.drop_last,
+                                                   opt.global_batch > 0 ? opt.micro_batch : 1, opt.global_batch);
   m.batches_per_epoch = m.sampler->num_samples() / opt.micro_batch;
   usage_check(m.batches_per_epoch >= 1,
               "{} gives each of {} data-parallel ranks {} samples of seq_len {} per epoch: fewer than one micro-batch of {}",

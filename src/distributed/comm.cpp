@@ -77,6 +77,18 @@ Request Comm::isendrecv(const void* sendbuf, size_t send_count, int dst, void* r
   return std::make_unique<PairRequest>(std::move(r), std::move(s));
 }
 
+namespace {
+[[noreturn]] void no_exact_integer_reductions(const Comm& c) {
+  usage_fail("group '{}' on backend '{}' has no exact integer reductions: train.reproducible needs train.backend = "
+             "cpu",
+             c.name(), c.backend());
+}
+}  // namespace
+
+void Comm::all_reduce_host_i64(int64_t*, size_t, ReduceOp) { no_exact_integer_reductions(*this); }
+void Comm::all_reduce_host_i8_max(int8_t*, size_t) { no_exact_integer_reductions(*this); }
+void Comm::reduce_scatterv_host_i64(const int64_t*, int64_t*, const size_t*) { no_exact_integer_reductions(*this); }
+
 double Comm::all_reduce_scalar(double v, ReduceOp op) {
   all_reduce_host_f64(&v, 1, op);
   return v;

@@ -414,6 +414,35 @@ void MpiComm::all_reduce_host_f64(double* v, size_t count, ReduceOp op) {
     for (size_t i = 0; i < count; ++i) v[i] /= size_;
 }
 
+// The byte counts of the communication log are given in f32 units (4 bytes).
+void MpiComm::all_reduce_host_i64(int64_t* v, size_t count, ReduceOp op) {
+  check(op != ReduceOp::avg, "all_reduce_host_i64 on group '{}': sum or max only", name_);
+  CommWait w(coll("MPI_Allreduce (host i64)", 2 * count, DType::f32));
+  MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, to_int(count, "all_reduce_host_i64"), MPI_INT64_T, mpi_op(op), comm_),
+                  "MPI_Allreduce (i64)", count);
+}
+
+void MpiComm::all_reduce_host_i8_max(int8_t* v, size_t count) {
+  CommWait w(coll("MPI_Allreduce (host i8 max)", (count + 3) / 4, DType::f32));
+  MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, to_int(count, "all_reduce_host_i8_max"), MPI_INT8_T, MPI_MAX, comm_),
+                  "MPI_Allreduce (i8 max)", count);
+}
+
+void MpiComm::reduce_scatterv_host_i64(const int64_t* send, int64_t* recv, const size_t* counts) {
+  std::vector<int> c(size_);
+  size_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    c[r] = to_int(counts[r], "reduce_scatterv_host_i64");
+    total += counts[r];
+  }
+  to_int(total, "reduce_scatterv_host_i64");
+  check(!overlaps(send, total * 8, recv, counts[rank_] * 8), "reduce_scatterv_host_i64 on group '{}': send and recv overlap",
+        name_);
+  CommWait w(coll("MPI_Reduce_scatter (host i64)", 2 * counts[rank_], DType::f32));
+  MpiError{*this}(MPI_Reduce_scatter(send, recv, c.data(), MPI_INT64_T, MPI_SUM, comm_), "MPI_Reduce_scatter (i64)",
+                  counts[rank_]);
+}
+
 void MpiComm::barrier() {
   CommWait w(coll("MPI_Barrier", 0, DType::f32));
   MpiError{*this}(MPI_Barrier(comm_), "MPI_Barrier");

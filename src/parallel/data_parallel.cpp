@@ -52,6 +52,10 @@ DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const Data
   if ((opt.zero == 1 || opt.zero == 2) && dp.size() > 1 && !ops.allocator())
     param_gather_ = std::make_unique<ParamAllGather>(model, dp, progress_, opt.params);
   optim_ = std::make_unique<AdamW>(opt.adamw, ops, shard_table_, 0, shard_.size());
+  if (opt.reproducible) {
+    usage_check(!ops.allocator(), "train.reproducible runs on the CPU backend only (train.backend = cpu)");
+    fixed_ = std::make_unique<FixedPointGrads>(region_.size());
+  }
   if (opt.params == ParamSet::all) model.set_unit_hook([this](Ev ev, int unit) { on_event(ev, unit); });
 }
 
@@ -72,6 +76,9 @@ std::string DataParallel::describe() const {
       opt_.bucket_mb > 0 ? "" : ": auto, a quarter of the model up to 25", biggest * 4.0 / (1 << 20),
       progress_mode_name(opt_.progress), region_.size(), shard_.begin, shard_.end);
   if (zero3_) s += fmt::format(" | largest gathered unit {} floats", zero3_->largest_unit_floats());
+  if (fixed_)
+    s += fmt::format(" | reproducible: fixed-point gradient sums, {:.2f} MiB of host memory, reduced at the step's end",
+                     fixed_->size() * 17.0 / (1 << 20));
   if (param_gather_)
     s += fmt::format(" | parameters all-gathered in {} units, each awaited at its next forward", param_gather_->units());
   else if ((opt_.zero == 1 || opt_.zero == 2) && dp_.size() > 1)
@@ -95,6 +102,7 @@ void DataParallel::begin_step(int micro_batches) {
   } else {
     model_.zero_grad();
   }
+  if (fixed_) fixed_->clear();
 }
 
 // The timeline (trace.hpp): a unit's forward or backward from its pre_ to its post_ event.
@@ -127,8 +135,14 @@ void DataParallel::on_event(Ev ev, int unit) {
   const bool last_backward = backwards_done_ + 1 == micro_batches_;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (ev == Ev::pre_backward && opt_.zero >= 2 && buckets_[b].alloc_at == pos) alloc_bucket(b);
-    if (ev == Ev::post_backward && buckets_[b].ready_at == pos && !buckets_[b].deferred) launch_bucket(b, last_backward);
+    if (ev == Ev::post_backward && buckets_[b].ready_at == pos && !buckets_[b].deferred) {
+      if (fixed_) add_to_fixed_point(b);
+      else launch_bucket(b, last_backward);
+    }
   }
+  if (fixed_ && ev == Ev::post_backward && unit == ModelChunk::kEmbeddingUnit)  // both wte copies are done
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (buckets_[b].deferred) add_to_fixed_point(b);
   if (ev == Ev::post_backward && unit == ModelChunk::kEmbeddingUnit) ++backwards_done_;  // the last event of a backward
 }
 
@@ -184,8 +198,42 @@ void DataParallel::launch_bucket(size_t b, bool last_backward) {
   bucket_in_flight_[b] = true;
 }
 
+// The bucket's gradients of this micro-batch (the model adds into zeroed memory) move into the
+// fixed-point sums; the memory is zeroed (ZeRO 0/1) or given back (ZeRO 2/3) for the next one.
+void DataParallel::add_to_fixed_point(size_t b) {
+  const GradBucket& bk = buckets_[b];
+  const size_t len = bk.end - bk.begin;
+  if (opt_.zero >= 2) {
+    if (!bucket_bufs_[b].size()) return;  // no backward reached it this micro-batch
+    fixed_->add(bucket_bufs_[b].data(), bk.begin - region_.begin, len);
+    bucket_bufs_[b].reset();
+    return;
+  }
+  float* g = model_.grad_data() + bk.begin;
+  fixed_->add(g, bk.begin - region_.begin, len);
+  ops_.zero(g, len);
+}
+
+// Summed over the tie first, then over dp, both in integers: the result does not depend on which
+// rank ran which micro-batch (data_parallel.hpp: the tie before dp, as in the float path).
+void DataParallel::reduce_fixed_point() {
+  for (const GradBucket& bk : buckets_)
+    if (bk.deferred) fixed_->all_reduce(*opt_.tied_group, bk.begin - region_.begin, bk.end - bk.begin);
+  if (opt_.zero == 0) {
+    fixed_->all_reduce(dp_, 0, region_.size());
+    fixed_->to_float(0, region_.size(), model_.grad_data() + region_.begin);
+    return;
+  }
+  std::vector<size_t> counts = shard_counts(region_, region_.begin, region_.end, dp_.size());
+  fixed_->reduce_scatter_to(dp_, 0, counts.data(), grad_shard());
+}
+
 void DataParallel::finish_backward() {
   progress_.wait_all();
+  if (fixed_) {
+    progress_.blocking([&] { reduce_fixed_point(); });
+    return;
+  }
   reduce_deferred_buckets();
   std::fill(bucket_in_flight_.begin(), bucket_in_flight_.end(), false);
 }
@@ -228,6 +276,31 @@ double DataParallel::grad_sum_squares(int tp_rank) {
   double total = 0;
   progress_.blocking([&] { total = dp_.all_reduce_scalar(local, ReduceOp::sum); });
   return total;
+}
+
+void DataParallel::grad_sum_squares_exact(int tp_rank, ExactSum& into) {
+  check(fixed_ && !ops_.allocator(), "DataParallel::grad_sum_squares_exact: for train.reproducible on the host");
+  ExactSum local;
+  const float* g = grad_shard();
+  if (tp_rank == 0) {
+    local.add_squares(g, shard_.size());
+  } else {
+    for (const auto& p : model_.params()) {
+      if (p.split_dim < 0) continue;  // replicated: counted by TP rank 0
+      size_t lo = std::max(shard_.begin, p.offset), hi = std::min(shard_.end, p.offset + p.numel);
+      if (lo < hi) local.add_squares(g + (lo - shard_.begin), hi - lo);
+    }
+  }
+  if (opt_.tied_copy) {  // the first stage counts wte (exactly cancelled here)
+    const ParamInfo* p = model_.find_token_embedding();
+    size_t lo = std::max(shard_.begin, p->offset), hi = std::min(shard_.end, p->offset + p->numel);
+    if (hi > lo) local.add_squares(g + (lo - shard_.begin), hi - lo, -1.0);
+  }
+  progress_.blocking([&] {
+    if (opt_.zero > 0) local.all_reduce(dp_);  // each rank holds a shard
+    if (opt_.params == ParamSet::experts && opt_.ep) local.all_reduce(*opt_.ep);
+  });
+  into.merge(local);
 }
 
 void DataParallel::scale_grads(float s) { grad_scale_ *= s; }

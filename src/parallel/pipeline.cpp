@@ -176,7 +176,9 @@ PipelineStepStats PipelineExecutor::run(const std::vector<Batch>& batches, float
         release_buffer(buf);
       }
       int64_t count = 0;
-      st.loss_sum += m.forward(b.inputs.data(), b.targets.data(), b.batch, &count, slot, positions_of(b));
+      const double loss = m.forward(b.inputs.data(), b.targets.data(), b.batch, &count, slot, positions_of(b));
+      st.loss_sum += loss;
+      st.loss_exact.add(loss);
       st.n_targets += count;
     } else {
       int slot = slot_of_[a.chunk].at(a.mb);

@@ -127,6 +127,12 @@ double StageModel::grad_sum_squares(int tp_rank) {
   return s;
 }
 
+ExactSum StageModel::grad_sum_squares_exact(int tp_rank) {
+  ExactSum s;
+  for (DataParallel* d : all_sets_) d->grad_sum_squares_exact(tp_rank, s);
+  return s;
+}
+
 void StageModel::scale_grads(float s) {
   for (DataParallel* d : all_sets_) d->scale_grads(s);
 }

@@ -21,8 +21,10 @@ std::string batch_note(const TrainSetup& s) {
 }
 
 DataParallelOptions dp_options(const JobConfig& cfg) {
-  return {cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress),
-          AdamWOptions{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay}};
+  DataParallelOptions o{cfg.parallel.zero, cfg.parallel.bucket_mb, parse_progress_mode(cfg.parallel.dp_progress),
+                        AdamWOptions{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay}};
+  o.reproducible = cfg.train.reproducible;
+  return o;
 }
 
 void TrainBackend::build(const TrainSetup& s, std::vector<std::unique_ptr<ModelChunk>> chunks, FlatOps& ops, Comm& pp,

@@ -42,6 +42,7 @@ TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int
   lo.drop_last = cfg.data.drop_last;
   lo.prefetch = cfg.data.prefetch;
   lo.document_mask = cfg.data.document_mask;
+  if (cfg.train.reproducible) lo.global_batch = bp.global;
   d.train = std::make_unique<DataLoader>(lo);
   // The data's tokenizer decides the vocabulary unless the job sets it.
   if (cfg.model.vocab_size == 0 && !from_hf) {
@@ -57,6 +58,7 @@ TrainData open_train_data(const JobConfig& cfg, const BatchPlan& bp, int dp, int
   vo.split = "val";
   vo.shuffle = false;
   vo.blend.clear();
+  vo.global_batch = 0;
   std::vector<std::string> no_val;
   for (const auto& e : cfg.data.paths) {
     if (list_shards(e.path, "val").empty()) no_val.push_back(e.path);

@@ -37,19 +37,27 @@ double ms_since(Clock::time_point t0) {
 
 // Mean loss over the validation set's first `batches` micro-batches per DP rank (all DP ranks
 // together; the same batches every time), through the pipeline (the last stage has the loss).
-double evaluate(PipelineExecutor& pipe, ValidationLoader& val, ProcessGrid& grid) {
+double evaluate(PipelineExecutor& pipe, ValidationLoader& val, ProcessGrid& grid, bool reproducible) {
   ActivityPhase phase("eval");
   fault_point("eval");
   val.reset();
   Batch b;
   double v[2] = {0, 0};  // loss sum, target tokens
+  ExactSum exact;        // reproducible: the loss sum in any order and over any dp, the same bits
   while (val.next(b)) {
     int64_t n = 0;
-    v[0] += pipe.forward_only(b, &n);
+    const double loss = pipe.forward_only(b, &n);
+    v[0] += loss;
+    exact.add(loss);
     v[1] += static_cast<double>(n);
   }
   grid.dp_cp().all_reduce_host_f64(v, 2, ReduceOp::sum);  // cp: each rank's share of the tokens
   if (grid.shape().pp > 1) grid.pp().all_reduce_host_f64(v, 2, ReduceOp::sum);
+  if (reproducible) {
+    exact.all_reduce(grid.dp_cp());
+    if (grid.shape().pp > 1) exact.all_reduce(grid.pp());
+    v[0] = exact.value();
+  }
   return v[0] / std::max(1.0, v[1]);
 }
 
@@ -102,7 +110,7 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
   TrainResult result;
   std::vector<Batch> batches(bp.accum);
   auto run_eval = [&](int step) {
-    if (val_data) report.validation(step, evaluate(backend->pipeline(), *val_data, grid), result);
+    if (val_data) report.validation(step, evaluate(backend->pipeline(), *val_data, grid, cfg.train.reproducible), result);
   };
   run_eval(start_step);
   // Checkpoint (when due) and the agreed preemption signal, on every step, skipped ones too. True:
@@ -133,7 +141,8 @@ TrainResult run_training(const JobConfig& cfg, const LaunchInfo& launch, Process
     const StepTokenCounts global{sums[0], sums[1], sums[2]};
 
     const double lr = sched.at(step);
-    StepOutcome r = train_step(*backend, grid, batches, global.targets, lr, cfg.optim.grad_clip);
+    StepOutcome r = train_step(*backend, grid, batches, global.targets, lr, cfg.optim.grad_clip,
+                                 cfg.train.reproducible);
     r.attention_fraction = global.attention_fraction();
     if (!r.updated) {  // throws unless train.nan_policy = "skip" allows one more
       skip_non_finite_step(cfg, ckpt, result, step, r.loss, r.grad_norm, rank0);

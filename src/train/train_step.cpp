@@ -13,7 +13,7 @@
 namespace mpitron {
 
 StepOutcome train_step(TrainBackend& backend, ProcessGrid& grid, const std::vector<Batch>& batches, double n_tokens,
-                       double lr, double grad_clip) {
+                       double lr, double grad_clip, bool reproducible) {
   const GridShape& gs = grid.shape();
   StageModel& model = backend.stage();
   StepOutcome out;
@@ -33,14 +33,25 @@ StepOutcome train_step(TrainBackend& backend, ProcessGrid& grid, const std::vect
   }
   set_activity_phase("loss and grad norm");
   // The last stage holds the loss; each cp rank a share of every sequence's tokens.
-  double loss = out.schedule.loss_sum;
-  if (gs.dp * gs.cp > 1) loss = grid.dp_cp().all_reduce_scalar(loss, ReduceOp::sum);
-  if (gs.pp > 1) loss = grid.pp().all_reduce_scalar(loss, ReduceOp::sum);
+  double loss = out.schedule.loss_sum, grad_sq = 0;
+  if (reproducible) {  // exact sums: the same bits however the micro-batches were spread
+    ExactSum l = out.schedule.loss_exact;
+    if (gs.dp * gs.cp > 1) l.all_reduce(grid.dp_cp());
+    if (gs.pp > 1) l.all_reduce(grid.pp());
+    loss = l.value();
+    ExactSum g = model.grad_sum_squares_exact(backend.tp_rank());
+    if (gs.pp > 1) g.all_reduce(grid.pp());
+    if (gs.tp > 1) g.all_reduce(grid.tp());
+    grad_sq = g.value();
+  } else {
+    if (gs.dp * gs.cp > 1) loss = grid.dp_cp().all_reduce_scalar(loss, ReduceOp::sum);
+    if (gs.pp > 1) loss = grid.pp().all_reduce_scalar(loss, ReduceOp::sum);
+    // Every gradient element once: TP-sharded ones by every TP rank, replicated ones by TP rank 0.
+    grad_sq = model.grad_sum_squares(backend.tp_rank());
+    if (gs.pp > 1) grad_sq = grid.pp().all_reduce_scalar(grad_sq, ReduceOp::sum);
+    if (gs.tp > 1) grad_sq = grid.tp().all_reduce_scalar(grad_sq, ReduceOp::sum);
+  }
   out.loss = loss / norm;
-  // Every gradient element once: TP-sharded ones by every TP rank, replicated ones by TP rank 0.
-  double grad_sq = model.grad_sum_squares(backend.tp_rank());
-  if (gs.pp > 1) grad_sq = grid.pp().all_reduce_scalar(grad_sq, ReduceOp::sum);
-  if (gs.tp > 1) grad_sq = grid.tp().all_reduce_scalar(grad_sq, ReduceOp::sum);
   out.grad_norm = std::sqrt(grad_sq);
   if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) return out;
   if (grad_clip > 0 && out.grad_norm > grad_clip)  // torch.nn.utils.clip_grad_norm_'s rule

@@ -114,6 +114,9 @@ struct TrainSection {
   // A (re)start on another number of ranks keeps tp x cp x pp x ep and the global batch: dp is what
   // the ranks allow, whatever parallel.dp says, the accumulation follows (docs/slurm.md).
   bool elastic = false;
+  // Losses, gradient norms and weights the same bits at any dp, ZeRO stage and accumulation
+  // (parallel/fixed_point_grads.hpp; docs/reproducible.md). CPU backend.
+  bool reproducible = false;
   std::string profile;              // a machine profile (`mpitron calibrate`, or h100 | h200 | a100)
   bool check_prediction = false;    // print predicted vs measured step time (needs profile)
   std::string nan_policy = "stop";  // stop | skip

@@ -59,6 +59,9 @@ struct LoaderOptions {
   bool drop_last = true;
   int prefetch = 4;  // batches kept ready; 0 = read synchronously in next()
   bool document_mask = false;  // fill Batch::positions from the shards' /doc_offsets
+  // > 0 (train.reproducible): the global batch in samples; the sampler deals whole micro-batches
+  // and epochs of whole global batches, the same at any dp (sampler.hpp "Blocks").
+  int64_t global_batch = 0;
 };
 
 class TokenDataset;

@@ -90,6 +90,13 @@ class Comm {
   // exact enough that scalar bookkeeping agrees across layouts.
   virtual void all_reduce_host_f64(double* v, size_t count, ReduceOp op) = 0;
 
+  // Exact integer reductions on HOST arrays for train.reproducible (parallel/fixed_point_grads.hpp,
+  // exact_sum.hpp). The MPI backend has them; others refuse (reproducible needs train.backend = cpu).
+  virtual void all_reduce_host_i64(int64_t* v, size_t count, ReduceOp op);  // sum or max
+  virtual void all_reduce_host_i8_max(int8_t* v, size_t count);
+  // counts[r] elements to rank r, in rank order, summed; recv holds counts[rank()].
+  virtual void reduce_scatterv_host_i64(const int64_t* send, int64_t* recv, const size_t* counts);
+
   // Convenience for scalars (loss, grad norm, step agreement). fp64 via all_reduce_host_f64.
   double all_reduce_scalar(double v, ReduceOp op);
 };

@@ -54,6 +54,9 @@ class MpiComm final : public Comm {
                 DType t, int tag = 0) override;
   void barrier() override;
   void all_reduce_host_f64(double* v, size_t count, ReduceOp op) override;
+  void all_reduce_host_i64(int64_t* v, size_t count, ReduceOp op) override;
+  void all_reduce_host_i8_max(int8_t* v, size_t count) override;
+  void reduce_scatterv_host_i64(const int64_t* send, int64_t* recv, const size_t* counts) override;
 
  private:
   float* scratch(size_t n);  // grow-only fp32 scratch for blocking bf16 reductions

@@ -43,6 +43,8 @@
 #include "mpitron/model/model_chunk.hpp"
 #include "mpitron/ops/flat_vector_ops.hpp"
 #include "mpitron/parallel/collective_progress.hpp"
+#include "mpitron/parallel/exact_sum.hpp"
+#include "mpitron/parallel/fixed_point_grads.hpp"
 #include "mpitron/parallel/grad_buckets.hpp"
 #include "mpitron/parallel/param_gather.hpp"
 #include "mpitron/parallel/zero3_params.hpp"
@@ -64,6 +66,10 @@ struct DataParallelOptions {
   // order and installs one unit hook that calls both); `all` installs its own hook.
   ParamSet params = ParamSet::all;
   Comm* ep = nullptr;  // `experts`: the ep group (the gradient norm adds the other ranks' experts)
+  // train.reproducible: each micro-batch's gradients go into a fixed-point accumulator as their
+  // bucket finishes (fixed_point_grads.hpp) and are reduced exactly at finish_backward, blocking;
+  // the gradient norm is summed exactly (exact_sum.hpp). Host memory only (the CPU backend).
+  bool reproducible = false;
 };
 
 class DataParallel {
@@ -83,6 +89,8 @@ class DataParallel {
   // parameters (replicated ones are counted by TP rank 0; tp_grad_norm.hpp). The tied wte copy
   // of the last stage is left out (the first stage counts it).
   double grad_sum_squares(int tp_rank = 0);
+  // The same sum, exact (reproducible): added to `into`, already over dp (and ep) like the above.
+  void grad_sum_squares_exact(int tp_rank, ExactSum& into);
   // Clipping: the gradients times s in the next optimizer_step (AdamW reads them scaled; they stay
   // as they are in memory, one pass over them saved).
   void scale_grads(float s);
@@ -119,6 +127,8 @@ class DataParallel {
   void alloc_bucket(size_t b);
   void launch_bucket(size_t b, bool last_backward);
   void reduce_deferred_buckets();
+  void add_to_fixed_point(size_t b);  // reproducible: bucket b's gradients of this micro-batch
+  void reduce_fixed_point();          // reproducible: the exact reductions of finish_backward
   float* grad_shard();
   float* param_shard();
 
@@ -143,6 +153,7 @@ class DataParallel {
   std::unique_ptr<ParamAllGather> param_gather_;  // declared after progress_: destroyed (waited) first
   std::vector<ParamInfo> shard_table_;  // the parameter table cut to the shard, offsets from its start
   std::unique_ptr<AdamW> optim_;
+  std::unique_ptr<FixedPointGrads> fixed_;  // reproducible: over region_, offsets from its start
   int micro_batches_ = 1, backwards_done_ = 0;
   float grad_scale_ = 1.f;  // scale_grads' factor, applied by the next optimizer_step
 };

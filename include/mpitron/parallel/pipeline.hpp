@@ -12,6 +12,7 @@
 // Activations: each chunk holds max_in_flight(rank, chunk) slots (ModelOptions::slots); a
 // micro-batch takes a free slot at its forward and gives it back at its backward.
 #pragma once
+#include "mpitron/parallel/exact_sum.hpp"
 #include <chrono>
 #include <string>
 #include <cstdint>
@@ -30,6 +31,7 @@ namespace mpitron {
 
 struct PipelineStepStats {
   double loss_sum = 0;     // over the micro-batches whose loss this rank computed (last stage)
+  ExactSum loss_exact;     // the same sum, exact: the same bits in any order (train.reproducible)
   int64_t n_targets = 0;   // their target tokens
   double compute_ms = 0;   // forward + backward
   double total_ms = 0;     // the whole step of the schedule

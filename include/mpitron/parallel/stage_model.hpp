@@ -58,6 +58,7 @@ class StageModel {
   void begin_step(int micro_batches);
   void finish_backward();
   double grad_sum_squares(int tp_rank);  // this rank's DP group, every chunk; not yet over TP / PP
+  ExactSum grad_sum_squares_exact(int tp_rank);  // the same, exact (train.reproducible)
   void scale_grads(float s);
   void optimizer_step(double lr);
   CommTiming take_timing();

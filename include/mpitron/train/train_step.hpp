@@ -27,9 +27,10 @@ struct StepOutcome {
 };
 
 // `batches`: this rank's micro-batches of the step; `n_tokens`: the global batch's target tokens.
-// grad_clip <= 0: no clipping. Collective over the grid.
+// grad_clip <= 0: no clipping. reproducible: the loss and gradient norm summed exactly
+// (train.reproducible). Collective over the grid.
 StepOutcome train_step(TrainBackend& backend, ProcessGrid& grid, const std::vector<Batch>& batches, double n_tokens,
-                       double lr, double grad_clip);
+                       double lr, double grad_clip, bool reproducible = false);
 
 // train.nan_policy for a step whose loss or grad norm is not finite: "skip" -> true (the caller
 // skips the optimizer step), an Error at train.nan_skip_limit consecutive ones; "stop" ->
