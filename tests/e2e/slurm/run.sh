@@ -37,7 +37,9 @@ for t in tests/e2e/slurm/test_*.sh; do
   name=slurm/$(basename "$t" .sh)
   [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && continue
   log="$logdir/$(basename "$t" .sh).log" t0=$SECONDS
-  timeout --kill-after=10 240 bash "$t" >"$log" 2>&1
+  # 240 s unless the test says otherwise in a line "# slurm-test-timeout: SECONDS".
+  limit=$(sed -n 's/^# slurm-test-timeout: *\([0-9]*\).*/\1/p' "$t" | head -1)
+  timeout --kill-after=10 "${limit:-240}" bash "$t" >"$log" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then
     passed=$((passed + 1))
