@@ -13,7 +13,12 @@
 #   within comm.timeout_s), train.sbatch's probe finds n3 silent and submits the restart as a new
 #   job on the 2 nodes that answer (--exclude=n3), which resumes at dp 2 from the newest
 #   checkpoint, says how the layout changed, and finishes. Steps recomputed <= checkpoint.every;
-#   measured: from the kill to the first step after the restart. (A slurmd killed outright, or
+#   measured: from the kill to the first step after the restart.
+#   Killed while saving: 2 nodes, rank 1 SIGKILLed in the middle of writing the step-40 checkpoint
+#   (MPITRON_FAULT, first start only), synchronous and asynchronous: both nodes answer the probe,
+#   so train.sbatch requeues the job as it is; the restart resumes from step 20 (the newest
+#   checkpoint that verifies) and finishes step 60, bit for bit the uninterrupted run.
+#   (A slurmd killed outright, or
 #   frozen and thawed, leaves the dead job COMPLETING on its node for minutes on Slurm 22.05, so the
 #   node is not idle again soon enough to grow back within one test: hence the two jobs.)
 # slurm-test-timeout: 360
@@ -32,14 +37,15 @@ submit() {  # name nodes: prints the job id
     slurm/train.sbatch jobs/tiny.toml "${args[@]}" --job.run_dir="$T/$1"
 }
 restart_id() { sed -n "s/.*restart $2 submitted as job \\([0-9]*\\).*/\\1/p" "$T/$1.out"; }
-same_as_reference() {  # name: every step of its run equals the uninterrupted run's
-  /usr/bin/python3 - "$T" "$1" "$steps" <<'PY'
+same_as_reference() {  # name [steps]: every step of its run equals the uninterrupted run's (a constant lr)
+  /usr/bin/python3 - "$T" "$1" "${2:-$steps}" <<'PY'
 import json, sys
 t, name, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def steps_of(d):  # the last record of each step (a recomputed step is logged again)
     return {r["step"]: (r["loss"], r["grad_norm"]) for r in map(json.loads, open(f"{t}/{d}/metrics.jsonl")) if "loss" in r}
 a, b = steps_of(name), steps_of("ref")
-assert sorted(a) == sorted(b) == list(range(1, steps + 1)), (len(a), len(b))
+assert sorted(a) == list(range(1, steps + 1)), (name, len(a))
+b = {s: b[s] for s in a}
 bad = [s for s in a if a[s] != b[s]]
 print(f"{name}: {steps} steps compared with the uninterrupted run; differing: {bad[:5]}")
 sys.exit(1 if bad else 0)
@@ -65,6 +71,34 @@ grep -q "^layout changed since the checkpoint: tp 1 x cp 1 x dp 2 x pp 1 (2 rank
   bad "grow: job $id2 state $(job_state "$id2")"
 same_as_reference grow && ok "grow: 2 -> 3 nodes, every loss and grad norm bit for bit the uninterrupted run's" ||
   bad "grow: off the uninterrupted run"
+
+# --- Killed while saving (sync, async): 2 nodes, rank 1 killed inside its write of step 40's checkpoint.
+cat >"$T/mpitron-first-start" <<STUB
+#!/bin/bash
+# The fault on the first start only (a requeued job has SLURM_RESTART_COUNT > 0).
+if [ "\${SLURM_RESTART_COUNT:-0}" = 0 ]; then export MPITRON_FAULT="\$FIRST_START_FAULT"; else unset MPITRON_FAULT; fi
+exec "$MPITRON" "\$@"
+STUB
+chmod +x "$T/mpitron-first-start"
+for mode in sync async; do
+  fault="kill@ckpt_write,rank=1,step=40"
+  [ $mode = async ] && fault="kill@ckpt_write,rank=1,after=2"  # one write per save: the second is step 40's
+  id=$(MPITRON="$T/mpitron-first-start" FIRST_START_FAULT="$fault" MPITRON_ELASTIC=1 sbatch --parsable --nodes=2 \
+    --ntasks-per-node=1 --export=ALL -o "$T/$mode.out" slurm/train.sbatch jobs/tiny.toml "${args[@]}" --train.steps=60 \
+    --checkpoint.async=$([ $mode = async ] && echo true || echo false) --job.run_dir="$T/$mode") || { bad "sbatch failed"; continue; }
+  wait_job "$id" 150 || bad "$mode: job $id did not end within 150 s"
+  o="$T/$mode.out"
+  grep -q "MPITRON_FAULT: kill at ckpt_write" "$o" && ok "$mode: rank 1 killed inside the step-40 save" || bad "$mode: the fault did not fire"
+  grep -q "nodes answering: n1 n2; not answering: none; idle: 1; the same 2 node(s) again" "$o" &&
+    grep -q "scontrol requeue $id" "$o" &&
+    ok "$mode: both nodes answered: requeued as it is" || bad "$mode: not requeued as it is"
+  grep -q "^resumed from .*step_00000020.h5: step 20 " "$o" && ok "$mode: resumed from step 20, the newest verified" ||
+    bad "$mode: did not resume from step 20"
+  [ "$(job_state "$id")" = COMPLETED ] && grep -qE "^step +60/60" "$o" && ok "$mode: finished step 60" ||
+    bad "$mode: job $id state $(job_state "$id")"
+  same_as_reference $mode 60 && ok "$mode: every loss and grad norm bit for bit the uninterrupted run's" ||
+    bad "$mode: off the uninterrupted run"
+done
 
 # --- Lose: 3 nodes -> 2 when n3 stops answering.
 id=$(submit lose 3) || { bad "sbatch failed"; finish; exit; }
@@ -105,5 +139,6 @@ resumed=$(grep -oE "^resumed from .*: step [0-9]+" "$out" | head -1 | grep -oE "
   bad "lose: job $id2 state $(job_state "$id2")"
 same_as_reference lose && ok "lose: 3 -> 2 nodes, every loss and grad norm bit for bit the uninterrupted run's" ||
   bad "lose: off the uninterrupted run"
-grep -hE "^\[train.sbatch|^resumed from|^elastic|^layout changed|error" "$T/grow.out" "$out" | cut -c1-300
+grep -hE "^\[train.sbatch|^resumed from|^elastic|^layout changed|error|MPITRON_FAULT" "$T/grow.out" "$T/sync.out" \
+  "$T/async.out" "$out" | cut -c1-300
 finish
