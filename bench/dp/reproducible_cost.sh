@@ -59,7 +59,7 @@ print(f"`bash bench/dp/reproducible_cost.sh {steps} {repeat}` on {cpu} (2 cores)
 print("| layout | fp32 path step (ms) | reproducible step (ms) | ratio | fp32 comm (ms) | reproducible comm (ms) | "
       "gradient bytes on the wire per rank and step, fp32 -> reproducible |")
 print("|---|---|---|---|---|---|---|")
-for lay, a, b, wire in (("1 rank x 2 threads", "fp32_np1", "repro_np1", "0 -> 0"),
+for lay, a, b, wire in (("1 rank x 2 threads", "fp32_np1", "repro_np1", "none"),
                         ("dp 2 x 1 thread, ZeRO 0", "fp32_np2_z0", "repro_np2_z0", f"{4*P/1e6:.1f} MB -> {17*P/1e6:.1f} MB"),
                         ("dp 2 x 1 thread, ZeRO 2", "fp32_np2_z2", "repro_np2_z2", f"{4*P/1e6:.1f} MB (2 reduce-scatters) -> {9*P/1e6:.1f} MB")):
     sa, sb = med(a, "step_ms"), med(b, "step_ms")

@@ -65,6 +65,8 @@ void FixedPointGrads::add(const float* g, size_t at, size_t n) {
     up[t + 4] = unit(t);
   }
   const double lo_scale = unit(1);  // 2^(-B (t-1)) = 2^(-B t) * 2^B
+  // Element by element, so the rank's threads may share the work without changing a bit.
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16))
   for (size_t k = 0; k < n; ++k) {
     const float x = g[k];
     if (x == 0) continue;
@@ -115,6 +117,7 @@ void FixedPointGrads::reduce_scatter_to(Comm& c, size_t at, const size_t* counts
 }
 
 void FixedPointGrads::to_float(size_t at, size_t n, float* out) const {
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16))
   for (size_t k = 0; k < n; ++k) {
     const size_t i = at + k;
     const int t = top_[i];
