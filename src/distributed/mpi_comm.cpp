@@ -19,6 +19,17 @@ int to_int(size_t n, const char* what) {
   return static_cast<int>(n);
 }
 
+// A reduce-scatter's per-rank counts as MPI's ints, and their total.
+std::vector<int> int_counts(const size_t* counts, int n, const char* what, size_t& total) {
+  std::vector<int> c(n);
+  total = 0;
+  for (int r = 0; r < n; ++r) {
+    c[r] = to_int(counts[r], what);
+    total += counts[r];
+  }
+  return c;
+}
+
 void widen(const void* src, float* dst, size_t n) {
   const bf16* s = static_cast<const bf16*>(src);
 #pragma omp parallel for simd if (n > (1u << 18))
@@ -300,12 +311,8 @@ Request MpiComm::ireduce_scatter(const void* send, void* recv, size_t count, DTy
 
 void MpiComm::reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) {
   MpiError err{*this};
-  std::vector<int> c(size_);
   size_t total = 0;
-  for (int r = 0; r < size_; ++r) {
-    c[r] = to_int(counts[r], "reduce_scatterv");
-    total += counts[r];
-  }
+  const std::vector<int> c = int_counts(counts, size_, "reduce_scatterv", total);
   to_int(total, "reduce_scatterv");
   size_t mine = counts[rank_];
   float* f = scratch(total);
@@ -326,12 +333,8 @@ Request MpiComm::ireduce_scatterv(const void* send, void* recv, const size_t* co
   check(t == DType::f32, "ireduce_scatterv on group '{}': only f32 is supported", name_);
   auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter on group '{}'", name_),
                                         coll("MPI_Ireduce_scatter (wait)", counts[rank_], t));
-  r->counts_.resize(size_);
   size_t total = 0;
-  for (int i = 0; i < size_; ++i) {
-    r->counts_[i] = to_int(counts[i], "ireduce_scatterv");
-    total += counts[i];
-  }
+  r->counts_ = int_counts(counts, size_, "ireduce_scatterv", total);
   size_t mine = counts[rank_];
   check(!overlaps(send, total * 4, recv, mine * 4), "ireduce_scatterv on group '{}': send and recv overlap", name_);
   MpiError{*this}(MPI_Ireduce_scatter(send, recv, r->counts_.data(), MPI_FLOAT, mpi_op(op), comm_, &r->req_),
@@ -429,12 +432,8 @@ void MpiComm::all_reduce_host_i8_max(int8_t* v, size_t count) {
 }
 
 void MpiComm::reduce_scatterv_host_i64(const int64_t* send, int64_t* recv, const size_t* counts) {
-  std::vector<int> c(size_);
   size_t total = 0;
-  for (int r = 0; r < size_; ++r) {
-    c[r] = to_int(counts[r], "reduce_scatterv_host_i64");
-    total += counts[r];
-  }
+  const std::vector<int> c = int_counts(counts, size_, "reduce_scatterv_host_i64", total);
   to_int(total, "reduce_scatterv_host_i64");
   check(!overlaps(send, total * 8, recv, counts[rank_] * 8), "reduce_scatterv_host_i64 on group '{}': send and recv overlap",
         name_);

@@ -260,9 +260,8 @@ double DataParallel::grad_sum_squares(int tp_rank) {
                                                            ops_, tp_rank)
                                : 0.0;
   if (opt_.tied_copy) {  // wte is TP-sharded, so every TP rank counted its part of it above
-    const ParamInfo* p = model_.find_token_embedding();
-    size_t lo = std::max(shard_.begin, p->offset), hi = std::min(shard_.end, p->offset + p->numel);
-    if (hi > lo) local -= ops_.sum_squares(grad_shard() + (lo - shard_.begin), hi - lo);
+    const auto [at, len] = tied_wte_in_shard();
+    if (len) local -= ops_.sum_squares(grad_shard() + at, len);
   }
   if (opt_.params == ParamSet::experts) {  // this rank's experts; the other ranks of ep hold the others
     double total = local;
@@ -278,23 +277,21 @@ double DataParallel::grad_sum_squares(int tp_rank) {
   return total;
 }
 
+std::pair<size_t, size_t> DataParallel::tied_wte_in_shard() const {
+  const ParamInfo* p = model_.find_token_embedding();
+  const size_t lo = std::max(shard_.begin, p->offset), hi = std::min(shard_.end, p->offset + p->numel);
+  return hi > lo ? std::pair<size_t, size_t>{lo - shard_.begin, hi - lo} : std::pair<size_t, size_t>{0, 0};
+}
+
 void DataParallel::grad_sum_squares_exact(int tp_rank, ExactSum& into) {
   check(fixed_ && !ops_.allocator(), "DataParallel::grad_sum_squares_exact: for train.reproducible on the host");
   ExactSum local;
   const float* g = grad_shard();
-  if (tp_rank == 0) {
-    local.add_squares(g, shard_.size());
-  } else {
-    for (const auto& p : model_.params()) {
-      if (p.split_dim < 0) continue;  // replicated: counted by TP rank 0
-      size_t lo = std::max(shard_.begin, p.offset), hi = std::min(shard_.end, p.offset + p.numel);
-      if (lo < hi) local.add_squares(g + (lo - shard_.begin), hi - lo);
-    }
-  }
+  for (const auto& [at, len] : tp_local_grad_ranges(model_.params(), shard_.begin, shard_.end, tp_rank))
+    local.add_squares(g + at, len);
   if (opt_.tied_copy) {  // the first stage counts wte (exactly cancelled here)
-    const ParamInfo* p = model_.find_token_embedding();
-    size_t lo = std::max(shard_.begin, p->offset), hi = std::min(shard_.end, p->offset + p->numel);
-    if (hi > lo) local.add_squares(g + (lo - shard_.begin), hi - lo, -1.0);
+    const auto [at, len] = tied_wte_in_shard();
+    if (len) local.add_squares(g + at, len, -1.0);
   }
   progress_.blocking([&] {
     if (opt_.zero > 0) local.all_reduce(dp_);  // each rank holds a shard

@@ -131,6 +131,8 @@ class DataParallel {
   void reduce_fixed_point();          // reproducible: the exact reductions of finish_backward
   float* grad_shard();
   float* param_shard();
+  // The tied wte copy's part of this rank's shard: (offset in the shard, length), length 0 if none.
+  std::pair<size_t, size_t> tied_wte_in_shard() const;
 
   ModelChunk& model_;
   Comm& dp_;

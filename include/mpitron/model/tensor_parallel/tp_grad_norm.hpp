@@ -9,6 +9,7 @@
 // the single-rank run's 1 + 5.
 #pragma once
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "mpitron/model/model_chunk.hpp"
@@ -20,5 +21,11 @@ namespace mpitron {
 // `params` describes (a ZeRO shard, or everything); g points at flat element `begin`.
 double tp_local_grad_sum_squares(const std::vector<ParamInfo>& params, const float* g, size_t begin, size_t end,
                                  FlatOps& ops, int tp_rank);
+
+// The (offset from begin, length) runs of [begin, end) that this TP rank counts: all of it on TP
+// rank 0, the TP-sharded parameters' elements elsewhere. What both sums above and the exact one of
+// train.reproducible (DataParallel::grad_sum_squares_exact) go over.
+std::vector<std::pair<size_t, size_t>> tp_local_grad_ranges(const std::vector<ParamInfo>& params, size_t begin,
+                                                            size_t end, int tp_rank);
 
 }  // namespace mpitron
