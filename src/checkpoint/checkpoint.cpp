@@ -55,13 +55,15 @@ CheckpointShard checkpoint_shard_of(const ModelConfig& cfg, const ModelShard& sh
   return s;
 }
 
+// Over the OpenMP threads: a synchronous save's scan of the whole state (0.09 s per GB on one core).
 bool all_finite(const float* x, size_t n) {
   uint32_t bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > (size_t{1} << 18))
   for (size_t i = 0; i < n; ++i) bad |= (~std::bit_cast<uint32_t>(x[i]) & 0x7f800000u) == 0;
   return bad == 0;
 }
 
-std::string first_non_finite(std::span<const CheckpointShard> shards) {
+std::string first_non_finite(std::span<const CheckpointShard> shards, bool saved_only) {
   struct Kind {
     const char* what;
     CkptRange CheckpointShard::*range;
@@ -71,8 +73,8 @@ std::string first_non_finite(std::span<const CheckpointShard> shards) {
                                    {"exp_avg_sq (AdamW second moment) of", &CheckpointShard::exp_avg_sq}};
   for (const CheckpointShard& s : shards)
     for (const Kind& k : kinds) {
-      const CkptRange& r = s.*k.range;
-      if (!r.data || (k.range != &CheckpointShard::params && !s.has_optimizer)) continue;
+      const CkptRange r = saved_only ? (s.*k.range).saved() : s.*k.range;
+      if (!r.data || (saved_only && !r.owner) || (k.range != &CheckpointShard::params && !s.has_optimizer)) continue;
       for (const ParamInfo& p : s.table) {  // tensors only: alignment gaps between them hold nothing
         const size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
         if (b >= e || all_finite(r.data + (b - r.begin), e - b)) continue;
@@ -178,10 +180,13 @@ uint64_t tensor_bytes(const ModelConfig& cfg, bool has_optimizer) {
   return n * 4 * (has_optimizer ? 3 : 1);
 }
 
-// Why writing `tmp` failed, when the system can tell: MPI-IO turns a full disk or a file size
-// limit into a short write (errno is gone by the time HDF5 reports "file write failed"), so ask
-// again with one byte at the end of what the file needs, and say how much room there is.
-std::string diagnose_write_failure(const std::string& tmp, const std::string& dir, uint64_t need) {
+// Why writing `tmp` failed, when the system can tell: HDF5's MPI-IO driver turns a full disk or a
+// file size limit into a short write (errno is gone by the time it reports "file write failed"),
+// so ask again with one byte at the end of what the file needs, and say how much room there is.
+// `said`: the error's message; a cause it names already (the tensor data's own pwrite) is not
+// repeated.
+std::string diagnose_write_failure(const std::string& tmp, const std::string& dir, uint64_t need,
+                                   const std::string& said) {
   std::string why;
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd >= 0) {
@@ -198,7 +203,8 @@ std::string diagnose_write_failure(const std::string& tmp, const std::string& di
     room = fmt::format("the file size limit (ulimit -f) is {}", mb(static_cast<double>(lim.rlim_cur)));
   else if (::statvfs(dir.c_str(), &fsst) == 0)
     room = fmt::format("{} free there", mb(static_cast<double>(fsst.f_bavail) * fsst.f_frsize));
-  return fmt::format("{} ({}; the checkpoint needs about {})", why, room, mb(static_cast<double>(need)));
+  const std::string detail = fmt::format("{}; the checkpoint needs about {}", room, mb(static_cast<double>(need)));
+  return said.ends_with(why) ? fmt::format("({})", detail) : fmt::format("{} ({})", why, detail);
 }
 
 }  // namespace
@@ -227,10 +233,10 @@ std::string CheckpointManager::save(const CheckpointMeta& meta, std::span<const 
     // Only this rank knows; it is about to abort the job (fatal.cpp). Free the space it took.
     // `latest` and the older files were not touched: nothing is renamed or pruned before here.
     const bool has_optimizer = shards.empty() || shards.front().has_optimizer;
-    std::string why = diagnose_write_failure(tmp, dir_, tensor_bytes(meta.model, has_optimizer));
+    std::string why = diagnose_write_failure(tmp, dir_, tensor_bytes(meta.model, has_optimizer), e.what());
     bool removed = ::unlink(tmp.c_str()) == 0 || errno == ENOENT;
     fail("{}{}; step {} was not saved{}; `latest` and the older checkpoints are untouched", e.what(),
-         why.empty() ? "" : ": " + why, meta.step, removed ? " (the partial file was removed)" : "");
+         why.empty() ? "" : (why[0] == '(' ? " " : ": ") + why, meta.step, removed ? " (the partial file was removed)" : "");
   }
   MPI_Barrier(comm_);
   fault_point("ckpt_rename");

@@ -1,19 +1,24 @@
-// The metadata check of a checkpoint in a child process (fork, no exec), so that HDF5 itself
-// cannot crash or hang the job on a corrupted file. Found with random bit flips: a damaged
-// global-heap collection (where variable-length strings live; it has no checksum) sends HDF5
-// 1.10.8 into an endless loop, and a damaged fractal heap (dense link storage, files of older
-// mpitron) into free() of a bad pointer. The child does only HDF5 reads and _exit()s; once it
-// reports "usable", the parent's own reads walk the same, now known-good, bytes.
+// The metadata check of a checkpoint in a child process, so that HDF5 itself cannot crash or hang
+// the job on a corrupted file. Found with random bit flips: a damaged global-heap collection (where
+// variable-length strings live; it has no checksum) sends HDF5 1.10.8 into an endless loop, and a
+// damaged fractal heap (dense link storage, files of older mpitron) into free() of a bad pointer.
+// The child does only HDF5 reads and _exit()s; once it reports "usable", the parent's own reads
+// walk the same, now known-good, bytes.
 //
-// fork() in an MPI process: the child never touches MPI, CUDA or the network and exits at once.
-// The mpitron binary makes the child exec itself (enable_checkpoint_check_exec, checkpoint.hpp):
-// a plain fork copies the locks other threads hold at that moment, and under AddressSanitizer
-// (whose allocator has no fork handler) a child forked while the data loader's thread was inside
-// malloc waits forever on its first free(). Programs that do not enable it (tests, fuzzers) fork only.
-// hdf5_mutex() is held across fork() so no thread of ours is inside HDF5 when its state is copied.
+// The mpitron binary starts the child with posix_spawn of itself (enable_checkpoint_check_exec,
+// checkpoint.hpp): the child never touches MPI, CUDA or the network, and shares nothing with the
+// parent. Not fork(): a fork copies the locks other threads hold at that moment (under
+// AddressSanitizer, whose allocator has no fork handler, a child forked while the data loader's
+// thread was inside malloc waited forever on its first free()), and it marks every page of the
+// parent copy-on-write, so the reads into the model's buffers that follow took a write fault per
+// 4 KiB page (0.2 s of a gpt2-124m resume's 0.7). posix_spawn shares the address space until the
+// exec. Programs that do not enable it (tests, fuzzers: small processes) fork and run the check
+// in the forked child. hdf5_mutex() is held across fork() so no thread of ours is inside HDF5 when
+// its state is copied.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,12 +71,23 @@ bool g_exec_child = false;
   ::_exit(0);  // no atexit handlers, no MPI, no flushing of the parent's stdio buffers
 }
 
+// The check dies with its parent: a parent killed mid-check (a cancelled job, a test's time limit)
+// would otherwise leave HDF5's endless loop spinning on a core for good (seen: 11 minutes at 93%,
+// starving the next test's ranks). The parent waits for the child in
+// check_checkpoint_structure_isolated, so the thread that started it outlives it.
+void die_with_parent(pid_t parent) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
+}
+
 }  // namespace
 
 void enable_checkpoint_check_exec() { g_exec_child = true; }
 
+// argv: mpitron __checkpoint-check FD HAS_OPTIMIZER PATH PARENT_PID
 [[noreturn]] void checkpoint_check_main(int argc, char** argv) {
-  if (argc != 5) ::_exit(2);
+  if (argc != 6) ::_exit(2);
+  die_with_parent(static_cast<pid_t>(std::atoll(argv[5])));
   child(std::atoi(argv[2]), argv[4], argv[3][0] == '1');
 }
 
@@ -84,27 +100,30 @@ void check_checkpoint_structure_isolated(const std::string& path, bool has_optim
   int fds[2];
   check(::pipe2(fds, O_CLOEXEC) == 0, "cannot check checkpoint '{}': pipe: {}", path, std::strerror(errno));
   std::fflush(nullptr);
-  // The exec's arguments are built before fork(): the child may not allocate.
-  const std::string fd_arg = std::to_string(fds[1]);
-  char* const exec_argv[] = {const_cast<char*>("mpitron"), const_cast<char*>("__checkpoint-check"),
-                             const_cast<char*>(fd_arg.c_str()), const_cast<char*>(has_optimizer ? "1" : "0"),
-                             const_cast<char*>(path.c_str()), nullptr};
   const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // The check dies with its parent: a parent killed mid-check (a cancelled job, a test's time
-    // limit) would otherwise leave HDF5's endless loop spinning on a core for good (seen: 11
-    // minutes at 93%, starving the next test's ranks). Kept across the exec; the parent waits for
-    // the child in this call, so the forking thread outlives it.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
-    ::close(fds[0]);
-    if (exec_child) {
-      ::fcntl(fds[1], F_SETFD, 0);  // the write end survives the exec
-      ::execv("/proc/self/exe", exec_argv);
-      ::_exit(127);  // no exec: the parent checks again with a plain fork
+  pid_t pid = -1;
+  if (exec_child) {
+    const std::string fd_arg = std::to_string(fds[1]), parent_arg = std::to_string(parent);
+    char* const argv[] = {const_cast<char*>("mpitron"), const_cast<char*>("__checkpoint-check"),
+                          const_cast<char*>(fd_arg.c_str()), const_cast<char*>(has_optimizer ? "1" : "0"),
+                          const_cast<char*>(path.c_str()), const_cast<char*>(parent_arg.c_str()), nullptr};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], fds[1]);  // onto itself: the write end survives the exec
+    const int rc = ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {  // no exec: check with a plain fork
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return check_checkpoint_structure_isolated(path, has_optimizer, false);
     }
-    child(fds[1], path, has_optimizer);
+  } else {
+    pid = ::fork();
+    if (pid == 0) {
+      die_with_parent(parent);
+      ::close(fds[0]);
+      child(fds[1], path, has_optimizer);
+    }
   }
   ::close(fds[1]);
   if (pid < 0) {

@@ -5,9 +5,12 @@
 // q rows 2..3, k rows 6..7, v rows 10..11 of the full tensor: 3 file hyperslabs. A ZeRO range of
 // the flat buffer covering local elements [5, 19) of it is head row 1 (cols 1..3), full rows 2..3,
 // tail row 4 (cols 0..2); each piece is then split where it crosses a q/k/v part boundary.
-// Local order and full-tensor row-major order agree (the mapping is monotonic), which is what
-// lets one union of file hyperslabs pair with one union of memory hyperslabs in one H5Dwrite.
+// Local order and full-tensor row-major order agree (the mapping is monotonic): each block is a
+// run of consecutive elements on both sides, or one such run per row, moved with pread / pwrite
+// at the dataset's offset in the file (transfer_pieces). HDF5 makes the file and its metadata.
+#include <fcntl.h>
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +19,9 @@
 #include <exception>
 #include <map>
 #include <array>
+#include <atomic>
+#include <bit>
+#include <memory>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -45,7 +51,6 @@ using ckpt_meta::write_attr_u64;
 using ckpt_meta::write_meta;
 using ckpt_format::cause_suffix;
 using ckpt_format::check_h5;
-using ckpt_format::element_hash;
 using ckpt_format::file_dims;
 using ckpt_format::full_table;
 using ckpt_format::Kind;
@@ -120,77 +125,15 @@ std::vector<Block> blocks_for(const ParamInfo& p, int64_t file_rows, int64_t lo,
 struct Selection {
   std::vector<Block> blocks;
   int64_t mem_base = 0;  // index in the range's data of local element 0 of the tensor
-  size_t mem_size = 0;   // floats of the range's data
   float* data = nullptr;
 
   bool empty() const { return blocks.empty(); }
-
-  Id file_space(const std::vector<hsize_t>& dims) const {
-    Id s(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-    if (blocks.empty()) {
-      H5Sselect_none(s);
-      return s;
-    }
-    bool first = true;
-    for (const auto& b : blocks) {
-      hsize_t start[2], count[2];
-      if (dims.size() == 1) {
-        start[0] = b.fcol;
-        count[0] = b.ncols;
-      } else {
-        start[0] = b.frow, start[1] = b.fcol;
-        count[0] = b.nrows, count[1] = b.ncols;
-      }
-      check(H5Sselect_hyperslab(s, first ? H5S_SELECT_SET : H5S_SELECT_OR, start, nullptr, count, nullptr) >= 0,
-            "HDF5: cannot select a file hyperslab");
-      first = false;
-    }
-    return s;
-  }
-
-  Id mem_space() const {
-    hsize_t n = std::max<size_t>(1, mem_size);
-    Id s(H5Screate_simple(1, &n, nullptr));
-    if (blocks.empty()) {
-      H5Sselect_none(s);
-      return s;
-    }
-    bool first = true;
-    for (const auto& b : blocks) {
-      hsize_t start = static_cast<hsize_t>(mem_base + b.lstart), stride = 1, count = 1, block;
-      if (b.nrows == 1 || b.ncols == b.lpitch) {
-        block = static_cast<hsize_t>(b.nrows * b.ncols);  // contiguous
-      } else {
-        stride = static_cast<hsize_t>(b.lpitch);
-        count = static_cast<hsize_t>(b.nrows);
-        block = static_cast<hsize_t>(b.ncols);
-      }
-      check(H5Sselect_hyperslab(s, first ? H5S_SELECT_SET : H5S_SELECT_OR, &start, &stride, &count, &block) >= 0,
-            "HDF5: cannot select a memory hyperslab");
-      first = false;
-    }
-    return s;
-  }
-
-  // The block rows over the threads: a sum mod 2^64 is the same in any order.
-  uint64_t checksum(int64_t file_cols) const {
-    uint64_t h = 0;
-    for (const auto& b : blocks) {
-      const int64_t rows = b.nrows, cols = b.ncols;
-#pragma omp parallel for reduction(+ : h) schedule(static) if (rows * cols > (int64_t{1} << 16))
-      for (int64_t r = 0; r < rows; ++r)
-        h += ckpt_format::tensor_checksum(data + mem_base + b.lstart + r * b.lpitch, static_cast<size_t>(cols),
-                                          static_cast<size_t>((b.frow + r) * file_cols + b.fcol));
-    }
-    return h;
-  }
 };
 
 // Elements of tensor p inside range r: local [lo, hi).
 Selection select(const ParamInfo& p, const CkptRange& r, int64_t file_rows) {
   Selection s;
   s.data = r.data;
-  s.mem_size = r.end - r.begin;
   s.mem_base = static_cast<int64_t>(p.offset) - static_cast<int64_t>(r.begin);
   if (!r.data) return s;
   int64_t lo = static_cast<int64_t>(std::max(r.begin, p.offset)) - static_cast<int64_t>(p.offset);
@@ -224,6 +167,85 @@ class LocalTensors {
 
  private:
   std::map<std::string, std::pair<const CheckpointShard*, const ParamInfo*>> map_;
+};
+
+// A selection as runs of consecutive elements both in the file and in memory, cut in pieces of
+// at most 1 MB.
+struct Piece {
+  int64_t file_index;  // flat index in the file's tensor
+  float* mem;
+  int64_t n;
+  bool hash;  // part of this rank's checksum
+};
+void add_pieces(std::vector<Piece>& out, const Selection& s, int64_t file_cols, bool hash) {
+  constexpr int64_t kMax = int64_t{1} << 18;
+  auto add = [&](int64_t f, float* m, int64_t n) {
+    for (int64_t at = 0; at < n; at += kMax) out.push_back({f + at, m + at, std::min(kMax, n - at), hash});
+  };
+  for (const Block& b : s.blocks) {
+    float* m = s.data + s.mem_base + b.lstart;
+    const int64_t f = b.frow * file_cols + b.fcol;
+    if (b.nrows == 1 || (b.ncols == file_cols && b.lpitch == b.ncols))
+      add(f, m, b.nrows * b.ncols);
+    else
+      for (int64_t r = 0; r < b.nrows; ++r) add(f + r * file_cols, m + r * b.lpitch, b.ncols);
+  }
+}
+
+// Moves the pieces between memory and a contiguous dataset at file offset `at` with pread or
+// pwrite (the checkpoint's data bypass HDF5: its MPI-IO path cost a copy, and a gpt2-124m save
+// spent 0.3 s in H5Dwrite where the kernel's copy takes 0.15), over the OpenMP threads where
+// `threads`, and returns the checksum of the pieces marked `hash`. Each is hashed while it is in
+// the core's cache, after its read or before its write: hashing a tensor in a pass of its own,
+// from memory, took as long as the read (both bound by memory bandwidth). An Error names `what`
+// on a failed transfer, or a short read (past the agreement, the file changed).
+enum class Io { read, write };
+uint64_t transfer_pieces(Io io, int fd, haddr_t at, const std::vector<Piece>& pieces, int format, bool threads,
+                         const std::string& what) {
+  static_assert(std::endian::native == std::endian::little, "checkpoint data are F32LE, moved as they are");
+  uint64_t h = 0;
+  std::atomic<int> failed{0};
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : h) if (threads && pieces.size() > 1)
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& pc = pieces[i];
+    const auto checksum = [&] {
+      return ckpt_format::tensor_checksum(format, pc.mem, static_cast<size_t>(pc.n), static_cast<size_t>(pc.file_index));
+    };
+    if (pc.hash && io == Io::write) h += checksum();
+    char* mem = reinterpret_cast<char*>(pc.mem);
+    size_t left = static_cast<size_t>(pc.n) * 4;
+    off_t off = static_cast<off_t>(at + 4 * static_cast<haddr_t>(pc.file_index));
+    while (left > 0) {
+      const ssize_t done = io == Io::read ? ::pread(fd, mem, left, off) : ::pwrite(fd, mem, left, off);
+      if (done < 0 && errno == EINTR) continue;
+      if (done <= 0) {
+        int none = 0;
+        failed.compare_exchange_strong(none, done < 0 ? errno : -1);
+        break;
+      }
+      mem += done, left -= static_cast<size_t>(done), off += done;
+    }
+    if (pc.hash && io == Io::read) h += checksum();
+  }
+  const int e = failed.load();
+  check(e == 0, "{}: {}", what,
+        e > 0 ? std::strerror(e) : io == Io::read ? "the file ends before it (truncated?)" : "the write made no progress");
+  return h;
+}
+
+// A descriptor of the checkpoint file, closed when it goes.
+class PosixFile {
+ public:
+  PosixFile(const std::string& path, int flags) : fd_(::open(path.c_str(), flags | O_CLOEXEC)) {}
+  ~PosixFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PosixFile(const PosixFile&) = delete;
+  PosixFile& operator=(const PosixFile&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
 };
 
 Id mpio_fapl(MPI_Comm comm) {
@@ -286,7 +308,8 @@ uint64_t write_from_source(const std::function<void(const std::string&, int64_t,
   auto fill = [&](int64_t r0, std::vector<float>& buf) {
     const int64_t n = std::min(block, rows - r0);
     source(name, r0, n, buf.data());
-    return ckpt_format::tensor_checksum(buf.data(), static_cast<size_t>(n) * cols, static_cast<size_t>(r0) * cols);
+    return ckpt_format::tensor_checksum(kCheckpointFormatVersion, buf.data(), static_cast<size_t>(n) * cols,
+                                        static_cast<size_t>(r0) * cols);
   };
   Id file_space(H5Dget_space(ds));
   uint64_t sum = 0;
@@ -393,15 +416,11 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   std::array<std::vector<float>, 2> source_rows;  // tensor_source's blocks, reused
   std::vector<Pending> written;
   std::vector<uint64_t> sums;
-  // The tensors' checksums are computed while the data go to disk (the flush below), on threads of
-  // their own: the hash (two splitmix64 per element) took as long as writing the file on the
-  // writing thread, and the cores idle while the disk syncs. The data do not change during a save.
-  struct SumJob {
-    size_t index;
-    Selection sel;
-    int64_t cols;
-  };
-  std::vector<SumJob> jobs;
+  // The tensors' data go straight to the file with pwrite on a descriptor of this rank's own,
+  // hashed on the way (transfer_pieces); the background writer's on its own thread only, the
+  // training threads keep the cores.
+  const PosixFile file(path, O_WRONLY);
+  check(file.fd() >= 0, "cannot write checkpoint '{}': {}", path, std::strerror(errno));
   for (const Kind& k : kKinds) {
     if (k.range != &CheckpointShard::params && !has_optimizer) continue;
     Id g = make_group(f, k.group);
@@ -415,37 +434,37 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
       Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
       Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
       H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+      H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);  // its place in the file is known at creation
       Id ds(H5Dcreate2(g, full.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
       check_h5(ds.valid(), "cannot write checkpoint '{}': cannot create dataset '{}/{}'", path, k.group, full.name);
+      const std::string dataset = fmt::format("checkpoint '{}': dataset '{}/{}'", path, k.group, full.name);
+      const std::string what = "cannot write " + dataset;
       if (opt.tensor_source) {
-        sums.push_back(write_from_source(opt.tensor_source, full.name, ds, dims, data_dxpl, opt.source_block_floats, source_rows,
-                                         fmt::format("checkpoint '{}': dataset '{}/{}'", path, k.group, full.name)));
+        sums.push_back(write_from_source(opt.tensor_source, full.name, ds, dims, data_dxpl, opt.source_block_floats,
+                                         source_rows, dataset));
         written.push_back({std::move(ds), 0});
         continue;
       }
       Selection sel;
       if (auto [sh, p] = local.find(full.name); p && owns(*sh, (*sh).*k.range, *p))
         sel = select(*p, ((*sh).*k.range).saved(), static_cast<int64_t>(dims[0]));
-      Id fs = sel.file_space(dims), ms = sel.mem_space();
-      const float* buf = sel.data ? sel.data : reinterpret_cast<const float*>(&n);  // any valid pointer
-      check_h5(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, data_dxpl, buf) >= 0, "cannot write checkpoint '{}': dataset '{}/{}'",
-               path, k.group, full.name);
-      jobs.push_back({sums.size(), std::move(sel), dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1])});
-      sums.push_back(0);
+      const haddr_t at = H5Dget_offset(ds);
+      check_h5(at != HADDR_UNDEF, "{}: HDF5 gave it no place in the file", what);
+      const int64_t cols = dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1]);
+      std::vector<Piece> pieces;
+      add_pieces(pieces, sel, cols, true);
+      sums.push_back(transfer_pieces(Io::write, file.fd(), at, pieces, kCheckpointFormatVersion, !opt.background, what));
       written.push_back({std::move(ds), 0});
       if (written.size() == 1) fault_point("ckpt_write");
     }
   }
-  {
-    std::future<void> summing = std::async(std::launch::async, [&] {
-      for (const SumJob& j : jobs) sums[j.index] = j.sel.checksum(j.cols);
-    });
-    // The data to stable storage (H5Fflush on the MPI-IO driver is MPI_File_sync on every rank);
-    // the checksums, the "complete" mark and the metadata follow in a second, small flush.
-    errno = 0;
-    check_h5(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "cannot write checkpoint '{}': flushing it to disk failed", path);
-    summing.get();
-  }
+  // The data to stable storage: this descriptor's, then HDF5's (H5Fflush on the MPI-IO driver is
+  // MPI_File_sync on every rank); the checksums, the "complete" mark and the metadata follow in a
+  // second, small flush.
+  errno = 0;
+  check(::fsync(file.fd()) == 0, "cannot write checkpoint '{}': syncing it to disk failed: {}", path,
+        std::strerror(errno));
+  check_h5(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "cannot write checkpoint '{}': flushing it to disk failed", path);
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
   for (size_t i = 0; i < written.size(); ++i) write_attr_u64(written[i].ds, "checksum", sums[i]);
   written.clear();
@@ -465,28 +484,28 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
   std::vector<std::string> names;
   CheckpointMeta meta;
   const bool has_optimizer = shards.empty() || shards.front().has_optimizer;
-  // Every rank must agree that the file is usable BEFORE the collective reads: one rank failing
-  // inside them while its peers wait would hang the job. Rank 0 checks it alone (metadata only),
-  // and every rank throws the same verdict.
+  // Every rank must agree that the file is usable BEFORE it reads: the ranks move on to an older
+  // candidate together, and HDF5's walk of the metadata below must not crash or hang on a damaged
+  // file. Rank 0 checks it alone (metadata only, in a child process), and every rank throws the
+  // same verdict.
   agree_checkpoint_usable(path, comm, expect, has_optimizer);
   {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   h5::quiet();
-  Id fapl = mpio_fapl(comm);
-  CollectiveFile f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
+  Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   // Past the agreement, anything failing here is not a property of the file (an I/O error, a
   // file replaced meanwhile): Error, and the job aborts.
   check_h5(f.valid(), "cannot open checkpoint '{}'", path);
   meta = read_meta(f, path);
+  const int format = ckpt_meta::read_format_version(f, path);
   const ModelConfig& cfg = expect;
 
   const LocalTensors local{std::span<const CheckpointShard>(shards.data(), shards.size())};
   const auto table = full_table(cfg);
-  // Independent transfers, as the save's: collective ones read through a two-phase buffer and
-  // copied it (a gpt2-124m load 0.9 s from the page cache, where `cat` takes 0.1).
-  Id dxpl(H5Pcreate(H5P_DATASET_XFER));
-  check(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT) >= 0, "HDF5: cannot set independent transfers");
-  std::future<uint64_t> summing;
+  // The data straight from the file (contiguous datasets of F32LE, as the writer makes them), not
+  // through H5Dread: see transfer_pieces.
+  const PosixFile file(path, O_RDONLY);
+  check(file.fd() >= 0, "cannot open checkpoint '{}': {}", path, std::strerror(errno));
   for (const Kind& k : kKinds) {
     if (k.range != &CheckpointShard::params && !has_optimizer) continue;
     Id g(H5Gopen2(f, k.group, H5P_DEFAULT));
@@ -497,35 +516,45 @@ CheckpointMeta read_checkpoint_file(const std::string& path, MPI_Comm comm, cons
       Id ds(H5Dopen2(g, full.name.c_str(), H5P_DEFAULT));
       check_h5(ds.valid(), "{}: cannot open dataset '{}'", path, dname);
       std::vector<hsize_t> dims = file_dims(full, cfg);
-      Selection sel;
+      const int64_t cols = dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1]);
       auto [sh, p] = local.find(full.name);
       const CkptRange& range = p ? (*sh).*k.range : CkptRange{};
-      if (p) sel = select(*p, range, static_cast<int64_t>(dims[0]));
-      Id fs = sel.file_space(dims), ms = sel.mem_space();
-      float dummy = 0;
-      check_h5(H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, sel.data ? sel.data : &dummy) >= 0,
-               "{}: cannot read dataset '{}'", path, dname);
+      // Verified: the elements this rank would save, its slice of a copy the group holds (the
+      // rest of what it holds is read, not hashed). Each piece is hashed as it arrives.
+      std::vector<Piece> pieces;
+      if (p) {
+        const int64_t rows = static_cast<int64_t>(dims[0]);
+        auto part = [&](size_t b, size_t e) {
+          return CkptRange{range.data + (b - range.begin), b, e, range.owner, 0, 1};
+        };
+        if (!owns(*sh, range, *p)) {
+          add_pieces(pieces, select(*p, range, rows), cols, false);
+        } else {
+          const CkptRange mine = range.saved();
+          add_pieces(pieces, select(*p, mine, rows), cols, true);
+          add_pieces(pieces, select(*p, part(range.begin, mine.begin), rows), cols, false);
+          add_pieces(pieces, select(*p, part(mine.end, range.end), rows), cols, false);
+        }
+      }
+      const haddr_t at = H5Dget_offset(ds);
+      check_h5(at != HADDR_UNDEF || pieces.empty(), "{}: dataset '{}' is not stored contiguously", path, dname);
+      const uint64_t sum = transfer_pieces(Io::read, file.fd(), at, pieces, format, true,
+                                           fmt::format("{}: cannot read dataset '{}'", path, dname));
       // Padded vocabulary rows (not in the file) are zero, as init_weights makes them.
-      if (p && sel.data && is_vocab_rows(full.name)) {
+      if (p && range.data && is_vocab_rows(full.name)) {
+        const int64_t base = static_cast<int64_t>(p->offset) - static_cast<int64_t>(range.begin);
         int64_t lo = static_cast<int64_t>(std::max(range.begin, p->offset) - p->offset);
         int64_t hi = static_cast<int64_t>(std::min(range.end, p->offset + p->numel)) - static_cast<int64_t>(p->offset);
         for (const auto& b : blocks_for(*p, INT64_MAX, lo, hi))
           for (int64_t r = 0; r < b.nrows; ++r)
             if (b.frow + r >= static_cast<int64_t>(dims[0]))
-              for (int64_t c = 0; c < b.ncols; ++c) sel.data[sel.mem_base + b.lstart + r * b.lpitch + c] = 0.f;
+              for (int64_t c = 0; c < b.ncols; ++c) range.data[base + b.lstart + r * b.lpitch + c] = 0.f;
       }
-      // Verified: the elements this rank would save (its slice of a copy the group holds), on a
-      // thread of its own while the next tensor is read (one in flight, so the order is kept).
-      if (summing.valid()) sums.push_back(summing.get());
-      Selection own;
-      if (p && owns(*sh, range, *p)) own = select(*p, range.saved(), static_cast<int64_t>(dims[0]));
-      const int64_t cols = dims.size() == 1 ? 1 : static_cast<int64_t>(dims[1]);
-      summing = std::async(std::launch::async, [own = std::move(own), cols] { return own.checksum(cols); });
+      sums.push_back(sum);
       stored.push_back(read_attr_u64(ds, "checksum", path));
       names.push_back(dname);
     }
   }
-  if (summing.valid()) sums.push_back(summing.get());
   }  // every HDF5 object closed, lock released
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
   // Every rank holds the same sums now: all throw, or none does.
@@ -561,7 +590,8 @@ std::vector<float> read_checkpoint_tensor(const std::string& path, const std::st
   std::vector<float> out(n);
   if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw CorruptCheckpoint(fmt::format("checkpoint '{}': cannot read dataset '{}'{}", path, dataset, cause_suffix()));
-  if (h5::has_attr(ds, "checksum")) ckpt_format::check_tensor_checksum(out, d, ds, path, dataset);
+  if (h5::has_attr(ds, "checksum"))
+    ckpt_format::check_tensor_checksum(ckpt_meta::read_format_version(f, path), out, ds, path, dataset);
   if (shape) shape->assign(d.begin(), d.end());
   return out;
 }

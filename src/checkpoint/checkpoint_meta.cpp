@@ -279,15 +279,21 @@ static RopeScaling read_rope_scaling(hid_t g, const std::string& path) {
   return r;
 }
 
+int read_format_version(hid_t f, const std::string& path) {
+  const int64_t fv = h5::read_attr_i64(f, "format_version", path);
+  usage_check(fv >= 1 && fv <= kCheckpointFormatVersion,
+              "'{}': checkpoint format version {} (this mpitron reads 1 to {}: a newer mpitron wrote it)", path, fv,
+              kCheckpointFormatVersion);
+  return static_cast<int>(fv);
+}
+
 // Metadata from an open file (any access mode; every read here is independent).
 CheckpointMeta read_meta(hid_t f, const std::string& path) {
   using h5::read_attr_i64;
   using h5::read_attr_str;
   usage_check(h5::has_attr(f, "format") && read_attr_str(f, "format", path) == kFormat,
               "'{}' is an HDF5 file but not an mpitron checkpoint (no format = \"{}\" attribute)", path, kFormat);
-  int64_t fv = read_attr_i64(f, "format_version", path);
-  usage_check(fv == kCheckpointFormatVersion, "'{}': checkpoint format version {} (this mpitron reads {})", path,
-              fv, kCheckpointFormatVersion);
+  read_format_version(f, path);
   CheckpointMeta m;
   m.version = read_attr_str(f, "mpitron_version", path);
   m.created = read_attr_str(f, "created", path);

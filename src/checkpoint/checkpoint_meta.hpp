@@ -17,6 +17,8 @@ nlohmann::json meta_to_json(const CheckpointMeta& m);
 CheckpointMeta meta_from_json(const nlohmann::json& j);
 // Metadata from an open file (any access mode; every read is independent).
 CheckpointMeta read_meta(hid_t f, const std::string& path);
+// The file's format_version: UsageError unless this mpitron reads it (1 .. kCheckpointFormatVersion).
+int read_format_version(hid_t f, const std::string& path);
 // UsageError unless dataset `ds` of file `f` can be a checkpoint tensor: 1-D or 2-D, a float type,
 // and no more values than the file has bytes / 4 (its shape is read from the file: a corrupted
 // one would be a huge allocation, or a product that overflows into a too small buffer).

@@ -245,7 +245,7 @@ int TrainCheckpointer::resume() {
   for (const auto& candidate : cands.files) {
     try {
       ActivityPhase phase("checkpoint load");
-      CommWait io(io_wait("collective parallel-HDF5 read of a checkpoint", cfg_.checkpoint.timeout_s));
+      CommWait io(io_wait("the read of a checkpoint", cfg_.checkpoint.timeout_s));
       const auto t0 = std::chrono::steady_clock::now();
       loaded = read_checkpoint_file(candidate, MPI_COMM_WORLD, mc_, s);
       read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -311,7 +311,7 @@ void TrainCheckpointer::init_from() {
     load_hf_into_shards(hf, s);
   } else {
     for (auto& x : s) x.has_optimizer = false;  // the parameters only: AdamW starts anew
-    CommWait io(io_wait("collective parallel-HDF5 read of a checkpoint", cfg_.checkpoint.timeout_s));
+    CommWait io(io_wait("the read of a checkpoint", cfg_.checkpoint.timeout_s));
     read_checkpoint_file(resolve_checkpoint_path(from), MPI_COMM_WORLD, mc_, s);
   }
   state_.loaded();
@@ -388,9 +388,11 @@ std::string TrainCheckpointer::save(int step, double loss, const SamplerState& s
     snapshot_s = background_->snapshot(m, shards);
   }
   // A non-finite state is never saved, whatever train.nan_policy says: resume = auto would pick
-  // it up. The lowest rank that holds one says where.
+  // it up. The lowest rank that holds one says where. Each rank checks what it saves (the
+  // background snapshot checked everything it holds while copying).
   {
-    const std::string bad = background ? background_->snapshot_non_finite(shards) : first_non_finite(shards);
+    const std::string bad =
+        background ? background_->snapshot_non_finite(shards) : first_non_finite(shards, /*saved_only=*/true);
     const int me = grid_.rank();
     int first_bad = bad.empty() ? std::numeric_limits<int>::max() : me;
     MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

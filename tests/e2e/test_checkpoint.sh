@@ -4,7 +4,9 @@
 # dp 2 with ZeRO 1, pp 2 / tp 2 when the trainer has them); SIGUSR1 -> checkpoint + exit 75 ->
 # resume at the next step; SIGKILL of one rank -> every process gone within 30 s, non-zero exit,
 # the last complete checkpoint loads; truncated file / different model -> clear error; h5py reads
-# the documented datasets; inspect and generate work on a checkpoint.
+# the documented datasets and their checksums; a format-1 file (an older mpitron's checksums)
+# verifies and resumes bit-identically, and a flipped bit in it is caught; inspect and generate
+# work on a checkpoint.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 say() { echo "== $*"; }
@@ -48,6 +50,16 @@ grep -q "resumed from .*step_00000004.h5: step 4" "$tmp/same1.log" || fail "no r
 compare same1 ref1 0
 run samedp2 2 --train.resume="$tmp/refdp2/ckpt/step_00000004.h5"
 compare samedp2 refdp2 0
+
+say "format 1 (an older mpitron's checksum function): verified, and resumed bit-identically"
+/usr/bin/python3 tests/e2e/ckpt_format1.py "$tmp/ref1/ckpt/step_00000004.h5" "$tmp/format1.h5"
+/usr/bin/python3 tests/e2e/check_checkpoint_h5py.py "$tmp/format1.h5" 4
+"$MPITRON" inspect --verify "$tmp/format1.h5" >/dev/null || fail "inspect --verify rejects a format-1 file"
+run format1 1 --train.resume="$tmp/format1.h5"
+compare format1 ref1 0
+/usr/bin/python3 tests/e2e/ckpt_flip.py flip "$tmp/format1.h5" data
+rc=0; "$MPITRON" inspect --verify "$tmp/format1.h5" >"$tmp/format1.verify" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q "does not match its checksum" "$tmp/format1.verify" || fail "a flipped bit in a format-1 file: exit $rc"
 
 say "other layouts: within 1e-5"
 run dp2from1 2 --train.resume="$tmp/ref1/ckpt/step_00000004.h5"

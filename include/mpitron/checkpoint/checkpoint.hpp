@@ -46,7 +46,9 @@
 
 namespace mpitron {
 
-constexpr int kCheckpointFormatVersion = 1;
+// The format this mpitron writes; it reads every format from 1 (they differ only in the tensors'
+// checksum function: checkpoint_format.hpp).
+constexpr int kCheckpointFormatVersion = 2;
 
 // A checkpoint that cannot be used: unreadable, partial, or failing verification (a flipped bit,
 // a truncated file). Every rank throws it together (see above). train.resume = auto moves on to
@@ -146,8 +148,10 @@ inline void write_checkpoint_file(const std::string& path, MPI_Comm comm, const 
 
 // This rank's first parameter or AdamW moment that is not finite (NaN/inf), as "exp_avg of
 // 'h.0.mlp.c_fc.weight' (element 17)"; empty when every value in the shards' tensors is finite.
-// A save checks it first: a non-finite model is never written as a checkpoint.
-std::string first_non_finite(std::span<const CheckpointShard> shards);
+// A save checks it first: a non-finite model is never written as a checkpoint. `saved_only`:
+// only what this rank saves (CkptRange::saved of the ranges it owns): every element of the
+// checkpoint is then checked once over the ranks, not by every rank holding a copy.
+std::string first_non_finite(std::span<const CheckpointShard> shards, bool saved_only = false);
 
 // The metadata as a save stores it (JSON, then HDF5 attributes), read back: UsageError naming the
 // first field it cannot hold (a NaN or inf number: JSON has neither). The trainer calls it at
