@@ -105,9 +105,12 @@ int cmd_train(const Args& args) {
   const LaunchInfo& li = init_launch();
   GridShape shape{cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.ep};
   const std::string elastic = elastic_dp(cfg, li.world, shape);
-  usage_check(!cfg.train.reproducible || cfg.train.backend != "nccl",
-              "train.reproducible = true runs on the CPU backend (train.backend = cpu): its exact gradient sums are "
-              "host integer reductions over MPI (docs/reproducible.md)");
+  usage_check(!cfg.train.reproducible || cfg.train.backend != "nccl" || cfg.model.attention == "naive",
+              "train.reproducible = true on the GPU needs model.attention = \"naive\" (got \"{}\"): cuDNN's fused "
+              "attention backward is not guaranteed deterministic (on Hopper it may accumulate dQ with atomics), so "
+              "one micro-batch's gradients could differ from run to run; mpitron's own kernels are deterministic "
+              "(docs/reproducible.md)",
+              cfg.model.attention);
   if (dry_run) {
     // A job file for a cluster is checked on a workstation: print the job first, then the layout
     // this world would get, or how many ranks the job needs. A layout of this world that the run
@@ -152,8 +155,10 @@ int cmd_train(const Args& args) {
     if (cfg.train.reproducible)
       std::printf("reproducible: micro-batches dealt whole, gradients, loss and grad norm summed exactly: the same bits "
                   "at any dp, ZeRO stage and accumulation with the micro-batch size, tp %d x cp %d x pp %d x ep %d and "
-                  "%d threads per rank kept%s\n",
-                  shape.tp, shape.cp, shape.pp, shape.ep, threads_per_rank(cfg, li),
+                  "%s kept%s\n",
+                  shape.tp, shape.cp, shape.pp, shape.ep,
+                  cfg.train.backend == "nccl" ? "the GPU model"
+                                              : fmt::format("{} threads per rank", threads_per_rank(cfg, li)).c_str(),
                   shape.ep > 1 ? " (not with ep > 1: an expert's GEMM takes several dp ranks' tokens at once)" : "");
     for (const auto& w : env_warnings) std::printf("warning: %s\n", w.c_str());
     for (const auto& line : effective_env_lines(cfg.env)) std::printf("env %s\n", line.c_str());

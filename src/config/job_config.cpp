@@ -347,7 +347,8 @@ const std::vector<Key>& registry() {
       make_key("train.reproducible",
                "the same losses, grad norms and weights, bit for bit, at any dp, ZeRO stage and split of the global "
                "batch into micro-batches x accumulation x dp (fixed micro_batch and threads): gradients summed exactly "
-               "in fixed point, micro-batches drawn per micro-batch (docs/reproducible.md); CPU backend",
+               "in fixed point, micro-batches drawn per micro-batch (docs/reproducible.md); the GPU: with model.attention = "
+               "naive",
                &C::train, &TrainSection::reproducible),
       make_key("train.profile",
                "a machine profile for the step-time prediction: a file from `mpitron calibrate`, or h100 | h200 | a100 "

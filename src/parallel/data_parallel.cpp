@@ -52,10 +52,7 @@ DataParallel::DataParallel(ModelChunk& model, Comm& dp, FlatOps& ops, const Data
   if ((opt.zero == 1 || opt.zero == 2) && dp.size() > 1 && !ops.allocator())
     param_gather_ = std::make_unique<ParamAllGather>(model, dp, progress_, opt.params);
   optim_ = std::make_unique<AdamW>(opt.adamw, ops, shard_table_, 0, shard_.size());
-  if (opt.reproducible) {
-    usage_check(!ops.allocator(), "train.reproducible runs on the CPU backend only (train.backend = cpu)");
-    fixed_ = std::make_unique<FixedPointGrads>(region_.size());
-  }
+  if (opt.reproducible) fixed_ = std::make_unique<FixedPointGrads>(region_.size());
   if (opt.params == ParamSet::all) model.set_unit_hook([this](Ev ev, int unit) { on_event(ev, unit); });
 }
 
@@ -77,8 +74,9 @@ std::string DataParallel::describe() const {
       progress_mode_name(opt_.progress), region_.size(), shard_.begin, shard_.end);
   if (zero3_) s += fmt::format(" | largest gathered unit {} floats", zero3_->largest_unit_floats());
   if (fixed_)
-    s += fmt::format(" | reproducible: fixed-point gradient sums, {:.2f} MiB of host memory, reduced at the step's end",
-                     fixed_->size() * 17.0 / (1 << 20));
+    s += fmt::format(" | reproducible: fixed-point gradient sums, {:.2f} MiB of host memory, reduced at the step's end{}",
+                     fixed_->size() * (ops_.allocator() ? 21.0 : 17.0) / (1 << 20),
+                     ops_.allocator() ? " (gradients copied to the host per bucket and micro-batch)" : "");
   if (param_gather_)
     s += fmt::format(" | parameters all-gathered in {} units, each awaited at its next forward", param_gather_->units());
   else if ((opt_.zero == 1 || opt_.zero == 2) && dp_.size() > 1)
@@ -205,13 +203,27 @@ void DataParallel::add_to_fixed_point(size_t b) {
   const size_t len = bk.end - bk.begin;
   if (opt_.zero >= 2) {
     if (!bucket_bufs_[b].size()) return;  // no backward reached it this micro-batch
-    fixed_->add(bucket_bufs_[b].data(), bk.begin - region_.begin, len);
+    fixed_->add(on_host(bucket_bufs_[b].data(), len), bk.begin - region_.begin, len);
     bucket_bufs_[b].reset();
     return;
   }
   float* g = model_.grad_data() + bk.begin;
-  fixed_->add(g, bk.begin - region_.begin, len);
+  fixed_->add(on_host(g, len), bk.begin - region_.begin, len);
   ops_.zero(g, len);
+}
+
+const float* DataParallel::on_host(const float* g, size_t n) {
+  if (!ops_.allocator()) return g;
+  if (host_stage_.size() < n) host_stage_.resize(n);
+  ops_.to_host(host_stage_.data(), g, n);
+  return host_stage_.data();
+}
+
+void DataParallel::store_from_host(float* dst, size_t n, const std::function<void(float*)>& fill) {
+  if (!ops_.allocator()) return fill(dst);
+  if (host_stage_.size() < n) host_stage_.resize(n);
+  fill(host_stage_.data());
+  ops_.from_host(dst, host_stage_.data(), n);
 }
 
 // Summed over the tie first, then over dp, both in integers: the result does not depend on which
@@ -221,11 +233,13 @@ void DataParallel::reduce_fixed_point() {
     if (bk.deferred) fixed_->all_reduce(*opt_.tied_group, bk.begin - region_.begin, bk.end - bk.begin);
   if (opt_.zero == 0) {
     fixed_->all_reduce(dp_, 0, region_.size());
-    fixed_->to_float(0, region_.size(), model_.grad_data() + region_.begin);
+    store_from_host(model_.grad_data() + region_.begin, region_.size(),
+                    [&](float* out) { fixed_->to_float(0, region_.size(), out); });
     return;
   }
   std::vector<size_t> counts = shard_counts(region_, region_.begin, region_.end, dp_.size());
-  fixed_->reduce_scatter_to(dp_, 0, counts.data(), grad_shard());
+  store_from_host(grad_shard(), counts[static_cast<size_t>(dp_.rank())],
+                  [&](float* out) { fixed_->reduce_scatter_to(dp_, 0, counts.data(), out); });
 }
 
 void DataParallel::finish_backward() {
@@ -284,9 +298,9 @@ std::pair<size_t, size_t> DataParallel::tied_wte_in_shard() const {
 }
 
 void DataParallel::grad_sum_squares_exact(int tp_rank, ExactSum& into) {
-  check(fixed_ && !ops_.allocator(), "DataParallel::grad_sum_squares_exact: for train.reproducible on the host");
+  check(fixed_ != nullptr, "DataParallel::grad_sum_squares_exact: for train.reproducible");
   ExactSum local;
-  const float* g = grad_shard();
+  const float* g = on_host(grad_shard(), shard_.size());
   for (const auto& [at, len] : tp_local_grad_ranges(model_.params(), shard_.begin, shard_.end, tp_rank))
     local.add_squares(g + at, len);
   if (opt_.tied_copy) {  // the first stage counts wte (exactly cancelled here)

@@ -68,6 +68,9 @@ expect 2 "bad value for 'train.trace_steps': item 0 = 0 (allowed: each item >= 1
   "$MPITRON" train "${base[@]}" --job.run_dir="$tmp/bad" "--train.trace_steps=[0, 2]"
 expect 2 "bad value for 'train.trace_steps': [3, 2]" "$tmp/bad.log" \
   "$MPITRON" train "${base[@]}" --job.run_dir="$tmp/bad" "--train.trace_steps=[3, 2]"
+# train.reproducible on the GPU: cuDNN's attention backward is not deterministic, so refused.
+expect 2 'train.reproducible = true on the GPU needs model.attention = "naive" (got "cudnn")' "$tmp/bad.log" \
+  "$MPITRON" train "${base[@]}" --job.run_dir="$tmp/bad" --train.backend=nccl --train.reproducible=true --dry-run
 # A job file says the same (TOML's own nan / inf), and a preset's LLaMA keys are held to the
 # same ranges.
 printf '[job]\nname = "x"\n[optim]\nlr = nan\n' >"$tmp/nan.toml"

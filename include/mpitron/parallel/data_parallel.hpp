@@ -35,6 +35,7 @@
 // global batch), so the summed gradient is the single-rank gradient of the global batch.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -68,7 +69,8 @@ struct DataParallelOptions {
   Comm* ep = nullptr;  // `experts`: the ep group (the gradient norm adds the other ranks' experts)
   // train.reproducible: each micro-batch's gradients go into a fixed-point accumulator as their
   // bucket finishes (fixed_point_grads.hpp) and are reduced exactly at finish_backward, blocking;
-  // the gradient norm is summed exactly (exact_sum.hpp). Host memory only (the CPU backend).
+  // the gradient norm is summed exactly (exact_sum.hpp). The accumulator is in host memory: on a
+  // GPU the gradients are copied down per bucket and micro-batch and the reduced ones copied up.
   bool reproducible = false;
 };
 
@@ -129,6 +131,11 @@ class DataParallel {
   void reduce_deferred_buckets();
   void add_to_fixed_point(size_t b);  // reproducible: bucket b's gradients of this micro-batch
   void reduce_fixed_point();          // reproducible: the exact reductions of finish_backward
+  // reproducible on a device: n floats of device memory at g as host memory (copied into
+  // host_stage_; host memory is returned as it is) ...
+  const float* on_host(const float* g, size_t n);
+  // ... and n floats that `fill` writes into host memory, stored at dst (device or host memory).
+  void store_from_host(float* dst, size_t n, const std::function<void(float*)>& fill);
   float* grad_shard();
   float* param_shard();
   // The tied wte copy's part of this rank's shard: (offset in the shard, length), length 0 if none.
@@ -156,6 +163,7 @@ class DataParallel {
   std::vector<ParamInfo> shard_table_;  // the parameter table cut to the shard, offsets from its start
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<FixedPointGrads> fixed_;  // reproducible: over region_, offsets from its start
+  std::vector<float> host_stage_;           // reproducible on a device: see on_host
   int micro_batches_ = 1, backwards_done_ = 0;
   float grad_scale_ = 1.f;  // scale_grads' factor, applied by the next optimizer_step
 };
