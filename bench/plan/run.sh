@@ -126,20 +126,10 @@ mkdir -p bench/results
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 /usr/bin/python3 - "$results" "$tmp/calibrate.log" "$cpu" "$(nproc)" "$STEPS" "$REPEATS" >"$OUT" <<'PY'
 import json, statistics, sys
+sys.path.insert(0, "bench/plan")
+from heldout import spearman
 rows = [json.loads(l) for l in open(sys.argv[1])]
 cal, cpu, cores, steps, reps = open(sys.argv[2]).read(), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
-def ranks(v):
-    order = sorted(range(len(v)), key=lambda i: v[i]); r = [0.0] * len(v); i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]: j += 1
-        for k in range(i, j + 1): r[order[k]] = (i + j) / 2
-        i = j + 1
-    return r
-def spearman(a, b):
-    ra, rb = ranks(a), ranks(b); ma, mb = statistics.mean(ra), statistics.mean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
 errs = [abs(r["pred_ms"] / r["meas_ms"] - 1) for r in rows]
 rho = spearman([r["pred_ms"] for r in rows], [r["meas_ms"] for r in rows])
 print("# Step-time prediction against measured runs (bench/plan/run.sh)\n")

@@ -1,0 +1,129 @@
+"""Held-out layouts for bench/plan/heldout.sh: a seeded draw from the space `plan --advise`
+searches (src/plan/advisor.cpp), and the summary of what was measured.
+    heldout.py draw SEED PER_NP      -> lines "name|np|model|overrides", PER_NP layouts at np 1, 2, 4
+    heldout.py summary RESULTS.jsonl  -> the markdown of one draw (stdout), its figures (stderr)
+The space: tp, pp, cp dividing np, dp the rest; micro-batch 1, 2, 4, 8 dividing the global batch's
+share of a dp rank, and at least pp micro-batches under a pipeline; ZeRO 0-3 where dp x cp > 1;
+sp where tp > 1; recompute none or full; 1F1B, GPipe or interleaved (2 virtual stages, when the
+layers split so) under pp; GPT-2, LLaMA and MoE (ep dividing dp x cp). Layouts the trainer
+refuses are dropped by the caller (`train --dry-run`), which takes the first PER_NP that run."""
+import json
+import random
+import statistics
+import sys
+
+GLOBAL = 16
+N_LAYER = 4
+
+
+def divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def space(np_):
+    for model in ("gpt", "llama", "moe"):
+        for tp in divisors(np_):
+            for pp in divisors(np_ // tp):
+                for cp in divisors(np_ // tp // pp):
+                    dp = np_ // tp // pp // cp
+                    for micro in (1, 2, 4, 8):
+                        if (GLOBAL // dp) % micro or (pp > 1 and GLOBAL // dp // micro < pp):
+                            continue
+                        for ep in divisors(dp * cp) if model == "moe" else [1]:
+                            for zero in range(4 if dp * cp > 1 else 1):
+                                for sp in (0, 1) if tp > 1 else (0,):
+                                    for rc in (0, 1):
+                                        scheds = ["1f1b", "gpipe"] if pp > 1 else [""]
+                                        if pp > 1 and N_LAYER % (2 * pp) == 0:
+                                            scheds.append("interleaved")
+                                        for s in scheds:
+                                            yield model, dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=sp,
+                                                              rc=rc, micro=micro, sched=s)
+
+
+def describe(model, l):
+    parts = [model, f"dp{l['dp']}"]
+    for k in ("tp", "pp", "cp", "ep"):
+        if l[k] > 1:
+            parts.append(f"{k}{l[k]}")
+    if l["sched"]:
+        parts.append(l["sched"])
+    if l["sp"]:
+        parts.append("sp")
+    if l["zero"]:
+        parts.append(f"zero{l['zero']}")
+    if l["rc"]:
+        parts.append("recompute")
+    parts.append(f"m{l['micro']}")
+    return " ".join(parts)
+
+
+def overrides(l):
+    o = [f"--train.micro_batch={l['micro']}", f"--parallel.tp={l['tp']}", f"--parallel.pp={l['pp']}",
+         f"--parallel.cp={l['cp']}", f"--parallel.zero={l['zero']}", f"--parallel.sp={'true' if l['sp'] else 'false'}",
+         f"--train.recompute={'full' if l['rc'] else 'none'}"]
+    if l["ep"] > 1:
+        o.append(f"--parallel.ep={l['ep']}")
+    if l["sched"]:
+        o.append(f"--parallel.schedule={l['sched']}")
+        if l["sched"] == "interleaved":
+            o.append("--parallel.virtual_stages=2")
+    return " ".join(o)
+
+
+def draw(seed, per_np):
+    rng = random.Random(seed)
+    for np_ in (1, 2, 4):
+        cands = list(space(np_))
+        rng.shuffle(cands)
+        # More than PER_NP: the caller keeps the first PER_NP the trainer accepts.
+        for model, l in cands[:3 * per_np]:
+            print(f"{describe(model, l)}|{np_}|{model}|{overrides(l)}")
+
+
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    r = [0.0] * len(v)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2
+        i = j + 1
+    return r
+
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+
+
+def summary(path):
+    rows = [json.loads(l) for l in open(path)]
+    errs = [abs(r["pred_ms"] / r["meas_ms"] - 1) for r in rows]
+    rho = spearman([r["pred_ms"] for r in rows], [r["meas_ms"] for r in rows])
+    spread = statistics.median(r["spread"] for r in rows)
+    meas = [r["meas_ms"] for r in rows]
+    fig = {"median_err": statistics.median(errs), "worst_err": max(errs), "spearman": rho, "n": len(rows),
+           "run_spread": spread, "layout_spread": (max(meas) - min(meas)) / statistics.median(meas)}
+    print(f"**{len(rows)} layouts: median absolute error {100 * fig['median_err']:.1f}%, worst "
+          f"{100 * fig['worst_err']:.1f}%, Spearman rho {rho:.3f}**; run-to-run spread (median over the layouts) "
+          f"{100 * spread:.0f}%, spread between layouts (max - min over the median) {100 * fig['layout_spread']:.0f}%.\n")
+    print("| layout | np | predicted ms | measured ms | error | run spread | dominant (predicted) |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for r in sorted(rows, key=lambda r: (r["np"], r["name"])):
+        print(f"| {r['name']} | {r['np']} | {r['pred_ms']:.1f} | {r['meas_ms']:.1f} | "
+              f"{100 * (r['pred_ms'] / r['meas_ms'] - 1):+.1f}% | {100 * r['spread']:.0f}% | {r['dominant']} |")
+    print()
+    print(json.dumps(fig), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "draw":
+        draw(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        summary(sys.argv[2])
