@@ -2,13 +2,17 @@
 searches (src/plan/advisor.cpp), and the summary of what was measured.
     heldout.py draw SEED PER_NP      -> lines "name|np|model|overrides", PER_NP layouts at np 1, 2, 4
     heldout.py summary RESULTS.jsonl  -> the markdown of one draw (stdout), its figures (stderr)
+    heldout.py result DIR NAME NP     -> one layout's JSON line: DIR.*/metrics.jsonl (its runs) against
+                                         DIR.plan (`plan --predict`); bench/plan/run.sh uses it too
 The space: tp, pp, cp dividing np, dp the rest; micro-batch 1, 2, 4, 8 dividing the global batch's
 share of a dp rank, and at least pp micro-batches under a pipeline; ZeRO 0-3 where dp x cp > 1;
 sp where tp > 1; recompute none or full; 1F1B, GPipe or interleaved (2 virtual stages, when the
 layers split so) under pp; GPT-2, LLaMA and MoE (ep dividing dp x cp). Layouts the trainer
 refuses are dropped by the caller (`train --dry-run`), which takes the first PER_NP that run."""
+import glob
 import json
 import random
+import re
 import statistics
 import sys
 
@@ -122,8 +126,25 @@ def summary(path):
     print(json.dumps(fig), file=sys.stderr)
 
 
+def result(d, name, np_):
+    """Median step time of steps 2.. over the runs, their spread, and the prediction."""
+    ms, per_run = [], []
+    for f in sorted(glob.glob(f"{d}.*/metrics.jsonl")):
+        run = [json.loads(l)["step_ms"] for l in open(f) if '"step_ms"' in l][1:]
+        ms += run
+        per_run.append(statistics.median(run))
+    plan = open(f"{d}.plan").read()
+    pred = float(re.search(r"predicted step time .*?: ([0-9.e+-]+) s", plan).group(1)) * 1e3
+    med = statistics.median(ms)
+    print(json.dumps({"name": name, "np": int(np_), "pred_ms": pred, "meas_ms": med,
+                      "spread": (max(per_run) - min(per_run)) / med,
+                      "dominant": re.search(r"dominant: (.*)", plan).group(1), "plan": plan}))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "draw":
         draw(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "result":
+        result(*sys.argv[2:5])
     else:
         summary(sys.argv[2])

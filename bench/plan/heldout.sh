@@ -12,29 +12,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-${BUILD:-build}}
-MPITRON=$PWD/$BUILD/mpitron
 SEEDS=${SEEDS:-1 2 3}
 PER_NP=${PER_NP:-8}
 STEPS=${STEPS:-6}
 REPEATS=${REPEATS:-2}
 OUT=${OUT:-bench/results/plan_heldout.md}
-MPIRUN="mpirun --oversubscribe --bind-to none"
-[ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cat /usr/share/games/fortunes/{fortunes,computers,science,wisdom} 2>/dev/null | head -c 400000 >"$tmp/corpus.txt" || true
-[ -s "$tmp/corpus.txt" ] || head -c 400000 /dev/urandom | base64 >"$tmp/corpus.txt"
-"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --quiet
-profile=${PROFILE:-$tmp/profile.toml}
-if [ -z "${PROFILE:-}" ]; then
-  $MPIRUN -np 8 "$MPITRON" calibrate --out "$profile" >"$tmp/calibrate.log" 2>&1 </dev/null
-fi
-# The models of bench/plan/run.sh: 4 layers, d_model 256, seq 128, byte vocabulary, fp32.
-gpt=(--model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.seq_len=128)
-llama=(--model.preset=llama-tiny --model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.n_kv_head=2
-       --model.d_ff=688 --model.seq_len=128)
-moe=(--model.preset=llama-moe-tiny --model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.n_kv_head=2
-     --model.seq_len=128 --model.moe.n_experts=4 --model.moe.top_k=2 --model.moe.expert_d_ff=352)
+source bench/plan/setup.sh
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 {
   echo "# Step-time prediction on held-out layouts (bench/plan/heldout.sh)"
@@ -62,25 +45,11 @@ for seed in $SEEDS; do
         --eval.every=0 --job.run_dir="$dir.$rep" >"$dir.log" 2>&1 </dev/null || { echo "run $name failed:"; tail -5 "$dir.log"; exit 1; }
     done
     "$MPITRON" plan jobs/tiny.toml "${ov[@]}" --gpus "$np" --gpus-per-node 8 --predict --profile "$profile" >"$dir.plan"
-    /usr/bin/python3 - "$dir" "$name" "$np" >>"$results" <<'PY'
-import glob, json, re, statistics, sys
-d, name, np = sys.argv[1:]
-ms, per_run = [], []
-for f in sorted(glob.glob(f"{d}.*/metrics.jsonl")):
-    run = [json.loads(l)["step_ms"] for l in open(f) if '"step_ms"' in l][1:]
-    ms += run
-    per_run.append(statistics.median(run))
-plan = open(f"{d}.plan").read()
-pred = float(re.search(r"predicted step time .*?: ([0-9.e+-]+) s", plan).group(1)) * 1e3
-med = statistics.median(ms)
-print(json.dumps({"name": name, "np": int(np), "pred_ms": pred, "meas_ms": med,
-                  "spread": (max(per_run) - min(per_run)) / med,
-                  "dominant": re.search(r"dominant: (.*)", plan).group(1)}))
-PY
+    /usr/bin/python3 bench/plan/heldout.py result "$dir" "$name" "$np" >>"$results"
     tail -1 "$results"
   done < <(/usr/bin/python3 bench/plan/heldout.py draw "$seed" "$PER_NP")
   unset taken
   { echo "## Draw, seed $seed"; echo; /usr/bin/python3 bench/plan/heldout.py summary "$results" 2>>"$tmp/figures"; } >>"$OUT"
 done
-{ echo "## Calibration"; echo; echo '```'; grep -v '^mpitron: built with CUDA' "$tmp/calibrate.log" 2>/dev/null || echo "reused $PROFILE"; echo '```'; } >>"$OUT"
+{ echo "## Calibration"; echo; echo '```'; cat "$tmp/calibrate.log"; echo '```'; } >>"$OUT"
 cat "$tmp/figures"

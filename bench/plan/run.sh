@@ -12,34 +12,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-${BUILD:-build}}
-MPITRON=$PWD/$BUILD/mpitron
 STEPS=${STEPS:-8}
 REPEATS=${REPEATS:-3}
-MPIRUN="mpirun --oversubscribe --bind-to none"
-[ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cat /usr/share/games/fortunes/{fortunes,computers,science,wisdom} 2>/dev/null | head -c 400000 >"$tmp/corpus.txt" || true
-[ -s "$tmp/corpus.txt" ] || head -c 400000 /dev/urandom | base64 >"$tmp/corpus.txt"
-"$MPITRON" prep --input "$tmp/corpus.txt" --tokenizer byte --out "$tmp/data" --quiet
-profile=${PROFILE:-$tmp/profile.toml}
-if [ -z "${PROFILE:-}" ]; then
-  start=$(date +%s.%N)
-  $MPIRUN -np 8 "$MPITRON" calibrate --out "$profile" 2>&1 | grep -v '^mpitron: built with CUDA' >"$tmp/calibrate.log"
-  echo "calibration: $(echo "$(date +%s.%N) - $start" | bc) s wall (np 8)" >>"$tmp/calibrate.log"
-else
-  echo "calibration: reused $PROFILE" >"$tmp/calibrate.log"
-fi
+source bench/plan/setup.sh
 cp "$profile" "$tmp/profile.copy.toml"
 
-gpt=(--model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.seq_len=128)
 ONLY=${ONLY:-.}
 OUT=${OUT:-bench/results/plan.md}
-# MoE: the LLaMA below with 4 experts of 352, top 2 (active MLP width 704, the dense one 688).
-moe=(--model.preset=llama-moe-tiny --model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.n_kv_head=2
-     --model.seq_len=128 --model.moe.n_experts=4 --model.moe.top_k=2 --model.moe.expert_d_ff=352)
-llama=(--model.preset=llama-tiny --model.n_layer=4 --model.d_model=256 --model.n_head=4 --model.n_kv_head=2
-       --model.d_ff=688 --model.seq_len=128)
 # name | np | model | overrides. Global batch 16 sequences throughout; the layouts differ in what
 # they cost on this machine: pipeline bubbles, recompute, micro-batch size, oversubscription.
 layouts=(
@@ -101,21 +80,7 @@ i=0
 for row in "${layouts[@]}"; do
   IFS='|' read -r name np model extra <<<"$row"
   i=$((i + 1))
-  /usr/bin/python3 - "$tmp/run$i" "$name" "$np" >>"$results" <<'PY'
-import glob, json, re, statistics, sys
-d, name, np = sys.argv[1:]
-ms, per_run = [], []
-for f in sorted(glob.glob(f"{d}.*/metrics.jsonl")):
-    run = [json.loads(l)["step_ms"] for l in open(f) if '"step_ms"' in l][1:]
-    ms += run
-    per_run.append(statistics.median(run))
-plan = open(f"{d}.plan").read()
-pred = float(re.search(r"predicted step time .*?: ([0-9.e+-]+) s", plan).group(1)) * 1e3
-dom = re.search(r"dominant: (.*)", plan).group(1)
-med = statistics.median(ms)
-print(json.dumps({"name": name, "np": int(np), "pred_ms": pred, "meas_ms": med,
-                  "spread": (max(per_run) - min(per_run)) / med, "dominant": dom, "plan": plan}))
-PY
+  /usr/bin/python3 bench/plan/heldout.py result "$tmp/run$i" "$name" "$np" >>"$results"
   tail -1 "$results" | /usr/bin/python3 -c '
 import json, sys
 r = json.loads(sys.stdin.read())
@@ -155,4 +120,4 @@ print("## The three worst layouts: the model's breakdown\n")
 for r in worst:
     print(f"### {r['name']} (np {r['np']}): predicted {r['pred_ms']:.1f} ms, measured {r['meas_ms']:.1f} ms\n\n```\n{r['plan'].strip()}\n```\n")
 PY
-cat bench/results/plan.md | sed -n 1,40p
+sed -n 1,40p "$OUT"
