@@ -155,6 +155,23 @@ BOOST_AUTO_TEST_CASE(compute_of_a_gemm_bound_step) {
   BOOST_TEST(r.compute_s == gemm / (R * 1e9) + attn / (A * 1e9), boost::test_tools::tolerance(1e-6));
 }
 
+// train.recompute = "full" adds each block's forward up to the MLP activation (TransformerBlock::
+// forward with full = false): every GEMM but the MLP's output projection, and the attention. The
+// embedding and the head are not recomputed.
+BOOST_AUTO_TEST_CASE(recompute_adds_the_forward_up_to_the_mlp_activation) {
+  PlanInput in = gpt_input(1, 1, 1, 1, 1);
+  const ModelConfig& m = in.model;
+  const double R = 200, A = 80;
+  const MachineProfile p = flat_profile(R, A, 1e15, 10, 0);
+  const double plain = predict_step(in, p).compute_s;
+  in.layout.recompute = true;
+  const double rc = predict_step(in, p).compute_s;
+  const double T = m.seq_len, d = m.d_model, F = m.d_ff;
+  const double gemm = 2 * T * m.n_layer * (3 * d * d + d * d + d * F);  // qkv, attention out, fc
+  const double attn = m.n_layer * m.n_head * 4 * T * T * m.head_dim();
+  BOOST_TEST(rc - plain == gemm / (R * 1e9) + attn / (A * 1e9), boost::test_tools::tolerance(1e-6));
+}
+
 // train.precision = "fp8" on the CPU adds the casts' bytes of the four linear layers at the
 // elementwise rate, counted here from their shapes: per layer and GEMM (M rows, n out, k in)
 // 12 (M k + n k) + 8 M n forward, 12 (M n + n k + M k) + 8 M k + 16 n k backward.
