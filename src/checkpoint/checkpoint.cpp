@@ -183,8 +183,8 @@ uint64_t tensor_bytes(const ModelConfig& cfg, bool has_optimizer) {
 // Why writing `tmp` failed, when the system can tell: HDF5's MPI-IO driver turns a full disk or a
 // file size limit into a short write (errno is gone by the time it reports "file write failed"),
 // so ask again with one byte at the end of what the file needs, and say how much room there is.
-// `said`: the error's message; a cause it names already (the tensor data's own pwrite) is not
-// repeated.
+// Returned as the suffix of the error's message `said` (": why (room)", or " (room)" when `said`
+// names the cause already: the tensor data's own pwrite), or "" when the system cannot tell.
 std::string diagnose_write_failure(const std::string& tmp, const std::string& dir, uint64_t need,
                                    const std::string& said) {
   std::string why;
@@ -204,7 +204,7 @@ std::string diagnose_write_failure(const std::string& tmp, const std::string& di
   else if (::statvfs(dir.c_str(), &fsst) == 0)
     room = fmt::format("{} free there", mb(static_cast<double>(fsst.f_bavail) * fsst.f_frsize));
   const std::string detail = fmt::format("{}; the checkpoint needs about {}", room, mb(static_cast<double>(need)));
-  return said.ends_with(why) ? fmt::format("({})", detail) : fmt::format("{} ({})", why, detail);
+  return said.ends_with(why) ? fmt::format(" ({})", detail) : fmt::format(": {} ({})", why, detail);
 }
 
 }  // namespace
@@ -236,7 +236,7 @@ std::string CheckpointManager::save(const CheckpointMeta& meta, std::span<const 
     std::string why = diagnose_write_failure(tmp, dir_, tensor_bytes(meta.model, has_optimizer), e.what());
     bool removed = ::unlink(tmp.c_str()) == 0 || errno == ENOENT;
     fail("{}{}; step {} was not saved{}; `latest` and the older checkpoints are untouched", e.what(),
-         why.empty() ? "" : (why[0] == '(' ? " " : ": ") + why, meta.step, removed ? " (the partial file was removed)" : "");
+         why, meta.step, removed ? " (the partial file was removed)" : "");
   }
   MPI_Barrier(comm_);
   fault_point("ckpt_rename");

@@ -400,21 +400,16 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
   check_h5(f.valid(), "cannot create checkpoint file '{}' (does the folder exist and is it writable?)", path);
   Id dxpl = collective_dxpl();
   write_meta(f, meta, rank == 0, dxpl);
-  // The tensors' data in independent transfers (write_meta's small datasets stay collective): each
-  // rank writes whole rows from its own memory straight to the file. Collective ones made each rank
-  // wait for the others' writer thread (background saves), and at np 1 their two-phase copy cost
-  // 5 ms per tensor (a gpt2-124m save 1.2 s instead of 0.9).
+  // The streamed import's tensors (tensor_source) in independent H5Dwrites (write_meta's small
+  // datasets stay collective): collective ones made each rank wait for the others, and at np 1
+  // their two-phase copy cost 5 ms per tensor. The shards' tensors bypass HDF5 (transfer_pieces).
   Id data_dxpl(H5Pcreate(H5P_DATASET_XFER));
   check(H5Pset_dxpl_mpio(data_dxpl, H5FD_MPIO_INDEPENDENT) >= 0, "HDF5: cannot set independent transfers");
   ckpt_meta::write_attr_u64(f, "meta_checksum", ckpt_format::meta_checksum(meta));
   { Id g = make_group(f, "optim"); }
 
-  struct Pending {
-    Id ds;
-    uint64_t sum;
-  };
   std::array<std::vector<float>, 2> source_rows;  // tensor_source's blocks, reused
-  std::vector<Pending> written;
+  std::vector<Id> written;  // the datasets, open until their checksums are written
   std::vector<uint64_t> sums;
   // The tensors' data go straight to the file with pwrite on a descriptor of this rank's own,
   // hashed on the way (transfer_pieces); the background writer's on its own thread only, the
@@ -442,7 +437,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
       if (opt.tensor_source) {
         sums.push_back(write_from_source(opt.tensor_source, full.name, ds, dims, data_dxpl, opt.source_block_floats,
                                          source_rows, dataset));
-        written.push_back({std::move(ds), 0});
+        written.push_back(std::move(ds));
         continue;
       }
       Selection sel;
@@ -454,7 +449,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
       std::vector<Piece> pieces;
       add_pieces(pieces, sel, cols, true);
       sums.push_back(transfer_pieces(Io::write, file.fd(), at, pieces, kCheckpointFormatVersion, !opt.background, what));
-      written.push_back({std::move(ds), 0});
+      written.push_back(std::move(ds));
       if (written.size() == 1) fault_point("ckpt_write");
     }
   }
@@ -466,7 +461,7 @@ void write_checkpoint_file(const std::string& path, MPI_Comm comm, const Checkpo
         std::strerror(errno));
   check_h5(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "cannot write checkpoint '{}': flushing it to disk failed", path);
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
-  for (size_t i = 0; i < written.size(); ++i) write_attr_u64(written[i].ds, "checksum", sums[i]);
+  for (size_t i = 0; i < written.size(); ++i) write_attr_u64(written[i], "checksum", sums[i]);
   written.clear();
   h5::write_attr_i64(f, "complete", 1);
   // To stable storage before the caller renames the file into place: H5Fflush on the MPI-IO

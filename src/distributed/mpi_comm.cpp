@@ -14,22 +14,6 @@ namespace {
 MPI_Datatype mpi_type(DType t) { return t == DType::f32 ? MPI_FLOAT : MPI_UINT16_T; }
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
 
-int to_int(size_t n, const char* what) {
-  check(n <= static_cast<size_t>(INT_MAX), "{}: count {} exceeds the MPI int limit ({})", what, n, INT_MAX);
-  return static_cast<int>(n);
-}
-
-// A reduce-scatter's per-rank counts as MPI's ints, and their total.
-std::vector<int> int_counts(const size_t* counts, int n, const char* what, size_t& total) {
-  std::vector<int> c(n);
-  total = 0;
-  for (int r = 0; r < n; ++r) {
-    c[r] = to_int(counts[r], what);
-    total += counts[r];
-  }
-  return c;
-}
-
 void widen(const void* src, float* dst, size_t n) {
   const bf16* s = static_cast<const bf16*>(src);
 #pragma omp parallel for simd if (n > (1u << 18))
@@ -114,6 +98,21 @@ class MpiRequest final : public CommRequest {
 
 }  // namespace
 
+int mpi_int(size_t n, const char* what) {
+  check(n <= static_cast<size_t>(INT_MAX), "{}: count {} exceeds the MPI int limit ({})", what, n, INT_MAX);
+  return static_cast<int>(n);
+}
+
+std::vector<int> mpi_int_counts(const size_t* counts, int n, const char* what, size_t& total) {
+  std::vector<int> c(n);
+  total = 0;
+  for (int r = 0; r < n; ++r) {
+    c[r] = mpi_int(counts[r], what);
+    total += counts[r];
+  }
+  return c;
+}
+
 MpiComm::MpiComm(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
@@ -162,7 +161,7 @@ void MpiComm::check_peer(int peer, const char* what) const {
 
 void MpiComm::all_reduce(void* buf, size_t count, DType t, ReduceOp op) {
   MpiError err{*this};
-  int n = to_int(count, "all_reduce");
+  int n = mpi_int(count, "all_reduce");
   float* f = t == DType::f32 ? static_cast<float*>(buf) : scratch(count);
   if (t == DType::bf16) widen(buf, f, count);
   CommWait w(coll("MPI_Allreduce", count, t));
@@ -173,7 +172,7 @@ void MpiComm::all_reduce(void* buf, size_t count, DType t, ReduceOp op) {
 
 Request MpiComm::iall_reduce(void* buf, size_t count, DType t, ReduceOp op) {
   MpiError err{*this};
-  int n = to_int(count, "iall_reduce");
+  int n = mpi_int(count, "iall_reduce");
   auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallreduce on group '{}'", name_),
                                         coll("MPI_Iallreduce (wait)", count, t));
   float* f = static_cast<float*>(buf);
@@ -195,8 +194,8 @@ Request MpiComm::iall_reduce(void* buf, size_t count, DType t, ReduceOp op) {
 
 void MpiComm::all_gather(const void* send, void* recv, size_t count, DType t) {
   MpiError err{*this};
-  int n = to_int(count, "all_gather");
-  to_int(count * size_, "all_gather");
+  int n = mpi_int(count, "all_gather");
+  mpi_int(count * size_, "all_gather");
   const char* mine = static_cast<const char*>(recv) + rank_ * count * dtype_size(t);
   const void* s = send == mine ? MPI_IN_PLACE : send;
   CommWait w(coll("MPI_Allgather", count, t));
@@ -205,8 +204,8 @@ void MpiComm::all_gather(const void* send, void* recv, size_t count, DType t) {
 
 Request MpiComm::iall_gather(const void* send, void* recv, size_t count, DType t) {
   MpiError err{*this};
-  int n = to_int(count, "iall_gather");
-  to_int(count * size_, "iall_gather");
+  int n = mpi_int(count, "iall_gather");
+  mpi_int(count * size_, "iall_gather");
   auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallgather on group '{}'", name_),
                                         coll("MPI_Iallgather (wait)", count, t));
   const char* mine = static_cast<const char*>(recv) + rank_ * count * dtype_size(t);
@@ -220,8 +219,8 @@ void MpiComm::all_gatherv(const void* send, void* recv, const size_t* counts, DT
   std::vector<int> c(size_), d(size_);
   size_t off = 0;
   for (int r = 0; r < size_; ++r) {
-    c[r] = to_int(counts[r], "all_gatherv");
-    d[r] = to_int(off, "all_gatherv");
+    c[r] = mpi_int(counts[r], "all_gatherv");
+    d[r] = mpi_int(off, "all_gatherv");
     off += counts[r];
   }
   const char* mine = static_cast<const char*>(recv) + d[rank_] * dtype_size(t);
@@ -238,8 +237,8 @@ Request MpiComm::iall_gatherv(const void* send, void* recv, const size_t* counts
   r->displs_.resize(size_);
   size_t off = 0;
   for (int i = 0; i < size_; ++i) {
-    r->counts_[i] = to_int(counts[i], "iall_gatherv");
-    r->displs_[i] = to_int(off, "iall_gatherv");
+    r->counts_[i] = mpi_int(counts[i], "iall_gatherv");
+    r->displs_[i] = mpi_int(off, "iall_gatherv");
     off += counts[i];
   }
   const char* mine = static_cast<const char*>(recv) + r->displs_[rank_] * dtype_size(t);
@@ -252,9 +251,9 @@ Request MpiComm::iall_gatherv(const void* send, void* recv, const size_t* counts
 
 void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
   MpiError err{*this};
-  int n = to_int(count, "reduce_scatter");
+  int n = mpi_int(count, "reduce_scatter");
   size_t total = count * size_;
-  to_int(total, "reduce_scatter");
+  mpi_int(total, "reduce_scatter");
   CommWait w(coll("MPI_Reduce_scatter_block", count, t));
   if (t == DType::f32 && !overlaps(send, total * 4, recv, count * 4)) {
     err(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, mpi_op(op), comm_), "MPI_Reduce_scatter_block", count, t);
@@ -278,9 +277,9 @@ void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType t
 
 Request MpiComm::ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
   MpiError err{*this};
-  int n = to_int(count, "ireduce_scatter");
+  int n = mpi_int(count, "ireduce_scatter");
   size_t total = count * size_;
-  to_int(total, "ireduce_scatter");
+  mpi_int(total, "ireduce_scatter");
   auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter_block on group '{}'", name_),
                                         coll("MPI_Ireduce_scatter_block (wait)", count, t));
   float s = op == ReduceOp::avg ? 1.0f / size_ : 1.0f;
@@ -312,8 +311,8 @@ Request MpiComm::ireduce_scatter(const void* send, void* recv, size_t count, DTy
 void MpiComm::reduce_scatterv(const void* send, void* recv, const size_t* counts, DType t, ReduceOp op) {
   MpiError err{*this};
   size_t total = 0;
-  const std::vector<int> c = int_counts(counts, size_, "reduce_scatterv", total);
-  to_int(total, "reduce_scatterv");
+  const std::vector<int> c = mpi_int_counts(counts, size_, "reduce_scatterv", total);
+  mpi_int(total, "reduce_scatterv");
   size_t mine = counts[rank_];
   float* f = scratch(total);
   if (t == DType::bf16)
@@ -334,7 +333,7 @@ Request MpiComm::ireduce_scatterv(const void* send, void* recv, const size_t* co
   auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter on group '{}'", name_),
                                         coll("MPI_Ireduce_scatter (wait)", counts[rank_], t));
   size_t total = 0;
-  r->counts_ = int_counts(counts, size_, "ireduce_scatterv", total);
+  r->counts_ = mpi_int_counts(counts, size_, "ireduce_scatterv", total);
   size_t mine = counts[rank_];
   check(!overlaps(send, total * 4, recv, mine * 4), "ireduce_scatterv on group '{}': send and recv overlap", name_);
   MpiError{*this}(MPI_Ireduce_scatter(send, recv, r->counts_.data(), MPI_FLOAT, mpi_op(op), comm_, &r->req_),
@@ -351,8 +350,8 @@ void MpiComm::all_to_allv(const void* send, const size_t* send_counts, void* rec
   std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
   size_t so = 0, ro = 0;
   for (int r = 0; r < size_; ++r) {
-    sc[r] = to_int(send_counts[r], "all_to_allv"), sd[r] = to_int(so, "all_to_allv");
-    rc[r] = to_int(recv_counts[r], "all_to_allv"), rd[r] = to_int(ro, "all_to_allv");
+    sc[r] = mpi_int(send_counts[r], "all_to_allv"), sd[r] = mpi_int(so, "all_to_allv");
+    rc[r] = mpi_int(recv_counts[r], "all_to_allv"), rd[r] = mpi_int(ro, "all_to_allv");
     so += send_counts[r], ro += recv_counts[r];
   }
   CommWait w(coll("MPI_Alltoallv", so, t));
@@ -363,19 +362,19 @@ void MpiComm::all_to_allv(const void* send, const size_t* send_counts, void* rec
 void MpiComm::broadcast(void* buf, size_t count, DType t, int root) {
   check_peer(root, "broadcast");
   CommWait w(coll("MPI_Bcast", count, t));
-  MpiError{*this}(MPI_Bcast(buf, to_int(count, "broadcast"), mpi_type(t), root, comm_), "MPI_Bcast", count, t);
+  MpiError{*this}(MPI_Bcast(buf, mpi_int(count, "broadcast"), mpi_type(t), root, comm_), "MPI_Bcast", count, t);
 }
 
 void MpiComm::send(const void* buf, size_t count, DType t, int peer, int tag) {
   check_peer(peer, "send");
   CommWait w(p2p("MPI_Send", peer, count, t));
-  MpiError{*this}(MPI_Send(buf, to_int(count, "send"), mpi_type(t), peer, tag, comm_), "MPI_Send", count, t);
+  MpiError{*this}(MPI_Send(buf, mpi_int(count, "send"), mpi_type(t), peer, tag, comm_), "MPI_Send", count, t);
 }
 
 void MpiComm::recv(void* buf, size_t count, DType t, int peer, int tag) {
   check_peer(peer, "recv");
   CommWait w(p2p("MPI_Recv", peer, count, t));
-  MpiError{*this}(MPI_Recv(buf, to_int(count, "recv"), mpi_type(t), peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv",
+  MpiError{*this}(MPI_Recv(buf, mpi_int(count, "recv"), mpi_type(t), peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv",
                   count, t);
 }
 
@@ -383,7 +382,7 @@ Request MpiComm::isend(const void* buf, size_t count, DType t, int peer, int tag
   check_peer(peer, "isend");
   auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Isend on group '{}'", name_),
                                         p2p("MPI_Isend (wait)", peer, count, t));
-  MpiError{*this}(MPI_Isend(buf, to_int(count, "isend"), mpi_type(t), peer, tag, comm_, &r->req_), "MPI_Isend",
+  MpiError{*this}(MPI_Isend(buf, mpi_int(count, "isend"), mpi_type(t), peer, tag, comm_, &r->req_), "MPI_Isend",
                   count, t);
   return r;
 }
@@ -392,7 +391,7 @@ Request MpiComm::irecv(void* buf, size_t count, DType t, int peer, int tag) {
   check_peer(peer, "irecv");
   auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Irecv on group '{}'", name_),
                                         p2p("MPI_Irecv (wait)", peer, count, t));
-  MpiError{*this}(MPI_Irecv(buf, to_int(count, "irecv"), mpi_type(t), peer, tag, comm_, &r->req_), "MPI_Irecv",
+  MpiError{*this}(MPI_Irecv(buf, mpi_int(count, "irecv"), mpi_type(t), peer, tag, comm_, &r->req_), "MPI_Irecv",
                   count, t);
   return r;
 }
@@ -403,15 +402,15 @@ void MpiComm::sendrecv(const void* sendbuf, size_t send_count, int dst, void* re
   if (src >= 0) check_peer(src, "sendrecv");
   // MPI_Sendrecv progresses both halves together, so rings and pairwise swaps cannot deadlock.
   CommWait w(p2p("MPI_Sendrecv", src >= 0 ? src : dst, recv_count, t));
-  MpiError{*this}(MPI_Sendrecv(sendbuf, to_int(send_count, "sendrecv"), mpi_type(t), dst < 0 ? MPI_PROC_NULL : dst,
-                               tag, recvbuf, to_int(recv_count, "sendrecv"), mpi_type(t),
+  MpiError{*this}(MPI_Sendrecv(sendbuf, mpi_int(send_count, "sendrecv"), mpi_type(t), dst < 0 ? MPI_PROC_NULL : dst,
+                               tag, recvbuf, mpi_int(recv_count, "sendrecv"), mpi_type(t),
                                src < 0 ? MPI_PROC_NULL : src, tag, comm_, MPI_STATUS_IGNORE),
                   "MPI_Sendrecv", send_count, t);
 }
 
 void MpiComm::all_reduce_host_f64(double* v, size_t count, ReduceOp op) {
   CommWait w(coll("MPI_Allreduce (host f64)", count, DType::f32));
-  MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, to_int(count, "all_reduce_host_f64"), MPI_DOUBLE, mpi_op(op), comm_),
+  MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, mpi_int(count, "all_reduce_host_f64"), MPI_DOUBLE, mpi_op(op), comm_),
                   "MPI_Allreduce (f64)", count);
   if (op == ReduceOp::avg)
     for (size_t i = 0; i < count; ++i) v[i] /= size_;
@@ -421,20 +420,20 @@ void MpiComm::all_reduce_host_f64(double* v, size_t count, ReduceOp op) {
 void MpiComm::all_reduce_host_i64(int64_t* v, size_t count, ReduceOp op) {
   check(op != ReduceOp::avg, "all_reduce_host_i64 on group '{}': sum or max only", name_);
   CommWait w(coll("MPI_Allreduce (host i64)", 2 * count, DType::f32));
-  MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, to_int(count, "all_reduce_host_i64"), MPI_INT64_T, mpi_op(op), comm_),
+  MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, mpi_int(count, "all_reduce_host_i64"), MPI_INT64_T, mpi_op(op), comm_),
                   "MPI_Allreduce (i64)", count);
 }
 
 void MpiComm::all_reduce_host_i8_max(int8_t* v, size_t count) {
   CommWait w(coll("MPI_Allreduce (host i8 max)", (count + 3) / 4, DType::f32));
-  MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, to_int(count, "all_reduce_host_i8_max"), MPI_INT8_T, MPI_MAX, comm_),
+  MpiError{*this}(MPI_Allreduce(MPI_IN_PLACE, v, mpi_int(count, "all_reduce_host_i8_max"), MPI_INT8_T, MPI_MAX, comm_),
                   "MPI_Allreduce (i8 max)", count);
 }
 
 void MpiComm::reduce_scatterv_host_i64(const int64_t* send, int64_t* recv, const size_t* counts) {
   size_t total = 0;
-  const std::vector<int> c = int_counts(counts, size_, "reduce_scatterv_host_i64", total);
-  to_int(total, "reduce_scatterv_host_i64");
+  const std::vector<int> c = mpi_int_counts(counts, size_, "reduce_scatterv_host_i64", total);
+  mpi_int(total, "reduce_scatterv_host_i64");
   check(!overlaps(send, total * 8, recv, counts[rank_] * 8), "reduce_scatterv_host_i64 on group '{}': send and recv overlap",
         name_);
   CommWait w(coll("MPI_Reduce_scatter (host i64)", 2 * counts[rank_], DType::f32));

@@ -88,6 +88,11 @@ std::string backend_unavailable_reason(const std::string& backend, const LaunchI
 std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm comm, const std::string& name,
                                 const LaunchInfo& launch, double timeout_s = 300);
 
+// MPI's counts are int: n as one (Error naming `what` beyond INT_MAX), and per-rank counts (a
+// reduce-scatter's) as ints with their total. NcclComm's host collectives use them too.
+int mpi_int(size_t n, const char* what);
+std::vector<int> mpi_int_counts(const size_t* counts, int n, const char* what, size_t& total);
+
 // Communication buffers where the backend wants them: host memory (counted under Mem::comm) for
 // MPI, device memory for NCCL. Zero-filled.
 class CommBuffer {

@@ -23,7 +23,6 @@
 #include <nccl.h>
 
 #include <chrono>
-#include <climits>
 #include <thread>
 #include <vector>
 
@@ -260,24 +259,20 @@ class NcclComm final : public Comm {
   void all_reduce_host_i64(int64_t* v, size_t count, ReduceOp op) override {
     check(op != ReduceOp::avg, "all_reduce_host_i64 on group '{}': sum or max only", name_);
     host_collective("MPI_Allreduce (host i64)", [&] {
-      return MPI_Allreduce(MPI_IN_PLACE, v, host_count(count), MPI_INT64_T, op == ReduceOp::max ? MPI_MAX : MPI_SUM,
-                           mpi_);
+      return MPI_Allreduce(MPI_IN_PLACE, v, mpi_int(count, "all_reduce_host_i64"), MPI_INT64_T,
+                           op == ReduceOp::max ? MPI_MAX : MPI_SUM, mpi_);
     });
   }
   void all_reduce_host_i8_max(int8_t* v, size_t count) override {
     host_collective("MPI_Allreduce (host i8 max)",
-                    [&] { return MPI_Allreduce(MPI_IN_PLACE, v, host_count(count), MPI_INT8_T, MPI_MAX, mpi_); });
+                    [&] { return MPI_Allreduce(MPI_IN_PLACE, v, mpi_int(count, "all_reduce_host_i8_max"), MPI_INT8_T,
+                                               MPI_MAX, mpi_); });
   }
   void reduce_scatterv_host_i64(const int64_t* send, int64_t* recv, const size_t* counts) override {
-    std::vector<int> c(static_cast<size_t>(size_));
-    for (int r = 0; r < size_; ++r) c[static_cast<size_t>(r)] = host_count(counts[r]);
+    size_t total = 0;
+    const std::vector<int> c = mpi_int_counts(counts, size_, "reduce_scatterv_host_i64", total);
     host_collective("MPI_Reduce_scatter (host i64)",
                     [&] { return MPI_Reduce_scatter(send, recv, c.data(), MPI_INT64_T, MPI_SUM, mpi_); });
-  }
-  int host_count(size_t n) const {
-    check(n <= static_cast<size_t>(INT_MAX), "group '{}': {} elements in one host collective (MPI counts are int)",
-          name_, n);
-    return static_cast<int>(n);
   }
   // Registered with the hang watchdog, as the NCCL waits are (watch).
   template <class Call>
