@@ -200,7 +200,8 @@ void add_pieces(std::vector<Piece>& out, const Selection& s, int64_t file_cols, 
 // from memory, took as long as the read (both bound by memory bandwidth). An Error names `what`
 // on a failed transfer, or a short read (past the agreement, the file changed).
 enum class Io { read, write };
-uint64_t transfer_pieces(Io io, int fd, haddr_t at, const std::vector<Piece>& pieces, int format, bool threads,
+uint64_t transfer_pieces(Io io, int fd, haddr_t at, const std::vector<Piece>& pieces, int format,
+                         [[maybe_unused]] bool threads,  // unread where OpenMP is off (the fuzzers)
                          const std::string& what) {
   static_assert(std::endian::native == std::endian::little, "checkpoint data are F32LE, moved as they are");
   uint64_t h = 0;
