@@ -193,17 +193,25 @@ class MoeMlp {
     lg_.resize(static_cast<size_t>(R * E));
     dev_.matmul_forward(lg_.data(), x, w.router, nullptr, R, c_, E);
     const int64_t kept = route(a, R);
-    // Dispatch: the copies' rows in expert-sorted order, to the experts' ranks.
+    // Dispatch: the copies' rows in expert-sorted order, to the experts' ranks. Without expert
+    // parallel the experts' rows are the sorted copies themselves: gathered straight into a.xe,
+    // and the experts write a.ys (the exchanges would be copies; the workspace is sized alike).
     xs_.resize(static_cast<size_t>(kept * c_));
-    dev_.moe_gather_rows(xs_.data(), x, srow_dev_, kept, c_);
     plan_exchange(a);
     const int64_t n = static_cast<int64_t>(a.idx.size());
     a.xe.resize(static_cast<size_t>(n * c_));
-    exchange_to_owners(xs_.data(), a.xe.data(), a, "ep dispatch");
+    if (ep_) {
+      dev_.moe_gather_rows(xs_.data(), x, srow_dev_, kept, c_);
+      exchange_to_owners(xs_.data(), a.xe.data(), a, "ep dispatch");
+    } else {
+      dev_.moe_gather_rows(a.xe.data(), x, srow_dev_, kept, c_);
+    }
     // The local experts, one GEMM each over their rows.
     a.h.resize(static_cast<size_t>(n * 2 * fe_));
     a.act.resize(static_cast<size_t>(n * fe_));
     ye_.resize(static_cast<size_t>(n * c_));
+    a.ys.resize(static_cast<size_t>(kept * c_));
+    A* ye = ep_ ? ye_.data() : a.ys.data();
     for (int el = 0, off = 0; el < el_; off += static_cast<int>(a.ne[el]), ++el) {
       const int64_t ni = a.ne[el];
       if (ni == 0) continue;
@@ -211,10 +219,9 @@ class MoeMlp {
       A* act = a.act.data() + off * fe_;
       dev_.matmul_forward(h, a.xe.data() + off * c_, w.w13[e0_ + el], nullptr, ni, c_, 2 * fe_);
       dev_.swiglu_forward(act, h, ni, fe_);
-      dev_.matmul_forward(ye_.data() + off * c_, act, w.w2[e0_ + el], nullptr, ni, fe_, c_);
+      dev_.matmul_forward(ye + off * c_, act, w.w2[e0_ + el], nullptr, ni, fe_, c_);
     }
-    a.ys.resize(static_cast<size_t>(kept * c_));
-    exchange_to_sources(ye_.data(), a.ys.data(), a, "ep combine");
+    if (ep_) exchange_to_sources(ye_.data(), a.ys.data(), a, "ep combine");
     // Combine, each token's copies in rank order.
     dev_.moe_combine(out, a.ys.data(), a.pos_dev, a.weight_dev, R, m_.top_k, c_);
     if (fs_ > 0) {  // the shared experts, added to the routed output
@@ -243,20 +250,23 @@ class MoeMlp {
     dev_.moe_combine_backward(dys_.data(), dweight_d_.data(), dout, a.ys.data(), a.pos_dev, a.weight_dev, R, k, c_);
     const int64_t n = static_cast<int64_t>(a.idx.size());
     dye_.resize(static_cast<size_t>(n * c_)), dxe_.resize(static_cast<size_t>(n * c_));
-    exchange_to_owners(dys_.data(), dye_.data(), a, "ep dispatch (backward)");
+    dxs_.resize(static_cast<size_t>(kept * c_));
+    // Without expert parallel, as forward: the experts read dys_ and write dxs_ themselves.
+    if (ep_) exchange_to_owners(dys_.data(), dye_.data(), a, "ep dispatch (backward)");
+    const A* dye = ep_ ? dye_.data() : dys_.data();
+    A* dxe = ep_ ? dxe_.data() : dxs_.data();
     dact_.resize(static_cast<size_t>(n * fe_)), dh_.resize(static_cast<size_t>(n * 2 * fe_));
     for (int el = 0, off = 0; el < el_; off += static_cast<int>(a.ne[el]), ++el) {
       const int64_t ni = a.ne[el];
       if (ni == 0) continue;
       const int e = e0_ + el;
-      dev_.matmul_backward(dact_.data() + off * fe_, g.w2[e], nullptr, dye_.data() + off * c_,
+      dev_.matmul_backward(dact_.data() + off * fe_, g.w2[e], nullptr, dye + off * c_,
                            a.act.data() + off * fe_, w.w2[e], ni, fe_, c_);
       dev_.swiglu_backward(dh_.data() + off * 2 * fe_, a.h.data() + off * 2 * fe_, dact_.data() + off * fe_, ni, fe_);
-      dev_.matmul_backward(dxe_.data() + off * c_, g.w13[e], nullptr, dh_.data() + off * 2 * fe_,
+      dev_.matmul_backward(dxe + off * c_, g.w13[e], nullptr, dh_.data() + off * 2 * fe_,
                            a.xe.data() + off * c_, w.w13[e], ni, c_, 2 * fe_);
     }
-    dxs_.resize(static_cast<size_t>(kept * c_));
-    exchange_to_sources(dxe_.data(), dxs_.data(), a, "ep combine (backward)");
+    if (ep_) exchange_to_sources(dxe_.data(), dxs_.data(), a, "ep combine (backward)");
     // dx: the shared experts' (overwriting), or zero; then every copy's, then the router's.
     if (fs_ > 0) {
       const int64_t fl = fs_ / tp_.size();
@@ -430,10 +440,9 @@ class MoeMlp {
       }
     if (ep_) a.idx_dev = dev_.stage(a.idx_d, a.idx);
   }
-  // Source-side rows (expert-sorted) -> this rank's experts' rows (expert-major).
+  // Under expert parallel: source-side rows (expert-sorted) -> this rank's experts' rows (expert-major).
   void exchange_to_owners(const A* src, A* owner, const Acts& a, const char* what) {
     const size_t n = a.idx.size();
-    if (!ep_) return dev_.copy(owner, src, n * c_);
     buf_.resize(n * c_);
     exchange(src, a.send_rows, buf_.data(), a.recv_rows, what);
     dev_.moe_gather_rows(owner, buf_.data(), a.idx_dev, static_cast<int64_t>(n), c_);
@@ -441,7 +450,6 @@ class MoeMlp {
   // The reverse: expert-major rows back to the ranks (and the order) they came from.
   void exchange_to_sources(const A* owner, A* src, const Acts& a, const char* what) {
     const size_t n = a.idx.size();
-    if (!ep_) return dev_.copy(src, owner, n * c_);
     buf_.resize(n * c_);
     dev_.moe_scatter_rows(buf_.data(), owner, a.idx_dev, static_cast<int64_t>(n), c_);
     exchange(buf_.data(), a.recv_rows, src, a.send_rows, what);
