@@ -43,6 +43,10 @@ void idle_barrier(MPI_Comm c) {
   }
 }
 
+double median_of(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
 // Median seconds of fn over repetitions: one untimed call, then at least 3 timed ones and as many
 // as fit in `budget` seconds (at most 25).
 double median_time(const std::function<void()>& fn, double budget = 0.08) {
@@ -54,8 +58,22 @@ double median_time(const std::function<void()>& fn, double budget = 0.08) {
     fn();
     t.push_back(since(t0));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median_of(t);
+}
+
+// The GEMM grid's passes and each shape's time budget over all of them (see measure_rates).
+constexpr int kGridPasses = 3;
+constexpr double kGridBudget = 0.08;
+// One pass over a shape: one untimed call (its buffers were just made), then at least one timed
+// call and as many as fit in `budget` seconds (at most 25 / kGridPasses), appended to t.
+void time_into(std::vector<double>& t, const std::function<void()>& fn, double budget) {
+  fn();
+  const auto start = Clock::now();
+  for (int n = 0; n < 1 || (n < 25 / kGridPasses && since(start) < budget); ++n) {
+    auto t0 = Clock::now();
+    fn();
+    t.push_back(since(t0));
+  }
 }
 
 // Values in [-0.11, 0.11], as activations and weights are in scale. The offset is taken in signed
@@ -129,8 +147,10 @@ struct Progress {
   }
 };
 
+// m reaches down to 32 rows: a MoE's experts each run a share of a micro-batch's tokens (64 rows
+// per expert at 128 tokens, top 2 of 4), where a GEMM runs well below its rate at 128 rows.
 void set_axes(MachineProfile& p, bool quick) {
-  p.gemm_m = quick ? std::vector<double>{128, 512} : std::vector<double>{128, 512, 2048};
+  p.gemm_m = quick ? std::vector<double>{128, 512} : std::vector<double>{32, 128, 512, 2048};
   p.gemm_n = p.gemm_k = quick ? std::vector<double>{64, 512} : std::vector<double>{64, 256, 1024, 4096};
   p.attn_hd = 64;
   p.attn_t = quick ? std::vector<double>{64, 256} : std::vector<double>{64, 128, 256, 512, 1024};
@@ -146,14 +166,34 @@ MachineProfile::Rates measure_rates(const MachineProfile& p, Ops& ops, const Cal
     ops.set_gemm_bf16(prec == 1);
     auto& fw = prec ? rt.gemm_fwd_bf16 : rt.gemm_fwd_f32;
     auto& bw = prec ? rt.gemm_bwd_bf16 : rt.gemm_bwd_f32;
+    // The grid is timed in kGridPasses passes and each shape's rate is the median over all its
+    // samples: on a shared or virtual machine a transient slowdown of a second or two (the host
+    // busy on a vCPU's core) then lands on a few samples of many shapes, not on all the samples of
+    // a few (two calibrations of one Xeon VM differed by up to 2.2x on single shapes when each
+    // shape was timed in one burst, by a few % on the one-thread grid, which the host spared).
+    const size_t cells = p.gemm_m.size() * p.gemm_n.size() * p.gemm_k.size();
+    std::vector<std::vector<double>> t_fwd(cells), t_bwd(cells);
+    for (int pass = 0; pass < kGridPasses; ++pass) {
+      size_t cell = 0;
+      for (double m : p.gemm_m)
+        for (double n : p.gemm_n)
+          for (double k : p.gemm_k) {
+            Gemm g(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k));
+            if (prec) ops.register_weights(g.w.data(), g.w.size());
+            time_into(t_fwd[cell], [&] { g.fwd(ops); }, kGridBudget / kGridPasses);
+            time_into(t_bwd[cell], [&] { g.bwd(ops); }, kGridBudget / kGridPasses);
+            if (prec) ops.unregister_weights(g.w.data());
+            ++cell;
+          }
+    }
+    size_t cell = 0;
     for (double m : p.gemm_m)
       for (double n : p.gemm_n)
         for (double k : p.gemm_k) {
-          Gemm g(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k));
-          if (prec) ops.register_weights(g.w.data(), g.w.size());
-          fw.push_back(g.flops() / median_time([&] { g.fwd(ops); }) / 1e9);
-          bw.push_back(2 * g.flops() / median_time([&] { g.bwd(ops); }) / 1e9);
-          if (prec) ops.unregister_weights(g.w.data());
+          const double flops = 2.0 * m * n * k;
+          fw.push_back(flops / median_of(t_fwd[cell]) / 1e9);
+          bw.push_back(2 * flops / median_of(t_bwd[cell]) / 1e9);
+          ++cell;
         }
     pr.say(fmt::format("{} thread(s): GEMM {} over {} shapes: {:.1f} .. {:.1f} GFLOP/s forward", rt.threads, prec ? "bf16" : "fp32",
                        fw.size(), *std::min_element(fw.begin(), fw.end()), *std::max_element(fw.begin(), fw.end())));
