@@ -172,6 +172,30 @@ BOOST_AUTO_TEST_CASE(recompute_adds_the_forward_up_to_the_mlp_activation) {
   BOOST_TEST(rc - plain == gemm / (R * 1e9) + attn / (A * 1e9), boost::test_tools::tolerance(1e-6));
 }
 
+// The CPU backend's cores compute and copy the collectives' bytes too, so nothing hides behind
+// compute: ZeRO-3's all-gathers and reduce-scatters are all exposed there, partly hidden on a GPU
+// (the totals alike); the CP ring's hops are all counted (cp 2, no recompute: 1 hop forward, 3
+// backward per layer and micro-batch), where a GPU's attention hides them.
+BOOST_AUTO_TEST_CASE(cpu_collectives_are_not_hidden) {
+  const MachineProfile cpu = flat_profile(100, 50, 1e15, 10, 1e-5);
+  MachineProfile gpu = cpu;
+  gpu.backend = "nccl";
+  PlanInput in = gpt_input(2, 1, 1, 1, 4);
+  in.layout.zero = 3;
+  const StepPrediction a = predict_step(in, cpu), b = predict_step(in, gpu);
+  BOOST_TEST(a.dp_total_s == b.dp_total_s, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(a.dp_s == a.dp_total_s, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(b.dp_s < 0.5 * b.dp_total_s);
+
+  PlanInput c = gpt_input(1, 1, 1, 1, 4);
+  c.layout.cp = 2, c.cluster.gpus = 2;
+  const ModelConfig& m = c.model;
+  const double kv = (m.seq_len / 2.0) * 2 * m.n_kv_head * m.head_dim() * 4;
+  const double hop = cpu.collective_s("sendrecv", 2, kv, 2, false);
+  BOOST_TEST(predict_step(c, cpu).cp_s == 4 * m.n_layer * 4 * hop, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(predict_step(c, gpu).cp_s == 0.0);
+}
+
 // train.precision = "fp8" on the CPU adds the casts' bytes of the four linear layers at the
 // elementwise rate, counted here from their shapes: per layer and GEMM (M rows, n out, k in)
 // 12 (M k + n k) + 8 M n forward, 12 (M n + n k + M k) + 8 M k + 16 n k backward.
