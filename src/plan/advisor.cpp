@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "mpitron/core/error.hpp"
+#include "mpitron/model/rope_scaling.hpp"
 
 namespace mpitron {
 namespace {
@@ -324,7 +325,23 @@ std::string layout_job_toml(const PlanInput& in, const std::string& profile) {
   if (auto k = preset.find('+'); k != std::string::npos) preset.resize(k);
   o += fmt::format("name = \"{}-{}gpu\"\n\n[model]\npreset = \"{}\"\nn_layer = {}\nn_head = {}\nd_model = {}\n", preset,
                    l.world(), preset, in.model.n_layer, in.model.n_head, in.model.d_model);
-  o += fmt::format("vocab_size = {}\nseq_len = {}\n\n", in.model.vocab_size, in.model.seq_len);
+  o += fmt::format("vocab_size = {}\nseq_len = {}\ntie_embeddings = {}\n", in.model.vocab_size, in.model.seq_len,
+                   in.model.tied_embeddings ? "true" : "false");
+  if (const ModelConfig& m = in.model; m.arch == Arch::llama) {  // the preset's own keys as planned (GQA, widths, RoPE)
+    o += fmt::format("arch = \"llama\"\nn_kv_head = {}\nhead_dim = {}\nd_ff = {}\nnorm_eps = {}\nrope_theta = {}\n", m.n_kv_head,
+                     m.head_dim(), m.d_ff, m.norm_eps, m.rope_theta);
+    o += fmt::format("qkv_bias = {}\nqk_norm = {}\nrope_scaling = \"{}\"\n", m.qkv_bias ? "true" : "false",
+                     m.qk_norm ? "true" : "false", rope_scaling_name(m.rope_scaling.type));
+    if (const RopeScaling& r = m.rope_scaling; r.enabled()) {
+      o += fmt::format("rope_factor = {}\nrope_original_max_pos = {}\n", r.factor, r.original_max_pos);
+      if (r.type == RopeScalingType::llama3)
+        o += fmt::format("rope_low_freq_factor = {}\nrope_high_freq_factor = {}\n", r.low_freq_factor, r.high_freq_factor);
+      else
+        o += fmt::format("rope_beta_fast = {}\nrope_beta_slow = {}\nrope_attention_factor = {}\n", r.beta_fast, r.beta_slow,
+                         r.attention_factor);
+    }
+  }
+  o += "\n";
   if (const MoeConfig& e = in.model.moe; e.enabled()) {  // the experts spelled out as well
     o += fmt::format("[model.moe]\nn_experts = {}\ntop_k = {}\nexpert_d_ff = {}\nn_shared_experts = {}\nlayer_freq = {}\n",
                      e.n_experts, e.top_k, e.d_ff, e.n_shared, e.layer_freq);
@@ -337,9 +354,13 @@ std::string layout_job_toml(const PlanInput& in, const std::string& profile) {
   if (l.virtual_stages > 1) o += fmt::format("virtual_stages = {}\n", l.virtual_stages);
   if (l.ep > 1) o += fmt::format("ep = {}\n", l.ep);
   o += "\n";
-  o += fmt::format("[train]\nbackend = \"{}\"\nmicro_batch = {}\nglobal_batch = {}\nrecompute = \"{}\"\n",
-                   in.precision != Precision::fp32 ? "nccl" : "cpu", l.micro_batch, in.global_batch(),
-                   l.recompute ? "full" : "none");
+  const bool gpu = in.precision != Precision::fp32;
+  o += fmt::format("[train]\nbackend = \"{}\"\nmicro_batch = {}\nglobal_batch = {}\nrecompute = \"{}\"\n", gpu ? "nccl" : "cpu",
+                   l.micro_batch, in.global_batch(), l.recompute ? "full" : "none");
+  // The GEMMs planned for, pinned: the CPU trainer's default ("auto") picks bf16 or fp32 by a
+  // start-up probe, which the plan does not know.
+  if (in.fp8_linears) o += "precision = \"fp8\"\n";
+  else if (!gpu) o += fmt::format("precision = \"{}\"\n", in.cpu_bf16_gemms ? "bf16" : "fp32");
   // The run checks the prediction it was chosen by (train.check_prediction).
   if (!profile.empty()) o += fmt::format("profile = \"{}\"\ncheck_prediction = true\n", profile);
   return o;

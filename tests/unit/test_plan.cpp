@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <string>
 
+#include "mpitron/config/job_config.hpp"
 #include "mpitron/core/error.hpp"
 #include "mpitron/core/memory.hpp"
 #include "mpitron/model/config.hpp"
@@ -287,6 +290,57 @@ BOOST_AUTO_TEST_CASE(picks_zero_when_the_state_does_not_fit) {
   BOOST_TEST(l.zero >= 1);
   BOOST_TEST(l.pp == 1);
   for (const auto& c : a.ranked) BOOST_TEST((c.in.layout.zero > 0 || c.in.layout.tp > 1 || c.in.layout.pp > 1));
+}
+
+// --emit-job writes a job `train` builds the planned model from: a LLaMA with its own GQA, widths,
+// norm epsilon and RoPE (YaRN), and LLaMA 3.1's preset (llama3 scaling), read back through the
+// job loader, give the model they were planned for, parameter count and all.
+BOOST_AUTO_TEST_CASE(emitted_job_rebuilds_the_planned_model) {
+  const std::vector<std::vector<std::pair<std::string, std::string>>> models = {
+      {{"model.preset", "llama-tiny"}, {"model.n_kv_head", "2"}, {"model.d_ff", "688"}, {"model.head_dim", "32"},
+       {"model.norm_eps", "1e-6"}, {"model.rope_theta", "500000"}, {"model.qk_norm", "true"},
+       {"model.rope_scaling", "yarn"}, {"model.rope_factor", "4"}, {"model.rope_original_max_pos", "64"},
+       {"model.tie_embeddings", "false"}},
+      {{"model.preset", "llama3.1-8b"}}};
+  const std::string path = "emitted_job_test.toml";
+  for (const auto& keys : models) {
+    JobConfig job;
+    for (const auto& [k, v] : keys) set_job_key(job, k, v);
+    PlanInput in = input("tiny", 1, 1);
+    in.model = resolve_model_config(job.model);
+    std::ofstream(path) << layout_job_toml(in);
+    JobConfig back;
+    load_job_file(back, path);
+    std::remove(path.c_str());
+    const ModelConfig a = in.model, b = resolve_model_config(back.model);
+    BOOST_TEST_CONTEXT(keys.front().second) {
+      BOOST_TEST((a.arch == b.arch && a.n_layer == b.n_layer && a.n_head == b.n_head && a.d_model == b.d_model));
+      BOOST_TEST(a.n_kv_head == b.n_kv_head);
+      BOOST_TEST(a.d_ff == b.d_ff);
+      BOOST_TEST(a.head_dim() == b.head_dim());
+      BOOST_TEST(a.norm_eps == b.norm_eps);
+      BOOST_TEST(a.rope_theta == b.rope_theta);
+      BOOST_TEST((a.rope_scaling == b.rope_scaling));
+      BOOST_TEST((a.tied_embeddings == b.tied_embeddings && a.qkv_bias == b.qkv_bias && a.qk_norm == b.qk_norm));
+      PlanInput again = in;
+      again.model = b;
+      BOOST_TEST(compute_ledger(again).total_params == compute_ledger(in).total_params);
+    }
+  }
+  // The CPU trainer's GEMMs as planned (its default, "auto", would probe): fp32, bf16, fp8.
+  for (const char* precision : {"fp32", "bf16", "fp8"}) {
+    JobConfig job;
+    set_job_key(job, "model.preset", "llama-tiny");
+    set_job_key(job, "train.backend", "cpu");
+    set_job_key(job, "train.precision", precision);
+    const PlanInput in = plan_input_from_job(job, resolve_model_config(job.model), 1);
+    std::ofstream(path) << layout_job_toml(in);
+    JobConfig back;
+    load_job_file(back, path);
+    std::remove(path.c_str());
+    BOOST_TEST(back.train.precision == precision);
+    BOOST_TEST(back.train.backend == "cpu");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(tp_stays_inside_an_8_gpu_node_for_70b) {
