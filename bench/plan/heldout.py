@@ -2,6 +2,8 @@
 searches (src/plan/advisor.cpp), and the summary of what was measured.
     heldout.py draw SEED PER_NP      -> lines "name|np|model|overrides", PER_NP layouts at np 1, 2, 4
     heldout.py summary RESULTS.jsonl  -> the markdown of one draw (stdout), its figures (stderr)
+    heldout.py advice RESULTS ADVISE  -> plan --advise's first choice per model and np (ADVISE.jsonl)
+                                         against the fastest measured layout of the draw (stdout, stderr)
     heldout.py result DIR NAME NP     -> one layout's JSON line: DIR.*/metrics.jsonl (its runs) against
                                          DIR.plan (`plan --predict`); bench/plan/run.sh uses it too
 The space: tp, pp, cp dividing np, dp the rest; micro-batch 1, 2, 4, 8 dividing the global batch's
@@ -126,6 +128,29 @@ def summary(path):
     print(json.dumps(fig), file=sys.stderr)
 
 
+def advice(path, adv_path):
+    """plan --advise's first choice per model and np, measured, against the draw's fastest."""
+    rows = [json.loads(l) for l in open(path)]
+    picks = [json.loads(l) for l in open(adv_path)]
+    print("`plan --advise --profile`'s first choice for each model and np of the draw, run in the same rounds, "
+          "against the fastest measured layout of the draw with that model and np:\n")
+    print("| model | np | advise's choice | measured ms | fastest drawn | measured ms | choice / fastest |")
+    print("|---|---:|---|---:|---|---:|---:|")
+    ratios = []
+    for a in sorted(picks, key=lambda r: (r["name"].split()[0], r["np"])):
+        model = a["name"].split()[0]
+        drawn = [r for r in rows if r["np"] == a["np"] and r["name"].split()[0] == model]
+        best = min(drawn, key=lambda r: r["meas_ms"])
+        ratios.append(a["meas_ms"] / best["meas_ms"])
+        print(f"| {model} | {a['np']} | {a['name'].split(': ', 1)[1]} | {a['meas_ms']:.1f} | {best['name']} | "
+              f"{best['meas_ms']:.1f} | {ratios[-1]:.2f} |")
+    within = sum(r <= 1.10 for r in ratios)
+    print(f"\n**advise's choice within 10% of the fastest drawn (or faster): {within} of {len(ratios)}**; "
+          f"worst ratio {max(ratios):.2f}.\n")
+    print(json.dumps({"advise_within_10pct": within, "advise_n": len(ratios), "advise_worst_ratio": max(ratios)}),
+          file=sys.stderr)
+
+
 def result(d, name, np_):
     """Median step time of steps 2.. over the runs, their spread, and the prediction."""
     ms, per_run = [], []
@@ -144,6 +169,8 @@ def result(d, name, np_):
 if __name__ == "__main__":
     if sys.argv[1] == "draw":
         draw(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "advice":
+        advice(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "result":
         result(*sys.argv[2:5])
     else:

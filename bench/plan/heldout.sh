@@ -23,6 +23,11 @@ overrides() {
   local -n m=$1
   echo --data.path="$tmp/data" "${m[@]}" --train.precision=fp32 --train.global_batch=16 $2
 }
+# The job of a list entry: jobs/tiny.toml with the overrides, or "@FILE" (plan --advise's
+# --emit-job) with the data.
+job_args() {
+  case $2 in @*) echo "${2#@}" --data.path="$tmp/data" ;; *) echo jobs/tiny.toml $(overrides "$1" "$2") ;; esac
+}
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 {
   echo "# Step-time prediction on held-out layouts (bench/plan/heldout.sh)"
@@ -45,6 +50,15 @@ for seed in $SEEDS; do
     echo "$seed|$np.${taken[$np]}|$name|$np|$model|$extra" >>"$list"
   done < <(/usr/bin/python3 bench/plan/heldout.py draw "$seed" "$PER_NP")
   unset taken
+  # plan --advise's first choice for each model and np of the draw, run beside it (apart from
+  # the accuracy figures: the model chose it).
+  for pair in $(grep "^$seed|" "$list" | cut -d'|' -f4,5 | sort -u); do
+    np=${pair%|*} model=${pair#*|}
+    job="$tmp/advise.$seed.$np.$model.toml"
+    "$MPITRON" plan jobs/tiny.toml $(overrides "$model" "") --gpus "$np" --gpus-per-node 8 --advise \
+      --profile "$profile" --emit-job "$job" >"$job.log"
+    echo "$seed|adv.$np.$model|$model advise: $(sed -n 's/^chosen: //p' "$job.log")|$np|$model|@$job" >>"$list"
+  done
 done
 # Round robin: every layout of every draw once per round, REPEATS rounds. The machine's speed
 # drifts over minutes (a shared host); rounds spread that drift over all the layouts alike, and a
@@ -56,22 +70,23 @@ for rep in $(seq "$REPEATS"); do
     i=$((i + 1))
     echo "round $rep/$REPEATS, $i/$n: seed $seed $name (np $np)"
     dir="$tmp/s$seed.$id"
-    $MPIRUN -np "$np" "$MPITRON" train jobs/tiny.toml $(overrides "$model" "$extra") --train.steps="$STEPS" \
+    $MPIRUN -np "$np" "$MPITRON" train $(job_args "$model" "$extra") --train.steps="$STEPS" \
       --eval.batches=0 --eval.every=0 --job.run_dir="$dir.$rep" >"$dir.log" 2>&1 </dev/null ||
       { echo "run $name failed:"; tail -5 "$dir.log"; exit 1; }
   done <"$list"
 done
 for seed in $SEEDS; do
   results="$tmp/results.$seed.jsonl"
-  : >"$results"
+  : >"$results" && : >"$results.advise"
   while IFS='|' read -r s id name np model extra; do
     [ "$s" = "$seed" ] || continue
     dir="$tmp/s$seed.$id"
-    "$MPITRON" plan jobs/tiny.toml $(overrides "$model" "$extra") --gpus "$np" --gpus-per-node 8 --predict \
-      --profile "$profile" >"$dir.plan"
-    /usr/bin/python3 bench/plan/heldout.py result "$dir" "$name" "$np" >>"$results"
+    "$MPITRON" plan $(job_args "$model" "$extra") --gpus "$np" --gpus-per-node 8 --predict --profile "$profile" >"$dir.plan"
+    case $extra in @*) to="$results.advise" ;; *) to="$results" ;; esac
+    /usr/bin/python3 bench/plan/heldout.py result "$dir" "$name" "$np" >>"$to"
   done <"$list"
-  { echo "## Draw, seed $seed"; echo; /usr/bin/python3 bench/plan/heldout.py summary "$results" 2>>"$tmp/figures"; } >>"$OUT"
+  { echo "## Draw, seed $seed"; echo; /usr/bin/python3 bench/plan/heldout.py summary "$results" 2>>"$tmp/figures"
+    /usr/bin/python3 bench/plan/heldout.py advice "$results" "$results.advise" 2>>"$tmp/figures"; } >>"$OUT"
 done
 { echo "## Calibration"; echo; echo '```'; cat "$tmp/calibrate.log"; echo '```'; } >>"$OUT"
 cat "$tmp/figures"
