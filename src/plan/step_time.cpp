@@ -14,6 +14,13 @@
 namespace mpitron {
 namespace {
 
+// Whether a collective in flight hides behind compute on this machine's backend: not on the CPU,
+// whose cores, all busy computing (cores / ranks threads each), also copy the collectives' bytes
+// (shared memory), and MPI moves a large message only inside a call, so the time is added, not
+// hidden (a trace of gpt 4 x 256, cp 2, ZeRO-3, 16 micro-batches on the 2-core Xeon: 113 ms a step
+// over ZeRO-1 for the 68 ms of all-gathers and reduce-scatters, the blocks themselves 25% slower).
+bool collectives_hide(const MachineProfile& p) { return p.backend != "cpu"; }
+
 struct Ctx {
   const PlanInput& in;
   const MachineProfile& p;
@@ -25,12 +32,9 @@ struct Ctx {
   int threads = 0;    // per rank (0: the profile's first rates)
   int k_comm = 1;     // ranks busy beside a collective: at most the cores (the rest wait their turn)
   double over = 1.0;  // < 1: more ranks than cores (the node's throughput relative to k_comm ranks')
-  // Whether a collective in flight hides behind compute. Not on the CPU backend: its cores, all
-  // busy computing (cores / ranks threads each), also copy the collectives' bytes (shared memory),
-  // and MPI moves a large message only inside a call, so the time is added, not hidden (a trace of
-  // gpt 4 x 256, cp 2, ZeRO-3, 16 micro-batches on the 2-core Xeon: 113 ms a step over ZeRO-1 for
-  // the 68 ms of all-gathers and reduce-scatters, the blocks themselves 25% slower).
-  bool comm_hides = true;
+  bool comm_hides = true;  // collectives_hide
+  // The seconds of `compute_s` that a collective in flight can hide behind.
+  double hiding(double compute_s) const { return comm_hides ? compute_s : 0.0; }
 
   double gemm(double M, double N, double K, bool bwd) const {
     const double flops = 2.0 * M * N * K * (bwd ? 2 : 1);
@@ -206,7 +210,7 @@ LayerCost layer_cost(const Ctx& c, bool moe) {
     const int stride = l.tp;
     const double ring_f = (cpn - 1) * c.coll("sendrecv", 2, kv, stride);
     const double ring_b = (2 * cpn - 1) * c.coll("sendrecv", 2, kv, stride) * (l.recompute ? 1.5 : 1.0);
-    r.cp = c.comm_hides ? std::max(0.0, ring_f - attn_f) + std::max(0.0, ring_b - attn_b) : ring_f + ring_b;
+    r.cp = std::max(0.0, ring_f - c.hiding(attn_f)) + std::max(0.0, ring_b - c.hiding(attn_b));
   }
   return r;
 }
@@ -259,7 +263,7 @@ Ctx make_ctx(const PlanInput& in, const MachineProfile& prof) {
   c.k_comm = k_run;
   c.sf = prof.stream_factor(k_run);
   c.over = c.k > k_run ? prof.compute_factor(c.k) / prof.compute_factor(k_run) : 1.0;
-  c.comm_hides = prof.backend != "cpu";
+  c.comm_hides = collectives_hide(prof);
   return c;
 }
 
@@ -384,8 +388,8 @@ DpCost dp_cost(const Ctx& c, const RankLedger& rl, const StageCosts& s, const Ra
       const double per_bucket = c.coll(red, dpn, bucket_bytes, l.tp);
       const double reduce = n_buckets * per_bucket;
       const double rounds = l.zero >= 2 ? mb : 1;  // ZeRO-2/3 reduce every micro-batch
-      const double window = t.last_bwd[r];
-      const double hidden = c.comm_hides ? std::min(std::max(0.0, reduce - per_bucket), window) : 0.0;
+      const double window = c.hiding(t.last_bwd[r]);
+      const double hidden = std::min(std::max(0.0, reduce - per_bucket), window);
       d.exposed += rounds * (reduce - hidden + hidden * (prof.overlap_factor(c.k) - 1));
       d.total += rounds * reduce;
       if (l.zero >= 1) {  // the updated parameters gathered after the step
@@ -396,9 +400,9 @@ DpCost dp_cost(const Ctx& c, const RankLedger& rl, const StageCosts& s, const Ra
         const double ag = c.coll("all_gather", dpn, n_flat * c.e, l.tp);
         double fwd_sum = 0;
         for (int ch = 0; ch < s.V; ++ch) fwd_sum += s.f[ch * s.P + r];
-        d.exposed += !c.comm_hides ? 2 * mb * ag
-                                   : mb * (std::max(0.0, ag - fwd_sum) + std::max(0.0, ag - window) +
-                                           std::min(ag, fwd_sum + window) * (prof.overlap_factor(c.k) - 1));
+        fwd_sum = c.hiding(fwd_sum);
+        d.exposed += mb * (std::max(0.0, ag - fwd_sum) + std::max(0.0, ag - window) +
+                           std::min(ag, fwd_sum + window) * (prof.overlap_factor(c.k) - 1));
         d.total += 2 * mb * ag;
       }
     }
@@ -494,8 +498,8 @@ std::string format_prediction(const PlanInput& in, const MachineProfile& prof, c
                   p.fp8_linears.empty() ? (p.gemm_bf16 ? "bf16" : "fp32") : "the blocks' linears in FP8, the other bf16",
                   p.ranks_per_node));
   if (l.tp > 1) row("TP comm", p.tp_s, fmt::format("{} per layer, on the critical path", l.sp ? "all-gather + reduce-scatter" : "all-reduces"));
-  const bool cpu = prof.backend == "cpu";
-  if (l.cp > 1) row("CP ring", p.cp_s, cpu ? "k|v hops (the CPU backend's cores copy them: not hidden)" : "k|v hops beyond what attention hides");
+  const bool hides = collectives_hide(prof);
+  if (l.cp > 1) row("CP ring", p.cp_s, hides ? "k|v hops beyond what attention hides" : "k|v hops (the CPU backend's cores copy them: not hidden)");
   if (l.ep > 1)
     row("EP all-to-all", p.ep_s,
         fmt::format("MoE dispatch + combine over ep {}, forward and backward: {} sent per step, on the critical path",
@@ -508,7 +512,7 @@ std::string format_prediction(const PlanInput& in, const MachineProfile& prof, c
   if (l.dp * l.cp > 1)
     row("DP/ZeRO comm", p.dp_s,
         fmt::format("exposed of {:.4g} s (ZeRO {}; {})", p.dp_total_s, l.zero,
-                    cpu ? "the CPU backend's cores copy them: not hidden" : "buckets overlap backward"));
+                    hides ? "buckets overlap backward" : "the CPU backend's cores copy them: not hidden"));
   row("optimizer", p.optimizer_s, "AdamW over the rank's shard");
   if (!p.fp8_linears.empty()) {
     std::string gains, losers;
