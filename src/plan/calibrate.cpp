@@ -47,34 +47,28 @@ double median_of(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
-// Median seconds of fn over repetitions: one untimed call, then at least 3 timed ones and as many
-// as fit in `budget` seconds (at most 25).
-double median_time(const std::function<void()>& fn, double budget = 0.08) {
+// Seconds of fn appended to t: one untimed call (warm caches, buffers just made), then at least
+// min_reps timed ones and as many as fit in `budget` seconds (at most max_reps).
+void time_into(std::vector<double>& t, const std::function<void()>& fn, double budget, int min_reps, int max_reps) {
   fn();
-  std::vector<double> t;
   const auto start = Clock::now();
-  while (t.size() < 3 || (t.size() < 25 && since(start) < budget)) {
+  for (int n = 0; n < min_reps || (n < max_reps && since(start) < budget); ++n) {
     auto t0 = Clock::now();
     fn();
     t.push_back(since(t0));
   }
+}
+// Median seconds of fn over 3 to 25 timed calls in `budget` seconds.
+double median_time(const std::function<void()>& fn, double budget = 0.08) {
+  std::vector<double> t;
+  time_into(t, fn, budget, 3, 25);
   return median_of(t);
 }
 
-// The GEMM grid's passes and each shape's time budget over all of them (see measure_rates).
+// The GEMM grid's passes and each shape's time budget over all of them (see measure_rates): per
+// pass at least one timed call, at most 25 / kGridPasses.
 constexpr int kGridPasses = 3;
 constexpr double kGridBudget = 0.08;
-// One pass over a shape: one untimed call (its buffers were just made), then at least one timed
-// call and as many as fit in `budget` seconds (at most 25 / kGridPasses), appended to t.
-void time_into(std::vector<double>& t, const std::function<void()>& fn, double budget) {
-  fn();
-  const auto start = Clock::now();
-  for (int n = 0; n < 1 || (n < 25 / kGridPasses && since(start) < budget); ++n) {
-    auto t0 = Clock::now();
-    fn();
-    t.push_back(since(t0));
-  }
-}
 
 // Values in [-0.11, 0.11], as activations and weights are in scale. The offset is taken in signed
 // arithmetic: in size_t, 11 of the 23 residues wrapped to 1.8e17, attention's softmax then held
@@ -180,8 +174,8 @@ MachineProfile::Rates measure_rates(const MachineProfile& p, Ops& ops, const Cal
           for (double k : p.gemm_k) {
             Gemm g(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k));
             if (prec) ops.register_weights(g.w.data(), g.w.size());
-            time_into(t_fwd[cell], [&] { g.fwd(ops); }, kGridBudget / kGridPasses);
-            time_into(t_bwd[cell], [&] { g.bwd(ops); }, kGridBudget / kGridPasses);
+            time_into(t_fwd[cell], [&] { g.fwd(ops); }, kGridBudget / kGridPasses, 1, 25 / kGridPasses);
+            time_into(t_bwd[cell], [&] { g.bwd(ops); }, kGridBudget / kGridPasses, 1, 25 / kGridPasses);
             if (prec) ops.unregister_weights(g.w.data());
             ++cell;
           }
