@@ -73,7 +73,7 @@ MemTracker& MemTracker::cuda() {
   return t;
 }
 
-void* host_alloc(Mem m, size_t bytes) {
+void* host_alloc(Mem m, size_t bytes, Fill fill) {
   if (bytes == 0) return nullptr;
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
@@ -86,7 +86,7 @@ void* host_alloc(Mem m, size_t bytes) {
          format_bytes(static_cast<int64_t>(bytes)), mem_name(m), format_bytes(live),
          format_bytes(st.live[static_cast<size_t>(m)]), mem_name(m));
   }
-  std::memset(p, 0, rounded);
+  if (fill == Fill::zeros) std::memset(p, 0, rounded);
 #if defined(__SANITIZE_ADDRESS__)
   // aligned_alloc wants a multiple of the alignment, so ASan would see `rounded` bytes as the
   // buffer; poisoning the padding makes an access past `bytes` a heap-buffer-overflow there too

@@ -175,7 +175,7 @@ void DataParallel::launch_bucket(size_t b, bool last_backward) {
   }
   std::vector<size_t> counts = shard_counts(region_, bk.begin, bk.end, dp_.size());
   const size_t mine = counts[dp_.rank()];
-  auto tmp = std::make_shared<Buffer<float>>(Mem::comm, mine, ops_.allocator());
+  auto tmp = std::make_shared<Buffer<float>>(Mem::comm, mine, ops_.allocator(), Fill::none);  // the reduce-scatter writes it
   const float* send = opt_.zero == 1 ? model_.grad_data() + bk.begin : bucket_bufs_[b].data();
   Request r = dp_.ireduce_scatterv(send, tmp->data(), counts.data(), DType::f32, ReduceOp::sum);
   std::function<void()> done;

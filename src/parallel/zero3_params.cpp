@@ -38,7 +38,7 @@ size_t ShardedParams::largest_unit_floats() const {
 void ShardedParams::start_gather(int u) {
   Unit* un = unit(u);
   if (!un || un->present || un->pending) return;
-  un->buf = Buffer<float>(Mem::params, un->end - un->begin, ops_.allocator());
+  un->buf = Buffer<float>(Mem::params, un->end - un->begin, ops_.allocator(), Fill::none);  // the gather writes it all
   for (size_t i : un->params) model_.bind_param(i, un->buf.data() + (model_.params()[i].offset - un->begin));
   std::vector<size_t> counts = shard_counts(region_, un->begin, un->end, dp_.size());
   size_t lo = std::max(un->begin, range_.begin);

@@ -48,8 +48,14 @@ class MemTracker {
   std::atomic<int64_t> total_peak_{0};
 };
 
-// Host allocation, 64-byte aligned (AVX-512 loads), zero-filled, counted under `m`.
-void* host_alloc(Mem m, size_t bytes);
+// What a new host buffer holds: zeros, or whatever the allocator had (for memory a collective
+// writes whole before anything reads it: a ZeRO-3 unit's gathered weights, a reduce-scatter's
+// output; zero-filling those costs a full write of the bytes per micro-batch for nothing).
+enum class Fill { zeros, none };
+
+// Host allocation, 64-byte aligned (AVX-512 loads), zero-filled unless `fill` says not, counted
+// under `m`.
+void* host_alloc(Mem m, size_t bytes, Fill fill = Fill::zeros);
 void host_free(Mem m, void* p, size_t bytes);
 
 // Memory of another device (a GPU), for the backend-neutral code of src/parallel (gradient
@@ -71,9 +77,10 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(Mem m, size_t n) : mem_(m), n_(n), p_(static_cast<T*>(host_alloc(m, n * sizeof(T)))) {}
-  Buffer(Mem m, size_t n, DeviceAllocator* dev)
+  // `fill` applies to host memory; a device's allocator zero-fills (its memset is cheap there).
+  Buffer(Mem m, size_t n, DeviceAllocator* dev, Fill fill = Fill::zeros)
       : mem_(m), n_(n), dev_(dev),
-        p_(static_cast<T*>(dev ? dev->alloc(m, n * sizeof(T)) : host_alloc(m, n * sizeof(T)))) {}
+        p_(static_cast<T*>(dev ? dev->alloc(m, n * sizeof(T)) : host_alloc(m, n * sizeof(T), fill))) {}
   ~Buffer() { reset(); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
