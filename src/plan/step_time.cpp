@@ -408,7 +408,14 @@ DpCost dp_cost(const Ctx& c, const RankLedger& rl, const StageCosts& s, const Ra
     }
     // AdamW over this rank's shard: read p, g, m, v, write p, m, v; plus the grad-norm pass.
     const double shard = l.zero >= 1 && dpn > 1 ? n_flat / dpn : n_flat;
-    d.opt += c.stream(shard * 4 * 8 + n_flat * 4 * 2);  // + zeroing and the norm over the full gradient
+    if (l.zero >= 2 && dpn > 1) {
+      // ZeRO-2/3 (DataParallel::alloc_bucket, launch_bucket): every micro-batch the buckets get
+      // fresh zeroed memory (the full gradient's bytes written) and each reduced part is added
+      // into the shard (read two, write one); per step the shard is zeroed and its norm taken.
+      d.opt += c.stream(shard * 4 * 8 + shard * 4 * 2 + mb * (n_flat * 4 + shard * 4 * 3));
+    } else {
+      d.opt += c.stream(shard * 4 * 8 + n_flat * 4 * 2);  // + zeroing and the norm over the full gradient
+    }
   }
   return d;
 }
@@ -513,7 +520,10 @@ std::string format_prediction(const PlanInput& in, const MachineProfile& prof, c
     row("DP/ZeRO comm", p.dp_s,
         fmt::format("exposed of {:.4g} s (ZeRO {}; {})", p.dp_total_s, l.zero,
                     hides ? "buckets overlap backward" : "the CPU backend's cores copy them: not hidden"));
-  row("optimizer", p.optimizer_s, "AdamW over the rank's shard");
+  row("optimizer", p.optimizer_s,
+      l.zero >= 2 && l.dp * l.cp > 1
+          ? "AdamW over the rank's shard; the gradient buckets zeroed and added into it every micro-batch"
+          : "AdamW over the rank's shard");
   if (!p.fp8_linears.empty()) {
     std::string gains, losers;
     for (const Fp8LinearCost& g : p.fp8_linears) {

@@ -196,6 +196,26 @@ BOOST_AUTO_TEST_CASE(cpu_collectives_are_not_hidden) {
   BOOST_TEST(predict_step(c, gpu).cp_s == 0.0);
 }
 
+// ZeRO-2/3 (DataParallel): every micro-batch each gradient bucket gets fresh zeroed memory (the
+// rank's n gradient floats written) and its reduced part, n/dp floats, is added into the shard
+// (two read, one written). Three more micro-batches cost three times those bytes at the
+// elementwise rate; ZeRO-1 reduces once a step and pays nothing per micro-batch.
+BOOST_AUTO_TEST_CASE(zero2_buckets_cost_bytes_every_micro_batch) {
+  const double gbs = 10;
+  const MachineProfile p = flat_profile(100, 50, gbs, 10, 0);
+  auto optimizer = [&](int zero, int microbatches) {
+    PlanInput in = gpt_input(2, 1, 1, 1, microbatches);
+    in.layout.zero = zero;
+    return predict_step(in, p).optimizer_s;
+  };
+  PlanInput in = gpt_input(2, 1, 1, 1, 1);
+  const double n = static_cast<double>(compute_ledger(in).stages[0].local_params);
+  const double per_micro_batch = (n * 4 + (n / 2) * 4 * 3) / (gbs * 1e9);
+  BOOST_TEST(optimizer(2, 4) - optimizer(2, 1) == 3 * per_micro_batch, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(optimizer(3, 4) - optimizer(3, 1) == 3 * per_micro_batch, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(optimizer(1, 4) == optimizer(1, 1), boost::test_tools::tolerance(1e-12));
+}
+
 // train.precision = "fp8" on the CPU adds the casts' bytes of the four linear layers at the
 // elementwise rate, counted here from their shapes: per layer and GEMM (M rows, n out, k in)
 // 12 (M k + n k) + 8 M n forward, 12 (M n + n k + M k) + 8 M k + 16 n k backward.
