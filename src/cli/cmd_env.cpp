@@ -45,7 +45,8 @@ std::vector<std::string> comm_env_vars() {
   std::vector<std::string> out;
   for (char** e = environ; e && *e; ++e) {
     std::string kv = *e;
-    if (kv.rfind("NCCL_", 0) == 0 || kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 || kv.rfind("MPITRON_", 0) == 0)
+    if (kv.rfind("NCCL_", 0) == 0 || kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 || kv.rfind("MPITRON_", 0) == 0 ||
+        kv.rfind("OMPI_MCA_mpi_yield_when_idle=", 0) == 0)  // launch.cpp sets it on an oversubscribed node
       out.push_back(kv);
   }
   std::sort(out.begin(), out.end());

@@ -111,6 +111,19 @@ expect "env shows a misspelt [env] NCCL variable (np 2)" 0 \
   $MPIRUN -np 2 "$MPITRON" env --env.NCCL_SOCKET_IFNAM=eth0
 expect "TP across fake nodes warns with ranks (np 4)" 0 "warning: TP group \[0,1,2,3\] spans nodes" 1 -- \
   env MPITRON_FAKE_NODES=2 $MPIRUN -np 4 -x MPITRON_FAKE_NODES "$MPITRON" env --parallel.tp=4
+# More ranks than CPUs on a node (--host gives the node that many slots, so Open MPI itself sees no
+# oversubscription): MPI waits yield the core (launch.cpp), unless the user set it otherwise.
+over=$(($(nproc) + 1))
+if [ "$over" -le 8 ]; then
+  expect "oversubscribed ranks yield in MPI waits (np $over on $(nproc) CPUs)" 0 "^  OMPI_MCA_mpi_yield_when_idle=1$" 1 -- \
+    $MPIRUN --host "localhost:$over" -np "$over" "$MPITRON" env
+  expect "the user's yield setting stands (np $over)" 0 "^  OMPI_MCA_mpi_yield_when_idle=0$" 1 -- \
+    env OMPI_MCA_mpi_yield_when_idle=0 $MPIRUN --host "localhost:$over" -np "$over" -x OMPI_MCA_mpi_yield_when_idle "$MPITRON" env
+else
+  echo "skip oversubscription checks: $(nproc) CPUs would need $over ranks"
+fi
+expect "ranks within the CPUs do not touch the yield setting (np 2 on a node of 2 slots)" 0 "OMPI_MCA_mpi_yield_when_idle" 0 -- \
+  $MPIRUN --host localhost:2 -np 2 "$MPITRON" env
 
 [ "$fails" -eq 0 ] && echo "all dist error paths ok"
 exit "$fails"
