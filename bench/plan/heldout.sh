@@ -5,8 +5,10 @@
 # (bench/plan/heldout.py: PER_NP at np 1, 2 and 4, GPT-2 / LLaMA / MoE, every parallel dimension,
 # schedule, ZeRO stage, recompute and micro-batch size; a layout the trainer refuses is replaced by
 # the next of the draw), trains each STEPS steps in each of REPEATS rounds over all the draws'
-# layouts (median step time of steps 2.. over the rounds) and asks `plan --predict --profile` for it. Writes bench/results/plan_heldout.md: per draw the table,
-# median and worst error, Spearman's rho, the run-to-run spread and the spread between layouts.
+# layouts (per round the median step time of steps 2..; a layout's best round, and the median of
+# all its rounds' steps beside it) and asks `plan --predict --profile` for it. Writes
+# bench/results/plan_heldout.md: per draw the table, median and worst error, Spearman's rho, the
+# run-to-run spread and the spread between layouts.
 # Usage: bench/plan/heldout.sh [BUILD dir]   (env: SEEDS="1 2 3", PER_NP=8, STEPS=6, REPEATS=3,
 # PROFILE=an existing profile to reuse, OUT=the results file)
 set -euo pipefail
@@ -34,7 +36,8 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
   echo
   echo "Machine: $cpu, $(nproc) cores; $(date -u '+%F'). Calibrated once at np 8 (README's command); per seed,"
   echo "$PER_NP layouts at each of np 1, 2, 4 drawn from \`plan --advise\`'s space (bench/plan/heldout.py), each"
-  echo "trained $STEPS steps in each of $REPEATS rounds over all the layouts (median step time of steps 2..$STEPS) against \`plan --predict --profile\`."
+  echo "trained $STEPS steps in each of $REPEATS rounds over all the layouts (per round the median step time of steps 2..$STEPS; the best"
+  echo "round, and the median of all rounds' steps beside it) against \`plan --predict --profile\`."
   echo "Global batch 16 sequences of 128 tokens, fp32, one thread per rank where ranks share the cores."
   echo
 } >"$OUT"
