@@ -30,7 +30,12 @@ void cuda_copy(void* dst, const void* src, size_t bytes);  // cudaMemcpyDefault,
 
 }  // namespace mpitron::detail
 
-// The same, as the backend exports them (C names: one dlsym each).
+// The same, as the backend exports them (C names: one dlsym each). Only the names are C: the
+// plugin and the executable are one C++ build, so C++ return types are fine (clang warns).
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wreturn-type-c-linkage"
+#endif
 extern "C" {
 mpitron::detail::DeviceProbe mpitron_cuda_probe_devices();
 void mpitron_cuda_bind_device(int device);
@@ -40,3 +45,6 @@ void mpitron_cuda_copy(void* dst, const void* src, size_t bytes);
 std::unique_ptr<mpitron::Comm> mpitron_cuda_make_nccl_comm(MPI_Comm comm, const std::string& name, int device,
                                                            double timeout_s);
 }
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
