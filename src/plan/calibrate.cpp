@@ -167,12 +167,14 @@ MachineProfile::Rates measure_rates(const MachineProfile& p, Ops& ops, const Cal
     // shape was timed in one burst, by a few % on the one-thread grid, which the host spared).
     const size_t cells = p.gemm_m.size() * p.gemm_n.size() * p.gemm_k.size();
     std::vector<std::vector<double>> t_fwd(cells), t_bwd(cells);
+    std::vector<double> flops(cells);
     for (int pass = 0; pass < kGridPasses; ++pass) {
       size_t cell = 0;
       for (double m : p.gemm_m)
         for (double n : p.gemm_n)
           for (double k : p.gemm_k) {
             Gemm g(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k));
+            flops[cell] = g.flops();
             if (prec) ops.register_weights(g.w.data(), g.w.size());
             time_into(t_fwd[cell], [&] { g.fwd(ops); }, kGridBudget / kGridPasses, 1, 25 / kGridPasses);
             time_into(t_bwd[cell], [&] { g.bwd(ops); }, kGridBudget / kGridPasses, 1, 25 / kGridPasses);
@@ -180,15 +182,10 @@ MachineProfile::Rates measure_rates(const MachineProfile& p, Ops& ops, const Cal
             ++cell;
           }
     }
-    size_t cell = 0;
-    for (double m : p.gemm_m)
-      for (double n : p.gemm_n)
-        for (double k : p.gemm_k) {
-          const double flops = 2.0 * m * n * k;
-          fw.push_back(flops / median_of(t_fwd[cell]) / 1e9);
-          bw.push_back(2 * flops / median_of(t_bwd[cell]) / 1e9);
-          ++cell;
-        }
+    for (size_t cell = 0; cell < cells; ++cell) {  // the grid's order, as the passes walked it
+      fw.push_back(flops[cell] / median_of(t_fwd[cell]) / 1e9);
+      bw.push_back(2 * flops[cell] / median_of(t_bwd[cell]) / 1e9);
+    }
     pr.say(fmt::format("{} thread(s): GEMM {} over {} shapes: {:.1f} .. {:.1f} GFLOP/s forward", rt.threads, prec ? "bf16" : "fp32",
                        fw.size(), *std::min_element(fw.begin(), fw.end()), *std::max_element(fw.begin(), fw.end())));
   }
