@@ -302,17 +302,21 @@ BOOST_AUTO_TEST_CASE(emitted_job_rebuilds_the_planned_model) {
        {"model.rope_scaling", "yarn"}, {"model.rope_factor", "4"}, {"model.rope_original_max_pos", "64"},
        {"model.tie_embeddings", "false"}},
       {{"model.preset", "llama3.1-8b"}}};
-  const std::string path = "emitted_job_test.toml";
+  // The job --emit-job writes for `in`, read back through the job loader.
+  auto emitted = [](const PlanInput& in) {
+    const std::string path = "emitted_job_test.toml";
+    std::ofstream(path) << layout_job_toml(in);
+    JobConfig back;
+    load_job_file(back, path);
+    std::remove(path.c_str());
+    return back;
+  };
   for (const auto& keys : models) {
     JobConfig job;
     for (const auto& [k, v] : keys) set_job_key(job, k, v);
     PlanInput in = input("tiny", 1, 1);
     in.model = resolve_model_config(job.model);
-    std::ofstream(path) << layout_job_toml(in);
-    JobConfig back;
-    load_job_file(back, path);
-    std::remove(path.c_str());
-    const ModelConfig a = in.model, b = resolve_model_config(back.model);
+    const ModelConfig a = in.model, b = resolve_model_config(emitted(in).model);
     BOOST_TEST_CONTEXT(keys.front().second) {
       BOOST_TEST((a.arch == b.arch && a.n_layer == b.n_layer && a.n_head == b.n_head && a.d_model == b.d_model));
       BOOST_TEST(a.n_kv_head == b.n_kv_head);
@@ -333,11 +337,7 @@ BOOST_AUTO_TEST_CASE(emitted_job_rebuilds_the_planned_model) {
     set_job_key(job, "model.preset", "llama-tiny");
     set_job_key(job, "train.backend", "cpu");
     set_job_key(job, "train.precision", precision);
-    const PlanInput in = plan_input_from_job(job, resolve_model_config(job.model), 1);
-    std::ofstream(path) << layout_job_toml(in);
-    JobConfig back;
-    load_job_file(back, path);
-    std::remove(path.c_str());
+    const JobConfig back = emitted(plan_input_from_job(job, resolve_model_config(job.model), 1));
     BOOST_TEST(back.train.precision == precision);
     BOOST_TEST(back.train.backend == "cpu");
   }
