@@ -249,7 +249,17 @@ int main(int argc, char** argv) {
   small.d_model = 384, small.d_ff = 1536, small.seq_len = 256;
   ModelConfig g124 = model_preset("gpt2-124m");
   g124.seq_len = 256;
+  // bench/plan/heldout.sh's GPT and LLaMA (byte vocabulary, 4 layers, d 256, T 128) at micro-batch 4.
+  ModelConfig hgpt = tiny;
+  hgpt.seq_len = 128, hgpt.name = "heldout-gpt";
+  ModelConfig hllama = model_preset("llama-tiny");
+  hllama.n_layer = 4, hllama.d_model = 256, hllama.n_head = 4, hllama.n_kv_head = 2, hllama.d_ff = 688;
+  hllama.seq_len = 128, hllama.name = "heldout-llama";
   if (only.empty() || only == "tiny") bench_model(tiny, 8, 10, breakdown);
+  if (only.empty() || only == "heldout") {
+    bench_model(hgpt, 4, 10, breakdown);
+    bench_model(hllama, 4, 10, breakdown);
+  }
   if (only.empty() || only == "small") bench_model(small, 8, 5, breakdown);
   if (only.empty() || only == "124m") bench_model(g124, 4, 3, breakdown);
   return 0;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels.hpp"
-#include "isa.hpp"  // last: see there
+#include "vmath.hpp"  // last (it includes isa.hpp): see there
 
 namespace mpitron::cpu::MPITRON_CPU_ISA {
 
@@ -93,7 +93,9 @@ void rope(float* x, int B, int T, int n_heads, int hd, int64_t row_stride, const
 }
 
 namespace {
-inline float sigmoid(float g) { return 1.f / (1.f + std::exp(-g)); }
+// Through vmath.hpp's exp1, which the compiler vectorises: with libm's expf these loops stayed
+// scalar, SwiGLU ran at a third of GELU's bytes per second (3.4 vs 10-13 GB/s on one Xeon core).
+inline float sigmoid(float g) { return 1.f / (1.f + exp1(-g)); }
 }  // namespace
 
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) {
@@ -102,6 +104,7 @@ void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t F) {
     const float* g = gate_up + r * 2 * F;
     const float* u = g + F;
     float* y = out + r * F;
+#pragma omp simd
     for (int64_t i = 0; i < F; ++i) y[i] = g[i] * sigmoid(g[i]) * u[i];
   }
 }
@@ -115,6 +118,7 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, i
     const float* dy = dout + r * F;
     float* dg = dgate_up + r * 2 * F;
     float* du = dg + F;
+#pragma omp simd
     for (int64_t i = 0; i < F; ++i) {
       const float s = sigmoid(g[i]), silu = g[i] * s;
       dg[i] = dy[i] * u[i] * s * (1.f + g[i] * (1.f - s));
