@@ -141,6 +141,12 @@ struct Progress {
   }
 };
 
+// The elementwise probes' activations [rows, C]: from cache-resident (a small model's micro-batch,
+// which the kernels read from cache right after the GEMM that wrote it) to larger than the caches.
+std::vector<std::pair<int64_t, int64_t>> stream_shapes(bool quick) {
+  return {{128, 256}, {1024, 256}, {quick ? 1024 : 4096, 1024}};
+}
+
 // m reaches down to 32 rows: a MoE's experts each run a share of a micro-batch's tokens (64 rows
 // per expert at 128 tokens, top 2 of 4), where a GEMM runs well below its rate at 128 rows.
 void set_axes(MachineProfile& p, bool quick) {
@@ -148,6 +154,8 @@ void set_axes(MachineProfile& p, bool quick) {
   p.gemm_n = p.gemm_k = quick ? std::vector<double>{64, 512} : std::vector<double>{64, 256, 1024, 4096};
   p.attn_hd = 64;
   p.attn_t = quick ? std::vector<double>{64, 256} : std::vector<double>{64, 128, 256, 512, 1024};
+  p.stream_bytes.clear();
+  for (const auto& [rows, C] : stream_shapes(quick)) p.stream_bytes.push_back(4.0 * rows * C);
 }
 
 // One rank alone with the current OpenMP threads.
@@ -201,10 +209,16 @@ MachineProfile::Rates measure_rates(const MachineProfile& p, Ops& ops, const Cal
                           median_time([&] { ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), 1, T, H, hd); }) /
                           1e9);
   }
-  Stream s(o.quick ? 1024 : 4096, 1024);
-  rt.stream_gbs = s.bytes() / median_time([&] { s.run(ops); }) / 1e9;
-  pr.say(fmt::format("{} thread(s): attention (hd 64) T {} .. {}: {:.1f} .. {:.1f} GFLOP/s forward; elementwise {:.1f} GB/s",
-                     rt.threads, p.attn_t.front(), p.attn_t.back(), rt.attn_fwd.front(), rt.attn_fwd.back(), rt.stream_gbs));
+  for (const auto& [rows, C] : stream_shapes(o.quick)) {
+    Stream s(rows, C);
+    rt.stream_gbs_by_size.push_back(s.bytes() / median_time([&] { s.run(ops); }) / 1e9);
+  }
+  rt.stream_gbs = rt.stream_gbs_by_size.back();
+  std::string by_size;
+  for (size_t i = 0; i < p.stream_bytes.size(); ++i)
+    by_size += fmt::format("{}{:.1f} at {:g} KiB", i ? ", " : "", rt.stream_gbs_by_size[i], p.stream_bytes[i] / 1024);
+  pr.say(fmt::format("{} thread(s): attention (hd 64) T {} .. {}: {:.1f} .. {:.1f} GFLOP/s forward; elementwise GB/s {}",
+                     rt.threads, p.attn_t.front(), p.attn_t.back(), rt.attn_fwd.front(), rt.attn_fwd.back(), by_size));
   return rt;
 }
 
@@ -551,10 +565,13 @@ std::string format_profile_summary(const MachineProfile& p) {
                               p.source, p.cores_per_node, p.nodes, p.ranks, p.seconds);
   for (const MachineProfile::Rates& r : p.rates)
     o += fmt::format("  {} thread(s): GEMM fp32 {:.1f} GFLOP/s at 512x1024x1024 forward{}; attention {:.1f} GFLOP/s at T 256; "
-                     "elementwise {:.1f} GB/s\n",
+                     "elementwise {:.1f} GB/s{}\n",
                      r.threads, p.gemm_gflops(512, 1024, 1024, false, false, r.threads),
                      p.has_bf16() ? fmt::format(", bf16 {:.1f}", p.gemm_gflops(512, 1024, 1024, false, true, r.threads)) : "",
-                     p.attention_gflops(256, false, r.threads), r.stream_gbs);
+                     p.attention_gflops(256, false, r.threads), r.stream_gbs,
+                     r.stream_gbs_by_size.empty() ? ""
+                                                  : fmt::format(" ({:.1f} on {:g} KiB activations)", r.stream_gbs_by_size.front(),
+                                                                p.stream_bytes.front() / 1024));
   o += "  ranks computing at once / per-rank rate:";
   for (size_t i = 0; i < p.active.size(); ++i) o += fmt::format(" {}:{:.2f}", p.active[i], p.compute_scale[i]);
   o += "; compute with a collective in flight:";

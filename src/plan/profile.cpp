@@ -113,6 +113,12 @@ double MachineProfile::attention_gflops(double T, bool backward, int threads) co
   return interp1(attn_t, backward ? rt.attn_bwd : rt.attn_fwd, T);
 }
 
+double MachineProfile::stream_gbs(int threads, double act_bytes) const {
+  const Rates& rt = rates_for(threads);
+  if (act_bytes <= 0 || rt.stream_gbs_by_size.empty()) return rt.stream_gbs;
+  return interp1(stream_bytes, rt.stream_gbs_by_size, act_bytes);
+}
+
 double MachineProfile::peak_gflops() const {
   if (datasheet_peak_gflops > 0) return datasheet_peak_gflops;
   double best = 0;
@@ -195,10 +201,13 @@ std::string profile_to_toml(const MachineProfile& p) {
   o += "\n";
   o += "# the grids: GEMM out[m,n] = in[m,k] w[n,k]^T; causal attention by sequence length t (4*t*t*hd FLOPs per\n"
        "# head and sequence forward)\n[grid]\n";
-  o += fmt::format("m = {}\nn = {}\nk = {}\nattn_t = {}\nattn_hd = {}\n\n", arr(p.gemm_m), arr(p.gemm_n), arr(p.gemm_k),
+  o += fmt::format("m = {}\nn = {}\nk = {}\nattn_t = {}\nattn_hd = {}\n", arr(p.gemm_m), arr(p.gemm_n), arr(p.gemm_k),
                    arr(p.attn_t), p.attn_hd);
+  if (!p.stream_bytes.empty()) o += fmt::format("stream_bytes = {}\n", arr(p.stream_bytes));
+  o += "\n";
   o += "# one rank alone with `threads` threads: GEMM GFLOP/s flattened [m][n][k] (bwd: the two backward GEMMs,\n"
-       "# 2x the forward FLOPs), attention GFLOP/s per attn_t, elementwise GB/s of the bytes read and written\n";
+       "# 2x the forward FLOPs), attention GFLOP/s per attn_t, elementwise GB/s of the bytes read and written\n"
+       "# (stream_gbs on activations larger than the caches, stream_gbs_by_size per [grid] stream_bytes)\n";
   for (const MachineProfile::Rates& r : p.rates) {
     o += fmt::format("[[rates]]\nthreads = {}\ngemm_fwd_f32 = {}\ngemm_bwd_f32 = {}\n", r.threads, arr(r.gemm_fwd_f32),
                      arr(r.gemm_bwd_f32));
@@ -206,7 +215,9 @@ std::string profile_to_toml(const MachineProfile& p) {
       o += fmt::format("gemm_fwd_bf16 = {}\ngemm_bwd_bf16 = {}\n", arr(r.gemm_fwd_bf16), arr(r.gemm_bwd_bf16));
     if (!r.gemm_fwd_fp8.empty())
       o += fmt::format("gemm_fwd_fp8 = {}\ngemm_bwd_fp8 = {}\n", arr(r.gemm_fwd_fp8), arr(r.gemm_bwd_fp8));
-    o += fmt::format("attn_fwd = {}\nattn_bwd = {}\nstream_gbs = {:.6g}\n\n", arr(r.attn_fwd), arr(r.attn_bwd), r.stream_gbs);
+    o += fmt::format("attn_fwd = {}\nattn_bwd = {}\nstream_gbs = {:.6g}\n", arr(r.attn_fwd), arr(r.attn_bwd), r.stream_gbs);
+    if (!r.stream_gbs_by_size.empty()) o += fmt::format("stream_gbs_by_size = {}\n", arr(r.stream_gbs_by_size));
+    o += "\n";
   }
   o += "# k ranks of a node computing at once (each with cores/k threads): per-rank rate vs one such rank alone\n[concurrency]\n";
   o += fmt::format("active = {}\ncompute_scale = {}\nstream_scale = {}\noverlap_slowdown = {}\n", arr(p.active),
@@ -416,7 +427,7 @@ MachineProfile read_profile(const std::string& path) {
   const Range positive = above(0);
   const std::string grid = "[grid]";
   const toml::table& g = section(r, root, "grid");
-  r.only_keys(g, grid, {"m", "n", "k", "attn_t", "attn_hd"});
+  r.only_keys(g, grid, {"m", "n", "k", "attn_t", "attn_hd", "stream_bytes"});
   p.gemm_m = r.numbers(g, grid, "m", positive);
   p.gemm_n = r.numbers(g, grid, "n", positive);
   p.gemm_k = r.numbers(g, grid, "k", positive);
@@ -426,6 +437,10 @@ MachineProfile read_profile(const std::string& path) {
   check_axis(r, g, grid, "n", p.gemm_n);
   check_axis(r, g, grid, "k", p.gemm_k);
   check_axis(r, g, grid, "attn_t", p.attn_t);
+  if (g.contains("stream_bytes")) {
+    p.stream_bytes = r.numbers(g, grid, "stream_bytes", positive);
+    check_axis(r, g, grid, "stream_bytes", p.stream_bytes);
+  }
   // One GEMM rate per cell: a grid with more cells than any file lists is refused before the
   // product could overflow.
   const double cells_limit = 1e9;
@@ -441,7 +456,7 @@ MachineProfile read_profile(const std::string& path) {
     const toml::table& t = *rates[i].as_table();
     const std::string e = fmt::format("[[rates]] entry {}", i + 1);
     r.only_keys(t, e, {"threads", "gemm_fwd_f32", "gemm_bwd_f32", "gemm_fwd_bf16", "gemm_bwd_bf16", "gemm_fwd_fp8",
-                       "gemm_bwd_fp8", "attn_fwd", "attn_bwd", "stream_gbs"});
+                       "gemm_bwd_fp8", "attn_fwd", "attn_bwd", "stream_gbs", "stream_gbs_by_size"});
     MachineProfile::Rates x;
     x.threads = r.integer(t, e, "threads", at_least(1));
     x.gemm_fwd_f32 = r.numbers(t, e, "gemm_fwd_f32", positive);
@@ -469,6 +484,13 @@ MachineProfile read_profile(const std::string& path) {
     check_size(r, t, e, "attn_fwd", x.attn_fwd.size(), p.attn_t.size(), "[grid] attn_t");
     check_size(r, t, e, "attn_bwd", x.attn_bwd.size(), p.attn_t.size(), "[grid] attn_t");
     x.stream_gbs = r.number(t, e, "stream_gbs", positive);
+    // One rate per [grid] stream_bytes, both or neither.
+    x.stream_gbs_by_size = r.numbers(t, e, "stream_gbs_by_size", positive, false);
+    usage_check(t.contains("stream_gbs_by_size") == !p.stream_bytes.empty(), "{}: {}", r.at(t, e),
+                p.stream_bytes.empty() ? "stream_gbs_by_size needs [grid] stream_bytes (the sizes it is measured at)"
+                                       : "stream_gbs_by_size is missing ([grid] has stream_bytes)");
+    if (!p.stream_bytes.empty())
+      check_size(r, t, e, "stream_gbs_by_size", x.stream_gbs_by_size.size(), p.stream_bytes.size(), "[grid] stream_bytes");
     usage_check(i == 0 || x.gemm_fwd_bf16.empty() == p.rates.front().gemm_fwd_bf16.empty(),
                 "{}: bf16 GEMM rates in some [[rates]] tables but not in others (entry 1 {} them)", r.at(t, e),
                 i > 0 && p.rates.front().gemm_fwd_bf16.empty() ? "lacks" : "has");

@@ -43,7 +43,9 @@ struct Ctx {
   double fp8_gemm(double M, double N, double K, bool bwd) const {
     return 2.0 * M * N * K * (bwd ? 2 : 1) / (p.fp8_gemm_gflops(M, N, K, bwd) * 1e9 * cf);
   }
-  double stream(double bytes) const { return bytes / (p.stream_gbs(threads) * 1e9 * sf); }
+  // Elementwise kernels moving `bytes` over activations of `act` bytes each (the rate of that size:
+  // cache-resident ones run faster; 0: larger than the caches).
+  double stream(double bytes, double act) const { return bytes / (p.stream_gbs(threads, act) * 1e9 * sf); }
   bool inter(int stride, int size) const { return int64_t{stride} * size > in.cluster.gpus_per_node; }
   double coll(const char* op, int n, double bytes, int stride) const {
     return p.collective_s(op, n, bytes, k_comm, inter(stride, n));
@@ -58,8 +60,9 @@ struct FwdBwd {
 // read, 1 B per copy written) of the input and the weight forward, of the gradient (with its
 // transposed copy), the weight and the input backward.
 FwdBwd gpu_fp8_linear(const Ctx& c, double rows, double n, double k) {
-  return {c.fp8_gemm(rows, n, k, false) + c.stream(5 * (rows * k + n * k)),
-          c.fp8_gemm(rows, n, k, true) + c.stream(6 * rows * n + 5 * (n * k + rows * k))};
+  const double act = rows * k * c.e;
+  return {c.fp8_gemm(rows, n, k, false) + c.stream(5 * (rows * k + n * k), act),
+          c.fp8_gemm(rows, n, k, true) + c.stream(6 * rows * n + 5 * (n * k + rows * k), act)};
 }
 
 // The block's four linear layers on one rank: name, and y [rows, n] = x [rows, k] w^T (a MoE
@@ -129,8 +132,9 @@ LayerCost layer_cost(const Ctx& c, bool moe) {
       r.fwd += f.fwd, r.bwd += f.bwd;
     } else {
       gemm(rows, n, k);
-      r.fwd += c.stream(12 * (rows * k + n * k) + 8 * rows * n);
-      r.bwd += c.stream(12 * (rows * n + n * k + rows * k) + 8 * rows * k + 16 * n * k);
+      const double act = rows * k * c.e;
+      r.fwd += c.stream(12 * (rows * k + n * k) + 8 * rows * n, act);
+      r.bwd += c.stream(12 * (rows * n + n * k + rows * k) + 8 * rows * k + 16 * n * k, act);
     }
     const double amax = (l.tp > 1 ? c.coll("all_reduce", l.tp, 4, 1) : 0) + (l.cp > 1 ? c.coll("all_reduce", l.cp, 4, l.tp) : 0);
     amax_f += 2 * amax, amax_b += 3 * amax;
@@ -163,19 +167,29 @@ LayerCost layer_cost(const Ctx& c, bool moe) {
   const double attn_f = attn_flops / (c.p.attention_gflops(T / cpn, false, c.threads) * 1e9 * c.cf);
   const double attn_b = 2 * attn_flops / (c.p.attention_gflops(T / cpn, true, c.threads) * 1e9 * c.cf);
   r.fwd += attn_f, r.bwd += attn_b;
-  // Elementwise bytes forward: two norms (read + write d), two residual adds (3 d), the
-  // activation (GELU 2 F/tp, SwiGLU 3 F/tp), RoPE on q and k (read + write). SP: the norms and
-  // residuals on M/tp rows. MoE: the router's softmax (3 E), the copies gathered to their experts
-  // and combined back (4 d each), their SwiGLU (3 Fe) and the shared experts'.
+  // Elementwise bytes, forward and backward, each kernel's reads and writes as calibrate's probe
+  // counts them: a norm 2 d forward (x, y), 4 d backward (x, dy read, dx written, the weights'
+  // gradients); a residual add 3 d forward, its backward one add into the gradient (3 d); GELU 2 F/tp
+  // forward, 3 F/tp backward; SwiGLU 3 F/tp (gate, up, out), 5 F/tp backward; RoPE on q and k read
+  // and written each way. SP: the norms and residuals on M/tp rows. MoE: the router's softmax (3 E)
+  // and the copies gathered to their experts and combined back (4 d each), twice that backward;
+  // their SwiGLU (Fe) and the shared experts'. (Counting backward as twice the forward priced a
+  // GPT block's kernels 1.2x over the probe's count: bench/model/run.sh --only heldout.)
   const double rows_nr = l.sp ? M / tp : M;
-  double bytes = rows_nr * (2 * 2 * d + 2 * 3 * d);
-  if (moe) bytes += M * 3 * m.moe.n_experts + ms.copies * (4 * d + 3 * m.moe.d_ff) + M * 3 * ms.shared_ff / tp;
-  else bytes += M * (llama ? 3 : 2) * F / tp;
-  if (llama) bytes += M * 2 * (H + KV) * hd / tp;
-  bytes *= c.e;
-  r.fwd += c.stream(bytes);
-  r.bwd += c.stream(2 * bytes);
-  if (!moe) not_recomputed += c.stream(rows_nr * 3 * d * c.e);  // the block output's residual add
+  double fwd = rows_nr * (2 * 2 * d + 2 * 3 * d), bwd = rows_nr * (2 * 4 * d + 2 * 3 * d);
+  const double glu_rows = moe ? ms.copies * m.moe.d_ff + M * ms.shared_ff / tp : llama ? M * F / tp : 0;
+  fwd += 3 * glu_rows, bwd += 5 * glu_rows;
+  if (moe) {
+    const double route = M * 3 * m.moe.n_experts + ms.copies * 4 * d;
+    fwd += route, bwd += 2 * route;
+  } else if (!llama) {
+    fwd += M * 2 * F / tp, bwd += M * 3 * F / tp;
+  }
+  if (llama) fwd += M * 2 * (H + KV) * hd / tp, bwd += M * 2 * (H + KV) * hd / tp;
+  const double act = rows_nr * d * c.e;  // the rate's size: the block's [rows, d] activation
+  r.fwd += c.stream(fwd * c.e, act);
+  r.bwd += c.stream(bwd * c.e, act);
+  if (!moe) not_recomputed += c.stream(rows_nr * 3 * d * c.e, act);  // the block output's residual add
   if (l.recompute) r.bwd += r.fwd - not_recomputed;
   if (l.tp > 1) {
     const double act = M * d * c.e;
@@ -224,8 +238,8 @@ EndCost embedding_cost(const Ctx& c) {
   const PlanLayout& l = c.in.layout;
   const double M = double(l.micro_batch) * c.in.model.seq_len / l.cp, d = c.in.model.d_model;
   EndCost r;
-  r.fwd = c.stream(M * d * c.e * 3);
-  r.bwd = c.stream(M * d * c.e * 3);
+  r.fwd = c.stream(M * d * c.e * 3, M * d * c.e);
+  r.bwd = c.stream(M * d * c.e * 3, M * d * c.e);
   if (l.tp > 1) r.tp = c.coll(l.sp ? "reduce_scatter" : "all_reduce", l.tp, M * d * c.e, 1);
   return r;
 }
@@ -235,8 +249,8 @@ EndCost head_cost(const Ctx& c) {
   const PlanLayout& l = c.in.layout;
   const double M = double(l.micro_batch) * m.seq_len / l.cp, d = m.d_model, V = double(m.padded_vocab(l.tp)) / l.tp;
   EndCost r;
-  r.fwd = c.gemm(M, V, d, false) + c.stream(M * V * c.e * 3 + M * d * c.e * 2);
-  r.bwd = c.gemm(M, V, d, true) + c.stream(M * V * c.e * 2 + M * d * c.e * 4);
+  r.fwd = c.gemm(M, V, d, false) + c.stream(M * V * c.e * 3 + M * d * c.e * 2, M * V * c.e);
+  r.bwd = c.gemm(M, V, d, true) + c.stream(M * V * c.e * 2 + M * d * c.e * 4, M * V * c.e);
   if (l.tp > 1) r.tp = 3 * c.coll("all_reduce", l.tp, M * 4, 1) + (l.sp ? c.coll("all_gather", l.tp, M * d * c.e, 1) : 0);
   return r;
 }
@@ -406,15 +420,16 @@ DpCost dp_cost(const Ctx& c, const RankLedger& rl, const StageCosts& s, const Ra
         d.total += 2 * mb * ag;
       }
     }
-    // AdamW over this rank's shard: read p, g, m, v, write p, m, v; plus the grad-norm pass.
+    // AdamW over this rank's shard: read p, g, m, v, write p, m, v; plus the grad-norm pass. At
+    // the rate of arrays larger than the caches (act 0): the parameters and their moments.
     const double shard = l.zero >= 1 && dpn > 1 ? n_flat / dpn : n_flat;
     if (l.zero >= 2 && dpn > 1) {
       // ZeRO-2/3 (DataParallel::alloc_bucket, launch_bucket): every micro-batch the buckets get
       // fresh zeroed memory (the full gradient's bytes written) and each reduced part is added
       // into the shard (read two, write one); per step the shard is zeroed and its norm taken.
-      d.opt += c.stream(shard * 4 * 8 + shard * 4 * 2 + mb * (n_flat * 4 + shard * 4 * 3));
+      d.opt += c.stream(shard * 4 * 8 + shard * 4 * 2 + mb * (n_flat * 4 + shard * 4 * 3), 0);
     } else {
-      d.opt += c.stream(shard * 4 * 8 + n_flat * 4 * 2);  // + zeroing and the norm over the full gradient
+      d.opt += c.stream(shard * 4 * 8 + n_flat * 4 * 2, 0);  // + zeroing and the norm over the full gradient
     }
   }
   return d;

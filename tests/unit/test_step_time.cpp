@@ -234,6 +234,58 @@ BOOST_AUTO_TEST_CASE(cpu_fp8_casts_at_the_stream_rate) {
   BOOST_TEST(fp8 - plain == m.n_layer * bytes / (S * 1e9), boost::test_tools::tolerance(1e-9));
 }
 
+// Elementwise rates by activation size: log-log between the measured sizes, clamped at the ends;
+// a block's kernels (the fp8 casts here, counted as above) at the rate of their activations'
+// size, the optimizer's arrays at stream_gbs (larger than the caches); kept through the file.
+BOOST_AUTO_TEST_CASE(elementwise_rate_by_activation_size) {
+  MachineProfile p = flat_profile(100, 50, 10, 10, 0);
+  p.stream_bytes = {1e5, 1e7};
+  p.rates[0].stream_gbs_by_size = {40, 10};
+  BOOST_TEST(p.stream_gbs(0, 1e5) == 40, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.stream_gbs(0, 1e6) == 20, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.stream_gbs(0, 1e3) == 40, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.stream_gbs(0, 1e9) == 10, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.stream_gbs(0, 0) == 10, boost::test_tools::tolerance(1e-9));
+  const std::string path = "/tmp/mpitron_test_profile_by_size.toml";
+  write_profile(p, path);
+  BOOST_TEST(read_profile(path).stream_gbs(0, 1e6) == 20, boost::test_tools::tolerance(1e-6));
+  std::string text = profile_to_toml(p);
+  const size_t key = text.find("\nstream_gbs_by_size =");  // the key, not the header's comment
+  text.erase(key, text.find('\n', key + 1) - key);
+  { std::ofstream(path) << text; }
+  BOOST_CHECK_EXCEPTION(read_profile(path), UsageError, [](const UsageError& e) {
+    return std::string(e.what()).find("stream_gbs_by_size is missing") != std::string::npos;
+  });
+  std::remove(path.c_str());
+
+  const double S = 7, cached = 21;  // GB/s
+  MachineProfile flat = flat_profile(100, 50, S, 10, 0), by_size = flat;
+  by_size.stream_bytes = {1, 1e12};
+  by_size.rates[0].stream_gbs_by_size = {cached, cached};
+  PlanInput in = gpt_input(1, 1, 1, 2, 1);
+  const ModelConfig& m = in.model;
+  const double plain = predict_step(in, by_size).compute_s;
+  in.fp8_linears = true;
+  const double fp8 = predict_step(in, by_size).compute_s;
+  const double M = 2.0 * m.seq_len, d = m.d_model, F = m.d_ff;
+  double bytes = 0;
+  for (auto [n, k] : {std::pair{3 * d, d}, {d, d}, {F, d}, {d, F}})
+    bytes += 12 * (M * k + n * k) + 8 * M * n + 12 * (M * n + n * k + M * k) + 8 * M * k + 16 * n * k;
+  BOOST_TEST(fp8 - plain == m.n_layer * bytes / (cached * 1e9), boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(predict_step(in, by_size).optimizer_s == predict_step(in, flat).optimizer_s, boost::test_tools::tolerance(1e-12));
+  // Without fp8, every elementwise byte of the step at the cached rate instead of S, counted here
+  // per kernel: a GPT block forward two norms (2 d), two residual adds (3 d), GELU (2 F); backward
+  // the norms 4 d, the residuals' gradient adds 3 d, GELU 3 F; the embedding 3 d each way; the
+  // head's logits 3 V + 2 d forward, 2 V + 4 d backward.
+  in.fp8_linears = false;
+  const double V = m.padded_vocab(1);
+  const double elementwise = 4 * (m.n_layer * M * ((4 * d + 6 * d + 2 * F) + (8 * d + 6 * d + 3 * F)) + 6 * M * d +
+                                  M * (3 * V + 2 * d) + M * (2 * V + 4 * d));
+  BOOST_TEST(predict_step(in, flat).compute_s - predict_step(in, by_size).compute_s ==
+                 elementwise * (1 / S - 1 / cached) / 1e9,
+             boost::test_tools::tolerance(1e-9));
+}
+
 // train.precision = "fp8" on a GPU: the four linears' GEMMs at the FP8 rate instead of bf16's, plus
 // their casts at the elementwise rate, counted here from the shapes (M rows, n out, k in): 5 B per
 // bf16 element cast (amax pass 2, cast 2 + 1), the gradient 6 (its transposed copy too): 5 (M k + n
@@ -286,7 +338,7 @@ BOOST_AUTO_TEST_CASE(profile_round_trip_and_errors) {
   BOOST_TEST(q.collective_s("all_reduce", 4, 1e6, 1, false) == 3e-6 + 1.5 * 1e6 / 8.5e9, boost::test_tools::tolerance(1e-6));
   // A key missing: the error names the file and the key.
   std::string text = profile_to_toml(p);
-  text.replace(text.find("stream_gbs"), 10, "stream_gbz");
+  text.replace(text.find("\nstream_gbs =") + 1, 10, "stream_gbz");  // the key, not the header's comment
   { std::ofstream(path) << text; }
   try {
     read_profile(path);
@@ -318,7 +370,7 @@ BOOST_AUTO_TEST_CASE(profile_values_checked_where_read) {
     const char *from, *to, *line_of, *says;
   };
   const Case cases[] = {
-      {"stream_gbs = 1e+06", "stream_gbs = inf", "stream_gbs",
+      {"stream_gbs = 1e+06", "stream_gbs = inf", "stream_gbs = inf",
        "[[rates]] entry 1: stream_gbs: 'inf' is not allowed (allowed: finite, > 0)"},
       {"cores_per_node = 64", "cores_per_node = -4", "cores_per_node", "[machine] cores_per_node: '-4' is not allowed"},
       {"nodes = 1", "nodes = 1.5", "nodes", "[machine] nodes: '1.5' is not allowed (allowed: an integer"},

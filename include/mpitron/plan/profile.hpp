@@ -58,9 +58,14 @@ struct MachineProfile {
     // none. GPU profiles only: a CPU's FP8 is its bf16 GEMMs (the emulation).
     std::vector<double> gemm_fwd_fp8, gemm_bwd_fp8;
     std::vector<double> attn_fwd, attn_bwd;
-    double stream_gbs = 10;
+    double stream_gbs = 10;  // on activations larger than the caches (stream_bytes' last)
+    // The rate per entry of stream_bytes: a block's kernels read what the GEMM before them just
+    // wrote, from cache when it fits (the held-out bench's d 256 GPT: 2.4x the DRAM-sized rate).
+    // Empty: stream_gbs at every size.
+    std::vector<double> stream_gbs_by_size;
   };
   std::vector<double> gemm_m, gemm_n, gemm_k, attn_t;
+  std::vector<double> stream_bytes;  // bytes of the [rows, C] activation of each elementwise probe
   double attn_hd = 64;
   std::vector<Rates> rates;
   // k ranks of a node computing at once, each with max(1, cores / k) threads: the per-rank rate
@@ -80,7 +85,8 @@ struct MachineProfile {
   double gemm_gflops(double M, double N, double K, bool backward, bool bf16, int threads = 0) const;
   double fp8_gemm_gflops(double M, double N, double K, bool backward) const;  // has_fp8()
   double attention_gflops(double T, bool backward, int threads = 0) const;
-  double stream_gbs(int threads = 0) const { return rates_for(threads).stream_gbs; }
+  // Elementwise GB/s on activations of `act_bytes` each (0: larger than the caches).
+  double stream_gbs(int threads = 0, double act_bytes = 0) const;
   // Per-rank slowdown factors (<= 1 when oversubscribed) with k ranks of a node computing at once.
   double compute_factor(int k) const;
   double stream_factor(int k) const;
