@@ -216,22 +216,27 @@ BOOST_AUTO_TEST_CASE(zero2_buckets_cost_bytes_every_micro_batch) {
   BOOST_TEST(optimizer(1, 4) == optimizer(1, 1), boost::test_tools::tolerance(1e-12));
 }
 
-// train.precision = "fp8" on the CPU adds the casts' bytes of the four linear layers at the
-// elementwise rate, counted here from their shapes: per layer and GEMM (M rows, n out, k in)
+// train.precision = "fp8" on the CPU: the casts' bytes of the four linear layers of a step of
+// micro-batches of M rows, counted from their shapes: per layer and GEMM (M rows, n out, k in)
 // 12 (M k + n k) + 8 M n forward, 12 (M n + n k + M k) + 8 M k + 16 n k backward.
+double cpu_fp8_cast_bytes(const ModelConfig& m, double M) {
+  const double d = m.d_model, F = m.d_ff;
+  double bytes = 0;
+  for (auto [n, k] : {std::pair{3 * d, d}, {d, d}, {F, d}, {d, F}})
+    bytes += 12 * (M * k + n * k) + 8 * M * n + 12 * (M * n + n * k + M * k) + 8 * M * k + 16 * n * k;
+  return m.n_layer * bytes;
+}
+
+// train.precision = "fp8" on the CPU adds those bytes at the elementwise rate.
 BOOST_AUTO_TEST_CASE(cpu_fp8_casts_at_the_stream_rate) {
   PlanInput in = gpt_input(1, 1, 1, 2, 1);
-  const ModelConfig& m = in.model;
   const double S = 7;  // GB/s
   const MachineProfile p = flat_profile(100, 50, S, 10, 0);
   const double plain = predict_step(in, p).compute_s;
   in.fp8_linears = true;
   const double fp8 = predict_step(in, p).compute_s;
-  const double M = 2.0 * m.seq_len, d = m.d_model, F = m.d_ff;
-  double bytes = 0;
-  for (auto [n, k] : {std::pair{3 * d, d}, {d, d}, {F, d}, {d, F}})
-    bytes += 12 * (M * k + n * k) + 8 * M * n + 12 * (M * n + n * k + M * k) + 8 * M * k + 16 * n * k;
-  BOOST_TEST(fp8 - plain == m.n_layer * bytes / (S * 1e9), boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(fp8 - plain == cpu_fp8_cast_bytes(in.model, 2.0 * in.model.seq_len) / (S * 1e9),
+             boost::test_tools::tolerance(1e-9));
 }
 
 // Elementwise rates by activation size: log-log between the measured sizes, clamped at the ends;
@@ -268,10 +273,7 @@ BOOST_AUTO_TEST_CASE(elementwise_rate_by_activation_size) {
   in.fp8_linears = true;
   const double fp8 = predict_step(in, by_size).compute_s;
   const double M = 2.0 * m.seq_len, d = m.d_model, F = m.d_ff;
-  double bytes = 0;
-  for (auto [n, k] : {std::pair{3 * d, d}, {d, d}, {F, d}, {d, F}})
-    bytes += 12 * (M * k + n * k) + 8 * M * n + 12 * (M * n + n * k + M * k) + 8 * M * k + 16 * n * k;
-  BOOST_TEST(fp8 - plain == m.n_layer * bytes / (cached * 1e9), boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(fp8 - plain == cpu_fp8_cast_bytes(m, M) / (cached * 1e9), boost::test_tools::tolerance(1e-9));
   BOOST_TEST(predict_step(in, by_size).optimizer_s == predict_step(in, flat).optimizer_s, boost::test_tools::tolerance(1e-12));
   // Without fp8, every elementwise byte of the step at the cached rate instead of S, counted here
   // per kernel: a GPT block forward two norms (2 d), two residual adds (3 d), GELU (2 F); backward
