@@ -459,9 +459,21 @@ Scaling measure_scaling(const Calib& c, Mix& mix, int k, int t, bool multiple) {
 //   1. rank 0 alone: the rate grids (once per thread count) and the mix (the reference of 2);
 //   2. the first k ranks at once: the mix, then the mix with an all-reduce in flight on a
 //      helper thread (the trainer's progress thread).
-void measure_compute(MachineProfile& p, const Calib& c) {
+// GFLOP/s of the reference GEMM (512 x 1024 x 1024 forward) with the current threads.
+double reference_gemm_gflops(Ops& ops) {
+  Gemm g(512, 1024, 1024);
+  return g.flops() / median_time([&] { g.fwd(ops); }, 0.3) / 1e9;
+}
+
+// Returns the drift warning (speed_drift_warning) on rank 0.
+std::string measure_compute(MachineProfile& p, const Calib& c) {
   set_axes(p, c.o.quick);
   Mix mix(c.o.quick);
+  double reference_before = 0;
+  if (c.launch.rank == 0) {
+    omp_set_num_threads(c.cores);
+    reference_before = reference_gemm_gflops(c.ops);
+  }
   const bool multiple = c.launch.thread_level >= MPI_THREAD_MULTIPLE;
   p.active.clear(), p.compute_scale.clear(), p.stream_scale.clear(), p.overlap_slowdown.clear();
   for (int k : c.node.ks) {
@@ -482,6 +494,12 @@ void measure_compute(MachineProfile& p, const Calib& c) {
                            k, t, p.compute_scale.back(), p.stream_scale.back(), s.overlap,
                            multiple ? "" : " (not measured: MPI is not MPI_THREAD_MULTIPLE)"));
   }
+  if (c.launch.rank != 0) return "";
+  omp_set_num_threads(c.cores);
+  const double reference_after = reference_gemm_gflops(c.ops);
+  c.pr.say(fmt::format("reference GEMM 512x1024x1024 ({} threads): {:.1f} GFLOP/s before the compute rates, {:.1f} after",
+                       c.cores, reference_before, reference_after));
+  return speed_drift_warning(reference_before, reference_after, c.cores);
 }
 
 // 3. Collectives inside a node: k active ranks in groups of n.
@@ -547,7 +565,8 @@ MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOption
   Node0 node = split_node0(launch);
   const Calib c{launch, o, pr, *ops, cores, node};
 
-  measure_compute(p, c);
+  const std::string drift = measure_compute(p, c);
+  if (!drift.empty()) std::fprintf(stderr, "mpitron calibrate: warning: %s\n", drift.c_str());
   omp_set_num_threads(std::max(1, cores / std::max(1, launch.local_size)));
   measure_node_collectives(p, c);
   if (launch.num_nodes > 1) measure_inter_node_collectives(p, c);
@@ -556,8 +575,17 @@ MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOption
   p.seconds = since(t_start);
   p.note = fmt::format("measured by `mpitron calibrate` with {} ranks{}; compute at one rank per node on {} cores",
                        launch.world, o.quick ? " (--quick: small grids)" : "", cores);
+  if (!drift.empty()) p.note += "; " + drift;
   if (launch.rank != 0) return MachineProfile{};
   return p;
+}
+
+std::string speed_drift_warning(double before, double after, int threads) {
+  if (!(before > 0 && after > 0) || std::abs(after / before - 1) <= 0.10) return "";
+  return fmt::format("the reference GEMM (512x1024x1024, {} threads) ran at {:.1f} GFLOP/s before the compute rates and "
+                     "{:.1f} after ({:+.0f}%): the machine's speed changed while they were measured (other load, a "
+                     "shared host), and the rates with it; calibrate again when the machine is quiet",
+                     threads, before, after, 100 * (after / before - 1));
 }
 
 std::string format_profile_summary(const MachineProfile& p) {

@@ -18,6 +18,7 @@
 #include "mpitron/parallel/schedule.hpp"
 #include "mpitron/plan/advisor.hpp"
 #include "mpitron/plan/ledger.hpp"
+#include "mpitron/plan/calibrate.hpp"
 #include "mpitron/plan/profile.hpp"
 #include "mpitron/plan/step_time.hpp"
 
@@ -432,6 +433,18 @@ BOOST_AUTO_TEST_CASE(profile_values_checked_where_read) {
                           [&](const UsageError& e) { return std::string(e.what()).find(says) != std::string::npos; });
   }
   std::remove(path.c_str());
+}
+
+// calibrate's drift check: a reference GEMM over 10% faster or slower after the compute rates
+// than before them is named, with both rates; within 10%, nothing.
+BOOST_AUTO_TEST_CASE(calibrate_speed_drift_warning) {
+  BOOST_TEST(speed_drift_warning(300, 280, 2).empty());
+  BOOST_TEST(speed_drift_warning(300, 325, 2).empty());
+  const std::string slow = speed_drift_warning(300, 220, 2);
+  BOOST_TEST(slow.find("300.0 GFLOP/s before") != std::string::npos, slow);
+  BOOST_TEST(slow.find("220.0 after (-27%)") != std::string::npos, slow);
+  BOOST_TEST(slow.find("calibrate again") != std::string::npos, slow);
+  BOOST_TEST(!speed_drift_warning(220, 300, 2).empty());
 }
 
 BOOST_AUTO_TEST_CASE(gemm_grid_interpolates_in_log_space) {

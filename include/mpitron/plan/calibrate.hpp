@@ -30,6 +30,11 @@ struct CalibrateOptions {
 
 MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOptions& opt);
 
+// The machine's speed while calibrate measured the compute rates: a reference GEMM's GFLOP/s
+// before and after. Beyond 10% apart, the warning that calibrate prints and keeps in the profile's
+// note (a shared host's load moves every rate, and every prediction with it); else empty.
+std::string speed_drift_warning(double gflops_before, double gflops_after, int threads);
+
 // One-line summary per part, for the end of `mpitron calibrate`.
 std::string format_profile_summary(const MachineProfile& p);
 
