@@ -455,17 +455,17 @@ Scaling measure_scaling(const Calib& c, Mix& mix, int k, int t, bool multiple) {
   return Scaling{median_or_one(ratio_mix), median_or_one(ratio_stream), overlap};
 }
 
-// For k = 1, 2, 4, ... ranks of node 0, each rank with cores/k threads (the trainer's rule):
-//   1. rank 0 alone: the rate grids (once per thread count) and the mix (the reference of 2);
-//   2. the first k ranks at once: the mix, then the mix with an all-reduce in flight on a
-//      helper thread (the trainer's progress thread).
 // GFLOP/s of the reference GEMM (512 x 1024 x 1024 forward) with the current threads.
 double reference_gemm_gflops(Ops& ops) {
   Gemm g(512, 1024, 1024);
   return g.flops() / median_time([&] { g.fwd(ops); }, 0.3) / 1e9;
 }
 
-// Returns the drift warning (speed_drift_warning) on rank 0.
+// For k = 1, 2, 4, ... ranks of node 0, each rank with cores/k threads (the trainer's rule):
+//   1. rank 0 alone: the rate grids (once per thread count) and the mix (the reference of 2);
+//   2. the first k ranks at once: the mix, then the mix with an all-reduce in flight on a
+//      helper thread (the trainer's progress thread).
+// Around them, the reference GEMM on rank 0; returns its drift warning (speed_drift_warning).
 std::string measure_compute(MachineProfile& p, const Calib& c) {
   set_axes(p, c.o.quick);
   Mix mix(c.o.quick);
