@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
-#include <thread>
 
 #include "mpitron/cli/commands.hpp"
 #include "env_vars.hpp"
@@ -50,8 +49,7 @@ int threads_per_rank(const JobConfig& cfg, const LaunchInfo& li) {
   if (cfg.train.threads > 0) return cfg.train.threads;
   if (auto it = cfg.env.find("OMP_NUM_THREADS"); it != cfg.env.end()) return std::max(1, std::atoi(it->second.c_str()));
   if (const char* e = std::getenv("OMP_NUM_THREADS"); e && std::atoi(e) > 0) return std::atoi(e);
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  int threads = std::max(1, cores / std::max(1, li.local_size));
+  int threads = std::max(1, node_cpus() / std::max(1, li.local_size));
   cpu_set_t mask;
   if (sched_getaffinity(0, sizeof mask, &mask) == 0) threads = std::min(threads, std::max(1, CPU_COUNT(&mask)));
   return threads;

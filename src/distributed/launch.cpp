@@ -69,11 +69,12 @@ int launcher_local_size() {
 // otherwise (their OMPI_MCA_mpi_yield_when_idle stands).
 void yield_when_oversubscribed() {
   const int local = launcher_local_size();
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  if (local > 0 && cpus > 0 && local > cpus) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  if (local > node_cpus()) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
 }
 
 }  // namespace
+
+int node_cpus() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
 
 const char* thread_level_name(int level) {
   switch (level) {

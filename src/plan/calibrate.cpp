@@ -90,8 +90,6 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-int node_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
-
 struct Gemm {
   std::vector<float> a, w, out, dout, dinp, dw;
   int64_t M, N, K;
@@ -557,7 +555,7 @@ MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOption
   MachineProfile p;
   const Progress pr{o.progress && launch.rank == 0};
   const auto t_start = Clock::now();
-  const int cores = node_cores();
+  const int cores = node_cpus();
   describe_machine(p, launch, cores);
   pr.say(fmt::format("{} ranks on {} node(s), {} cores per node ({}), {}", launch.world, launch.num_nodes, cores, p.device,
                      p.mpi));

@@ -39,6 +39,9 @@ std::vector<std::string> gather_strings(const std::string& s);
 // PMIX_RANK, SLURM_PROCID), or -1. Lets errors raised before MPI starts print once, from rank 0.
 int launcher_rank_from_env();
 
+// The CPUs online on this node (at least 1): what its ranks share.
+int node_cpus();
+
 // "MPI_THREAD_MULTIPLE" for MPI_THREAD_MULTIPLE, ...
 const char* thread_level_name(int level);
 
