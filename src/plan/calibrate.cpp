@@ -578,36 +578,4 @@ MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOption
   return p;
 }
 
-std::string speed_drift_warning(double before, double after, int threads) {
-  if (!(before > 0 && after > 0) || std::abs(after / before - 1) <= 0.10) return "";
-  return fmt::format("the reference GEMM (512x1024x1024, {} threads) ran at {:.1f} GFLOP/s before the compute rates and "
-                     "{:.1f} after ({:+.0f}%): the machine's speed changed while they were measured (other load, a "
-                     "shared host), and the rates with it; calibrate again when the machine is quiet",
-                     threads, before, after, 100 * (after / before - 1));
-}
-
-std::string format_profile_summary(const MachineProfile& p) {
-  std::string o = fmt::format("profile: {} ({}), {} cores per node, {} node(s), {} ranks, calibrated in {:.1f} s\n", p.device,
-                              p.source, p.cores_per_node, p.nodes, p.ranks, p.seconds);
-  for (const MachineProfile::Rates& r : p.rates)
-    o += fmt::format("  {} thread(s): GEMM fp32 {:.1f} GFLOP/s at 512x1024x1024 forward{}; attention {:.1f} GFLOP/s at T 256; "
-                     "elementwise {:.1f} GB/s{}\n",
-                     r.threads, p.gemm_gflops(512, 1024, 1024, false, false, r.threads),
-                     p.has_bf16() ? fmt::format(", bf16 {:.1f}", p.gemm_gflops(512, 1024, 1024, false, true, r.threads)) : "",
-                     p.attention_gflops(256, false, r.threads), r.stream_gbs,
-                     r.stream_gbs_by_size.empty() ? ""
-                                                  : fmt::format(" ({:.1f} on {:g} KiB activations)", r.stream_gbs_by_size.front(),
-                                                                p.stream_bytes.front() / 1024));
-  o += "  ranks computing at once / per-rank rate:";
-  for (size_t i = 0; i < p.active.size(); ++i) o += fmt::format(" {}:{:.2f}", p.active[i], p.compute_scale[i]);
-  o += "; compute with a collective in flight:";
-  for (size_t i = 0; i < p.active.size(); ++i) o += fmt::format(" {}:x{:.2f}", p.active[i], p.overlap_slowdown[i]);
-  o += "\n";
-  for (const CollectiveFit& f : p.comm)
-    if (f.op == "all_reduce")
-      o += fmt::format("  all_reduce group {} ({} active{}): alpha {:.1f} us, busbw {:.2f} GB/s\n", f.group, f.active,
-                       f.inter_node ? ", across nodes" : "", f.alpha_s * 1e6, f.busbw_gbs);
-  return o;
-}
-
 }  // namespace mpitron
