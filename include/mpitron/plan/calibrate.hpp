@@ -2,9 +2,10 @@
 //
 // What runs, in order (ranks that are not measuring wait in a sleeping barrier, so they leave the
 // cores to those that are):
-//   1. world rank 0 alone, with every core of its node: GEMM forward and backward over an
-//      (M, N, K) grid in fp32 (and bf16 where the CPU has bf16 GEMMs), causal attention by
-//      sequence length, and the elementwise kernels (layernorm, GELU, residual add);
+//   1. world rank 0 alone, at each thread count the trainer gives a rank (cores/k for k ranks on
+//      a node), the counts interleaved pass by pass: GEMM forward and backward over an (M, N, K)
+//      grid in fp32 (and bf16 where the CPU has bf16 GEMMs), causal attention by sequence length,
+//      and the elementwise kernels (layernorm, GELU, residual add);
 //   2. for k = 1, 2, 4, ... up to the ranks of node 0: k ranks compute a fixed mix at once with
 //      cores/k threads each (the trainer's rule): the per-rank slowdown (oversubscription);
 //   3. for each k and group size n <= k: k/n groups of n ranks run each collective at once over
