@@ -361,6 +361,7 @@ std::string layout_job_toml(const PlanInput& in, const std::string& profile) {
   // start-up probe, which the plan does not know.
   if (in.fp8_linears) o += "precision = \"fp8\"\n";
   else if (!gpu) o += fmt::format("precision = \"{}\"\n", in.cpu_bf16_gemms ? "bf16" : "fp32");
+  if (!gpu && in.cpu_threads > 0) o += fmt::format("threads = {}\n", in.cpu_threads);  // as priced
   // The run checks the prediction it was chosen by (train.check_prediction).
   if (!profile.empty()) o += fmt::format("profile = \"{}\"\ncheck_prediction = true\n", profile);
   return o;

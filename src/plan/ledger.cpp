@@ -353,6 +353,7 @@ PlanInput plan_input_from_job(const JobConfig& job, const ModelConfig& model, in
   // auto (and fp8 on a CPU without bf16 GEMMs): the trainer knows.
   in.cpu_bf16_gemms = job.train.backend == "cpu" && (job.train.precision == "bf16" || job.train.precision == "fp8");
   in.fp8_linears = job.train.precision == "fp8";
+  in.cpu_threads = job.train.backend == "cpu" ? job.train.threads : 0;
   PlanLayout& l = in.layout;
   l.tp = job.parallel.tp;
   l.pp = job.parallel.pp;

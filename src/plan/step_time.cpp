@@ -268,7 +268,11 @@ Ctx make_ctx(const PlanInput& in, const MachineProfile& prof) {
     c.gpu_fp8 = true;
   }
   c.k = std::max(1, std::min(l.world(), in.cluster.gpus_per_node));
+  // The trainer's threads per rank: train.threads where the job sets it, or the cores shared out.
+  // More threads than that share the cores: priced at the cores' share (the bound; OpenMP threads
+  // beyond the cores often run slower).
   c.threads = prof.threads_for(c.k);
+  if (in.cpu_threads > 0) c.threads = std::min(in.cpu_threads, c.threads);
   // Durations at the contention of the ranks that can run at once (no more than the cores); a
   // node with more ranks than cores is a throughput bound below (ranks waiting in a bubble or a
   // collective leave their core to the others).
@@ -472,6 +476,7 @@ StepPrediction predict_step(const PlanInput& in, const MachineProfile& prof) {
   const Ctx c = make_ctx(in, prof);
   StepPrediction out;
   out.ranks_per_node = c.k;
+  out.threads = prof.backend == "cpu" ? c.threads : 0;
   out.gemm_bf16 = c.bf16 && prof.has_bf16();
 
   const StageCosts stages = stage_costs(c);
@@ -504,6 +509,16 @@ StepPrediction predict_step(const PlanInput& in, const MachineProfile& prof) {
   return out;
 }
 
+// ", T thread(s) each" on the CPU, and what train.threads beyond the cores' share was priced at.
+static std::string threads_note(const PlanInput& in, const MachineProfile& prof, const StepPrediction& p) {
+  if (p.threads <= 0) return "";
+  std::string s = fmt::format(", {} thread(s) each", p.threads);
+  if (in.cpu_threads > p.threads)
+    s += fmt::format(" (train.threads = {} x {} rank(s) is more than the {} cores: priced at the cores' share)", in.cpu_threads,
+                     p.ranks_per_node, prof.cores_per_node);
+  return s;
+}
+
 std::string format_prediction(const PlanInput& in, const MachineProfile& prof, const StepPrediction& p) {
   const PlanLayout& l = in.layout;
   std::string o = fmt::format("predicted step time on {} ({} profile{}): {:.4g} s  ({:.0f} tokens/s, {:.1f} GFLOP/s per rank, "
@@ -515,10 +530,10 @@ std::string format_prediction(const PlanInput& in, const MachineProfile& prof, c
     o += fmt::format("  {:<16} {:>10.4g} s {:>6.1f}%  {}\n", name, s, 100 * s / p.step_s, why);
   };
   row("compute", p.compute_s,
-      fmt::format("forward + backward{} of {} micro-batch(es) x {} tokens, {} GEMMs, {} rank(s) per node computing at once",
+      fmt::format("forward + backward{} of {} micro-batch(es) x {} tokens, {} GEMMs, {} rank(s) per node computing at once{}",
                   l.recompute ? " + recompute" : "", l.microbatches, l.micro_batch * in.model.seq_len / l.cp,
                   p.fp8_linears.empty() ? (p.gemm_bf16 ? "bf16" : "fp32") : "the blocks' linears in FP8, the other bf16",
-                  p.ranks_per_node));
+                  p.ranks_per_node, threads_note(in, prof, p)));
   if (l.tp > 1) row("TP comm", p.tp_s, fmt::format("{} per layer, on the critical path", l.sp ? "all-gather + reduce-scatter" : "all-reduces"));
   const bool hides = collectives_hide(prof);
   if (l.cp > 1) row("CP ring", p.cp_s, hides ? "k|v hops beyond what attention hides" : "k|v hops (the CPU backend's cores copy them: not hidden)");

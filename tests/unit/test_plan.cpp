@@ -341,6 +341,14 @@ BOOST_AUTO_TEST_CASE(emitted_job_rebuilds_the_planned_model) {
     BOOST_TEST(back.train.precision == precision);
     BOOST_TEST(back.train.backend == "cpu");
   }
+  // train.threads, priced per thread count (step_time), comes back as planned.
+  JobConfig job;
+  set_job_key(job, "model.preset", "llama-tiny");
+  set_job_key(job, "train.backend", "cpu");
+  set_job_key(job, "train.threads", "3");
+  const PlanInput threaded = plan_input_from_job(job, resolve_model_config(job.model), 1);
+  BOOST_TEST(threaded.cpu_threads == 3);
+  BOOST_TEST(emitted(threaded).train.threads == 3);
 }
 
 BOOST_AUTO_TEST_CASE(tp_stays_inside_an_8_gpu_node_for_70b) {

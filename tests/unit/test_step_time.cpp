@@ -173,6 +173,31 @@ BOOST_AUTO_TEST_CASE(recompute_adds_the_forward_up_to_the_mlp_activation) {
   BOOST_TEST(rc - plain == gemm / (R * 1e9) + attn / (A * 1e9), boost::test_tools::tolerance(1e-6));
 }
 
+// train.threads: a rank is priced at the rates of the threads the job gives it (the profile's
+// rates of that thread count), not at the cores shared out; more threads than the cores' share
+// are priced at the share, and the compute line says so.
+BOOST_AUTO_TEST_CASE(train_threads_price_the_rates_of_that_thread_count) {
+  MachineProfile p = flat_profile(200, 1e9, 1e15, 10, 0);
+  p.cores_per_node = 2;
+  p.active = {1, 2};
+  p.compute_scale = p.stream_scale = p.overlap_slowdown = {1.0, 1.0};
+  MachineProfile::Rates one = p.rates[0];
+  one.gemm_fwd_f32 = one.gemm_bwd_f32 = std::vector<double>(8, 100);
+  p.rates[0].threads = 2;
+  p.rates.push_back(one);  // 1 thread: half the GEMM rate
+  PlanInput in = gpt_input(1, 1, 1, 1, 1);
+  const StepPrediction both = predict_step(in, p);  // 2 cores, 1 rank: 2 threads
+  in.cpu_threads = 1;
+  const StepPrediction single = predict_step(in, p);
+  BOOST_TEST(both.threads == 2);
+  BOOST_TEST(single.threads == 1);
+  BOOST_TEST(single.compute_s > 1.9 * both.compute_s);  // the GEMMs at half the rate (attention free)
+  in.cpu_threads = 4;
+  const StepPrediction over = predict_step(in, p);
+  BOOST_TEST(over.compute_s == both.compute_s, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(format_prediction(in, p, over).find("train.threads = 4 x 1 rank(s) is more than the 2 cores") != std::string::npos);
+}
+
 // The CPU backend's cores compute and copy the collectives' bytes too, so nothing hides behind
 // compute: ZeRO-3's all-gathers and reduce-scatters are all exposed there, partly hidden on a GPU
 // (the totals alike); the CP ring's hops are all counted (cp 2, no recompute: 1 hop forward, 3

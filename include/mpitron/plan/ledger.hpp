@@ -82,6 +82,9 @@ struct PlanInput {
   // step_time.cpp prices the casts (and on a GPU the FP8 GEMMs). The copies: on the CPU
   // workspace (measured), on the GPU activations (GpuFp8Bufs, counted).
   bool fp8_linears = false;
+  // train.threads on the CPU: OpenMP threads per rank (0: cores per node / ranks per node, the
+  // trainer's rule). step_time.cpp prices the GEMMs, attention and elementwise kernels at them.
+  int cpu_threads = 0;
   bool async_checkpoint = false;  // checkpoint.async: RankLedger::ckpt_snapshot
   // The job's train.global_batch (0: none set): what --advise keeps while it searches layouts,
   // whose micro-batch x dp need not split it the way the job's own layout does.

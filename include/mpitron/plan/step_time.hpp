@@ -73,6 +73,7 @@ struct StepPrediction {
   double gflops_per_rank = 0;
   double peak_gflops = 0;   // the profile's: datasheet peak, or the best GEMM measured
   int ranks_per_node = 1;
+  int threads = 0;          // OpenMP threads per rank priced (the CPU; 0: a GPU profile's one rate)
   bool gemm_bf16 = false;
   std::vector<Fp8LinearCost> fp8_linears;  // train.precision = "fp8" on a GPU (else empty)
   std::string dominant() const;  // the largest part's name
