@@ -530,10 +530,11 @@ std::string format_prediction(const PlanInput& in, const MachineProfile& prof, c
     o += fmt::format("  {:<16} {:>10.4g} s {:>6.1f}%  {}\n", name, s, 100 * s / p.step_s, why);
   };
   row("compute", p.compute_s,
-      fmt::format("forward + backward{} of {} micro-batch(es) x {} tokens, {} GEMMs, {} rank(s) per node computing at once{}",
+      fmt::format("forward + backward{} of {} micro-batch(es) x {} tokens, {} GEMMs, {} rank(s) per node computing at once{}{}",
                   l.recompute ? " + recompute" : "", l.microbatches, l.micro_batch * in.model.seq_len / l.cp,
                   p.fp8_linears.empty() ? (p.gemm_bf16 ? "bf16" : "fp32") : "the blocks' linears in FP8, the other bf16",
-                  p.ranks_per_node, threads_note(in, prof, p)));
+                  p.ranks_per_node, threads_note(in, prof, p),
+                  in.model.moe.enabled() ? "; the experts at balanced routing (train.check_prediction reports the run's)" : ""));
   if (l.tp > 1) row("TP comm", p.tp_s, fmt::format("{} per layer, on the critical path", l.sp ? "all-gather + reduce-scatter" : "all-reduces"));
   const bool hides = collectives_hide(prof);
   if (l.cp > 1) row("CP ring", p.cp_s, hides ? "k|v hops beyond what attention hides" : "k|v hops (the CPU backend's cores copy them: not hidden)");

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
+#include <string>
 #include <vector>
 #include <cstdio>
 
@@ -224,12 +226,29 @@ void StepReporter::report_moe(int step, bool log_line) {
     rec.emplace_back(p + "dropped", static_cast<int64_t>(x[E]));
     rec.emplace_back(p + "aux", x[E + 2] / rows);
     rec.emplace_back(p + "z", x[E + 3] / rows);
+    note_moe_load(step, x, E);
     line += fmt::format(" L{} tokens/expert {:.0f}..{:.0f}{} aux {:.3f} z {:.2f} |", layers[k], *lo, *hi,
                         x[E] > 0 ? fmt::format(" dropped {:.0f} of {:.0f}", x[E], x[E + 1]) : "", x[E + 2] / rows,
                         x[E + 3] / rows);
   }
   metrics_.write(rec);
   if (log_line) std::printf("%s\n", line.substr(0, line.size() - 2).c_str());
+}
+
+// train.check_prediction on a MoE model: one block's kept copies per expert (summed over the
+// ranks) against the balanced share the prediction prices, on the steps it is checked against.
+// Under expert parallel each rank owns n_experts / ep consecutive experts and waits in the
+// exchange for the busiest.
+void StepReporter::note_moe_load(int step, const double* tokens, int E) {
+  if (!predicted_step_ || step <= start_step_ + 1) return;
+  const double total = std::accumulate(tokens, tokens + E, 0.0);
+  if (total <= 0) return;
+  moe_expert_load_.push_back(*std::max_element(tokens, tokens + E) / (total / E));
+  const int ep = s_.grid.shape().ep, per = E / std::max(1, ep);
+  if (ep <= 1) return;
+  double busiest = 0;
+  for (int r = 0; r < ep; ++r) busiest = std::max(busiest, std::accumulate(tokens + r * per, tokens + (r + 1) * per, 0.0));
+  moe_ep_load_.push_back(busiest / (total / ep));
 }
 
 // FP8 casts this step over every rank, per operand kind: the largest amax and the fractions of
@@ -319,6 +338,16 @@ void StepReporter::finish(const TrainResult& result) {
     const double med = v[v.size() / 2], pred = 1e3 * predicted_step_->step_s;
     std::printf("prediction check: median step %.1f ms over steps %d..%d vs predicted %.1f ms: error %+.1f%% (dominant: %s)\n", med,
                 start_step_ + 2, result.steps_done, pred, 100 * (pred / med - 1), predicted_step_->dominant().c_str());
+    if (!moe_expert_load_.empty()) {
+      auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); };
+      const std::string ep =
+          moe_ep_load_.empty()
+              ? ""
+              : fmt::format(", {:.2f}x on the busiest expert-parallel rank, whose experts the exchange waits for", mean(moe_ep_load_));
+      std::printf("prediction check: MoE routing (mean over the steps and MoE blocks) kept %.2fx the balanced share on the "
+                  "busiest expert%s; the prediction prices balanced routing\n",
+                  mean(moe_expert_load_), ep.c_str());
+    }
   }
   if (rank0_ && gs.tp > 1 && measured > 0 && tp_comm_after_first_ >= 0)
     std::printf("tensor parallel: tp comm %.1f ms/step on rank 0 (steps %d..%d, TP collectives in forward and backward)\n",

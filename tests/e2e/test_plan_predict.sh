@@ -5,7 +5,7 @@
 # (tomllib) parses with every part present and positive; `plan --predict` and `plan --advise
 # --profile --emit-job` use it and the built-in h100 profile; a run with train.check_prediction
 # prints measured beside predicted for each step after the first and the median's error at the
-# end; bad inputs (no profile, an unknown one, a profile with a key missing, check_prediction
+# end, and on a MoE model under ep the routing it had against the balanced one priced; bad inputs (no profile, an unknown one, a profile with a key missing, check_prediction
 # without a profile) stop with a message naming what is wrong and the usage exit code.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -67,6 +67,33 @@ n=$(grep -c "^prediction check step [0-9]*: measured .* ms | predicted .* ms | e
 grep -q "^prediction check: median step .* over steps 2..4 vs predicted" "$log" || fail "no closing prediction check"
 grep -q '"predicted_step_ms"' "$tmp/run/metrics.jsonl" || fail "metrics.jsonl has no predicted_step_ms record"
 echo "ok    train.check_prediction: $(grep '^prediction check:' "$log")"
+
+# MoE under ep 2: the closing check reports the routing the run had against the balanced routing
+# the prediction prices; the busiest expert's share, recomputed here from metrics.jsonl's per-block
+# tokens_max and dropped copies (tokens per step x top_k kept, over the 4 experts).
+log="$tmp/moe-train.log"
+timeout 120 $MPIRUN -np 2 "$MPITRON" train "${moe[@]}" --parallel.ep=2 --train.micro_batch=2 --train.steps=4 --eval.every=0 \
+  --eval.batches=0 --train.profile="$prof" --train.check_prediction=true --job.run_dir="$tmp/moe-run" >"$log" 2>&1 ||
+  { cat "$log"; fail "MoE training failed"; }
+line=$(grep "^prediction check: MoE routing" "$log") || { cat "$log"; fail "no MoE routing beside the prediction check"; }
+echo "$line" | grep -q "on the busiest expert-parallel rank" || fail "ep 2 and no busiest expert-parallel rank: $line"
+/usr/bin/python3 - "$tmp/moe-run/metrics.jsonl" "$line" <<'PY' || fail "the MoE routing line disagrees with metrics.jsonl: $line"
+import json, re, sys
+tokens_per_step, top_k, experts = 8 * 64, 2, 4
+loads = []
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r.get("step", 0) < 2 or not any(k.endswith("tokens_max") for k in r):
+        continue
+    for k, hi in r.items():
+        if k.endswith("_tokens_max"):
+            kept = tokens_per_step * top_k - r[k.replace("tokens_max", "dropped")]
+            loads.append(hi / (kept / experts))
+want = sum(loads) / len(loads)
+got = float(re.search(r"kept ([0-9.]+)x the balanced share on the busiest expert", sys.argv[2]).group(1))
+assert len(loads) == 3 * 2 and abs(got - want) < 0.006, (got, want, len(loads))
+PY
+echo "ok    train.check_prediction on MoE, ep 2: ${line#prediction check: }"
 
 expect_usage() {  # what-to-find command...
   local want=$1 rc=0

@@ -94,6 +94,7 @@ class StepReporter {
   void check_ledger(const char* when);
   void check_prediction(int step, double step_ms);
   void report_moe(int step, bool log_line);  // collective (dp x cp, pp) on MoE models, every step
+  void note_moe_load(int step, const double* tokens, int n_experts);  // rank 0, train.check_prediction
   void report_fp8(int step, bool log_line);  // collective (world) under train.precision = "fp8", every step
   void write_trace();
 
@@ -107,6 +108,10 @@ class StepReporter {
   std::string prediction_text_;
   std::optional<StepPrediction> predicted_step_;  // train.check_prediction
   std::vector<double> measured_ms_;               // steps after the first, rank 0
+  // MoE routing beside the prediction (which prices balanced routing): per step after the first and
+  // MoE block, the busiest expert's and the busiest expert-parallel rank's kept copies over the
+  // balanced share (rank 0).
+  std::vector<double> moe_expert_load_, moe_ep_load_;
   StepLogger logger_;
   StragglerProbe straggler_;
   std::optional<trace::Span> step_span_;
