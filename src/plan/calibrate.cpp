@@ -503,9 +503,9 @@ Scaling measure_scaling(const Calib& c, Mix& mix, int k, int t, bool multiple) {
   return Scaling{median_or_one(ratio_mix), median_or_one(ratio_stream), overlap};
 }
 
-// GFLOP/s of the reference GEMM (512 x 1024 x 1024 forward) with the current threads.
+// GFLOP/s of the reference GEMM (calibrate.hpp) with the current threads.
 double reference_gemm_gflops(Ops& ops) {
-  Gemm g(512, 1024, 1024);
+  Gemm g(ReferenceGemm::M, ReferenceGemm::N, ReferenceGemm::K);
   return g.flops() / median_time([&] { g.fwd(ops); }, 0.3) / 1e9;
 }
 
@@ -547,8 +547,8 @@ std::string measure_compute(MachineProfile& p, const Calib& c) {
   if (c.launch.rank != 0) return "";
   omp_set_num_threads(c.cores);
   const double reference_after = reference_gemm_gflops(c.ops);
-  c.pr.say(fmt::format("reference GEMM 512x1024x1024 ({} threads): {:.1f} GFLOP/s before the compute rates, {:.1f} after",
-                       c.cores, reference_before, reference_after));
+  c.pr.say(fmt::format("reference GEMM {} ({} threads): {:.1f} GFLOP/s before the compute rates, {:.1f} after",
+                       ReferenceGemm::name(), c.cores, reference_before, reference_after));
   return speed_drift_warning(reference_before, reference_after, c.cores);
 }
 

@@ -10,20 +10,21 @@ namespace mpitron {
 
 std::string speed_drift_warning(double before, double after, int threads) {
   if (!(before > 0 && after > 0) || std::abs(after / before - 1) <= 0.10) return "";
-  return fmt::format("the reference GEMM (512x1024x1024, {} threads) ran at {:.1f} GFLOP/s before the compute rates and "
+  return fmt::format("the reference GEMM ({}, {} threads) ran at {:.1f} GFLOP/s before the compute rates and "
                      "{:.1f} after ({:+.0f}%): the machine's speed changed while they were measured (other load, a "
                      "shared host), and the rates with it; calibrate again when the machine is quiet",
-                     threads, before, after, 100 * (after / before - 1));
+                     ReferenceGemm::name(), threads, before, after, 100 * (after / before - 1));
 }
 
 std::string format_profile_summary(const MachineProfile& p) {
   std::string o = fmt::format("profile: {} ({}), {} cores per node, {} node(s), {} ranks, calibrated in {:.1f} s\n", p.device,
                               p.source, p.cores_per_node, p.nodes, p.ranks, p.seconds);
+  using G = ReferenceGemm;
   for (const MachineProfile::Rates& r : p.rates)
-    o += fmt::format("  {} thread(s): GEMM fp32 {:.1f} GFLOP/s at 512x1024x1024 forward{}; attention {:.1f} GFLOP/s at T 256; "
+    o += fmt::format("  {} thread(s): GEMM fp32 {:.1f} GFLOP/s at {} forward{}; attention {:.1f} GFLOP/s at T 256; "
                      "elementwise {:.1f} GB/s{}\n",
-                     r.threads, p.gemm_gflops(512, 1024, 1024, false, false, r.threads),
-                     p.has_bf16() ? fmt::format(", bf16 {:.1f}", p.gemm_gflops(512, 1024, 1024, false, true, r.threads)) : "",
+                     r.threads, p.gemm_gflops(G::M, G::N, G::K, false, false, r.threads), G::name(),
+                     p.has_bf16() ? fmt::format(", bf16 {:.1f}", p.gemm_gflops(G::M, G::N, G::K, false, true, r.threads)) : "",
                      p.attention_gflops(256, false, r.threads), r.stream_gbs,
                      r.stream_gbs_by_size.empty() ? ""
                                                   : fmt::format(" ({:.1f} on {:g} KiB activations)", r.stream_gbs_by_size.front(),

@@ -31,6 +31,13 @@ struct CalibrateOptions {
 
 MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOptions& opt);
 
+// The reference GEMM (out[M, N] = in[M, K] w[N, K]^T, fp32, forward): calibrate times it before and
+// after the compute rates, and its summary reports each thread count's rate at it.
+struct ReferenceGemm {
+  static constexpr int M = 512, N = 1024, K = 1024;
+  static std::string name() { return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K); }
+};
+
 // The machine's speed while calibrate measured the compute rates: a reference GEMM's GFLOP/s
 // before and after. Beyond 10% apart, the warning that calibrate prints and keeps in the profile's
 // note (a shared host's load moves every rate, and every prediction with it); else empty.
