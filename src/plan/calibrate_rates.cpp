@@ -1,0 +1,151 @@
+// `mpitron calibrate`'s compute rates: one rank alone, the GEMM grid, attention and the
+// elementwise kernels at each thread count (calibrate_timing.hpp has the harness).
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <array>
+
+#include "calibrate_timing.hpp"
+
+namespace mpitron::calib {
+namespace {
+
+// The GEMM grid's passes and each shape's time budget over all of them (see measure_rates): per
+// pass at least one timed call, at most 25 / kGridPasses.
+constexpr int kGridPasses = 3;
+constexpr double kGridBudget = 0.08;
+
+}  // namespace
+
+// The elementwise probes' activations [rows, C]: from cache-resident (a small model's micro-batch,
+// which the kernels read from cache right after the GEMM that wrote it) to larger than the caches.
+std::vector<std::pair<int64_t, int64_t>> stream_shapes(bool quick) {
+  return {{128, 256}, {1024, 256}, {quick ? 1024 : 4096, 1024}};
+}
+
+// m reaches down to 32 rows: a MoE's experts each run a share of a micro-batch's tokens (64 rows
+// per expert at 128 tokens, top 2 of 4), where a GEMM runs well below its rate at 128 rows.
+void set_axes(MachineProfile& p, bool quick) {
+  p.gemm_m = quick ? std::vector<double>{128, 512} : std::vector<double>{32, 128, 512, 2048};
+  p.gemm_n = p.gemm_k = quick ? std::vector<double>{64, 512} : std::vector<double>{64, 256, 1024, 4096};
+  p.attn_hd = 64;
+  p.attn_t = quick ? std::vector<double>{64, 256} : std::vector<double>{64, 128, 256, 512, 1024};
+  p.stream_bytes.clear();
+  for (const auto& [rows, C] : stream_shapes(quick)) p.stream_bytes.push_back(4.0 * rows * C);
+}
+
+// Samples of one rank alone at one OpenMP thread count (seconds per call), appended pass by pass.
+struct RateSamples {
+  int threads = 1;
+  std::array<std::vector<std::vector<double>>, 2> gemm_fwd, gemm_bwd;  // [fp32, bf16][grid cell]
+  std::vector<std::vector<double>> attn_fwd, attn_bwd, stream;         // per attn_t, per stream shape
+};
+
+// One pass of the grids at the current OpenMP threads: each GEMM cell, attention length and
+// elementwise shape timed for its share of the budget (at least one timed call).
+void sample_rates(const MachineProfile& p, Ops& ops, bool bf16, bool quick, RateSamples& s) {
+  const double budget = kGridBudget / kGridPasses;
+  const int max_reps = 25 / kGridPasses;
+  const size_t cells = p.gemm_m.size() * p.gemm_n.size() * p.gemm_k.size();
+  for (int prec = 0; prec < (bf16 ? 2 : 1); ++prec) {
+    ops.set_gemm_bf16(prec == 1);
+    s.gemm_fwd[prec].resize(cells), s.gemm_bwd[prec].resize(cells);
+    size_t cell = 0;
+    for (double m : p.gemm_m)
+      for (double n : p.gemm_n)
+        for (double k : p.gemm_k) {
+          Gemm g(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k));
+          if (prec) ops.register_weights(g.w.data(), g.w.size());
+          time_into(s.gemm_fwd[prec][cell], [&] { g.fwd(ops); }, budget, 1, max_reps);
+          time_into(s.gemm_bwd[prec][cell], [&] { g.bwd(ops); }, budget, 1, max_reps);
+          if (prec) ops.unregister_weights(g.w.data());
+          ++cell;
+        }
+  }
+  ops.set_gemm_bf16(false);
+  s.attn_fwd.resize(p.attn_t.size()), s.attn_bwd.resize(p.attn_t.size());
+  for (size_t i = 0; i < p.attn_t.size(); ++i) {
+    const int T = static_cast<int>(p.attn_t[i]), hd = 64, H = std::max(2, 4096 / T * 2);
+    std::vector<float> qkv(int64_t{T} * 3 * H * hd), out(int64_t{T} * H * hd), att(int64_t{H} * T * T),
+        dout(out.size()), dqkv(qkv.size());
+    fill(qkv, 7), fill(dout, 8);
+    time_into(s.attn_fwd[i], [&] { ops.attention_forward(out.data(), att.data(), qkv.data(), 1, T, H, hd); }, budget, 1,
+              max_reps);
+    time_into(s.attn_bwd[i],
+              [&] { ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), 1, T, H, hd); }, budget, 1,
+              max_reps);
+  }
+  const auto shapes = stream_shapes(quick);
+  s.stream.resize(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Stream st(shapes[i].first, shapes[i].second);
+    time_into(s.stream[i], [&] { st.run(ops); }, budget, 1, max_reps);
+  }
+}
+
+// The rates of one thread count from all its passes' samples (each the median over them).
+MachineProfile::Rates rates_of(const MachineProfile& p, const RateSamples& s, bool quick, const Progress& pr) {
+  MachineProfile::Rates rt;
+  rt.threads = s.threads;
+  for (int prec = 0; prec < 2; ++prec) {
+    if (s.gemm_fwd[prec].empty()) continue;
+    auto& fw = prec ? rt.gemm_fwd_bf16 : rt.gemm_fwd_f32;
+    auto& bw = prec ? rt.gemm_bwd_bf16 : rt.gemm_bwd_f32;
+    size_t cell = 0;  // the grid's order, as the passes walked it
+    for (double m : p.gemm_m)
+      for (double n : p.gemm_n)
+        for (double k : p.gemm_k) {
+          const double flops = 2.0 * m * n * k;
+          fw.push_back(flops / median_of(s.gemm_fwd[prec][cell]) / 1e9);
+          bw.push_back(2 * flops / median_of(s.gemm_bwd[prec][cell]) / 1e9);
+          ++cell;
+        }
+    pr.say(fmt::format("{} thread(s): GEMM {} over {} shapes: {:.1f} .. {:.1f} GFLOP/s forward", rt.threads, prec ? "bf16" : "fp32",
+                       fw.size(), *std::min_element(fw.begin(), fw.end()), *std::max_element(fw.begin(), fw.end())));
+  }
+  for (size_t i = 0; i < p.attn_t.size(); ++i) {
+    const double T = p.attn_t[i], H = std::max(2, 4096 / static_cast<int>(T) * 2);
+    const double flops = 4.0 * H * T * T * 64;
+    rt.attn_fwd.push_back(flops / median_of(s.attn_fwd[i]) / 1e9);
+    rt.attn_bwd.push_back(2 * flops / median_of(s.attn_bwd[i]) / 1e9);
+  }
+  const auto shapes = stream_shapes(quick);
+  for (size_t i = 0; i < shapes.size(); ++i)
+    rt.stream_gbs_by_size.push_back(Stream(shapes[i].first, shapes[i].second).bytes() / median_of(s.stream[i]) / 1e9);
+  rt.stream_gbs = rt.stream_gbs_by_size.back();
+  std::string by_size;
+  for (size_t i = 0; i < p.stream_bytes.size(); ++i)
+    by_size += fmt::format("{}{:.1f} at {:g} KiB", i ? ", " : "", rt.stream_gbs_by_size[i], p.stream_bytes[i] / 1024);
+  pr.say(fmt::format("{} thread(s): attention (hd 64) T {} .. {}: {:.1f} .. {:.1f} GFLOP/s forward; elementwise GB/s {}",
+                     rt.threads, p.attn_t.front(), p.attn_t.back(), rt.attn_fwd.front(), rt.attn_fwd.back(), by_size));
+  return rt;
+}
+
+// One rank alone at each of `threads` OpenMP thread counts. Everything is timed in kGridPasses
+// passes, each pass over every thread count in turn, and each rate is the median over all its
+// samples: on a shared or virtual machine a transient slowdown of a second or two (the host busy on
+// a vCPU's core) then lands on a few samples of many shapes, not on all the samples of a few (two
+// calibrations of one Xeon VM differed by up to 2.2x on single shapes when each shape was timed in
+// one burst); and a drift of the machine's speed over the minute calibrate takes (the reference
+// GEMM +15% from before the rates to after, on that VM) lands on every thread count alike. Timed
+// one thread count after the other (two threads first, one thread 30 s later), a calibration read
+// the reference GEMM 2.24x faster at two threads than at one where the two, interleaved in one
+// harness, ran 1.93x apart: the layouts whose ranks run one thread were priced against the single
+// rank on both cores at a ratio the machine did not have (interleaved: 2.09x).
+std::vector<MachineProfile::Rates> measure_rates(const MachineProfile& p, Ops& ops, const CalibrateOptions& o,
+                                                 const Progress& pr, const std::vector<int>& threads) {
+  const bool bf16 = ops.set_gemm_bf16(true);
+  ops.set_gemm_bf16(false);
+  std::vector<RateSamples> samples(threads.size());
+  for (int pass = 0; pass < kGridPasses; ++pass)
+    for (size_t i = 0; i < threads.size(); ++i) {
+      omp_set_num_threads(threads[i]);
+      samples[i].threads = threads[i];
+      sample_rates(p, ops, bf16, o.quick, samples[i]);
+    }
+  std::vector<MachineProfile::Rates> rates;
+  for (const RateSamples& s : samples) rates.push_back(rates_of(p, s, o.quick, pr));
+  return rates;
+}
+
+}  // namespace mpitron::calib

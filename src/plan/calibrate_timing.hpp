@@ -1,0 +1,109 @@
+// calibrate's timing harness and the kernels it times (calibrate.cpp, calibrate_rates.cpp).
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpitron/ops/ops.hpp"
+#include "mpitron/plan/calibrate.hpp"
+#include "mpitron/plan/profile.hpp"
+
+namespace mpitron::calib {
+
+using Clock = std::chrono::steady_clock;
+inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+inline double median_of(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+// Seconds of fn appended to t: one untimed call (warm caches, buffers just made), then at least
+// min_reps timed ones and as many as fit in `budget` seconds (at most max_reps).
+inline void time_into(std::vector<double>& t, const std::function<void()>& fn, double budget, int min_reps, int max_reps) {
+  fn();
+  const auto start = Clock::now();
+  for (int n = 0; n < min_reps || (n < max_reps && since(start) < budget); ++n) {
+    auto t0 = Clock::now();
+    fn();
+    t.push_back(since(t0));
+  }
+}
+// Median seconds of fn over 3 to 25 timed calls in `budget` seconds.
+inline double median_time(const std::function<void()>& fn, double budget = 0.08) {
+  std::vector<double> t;
+  time_into(t, fn, budget, 3, 25);
+  return median_of(t);
+}
+
+// Values in [-0.11, 0.11], as activations and weights are in scale. The offset is taken in signed
+// arithmetic: in size_t, 11 of the 23 residues wrapped to 1.8e17, attention's softmax then held
+// exp(-87) ~ 1.6e-38 where it should hold 0.01, and P V's products were subnormal: on Intel cores
+// (a microcode assist per subnormal operand; AMD's have none) calibrate measured attention at
+// 3-7 GFLOP/s where the trainer's runs at 100 and more, and plan over-predicted every step.
+inline void fill(std::vector<float>& v, int seed) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int>((i * 7 + seed) % 23) - 11) * 0.01f;
+}
+
+struct Gemm {
+  std::vector<float> a, w, out, dout, dinp, dw;
+  int64_t M, N, K;
+  Gemm(int64_t M_, int64_t N_, int64_t K_) : a(M_ * K_), w(N_ * K_), out(M_ * N_), dout(M_ * N_), dinp(M_ * K_), dw(N_ * K_), M(M_), N(N_), K(K_) {
+    fill(a, 1), fill(w, 2), fill(dout, 3);
+  }
+  void fwd(Ops& ops) { ops.matmul_forward(out.data(), a.data(), w.data(), nullptr, M, K, N); }
+  void bwd(Ops& ops) { ops.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), a.data(), w.data(), M, K, N); }
+  double flops() const { return 2.0 * M * N * K; }
+};
+
+// The elementwise kernels on rows x C (and rows x 4C for GELU): returns {seconds, bytes}.
+struct Stream {
+  int64_t rows, C;
+  std::vector<float> x, y, dy, dx, mean, rstd, g, b, dg, db, h, dh;
+  Stream(int64_t r, int64_t c)
+      : rows(r), C(c), x(r * c), y(r * c), dy(r * c), dx(r * c), mean(r), rstd(r), g(c, 1.f), b(c), dg(c), db(c),
+        h(r * c * 4), dh(r * c * 4) {
+    fill(x, 4), fill(dy, 5), fill(h, 6);
+  }
+  void run(Ops& ops) {
+    ops.layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), rows, C);
+    ops.layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), g.data(), mean.data(), rstd.data(), rows, C);
+    ops.gelu_forward(dh.data(), h.data(), h.size());
+    ops.gelu_backward(dh.data(), h.data(), dh.data(), h.size());
+    ops.residual_forward(y.data(), x.data(), dy.data(), x.size());
+  }
+  // Bytes each kernel reads and writes once: layernorm forward 2 (x, y), backward 4 (x, dy, dx
+  // read and written), GELU forward 2 (of 4C), backward 3 (of 4C), residual 3.
+  double bytes() const { return 4.0 * (rows * C * (2 + 4 + 3) + rows * C * 4 * (2 + 3)); }
+};
+
+// The mix timed for concurrency and overlap: one GEMM forward + backward and the elementwise set.
+struct Mix {
+  Gemm g;
+  Stream s;
+  explicit Mix(bool quick) : g(quick ? 256 : 512, 512, 512), s(quick ? 256 : 1024, 256) {}
+};
+
+struct Progress {
+  bool on;
+  Clock::time_point t0 = Clock::now();
+  void say(const std::string& s) const {
+    if (!on) return;
+    std::printf("calibrate [%5.1f s] %s\n", since(t0), s.c_str());
+    std::fflush(stdout);
+  }
+};
+
+// The elementwise probes' activations [rows, C] (calibrate_rates.cpp).
+std::vector<std::pair<int64_t, int64_t>> stream_shapes(bool quick);
+// The profile's grid axes: GEMM (m, n, k), attention lengths, elementwise sizes.
+void set_axes(MachineProfile& p, bool quick);
+// One rank alone at each of `threads` OpenMP thread counts, interleaved (calibrate_rates.cpp).
+std::vector<MachineProfile::Rates> measure_rates(const MachineProfile& p, Ops& ops, const CalibrateOptions& o,
+                                                 const Progress& pr, const std::vector<int>& threads);
+
+}  // namespace mpitron::calib
