@@ -1,6 +1,6 @@
-// The Jinja subset's parts (jinja.hpp): tokens (lexer.cpp), the syntax tree (parser.cpp),
-// values with Python's semantics (value.cpp), filters, tests, methods and globals
-// (builtins.cpp), and the evaluator (evaluator.cpp).
+// The Jinja subset's parts (jinja.hpp): tokens (lexer.cpp), the syntax tree (parser.hpp),
+// values with Python's semantics (value.cpp), filters, tests and globals (builtins.cpp), methods,
+// attributes and items (methods.cpp), and the evaluator (evaluator.hpp).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -193,7 +193,7 @@ bool known_test(const std::string& name);
 bool jinja2_filter(const std::string& name);
 bool jinja2_test(const std::string& name);
 
-// ---- evaluation (evaluator.cpp, builtins.cpp) ----
+// ---- evaluation (evaluator.hpp, builtins.cpp, methods.cpp) ----
 
 struct Context {
   const Program& prog;
@@ -214,6 +214,7 @@ struct Context {
 Value lookup_global(const std::string& name);  // builtins.cpp: namespace, range, dict, raise_exception
 Value apply_filter(Context& c, const std::string& name, Value v, std::vector<Value>& args, Kwargs& kw, Pos pos);
 bool apply_test(Context& c, const std::string& name, const Value& v, std::vector<Value>& args, Pos pos);
+// methods.cpp:
 // obj.name: a method bound to obj, or nullopt-like undefined when obj has none of that name
 // (*found false); errors for methods the sandbox forbids.
 Value method(Context& c, const Value& obj, const std::string& name, Pos pos, bool* found);
