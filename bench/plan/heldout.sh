@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The step-time model on layouts it was not tuned on (issue: a planner proven on held-out layouts).
-# Calibrates once, as README tells a user (`mpirun -np 8 --bind-to none mpitron calibrate`), then
+# Calibrates once, as README tells a user (`mpirun -np 8 --bind-to none mpitron calibrate`; again
+# while calibrate warns that the machine's speed moved, as the warning says: bench/plan/setup.sh), then
 # for each seed draws layouts at random from the space `plan --advise` searches
 # (bench/plan/heldout.py: PER_NP at np 1, 2 and 4, GPT-2 / LLaMA / MoE, every parallel dimension,
 # schedule, ZeRO stage, recompute and micro-batch size; a layout the trainer refuses is replaced by
@@ -34,7 +35,7 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 {
   echo "# Step-time prediction on held-out layouts (bench/plan/heldout.sh)"
   echo
-  echo "Machine: $cpu, $(nproc) cores; $(date -u '+%F'). Calibrated once at np 8 (README's command); per seed,"
+  echo "Machine: $cpu, $(nproc) cores; $(date -u '+%F'). Calibrated once at np 8 (README's command; again, at most 3 times in all, while calibrate warned that the machine's speed moved); per seed,"
   echo "$PER_NP layouts at each of np 1, 2, 4 drawn from \`plan --advise\`'s space (bench/plan/heldout.py), each"
   echo "trained $STEPS steps in each of $REPEATS rounds over all the layouts (per round the median step time of steps 2..$STEPS; the best"
   echo "round, and the median of all rounds' steps beside it) against \`plan --predict --profile\`."
