@@ -309,14 +309,14 @@ std::string measure_compute(MachineProfile& p, const Calib& c) {
     reference_before = reference_gemm_gflops(c.ops);
   }
   const bool multiple = c.launch.thread_level >= MPI_THREAD_MULTIPLE;
-  std::vector<int> threads;  // per k, cores / k threads: each count once
+  std::vector<int> threads;  // per k, the trainer's threads per rank: each count once
   for (int k : c.node.ks)
-    if (threads.empty() || threads.back() != std::max(1, c.cores / k)) threads.push_back(std::max(1, c.cores / k));
+    if (threads.empty() || threads.back() != p.threads_for(k)) threads.push_back(p.threads_for(k));
   if (c.launch.rank == 0) p.rates = measure_rates(p, c.ops, c.o, c.pr, threads);
   idle_barrier(MPI_COMM_WORLD);
   p.active.clear(), p.compute_scale.clear(), p.stream_scale.clear(), p.overlap_slowdown.clear();
   for (int k : c.node.ks) {
-    const int t = std::max(1, c.cores / k);
+    const int t = p.threads_for(k);
     if (c.launch.rank == 0) omp_set_num_threads(t);
     const Scaling s = measure_scaling(c, mix, k, t, multiple);
     p.active.push_back(k);

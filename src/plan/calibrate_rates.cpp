@@ -34,11 +34,19 @@ void set_axes(MachineProfile& p, bool quick) {
   for (const auto& [rows, C] : stream_shapes(quick)) p.stream_bytes.push_back(4.0 * rows * C);
 }
 
-// Samples of one rank alone at one OpenMP thread count (seconds per call), appended pass by pass.
+// One timed item: its work per call (FLOPs, or bytes for the elementwise kernels) and its seconds
+// per call, appended pass by pass; its rate (GFLOP/s, GB/s) is the work over the median time.
+struct Timed {
+  double work = 0;
+  std::vector<double> seconds;
+  double rate() const { return work / median_of(seconds) / 1e9; }
+};
+
+// Samples of one rank alone at one OpenMP thread count.
 struct RateSamples {
   int threads = 1;
-  std::array<std::vector<std::vector<double>>, 2> gemm_fwd, gemm_bwd;  // [fp32, bf16][grid cell]
-  std::vector<std::vector<double>> attn_fwd, attn_bwd, stream;         // per attn_t, per stream shape
+  std::array<std::vector<Timed>, 2> gemm_fwd, gemm_bwd;  // [fp32, bf16][grid cell]
+  std::vector<Timed> attn_fwd, attn_bwd, stream;         // per attn_t, per stream shape
 };
 
 // One pass of the grids at the current OpenMP threads: each GEMM cell, attention length and
@@ -56,8 +64,10 @@ void sample_rates(const MachineProfile& p, Ops& ops, bool bf16, bool quick, Rate
         for (double k : p.gemm_k) {
           Gemm g(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k));
           if (prec) ops.register_weights(g.w.data(), g.w.size());
-          time_into(s.gemm_fwd[prec][cell], [&] { g.fwd(ops); }, budget, 1, max_reps);
-          time_into(s.gemm_bwd[prec][cell], [&] { g.bwd(ops); }, budget, 1, max_reps);
+          s.gemm_fwd[prec][cell].work = g.flops();
+          s.gemm_bwd[prec][cell].work = 2 * g.flops();  // the two backward GEMMs
+          time_into(s.gemm_fwd[prec][cell].seconds, [&] { g.fwd(ops); }, budget, 1, max_reps);
+          time_into(s.gemm_bwd[prec][cell].seconds, [&] { g.bwd(ops); }, budget, 1, max_reps);
           if (prec) ops.unregister_weights(g.w.data());
           ++cell;
         }
@@ -69,9 +79,11 @@ void sample_rates(const MachineProfile& p, Ops& ops, bool bf16, bool quick, Rate
     std::vector<float> qkv(int64_t{T} * 3 * H * hd), out(int64_t{T} * H * hd), att(int64_t{H} * T * T),
         dout(out.size()), dqkv(qkv.size());
     fill(qkv, 7), fill(dout, 8);
-    time_into(s.attn_fwd[i], [&] { ops.attention_forward(out.data(), att.data(), qkv.data(), 1, T, H, hd); }, budget, 1,
-              max_reps);
-    time_into(s.attn_bwd[i],
+    s.attn_fwd[i].work = 4.0 * H * double(T) * T * hd;
+    s.attn_bwd[i].work = 2 * s.attn_fwd[i].work;
+    time_into(s.attn_fwd[i].seconds, [&] { ops.attention_forward(out.data(), att.data(), qkv.data(), 1, T, H, hd); },
+              budget, 1, max_reps);
+    time_into(s.attn_bwd[i].seconds,
               [&] { ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), 1, T, H, hd); }, budget, 1,
               max_reps);
   }
@@ -79,39 +91,33 @@ void sample_rates(const MachineProfile& p, Ops& ops, bool bf16, bool quick, Rate
   s.stream.resize(shapes.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
     Stream st(shapes[i].first, shapes[i].second);
-    time_into(s.stream[i], [&] { st.run(ops); }, budget, 1, max_reps);
+    s.stream[i].work = st.bytes();
+    time_into(s.stream[i].seconds, [&] { st.run(ops); }, budget, 1, max_reps);
   }
 }
 
-// The rates of one thread count from all its passes' samples (each the median over them).
-MachineProfile::Rates rates_of(const MachineProfile& p, const RateSamples& s, bool quick, const Progress& pr) {
+// The rates of one thread count from all its passes' samples (each the median over them), in the
+// grid's order, as the passes walked it.
+MachineProfile::Rates rates_of(const MachineProfile& p, const RateSamples& s, const Progress& pr) {
   MachineProfile::Rates rt;
   rt.threads = s.threads;
+  auto rates = [](const std::vector<Timed>& v) {
+    std::vector<double> r;
+    for (const Timed& t : v) r.push_back(t.rate());
+    return r;
+  };
   for (int prec = 0; prec < 2; ++prec) {
     if (s.gemm_fwd[prec].empty()) continue;
     auto& fw = prec ? rt.gemm_fwd_bf16 : rt.gemm_fwd_f32;
     auto& bw = prec ? rt.gemm_bwd_bf16 : rt.gemm_bwd_f32;
-    size_t cell = 0;  // the grid's order, as the passes walked it
-    for (double m : p.gemm_m)
-      for (double n : p.gemm_n)
-        for (double k : p.gemm_k) {
-          const double flops = 2.0 * m * n * k;
-          fw.push_back(flops / median_of(s.gemm_fwd[prec][cell]) / 1e9);
-          bw.push_back(2 * flops / median_of(s.gemm_bwd[prec][cell]) / 1e9);
-          ++cell;
-        }
+    fw = rates(s.gemm_fwd[prec]);
+    bw = rates(s.gemm_bwd[prec]);
     pr.say(fmt::format("{} thread(s): GEMM {} over {} shapes: {:.1f} .. {:.1f} GFLOP/s forward", rt.threads, prec ? "bf16" : "fp32",
                        fw.size(), *std::min_element(fw.begin(), fw.end()), *std::max_element(fw.begin(), fw.end())));
   }
-  for (size_t i = 0; i < p.attn_t.size(); ++i) {
-    const double T = p.attn_t[i], H = std::max(2, 4096 / static_cast<int>(T) * 2);
-    const double flops = 4.0 * H * T * T * 64;
-    rt.attn_fwd.push_back(flops / median_of(s.attn_fwd[i]) / 1e9);
-    rt.attn_bwd.push_back(2 * flops / median_of(s.attn_bwd[i]) / 1e9);
-  }
-  const auto shapes = stream_shapes(quick);
-  for (size_t i = 0; i < shapes.size(); ++i)
-    rt.stream_gbs_by_size.push_back(Stream(shapes[i].first, shapes[i].second).bytes() / median_of(s.stream[i]) / 1e9);
+  rt.attn_fwd = rates(s.attn_fwd);
+  rt.attn_bwd = rates(s.attn_bwd);
+  rt.stream_gbs_by_size = rates(s.stream);
   rt.stream_gbs = rt.stream_gbs_by_size.back();
   std::string by_size;
   for (size_t i = 0; i < p.stream_bytes.size(); ++i)
@@ -137,14 +143,14 @@ std::vector<MachineProfile::Rates> measure_rates(const MachineProfile& p, Ops& o
   const bool bf16 = ops.set_gemm_bf16(true);
   ops.set_gemm_bf16(false);
   std::vector<RateSamples> samples(threads.size());
+  for (size_t i = 0; i < threads.size(); ++i) samples[i].threads = threads[i];
   for (int pass = 0; pass < kGridPasses; ++pass)
-    for (size_t i = 0; i < threads.size(); ++i) {
-      omp_set_num_threads(threads[i]);
-      samples[i].threads = threads[i];
-      sample_rates(p, ops, bf16, o.quick, samples[i]);
+    for (RateSamples& s : samples) {
+      omp_set_num_threads(s.threads);
+      sample_rates(p, ops, bf16, o.quick, s);
     }
   std::vector<MachineProfile::Rates> rates;
-  for (const RateSamples& s : samples) rates.push_back(rates_of(p, s, o.quick, pr));
+  for (const RateSamples& s : samples) rates.push_back(rates_of(p, s, pr));
   return rates;
 }
 
