@@ -266,6 +266,12 @@ bench-data: $(BUILD)/bench/bench_data $(BUILD)/mpitron
 	BUILD=$(BUILD) bash bench/data/gpt2.sh bench/results/data.md
 bench: bench-data
 
+# A model step on one rank and each kernel's share of it (bench/model/run.sh runs it) ->
+# bench/results/model_cpu.md.
+$(BUILD)/bench/bench_model: $(BUILD)/obj/bench/model/bench_model.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ALL_LDFLAGS) -o $@ $^ $(ALL_LDLIBS)
+
 # The MoE router's host cost against its block's expert GEMMs (bench/moe/route_host.cpp) ->
 # bench/results/moe_route_host.md.
 $(BUILD)/bench/moe_route_host: $(BUILD)/obj/bench/moe/route_host.o $(LIB)
