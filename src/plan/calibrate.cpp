@@ -303,6 +303,11 @@ double reference_gemm_gflops(Ops& ops) {
 std::string measure_compute(MachineProfile& p, const Calib& c) {
   set_axes(p, c.o.quick);
   Mix mix(c.o.quick);
+  // The reference GEMM before and after, with every other rank asleep in an idle_barrier: the ranks
+  // still filling their mixes' buffers, or spinning in the next phase's blocking MPI_Comm_split,
+  // took the cores from it (on 2 cores, 8 ranks: 215 GFLOP/s before and 302 after, or 314 and 134,
+  // where it runs at 340-370 alone) and calibrate warned of drift that was its own.
+  idle_barrier(MPI_COMM_WORLD);
   double reference_before = 0;
   if (c.launch.rank == 0) {
     omp_set_num_threads(c.cores);
@@ -329,9 +334,13 @@ std::string measure_compute(MachineProfile& p, const Calib& c) {
                            k, t, p.compute_scale.back(), p.stream_scale.back(), s.overlap,
                            multiple ? "" : " (not measured: MPI is not MPI_THREAD_MULTIPLE)"));
   }
+  double reference_after = 0;
+  if (c.launch.rank == 0) {
+    omp_set_num_threads(c.cores);
+    reference_after = reference_gemm_gflops(c.ops);
+  }
+  idle_barrier(MPI_COMM_WORLD);
   if (c.launch.rank != 0) return "";
-  omp_set_num_threads(c.cores);
-  const double reference_after = reference_gemm_gflops(c.ops);
   c.pr.say(fmt::format("reference GEMM {} ({} threads): {:.1f} GFLOP/s before the compute rates, {:.1f} after",
                        ReferenceGemm::name(), c.cores, reference_before, reference_after));
   return speed_drift_warning(reference_before, reference_after, c.cores);
