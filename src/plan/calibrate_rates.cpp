@@ -62,13 +62,13 @@ void sample_rates(const MachineProfile& p, Ops& ops, bool bf16, bool quick, Rate
     for (double m : p.gemm_m)
       for (double n : p.gemm_n)
         for (double k : p.gemm_k) {
-          Gemm g(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k));
-          if (prec) ops.register_weights(g.w.data(), g.w.size());
+          Gemm g(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k), /*cold=*/true);
+          if (prec) g.register_weights(ops);
           s.gemm_fwd[prec][cell].work = g.flops();
           s.gemm_bwd[prec][cell].work = 2 * g.flops();  // the two backward GEMMs
           time_into(s.gemm_fwd[prec][cell].seconds, [&] { g.fwd(ops); }, budget, 1, max_reps);
           time_into(s.gemm_bwd[prec][cell].seconds, [&] { g.bwd(ops); }, budget, 1, max_reps);
-          if (prec) ops.unregister_weights(g.w.data());
+          if (prec) g.unregister_weights(ops);
           ++cell;
         }
   }
