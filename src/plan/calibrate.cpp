@@ -294,6 +294,22 @@ double reference_gemm_gflops(Ops& ops) {
   return g.flops() / median_time([&] { g.fwd(ops); }, 0.3) / 1e9;
 }
 
+// The reference GEMM on rank 0 with all the cores (0 on the other ranks), every other rank asleep
+// in an idle_barrier before and after it: ranks still filling their mixes' buffers, or spinning in
+// the next phase's blocking MPI_Comm_split, took the cores from it (on 2 cores, 8 ranks: 215
+// GFLOP/s before the rates and 302 after, or 314 and 134, where it runs at 340-370 alone) and
+// calibrate warned of drift that was its own.
+double reference_gemm_alone(const Calib& c) {
+  idle_barrier(MPI_COMM_WORLD);
+  double gflops = 0;
+  if (c.launch.rank == 0) {
+    omp_set_num_threads(c.cores);
+    gflops = reference_gemm_gflops(c.ops);
+  }
+  idle_barrier(MPI_COMM_WORLD);
+  return gflops;
+}
+
 // For k = 1, 2, 4, ... ranks of node 0, each rank with cores/k threads (the trainer's rule):
 //   1. rank 0 alone: the rate grids of every thread count, interleaved (measure_rates), and per k
 //      the mix (the reference of 2);
@@ -303,16 +319,7 @@ double reference_gemm_gflops(Ops& ops) {
 std::string measure_compute(MachineProfile& p, const Calib& c) {
   set_axes(p, c.o.quick);
   Mix mix(c.o.quick);
-  // The reference GEMM before and after, with every other rank asleep in an idle_barrier: the ranks
-  // still filling their mixes' buffers, or spinning in the next phase's blocking MPI_Comm_split,
-  // took the cores from it (on 2 cores, 8 ranks: 215 GFLOP/s before and 302 after, or 314 and 134,
-  // where it runs at 340-370 alone) and calibrate warned of drift that was its own.
-  idle_barrier(MPI_COMM_WORLD);
-  double reference_before = 0;
-  if (c.launch.rank == 0) {
-    omp_set_num_threads(c.cores);
-    reference_before = reference_gemm_gflops(c.ops);
-  }
+  const double reference_before = reference_gemm_alone(c);
   const bool multiple = c.launch.thread_level >= MPI_THREAD_MULTIPLE;
   std::vector<int> threads;  // per k, the trainer's threads per rank: each count once
   for (int k : c.node.ks)
@@ -334,12 +341,7 @@ std::string measure_compute(MachineProfile& p, const Calib& c) {
                            k, t, p.compute_scale.back(), p.stream_scale.back(), s.overlap,
                            multiple ? "" : " (not measured: MPI is not MPI_THREAD_MULTIPLE)"));
   }
-  double reference_after = 0;
-  if (c.launch.rank == 0) {
-    omp_set_num_threads(c.cores);
-    reference_after = reference_gemm_gflops(c.ops);
-  }
-  idle_barrier(MPI_COMM_WORLD);
+  const double reference_after = reference_gemm_alone(c);
   if (c.launch.rank != 0) return "";
   c.pr.say(fmt::format("reference GEMM {} ({} threads): {:.1f} GFLOP/s before the compute rates, {:.1f} after",
                        ReferenceGemm::name(), c.cores, reference_before, reference_after));

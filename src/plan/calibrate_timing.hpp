@@ -49,13 +49,13 @@ inline void fill(std::vector<float>& v, int seed) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int>((i * 7 + seed) % 23) - 11) * 0.01f;
 }
 
-// One GEMM shape's operands, forward out = a w^T and backward (dinp, dw += ...), in `copies` sets
-// used in turn. The rate grid's probes take enough sets (kColdBytes in all) that each call finds
-// its operands out of cache, as the trainer's GEMMs do: a layer's weights and their gradients were
-// last touched a micro-batch ago, the backward's saved input a whole forward ago. (One set, hot in
-// cache, ran gpt 4 x 256's block GEMMs 10-13% faster than the trainer's own on the 2-core AMD
-// EPYC, at 128 and 512 rows; rotated sets, 12-13%.) The mix and the reference GEMM keep one set:
-// they are ratios of the same work.
+// One GEMM shape's operands, forward out = a w^T and backward (dinp, dw += ...), in sets used in
+// turn. cold: enough sets (kColdBytes in all, at most 256) that each call finds its operands out of
+// cache, as the trainer's GEMMs do: a layer's weights and their gradients were last touched a
+// micro-batch ago, the backward's saved input a whole forward ago (gpt 4 x 256's block GEMMs in
+// the trainer ran 10-15% slower than one set hot in cache on the 2-core AMD EPYC, at 128 and 512
+// rows; rotated sets, 1.02-1.25x slower than hot). The rate grid is cold; the mix and the reference
+// GEMM keep one set: they are ratios of the same work.
 struct Gemm {
   static constexpr double kColdBytes = 64.0 * (1 << 20);
   struct Operands {
@@ -67,11 +67,10 @@ struct Gemm {
   Gemm(int64_t M_, int64_t N_, int64_t K_, bool cold = false) : M(M_), N(N_), K(K_) {
     const double set_bytes = 4.0 * (2 * M * K + 2 * M * N + 2 * N * K);
     const size_t copies = cold ? static_cast<size_t>(std::clamp(kColdBytes / set_bytes, 1.0, 256.0)) : 1;
-    sets.resize(copies);
-    for (Operands& o : sets) {
-      o.a.resize(M * K), o.w.resize(N * K), o.out.resize(M * N), o.dout.resize(M * N), o.dinp.resize(M * K), o.dw.resize(N * K);
-      fill(o.a, 1), fill(o.w, 2), fill(o.dout, 3);
-    }
+    Operands o;
+    o.a.resize(M * K), o.w.resize(N * K), o.out.resize(M * N), o.dout.resize(M * N), o.dinp.resize(M * K), o.dw.resize(N * K);
+    fill(o.a, 1), fill(o.w, 2), fill(o.dout, 3);
+    sets.assign(copies, o);  // copies of one filled set: the addresses, not the values, keep them out of cache
   }
   Operands& take() {
     Operands& o = sets[next];
