@@ -28,9 +28,10 @@ make_data() {
 
 # Wait until file $1 has at least $2 lines matching regex $3 (or job $4 left the queue); 1 on timeout $5.
 wait_lines() {
-  local file=$1 n=$2 re=$3 id=$4 limit=$5 t
+  local file=$1 n=$2 re=$3 id=$4 limit=$5 t c
   for t in $(seq 1 $((limit * 2))); do
-    [ "$(grep -cE "$re" "$file" 2>/dev/null || true)" -ge "$n" ] && return 0
+    c=$(grep -cE "$re" "$file" 2>/dev/null)  # nothing while the job has not created the file yet
+    [ "${c:-0}" -ge "$n" ] && return 0
     case $(job_state "$id") in PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED) ;; *) return 1 ;; esac
     sleep 0.5
   done

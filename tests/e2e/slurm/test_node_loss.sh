@@ -3,8 +3,10 @@
 # again when nodes are free (docs/slurm.md, "Losing a node"), all with train.reproducible = true,
 # so every step's loss and gradient norm must equal, BIT FOR BIT, those of an uninterrupted run
 # (mpirun here, 3 ranks; any dp gives the same bits). jobs/tiny.toml (d_model 128), global batch 12
-# = micro 2 x dp x accumulation, a checkpoint every 20 steps, 150 ms per step (MPITRON_FAULT's
-# straggler) so that the kills land mid-run.
+# = micro 2 x dp x accumulation, 80 steps, a checkpoint every 20, 150 ms per step (MPITRON_FAULT's
+# straggler) so that the kills land mid-run. checkpoint.timeout_s = 10 (the files are 5 MB): a
+# rank that outlives its peer inside a save's collective write is stopped by the hang watchdog
+# within 10 s, not by srun's --wait=60 s after the first rank's death.
 #   Grow: MPITRON_MAX_NODES=3 sbatch --nodes=2 (n3 idle): after step 25 a SIGUSR1 (a preemption)
 #   makes the job checkpoint and exit 75; train.sbatch sees a free node and submits the restart as
 #   a new job on 3 nodes, which resumes at dp 3 and finishes.
@@ -27,10 +29,10 @@ cd "$(dirname "$0")/../../.."
 source tests/e2e/slurm/lib.sh
 
 make_data && ok "prepped $T/data" || { bad "prep failed"; finish; exit; }
-steps=150 every=20
+steps=80 every=20
 args=(--data.path="$T/data" --model.n_layer=2 --model.d_model=128 --train.micro_batch=2 --train.global_batch=12
       --train.steps=$steps --train.threads=1 --train.reproducible=true --log.every=1 --eval.every=0 --eval.batches=0
-      --checkpoint.every=$every --comm.timeout_s=10 --optim.lr=1e-3 --optim.min_lr=1e-3 --optim.warmup_steps=0)
+      --checkpoint.every=$every --comm.timeout_s=10 --checkpoint.timeout_s=10 --optim.lr=1e-3 --optim.min_lr=1e-3 --optim.warmup_steps=0)
 export MPITRON_PROBE_S=10 MPITRON_FAULT="slow@step_begin,ms=150"
 submit() {  # name nodes: prints the job id
   MPITRON_ELASTIC=1 sbatch --parsable --nodes="$2" --ntasks-per-node=1 --export=ALL -o "$T/$1.out" \
