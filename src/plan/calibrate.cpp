@@ -55,13 +55,10 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-// Seconds of the mix on this rank (median).
-double mix_time(Ops& ops, Mix& mix) {
-  return median_time([&] {
-    mix.g.fwd(ops);
-    mix.g.bwd(ops);
-    mix.s.run(ops);
-  }, 0.3);
+void mix_once(Ops& ops, Mix& mix) {
+  mix.g.fwd(ops);
+  mix.g.bwd(ops);
+  mix.s.run(ops);
 }
 
 // The mix's time while a helper thread runs all-reduces of max_bytes over `group` (a duplicate).
@@ -79,7 +76,7 @@ double mix_time_with_allreduce(Ops& ops, Mix& mix, MPI_Comm group, const Calibra
       MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MAX, dup);
     }
   });
-  const double t = mix_time(ops, mix);
+  const double t = window_time([&] { mix_once(ops, mix); }, mix_window(o.quick));
   stop = 1;
   comm_thread.join();
   MPI_Comm_free(&dup);
@@ -239,9 +236,9 @@ std::array<double, 3> time_together(const Calib& c, Mix& mix, int k, int t, bool
   // Untimed first: ranks that just woke may share a core until the scheduler spreads them.
   for (auto t0 = Clock::now(); since(t0) < 0.3;) mix.g.fwd(c.ops);
   MPI_Barrier(act);
-  r[0] = mix_time(c.ops, mix);
+  r[0] = window_time([&] { mix_once(c.ops, mix); }, mix_window(c.o.quick));
   MPI_Barrier(act);
-  r[1] = median_time([&] { mix.s.run(c.ops); }, 0.2);
+  r[1] = window_time([&] { mix.s.run(c.ops); }, stream_window(c.o.quick));
   r[2] = r[0];
   if (with_allreduce) {
     MPI_Barrier(act);
@@ -273,8 +270,8 @@ Scaling measure_scaling(const Calib& c, Mix& mix, int k, int t, bool multiple) {
   for (int round = 0; round < (k > 1 ? 3 : 0); ++round) {
     double alone[2] = {0, 0};
     if (c.launch.rank == 0) {
-      alone[0] = mix_time(c.ops, mix);
-      alone[1] = median_time([&] { mix.s.run(c.ops); }, 0.2);
+      alone[0] = window_time([&] { mix_once(c.ops, mix); }, mix_window(c.o.quick));
+      alone[1] = window_time([&] { mix.s.run(c.ops); }, stream_window(c.o.quick));
     }
     idle_barrier(MPI_COMM_WORLD);  // before the broadcast: its waiting ranks would spin
     MPI_Bcast(alone, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);

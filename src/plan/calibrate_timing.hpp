@@ -40,6 +40,33 @@ inline double median_time(const std::function<void()>& fn, double budget = 0.08)
   return median_of(t);
 }
 
+// Seconds per call of fn as a throughput: calls run back to back for `window` seconds, the calls
+// done by then over the time the last of them ended (at least one call). calibrate times the ranks
+// computing at once with it, and rank 0 alone against them. Not a median of the calls: with more
+// ranks than cores the scheduler gives each rank whole time slices, and a kernel shorter than a
+// slice mostly runs uninterrupted, so the median call measured a rank that had a core (on 2 cores
+// the elementwise set at 8 ranks read 0.56-0.67x the rate of one alone in five calibrations, 4.5-5.4
+// cores' worth; the mix at 4 ranks 0.36-0.51x). Nor may a rank that is done wait beside the others:
+// MPI's blocking calls spin, on the cores the others need. Every rank computes until the window
+// ends, and only then goes on to the next barrier.
+inline double window_time(const std::function<void()>& fn, double window) {
+  const auto t0 = Clock::now();
+  double last = 0;
+  int n = 0;
+  while (true) {
+    fn();
+    const double t = since(t0);
+    if (t > window && n > 0) break;
+    last = t, ++n;
+    if (t > window) break;
+  }
+  return last / n;
+}
+// The windows of the mix (a GEMM forward and backward and the elementwise set) and of the
+// elementwise set alone: several calls each even at 8 ranks per core.
+inline double mix_window(bool quick) { return quick ? 0.15 : 0.4; }
+inline double stream_window(bool quick) { return quick ? 0.1 : 0.25; }
+
 // Values in [-0.11, 0.11], as activations and weights are in scale. The offset is taken in signed
 // arithmetic: in size_t, 11 of the 23 residues wrapped to 1.8e17, attention's softmax then held
 // exp(-87) ~ 1.6e-38 where it should hold 0.01, and P V's products were subnormal: on Intel cores

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -21,6 +22,7 @@
 #include "mpitron/plan/calibrate.hpp"
 #include "mpitron/plan/profile.hpp"
 #include "mpitron/plan/step_time.hpp"
+#include "../../src/plan/calibrate_timing.hpp"
 
 using namespace mpitron;
 
@@ -566,6 +568,40 @@ BOOST_AUTO_TEST_CASE(advisor_searches_expert_parallel) {
     BOOST_TEST(std::string(e.what()).find("parallel.ep = 3 must divide the data x context parallel ranks dp x cp = 4 x 1") !=
                std::string::npos);  // train's message: the grid's rule comes first
   }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// calibrate's throughput timer (calibrate_timing.hpp), on calls that sleep for set durations: the
+// slow calls count (a time-sliced rank's), and the call still running when the window ends does
+// not.
+BOOST_AUTO_TEST_SUITE(calibrate_window)
+
+double window_of(const std::vector<int>& ms, double window, size_t& calls) {
+  calls = 0;
+  return mpitron::calib::window_time(
+      [&] { std::this_thread::sleep_for(std::chrono::milliseconds(ms[calls++ % ms.size()])); }, window);
+}
+
+BOOST_AUTO_TEST_CASE(slow_calls_count_in_the_rate) {
+  // Three 1 ms calls and a 20 ms one, over and over: 5.75 ms a call (a median would read ~1).
+  size_t calls = 0;
+  const double t = window_of({1, 1, 1, 20}, 0.1, calls);
+  BOOST_TEST(t > 0.0045, "seconds per call " << t << " over " << calls << " calls");
+  BOOST_TEST(t < 0.02);
+}
+
+BOOST_AUTO_TEST_CASE(the_call_past_the_window_is_left_out) {
+  // Calls end at 5, 10, 15 and 215 ms: three in the 50 ms window, 5 ms each (with the fourth,
+  // 54 ms each).
+  size_t calls = 0;
+  const double t = window_of({5, 5, 5, 200}, 0.05, calls);
+  BOOST_TEST(calls == 4u);
+  BOOST_TEST(t > 0.0049);
+  BOOST_TEST(t < 0.02, "seconds per call " << t);
+  // A first call longer than the window is the one measured.
+  BOOST_TEST(window_of({30}, 0.001, calls) > 0.029);
+  BOOST_TEST(calls == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
