@@ -224,6 +224,22 @@ BOOST_AUTO_TEST_CASE(cpu_collectives_are_not_hidden) {
   BOOST_TEST(predict_step(c, gpu).cp_s == 0.0);
 }
 
+// On the CPU ZeRO-3 always has the next unit's gather posted, so the blocks' forward and backward
+// run beside the progress thread at the profile's in-flight slowdown: 1.25x adds a quarter of the
+// compute to the exposed DP time; ZeRO-1 (one reduction after backward) adds none.
+BOOST_AUTO_TEST_CASE(cpu_zero3_computes_at_the_in_flight_slowdown) {
+  MachineProfile cpu = flat_profile(100, 50, 1e15, 10, 1e-5);
+  cpu.active = {1, 2};
+  cpu.overlap_slowdown = {1.0, 1.25};
+  PlanInput in = gpt_input(2, 1, 1, 1, 4);
+  in.layout.zero = 3;
+  const StepPrediction z3 = predict_step(in, cpu);
+  BOOST_TEST(z3.dp_s - z3.dp_total_s == 0.25 * z3.compute_s, boost::test_tools::tolerance(1e-9));
+  in.layout.zero = 1;
+  const StepPrediction z1 = predict_step(in, cpu);
+  BOOST_TEST(z1.dp_s == z1.dp_total_s, boost::test_tools::tolerance(1e-9));
+}
+
 // ZeRO-2/3 (DataParallel): every micro-batch each gradient bucket gets fresh zeroed memory (the
 // rank's n gradient floats written) and its reduced part, n/dp floats, is added into the shard
 // (two read, one written). Three more micro-batches cost three times those bytes at the
