@@ -99,7 +99,12 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     __sanitizer_set_death_callback(nullptr);
     for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE}) signal(sig, SIG_DFL);
   });
-  setenv("MPITRON_CKPT_CHECK_TIMEOUT_S", "0.15", 0);
+  // The warm-up below reads the two good seeds with the product's limit: the first checks of a
+  // process pay the one-time costs (a fork of the whole sanitized process, HDF5's and MPI-IO's
+  // first opens in the child), and on the CI's loaded 2 cores, at nice 19 beside the stress
+  // tests, the first check of full.h5 took longer than 0.15 s; the warm-up is outside the per-input
+  // handler, so that verdict aborted the target. A limit the caller set holds throughout.
+  const bool caller_limit = std::getenv("MPITRON_CKPT_CHECK_TIMEOUT_S") != nullptr;
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
   std::atexit([] {
@@ -124,6 +129,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     } catch (const Error&) {  // params_only.h5 has no optimizer state
     }
   }
+  if (!caller_limit) setenv("MPITRON_CKPT_CHECK_TIMEOUT_S", "0.15", 1);
   return 0;
 }
 
