@@ -55,10 +55,17 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-void mix_once(Ops& ops, Mix& mix) {
-  mix.g.fwd(ops);
-  mix.g.bwd(ops);
-  mix.s.run(ops);
+// Seconds per call of the mix, and of its elementwise set alone, on this rank (window_time: a
+// throughput over the window, whatever else computes on the node).
+double mix_time(Ops& ops, Mix& mix, bool quick) {
+  return window_time([&] {
+    mix.g.fwd(ops);
+    mix.g.bwd(ops);
+    mix.s.run(ops);
+  }, mix_window(quick));
+}
+double stream_time(Ops& ops, Mix& mix, bool quick) {
+  return window_time([&] { mix.s.run(ops); }, stream_window(quick));
 }
 
 // The mix's time while a helper thread runs all-reduces of max_bytes over `group` (a duplicate).
@@ -76,7 +83,7 @@ double mix_time_with_allreduce(Ops& ops, Mix& mix, MPI_Comm group, const Calibra
       MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MAX, dup);
     }
   });
-  const double t = window_time([&] { mix_once(ops, mix); }, mix_window(o.quick));
+  const double t = mix_time(ops, mix, o.quick);
   stop = 1;
   comm_thread.join();
   MPI_Comm_free(&dup);
@@ -236,9 +243,9 @@ std::array<double, 3> time_together(const Calib& c, Mix& mix, int k, int t, bool
   // Untimed first: ranks that just woke may share a core until the scheduler spreads them.
   for (auto t0 = Clock::now(); since(t0) < 0.3;) mix.g.fwd(c.ops);
   MPI_Barrier(act);
-  r[0] = window_time([&] { mix_once(c.ops, mix); }, mix_window(c.o.quick));
+  r[0] = mix_time(c.ops, mix, c.o.quick);
   MPI_Barrier(act);
-  r[1] = window_time([&] { mix.s.run(c.ops); }, stream_window(c.o.quick));
+  r[1] = stream_time(c.ops, mix, c.o.quick);
   r[2] = r[0];
   if (with_allreduce) {
     MPI_Barrier(act);
@@ -270,8 +277,8 @@ Scaling measure_scaling(const Calib& c, Mix& mix, int k, int t, bool multiple) {
   for (int round = 0; round < (k > 1 ? 3 : 0); ++round) {
     double alone[2] = {0, 0};
     if (c.launch.rank == 0) {
-      alone[0] = window_time([&] { mix_once(c.ops, mix); }, mix_window(c.o.quick));
-      alone[1] = window_time([&] { mix.s.run(c.ops); }, stream_window(c.o.quick));
+      alone[0] = mix_time(c.ops, mix, c.o.quick);
+      alone[1] = stream_time(c.ops, mix, c.o.quick);
     }
     idle_barrier(MPI_COMM_WORLD);  // before the broadcast: its waiting ranks would spin
     MPI_Bcast(alone, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);

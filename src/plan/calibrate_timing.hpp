@@ -56,9 +56,11 @@ inline double window_time(const std::function<void()>& fn, double window) {
   while (true) {
     fn();
     const double t = since(t0);
-    if (t > window && n > 0) break;
+    if (t > window) {
+      if (n == 0) last = t, n = 1;
+      break;
+    }
     last = t, ++n;
-    if (t > window) break;
   }
   return last / n;
 }

@@ -556,11 +556,10 @@ std::string format_prediction(const PlanInput& in, const MachineProfile& prof, c
         fmt::format("{} ranks on {} cores: the node's throughput bounds the step", p.ranks_per_node, prof.cores_per_node));
   if (l.dp * l.cp > 1)
     row("DP/ZeRO comm", p.dp_s,
-        fmt::format("exposed of {:.4g} s (ZeRO {}; {})", p.dp_total_s, l.zero,
-                    hides ? "buckets overlap backward"
-                    : l.zero >= 3 ? "the CPU backend's cores copy them: not hidden; the blocks computed beside the "
-                                    "parameters' gathers, at the in-flight slowdown"
-                                  : "the CPU backend's cores copy them: not hidden"));
+        fmt::format("exposed of {:.4g} s (ZeRO {}; {}{})", p.dp_total_s, l.zero,
+                    hides ? "buckets overlap backward" : "the CPU backend's cores copy them: not hidden",
+                    !hides && l.zero >= 3 ? "; the blocks computed beside the parameters' gathers, at the in-flight slowdown"
+                                          : ""));
   row("optimizer", p.optimizer_s,
       l.zero >= 2 && l.dp * l.cp > 1
           ? "AdamW over the rank's shard; the gradient buckets zeroed and added into it every micro-batch"

@@ -593,11 +593,13 @@ BOOST_AUTO_TEST_SUITE_END()
 // not.
 BOOST_AUTO_TEST_SUITE(calibrate_window)
 
+namespace {
 double window_of(const std::vector<int>& ms, double window, size_t& calls) {
   calls = 0;
   return mpitron::calib::window_time(
       [&] { std::this_thread::sleep_for(std::chrono::milliseconds(ms[calls++ % ms.size()])); }, window);
 }
+}  // namespace
 
 BOOST_AUTO_TEST_CASE(slow_calls_count_in_the_rate) {
   // Three 1 ms calls and a 20 ms one, over and over: 5.75 ms a call (a median would read ~1).
