@@ -47,6 +47,7 @@ struct RateSamples {
   int threads = 1;
   std::array<std::vector<Timed>, 2> gemm_fwd, gemm_bwd;  // [fp32, bf16][grid cell]
   std::vector<Timed> attn_fwd, attn_bwd, stream;         // per attn_t, per stream shape
+  Timed adamw, flat;                                     // the optimizer's kernels
 };
 
 // One pass of the grids at the current OpenMP threads: each GEMM cell, attention length and
@@ -94,6 +95,12 @@ void sample_rates(const MachineProfile& p, Ops& ops, bool bf16, bool quick, Rate
     s.stream[i].work = st.bytes();
     time_into(s.stream[i].seconds, [&] { st.run(ops); }, budget, 1, max_reps);
   }
+  // 4 Mi floats an array (16 MiB; AdamW's four 64 MiB), with --quick too: out of cache, as a
+  // model's parameters and moments are (at 1 Mi the 2-core AMD EPYC's AdamW read 100 GB/s, not 67).
+  Flat f(size_t{4} << 20);
+  s.adamw.work = f.adamw_bytes(), s.flat.work = f.passes_bytes();
+  time_into(s.adamw.seconds, [&] { f.adamw(ops); }, budget, 1, max_reps);
+  time_into(s.flat.seconds, [&] { f.passes(ops); }, budget, 1, max_reps);
 }
 
 // The rates of one thread count from all its passes' samples (each the median over them), in the
@@ -119,11 +126,15 @@ MachineProfile::Rates rates_of(const MachineProfile& p, const RateSamples& s, co
   rt.attn_bwd = rates(s.attn_bwd);
   rt.stream_gbs_by_size = rates(s.stream);
   rt.stream_gbs = rt.stream_gbs_by_size.back();
+  rt.adamw_gbs = s.adamw.rate();
+  rt.flat_gbs = s.flat.rate();
   std::string by_size;
   for (size_t i = 0; i < p.stream_bytes.size(); ++i)
     by_size += fmt::format("{}{:.1f} at {:g} KiB", i ? ", " : "", rt.stream_gbs_by_size[i], p.stream_bytes[i] / 1024);
-  pr.say(fmt::format("{} thread(s): attention (hd 64) T {} .. {}: {:.1f} .. {:.1f} GFLOP/s forward; elementwise GB/s {}",
-                     rt.threads, p.attn_t.front(), p.attn_t.back(), rt.attn_fwd.front(), rt.attn_fwd.back(), by_size));
+  pr.say(fmt::format("{} thread(s): attention (hd 64) T {} .. {}: {:.1f} .. {:.1f} GFLOP/s forward; elementwise GB/s {}; "
+                     "optimizer: AdamW {:.1f} GB/s, one-pass {:.1f} GB/s",
+                     rt.threads, p.attn_t.front(), p.attn_t.back(), rt.attn_fwd.front(), rt.attn_fwd.back(), by_size,
+                     rt.adamw_gbs, rt.flat_gbs));
   return rt;
 }
 

@@ -22,13 +22,14 @@ std::string format_profile_summary(const MachineProfile& p) {
   using G = ReferenceGemm;
   for (const MachineProfile::Rates& r : p.rates)
     o += fmt::format("  {} thread(s): GEMM fp32 {:.1f} GFLOP/s at {} forward{}; attention {:.1f} GFLOP/s at T 256; "
-                     "elementwise {:.1f} GB/s{}\n",
+                     "elementwise {:.1f} GB/s{}{}\n",
                      r.threads, p.gemm_gflops(G::M, G::N, G::K, false, false, r.threads), G::name(),
                      p.has_bf16() ? fmt::format(", bf16 {:.1f}", p.gemm_gflops(G::M, G::N, G::K, false, true, r.threads)) : "",
                      p.attention_gflops(256, false, r.threads), r.stream_gbs,
                      r.stream_gbs_by_size.empty() ? ""
                                                   : fmt::format(" ({:.1f} on {:g} KiB activations)", r.stream_gbs_by_size.front(),
-                                                                p.stream_bytes.front() / 1024));
+                                                                p.stream_bytes.front() / 1024),
+                     r.adamw_gbs > 0 ? fmt::format("; AdamW {:.1f} GB/s, one-pass {:.1f}", r.adamw_gbs, r.flat_gbs) : "");
   o += "  ranks computing at once / per-rank rate:";
   for (size_t i = 0; i < p.active.size(); ++i) o += fmt::format(" {}:{:.2f}", p.active[i], p.compute_scale[i]);
   o += "; compute with a collective in flight:";

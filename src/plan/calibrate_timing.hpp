@@ -145,6 +145,27 @@ struct Stream {
   double bytes() const { return 4.0 * (rows * C * (2 + 4 + 3) + rows * C * 4 * (2 + 3)); }
 };
 
+// The optimizer's kernels (FlatOps) on n floats per array, larger than the caches as a model's
+// parameters and moments are: AdamW over p, g, m, v, and the one-pass ones the step adds (the
+// gradient's sum of squares, zeroing it, a reduced part added into the shard).
+struct Flat {
+  std::vector<float> p, g, m, v, acc;
+  int step = 0;
+  explicit Flat(size_t n) : p(n), g(n), m(n), v(n), acc(n) { fill(p, 9), fill(g, 10); }
+  void adamw(Ops& ops) {
+    ops.adamw(p.data(), nullptr, g.data(), 1.f, m.data(), v.data(), p.size(), 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+              ++step % 1000 + 1);
+  }
+  void passes(Ops& ops) {
+    volatile double s = ops.sum_squares(g.data(), g.size());
+    (void)s;
+    ops.zero(acc.data(), acc.size());
+    ops.axpy(acc.data(), 0.5f, g.data(), acc.size());
+  }
+  double adamw_bytes() const { return 4.0 * 7 * p.size(); }
+  double passes_bytes() const { return 4.0 * (1 + 1 + 3) * p.size(); }  // read g; write acc; read two, write one
+};
+
 // The mix timed for concurrency and overlap: one GEMM forward + backward and the elementwise set.
 struct Mix {
   Gemm g;

@@ -119,6 +119,16 @@ double MachineProfile::stream_gbs(int threads, double act_bytes) const {
   return interp1(stream_bytes, rt.stream_gbs_by_size, act_bytes);
 }
 
+double MachineProfile::adamw_seconds(double elements, int threads) const {
+  const Rates& rt = rates_for(threads);
+  return rt.adamw_gbs > 0 ? elements * 28 / (rt.adamw_gbs * 1e9) : elements * 32 / (rt.stream_gbs * 1e9);
+}
+
+double MachineProfile::flat_gbs(int threads) const {
+  const Rates& rt = rates_for(threads);
+  return rt.flat_gbs > 0 ? rt.flat_gbs : rt.stream_gbs;
+}
+
 double MachineProfile::peak_gflops() const {
   if (datasheet_peak_gflops > 0) return datasheet_peak_gflops;
   double best = 0;
@@ -207,7 +217,9 @@ std::string profile_to_toml(const MachineProfile& p) {
   o += "\n";
   o += "# one rank alone with `threads` threads: GEMM GFLOP/s flattened [m][n][k] (bwd: the two backward GEMMs,\n"
        "# 2x the forward FLOPs), attention GFLOP/s per attn_t, elementwise GB/s of the bytes read and written\n"
-       "# (stream_gbs on activations larger than the caches, stream_gbs_by_size per [grid] stream_bytes)\n";
+       "# (stream_gbs on activations larger than the caches, stream_gbs_by_size per [grid] stream_bytes); the\n"
+       "# optimizer's kernels over arrays larger than the caches: adamw_gbs of its 7 fp32 arrays, flat_gbs of the\n"
+       "# one-pass ones (zeroing, sum of squares, axpy)\n";
   for (const MachineProfile::Rates& r : p.rates) {
     o += fmt::format("[[rates]]\nthreads = {}\ngemm_fwd_f32 = {}\ngemm_bwd_f32 = {}\n", r.threads, arr(r.gemm_fwd_f32),
                      arr(r.gemm_bwd_f32));
@@ -217,6 +229,8 @@ std::string profile_to_toml(const MachineProfile& p) {
       o += fmt::format("gemm_fwd_fp8 = {}\ngemm_bwd_fp8 = {}\n", arr(r.gemm_fwd_fp8), arr(r.gemm_bwd_fp8));
     o += fmt::format("attn_fwd = {}\nattn_bwd = {}\nstream_gbs = {:.6g}\n", arr(r.attn_fwd), arr(r.attn_bwd), r.stream_gbs);
     if (!r.stream_gbs_by_size.empty()) o += fmt::format("stream_gbs_by_size = {}\n", arr(r.stream_gbs_by_size));
+    if (r.adamw_gbs > 0) o += fmt::format("adamw_gbs = {:.6g}\n", r.adamw_gbs);
+    if (r.flat_gbs > 0) o += fmt::format("flat_gbs = {:.6g}\n", r.flat_gbs);
     o += "\n";
   }
   o += "# k ranks of a node computing at once (each with cores/k threads): per-rank rate vs one such rank alone\n[concurrency]\n";
@@ -456,7 +470,7 @@ MachineProfile read_profile(const std::string& path) {
     const toml::table& t = *rates[i].as_table();
     const std::string e = fmt::format("[[rates]] entry {}", i + 1);
     r.only_keys(t, e, {"threads", "gemm_fwd_f32", "gemm_bwd_f32", "gemm_fwd_bf16", "gemm_bwd_bf16", "gemm_fwd_fp8",
-                       "gemm_bwd_fp8", "attn_fwd", "attn_bwd", "stream_gbs", "stream_gbs_by_size"});
+                       "gemm_bwd_fp8", "attn_fwd", "attn_bwd", "stream_gbs", "stream_gbs_by_size", "adamw_gbs", "flat_gbs"});
     MachineProfile::Rates x;
     x.threads = r.integer(t, e, "threads", at_least(1));
     x.gemm_fwd_f32 = r.numbers(t, e, "gemm_fwd_f32", positive);
@@ -491,6 +505,9 @@ MachineProfile read_profile(const std::string& path) {
                                        : "stream_gbs_by_size is missing ([grid] has stream_bytes)");
     if (!p.stream_bytes.empty())
       check_size(r, t, e, "stream_gbs_by_size", x.stream_gbs_by_size.size(), p.stream_bytes.size(), "[grid] stream_bytes");
+    // Optional (profiles written before they were measured): 0, the optimizer at stream_gbs.
+    if (t.contains("adamw_gbs")) x.adamw_gbs = r.number(t, e, "adamw_gbs", positive);
+    if (t.contains("flat_gbs")) x.flat_gbs = r.number(t, e, "flat_gbs", positive);
     usage_check(i == 0 || x.gemm_fwd_bf16.empty() == p.rates.front().gemm_fwd_bf16.empty(),
                 "{}: bf16 GEMM rates in some [[rates]] tables but not in others (entry 1 {} them)", r.at(t, e),
                 i > 0 && p.rates.front().gemm_fwd_bf16.empty() ? "lacks" : "has");

@@ -431,17 +431,17 @@ DpCost dp_cost(const Ctx& c, const RankLedger& rl, const StageCosts& s, const Ra
         d.total += 2 * mb * ag;
       }
     }
-    // AdamW over this rank's shard: read p, g, m, v, write p, m, v; plus the grad-norm pass. At
-    // the rate of arrays larger than the caches (act 0): the parameters and their moments.
+    // AdamW over this rank's shard and the one-pass kernels around it, at their own calibrated
+    // rates over arrays larger than the caches (the parameters and their moments). All the node's
+    // ranks run them at once: with more ranks than cores, at the cores' share (c.over; calibrate's
+    // AdamW on 5.3M floats at 4 ranks on 2 cores took 15 ms a call, 5-7 at 2 ranks).
     const double shard = l.zero >= 1 && dpn > 1 ? n_flat / dpn : n_flat;
-    if (l.zero >= 2 && dpn > 1) {
-      // ZeRO-2/3 (DataParallel::alloc_bucket, launch_bucket): every micro-batch the buckets get
-      // fresh zeroed memory (the full gradient's bytes written) and each reduced part is added
-      // into the shard (read two, write one); per step the shard is zeroed and its norm taken.
-      d.opt += c.stream(shard * 4 * 8 + shard * 4 * 2 + mb * (n_flat * 4 + shard * 4 * 3), 0);
-    } else {
-      d.opt += c.stream(shard * 4 * 8 + n_flat * 4 * 2, 0);  // + zeroing and the norm over the full gradient
-    }
+    // The one-pass kernels. ZeRO-2/3 (DataParallel::alloc_bucket, launch_bucket): every micro-batch
+    // the buckets get fresh zeroed memory (the full gradient's bytes written) and each reduced part
+    // is added into the shard (read two, write one); per step the shard is zeroed and its norm
+    // taken. Otherwise the full gradient is zeroed and its norm taken.
+    const double flat_bytes = l.zero >= 2 && dpn > 1 ? shard * 4 * 2 + mb * (n_flat * 4 + shard * 4 * 3) : n_flat * 4 * 2;
+    d.opt += (prof.adamw_seconds(shard, c.threads) + flat_bytes / (prof.flat_gbs(c.threads) * 1e9)) / (c.sf * c.over);
   }
   return d;
 }

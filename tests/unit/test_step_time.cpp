@@ -260,6 +260,37 @@ BOOST_AUTO_TEST_CASE(zero2_buckets_cost_bytes_every_micro_batch) {
   BOOST_TEST(optimizer(1, 4) == optimizer(1, 1), boost::test_tools::tolerance(1e-12));
 }
 
+// The optimizer at calibrate's AdamW and one-pass rates where the profile has them: AdamW 28 B a
+// parameter of the shard (its 7 fp32 arrays), the gradient's zeroing and norm 8 B a parameter;
+// without them (a datasheet, an older file) 32 + 8 B at the elementwise rate. The file keeps them.
+// With more ranks on a node than cores, all of them run it at once: at the node's throughput.
+BOOST_AUTO_TEST_CASE(optimizer_at_its_own_rates) {
+  MachineProfile p = flat_profile(100, 50, 10, 10, 0);
+  PlanInput in = gpt_input(1, 1, 1, 1, 1);
+  const double n = static_cast<double>(compute_ledger(in).stages[0].local_params);
+  BOOST_TEST(predict_step(in, p).optimizer_s == (n * 32 + n * 8) / 10e9, boost::test_tools::tolerance(1e-9));
+  p.rates[0].adamw_gbs = 70, p.rates[0].flat_gbs = 40;
+  BOOST_TEST(predict_step(in, p).optimizer_s == n * 28 / 70e9 + n * 8 / 40e9, boost::test_tools::tolerance(1e-9));
+  const std::string path = "/tmp/mpitron_test_profile_adamw.toml";
+  write_profile(p, path);
+  BOOST_TEST(predict_step(in, read_profile(path)).optimizer_s == predict_step(in, p).optimizer_s,
+             boost::test_tools::tolerance(1e-6));
+  std::remove(path.c_str());
+  // 4 ranks of dp on 2 cores, computing at 0.5x alone at 2 ranks and 0.25x at 4: twice the
+  // optimizer's time of 2 ranks on 2 cores (its ZeRO-1 shard the same size).
+  p.cores_per_node = 2;
+  p.active = {1, 2, 4};
+  p.compute_scale = p.stream_scale = {1.0, 0.5, 0.25};
+  p.overlap_slowdown = {1.0, 1.0, 1.0};
+  auto opt = [&](int dp, int zero) {
+    PlanInput x = gpt_input(dp, 1, 1, 1, 1);
+    x.layout.zero = zero;
+    x.cluster.gpus_per_node = 4;
+    return predict_step(x, p).optimizer_s;
+  };
+  BOOST_TEST(opt(4, 0) == 2 * opt(2, 0), boost::test_tools::tolerance(1e-9));
+}
+
 // train.precision = "fp8" on the CPU: the casts' bytes of the four linear layers of a step of
 // micro-batches of M rows, counted from their shapes: per layer and GEMM (M rows, n out, k in)
 // 12 (M k + n k) + 8 M n forward, 12 (M n + n k + M k) + 8 M k + 16 n k backward.

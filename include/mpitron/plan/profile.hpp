@@ -63,6 +63,13 @@ struct MachineProfile {
     // wrote, from cache when it fits (a 2-core Xeon: 24-37 GB/s at 128 KiB, 17-24 at 16 MiB).
     // Empty: stream_gbs at every size.
     std::vector<double> stream_gbs_by_size;
+    // The optimizer's kernels (FlatOps) over arrays larger than the caches, as calibrate times them:
+    // AdamW in GB/s of its 7 fp32 arrays (p, g, m, v read; p, m, v written), and the one-pass ones
+    // (zeroing, the sum of squares, y += a x) in GB/s of the bytes each reads and writes. 0: not
+    // measured (a datasheet or an older profile): stream_gbs. AdamW's square root and division are
+    // not the elementwise set's GELU and layernorm: on a 2-core AMD EPYC it ran at 24-28 GB/s on one
+    // thread and 67 on two where the elementwise set ran at 10-12 and 20.
+    double adamw_gbs = 0, flat_gbs = 0;
   };
   std::vector<double> gemm_m, gemm_n, gemm_k, attn_t;
   std::vector<double> stream_bytes;  // bytes of the [rows, C] activation of each elementwise probe
@@ -87,6 +94,10 @@ struct MachineProfile {
   double attention_gflops(double T, bool backward, int threads = 0) const;
   // Elementwise GB/s on activations of `act_bytes` each (0: larger than the caches).
   double stream_gbs(int threads = 0, double act_bytes = 0) const;
+  // Seconds of AdamW over `elements` parameters: at adamw_gbs (28 B each), or where it was not
+  // measured 32 B each at stream_gbs (a GPU's AdamW also writes the bf16 copy).
+  double adamw_seconds(double elements, int threads = 0) const;
+  double flat_gbs(int threads = 0) const;  // Rates::flat_gbs, or stream_gbs where not measured
   // Per-rank slowdown factors (<= 1 when oversubscribed) with k ranks of a node computing at once.
   double compute_factor(int k) const;
   double stream_factor(int k) const;
