@@ -443,6 +443,9 @@ DpCost dp_cost(const Ctx& c, const RankLedger& rl, const StageCosts& s, const Ra
     const double flat_bytes = l.zero >= 2 && dpn > 1 ? shard * 4 * 2 + mb * (n_flat * 4 + shard * 4 * 3) : n_flat * 4 * 2;
     d.opt += (prof.adamw_seconds(shard, c.threads) + flat_bytes / (prof.flat_gbs(c.threads) * 1e9)) / (c.sf * c.over);
   }
+  // With more ranks than cores the collectives' copies share the cores too (they are priced at
+  // the ranks that can run at once), as the ranks' compute does (shared_cores_s).
+  d.exposed /= c.over, d.total /= c.over;
   return d;
 }
 

@@ -291,6 +291,26 @@ BOOST_AUTO_TEST_CASE(optimizer_at_its_own_rates) {
   BOOST_TEST(opt(4, 0) == 2 * opt(2, 0), boost::test_tools::tolerance(1e-9));
 }
 
+// The DP/ZeRO traffic likewise: on the CPU the cores copy it, so 4 ranks on 2 cores take twice
+// what 4 ranks on 4 cores do (the collective itself priced alike: every fit measured at 1 active).
+BOOST_AUTO_TEST_CASE(cpu_dp_traffic_at_the_node_throughput) {
+  MachineProfile p = flat_profile(100, 50, 10, 10, 1e-5);
+  p.backend = "cpu";
+  p.active = {1, 2, 4};
+  p.compute_scale = p.stream_scale = {1.0, 0.5, 0.25};
+  p.overlap_slowdown = {1.0, 1.0, 1.0};
+  PlanInput in = gpt_input(4, 1, 1, 1, 2);
+  in.layout.zero = 2;
+  in.cluster.gpus_per_node = 4;
+  p.cores_per_node = 4;
+  const StepPrediction on4 = predict_step(in, p);
+  p.cores_per_node = 2;
+  const StepPrediction on2 = predict_step(in, p);
+  BOOST_TEST(on4.dp_s > 0);
+  BOOST_TEST(on2.dp_s == 2 * on4.dp_s, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(on2.optimizer_s == on4.optimizer_s, boost::test_tools::tolerance(1e-9));  // sf x over: 0.25 both
+}
+
 // train.precision = "fp8" on the CPU: the casts' bytes of the four linear layers of a step of
 // micro-batches of M rows, counted from their shapes: per layer and GEMM (M rows, n out, k in)
 // 12 (M k + n k) + 8 M n forward, 12 (M n + n k + M k) + 8 M k + 16 n k backward.
