@@ -418,7 +418,10 @@ class MoeMlp {
     const int E = m_.n_experts, P = ep_ ? ep_->size() : 1, me = ep_ ? ep_->rank() : 0;
     std::vector<double> all(static_cast<size_t>(P * E), 0.0);
     for (int e = 0; e < E; ++e) all[static_cast<size_t>(me) * E + e] = double(r.counts[e]);
-    if (ep_) gather_host(*ep_, all);
+    if (ep_) {
+      trace::Span span("ep counts", trace::ep);
+      gather_host(*ep_, all);
+    }
     auto cnt = [&](int s, int e) { return static_cast<int64_t>(all[static_cast<size_t>(s) * E + e]); };
     a.send_rows.assign(P, 0), a.recv_rows.assign(P, 0);
     for (int d = 0; d < P; ++d)
