@@ -433,7 +433,7 @@ DpCost dp_cost(const Ctx& c, const RankLedger& rl, const StageCosts& s, const Ra
     }
     // AdamW over this rank's shard and the one-pass kernels around it, at their own calibrated
     // rates over arrays larger than the caches (the parameters and their moments). All the node's
-    // ranks run them at once: with more ranks than cores, at the cores' share (c.over; calibrate's
+    // ranks run them at once: with more ranks than cores, at the cores' share (c.over; a harness's
     // AdamW on 5.3M floats at 4 ranks on 2 cores took 15 ms a call, 5-7 at 2 ranks).
     const double shard = l.zero >= 1 && dpn > 1 ? n_flat / dpn : n_flat;
     // The one-pass kernels. ZeRO-2/3 (DataParallel::alloc_bucket, launch_bucket): every micro-batch
