@@ -162,7 +162,7 @@ struct Flat {
     ops.zero(acc.data(), acc.size());
     ops.axpy(acc.data(), 0.5f, g.data(), acc.size());
   }
-  double adamw_bytes() const { return 4.0 * 7 * p.size(); }
+  double adamw_bytes() const { return MachineProfile::Rates::kAdamwBytesPerParam * p.size(); }
   double passes_bytes() const { return 4.0 * (1 + 1 + 3) * p.size(); }  // read g; write acc; read two, write one
 };
 

@@ -121,7 +121,8 @@ double MachineProfile::stream_gbs(int threads, double act_bytes) const {
 
 double MachineProfile::adamw_seconds(double elements, int threads) const {
   const Rates& rt = rates_for(threads);
-  return rt.adamw_gbs > 0 ? elements * 28 / (rt.adamw_gbs * 1e9) : elements * 32 / (rt.stream_gbs * 1e9);
+  return rt.adamw_gbs > 0 ? elements * Rates::kAdamwBytesPerParam / (rt.adamw_gbs * 1e9)
+                          : elements * 32 / (rt.stream_gbs * 1e9);
 }
 
 double MachineProfile::flat_gbs(int threads) const {

@@ -70,6 +70,7 @@ struct MachineProfile {
     // not the elementwise set's GELU and layernorm: on a 2-core AMD EPYC it ran at 24-28 GB/s on one
     // thread and 67 on two where the elementwise set ran at 10-12 and 20.
     double adamw_gbs = 0, flat_gbs = 0;
+    static constexpr double kAdamwBytesPerParam = 4.0 * 7;  // the bytes adamw_gbs counts a parameter
   };
   std::vector<double> gemm_m, gemm_n, gemm_k, attn_t;
   std::vector<double> stream_bytes;  // bytes of the [rows, C] activation of each elementwise probe
@@ -94,8 +95,8 @@ struct MachineProfile {
   double attention_gflops(double T, bool backward, int threads = 0) const;
   // Elementwise GB/s on activations of `act_bytes` each (0: larger than the caches).
   double stream_gbs(int threads = 0, double act_bytes = 0) const;
-  // Seconds of AdamW over `elements` parameters: at adamw_gbs (28 B each), or where it was not
-  // measured 32 B each at stream_gbs (a GPU's AdamW also writes the bf16 copy).
+  // Seconds of AdamW over `elements` parameters: at adamw_gbs (kAdamwBytesPerParam each), or
+  // where it was not measured 32 B each at stream_gbs (a GPU's AdamW also writes the bf16 copy).
   double adamw_seconds(double elements, int threads = 0) const;
   double flat_gbs(int threads = 0) const;  // Rates::flat_gbs, or stream_gbs where not measured
   // Per-rank slowdown factors (<= 1 when oversubscribed) with k ranks of a node computing at once.
