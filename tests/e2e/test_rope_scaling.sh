@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# sanitizers: skip (RoPE scaling: its frequency tables run sanitized in the unit tests (test_rope_scaling), its config.json keys in the hf_config fuzzer, the HF and GGUF writers in e2e/test_export_hf and e2e/test_export_gguf)
 # RoPE scaling (LLaMA 3.1's "llama3" and YaRN) in, through and out, against references nobody here
 # tuned. The tiny models have head size 16 (8 pairs at theta 1e4: wavelengths 6.3, 20, 63, ... 4e4)
 # and an original context of 32-64, so pairs fall in every band of each scaling (kept, mixed,
