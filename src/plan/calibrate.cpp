@@ -55,18 +55,19 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-// Seconds per call of the mix, and of its elementwise set alone, on this rank (window_time: a
-// throughput over the window, whatever else computes on the node).
-double mix_time(Ops& ops, Mix& mix, bool quick) {
+// Seconds per call of the mix, and of its elementwise set alone, on this rank over a window of
+// `window` seconds (window_time: a throughput over the window, whatever else computes on the node).
+double mix_window_time(Ops& ops, Mix& mix, double window) {
   return window_time([&] {
     mix.g.fwd(ops);
     mix.g.bwd(ops);
     mix.s.run(ops);
-  }, mix_window(quick));
+  }, window);
 }
-double stream_time(Ops& ops, Mix& mix, bool quick) {
-  return window_time([&] { mix.s.run(ops); }, stream_window(quick));
+double stream_window_time(Ops& ops, Mix& mix, double window) {
+  return window_time([&] { mix.s.run(ops); }, window);
 }
+double mix_time(Ops& ops, Mix& mix, bool quick) { return mix_window_time(ops, mix, mix_window(quick)); }
 
 // The mix's time while a helper thread runs all-reduces of max_bytes over `group` (a duplicate).
 double mix_time_with_allreduce(Ops& ops, Mix& mix, MPI_Comm group, const CalibrateOptions& o) {
@@ -227,34 +228,26 @@ struct Calib {
   const Node0& node;
 };
 
-// The first k ranks of node 0 at once, t threads each: {the mix, the elementwise set, the mix
-// with an all-reduce in flight (the mix's own time unless `with_allreduce`)}, the k ranks' mean
-// (zeros on the other ranks).
-std::array<double, 3> time_together(const Calib& c, Mix& mix, int k, int t, bool with_allreduce) {
-  std::array<double, 3> r = {0, 0, 0};  // mix, stream, mix with an all-reduce in flight
+// The first k ranks of node 0 at once, t threads each: the mix, then the mix with an all-reduce
+// in flight on a helper thread; their ratio on rank 0 (1 on the other ranks).
+double overlap_slowdown(const Calib& c, Mix& mix, int k, int t) {
   const int local = c.node.local;
-  const bool me = local >= 0 && local < k;
-  if (local < 0) return r;
+  if (local < 0) return 1.0;
+  const bool me = local < k;
   MPI_Comm act;
   MPI_Comm_split(c.node.comm, me ? 0 : MPI_UNDEFINED, local, &act);
-  if (!me) return r;
+  if (!me) return 1.0;
   omp_set_num_threads(t);
   MPI_Barrier(act);
   // Untimed first: ranks that just woke may share a core until the scheduler spreads them.
   for (auto t0 = Clock::now(); since(t0) < 0.3;) mix.g.fwd(c.ops);
   MPI_Barrier(act);
-  r[0] = mix_time(c.ops, mix, c.o.quick);
+  double r[2] = {mix_time(c.ops, mix, c.o.quick), 0};
   MPI_Barrier(act);
-  r[1] = stream_time(c.ops, mix, c.o.quick);
-  r[2] = r[0];
-  if (with_allreduce) {
-    MPI_Barrier(act);
-    r[2] = mix_time_with_allreduce(c.ops, mix, act, c.o);
-  }
-  MPI_Allreduce(MPI_IN_PLACE, r.data(), 3, MPI_DOUBLE, MPI_SUM, act);
+  r[1] = mix_time_with_allreduce(c.ops, mix, act, c.o);
+  MPI_Allreduce(MPI_IN_PLACE, r, 2, MPI_DOUBLE, MPI_SUM, act);
   MPI_Comm_free(&act);
-  for (double& x : r) x /= k;
-  return r;
+  return std::max(1.0, r[1] / r[0]);
 }
 
 double median_or_one(std::vector<double> v) {
@@ -263,33 +256,76 @@ double median_or_one(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// k ranks computing at once against rank 0 alone: the per-rank rate of the mix and of the
+// k ranks computing at once against one of them alone: the per-rank rate of the mix and of the
 // elementwise set, and the slowdown with an all-reduce in flight (1 for k = 1: not measured).
 struct Scaling {
   double compute = 1, stream = 1, overlap = 1;
 };
 
+// Each disjoint group of k of node 0's ranks in turn (8 ranks on the node: four pairs at k = 2),
+// in short rounds: the group's first rank alone, the k at once, alone again, ...; a round's ratio
+// is over the mean of the alone times on its either side (a machine's drift cancels), the result
+// the median of all the groups' rounds. One group, once, is not the machine: on the shared 2-core
+// AMD EPYC one pair's ratio ranged 0.83-1.04 (the mix) and 0.63-1.22 (elementwise) from one launch
+// to the next, and pairs of the same launch as far apart, each steady over 80 rounds (a process's
+// or a moment's own speed); the median of four pairs ranged 0.95-0.98 and 0.94-0.97.
 Scaling measure_scaling(const Calib& c, Mix& mix, int k, int t, bool multiple) {
-  // Rank 0 alone, then the k ranks at once, three times over: the median of the three ratios
-  // (a shared machine's slow moments fall on either side).
-  std::vector<double> ratio_mix, ratio_stream;
-  double overlap = 1.0;
-  for (int round = 0; round < (k > 1 ? 3 : 0); ++round) {
-    double alone[2] = {0, 0};
-    if (c.launch.rank == 0) {
-      alone[0] = mix_time(c.ops, mix, c.o.quick);
-      alone[1] = stream_time(c.ops, mix, c.o.quick);
+  Scaling s;
+  if (k < 2) return s;
+  const int rounds = c.o.quick ? 5 : 12;
+  const double window = c.o.quick ? 0.04 : 0.1;  // the mix's; the elementwise set's 0.6 of it
+  const int local = c.node.local, groups = c.node.ks.back() / k;
+  // ratios[(g * rounds + i) * 2 + {0: mix, 1: elementwise}], filled by each group's first rank.
+  std::vector<double> ratios(static_cast<size_t>(groups * rounds * 2), 0.0);
+  for (int g = 0; g < groups; ++g) {
+    const bool me = local >= g * k && local < (g + 1) * k, first = local == g * k;
+    MPI_Comm act = MPI_COMM_NULL;
+    if (local >= 0) MPI_Comm_split(c.node.comm, me ? 0 : MPI_UNDEFINED, local, &act);
+    if (me) {
+      omp_set_num_threads(t);
+      MPI_Barrier(act);
+      // Untimed first: ranks that just woke may share a core until the scheduler spreads them.
+      for (auto t0 = Clock::now(); since(t0) < 0.3;) mix.g.fwd(c.ops);
     }
-    idle_barrier(MPI_COMM_WORLD);  // before the broadcast: its waiting ranks would spin
-    MPI_Bcast(alone, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    std::array<double, 3> r = time_together(c, mix, k, t, multiple && round == 2);
-    idle_barrier(MPI_COMM_WORLD);
-    MPI_Bcast(r.data(), 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    ratio_mix.push_back(alone[0] / r[0]);
-    ratio_stream.push_back(alone[1] / r[1]);
-    if (round == 2) overlap = std::max(1.0, r[2] / r[0]);
+    std::array<std::vector<double>, 2> alone, together;  // {mix, elementwise} per round
+    auto time_alone = [&] {
+      idle_barrier(MPI_COMM_WORLD);  // the others asleep, not spinning
+      if (!first) return;
+      alone[0].push_back(mix_window_time(c.ops, mix, window));
+      alone[1].push_back(stream_window_time(c.ops, mix, 0.6 * window));
+    };
+    time_alone();
+    for (int i = 0; i < rounds; ++i) {
+      idle_barrier(MPI_COMM_WORLD);
+      if (me) {
+        std::array<double, 2> r;
+        MPI_Barrier(act);
+        r[0] = mix_window_time(c.ops, mix, window);
+        MPI_Barrier(act);
+        r[1] = stream_window_time(c.ops, mix, 0.6 * window);
+        MPI_Allreduce(MPI_IN_PLACE, r.data(), 2, MPI_DOUBLE, MPI_SUM, act);
+        together[0].push_back(r[0] / k), together[1].push_back(r[1] / k);
+      }
+      time_alone();
+    }
+    for (int j = 0; first && j < 2; ++j) {
+      const std::vector<double> r = alternating_ratios(alone[j], together[j]);
+      for (int i = 0; i < rounds; ++i) ratios[(g * rounds + i) * 2 + j] = r[i];
+    }
+    if (act != MPI_COMM_NULL) MPI_Comm_free(&act);
   }
-  return Scaling{median_or_one(ratio_mix), median_or_one(ratio_stream), overlap};
+  idle_barrier(MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, ratios.data(), static_cast<int>(ratios.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  std::vector<double> mix_r, stream_r;
+  for (size_t i = 0; i < ratios.size(); i += 2) mix_r.push_back(ratios[i]), stream_r.push_back(ratios[i + 1]);
+  s.compute = median_or_one(mix_r), s.stream = median_or_one(stream_r);
+  if (multiple) {
+    double o = overlap_slowdown(c, mix, k, t);
+    idle_barrier(MPI_COMM_WORLD);
+    MPI_Bcast(&o, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    s.overlap = o;
+  }
+  return s;
 }
 
 // GFLOP/s of the reference GEMM (calibrate.hpp) with the current threads.
@@ -341,8 +377,8 @@ std::string measure_compute(MachineProfile& p, const Calib& c) {
     p.overlap_slowdown.push_back(s.overlap);
     if (k > 1)
       c.pr.say(fmt::format("{} ranks computing at once ({} thread(s) each): {:.2f}x the rate of one alone, elementwise {:.2f}x "
-                           "(medians of 3); {:.2f}x slower with an all-reduce in flight{}",
-                           k, t, p.compute_scale.back(), p.stream_scale.back(), s.overlap,
+                           "(medians over {} group(s)); {:.2f}x slower with an all-reduce in flight{}",
+                           k, t, p.compute_scale.back(), p.stream_scale.back(), c.node.ks.back() / k, s.overlap,
                            multiple ? "" : " (not measured: MPI is not MPI_THREAD_MULTIPLE)"));
   }
   const double reference_after = reference_gemm_alone(c);

@@ -64,10 +64,20 @@ inline double window_time(const std::function<void()>& fn, double window) {
   }
   return last / n;
 }
-// The windows of the mix (a GEMM forward and backward and the elementwise set) and of the
-// elementwise set alone: several calls each even at 8 ranks per core.
+// Per round i of an alternation alone, together, alone, ..., alone (alone one longer than
+// together): the time alone over the time together, alone taken as the mean of the two alone
+// times on either side of round i, so that a drift of the machine's speed linear over the rounds
+// cancels (calibrate's concurrency ratios).
+inline std::vector<double> alternating_ratios(const std::vector<double>& alone, const std::vector<double>& together) {
+  std::vector<double> r;
+  for (size_t i = 0; i < together.size() && i + 1 < alone.size(); ++i)
+    r.push_back(0.5 * (alone[i] + alone[i + 1]) / together[i]);
+  return r;
+}
+
+// The window of the mix (a GEMM forward and backward and the elementwise set): several calls even
+// at 8 ranks per core.
 inline double mix_window(bool quick) { return quick ? 0.15 : 0.4; }
-inline double stream_window(bool quick) { return quick ? 0.1 : 0.25; }
 
 // Values in [-0.11, 0.11], as activations and weights are in scale. The offset is taken in signed
 // arithmetic: in size_t, 11 of the 23 residues wrapped to 1.8e17, attention's softmax then held

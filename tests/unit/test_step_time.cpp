@@ -660,6 +660,18 @@ BOOST_AUTO_TEST_CASE(slow_calls_count_in_the_rate) {
   BOOST_TEST(t < 0.02);
 }
 
+BOOST_AUTO_TEST_CASE(alternating_rounds_cancel_a_drift) {
+  // The machine slows 10% a round; together runs at 0.8x the rate alone at the same moment
+  // (rounds at the half steps between the alone ones): every ratio reads 0.8, where alone before
+  // each round alone would read 0.8 / 1.05 = 0.76.
+  std::vector<double> alone, together;
+  for (int i = 0; i < 5; ++i) alone.push_back(1.0 + 0.1 * i);
+  for (int i = 0; i < 4; ++i) together.push_back((1.05 + 0.1 * i) / 0.8);
+  const std::vector<double> r = mpitron::calib::alternating_ratios(alone, together);
+  BOOST_TEST(r.size() == 4u);
+  for (double x : r) BOOST_TEST(x == 0.8, boost::test_tools::tolerance(1e-12));
+}
+
 BOOST_AUTO_TEST_CASE(the_call_past_the_window_is_left_out) {
   // Calls end at 5, 10, 15 and 215 ms: three in the 50 ms window, 5 ms each (with the fourth,
   // 54 ms each).

@@ -7,7 +7,9 @@
 //      grid in fp32 (and bf16 where the CPU has bf16 GEMMs), causal attention by sequence length,
 //      and the elementwise kernels (layernorm, GELU, residual add);
 //   2. for k = 1, 2, 4, ... up to the ranks of node 0: k ranks compute a fixed mix at once with
-//      cores/k threads each (the trainer's rule): the per-rank slowdown (oversubscription);
+//      cores/k threads each (the trainer's rule): the per-rank slowdown (memory bandwidth,
+//      oversubscription), each disjoint group of k ranks in turn, in short rounds alternating the
+//      group's first rank alone and the k at once;
 //   3. for each k and group size n <= k: k/n groups of n ranks run each collective at once over
 //      message sizes from 4 KiB up, and alpha and busbw are fitted (least squares on relative
 //      error) to t = alpha + factor * S / busbw; across nodes, groups of one rank per node;
