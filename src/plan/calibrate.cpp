@@ -228,6 +228,14 @@ struct Calib {
   const Node0& node;
 };
 
+// A group's ranks (`act`) about to compute at once, t threads each: the mix untimed first, as
+// ranks that just woke may share a core until the scheduler spreads them.
+void warm_up_group(const Calib& c, Mix& mix, MPI_Comm act, int t) {
+  omp_set_num_threads(t);
+  MPI_Barrier(act);
+  for (auto t0 = Clock::now(); since(t0) < 0.3;) mix.g.fwd(c.ops);
+}
+
 // The first k ranks of node 0 at once, t threads each: the mix, then the mix with an all-reduce
 // in flight on a helper thread; their ratio on rank 0 (1 on the other ranks).
 double overlap_slowdown(const Calib& c, Mix& mix, int k, int t) {
@@ -237,10 +245,7 @@ double overlap_slowdown(const Calib& c, Mix& mix, int k, int t) {
   MPI_Comm act;
   MPI_Comm_split(c.node.comm, me ? 0 : MPI_UNDEFINED, local, &act);
   if (!me) return 1.0;
-  omp_set_num_threads(t);
-  MPI_Barrier(act);
-  // Untimed first: ranks that just woke may share a core until the scheduler spreads them.
-  for (auto t0 = Clock::now(); since(t0) < 0.3;) mix.g.fwd(c.ops);
+  warm_up_group(c, mix, act, t);
   MPI_Barrier(act);
   double r[2] = {mix_time(c.ops, mix, c.o.quick), 0};
   MPI_Barrier(act);
@@ -260,6 +265,7 @@ double median_or_one(std::vector<double> v) {
 // elementwise set, and the slowdown with an all-reduce in flight (1 for k = 1: not measured).
 struct Scaling {
   double compute = 1, stream = 1, overlap = 1;
+  int groups = 0;  // the groups of k ranks measured
 };
 
 // Each disjoint group of k of node 0's ranks in turn (8 ranks on the node: four pairs at k = 2),
@@ -275,18 +281,15 @@ Scaling measure_scaling(const Calib& c, Mix& mix, int k, int t, bool multiple) {
   const int rounds = c.o.quick ? 5 : 12;
   const double window = c.o.quick ? 0.04 : 0.1;  // the mix's; the elementwise set's 0.6 of it
   const int local = c.node.local, groups = c.node.ks.back() / k;
-  // ratios[(g * rounds + i) * 2 + {0: mix, 1: elementwise}], filled by each group's first rank.
-  std::vector<double> ratios(static_cast<size_t>(groups * rounds * 2), 0.0);
+  // The mix's ratios of every group's rounds, then the elementwise set's (ratios[j * n + g * rounds
+  // + i]), filled by each group's first rank.
+  const int n = groups * rounds;
+  std::vector<double> ratios(static_cast<size_t>(2 * n), 0.0);
   for (int g = 0; g < groups; ++g) {
     const bool me = local >= g * k && local < (g + 1) * k, first = local == g * k;
     MPI_Comm act = MPI_COMM_NULL;
     if (local >= 0) MPI_Comm_split(c.node.comm, me ? 0 : MPI_UNDEFINED, local, &act);
-    if (me) {
-      omp_set_num_threads(t);
-      MPI_Barrier(act);
-      // Untimed first: ranks that just woke may share a core until the scheduler spreads them.
-      for (auto t0 = Clock::now(); since(t0) < 0.3;) mix.g.fwd(c.ops);
-    }
+    if (me) warm_up_group(c, mix, act, t);
     std::array<std::vector<double>, 2> alone, together;  // {mix, elementwise} per round
     auto time_alone = [&] {
       idle_barrier(MPI_COMM_WORLD);  // the others asleep, not spinning
@@ -310,15 +313,15 @@ Scaling measure_scaling(const Calib& c, Mix& mix, int k, int t, bool multiple) {
     }
     for (int j = 0; first && j < 2; ++j) {
       const std::vector<double> r = alternating_ratios(alone[j], together[j]);
-      for (int i = 0; i < rounds; ++i) ratios[(g * rounds + i) * 2 + j] = r[i];
+      std::copy(r.begin(), r.end(), ratios.begin() + j * n + g * rounds);
     }
     if (act != MPI_COMM_NULL) MPI_Comm_free(&act);
   }
   idle_barrier(MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, ratios.data(), static_cast<int>(ratios.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  std::vector<double> mix_r, stream_r;
-  for (size_t i = 0; i < ratios.size(); i += 2) mix_r.push_back(ratios[i]), stream_r.push_back(ratios[i + 1]);
-  s.compute = median_or_one(mix_r), s.stream = median_or_one(stream_r);
+  s.compute = median_or_one({ratios.begin(), ratios.begin() + n});
+  s.stream = median_or_one({ratios.begin() + n, ratios.end()});
+  s.groups = groups;
   if (multiple) {
     double o = overlap_slowdown(c, mix, k, t);
     idle_barrier(MPI_COMM_WORLD);
@@ -378,7 +381,7 @@ std::string measure_compute(MachineProfile& p, const Calib& c) {
     if (k > 1)
       c.pr.say(fmt::format("{} ranks computing at once ({} thread(s) each): {:.2f}x the rate of one alone, elementwise {:.2f}x "
                            "(medians over {} group(s)); {:.2f}x slower with an all-reduce in flight{}",
-                           k, t, p.compute_scale.back(), p.stream_scale.back(), c.node.ks.back() / k, s.overlap,
+                           k, t, p.compute_scale.back(), p.stream_scale.back(), s.groups, s.overlap,
                            multiple ? "" : " (not measured: MPI is not MPI_THREAD_MULTIPLE)"));
   }
   const double reference_after = reference_gemm_alone(c);
