@@ -3,12 +3,12 @@
 # `tools/deps.sh check`: the same, but only prints what is missing (used by make test / demo):
 # as root it installs them; otherwise it prints the exact apt-get line and fails.
 # `tools/deps.sh slurm` (`make deps-slurm`): only the packages of the private test cluster that
-# `make test-slurm` starts (slurmctld, slurmd, client tools, munge); plain `make deps` stays lean.
+# `make test-slurm` starts (slurmctld, slurmd, client tools, munge, PMIx headers); plain `make deps` stays lean.
 # `tools/deps.sh stress` (`make deps-stress`, run by `make test-stress`): the usual packages plus
 # clang-14 and libclang-rt-14-dev (libFuzzer and clang's ASan/UBSan runtimes) for tests/fuzz.
 # `tools/deps.sh all` (.ci/run): every package of the three, in one apt-get run.
 set -euo pipefail
-SLURM_PKGS=(slurmctld slurmd slurm-client munge openmpi-bin)
+SLURM_PKGS=(slurmctld slurmd slurm-client munge openmpi-bin libpmix-dev)  # libpmix-dev: test_pmix_fence.sh builds a PMIx probe
 if [ "${1:-install}" = slurm ]; then
   PKGS=("${SLURM_PKGS[@]}")
 else

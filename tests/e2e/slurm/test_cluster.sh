@@ -11,6 +11,7 @@ cat >"$T/env.sbatch" <<'JOB'
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=2
 #SBATCH --distribution=block:block
+export SLURM_PMIX_FENCE=ring  # MPI_Init's closing fence a barrier across nodes (docs/slurm.md)
 srun --mpi=pmix --kill-on-bad-exit=1 "$MPITRON" env --parallel.tp=2
 JOB
 id=$(sbatch --parsable -o "$T/env.out" "$T/env.sbatch") || { bad "sbatch failed"; finish; exit; }

@@ -15,7 +15,8 @@ id=$(slurm/submit.sh jobs/tiny.toml -N 2 --ntasks-per-node=2 --parsable -o "$out
   { bad "submit failed"; finish; exit; }
 ok "submitted job $id"
 # A USR1 before the ranks install their handler would kill them: wait for training to run.
-wait_lines "$out" 3 "^step +[0-9]+/$steps \| loss" "$id" 120 && ok "training is running" || bad "no step lines in 120 s"
+wait_lines "$out" 3 "^step +[0-9]+/$steps \| loss" "$id" 120 && ok "training is running" ||
+  bad "fewer than 3 step lines (job $id $(job_state "$id"); waited up to 120 s)"
 scancel -s USR1 --batch "$id" && ok "scancel -s USR1 --batch $id" || bad "scancel failed"
 wait_job "$id" 200 || bad "job $id did not finish within 200 s of the signal"
 cat "$out"
