@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # slurm/train.sbatch launches ranks whose PMIx fences are barriers across nodes. Open MPI 4.1 ends
 # MPI_Init with a fence that carries no data; Slurm's mpi/pmix runs such fences on its tree, and
-# (Slurm 21.08 and later, at least to 22.05) that tree is switched off when a step has fewer nodes
+# (Slurm 20.11 and later; seen with 22.05) that tree is switched off when a step has fewer nodes
 # than TreeWidth (default 50): the fence then completes as soon as one node's ranks arrive, a rank
 # leaves MPI_Init and sends its first message to a rank on another node still inside it, and Open
 # MPI calls a receive handler it has not registered yet (SIGSEGV at address nil, under load a few
