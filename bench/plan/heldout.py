@@ -160,14 +160,14 @@ def advice(path, adv_path):
           file=sys.stderr)
 
 
-def result(d, name, np_):
-    """Per layout: each round's median step time (steps 2..), their best and the median of all the
-    rounds' steps, and the prediction. The machine's slowdowns are one-sided (a shared host takes
+def result(d, name, np_, warmup="0"):
+    """Per layout: each round's median step time (steps 2.., or those after `warmup` more), their
+    best and the median of all the rounds' steps, and the prediction. The machine's slowdowns are one-sided (a shared host takes
     cycles, never gives them), so the best round is the layout on the undisturbed machine the
     planner predicts; the pooled median is reported beside it."""
     ms, per_run = [], []
     for f in sorted(glob.glob(f"{d}.*/metrics.jsonl")):
-        run = [json.loads(l)["step_ms"] for l in open(f) if '"step_ms"' in l][1:]
+        run = [json.loads(l)["step_ms"] for l in open(f) if '"step_ms"' in l][1 + int(warmup):]
         ms += run
         per_run.append(statistics.median(run))
     plan = open(f"{d}.plan").read()
@@ -184,6 +184,6 @@ if __name__ == "__main__":
     elif sys.argv[1] == "advice":
         advice(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "result":
-        result(*sys.argv[2:5])
+        result(*sys.argv[2:6])
     else:
         summary(sys.argv[2])
