@@ -162,9 +162,9 @@ def advice(path, adv_path):
 
 def result(d, name, np_, warmup="0"):
     """Per layout: each round's median step time (steps 2.., or those after `warmup` more), their
-    best and the median of all the rounds' steps, and the prediction. The machine's slowdowns are one-sided (a shared host takes
-    cycles, never gives them), so the best round is the layout on the undisturbed machine the
-    planner predicts; the pooled median is reported beside it."""
+    best and the median of all the rounds' steps, and the prediction. The machine's slowdowns are
+    one-sided (a shared host takes cycles, never gives them), so the best round is the layout on
+    the undisturbed machine the planner predicts; the pooled median is reported beside it."""
     ms, per_run = [], []
     for f in sorted(glob.glob(f"{d}.*/metrics.jsonl")):
         run = [json.loads(l)["step_ms"] for l in open(f) if '"step_ms"' in l][1 + int(warmup):]

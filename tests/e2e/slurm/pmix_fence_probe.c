@@ -31,6 +31,7 @@ int main(void) {
     return 1;
   }
   const unsigned world = size->data.uint32;
+  PMIX_VALUE_RELEASE(size);
   const char* s = getenv("SLEEP_S");
   if (me.rank == world - 1) usleep((useconds_t)(1e6 * (s ? atof(s) : 2.0)));
   const double enter = now();
