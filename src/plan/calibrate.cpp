@@ -358,8 +358,9 @@ double reference_gemm_alone(const Calib& c) {
 //      the mix (the reference of 2);
 //   2. the first k ranks at once: the mix, then the mix with an all-reduce in flight on a
 //      helper thread (the trainer's progress thread).
-// Around them, the reference GEMM on rank 0; returns its drift warning (speed_drift_warning).
-std::string measure_compute(MachineProfile& p, const Calib& c) {
+// Around them, the reference GEMM on rank 0. Returns the drift warnings on rank 0: the reference
+// GEMM's (speed_drift_warning), then the rates' passes' (pass_drift_warning).
+std::vector<std::string> measure_compute(MachineProfile& p, const Calib& c) {
   set_axes(p, c.o.quick);
   Mix mix(c.o.quick);
   const double reference_before = reference_gemm_alone(c);
@@ -367,7 +368,8 @@ std::string measure_compute(MachineProfile& p, const Calib& c) {
   std::vector<int> threads;  // per k, the trainer's threads per rank: each count once
   for (int k : c.node.ks)
     if (threads.empty() || threads.back() != p.threads_for(k)) threads.push_back(p.threads_for(k));
-  if (c.launch.rank == 0) p.rates = measure_rates(p, c.ops, c.o, c.pr, threads);
+  std::vector<std::string> warnings;
+  if (c.launch.rank == 0) p.rates = measure_rates(p, c.ops, c.o, c.pr, threads, warnings);
   idle_barrier(MPI_COMM_WORLD);
   p.active.clear(), p.compute_scale.clear(), p.stream_scale.clear(), p.overlap_slowdown.clear();
   for (int k : c.node.ks) {
@@ -385,10 +387,12 @@ std::string measure_compute(MachineProfile& p, const Calib& c) {
                            multiple ? "" : " (not measured: MPI is not MPI_THREAD_MULTIPLE)"));
   }
   const double reference_after = reference_gemm_alone(c);
-  if (c.launch.rank != 0) return "";
+  if (c.launch.rank != 0) return {};
   c.pr.say(fmt::format("reference GEMM {} ({} threads): {:.1f} GFLOP/s before the compute rates, {:.1f} after",
                        ReferenceGemm::name(), c.cores, reference_before, reference_after));
-  return speed_drift_warning(reference_before, reference_after, c.cores);
+  const std::string reference = speed_drift_warning(reference_before, reference_after, c.cores);
+  if (!reference.empty()) warnings.insert(warnings.begin(), reference);
+  return warnings;
 }
 
 // 3. Collectives inside a node: k active ranks in groups of n.
@@ -454,8 +458,8 @@ MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOption
   Node0 node = split_node0(launch);
   const Calib c{launch, o, pr, *ops, cores, node};
 
-  const std::string drift = measure_compute(p, c);
-  if (!drift.empty()) std::fprintf(stderr, "mpitron calibrate: warning: %s\n", drift.c_str());
+  const std::vector<std::string> drift = measure_compute(p, c);
+  for (const std::string& w : drift) std::fprintf(stderr, "mpitron calibrate: warning: %s\n", w.c_str());
   omp_set_num_threads(std::max(1, cores / std::max(1, launch.local_size)));
   measure_node_collectives(p, c);
   if (launch.num_nodes > 1) measure_inter_node_collectives(p, c);
@@ -464,7 +468,7 @@ MachineProfile calibrate_machine(const LaunchInfo& launch, const CalibrateOption
   p.seconds = since(t_start);
   p.note = fmt::format("measured by `mpitron calibrate` with {} ranks{}; compute at one rank per node on {} cores",
                        launch.world, o.quick ? " (--quick: small grids)" : "", cores);
-  if (!drift.empty()) p.note += "; " + drift;
+  for (const std::string& w : drift) p.note += "; " + w;
   if (launch.rank != 0) return MachineProfile{};
   return p;
 }

@@ -39,7 +39,14 @@ void set_axes(MachineProfile& p, bool quick) {
 struct Timed {
   double work = 0;
   std::vector<double> seconds;
+  std::vector<size_t> pass_end;  // seconds.size() at the end of each pass
   double rate() const { return work / median_of(seconds) / 1e9; }
+  std::vector<std::vector<double>> by_pass() const {
+    std::vector<std::vector<double>> r;
+    for (size_t p = 0, from = 0; p < pass_end.size(); from = pass_end[p++])
+      r.emplace_back(seconds.begin() + from, seconds.begin() + pass_end[p]);
+    return r;
+  }
 };
 
 // Samples of one rank alone at one OpenMP thread count.
@@ -48,6 +55,21 @@ struct RateSamples {
   std::array<std::vector<Timed>, 2> gemm_fwd, gemm_bwd;  // [fp32, bf16][grid cell]
   std::vector<Timed> attn_fwd, attn_bwd, stream;         // per attn_t, per stream shape
   Timed adamw, flat;                                     // the optimizer's kernels
+  template <class F>
+  void each(F f) {
+    for (auto* v : {&gemm_fwd[0], &gemm_fwd[1], &gemm_bwd[0], &gemm_bwd[1], &attn_fwd, &attn_bwd, &stream})
+      for (Timed& t : *v) f(t);
+    f(adamw), f(flat);
+  }
+  void end_pass() {
+    each([](Timed& t) { t.pass_end.push_back(t.seconds.size()); });
+  }
+  // The passes' speeds relative to all of them (relative_pass_speeds), over every item timed.
+  std::vector<double> pass_speeds() {
+    std::vector<std::vector<std::vector<double>>> seconds;
+    each([&](Timed& t) { seconds.push_back(t.by_pass()); });
+    return relative_pass_speeds(seconds);
+  }
 };
 
 // One pass of the grids at the current OpenMP threads: each GEMM cell, attention length and
@@ -150,7 +172,8 @@ MachineProfile::Rates rates_of(const MachineProfile& p, const RateSamples& s, co
 // harness, ran 1.93x apart: the layouts whose ranks run one thread were priced against the single
 // rank on both cores at a ratio the machine did not have (interleaved: 2.09x).
 std::vector<MachineProfile::Rates> measure_rates(const MachineProfile& p, Ops& ops, const CalibrateOptions& o,
-                                                 const Progress& pr, const std::vector<int>& threads) {
+                                                 const Progress& pr, const std::vector<int>& threads,
+                                                 std::vector<std::string>& warnings) {
   const bool bf16 = ops.set_gemm_bf16(true);
   ops.set_gemm_bf16(false);
   std::vector<RateSamples> samples(threads.size());
@@ -159,9 +182,18 @@ std::vector<MachineProfile::Rates> measure_rates(const MachineProfile& p, Ops& o
     for (RateSamples& s : samples) {
       omp_set_num_threads(s.threads);
       sample_rates(p, ops, bf16, o.quick, s);
+      s.end_pass();
     }
   std::vector<MachineProfile::Rates> rates;
-  for (const RateSamples& s : samples) rates.push_back(rates_of(p, s, pr));
+  for (RateSamples& s : samples) {
+    rates.push_back(rates_of(p, s, pr));
+    const std::vector<double> speeds = s.pass_speeds();
+    std::string each;
+    for (size_t i = 0; i < speeds.size(); ++i) each += fmt::format("{}{:.2f}x", i ? ", " : "", speeds[i]);
+    pr.say(fmt::format("{} thread(s): the passes ran at {} of their median speed", s.threads, each));
+    const std::string w = pass_drift_warning(speeds, s.threads);
+    if (!w.empty()) warnings.push_back(w);
+  }
   return rates;
 }
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -14,6 +15,40 @@ std::string speed_drift_warning(double before, double after, int threads) {
                      "{:.1f} after ({:+.0f}%): the machine's speed changed while they were measured (other load, a "
                      "shared host), and the rates with it; calibrate again when the machine is quiet",
                      ReferenceGemm::name(), threads, before, after, 100 * (after / before - 1));
+}
+
+std::vector<double> relative_pass_speeds(const std::vector<std::vector<std::vector<double>>>& seconds) {
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  size_t passes = 0;
+  for (const auto& item : seconds) passes = std::max(passes, item.size());
+  std::vector<std::vector<double>> ratios(passes);
+  for (const auto& item : seconds) {
+    if (item.size() != passes || std::any_of(item.begin(), item.end(), [](const auto& s) { return s.empty(); })) continue;
+    std::vector<double> all;
+    for (const auto& s : item) all.insert(all.end(), s.begin(), s.end());
+    const double whole = median(all);
+    for (size_t p = 0; p < passes; ++p) ratios[p].push_back(whole / median(item[p]));
+  }
+  std::vector<double> speeds;
+  for (const auto& r : ratios)
+    if (!r.empty()) speeds.push_back(median(r));
+  return speeds;
+}
+
+std::string pass_drift_warning(const std::vector<double>& speeds, int threads) {
+  if (speeds.size() < 2) return "";
+  const auto [lo, hi] = std::minmax_element(speeds.begin(), speeds.end());
+  if (!(*lo > 0) || *hi / *lo <= 1.10) return "";
+  std::string each;
+  for (size_t p = 0; p < speeds.size(); ++p) each += fmt::format("{}{:.2f}x", p ? ", " : "", speeds[p]);
+  return fmt::format("the compute rates' {} passes at {} thread(s) ran at {} of their median speed ({:.0f}% apart): the "
+                     "machine's speed changed while they were measured (other load, a shared host), and the rates with "
+                     "it; calibrate again when the machine is quiet",
+                     speeds.size(), threads, each, 100 * (*hi / *lo - 1));
 }
 
 std::string format_profile_summary(const MachineProfile& p) {

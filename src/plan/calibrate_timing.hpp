@@ -198,7 +198,9 @@ std::vector<std::pair<int64_t, int64_t>> stream_shapes(bool quick);
 // The profile's grid axes: GEMM (m, n, k), attention lengths, elementwise sizes.
 void set_axes(MachineProfile& p, bool quick);
 // One rank alone at each of `threads` OpenMP thread counts, interleaved (calibrate_rates.cpp).
+// The passes' drift warnings (pass_drift_warning) go to `warnings`.
 std::vector<MachineProfile::Rates> measure_rates(const MachineProfile& p, Ops& ops, const CalibrateOptions& o,
-                                                 const Progress& pr, const std::vector<int>& threads);
+                                                 const Progress& pr, const std::vector<int>& threads,
+                                                 std::vector<std::string>& warnings);
 
 }  // namespace mpitron::calib

@@ -541,6 +541,34 @@ BOOST_AUTO_TEST_CASE(calibrate_speed_drift_warning) {
   BOOST_TEST(!speed_drift_warning(220, 300, 2).empty());
 }
 
+// calibrate's passes: each pass's speed is the median over the items of (the item's median over
+// all passes / its median in the pass), so one slow item does not move a pass, and a pass 20%
+// slower in every item reads 0.8x of the others' 1.0x (the median of all three passes' samples
+// being the fast ones'). Passes over 10% apart are named with each pass's speed; within, nothing.
+BOOST_AUTO_TEST_CASE(calibrate_pass_drift_warning) {
+  // Three items, three passes: pass 1 (the second) 25% longer in every item, except one item's
+  // outlier in pass 0 that the median over items outvotes.
+  const std::vector<std::vector<std::vector<double>>> seconds = {
+      {{1.0, 1.0}, {1.25, 1.25}, {1.0}},
+      {{2.0, 2.0}, {2.5}, {2.0}},
+      {{9.0}, {3.75}, {3.0}},
+      {{1.0}, {}, {1.0}},  // a pass without samples: left out
+  };
+  const std::vector<double> speeds = relative_pass_speeds(seconds);
+  BOOST_TEST_REQUIRE(speeds.size() == 3u);
+  BOOST_TEST(speeds[0] == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(speeds[1] == 0.8, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(speeds[2] == 1.0, boost::test_tools::tolerance(1e-12));
+  const std::string w = pass_drift_warning(speeds, 2);
+  BOOST_TEST(w.find("3 passes at 2 thread(s) ran at 1.00x, 0.80x, 1.00x of their median speed (25% apart)") !=
+                 std::string::npos,
+             w);
+  BOOST_TEST(w.find("calibrate again") != std::string::npos, w);
+  BOOST_TEST(pass_drift_warning({1.0, 0.92, 1.01}, 1).empty());
+  BOOST_TEST(!pass_drift_warning({1.0, 1.12, 1.0}, 1).empty());
+  BOOST_TEST(pass_drift_warning({1.0}, 1).empty());
+}
+
 BOOST_AUTO_TEST_CASE(gemm_grid_interpolates_in_log_space) {
   MachineProfile p = flat_profile();
   // The rate doubles from m = 64 to m = 4096: at the geometric middle (512) it is sqrt(2)x.

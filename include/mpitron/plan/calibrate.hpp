@@ -18,6 +18,7 @@
 // Rank 0 gets the profile; the other ranks an empty one.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "mpitron/plan/profile.hpp"
 
@@ -44,6 +45,18 @@ struct ReferenceGemm {
 // before and after. Beyond 10% apart, the warning that calibrate prints and keeps in the profile's
 // note (a shared host's load moves every rate, and every prediction with it); else empty.
 std::string speed_drift_warning(double gflops_before, double gflops_after, int threads);
+
+// The machine's speed in each pass of the compute rates (step 1), from the samples themselves:
+// seconds[item][pass] holds an item's timed calls (a GEMM cell, an attention length, an elementwise
+// shape) in that pass. Per item, its median over all the passes over its median in the pass; per
+// pass, the median of that over the items (1.10: the pass ran 10% faster than the passes together).
+// Items with a pass empty are left out.
+std::vector<double> relative_pass_speeds(const std::vector<std::vector<std::vector<double>>>& seconds);
+
+// Passes over 10% apart (fastest over slowest): the warning that calibrate prints and keeps in the
+// profile's note, with each pass's speed; else empty. A slowdown that starts and ends inside the
+// rates, which the reference GEMM before and after them cannot see.
+std::string pass_drift_warning(const std::vector<double>& speeds, int threads);
 
 // One-line summary per part, for the end of `mpitron calibrate`.
 std::string format_profile_summary(const MachineProfile& p);
