@@ -188,9 +188,7 @@ std::vector<MachineProfile::Rates> measure_rates(const MachineProfile& p, Ops& o
   for (RateSamples& s : samples) {
     rates.push_back(rates_of(p, s, pr));
     const std::vector<double> speeds = s.pass_speeds();
-    std::string each;
-    for (size_t i = 0; i < speeds.size(); ++i) each += fmt::format("{}{:.2f}x", i ? ", " : "", speeds[i]);
-    pr.say(fmt::format("{} thread(s): the passes ran at {} of their median speed", s.threads, each));
+    pr.say(fmt::format("{} thread(s): the passes ran at {} of their median speed", s.threads, pass_speeds_text(speeds)));
     const std::string w = pass_drift_warning(speeds, s.threads);
     if (!w.empty()) warnings.push_back(w);
   }

@@ -1,4 +1,4 @@
-// What `mpitron calibrate` says of what it measured: the drift warning and the profile's summary.
+// What `mpitron calibrate` says of what it measured: the drift warnings and the profile's summary.
 #include "mpitron/plan/calibrate.hpp"
 
 #include <fmt/format.h>
@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+
+#include "calibrate_timing.hpp"
 
 namespace mpitron {
 
@@ -18,11 +20,7 @@ std::string speed_drift_warning(double before, double after, int threads) {
 }
 
 std::vector<double> relative_pass_speeds(const std::vector<std::vector<std::vector<double>>>& seconds) {
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
+  using calib::median_of;  // the median each rate is taken as
   size_t passes = 0;
   for (const auto& item : seconds) passes = std::max(passes, item.size());
   std::vector<std::vector<double>> ratios(passes);
@@ -30,25 +28,29 @@ std::vector<double> relative_pass_speeds(const std::vector<std::vector<std::vect
     if (item.size() != passes || std::any_of(item.begin(), item.end(), [](const auto& s) { return s.empty(); })) continue;
     std::vector<double> all;
     for (const auto& s : item) all.insert(all.end(), s.begin(), s.end());
-    const double whole = median(all);
-    for (size_t p = 0; p < passes; ++p) ratios[p].push_back(whole / median(item[p]));
+    const double whole = median_of(all);
+    for (size_t p = 0; p < passes; ++p) ratios[p].push_back(whole / median_of(item[p]));
   }
   std::vector<double> speeds;
   for (const auto& r : ratios)
-    if (!r.empty()) speeds.push_back(median(r));
+    if (!r.empty()) speeds.push_back(median_of(r));
   return speeds;
+}
+
+std::string pass_speeds_text(const std::vector<double>& speeds) {
+  std::string each;
+  for (size_t p = 0; p < speeds.size(); ++p) each += fmt::format("{}{:.2f}x", p ? ", " : "", speeds[p]);
+  return each;
 }
 
 std::string pass_drift_warning(const std::vector<double>& speeds, int threads) {
   if (speeds.size() < 2) return "";
   const auto [lo, hi] = std::minmax_element(speeds.begin(), speeds.end());
   if (!(*lo > 0) || *hi / *lo <= 1.10) return "";
-  std::string each;
-  for (size_t p = 0; p < speeds.size(); ++p) each += fmt::format("{}{:.2f}x", p ? ", " : "", speeds[p]);
   return fmt::format("the compute rates' {} passes at {} thread(s) ran at {} of their median speed ({:.0f}% apart): the "
                      "machine's speed changed while they were measured (other load, a shared host), and the rates with "
                      "it; calibrate again when the machine is quiet",
-                     speeds.size(), threads, each, 100 * (*hi / *lo - 1));
+                     speeds.size(), threads, pass_speeds_text(speeds), 100 * (*hi / *lo - 1));
 }
 
 std::string format_profile_summary(const MachineProfile& p) {

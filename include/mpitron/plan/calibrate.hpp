@@ -57,6 +57,8 @@ std::vector<double> relative_pass_speeds(const std::vector<std::vector<std::vect
 // profile's note, with each pass's speed; else empty. A slowdown that starts and ends inside the
 // rates, which the reference GEMM before and after them cannot see.
 std::string pass_drift_warning(const std::vector<double>& speeds, int threads);
+// The passes' speeds as calibrate prints them: "1.00x, 0.90x, 1.01x".
+std::string pass_speeds_text(const std::vector<double>& speeds);
 
 // One-line summary per part, for the end of `mpitron calibrate`.
 std::string format_profile_summary(const MachineProfile& p);
